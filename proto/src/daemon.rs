@@ -1,0 +1,10 @@
+//! What every podward daemon shares at its edge: layered configuration, logs, the loopback admin
+//! endpoint (`/metrics`, `/healthz`, `/readyz`) and the shutdown signal.
+//!
+//! These live beside the wire contract because the three daemons must behave identically here
+//! (same flags, same endpoints, same log format) and one copy cannot drift.
+
+pub mod admin;
+pub mod config;
+pub mod signal;
+pub mod telemetry;
