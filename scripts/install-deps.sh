@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what podward's build, tests and demo need on a fresh Debian 12 machine (as root).
+# Idempotent: packages already present are not reinstalled; apt is only updated when something is missing.
+set -euo pipefail
+
+APT_PACKAGES=(
+  containerd runc             # the runtime podward sits beside (e2e and demo)
+  busybox-static              # test images are built from it
+  protobuf-compiler           # protoc, for k8s-cri / containerd-client / podward protos
+  gcc libc6-dev               # builds the tiny static pause binary
+  iproute2 util-linux         # ip, mount/umount, nsenter for tests
+  docker-registry skopeo      # loopback registry so CRI PullImage is exercised
+  systemd                     # systemd-analyze verify for the shim's units (systemd is not run)
+)
+PIP_PACKAGES=(grpcio grpcio-health-checking)   # a gRPC health server nobody here wrote
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: must run as root (containerd, cgroups and mounts need it)" >&2
+  exit 1
+fi
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+py=python3
+if ! "$py" -c 'import grpc_health.v1' 2>/dev/null; then
+  echo "install-deps: pip installing ${PIP_PACKAGES[*]}"
+  "$py" -m pip install -q "${PIP_PACKAGES[@]}"
+fi
+
+if ! command -v cargo-nextest >/dev/null 2>&1 && ! cargo nextest --version >/dev/null 2>&1; then
+  echo "install-deps: cargo-nextest missing; installing from crates.io"
+  cargo install --locked cargo-nextest
+fi
+echo "install-deps: ok"
