@@ -1,0 +1,95 @@
+{{/* Chart name, overridable. */}}
+{{- define "podward.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name of the release's resources. */}}
+{{- define "podward.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Labels on every resource. */}}
+{{- define "podward.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "podward.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: podward
+{{- end }}
+
+{{/* Labels that select the DaemonSet's pods (immutable after install). */}}
+{{- define "podward.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "podward.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* ServiceAccount name. */}}
+{{- define "podward.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "podward.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Image reference; call with (dict "root" $ "image" .Values.<daemon>.image). */}}
+{{- define "podward.image" -}}
+{{- $tag := .image.tag | default .root.Values.image.tag | default .root.Chart.AppVersion }}
+{{- printf "%s/%s:%s" .root.Values.image.registry .image.repository $tag }}
+{{- end }}
+
+{{/* Whether the admin ports bind the node IP (needed for scraping) instead of loopback. */}}
+{{- define "podward.adminExposed" -}}
+{{- if or .Values.admin.exposeOnHostIP .Values.serviceMonitor.enabled }}true{{- end }}
+{{- end }}
+
+{{/* The host part of --admin-addr: loopback, or the node IP from the downward API. */}}
+{{- define "podward.adminHost" -}}
+{{- if include "podward.adminExposed" . }}$(PODWARD_HOST_IP){{- else }}127.0.0.1{{- end }}
+{{- end }}
+
+{{/*
+kubelet probes of an admin endpoint. With hostNetwork the pod IP is the node IP; when the admin port
+binds loopback only, the probe must target 127.0.0.1 (kubelet probes from the host network namespace,
+which this pod shares). Call with (dict "root" $ "port" <port>).
+*/}}
+{{- define "podward.adminProbes" -}}
+livenessProbe:
+  httpGet:
+    {{- if not (include "podward.adminExposed" .root) }}
+    host: 127.0.0.1
+    {{- end }}
+    path: /healthz
+    port: {{ .port }}
+  periodSeconds: 10
+  timeoutSeconds: 2
+  failureThreshold: 3
+readinessProbe:
+  httpGet:
+    {{- if not (include "podward.adminExposed" .root) }}
+    host: 127.0.0.1
+    {{- end }}
+    path: /readyz
+    port: {{ .port }}
+  periodSeconds: 5
+  timeoutSeconds: 2
+  failureThreshold: 3
+{{- end }}
+
+{{/* Flags every daemon takes. */}}
+{{- define "podward.commonArgs" -}}
+- --log-format={{ .Values.logging.format }}
+- --log-level={{ .Values.logging.level }}
+- --containerd-socket={{ .Values.sockets.containerd }}
+- --containerd-namespace={{ .Values.containerdNamespace }}
+- --shim-socket={{ .Values.sockets.shim }}
+{{- end }}

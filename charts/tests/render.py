@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Render charts/podward with Helm's own engine and print the manifests as JSON.
+
+helm-sdkpy (PyPI) carries the Helm library, but its Python API has no `template` action and its
+`Install` has no dry-run switch. So this renderer runs a real `helm install` (helm-sdkpy's Install)
+against a minimal, in-process Kubernetes API stand-in on 127.0.0.1: it answers discovery and accepts
+every create. Releases are stored in memory (HELM_DRIVER=memory). The release Helm returns carries the
+rendered `manifest` and `NOTES.txt`, produced by exactly the code `helm install`/`helm template` run —
+values merging, schema checks, `required`, `fail` and all. Nothing leaves the loopback interface.
+
+Usage:
+  python3 charts/tests/render.py [--values FILE]... [--set-json JSON] [--out FILE]
+Prints {"objects": [<manifest objects>], "notes": "<NOTES.txt>", "created": [<kind/name>...]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import yaml
+
+CHART = Path(__file__).resolve().parent.parent / "podward"
+
+# The API groups the chart's objects live in (discovery must know a kind for Helm to build it).
+RESOURCES: dict[str, list[tuple[str, str, bool]]] = {
+    # group/version: [(plural, Kind, namespaced)]
+    "v1": [
+        ("namespaces", "Namespace", False),
+        ("pods", "Pod", True),
+        ("services", "Service", True),
+        ("serviceaccounts", "ServiceAccount", True),
+        ("configmaps", "ConfigMap", True),
+        ("secrets", "Secret", True),
+    ],
+    "apps/v1": [("daemonsets", "DaemonSet", True)],
+    "rbac.authorization.k8s.io/v1": [
+        ("clusterroles", "ClusterRole", False),
+        ("clusterrolebindings", "ClusterRoleBinding", False),
+        ("roles", "Role", True),
+        ("rolebindings", "RoleBinding", True),
+    ],
+    "admissionregistration.k8s.io/v1": [
+        ("validatingadmissionpolicies", "ValidatingAdmissionPolicy", False),
+        ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False),
+    ],
+    "scheduling.k8s.io/v1": [("priorityclasses", "PriorityClass", False)],
+    "monitoring.coreos.com/v1": [("servicemonitors", "ServiceMonitor", True)],
+}
+_PLURALS = {plural: kind for entries in RESOURCES.values() for plural, kind, _ in entries}
+KUBE_VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.0", "platform": "linux/amd64"}
+
+
+def _resource_list(gv: str) -> dict:
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": gv,
+        "resources": [
+            {
+                "name": plural,
+                "singularName": kind.lower(),
+                "namespaced": namespaced,
+                "kind": kind,
+                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+            }
+            for plural, kind, namespaced in RESOURCES[gv]
+        ],
+    }
+
+
+def _group_list() -> dict:
+    groups = []
+    for gv in RESOURCES:
+        if "/" not in gv:
+            continue
+        group, version = gv.split("/")
+        entry = {"groupVersion": gv, "version": version}
+        groups.append({"name": group, "versions": [entry], "preferredVersion": entry})
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+class FakeApiServer(BaseHTTPRequestHandler):
+    """Discovery plus 'nothing exists yet' plus 'create succeeds'. Records what Helm created."""
+
+    created: list[dict] = []
+    lock = threading.Lock()
+
+    def log_message(self, format, *args):  # noqa: A002  (silence per-request logging)
+        pass
+
+    def _send(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        # Plain JSON (not the aggregated discovery media type): client-go falls back to legacy discovery.
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _not_found(self) -> None:
+        self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                         "reason": "NotFound", "code": 404, "message": "not found"})
+
+    def do_GET(self) -> None:  # noqa: N802
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path == "/version":
+            return self._send(200, KUBE_VERSION)
+        if path == "/api":
+            return self._send(200, {"kind": "APIVersions", "versions": ["v1"],
+                                    "serverAddressByClientCIDRs": []})
+        if path == "/apis":
+            return self._send(200, _group_list())
+        if path == "/api/v1":
+            return self._send(200, _resource_list("v1"))
+        parts = path.split("/")
+        if len(parts) == 4 and parts[1] == "apis" and f"{parts[2]}/{parts[3]}" in RESOURCES:
+            return self._send(200, _resource_list(f"{parts[2]}/{parts[3]}"))
+        kind = _PLURALS.get(parts[-1])
+        if kind is not None:
+            # A collection (Helm's release storage lists its Secrets by label): empty.
+            return self._send(200, {"kind": f"{kind}List", "apiVersion": "v1",
+                                    "metadata": {"resourceVersion": "1"}, "items": []})
+        # Any object: it does not exist yet, so Helm creates it.
+        return self._not_found()
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers.get("Content-Length", "0"))
+        raw = self.rfile.read(length)
+        if "json" not in self.headers.get("Content-Type", ""):
+            # Protobuf: Helm's own release record (a Secret). Answer with a JSON Secret; client-go
+            # accepts JSON whatever it sent.
+            name = self.path.split("?", 1)[0].rstrip("/").split("/")[-1]
+            return self._send(201, {"kind": "Secret", "apiVersion": "v1",
+                                    "metadata": {"name": name, "resourceVersion": "1"}})
+        body = json.loads(raw or b"{}")
+        with self.lock:
+            self.created.append(body)
+        body.setdefault("metadata", {}).setdefault("uid", "00000000-0000-0000-0000-000000000000")
+        body["metadata"].setdefault("resourceVersion", "1")
+        self._send(201, body)
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self.do_POST()
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self.do_POST()
+
+
+def _merge(dst: dict, src: dict) -> dict:
+    for key, value in src.items():
+        if isinstance(value, dict) and isinstance(dst.get(key), dict):
+            _merge(dst[key], value)
+        else:
+            dst[key] = value
+    return dst
+
+
+def render(values: dict, release: str = "podward", namespace: str = "podward-system") -> dict:
+    os.environ["HELM_DRIVER"] = "memory"
+    os.environ.setdefault("HELM_CACHE_HOME", "/tmp/podward-helm-cache")
+    os.environ.setdefault("HELM_CONFIG_HOME", "/tmp/podward-helm-config")
+    import helm_sdkpy  # noqa: PLC0415  (the Go runtime reads the environment when it loads)
+
+    FakeApiServer.created = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeApiServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        kubeconfig = yaml.safe_dump({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+            "users": [{"name": "fake", "user": {"token": "fake"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake",
+                                                       "namespace": namespace}}],
+            "current-context": "fake",
+        })
+        config = helm_sdkpy.Configuration(namespace=namespace, kubeconfig=kubeconfig)
+        rel = asyncio.run(helm_sdkpy.Install(config).run(
+            release, str(CHART), values=values or None, wait=False, timeout=60))
+    finally:
+        server.shutdown()
+        server.server_close()
+    manifest = rel.get("manifest", "")
+    objects = [doc for doc in yaml.safe_load_all(manifest) if doc]
+    info = rel.get("info", {})
+    created = [f"{o.get('kind')}/{o.get('metadata', {}).get('name')}" for o in FakeApiServer.created]
+    return {"objects": objects, "notes": info.get("notes", ""), "created": created}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--values", action="append", default=[], help="values YAML file (repeatable)")
+    parser.add_argument("--set-json", default=None, help="values as a JSON object, merged last")
+    parser.add_argument("--out", default=None, help="write the JSON here instead of stdout")
+    args = parser.parse_args()
+    values: dict = {}
+    for path in args.values:
+        _merge(values, yaml.safe_load(Path(path).read_text()) or {})
+    if args.set_json:
+        _merge(values, json.loads(args.set_json))
+    result = render(values)
+    text = json.dumps(result, indent=1, sort_keys=True)
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        sys.stdout.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
