@@ -1,1 +1,37 @@
-//! placeholder
+//! podward-housekeeper: does out of process what kubelet's `HandlePodCleanups` and container GC
+//! do, with the safety rules kubelet learned the hard way (design.md §3).
+//!
+//! A pass reads its sources in kubelet's order ([`sources`]), folds the runtime's answer into the
+//! per-UID absence history ([`orphan`]), builds a sorted plan with reasons and evidence
+//! ([`plan`]) and executes it unless dry-run ([`act`]), one action per UID at a time with
+//! per-UID backoff ([`gate`]). [`api`] serves Plan/Reconcile/Status; [`run`] is the daemon.
+//!
+//! The node-side modules ([`cgroup`], [`mounts`], [`pod_dir`], [`log_dir`], [`procs`]) find and
+//! remove things on the filesystem; everything above them only decides.
+
+pub mod act;
+pub mod api;
+pub mod cgroup;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod container_gc;
+pub mod daemon;
+pub mod gate;
+pub mod log_dir;
+pub mod metrics;
+pub mod mounts;
+pub mod orphan;
+pub mod plan;
+pub mod pod_dir;
+pub mod prober_link;
+pub mod procs;
+pub mod reconcile;
+pub mod report;
+pub mod runtime;
+pub mod sandbox;
+pub mod shim_source;
+pub mod sources;
+
+pub use self::config::Config;
+pub use self::daemon::{RunError, run};

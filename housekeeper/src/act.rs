@@ -1,0 +1,315 @@
+//! Executing a plan: one pod's actions in order, pods in parallel (bounded), never two actions on
+//! the same UID at once ([`UidGate`]), and the decisive facts re-read right before each
+//! destructive step: the UID must still be absent from a fresh runtime list, and pod dirs are
+//! removed against a fresh mount table.
+
+mod node;
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use podward_api::housekeeper::v1::{Finding, FindingKind, Outcome};
+
+pub use self::node::NodeActuator;
+use crate::cgroup::{CgroupError, CgroupLayout, DestroyReport, PodCgroup};
+use crate::clock::Clock;
+use crate::gate::{Closed, UidGate};
+use crate::log_dir::{LogDir, LogDirError};
+use crate::mounts::MountTable;
+use crate::plan::{Op, PassPlan, category};
+use crate::pod_dir::{PodDir, PodDirError, RemovalReport, mounted_volumes};
+use crate::runtime::{ContainerPhase, RuntimeError, RuntimeView};
+use crate::sources::{SourceError, Sources};
+
+/// How many pods are worked on at the same time.
+pub const PARALLEL_PODS: usize = 4;
+/// A re-read runtime list or mount table older than this is read again before the next act.
+pub const FRESH_FOR: Duration = Duration::from_millis(500);
+
+/// The destructive operations, behind a trait so unit tests can record them.
+pub trait Actuator: Send + Sync + 'static {
+    /// Kill every process of a pod cgroup and remove it bottom-up.
+    fn destroy_cgroup(
+        &self,
+        layout: &CgroupLayout,
+        cg: &PodCgroup,
+    ) -> Result<DestroyReport, CgroupError>;
+    /// Lower a pod cgroup's CPU to the minimum.
+    fn reduce_cpu(&self, layout: &CgroupLayout, cg: &PodCgroup) -> Result<(), CgroupError>;
+    /// Remove a pod dir (re-assessed against `mounts`).
+    fn remove_pod_dir(
+        &self,
+        dir: &PodDir,
+        mounts: &MountTable,
+    ) -> Result<RemovalReport, PodDirError>;
+    /// Remove a pod log dir.
+    fn remove_log_dir(&self, dir: &LogDir, mounts: &MountTable) -> Result<u64, LogDirError>;
+    /// StopPodSandbox then RemovePodSandbox.
+    fn remove_sandbox(&self, id: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+    /// RemoveContainer.
+    fn remove_container(&self, id: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send;
+}
+
+/// Why an action failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ActError {
+    /// Cgroup destroy or CPU reduction.
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    /// Pod dir removal.
+    #[error(transparent)]
+    PodDir(#[from] PodDirError),
+    /// Log dir removal.
+    #[error(transparent)]
+    LogDir(#[from] LogDirError),
+    /// A CRI call.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// Re-reading a source before acting.
+    #[error("re-verification: {0}")]
+    Verify(#[from] SourceError),
+    /// The blocking task died.
+    #[error("action task: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// The facts re-read before acting, cached for [`FRESH_FOR`].
+struct Fresh<S> {
+    sources: Arc<S>,
+    runtime:
+        tokio::sync::Mutex<Option<(tokio::time::Instant, Arc<RuntimeView>, Arc<HashSet<String>>)>>,
+    mounts: tokio::sync::Mutex<Option<(tokio::time::Instant, Arc<MountTable>)>>,
+}
+
+impl<S: Sources> Fresh<S> {
+    async fn runtime(&self) -> Result<(Arc<RuntimeView>, Arc<HashSet<String>>), SourceError> {
+        let mut slot = self.runtime.lock().await;
+        if let Some((at, v, u)) = slot.as_ref()
+            && at.elapsed() < FRESH_FOR
+        {
+            return Ok((v.clone(), u.clone()));
+        }
+        let v = Arc::new(self.sources.runtime().await?);
+        let u = Arc::new(v.uids());
+        *slot = Some((tokio::time::Instant::now(), v.clone(), u.clone()));
+        Ok((v, u))
+    }
+
+    async fn mounts(&self) -> Result<Arc<MountTable>, SourceError> {
+        let mut slot = self.mounts.lock().await;
+        if let Some((at, m)) = slot.as_ref()
+            && at.elapsed() < FRESH_FOR
+        {
+            return Ok(m.clone());
+        }
+        let m = Arc::new(self.sources.mounts().await?);
+        *slot = Some((tokio::time::Instant::now(), m.clone()));
+        Ok(m)
+    }
+}
+
+/// What happened to one action.
+enum Step {
+    Done,
+    /// Not executed: a re-verified fact changed (no backoff: nothing failed).
+    Skipped(String),
+    Failed(ActError),
+}
+
+struct Ctx<S, A> {
+    fresh: Fresh<S>,
+    actuator: Arc<A>,
+    kubelet_root: PathBuf,
+}
+
+impl<S: Sources, A: Actuator> Ctx<S, A> {
+    async fn run(&self, uid: &str, op: Op, reported: &mut Vec<Finding>) -> Step {
+        match self.verify(uid, &op).await {
+            Ok(None) => {}
+            Ok(Some(why)) => return Step::Skipped(why),
+            Err(e) => return Step::Failed(e),
+        }
+        match self.apply(op, reported).await {
+            Ok(()) => Step::Done,
+            Err(e) => Step::Failed(e),
+        }
+    }
+
+    /// `Some(reason)` when the action must not run any more.
+    async fn verify(&self, uid: &str, op: &Op) -> Result<Option<String>, ActError> {
+        if op.needs_uid_absent() {
+            let (_, uids) = self.fresh.runtime().await?;
+            if uids.contains(uid) {
+                return Ok(Some(format!(
+                    "skipped: uid {uid} now has a sandbox in the runtime"
+                )));
+            }
+        }
+        match op {
+            Op::DestroyCgroup { .. } => {
+                let mounts = self.fresh.mounts().await?;
+                let dir = PodDir {
+                    uid: uid.to_owned(),
+                    path: self.kubelet_root.join("pods").join(uid),
+                };
+                let mounted = mounted_volumes(&dir, &mounts);
+                if let Some(m) = mounted.first() {
+                    return Ok(Some(format!("skipped: {} is now mounted", m.display())));
+                }
+            }
+            Op::RemoveSandbox(id) => {
+                let (rt, _) = self.fresh.runtime().await?;
+                if !rt.sandboxes.iter().any(|s| &s.id == id) {
+                    return Ok(Some(format!("skipped: sandbox {id} is already gone")));
+                }
+            }
+            Op::RemoveContainer(id) => {
+                let (rt, _) = self.fresh.runtime().await?;
+                if !rt
+                    .containers
+                    .iter()
+                    .any(|c| &c.id == id && c.phase == ContainerPhase::Exited)
+                {
+                    return Ok(Some(format!(
+                        "skipped: container {id} is gone or no longer exited"
+                    )));
+                }
+            }
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    async fn apply(&self, op: Op, reported: &mut Vec<Finding>) -> Result<(), ActError> {
+        let a = self.actuator.clone();
+        match op {
+            Op::DestroyCgroup { layout, cgroup } => {
+                let (uid, name) = (cgroup.uid.clone(), cgroup.name.clone());
+                let res =
+                    tokio::task::spawn_blocking(move || a.destroy_cgroup(&layout, &cgroup)).await?;
+                let d_state = match &res {
+                    Ok(r) => r.d_state.clone(),
+                    Err(CgroupError::Busy { d_state, .. }) => d_state.clone(),
+                    Err(_) => Vec::new(),
+                };
+                if !d_state.is_empty() {
+                    reported.push(Finding {
+                        kind: FindingKind::Reported as i32,
+                        category: category::CGROUP.to_owned(),
+                        pod_uid: uid,
+                        target: name,
+                        reason: format!(
+                            "processes in uninterruptible sleep (D state) cannot be killed: {d_state:?}; \
+                             retried only after backoff"
+                        ),
+                    });
+                }
+                res.map(drop).map_err(ActError::from)
+            }
+            Op::ReduceCpu { layout, cgroup } => {
+                Ok(tokio::task::spawn_blocking(move || a.reduce_cpu(&layout, &cgroup)).await??)
+            }
+            Op::RemovePodDir(dir) => {
+                let mounts = self.fresh.mounts().await?;
+                tokio::task::spawn_blocking(move || a.remove_pod_dir(&dir, &mounts)).await??;
+                Ok(())
+            }
+            Op::RemoveLogDir(dir) => {
+                let mounts = self.fresh.mounts().await?;
+                tokio::task::spawn_blocking(move || a.remove_log_dir(&dir, &mounts)).await??;
+                Ok(())
+            }
+            Op::RemoveSandbox(id) => Ok(a.remove_sandbox(&id).await?),
+            Op::RemoveContainer(id) => Ok(a.remove_container(&id).await?),
+        }
+    }
+}
+
+/// Executes `pass` (its outcomes are filled in) and returns findings the act itself produced
+/// (D-state processes).
+pub async fn execute<S: Sources, A: Actuator>(
+    pass: &mut PassPlan,
+    sources: Arc<S>,
+    actuator: Arc<A>,
+    gate: &UidGate,
+    clock: &dyn Clock,
+    kubelet_root: PathBuf,
+) -> Vec<Finding> {
+    let ctx = Ctx {
+        fresh: Fresh {
+            sources,
+            runtime: tokio::sync::Mutex::new(None),
+            mounts: tokio::sync::Mutex::new(None),
+        },
+        actuator,
+        kubelet_root,
+    };
+    // Actions are sorted by UID: consecutive runs are one pod's group.
+    let ops = std::mem::take(&mut pass.ops);
+    let mut groups: Vec<(String, Vec<(usize, Op)>)> = Vec::new();
+    for (i, op) in ops.into_iter().enumerate() {
+        let uid = pass.plan.actions[i].pod_uid.clone();
+        match groups.last_mut() {
+            Some((u, g)) if *u == uid => g.push((i, op)),
+            _ => groups.push((uid, vec![(i, op)])),
+        }
+    }
+    let ctx = &ctx;
+    let results: Vec<(Vec<(usize, Step)>, Vec<Finding>)> = futures::stream::iter(groups)
+        .map(|(uid, ops)| async move {
+            let mut reported = Vec::new();
+            let permit = match gate.acquire(&uid, clock.now()) {
+                Ok(p) => p,
+                Err(closed) => {
+                    let why = match closed {
+                        Closed::InFlight => {
+                            "skipped: another action on this pod is in flight".to_owned()
+                        }
+                        Closed::BackingOff(_) => "skipped: backing off after a failure".to_owned(),
+                    };
+                    let out = ops
+                        .into_iter()
+                        .map(|(i, _)| (i, Step::Skipped(why.clone())))
+                        .collect();
+                    return (out, reported);
+                }
+            };
+            let mut out = Vec::new();
+            let mut failed = false;
+            for (i, op) in ops {
+                let r = ctx.run(&uid, op, &mut reported).await;
+                failed |= matches!(r, Step::Failed(_));
+                out.push((i, r));
+            }
+            if failed {
+                gate.failed(&uid, clock.now());
+            } else {
+                gate.succeeded(&uid);
+            }
+            drop(permit);
+            (out, reported)
+        })
+        .buffer_unordered(PARALLEL_PODS)
+        .collect()
+        .await;
+    let mut extra = Vec::new();
+    for (outs, reported) in results {
+        extra.extend(reported);
+        for (i, r) in outs {
+            let a = &mut pass.plan.actions[i];
+            match r {
+                Step::Done => a.outcome = Outcome::Done as i32,
+                Step::Skipped(why) => a.error = why,
+                Step::Failed(e) => {
+                    a.outcome = Outcome::Failed as i32;
+                    a.error = e.to_string();
+                }
+            }
+        }
+    }
+    extra
+}

@@ -1,0 +1,61 @@
+//! `podward.housekeeper.v1.Housekeeper`: `Plan` (what the next pass would do, and why; changes
+//! nothing), `Reconcile` (a pass now; dry-run if the request or the daemon says so) and `Status`.
+
+use std::sync::Arc;
+
+use podward_api::housekeeper::v1::housekeeper_server::Housekeeper;
+use podward_api::housekeeper::v1::{
+    PlanRequest, PlanResponse, ReconcileRequest, ReconcileResponse, StatusRequest, StatusResponse,
+};
+use tonic::{Request, Response, Status};
+
+use crate::act::Actuator;
+use crate::reconcile::{Mode, Reconciler};
+use crate::sources::Sources;
+
+/// The API over one reconciler.
+pub struct Api<S, A> {
+    reconciler: Arc<Reconciler<S, A>>,
+    dry_run: bool,
+}
+
+impl<S, A> Api<S, A> {
+    /// Serves `reconciler`; with `dry_run`, `Reconcile` never acts.
+    pub fn new(reconciler: Arc<Reconciler<S, A>>, dry_run: bool) -> Self {
+        Self {
+            reconciler,
+            dry_run,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Sources, A: Actuator> Housekeeper for Api<S, A> {
+    async fn plan(&self, _req: Request<PlanRequest>) -> Result<Response<PlanResponse>, Status> {
+        let (plan, _) = self.reconciler.pass(Mode::Preview).await;
+        Ok(Response::new(PlanResponse { plan: Some(plan) }))
+    }
+
+    async fn reconcile(
+        &self,
+        req: Request<ReconcileRequest>,
+    ) -> Result<Response<ReconcileResponse>, Status> {
+        let mode = if req.get_ref().dry_run || self.dry_run {
+            Mode::DryRun
+        } else {
+            Mode::Act
+        };
+        let (plan, took) = self.reconciler.pass(mode).await;
+        Ok(Response::new(ReconcileResponse {
+            plan: Some(plan),
+            duration_ns: i64::try_from(took.as_nanos()).unwrap_or(i64::MAX),
+        }))
+    }
+
+    async fn status(
+        &self,
+        _req: Request<StatusRequest>,
+    ) -> Result<Response<StatusResponse>, Status> {
+        Ok(Response::new(self.reconciler.status().await))
+    }
+}

@@ -1,0 +1,124 @@
+//! The housekeeper's configuration: one typed struct, layered from defaults, a TOML file, the
+//! environment (`PODWARD_HOUSEKEEPER_*`) and flags by `podward_api::daemon::config::load`.
+//!
+//! Every path the housekeeper reads or deletes under is a field here, so tests and the benchmark
+//! run the real code on temporary trees.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use podward_api::daemon::telemetry::LogFormat;
+use serde::{Deserialize, Serialize};
+
+/// How kubelet names pod cgroups (its `--cgroup-driver`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum DriverName {
+    /// `kubepods/burstable/pod<uid>`.
+    #[default]
+    Cgroupfs,
+    /// `kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice`.
+    Systemd,
+}
+
+impl DriverName {
+    /// The node-side driver value this name stands for.
+    pub fn driver(self) -> crate::cgroup::CgroupDriver {
+        match self {
+            Self::Cgroupfs => crate::cgroup::CgroupDriver::Cgroupfs,
+            Self::Systemd => crate::cgroup::CgroupDriver::Systemd,
+        }
+    }
+}
+
+/// Everything the housekeeper daemon (and `plan --local`) needs, passed down from `main`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where the `podward.housekeeper.v1.Housekeeper` API is served.
+    pub socket: PathBuf,
+    /// The shim's Lifecycle socket (optional source: undelivered RunPodSandbox results).
+    pub shim_socket: PathBuf,
+    /// The prober's socket, told to drop workers of pods that are gone (ignored when down).
+    pub prober_socket: PathBuf,
+    /// containerd's CRI socket, read directly (not through the shim).
+    pub containerd_socket: PathBuf,
+    /// containerd namespace of the CRI plugin; recorded in logs (CRI itself is namespace-bound).
+    pub containerd_namespace: String,
+    /// Mount point of the cgroup filesystems (v1 controllers below it, or the v2 hierarchy).
+    pub cgroup_root: PathBuf,
+    /// kubelet's cgroup driver.
+    pub cgroup_driver: DriverName,
+    /// kubelet's `--cgroup-root` (the parent of `kubepods`).
+    pub kubelet_cgroup_root: String,
+    /// kubelet's `--root-dir`; pod directories are `<kubelet_root>/pods/<uid>`.
+    pub kubelet_root: PathBuf,
+    /// Pod log directories `<log_root>/<ns>_<name>_<uid>`.
+    pub log_root: PathBuf,
+    /// The mount table to read (the host's: `/proc/1/mountinfo`).
+    pub mountinfo: PathBuf,
+    /// Where `/proc` is mounted (process states for D-state reports).
+    pub proc_root: PathBuf,
+    /// Time between two passes.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// How long a UID must be absent from the runtime, in every pass, before it is an orphan.
+    #[serde(with = "humantime_serde")]
+    pub orphan_grace: Duration,
+    /// Plan and report, never act.
+    pub dry_run: bool,
+    /// Remove exited containers beyond kubelet's GC policy (otherwise only reported).
+    pub remove_exited_containers: bool,
+    /// Loopback address of `/metrics`, `/healthz`, `/readyz`.
+    pub admin_addr: SocketAddr,
+    /// Log output format.
+    pub log_format: LogFormat,
+    /// Log filter (`RUST_LOG` syntax).
+    pub log_level: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            socket: "/run/podward/housekeeper.sock".into(),
+            shim_socket: "/run/podward/shim.sock".into(),
+            prober_socket: "/run/podward/prober.sock".into(),
+            containerd_socket: "/run/containerd/containerd.sock".into(),
+            containerd_namespace: podward_api::labels::CONTAINERD_K8S_NAMESPACE.into(),
+            cgroup_root: "/sys/fs/cgroup".into(),
+            cgroup_driver: DriverName::Cgroupfs,
+            kubelet_cgroup_root: "/".into(),
+            kubelet_root: "/var/lib/kubelet".into(),
+            log_root: "/var/log/pods".into(),
+            mountinfo: "/proc/1/mountinfo".into(),
+            proc_root: "/proc".into(),
+            interval: Duration::from_secs(10),
+            orphan_grace: Duration::from_secs(120),
+            dry_run: false,
+            remove_exited_containers: false,
+            admin_addr: SocketAddr::from(([127, 0, 0, 1], 9643)),
+            log_format: LogFormat::Text,
+            log_level: "info".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_as_humantime() {
+        let c: Config =
+            toml::from_str("interval = \"3s\"\norphan_grace = \"2m 10s\"\n").expect("parse");
+        assert_eq!(c.interval, Duration::from_secs(3));
+        assert_eq!(c.orphan_grace, Duration::from_secs(130));
+        assert_eq!(c.kubelet_root, PathBuf::from("/var/lib/kubelet"));
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        assert!(toml::from_str::<Config>("intervall = \"3s\"\n").is_err());
+    }
+}

@@ -1,0 +1,144 @@
+//! The daemon: the API socket, the admin endpoint and the pass timer, until `shutdown`.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use podward_api::daemon::admin::Admin;
+use podward_api::housekeeper::v1::housekeeper_server::HousekeeperServer;
+use podward_api::socket::{SocketError, SocketPerms, serve_unix};
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::UnixListenerStream;
+
+use crate::act::NodeActuator;
+use crate::api::Api;
+use crate::clock::MonotonicClock;
+use crate::config::Config;
+use crate::metrics::{Metrics, MetricsError};
+use crate::plan::PlanSettings;
+use crate::prober_link::ProberLink;
+use crate::reconcile::{Mode, Reconciler};
+use crate::sources::NodeSources;
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The API socket could not be served.
+    #[error("API socket: {0}")]
+    Socket(#[from] SocketError),
+    /// The admin address could not be bound.
+    #[error("admin endpoint {addr}: {source}")]
+    Admin {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Metrics could not be registered.
+    #[error("metrics: {0}")]
+    Metrics(#[from] MetricsError),
+    /// The gRPC server stopped with an error.
+    #[error("API server: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+/// The planner's settings for `config`.
+pub fn plan_settings(config: &Config) -> PlanSettings {
+    PlanSettings {
+        kubelet_root: config.kubelet_root.clone(),
+        remove_exited_containers: config.remove_exited_containers,
+        orphan_grace: config.orphan_grace,
+    }
+}
+
+/// The real reconciler for `config` (also used by `plan --local`).
+pub fn node_reconciler(config: &Config) -> Reconciler<NodeSources, NodeActuator> {
+    let sources = NodeSources::new(config);
+    let actuator = NodeActuator::new(sources.runtime_client().clone());
+    Reconciler::new(
+        Arc::new(sources),
+        Arc::new(actuator),
+        Arc::new(MonotonicClock::new()),
+        plan_settings(config),
+    )
+}
+
+/// Runs the housekeeper until `shutdown` resolves. Never installs signal handlers (the caller
+/// passes `podward_api::daemon::signal::shutdown()`), so tests run it in-process. Peers
+/// (containerd, shim, prober) may be down: passes then report the failed source and act on
+/// nothing, and the clients reconnect by themselves.
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), RunError> {
+    let admin = Admin::new();
+    let metrics = Metrics::register(&admin.registry)?;
+    let reconciler = Arc::new(
+        node_reconciler(&config)
+            .with_metrics(metrics)
+            .with_prober(ProberLink::new(&config.prober_socket)),
+    );
+    let admin_listener = TcpListener::bind(config.admin_addr)
+        .await
+        .map_err(|source| RunError::Admin {
+            addr: config.admin_addr,
+            source,
+        })?;
+    let listener = serve_unix(&config.socket, SocketPerms::default()).await?;
+    tracing::info!(
+        socket = %config.socket.display(),
+        admin = %config.admin_addr,
+        containerd = %config.containerd_socket.display(),
+        namespace = %config.containerd_namespace,
+        interval = ?config.interval,
+        orphan_grace = ?config.orphan_grace,
+        dry_run = config.dry_run,
+        "podward-housekeeper serving"
+    );
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let readiness = admin.readiness.clone();
+    let admin_task = tokio::spawn(admin.serve(admin_listener, stopped()));
+    let api = HousekeeperServer::new(Api::new(reconciler.clone(), config.dry_run));
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(api)
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stopped()),
+    );
+    readiness.set(true);
+
+    let mode = if config.dry_run {
+        Mode::DryRun
+    } else {
+        Mode::Act
+    };
+    let mut ticker =
+        tokio::time::interval(config.interval.max(std::time::Duration::from_millis(10)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = async { ticker.tick().await; reconciler.pass(mode).await } => {}
+        }
+    }
+    readiness.set(false);
+    let _ = stop_tx.send(true);
+    let served = server.await;
+    let _ = admin_task.await;
+    let _ = std::fs::remove_file(&config.socket);
+    tracing::info!("podward-housekeeper stopped");
+    match served {
+        Ok(r) => Ok(r?),
+        Err(e) => {
+            tracing::warn!(error = %e, "API server task ended abnormally");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! `podward-housekeeper`: flags → config → logs → daemon (or the one-shot `plan` command).
+
+use anyhow::Context;
+use clap::Parser;
+use podward_api::daemon::{signal, telemetry};
+use podward_housekeeper::cli::{Cli, Command};
+use podward_housekeeper::{Config, report};
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let config: Config = podward_api::daemon::config::load(cli.args.config.as_deref(), &cli.args)
+        .context("configuration")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    match cli.command {
+        Some(Command::Plan { json, local }) => {
+            // The plan goes to stdout; logs (warnings only) to stderr.
+            let filter = if cli.args.log_level.is_some() {
+                config.log_level.as_str()
+            } else {
+                "warn"
+            };
+            telemetry::init(config.log_format, filter).map_err(anyhow::Error::msg)?;
+            let out = rt.block_on(report::plan_command(&config, json, local))?;
+            print!("{out}");
+            Ok(())
+        }
+        None => {
+            telemetry::init(config.log_format, &config.log_level).map_err(anyhow::Error::msg)?;
+            rt.block_on(podward_housekeeper::run(config, signal::shutdown()))?;
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,472 @@
+//! From one pass's reads (and the orphan history) to a plan: the actions to take, each with its
+//! kind, target, reason and evidence, and the findings that are reported instead (waiting,
+//! blocked, backing off, kubelet's job).
+//!
+//! Planning reads the filesystem only to assess pod dirs (read-only) and never acts. The plan is
+//! sorted, so a dry run and the real pass that follows produce the same list.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use podward_api::housekeeper::v1::{Action, ActionKind, Finding, FindingKind, Outcome, Plan};
+
+use crate::cgroup::{CgroupLayout, PodCgroup};
+use crate::gate::{Closed, UidGate};
+use crate::log_dir::LogDir;
+use crate::mounts::MountTable;
+use crate::orphan::{OrphanTracker, Verdict, human};
+use crate::pod_dir::{PodDir, Removal, assess_removal, mounted_volumes};
+use crate::sources::Snapshot;
+use crate::{container_gc, sandbox};
+
+/// Category names (findings, metrics).
+pub mod category {
+    /// Pod cgroups.
+    pub const CGROUP: &str = "cgroup";
+    /// Pod directories.
+    pub const POD_DIR: &str = "pod_dir";
+    /// Pod log directories.
+    pub const LOG_DIR: &str = "log_dir";
+    /// Leaked sandboxes.
+    pub const SANDBOX: &str = "sandbox";
+    /// Exited containers beyond kubelet's GC policy.
+    pub const CONTAINER: &str = "container";
+    /// Every category, for metrics.
+    pub const ALL: [&str; 5] = [CGROUP, POD_DIR, LOG_DIR, SANDBOX, CONTAINER];
+}
+
+/// The category an action kind belongs to.
+pub fn category_of(kind: ActionKind) -> &'static str {
+    match kind {
+        ActionKind::RemoveCgroup | ActionKind::ReduceCpu => category::CGROUP,
+        ActionKind::RemovePodDir => category::POD_DIR,
+        ActionKind::RemoveLogDir => category::LOG_DIR,
+        ActionKind::RemoveSandbox => category::SANDBOX,
+        ActionKind::RemoveContainer | ActionKind::Unspecified => category::CONTAINER,
+    }
+}
+
+/// Settings the planner needs from the config.
+#[derive(Clone, Debug)]
+pub struct PlanSettings {
+    /// kubelet's root dir (pod dirs are `<root>/pods/<uid>`).
+    pub kubelet_root: PathBuf,
+    /// Plan removal of exited containers beyond kubelet's policy (else report them).
+    pub remove_exited_containers: bool,
+    /// The grace period (for messages).
+    pub orphan_grace: Duration,
+}
+
+/// What executing one action does (the data the act needs, beside the wire `Action`).
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// Kill and remove an orphan's pod cgroup.
+    DestroyCgroup {
+        /// Where it lives.
+        layout: Arc<CgroupLayout>,
+        /// The cgroup.
+        cgroup: PodCgroup,
+    },
+    /// Lower an orphan's CPU (volumes still mounted).
+    ReduceCpu {
+        /// Where it lives.
+        layout: Arc<CgroupLayout>,
+        /// The cgroup.
+        cgroup: PodCgroup,
+    },
+    /// Remove an orphan's pod dir.
+    RemovePodDir(PodDir),
+    /// Remove an orphan's log dir.
+    RemoveLogDir(LogDir),
+    /// Stop and remove a leaked sandbox.
+    RemoveSandbox(String),
+    /// Remove an exited container.
+    RemoveContainer(String),
+}
+
+impl Op {
+    /// Whether the act must first re-verify that the UID is still absent from the runtime
+    /// (every orphan rule; not leaked sandboxes or containers, whose pod is present by nature).
+    pub fn needs_uid_absent(&self) -> bool {
+        !matches!(self, Op::RemoveSandbox(_) | Op::RemoveContainer(_))
+    }
+}
+
+/// A plan and, in the same order as `plan.actions`, what to do for each action.
+#[derive(Debug)]
+pub struct PassPlan {
+    /// The wire plan.
+    pub plan: Plan,
+    /// `ops[i]` executes `plan.actions[i]`.
+    pub ops: Vec<Op>,
+}
+
+struct Builder<'a> {
+    tracker: &'a OrphanTracker,
+    gate: &'a UidGate,
+    now: Duration,
+    settings: &'a PlanSettings,
+    actions: Vec<(Action, Op)>,
+    findings: Vec<Finding>,
+}
+
+fn finding(
+    kind: FindingKind,
+    category: &str,
+    uid: &str,
+    target: String,
+    reason: String,
+) -> Finding {
+    Finding {
+        kind: kind as i32,
+        category: category.to_owned(),
+        pod_uid: uid.to_owned(),
+        target,
+        reason,
+    }
+}
+
+impl Builder<'_> {
+    /// The orphan verdict and gate check for one candidate; `None` when it is not actionable now
+    /// (a finding has been recorded if there is something to say).
+    fn orphan(&mut self, category: &str, uid: &str, target: &str) -> Option<String> {
+        match self.tracker.verdict(uid, self.now) {
+            Verdict::Present => None,
+            v @ Verdict::Waiting { .. } => {
+                let reason = format!(
+                    "{}; waiting for the grace period ({})",
+                    v.evidence(uid),
+                    human(self.settings.orphan_grace)
+                );
+                self.findings.push(finding(
+                    FindingKind::Waiting,
+                    category,
+                    uid,
+                    target.to_owned(),
+                    reason,
+                ));
+                None
+            }
+            v @ Verdict::Orphaned { .. } => {
+                if self.gated(category, uid, target) {
+                    return None;
+                }
+                Some(v.evidence(uid))
+            }
+        }
+    }
+
+    fn gated(&mut self, category: &str, uid: &str, target: &str) -> bool {
+        let reason = match self.gate.check(uid, self.now) {
+            Ok(()) => return false,
+            Err(Closed::InFlight) => "another action on this pod is still in flight".to_owned(),
+            Err(Closed::BackingOff(d)) => {
+                format!(
+                    "backing off after a failed action; next try in {}",
+                    human(d)
+                )
+            }
+        };
+        self.findings.push(finding(
+            FindingKind::Backoff,
+            category,
+            uid,
+            target.to_owned(),
+            reason,
+        ));
+        true
+    }
+
+    fn act(
+        &mut self,
+        kind: ActionKind,
+        uid: &str,
+        target: String,
+        reason: &str,
+        evidence: Vec<String>,
+        op: Op,
+    ) {
+        let action = Action {
+            kind: kind as i32,
+            pod_uid: uid.to_owned(),
+            target,
+            reason: reason.to_owned(),
+            evidence,
+            outcome: Outcome::Planned as i32,
+            error: String::new(),
+        };
+        self.actions.push((action, op));
+    }
+
+    fn cgroups(&mut self, layout: &Arc<CgroupLayout>, pods: Vec<PodCgroup>, mounts: &MountTable) {
+        for cg in pods {
+            let Some(absence) = self.orphan(category::CGROUP, &cg.uid, &cg.name) else {
+                continue;
+            };
+            let dir = PodDir {
+                uid: cg.uid.clone(),
+                path: self.settings.kubelet_root.join("pods").join(&cg.uid),
+            };
+            let mounted = mounted_volumes(&dir, mounts);
+            let (uid, target) = (cg.uid.clone(), cg.name.clone());
+            if mounted.is_empty() {
+                let evidence = vec![
+                    absence,
+                    format!("nothing mounted under {}", dir.path.display()),
+                ];
+                let reason = "orphaned pod cgroup: kill its processes and remove it";
+                let op = Op::DestroyCgroup {
+                    layout: layout.clone(),
+                    cgroup: cg,
+                };
+                self.act(ActionKind::RemoveCgroup, &uid, target, reason, evidence, op);
+            } else {
+                let mut evidence = vec![absence];
+                evidence.extend(cap(mounted
+                    .iter()
+                    .map(|m| format!("{} is still mounted", m.display()))));
+                let reason = "orphaned pod cgroup with volumes still mounted: lower its CPU to the \
+                              minimum and keep it until they are unmounted";
+                let op = Op::ReduceCpu {
+                    layout: layout.clone(),
+                    cgroup: cg,
+                };
+                self.act(ActionKind::ReduceCpu, &uid, target, reason, evidence, op);
+            }
+        }
+    }
+
+    fn pod_dirs(&mut self, dirs: Vec<PodDir>, mounts: &MountTable) {
+        for dir in dirs {
+            let target = dir.path.display().to_string();
+            let Some(absence) = self.orphan(category::POD_DIR, &dir.uid, &target) else {
+                continue;
+            };
+            match assess_removal(&dir, mounts) {
+                Ok(Removal::Clean) => {
+                    let evidence = vec![
+                        absence,
+                        "nothing mounted at or under it; no file under volumes/ or volume-subpaths/"
+                            .to_owned(),
+                    ];
+                    let uid = dir.uid.clone();
+                    let reason = "orphaned pod directory";
+                    self.act(
+                        ActionKind::RemovePodDir,
+                        &uid,
+                        target,
+                        reason,
+                        evidence,
+                        Op::RemovePodDir(dir),
+                    );
+                }
+                Ok(Removal::Blocked { reasons }) => {
+                    let reason = format!("orphaned pod directory kept: {}", reasons.join("; "));
+                    self.findings.push(finding(
+                        FindingKind::Blocked,
+                        category::POD_DIR,
+                        &dir.uid,
+                        target,
+                        reason,
+                    ));
+                }
+                // An error while checking counts as "possibly in use" (kubelet's podVolumesExist).
+                Err(e) => {
+                    let reason = format!("orphaned pod directory kept: cannot assess it: {e}");
+                    self.findings.push(finding(
+                        FindingKind::Blocked,
+                        category::POD_DIR,
+                        &dir.uid,
+                        target,
+                        reason,
+                    ));
+                }
+            }
+        }
+    }
+
+    fn log_dirs(&mut self, dirs: Vec<LogDir>) {
+        for dir in dirs {
+            let target = dir.path.display().to_string();
+            let Some(absence) = self.orphan(category::LOG_DIR, &dir.uid, &target) else {
+                continue;
+            };
+            let uid = dir.uid.clone();
+            let reason = "orphaned pod log directory: no sandbox of its pod";
+            self.act(
+                ActionKind::RemoveLogDir,
+                &uid,
+                target,
+                reason,
+                vec![absence],
+                Op::RemoveLogDir(dir),
+            );
+        }
+    }
+
+    fn sandboxes(&mut self, leaks: Vec<sandbox::Leak>) {
+        for leak in leaks {
+            if self.gated(category::SANDBOX, &leak.uid, &leak.sandbox_id) {
+                continue;
+            }
+            let reason = "leaked sandbox: kubelet never received it and has moved past it";
+            let op = Op::RemoveSandbox(leak.sandbox_id.clone());
+            self.act(
+                ActionKind::RemoveSandbox,
+                &leak.uid,
+                leak.sandbox_id,
+                reason,
+                leak.evidence,
+                op,
+            );
+        }
+    }
+
+    fn containers(&mut self, excess: Vec<container_gc::Excess>) {
+        for e in excess {
+            if !self.settings.remove_exited_containers {
+                let reason = format!(
+                    "{} (kubelet's container GC removes it; not enabled here)",
+                    e.evidence
+                );
+                self.findings.push(finding(
+                    FindingKind::Reported,
+                    category::CONTAINER,
+                    &e.uid,
+                    e.container_id,
+                    reason,
+                ));
+                continue;
+            }
+            if self.gated(category::CONTAINER, &e.uid, &e.container_id) {
+                continue;
+            }
+            let reason = "exited container beyond kubelet's GC policy";
+            let op = Op::RemoveContainer(e.container_id.clone());
+            self.act(
+                ActionKind::RemoveContainer,
+                &e.uid,
+                e.container_id,
+                reason,
+                vec![e.evidence],
+                op,
+            );
+        }
+    }
+}
+
+/// At most this many evidence lines are listed per kind of observation.
+const EVIDENCE_CAP: usize = 5;
+
+fn cap(lines: impl Iterator<Item = String>) -> Vec<String> {
+    let all: Vec<String> = lines.collect();
+    let n = all.len();
+    let mut out: Vec<String> = all.into_iter().take(EVIDENCE_CAP).collect();
+    if n > EVIDENCE_CAP {
+        out.push(format!("... and {} more", n - EVIDENCE_CAP));
+    }
+    out
+}
+
+/// UIDs that own something on the node (cgroup, pod dir, log dir): the orphan candidates.
+pub fn candidates(snapshot: &Snapshot) -> Vec<&str> {
+    let mut uids: Vec<&str> = Vec::new();
+    if let Some(c) = &snapshot.cgroups {
+        uids.extend(c.pods.iter().map(|p| p.uid.as_str()));
+    }
+    if let Some(d) = &snapshot.pod_dirs {
+        uids.extend(d.iter().map(|p| p.uid.as_str()));
+    }
+    if let Some(d) = &snapshot.log_dirs {
+        uids.extend(d.iter().map(|p| p.uid.as_str()));
+    }
+    uids
+}
+
+/// UIDs with anything in the runtime.
+pub fn present(snapshot: &Snapshot) -> HashSet<String> {
+    snapshot
+        .runtime
+        .as_ref()
+        .map(|r| r.uids())
+        .unwrap_or_default()
+}
+
+/// Builds the plan for `snapshot`. `tracker` must already hold this pass's observation. When a
+/// required source failed, the plan holds no action and no finding.
+pub fn build(
+    snapshot: Snapshot,
+    tracker: &OrphanTracker,
+    gate: &UidGate,
+    now: Duration,
+    settings: &PlanSettings,
+) -> PassPlan {
+    let mut plan = Plan {
+        computed_at_ns: podward_api::time::now_ns(),
+        sources_ok: snapshot.required_ok(),
+        ..Default::default()
+    };
+    let Snapshot {
+        cgroups,
+        runtime,
+        shim,
+        pod_dirs,
+        log_dirs,
+        mounts,
+        reports,
+    } = snapshot;
+    plan.sources = reports;
+    let (Some(cgroups), Some(runtime), Some(pod_dirs), Some(log_dirs), Some(mounts), true) = (
+        cgroups,
+        runtime,
+        pod_dirs,
+        log_dirs,
+        mounts,
+        plan.sources_ok,
+    ) else {
+        return PassPlan {
+            plan,
+            ops: Vec::new(),
+        };
+    };
+    let mut b = Builder {
+        tracker,
+        gate,
+        now,
+        settings,
+        actions: Vec::new(),
+        findings: Vec::new(),
+    };
+    b.cgroups(&cgroups.layout, cgroups.pods, &mounts);
+    b.pod_dirs(pod_dirs, &mounts);
+    b.log_dirs(log_dirs);
+    if let Some(shim) = &shim {
+        b.sandboxes(sandbox::leaked_sandboxes(&runtime, shim));
+    }
+    b.containers(container_gc::exited_beyond_policy(&runtime));
+
+    let Builder {
+        mut actions,
+        mut findings,
+        ..
+    } = b;
+    // By pod, then kind: the act runs one pod's actions in this order (cgroup before pod dir,
+    // as kubelet kills before it cleans).
+    actions.sort_by(|(a, _), (b, _)| {
+        (&a.pod_uid, a.kind, &a.target).cmp(&(&b.pod_uid, b.kind, &b.target))
+    });
+    findings.sort_by(|a, b| {
+        (&a.category, &a.pod_uid, &a.target, a.kind).cmp(&(
+            &b.category,
+            &b.pod_uid,
+            &b.target,
+            b.kind,
+        ))
+    });
+    let (actions, ops) = actions.into_iter().unzip();
+    plan.actions = actions;
+    plan.findings = findings;
+    PassPlan { plan, ops }
+}

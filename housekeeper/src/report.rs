@@ -1,0 +1,209 @@
+//! `podward-housekeeper plan`: fetch the plan (from the daemon, or computed in-process with
+//! `--local`) and print it for an operator, as a table or as JSON.
+
+use podward_api::housekeeper::v1::housekeeper_client::HousekeeperClient;
+use podward_api::housekeeper::v1::{Plan, PlanRequest};
+
+use crate::config::Config;
+use crate::reconcile::Mode;
+
+/// Why `plan` could not print a plan.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// The daemon's socket did not answer.
+    #[error("cannot reach the housekeeper at {path}: {source} (is it running? try --local)")]
+    Connect {
+        /// The socket.
+        path: std::path::PathBuf,
+        /// The transport error.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// The daemon answered with an error.
+    #[error("Plan: {0}")]
+    Rpc(#[from] tonic::Status),
+    /// JSON encoding failed.
+    #[error("JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Gets the plan and renders it (`json` or a table).
+pub async fn plan_command(config: &Config, json: bool, local: bool) -> Result<String, ReportError> {
+    let plan = if local {
+        crate::daemon::node_reconciler(config)
+            .pass(Mode::Preview)
+            .await
+            .0
+    } else {
+        let channel = podward_api::socket::connect(config.socket.clone())
+            .await
+            .map_err(|source| ReportError::Connect {
+                path: config.socket.clone(),
+                source,
+            })?;
+        HousekeeperClient::new(channel)
+            .plan(PlanRequest {})
+            .await?
+            .into_inner()
+            .plan
+            .unwrap_or_default()
+    };
+    if json {
+        Ok(serde_json::to_string_pretty(&plan)? + "\n")
+    } else {
+        Ok(render_table(&plan))
+    }
+}
+
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        s.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+/// The plan as text tables: sources, actions (kind, pod uid, target, reason, evidence), findings.
+pub fn render_table(plan: &Plan) -> String {
+    let mut out = format!(
+        "pass {}{}: sources {}\n",
+        plan.pass,
+        if plan.dry_run { " (dry run)" } else { "" },
+        if plan.sources_ok {
+            "ok"
+        } else {
+            "FAILED: nothing is planned"
+        }
+    );
+    for s in &plan.sources {
+        let state = if s.ok {
+            format!("ok, {} items", s.items)
+        } else if s.optional {
+            format!("unavailable (optional): {}", s.error)
+        } else {
+            format!("FAILED: {}", s.error)
+        };
+        out.push_str(&format!(
+            "  {:<9} {:>9.1} ms  {state}\n",
+            s.name,
+            s.duration_ns as f64 / 1e6
+        ));
+    }
+    out.push('\n');
+    if plan.actions.is_empty() {
+        out.push_str("no actions\n");
+    } else {
+        let rows: Vec<Vec<String>> = plan
+            .actions
+            .iter()
+            .map(|a| {
+                let mut kind = a.kind().as_str_name().to_owned();
+                match a.outcome() {
+                    podward_api::housekeeper::v1::Outcome::Done => kind.push_str(" (done)"),
+                    podward_api::housekeeper::v1::Outcome::Failed => {
+                        kind.push_str(&format!(" (FAILED: {})", a.error))
+                    }
+                    _ => {}
+                }
+                vec![
+                    kind,
+                    a.pod_uid.clone(),
+                    a.target.clone(),
+                    a.reason.clone(),
+                    a.evidence.join("; "),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &["KIND", "POD UID", "TARGET", "REASON", "EVIDENCE"],
+            &rows,
+        ));
+    }
+    if !plan.findings.is_empty() {
+        out.push('\n');
+        let rows: Vec<Vec<String>> = plan
+            .findings
+            .iter()
+            .map(|f| {
+                vec![
+                    f.kind().as_str_name().to_owned(),
+                    f.category.clone(),
+                    f.pod_uid.clone(),
+                    f.target.clone(),
+                    f.reason.clone(),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &["FINDING", "CATEGORY", "POD UID", "TARGET", "REASON"],
+            &rows,
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use podward_api::housekeeper::v1::{Action, ActionKind, Finding, FindingKind};
+
+    use super::*;
+
+    #[test]
+    fn table_lists_kind_uid_target_reason_evidence() {
+        let plan = Plan {
+            sources_ok: true,
+            actions: vec![Action {
+                kind: ActionKind::RemovePodDir as i32,
+                pod_uid: "u1".into(),
+                target: "/k/pods/u1".into(),
+                reason: "orphaned pod directory".into(),
+                evidence: vec!["no sandbox".into(), "nothing mounted".into()],
+                ..Default::default()
+            }],
+            findings: vec![Finding {
+                kind: FindingKind::Waiting as i32,
+                category: "cgroup".into(),
+                pod_uid: "u2".into(),
+                target: "kubepods/podu2".into(),
+                reason: "grace".into(),
+            }],
+            ..Default::default()
+        };
+        let t = render_table(&plan);
+        assert!(t.contains("KIND"), "{t}");
+        let row = t
+            .lines()
+            .find(|l| l.starts_with("REMOVE_POD_DIR"))
+            .expect("action row");
+        for part in [
+            "u1",
+            "/k/pods/u1",
+            "orphaned pod directory",
+            "no sandbox; nothing mounted",
+        ] {
+            assert!(row.contains(part), "{row}");
+        }
+        assert!(
+            t.lines()
+                .any(|l| l.starts_with("WAITING") && l.contains("u2")),
+            "{t}"
+        );
+    }
+}

@@ -1,0 +1,309 @@
+//! The runtime as containerd's CRI plugin reports it (read directly, not through the shim): every
+//! sandbox and container in every state, and the two CRI calls the housekeeper makes to remove
+//! what leaked.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Duration;
+
+use podward_api::cri::runtime_service_client::RuntimeServiceClient;
+use podward_api::cri::{
+    ContainerState, ListContainersRequest, ListPodSandboxRequest, PodSandboxState,
+    RemoveContainerRequest, RemovePodSandboxRequest, StopPodSandboxRequest,
+};
+use podward_api::labels;
+use tonic::transport::Channel;
+
+/// A sandbox, reduced to what the housekeeper decides on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxInfo {
+    /// Sandbox ID.
+    pub id: String,
+    /// Pod UID (metadata, else the `io.kubernetes.pod.uid` label; empty if neither).
+    pub uid: String,
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// kubelet's attempt counter for this pod's sandboxes.
+    pub attempt: u32,
+    /// Whether the sandbox is READY (else NOTREADY).
+    pub ready: bool,
+    /// Creation time, Unix nanoseconds.
+    pub created_at_ns: i64,
+}
+
+/// A container's state as CRI reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerPhase {
+    /// Created, not started.
+    Created,
+    /// Running.
+    Running,
+    /// Exited.
+    Exited,
+    /// Unknown to the runtime.
+    Unknown,
+}
+
+/// A container, reduced to what the housekeeper decides on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerInfo {
+    /// Container ID.
+    pub id: String,
+    /// Its sandbox's ID.
+    pub sandbox_id: String,
+    /// Pod UID from the `io.kubernetes.pod.uid` label (empty if missing).
+    pub pod_uid: String,
+    /// Container name from its metadata.
+    pub name: String,
+    /// kubelet's attempt (restart) counter.
+    pub attempt: u32,
+    /// State.
+    pub phase: ContainerPhase,
+    /// Creation time, Unix nanoseconds.
+    pub created_at_ns: i64,
+}
+
+/// Everything the runtime holds, in all states.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeView {
+    /// Every sandbox.
+    pub sandboxes: Vec<SandboxInfo>,
+    /// Every container.
+    pub containers: Vec<ContainerInfo>,
+}
+
+impl RuntimeView {
+    /// UIDs that have anything in the runtime (a sandbox in any state, or a container): such a
+    /// pod is never an orphan.
+    pub fn uids(&self) -> HashSet<String> {
+        self.sandboxes
+            .iter()
+            .map(|s| s.uid.as_str())
+            .chain(self.containers.iter().map(|c| c.pod_uid.as_str()))
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Number of objects (for the source report).
+    pub fn len(&self) -> usize {
+        self.sandboxes.len() + self.containers.len()
+    }
+
+    /// Whether the runtime holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Errors from CRI calls.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// containerd answered with an error (or could not be reached: UNAVAILABLE).
+    #[error("CRI {call}: {status}")]
+    Rpc {
+        /// The CRI method.
+        call: &'static str,
+        /// The gRPC status.
+        #[source]
+        status: tonic::Status,
+    },
+    /// containerd did not answer in time.
+    #[error("CRI {call}: no answer within {after:?}")]
+    Timeout {
+        /// The CRI method.
+        call: &'static str,
+        /// The deadline.
+        after: Duration,
+    },
+}
+
+/// A CRI client to containerd that reconnects by itself when containerd comes back.
+#[derive(Clone, Debug)]
+pub struct RuntimeClient {
+    client: RuntimeServiceClient<Channel>,
+    timeout: Duration,
+}
+
+impl RuntimeClient {
+    /// A lazy client for containerd's socket; no connection is made until the first call.
+    pub fn new(socket: &Path, timeout: Duration) -> Self {
+        let client = RuntimeServiceClient::new(podward_api::socket::channel(socket))
+            // containerd's own default; a node with thousands of containers exceeds tonic's 4 MiB.
+            .max_decoding_message_size(16 * 1024 * 1024);
+        Self { client, timeout }
+    }
+
+    async fn call<T>(
+        &self,
+        call: &'static str,
+        fut: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, RuntimeError> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(status)) => Err(RuntimeError::Rpc { call, status }),
+            Err(_) => Err(RuntimeError::Timeout {
+                call,
+                after: self.timeout,
+            }),
+        }
+    }
+
+    /// `ListPodSandbox` and `ListContainers` without filters: every state.
+    pub async fn list(&self) -> Result<RuntimeView, RuntimeError> {
+        let mut c = self.client.clone();
+        let sandboxes = self
+            .call(
+                "ListPodSandbox",
+                c.list_pod_sandbox(ListPodSandboxRequest { filter: None }),
+            )
+            .await?;
+        let mut c = self.client.clone();
+        let containers = self
+            .call(
+                "ListContainers",
+                c.list_containers(ListContainersRequest { filter: None }),
+            )
+            .await?;
+        Ok(view_from(sandboxes.items, containers.containers))
+    }
+
+    /// StopPodSandbox then RemovePodSandbox, as kubelet's sandbox GC does (remove is skipped
+    /// when stop fails). A sandbox that is already gone counts as removed.
+    pub async fn stop_and_remove_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
+        let mut c = self.client.clone();
+        let stop = StopPodSandboxRequest {
+            pod_sandbox_id: id.to_owned(),
+        };
+        match self.call("StopPodSandbox", c.stop_pod_sandbox(stop)).await {
+            Err(RuntimeError::Rpc { status, .. }) if status.code() == tonic::Code::NotFound => {
+                return Ok(());
+            }
+            r => r.map(drop)?,
+        }
+        let rm = RemovePodSandboxRequest {
+            pod_sandbox_id: id.to_owned(),
+        };
+        match self
+            .call("RemovePodSandbox", c.remove_pod_sandbox(rm))
+            .await
+        {
+            Err(RuntimeError::Rpc { status, .. }) if status.code() == tonic::Code::NotFound => {
+                Ok(())
+            }
+            r => r.map(drop),
+        }
+    }
+
+    /// RemoveContainer (an exited container beyond kubelet's GC policy).
+    pub async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
+        let mut c = self.client.clone();
+        let rm = RemoveContainerRequest {
+            container_id: id.to_owned(),
+        };
+        match self.call("RemoveContainer", c.remove_container(rm)).await {
+            Err(RuntimeError::Rpc { status, .. }) if status.code() == tonic::Code::NotFound => {
+                Ok(())
+            }
+            r => r.map(drop),
+        }
+    }
+}
+
+/// Reduces CRI list responses to a [`RuntimeView`]. Missing metadata never panics: the UID then
+/// comes from the label, or stays empty (and such an object protects no UID).
+pub fn view_from(
+    sandboxes: Vec<podward_api::cri::PodSandbox>,
+    containers: Vec<podward_api::cri::Container>,
+) -> RuntimeView {
+    let sandboxes = sandboxes
+        .into_iter()
+        .map(|s| {
+            let md = s.metadata.unwrap_or_default();
+            let uid = if md.uid.is_empty() {
+                s.labels.get(labels::POD_UID).cloned().unwrap_or_default()
+            } else {
+                md.uid
+            };
+            SandboxInfo {
+                id: s.id,
+                uid,
+                namespace: md.namespace,
+                name: md.name,
+                attempt: md.attempt,
+                ready: s.state == PodSandboxState::SandboxReady as i32,
+                created_at_ns: s.created_at,
+            }
+        })
+        .collect();
+    let containers = containers
+        .into_iter()
+        .map(|c| {
+            let md = c.metadata.unwrap_or_default();
+            let phase = match ContainerState::try_from(c.state) {
+                Ok(ContainerState::ContainerCreated) => ContainerPhase::Created,
+                Ok(ContainerState::ContainerRunning) => ContainerPhase::Running,
+                Ok(ContainerState::ContainerExited) => ContainerPhase::Exited,
+                _ => ContainerPhase::Unknown,
+            };
+            ContainerInfo {
+                pod_uid: c.labels.get(labels::POD_UID).cloned().unwrap_or_default(),
+                id: c.id,
+                sandbox_id: c.pod_sandbox_id,
+                name: md.name,
+                attempt: md.attempt,
+                phase,
+                created_at_ns: c.created_at,
+            }
+        })
+        .collect();
+    RuntimeView {
+        sandboxes,
+        containers,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use podward_api::cri::{Container, PodSandbox, PodSandboxMetadata};
+
+    use super::*;
+
+    #[test]
+    fn uid_from_metadata_or_label_and_missing_metadata_is_harmless() {
+        let with_md = PodSandbox {
+            id: "s1".into(),
+            metadata: Some(PodSandboxMetadata {
+                uid: "u1".into(),
+                attempt: 2,
+                ..Default::default()
+            }),
+            state: PodSandboxState::SandboxNotready as i32,
+            ..Default::default()
+        };
+        let label_only = PodSandbox {
+            id: "s2".into(),
+            labels: HashMap::from([(labels::POD_UID.to_owned(), "u2".to_owned())]),
+            ..Default::default()
+        };
+        let bare = PodSandbox::default();
+        let c = Container {
+            id: "c1".into(),
+            labels: HashMap::from([(labels::POD_UID.to_owned(), "u3".to_owned())]),
+            state: 2,
+            ..Default::default()
+        };
+        let v = view_from(vec![with_md, label_only, bare], vec![c]);
+        assert_eq!(v.sandboxes[0].uid, "u1");
+        assert!(!v.sandboxes[0].ready, "NOTREADY sandboxes still count");
+        assert_eq!(v.sandboxes[1].uid, "u2");
+        assert_eq!(v.containers[0].phase, ContainerPhase::Exited);
+        let uids = v.uids();
+        assert_eq!(uids.len(), 3);
+        assert!(uids.contains("u1") && uids.contains("u2") && uids.contains("u3"));
+    }
+}
