@@ -147,6 +147,22 @@ pub fn activated_listener(idx: usize) -> Result<Option<UnixListener>, SocketErro
         .map_err(SocketError::Activation)
 }
 
+/// Every unix listener systemd passed (socket activation), in `LISTEN_FDS` order; empty when
+/// the process was not activated. Use this when a daemon takes more than one socket: reading the
+/// activation environment consumes it, so a second [`activated_listener`] call finds nothing.
+pub fn activated_listeners() -> Result<Vec<UnixListener>, SocketError> {
+    let mut fds = listenfd::ListenFd::from_env();
+    let mut out = Vec::with_capacity(fds.len());
+    for idx in 0..fds.len() {
+        let Some(l) = fds.take_unix_listener(idx).map_err(SocketError::Activation)? else {
+            continue;
+        };
+        l.set_nonblocking(true).map_err(SocketError::Activation)?;
+        out.push(UnixListener::from_std(l).map_err(SocketError::Activation)?);
+    }
+    Ok(out)
+}
+
 /// A gRPC channel to a unix socket that connects lazily and reconnects by itself: each call on a
 /// broken connection dials again, so a peer that restarts is picked up without a new channel.
 /// Calls while the peer is down fail fast with `UNAVAILABLE`.

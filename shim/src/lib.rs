@@ -1,1 +1,26 @@
-//! placeholder
+//! podward-shim: a transparent CRI proxy between kubelet and containerd that keeps an index of
+//! the container lifecycle and publishes it on the `podward.shim.v1.Lifecycle` API.
+//!
+//! - [`forward`]: HTTP/2 frame-level forwarding of every call, with tees for watched methods;
+//! - [`observe`]: which calls are watched and how their bytes become [`index::Observation`]s;
+//! - [`index`]: the sandboxes and containers, and the ordered changes to them;
+//! - [`publish`]: per-subscriber bounded queues with resync snapshots;
+//! - [`events`]: containerd's task exit / OOM / delete events;
+//! - [`rebuild`]: the index from the runtime at start and after a reconnect;
+//! - [`lifecycle_api`]: the control socket's gRPC service;
+//! - [`fault`]: test-only fault injection (cargo feature `fault-injection`).
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod events;
+pub mod fault;
+pub mod forward;
+pub mod index;
+pub mod lifecycle_api;
+pub mod metrics;
+pub mod observe;
+pub mod publish;
+pub mod rebuild;
+mod serve;
+
+pub use serve::{Options, ShimError, run, run_with};

@@ -1,0 +1,54 @@
+//! containerd's own events (task exit, OOM, container delete) folded into the index.
+//!
+//! These are what make exits visible within milliseconds: kubelet's relist only happens every
+//! second or so.
+
+use podward_api::shim::v1::{ContainerEventKind, ContainerState, SandboxState};
+
+use super::lists::sandbox_kind;
+use super::{Change, Index};
+
+impl Index {
+    pub(super) fn task_exit(&mut self, id: &str, exit_code: i32, exited_at_ns: i64, out: &mut Vec<Change>) {
+        if let Some(c) = self.containers.get_mut(id) {
+            // A repeated event (containerd may publish twice across a reconnect) changes nothing.
+            if c.state == ContainerState::Exited as i32 && c.finished_at_ns != 0 {
+                return;
+            }
+            c.state = ContainerState::Exited as i32;
+            c.exit_code = exit_code;
+            c.finished_at_ns = exited_at_ns;
+            if c.oom_killed && c.reason.is_empty() {
+                c.reason = "OOMKilled".to_owned();
+            }
+            out.push(Change::Container(ContainerEventKind::ContainerEventExited, c.clone()));
+            return;
+        }
+        // The sandbox's own (pause) task exiting means the sandbox is no longer ready.
+        if let Some(s) = self.sandboxes.get_mut(id) {
+            let before = s.clone();
+            s.state = SandboxState::Notready as i32;
+            if *s != before {
+                out.push(Change::Sandbox(sandbox_kind(&before, s), s.clone()));
+            }
+        }
+    }
+
+    pub(super) fn task_oom(&mut self, id: &str, out: &mut Vec<Change>) {
+        if let Some(c) = self.containers.get_mut(id) {
+            if c.oom_killed {
+                return;
+            }
+            c.oom_killed = true;
+            out.push(Change::Container(ContainerEventKind::ContainerEventOom, c.clone()));
+        }
+    }
+
+    pub(super) fn deleted(&mut self, id: &str, out: &mut Vec<Change>) {
+        if self.containers.contains_key(id) {
+            self.container_remove(id, out);
+        } else if self.sandboxes.contains_key(id) {
+            self.sandbox_remove(id, out);
+        }
+    }
+}

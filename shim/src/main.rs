@@ -1,0 +1,18 @@
+//! `podward-shim`: parse flags, load config, start logs, run until SIGTERM.
+
+use anyhow::Context;
+use clap::Parser;
+use podward_shim::config::{Args, Config};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let config = Config::load(&args).context("loading configuration")?;
+    podward_api::daemon::telemetry::init(config.log_format, &config.log_level)
+        .map_err(anyhow::Error::msg)?;
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), ?config, "podward-shim starting");
+    podward_shim::run(config, podward_api::daemon::signal::shutdown())
+        .await
+        .context("podward-shim failed")?;
+    Ok(())
+}

@@ -1,0 +1,194 @@
+//! Publishing index changes to Watch subscribers.
+//!
+//! The index, the sequence counter and the subscriber list sit behind one lock, so every
+//! subscriber sees changes in the same order with consecutive `seq`. Each subscriber has its own
+//! bounded queue; publishing is a `try_send`, never an await. A subscriber whose queue is full is
+//! flagged: it gets no more events until it has drained its queue, and then receives a fresh
+//! snapshot with `resync = true` (see [`subscriber`]). So a slow subscriber costs nothing to the
+//! forwarding path or to the others, and never sees a silent gap.
+
+mod subscriber;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
+use podward_api::shim::v1::{
+    ContainerEvent, ContainerEventKind, SandboxEvent, SandboxEventKind, Snapshot, WatchEvent,
+    watch_event,
+};
+use tokio::sync::mpsc;
+
+use crate::index::{Change, Index, Observation};
+use crate::metrics::Metrics;
+
+pub use subscriber::Subscription;
+
+/// Shared handle on the index and its subscribers. Cheap to clone.
+#[derive(Clone)]
+pub struct Publisher {
+    shared: Arc<Mutex<Shared>>,
+    instance_id: Arc<str>,
+    connected: Arc<AtomicBool>,
+    queue: usize,
+    metrics: Metrics,
+    clock: fn() -> i64,
+}
+
+struct Shared {
+    index: Index,
+    seq: u64,
+    subscribers: Vec<Slot>,
+}
+
+struct Slot {
+    tx: mpsc::Sender<WatchEvent>,
+    /// Set when the queue overflowed: the subscriber is owed a snapshot, not events.
+    resync: Arc<AtomicBool>,
+}
+
+impl Publisher {
+    /// A publisher with an empty index; `queue` is the per-subscriber queue length and `clock`
+    /// gives Unix nanoseconds (injectable for tests).
+    pub fn new(queue: usize, metrics: Metrics, clock: fn() -> i64) -> Self {
+        let instance_id = format!("{:016x}", rand::random::<u64>());
+        Self {
+            shared: Arc::new(Mutex::new(Shared {
+                index: Index::new(),
+                seq: 0,
+                subscribers: Vec::new(),
+            })),
+            instance_id: instance_id.into(),
+            connected: Arc::new(AtomicBool::new(false)),
+            queue: queue.max(1),
+            metrics,
+            clock,
+        }
+    }
+
+    /// Records whether containerd is reachable (reported in snapshots).
+    pub fn set_connected(&self, connected: bool) {
+        self.connected.store(connected, Ordering::Relaxed);
+    }
+
+    /// The random ID of this shim instance.
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    /// Folds `obs` into the index and publishes the resulting changes. Never blocks on a
+    /// subscriber.
+    pub fn apply(&self, obs: Observation) {
+        let now = (self.clock)();
+        let mut guard = self.shared.lock();
+        let shared = &mut *guard;
+        let changes = shared.index.apply(obs);
+        for change in changes {
+            shared.seq += 1;
+            let event = to_event(shared.seq, now, change);
+            if is_undelivered(&event) {
+                self.metrics.undelivered.inc();
+            }
+            shared.subscribers.retain(|s| {
+                if s.resync.load(Ordering::Relaxed) {
+                    return !s.tx.is_closed();
+                }
+                match s.tx.try_send(event.clone()) {
+                    Ok(()) => true,
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        s.resync.store(true, Ordering::Relaxed);
+                        true
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => false,
+                }
+            });
+        }
+        self.metrics
+            .index_sandboxes
+            .set(i64::try_from(shared.index.sandbox_count()).unwrap_or(i64::MAX));
+        self.metrics
+            .index_containers
+            .set(i64::try_from(shared.index.container_count()).unwrap_or(i64::MAX));
+    }
+
+    /// The whole index now.
+    pub fn snapshot(&self) -> Snapshot {
+        let shared = self.shared.lock();
+        self.snapshot_locked(&shared, false)
+    }
+
+    fn snapshot_locked(&self, shared: &Shared, resync: bool) -> Snapshot {
+        shared.index.snapshot(
+            shared.seq,
+            &self.instance_id,
+            self.connected.load(Ordering::Relaxed),
+            resync,
+            (self.clock)(),
+        )
+    }
+
+    /// A new subscriber: its stream starts with a snapshot, then every change in order.
+    pub fn subscribe(&self) -> Subscription {
+        let (tx, rx) = mpsc::channel(self.queue);
+        let resync = Arc::new(AtomicBool::new(false));
+        let first = {
+            let mut shared = self.shared.lock();
+            let snap = self.snapshot_locked(&shared, false);
+            shared.subscribers.push(Slot {
+                tx,
+                resync: resync.clone(),
+            });
+            snapshot_event(snap, (self.clock)())
+        };
+        Subscription::new(self.clone(), first, rx, resync)
+    }
+
+    /// The snapshot owed to a subscriber that overflowed, taken under the lock so that the
+    /// events after it continue exactly at its `seq`.
+    fn resync_snapshot(&self, flag: &AtomicBool) -> WatchEvent {
+        let shared = self.shared.lock();
+        flag.store(false, Ordering::Relaxed);
+        self.metrics.resyncs.inc();
+        let snap = self.snapshot_locked(&shared, true);
+        snapshot_event(snap, (self.clock)())
+    }
+}
+
+fn snapshot_event(snap: Snapshot, now: i64) -> WatchEvent {
+    WatchEvent {
+        seq: snap.seq,
+        observed_at_ns: now,
+        event: Some(watch_event::Event::Snapshot(snap)),
+    }
+}
+
+fn to_event(seq: u64, now: i64, change: Change) -> WatchEvent {
+    let event = match change {
+        Change::Sandbox(kind, sandbox) => watch_event::Event::Sandbox(SandboxEvent {
+            kind: kind as i32,
+            sandbox: Some(sandbox),
+        }),
+        Change::Container(kind, container) => watch_event::Event::Container(ContainerEvent {
+            kind: kind as i32,
+            container: Some(container),
+        }),
+    };
+    WatchEvent {
+        seq,
+        observed_at_ns: now,
+        event: Some(event),
+    }
+}
+
+fn is_undelivered(e: &WatchEvent) -> bool {
+    match &e.event {
+        Some(watch_event::Event::Sandbox(s)) => s.kind == SandboxEventKind::SandboxEventUndelivered as i32,
+        Some(watch_event::Event::Container(c)) => {
+            c.kind == ContainerEventKind::ContainerEventUndelivered as i32
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;
