@@ -1,0 +1,28 @@
+//! TCP probe (kubelet `pkg/probe/tcp`): connect within the timeout with the probe dialer, close at
+//! once, send and read nothing. Any dial error is a Failure with Go's error text, never an error.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::dialer;
+use crate::port::resolve_port;
+use crate::probe::{Attempt, Outcome, ProbeTarget};
+use crate::spec::PortRef;
+
+/// One TCP probe; a port that does not resolve is an error (kubelet: Unknown + err).
+pub(crate) async fn probe(host: Option<&str>, port: &PortRef, timeout: Duration, target: &ProbeTarget<'_>) -> Attempt {
+    let port = resolve_port(port, target.ports).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + timeout;
+    let result = match host {
+        Some(h) => dialer::dial(h, port, deadline).await,
+        None => dialer::dial_addr((target.host_ip, port).into(), deadline).await,
+    };
+    Ok(match result {
+        Ok(stream) => {
+            drop(stream);
+            Outcome::Success(String::new())
+        }
+        Err(e) => Outcome::Failure(e.to_string()),
+    })
+}
