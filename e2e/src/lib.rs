@@ -1,1 +1,48 @@
-//! placeholder
+//! podward's end-to-end test harness: real parts, no mocks.
+//!
+//! - [`TestNode`]: a real containerd (with runc) in a fresh temporary root, its own socket, its own
+//!   cgroup parent, and locally built OCI images ([`BUSYBOX_IMAGE`], [`PAUSE_IMAGE`]) imported;
+//!   dropping it removes every sandbox, process, mount, cgroup and file it created.
+//! - [`Driver`] / [`Pod`]: a small kubelet: runs pods over CRI with kubelet's labels and
+//!   annotations and restarts exited containers by their restart policy.
+//! - [`Daemon`]: a podward binary ([`bin_path`]) run as a child process.
+//!
+//! Tests need root (the development machines and CI run as root).
+
+mod binaries;
+mod cleanup;
+mod daemon;
+mod driver;
+mod error;
+mod images;
+mod lock;
+mod net;
+mod node;
+
+pub use binaries::bin_path;
+pub use daemon::Daemon;
+pub use driver::{ContainerPort, ContainerSpec, Driver, Pod, PodSpec, RestartPolicy};
+pub use error::HarnessError;
+pub use images::{ImageSet, image_cache_dir};
+pub use net::free_port;
+pub use node::TestNode;
+
+/// The CRI and containerd clients tests talk with (re-exported so tests need no direct dependency).
+pub use podward_api::cri;
+
+/// A busybox image built from Debian's `busybox-static`: `sh`, `cat`, `sleep`, `httpd`, `nc`, ...
+pub const BUSYBOX_IMAGE: &str = "podward.test/busybox:latest";
+/// A tiny static pause image (`e2e/assets/pause.c`), used as every sandbox's image.
+pub const PAUSE_IMAGE: &str = "podward.test/pause:latest";
+
+/// Installs a test-output tracing subscriber once (`RUST_LOG` filters; default `info`), so the
+/// harness's and the daemons' logs show up with a failing test. Safe to call from every test.
+pub fn init_test_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A second call fails because a subscriber is already set: that is the point of "once".
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}

@@ -1,0 +1,276 @@
+//! What a test node leaves on the machine, how to find it, and how to remove it.
+//!
+//! A node's footprint is: processes whose command line names its directory (containerd, its
+//! shims, the registry) or that live in its cgroup parent (the pods' processes); mounts under
+//! its directory (rootfs overlays, sandbox shm); its cgroup parent in every hierarchy (v1
+//! controllers and v2); and the directory itself.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// Sysfs mount of the cgroup hierarchies (v1 controllers and, in hybrid mode, `unified`).
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// Everything a [`crate::TestNode`] can leave behind, so a test can check that nothing was.
+#[derive(Debug, Clone)]
+pub struct Footprint {
+    /// The node's private directory.
+    pub dir: PathBuf,
+    /// The node's cgroup parent (`/podward-e2e-<id>`).
+    pub cgroup_parent: String,
+}
+
+impl Footprint {
+    /// Everything of this footprint still present, one human-readable line each; empty when
+    /// the node was cleaned up completely. Zombies are not counted (they hold no resource and
+    /// are reaped by whoever is their parent).
+    pub fn leaks(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (pid, cmd) in self.processes() {
+            out.push(format!("process {pid}: {cmd}"));
+        }
+        for m in self.mounts() {
+            out.push(format!("mount {}", m.display()));
+        }
+        for c in self.cgroup_dirs() {
+            out.push(format!("cgroup {}", c.display()));
+        }
+        if self.dir.exists() {
+            out.push(format!("directory {}", self.dir.display()));
+        }
+        out
+    }
+
+    /// Live (non-zombie) processes of this node: `(pid, command line)`.
+    pub fn processes(&self) -> Vec<(i32, String)> {
+        let me = std::process::id() as i32;
+        let dir = self.dir.to_string_lossy().into_owned();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if pid == me || is_zombie(pid) {
+                continue;
+            }
+            let proc_dir = entry.path();
+            let cmd = std::fs::read(proc_dir.join("cmdline"))
+                .map(|b| {
+                    String::from_utf8_lossy(&b)
+                        .replace('\0', " ")
+                        .trim()
+                        .to_owned()
+                })
+                .unwrap_or_default();
+            let in_cgroup = std::fs::read_to_string(proc_dir.join("cgroup"))
+                .map(|c| c.lines().any(|l| cgroup_line_under(l, &self.cgroup_parent)))
+                .unwrap_or(false);
+            if in_cgroup || cmd.contains(&dir) {
+                out.push((pid, cmd));
+            }
+        }
+        out
+    }
+
+    /// Mount points at or under the node's directory, deepest first.
+    pub fn mounts(&self) -> Vec<PathBuf> {
+        let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+            return Vec::new();
+        };
+        let mut out: Vec<PathBuf> = info
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .map(|m| PathBuf::from(unescape_mount(m)))
+            .filter(|m| m.starts_with(&self.dir))
+            .collect();
+        out.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        out.dedup();
+        out
+    }
+
+    /// The node's cgroup parent directory in every hierarchy where it exists.
+    pub fn cgroup_dirs(&self) -> Vec<PathBuf> {
+        hierarchies()
+            .into_iter()
+            .map(|h| h.join(self.cgroup_parent.trim_start_matches('/')))
+            .filter(|p| p.is_dir())
+            .collect()
+    }
+
+    /// Removes everything in the footprint: kills its processes, unmounts, removes the cgroup
+    /// trees and the directory. Best effort, logged; never panics.
+    pub(crate) fn remove(&self) {
+        self.kill_processes(Duration::from_secs(10));
+        self.unmount_all();
+        self.remove_cgroups(Duration::from_secs(5));
+        let left = self.mounts();
+        if left.is_empty() {
+            if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+                if self.dir.exists() {
+                    tracing::warn!(dir = %self.dir.display(), error = %e, "removing node dir");
+                }
+            }
+        } else {
+            // Deleting through a mount could destroy files that are not ours.
+            tracing::error!(dir = %self.dir.display(), mounts = ?left, "mounts remain; keeping node dir");
+        }
+    }
+
+    /// SIGKILLs the footprint's processes until none is left or `timeout` passes.
+    fn kill_processes(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let procs = self.processes();
+            if procs.is_empty() {
+                return;
+            }
+            if Instant::now() > deadline {
+                tracing::error!(?procs, "processes survive SIGKILL");
+                return;
+            }
+            for (pid, _) in &procs {
+                let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Lazily unmounts every mount under the directory, deepest first.
+    fn unmount_all(&self) {
+        for _round in 0..5 {
+            let mounts = self.mounts();
+            if mounts.is_empty() {
+                return;
+            }
+            for m in mounts {
+                if let Err(e) = nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH) {
+                    tracing::debug!(mount = %m.display(), error = %e, "umount");
+                }
+            }
+        }
+    }
+
+    /// Removes the cgroup parent tree bottom-up in every hierarchy, retrying while busy (a
+    /// killed process leaves its cgroup a moment later).
+    fn remove_cgroups(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let dirs = self.cgroup_dirs();
+            if dirs.is_empty() {
+                return;
+            }
+            for d in &dirs {
+                rmdir_tree(d);
+            }
+            if Instant::now() > deadline {
+                tracing::error!(cgroups = ?self.cgroup_dirs(), "cgroups could not be removed");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Every cgroup hierarchy root: each v1 controller mount and the v2 mount (`unified`, or the
+/// root itself on a pure v2 host).
+pub(crate) fn hierarchies() -> Vec<PathBuf> {
+    let root = Path::new(CGROUP_ROOT);
+    if root.join("cgroup.controllers").exists() {
+        return vec![root.to_path_buf()];
+    }
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        // Skip symlinks such as cpu -> cpu,cpuacct: the target is listed itself.
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// rmdir every directory of a cgroup tree, children first (cgroup dirs only hold control
+/// files, which rmdir removes with the directory).
+fn rmdir_tree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                rmdir_tree(&e.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// Whether a `/proc/<pid>/cgroup` line (`id:controllers:/path`) is in `parent` or below.
+fn cgroup_line_under(line: &str, parent: &str) -> bool {
+    let Some(path) = line.splitn(3, ':').nth(2) else {
+        return false;
+    };
+    path == parent || path.starts_with(&format!("{parent}/"))
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for space, ...).
+fn unescape_mount(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 4 <= bytes.len() {
+            let digits = std::str::from_utf8(&bytes[i + 1..i + 4]).ok();
+            if let Some(v) = digits.and_then(|d| u8::from_str_radix(d, 8).ok()) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup_lines_match_only_the_parent_and_below() {
+        assert!(cgroup_line_under(
+            "4:memory:/podward-e2e-ab/c1",
+            "/podward-e2e-ab"
+        ));
+        assert!(cgroup_line_under("0::/podward-e2e-ab", "/podward-e2e-ab"));
+        assert!(!cgroup_line_under(
+            "4:memory:/podward-e2e-abc",
+            "/podward-e2e-ab"
+        ));
+        assert!(!cgroup_line_under("garbage", "/podward-e2e-ab"));
+    }
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape_mount(r"/tmp/a\040b"), "/tmp/a b");
+        assert_eq!(unescape_mount(r"/tmp/x\"), r"/tmp/x\");
+    }
+}

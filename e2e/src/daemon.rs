@@ -1,0 +1,162 @@
+//! [`Daemon`]: a podward binary run as a child process.
+
+use std::net::SocketAddr;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::HarnessError;
+
+/// How long [`Daemon::terminate`] waits for an exit after SIGTERM before it SIGKILLs.
+const TERM_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A podward daemon ([`crate::bin_path`]) as a child process. Its stdout and stderr are copied
+/// line by line to the test's output, prefixed with its name. Dropping it SIGKILLs it.
+#[derive(Debug)]
+pub struct Daemon {
+    name: String,
+    pid: u32,
+    child: Mutex<Option<Child>>,
+}
+
+impl Daemon {
+    /// Starts `name` (a podward binary) with `args`.
+    pub async fn spawn(name: &str, args: &[&str]) -> Result<Daemon, HarnessError> {
+        crate::init_test_logging();
+        let path = tokio::task::spawn_blocking({
+            let name = name.to_owned();
+            move || crate::bin_path(&name)
+        })
+        .await
+        .map_err(|e| HarnessError::Invalid(format!("bin_path task: {e}")))?;
+        let mut child = Command::new(&path)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(HarnessError::io("spawn", &path))?;
+        let pid = child
+            .id()
+            .ok_or_else(|| HarnessError::Invalid(format!("{name} has no pid")))?;
+        if let Some(out) = child.stdout.take() {
+            forward(name.to_owned(), out);
+        }
+        if let Some(err) = child.stderr.take() {
+            forward(name.to_owned(), err);
+        }
+        Ok(Daemon {
+            name: name.to_owned(),
+            pid,
+            child: Mutex::new(Some(child)),
+        })
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Polls `GET http://<admin_addr>/healthz` until it answers 200; fails early if the
+    /// daemon exits, or after `timeout`.
+    pub async fn wait_healthy(
+        &self,
+        admin_addr: SocketAddr,
+        timeout: Duration,
+    ) -> Result<(), HarnessError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exited() {
+                return Err(HarnessError::Exited {
+                    name: self.name.clone(),
+                    status,
+                });
+            }
+            if let Ok(200) =
+                crate::net::http_get_status(admin_addr, "/healthz", Duration::from_secs(1)).await
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(HarnessError::Timeout {
+                    what: format!("{} /healthz on {admin_addr}", self.name),
+                    after: timeout,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// The exit status, if the daemon has exited.
+    pub fn exited(&self) -> Option<ExitStatus> {
+        let mut guard = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        guard.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// SIGKILL, without waiting (a crash).
+    pub fn kill9(&mut self) {
+        let mut guard = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = guard.as_mut() {
+            let _ = c.start_kill();
+        }
+    }
+
+    /// Sends a signal to the daemon (e.g. SIGHUP).
+    pub fn signal(&self, signal: Signal) -> Result<(), HarnessError> {
+        let pid = i32::try_from(self.pid)
+            .map_err(|_| HarnessError::Invalid("pid out of range".into()))?;
+        kill(Pid::from_raw(pid), signal).map_err(|e| HarnessError::Io {
+            action: format!("kill -{signal}"),
+            path: self.name.clone().into(),
+            source: e.into(),
+        })
+    }
+
+    /// SIGTERM and wait for the exit (SIGKILL after 20 s, reported as a timeout).
+    pub async fn terminate(&mut self) -> Result<ExitStatus, HarnessError> {
+        let child = self.child.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(mut child) = child else {
+            return Err(HarnessError::Invalid(format!(
+                "{} was already terminated",
+                self.name
+            )));
+        };
+        if let Ok(Some(status)) = child.try_wait() {
+            return Ok(status);
+        }
+        self.signal(Signal::SIGTERM)?;
+        match tokio::time::timeout(TERM_TIMEOUT, child.wait()).await {
+            Ok(r) => r.map_err(HarnessError::io("wait for", &self.name)),
+            Err(_) => {
+                let _ = child.kill().await;
+                Err(HarnessError::Timeout {
+                    what: format!("{} to exit after SIGTERM", self.name),
+                    after: TERM_TIMEOUT,
+                })
+            }
+        }
+    }
+}
+
+/// Copies a child's output to the test output, line by line (lines capped at 8 KiB).
+fn forward(name: String, stream: impl tokio::io::AsyncRead + Unpin + Send + 'static) {
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stream).lines();
+        while let Ok(Some(mut line)) = lines.next_line().await {
+            if line.len() > 8192 {
+                let mut cut = 8192;
+                while !line.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                line.truncate(cut);
+            }
+            eprintln!("[{name}] {line}");
+        }
+    });
+}

@@ -1,0 +1,139 @@
+//! [`Driver`]: a small kubelet that runs pods over CRI, against containerd or the shim.
+
+mod cri_config;
+mod pod;
+mod spec;
+mod sync;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use podward_api::cri::runtime_service_client::RuntimeServiceClient;
+use podward_api::cri::{
+    CreateContainerRequest, PodSandboxConfig, RunPodSandboxRequest, StartContainerRequest,
+    VersionRequest,
+};
+use tonic::transport::Channel;
+
+use crate::{HarnessError, TestNode};
+
+pub use pod::Pod;
+pub use spec::{ContainerPort, ContainerSpec, PodSpec, RestartPolicy};
+
+/// How long [`Driver::connect`] waits for the endpoint to answer `Version`.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A kubelet-like CRI client: runs pods with kubelet's labels and annotations and restarts
+/// exited containers by the pod's restart policy (one sync task per pod, like PLEG relisting
+/// every 100 ms).
+#[derive(Debug, Clone)]
+pub struct Driver {
+    endpoint: PathBuf,
+    client: RuntimeServiceClient<Channel>,
+}
+
+impl Driver {
+    /// Connects to a CRI endpoint (containerd's socket, or the shim's) and waits until it
+    /// answers `Version`. The channel reconnects by itself when the endpoint restarts.
+    pub async fn connect(endpoint: &Path) -> Result<Driver, HarnessError> {
+        let client = RuntimeServiceClient::new(podward_api::socket::channel(endpoint))
+            .max_decoding_message_size(64 * 1024 * 1024);
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        let mut probe = client.clone();
+        loop {
+            match probe.version(VersionRequest::default()).await {
+                Ok(_) => break,
+                Err(status) if Instant::now() > deadline => {
+                    return Err(HarnessError::Grpc {
+                        call: "Version",
+                        status,
+                    });
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(25)).await,
+            }
+        }
+        Ok(Driver {
+            endpoint: endpoint.to_owned(),
+            client,
+        })
+    }
+
+    /// The CRI endpoint this driver talks to.
+    pub fn endpoint(&self) -> &Path {
+        &self.endpoint
+    }
+
+    /// A runtime client on the driver's endpoint.
+    pub fn client(&self) -> RuntimeServiceClient<Channel> {
+        self.client.clone()
+    }
+
+    /// Runs `spec` on `node`: RunPodSandbox, then CreateContainer + StartContainer for each
+    /// container (attempt 0), then starts the pod's sync loop. On error the sandbox is left to
+    /// the node's teardown.
+    pub async fn run_pod(&self, node: &TestNode, spec: PodSpec) -> Result<Pod, HarnessError> {
+        let log_dir = cri_config::log_directory(node.dir(), &spec);
+        std::fs::create_dir_all(&log_dir).map_err(HarnessError::io("create", &log_dir))?;
+        let cgroup_parent = spec
+            .cgroup_parent
+            .clone()
+            .unwrap_or_else(|| node.cgroup_parent().to_owned());
+        let config = cri_config::sandbox_config(node.dir(), &cgroup_parent, &spec);
+        let mut client = self.client.clone();
+        let sandbox_id = client
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .map_err(HarnessError::grpc("RunPodSandbox"))?
+            .into_inner()
+            .pod_sandbox_id;
+        let state = Arc::new(pod::PodState::default());
+        for c in &spec.containers {
+            let id = create_and_start(&mut client, &sandbox_id, &config, &spec, c, 0).await?;
+            state.started(&c.name, id, 0);
+        }
+        Ok(Pod::start(client, spec, sandbox_id, config, state, node))
+    }
+}
+
+/// CreateContainer + StartContainer for restart `attempt` of `c`; the new container's id. A
+/// container that was created but failed to start is removed, so no half-started instance stays.
+pub(crate) async fn create_and_start(
+    client: &mut RuntimeServiceClient<Channel>,
+    sandbox_id: &str,
+    sandbox_config: &PodSandboxConfig,
+    spec: &PodSpec,
+    c: &spec::ContainerSpec,
+    attempt: u32,
+) -> Result<String, HarnessError> {
+    let id = client
+        .create_container(CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.to_owned(),
+            config: Some(cri_config::container_config(spec, c, attempt)),
+            sandbox_config: Some(sandbox_config.clone()),
+        })
+        .await
+        .map_err(HarnessError::grpc("CreateContainer"))?
+        .into_inner()
+        .container_id;
+    let started = client
+        .start_container(StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await;
+    if let Err(status) = started {
+        let _ = client
+            .remove_container(podward_api::cri::RemoveContainerRequest {
+                container_id: id.clone(),
+            })
+            .await;
+        return Err(HarnessError::Grpc {
+            call: "StartContainer",
+            status,
+        });
+    }
+    Ok(id)
+}

@@ -1,0 +1,154 @@
+//! Kubelet-shaped CRI configs: the labels, annotations and paths kubelet would send.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::path::Path;
+
+use podward_api::cri::{
+    ContainerConfig, ContainerMetadata, ImageSpec, KeyValue, LinuxContainerConfig,
+    LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext,
+    NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata,
+};
+use podward_api::labels;
+use serde_json::json;
+
+use super::spec::{ContainerSpec, PodSpec};
+
+/// Where kubelet would put the pod's logs: `<node dir>/logs/<ns>_<name>_<uid>`.
+pub(crate) fn log_directory(node_dir: &Path, spec: &PodSpec) -> std::path::PathBuf {
+    node_dir
+        .join("logs")
+        .join(format!("{}_{}_{}", spec.namespace, spec.name, spec.uid))
+}
+
+/// Namespaces as kubelet sets them: host or pod network, container PID, pod IPC.
+fn namespaces(spec: &PodSpec) -> NamespaceOption {
+    NamespaceOption {
+        network: if spec.host_network {
+            NamespaceMode::Node
+        } else {
+            NamespaceMode::Pod
+        } as i32,
+        pid: NamespaceMode::Container as i32,
+        ipc: NamespaceMode::Pod as i32,
+        ..Default::default()
+    }
+}
+
+/// The sandbox labels kubelet writes (plus the restart policy, for the driver's own use).
+fn pod_labels(spec: &PodSpec) -> HashMap<String, String> {
+    let mut l: HashMap<String, String> = spec.labels.clone().into_iter().collect();
+    l.insert(labels::POD_NAME.into(), spec.name.clone());
+    l.insert(labels::POD_NAMESPACE.into(), spec.namespace.clone());
+    l.insert(labels::POD_UID.into(), spec.uid.clone());
+    l.insert(labels::KUBERNETES_MANAGED.into(), "podsandbox".into());
+    l.insert(
+        labels::POD_RESTART_POLICY.into(),
+        spec.restart_policy.as_str().into(),
+    );
+    l
+}
+
+/// `RunPodSandbox`'s config.
+pub(crate) fn sandbox_config(
+    node_dir: &Path,
+    cgroup_parent: &str,
+    spec: &PodSpec,
+) -> PodSandboxConfig {
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: spec.name.clone(),
+            uid: spec.uid.clone(),
+            namespace: spec.namespace.clone(),
+            attempt: 0,
+        }),
+        hostname: spec.name.clone(),
+        log_directory: log_directory(node_dir, spec).to_string_lossy().into_owned(),
+        labels: pod_labels(spec),
+        annotations: spec.annotations.clone().into_iter().collect(),
+        linux: Some(LinuxPodSandboxConfig {
+            cgroup_parent: cgroup_parent.to_owned(),
+            security_context: Some(LinuxSandboxSecurityContext {
+                namespace_options: Some(namespaces(spec)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// `CreateContainer`'s config for restart `attempt` of `c`.
+pub(crate) fn container_config(spec: &PodSpec, c: &ContainerSpec, attempt: u32) -> ContainerConfig {
+    let mut l: HashMap<String, String> = spec.labels.clone().into_iter().collect();
+    l.insert(labels::POD_NAME.into(), spec.name.clone());
+    l.insert(labels::POD_NAMESPACE.into(), spec.namespace.clone());
+    l.insert(labels::POD_UID.into(), spec.uid.clone());
+    l.insert(labels::CONTAINER_NAME.into(), c.name.clone());
+    let mut a = HashMap::new();
+    a.insert(labels::CONTAINER_RESTART_COUNT.into(), attempt.to_string());
+    a.insert(labels::CONTAINER_HASH.into(), container_hash(c));
+    a.insert(
+        labels::POD_TERMINATION_GRACE_PERIOD.into(),
+        spec.termination_grace_period_seconds.to_string(),
+    );
+    a.insert(
+        labels::CONTAINER_TERMINATION_MESSAGE_PATH.into(),
+        "/dev/termination-log".into(),
+    );
+    if !c.ports.is_empty() {
+        let ports: Vec<_> = c
+            .ports
+            .iter()
+            .map(|p| {
+                let mut v = json!({"containerPort": p.container_port, "protocol": p.protocol});
+                if !p.name.is_empty() {
+                    v["name"] = json!(p.name);
+                }
+                v
+            })
+            .collect();
+        a.insert(labels::CONTAINER_PORTS.into(), json!(ports).to_string());
+    }
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: c.name.clone(),
+            attempt,
+        }),
+        image: Some(ImageSpec {
+            image: c.image.clone(),
+            ..Default::default()
+        }),
+        command: c.command.clone(),
+        args: c.args.clone(),
+        envs: c
+            .env
+            .iter()
+            .map(|(k, v)| KeyValue {
+                key: k.clone(),
+                value: v.clone(),
+            })
+            .collect(),
+        labels: l,
+        annotations: a,
+        log_path: format!("{}/{attempt}.log", c.name),
+        linux: Some(LinuxContainerConfig {
+            security_context: Some(LinuxContainerSecurityContext {
+                namespace_options: Some(namespaces(spec)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A stable hash of the container spec, in hex (kubelet's `io.kubernetes.container.hash`).
+fn container_hash(c: &ContainerSpec) -> String {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (&c.name, &c.image, &c.command, &c.args, &c.env).hash(&mut h);
+    for p in &c.ports {
+        (&p.name, p.container_port, &p.protocol).hash(&mut h);
+    }
+    format!("{:x}", h.finish() & 0xffff_ffff)
+}

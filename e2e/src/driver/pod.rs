@@ -1,0 +1,263 @@
+//! [`Pod`]: a running pod and what the driver observed of it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use podward_api::cri::runtime_service_client::RuntimeServiceClient;
+use podward_api::cri::{
+    ContainerFilter, ExecSyncRequest, ExecSyncResponse, ListContainersRequest, PodSandboxConfig,
+    RemoveContainerRequest, RemovePodSandboxRequest, StopContainerRequest, StopPodSandboxRequest,
+};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+use super::spec::PodSpec;
+use super::sync::SyncLoop;
+use crate::{HarnessError, TestNode};
+
+/// Most restart counts remembered per container (memory stays bounded in long tests).
+const MAX_SEEN: usize = 10_000;
+
+/// What the driver knows of one container of the pod.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Tracked {
+    /// The current instance (the most recently created).
+    pub(crate) id: Option<String>,
+    /// Its attempt number (= restartCount).
+    pub(crate) attempt: u32,
+    /// Every restartCount observed, consecutive duplicates folded.
+    pub(crate) seen: Vec<u32>,
+    /// Exited for good (the restart policy said no).
+    pub(crate) finished: bool,
+}
+
+/// Per-container state shared by the [`Pod`] handle and its sync loop.
+#[derive(Debug, Default)]
+pub(crate) struct PodState {
+    containers: Mutex<BTreeMap<String, Tracked>>,
+}
+
+impl PodState {
+    /// Runs `f` on the container's entry (created if missing).
+    pub(crate) fn with<R>(&self, name: &str, f: impl FnOnce(&mut Tracked) -> R) -> R {
+        let mut map = self.containers.lock().unwrap_or_else(|p| p.into_inner());
+        f(map.entry(name.to_owned()).or_default())
+    }
+
+    /// Records that `id`, restart `attempt` of `name`, was started.
+    pub(crate) fn started(&self, name: &str, id: String, attempt: u32) {
+        self.with(name, |t| {
+            t.id = Some(id);
+            t.attempt = attempt;
+            t.finished = false;
+            t.observe(attempt);
+        });
+    }
+
+    fn get(&self, name: &str) -> Option<Tracked> {
+        let map = self.containers.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(name).cloned()
+    }
+}
+
+impl Tracked {
+    /// Records an observed restartCount.
+    pub(crate) fn observe(&mut self, count: u32) {
+        if self.seen.last() != Some(&count) && self.seen.len() < MAX_SEEN {
+            self.seen.push(count);
+        }
+    }
+}
+
+/// A pod run by the [`crate::Driver`]. Dropping it stops its sync loop (the node's teardown
+/// removes the sandbox); [`Pod::delete`] removes it the way kubelet does.
+#[derive(Debug)]
+pub struct Pod {
+    client: RuntimeServiceClient<Channel>,
+    spec: PodSpec,
+    sandbox_id: String,
+    state: Arc<PodState>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Pod {
+    /// Wraps a pod whose sandbox and containers were started and spawns its sync loop.
+    pub(crate) fn start(
+        client: RuntimeServiceClient<Channel>,
+        spec: PodSpec,
+        sandbox_id: String,
+        sandbox_config: PodSandboxConfig,
+        state: Arc<PodState>,
+        node: &TestNode,
+    ) -> Pod {
+        let (stop, stop_rx) = watch::channel(false);
+        let sync = SyncLoop {
+            client: client.clone(),
+            spec: spec.clone(),
+            sandbox_id: sandbox_id.clone(),
+            sandbox_config,
+            state: state.clone(),
+        };
+        let task = tokio::spawn(sync.run(stop_rx));
+        node.register_pod_task(task.abort_handle());
+        Pod {
+            client,
+            spec,
+            sandbox_id,
+            state,
+            stop,
+            task: Some(task),
+        }
+    }
+
+    /// The pod's UID.
+    pub fn uid(&self) -> &str {
+        &self.spec.uid
+    }
+
+    /// The pod's spec.
+    pub fn spec(&self) -> &PodSpec {
+        &self.spec
+    }
+
+    /// The sandbox id.
+    pub fn sandbox_id(&self) -> &str {
+        &self.sandbox_id
+    }
+
+    /// The current restartCount of `container` (0 if unknown).
+    pub fn restart_count(&self, container: &str) -> u32 {
+        self.state.get(container).map_or(0, |t| t.attempt)
+    }
+
+    /// Every restartCount observed for `container`, in order (consecutive repeats folded).
+    pub fn restart_counts_seen(&self, container: &str) -> Vec<u32> {
+        self.state
+            .get(container)
+            .map(|t| t.seen)
+            .unwrap_or_default()
+    }
+
+    /// Whether `container` exited and its restart policy keeps it down.
+    pub fn finished(&self, container: &str) -> bool {
+        self.state.get(container).is_some_and(|t| t.finished)
+    }
+
+    /// Waits until `container`'s restartCount is at least `n`.
+    pub async fn wait_restart_count(
+        &self,
+        container: &str,
+        n: u32,
+        timeout: Duration,
+    ) -> Result<(), HarnessError> {
+        let deadline = Instant::now() + timeout;
+        while self.restart_count(container) < n {
+            if Instant::now() > deadline {
+                return Err(HarnessError::Timeout {
+                    what: format!(
+                        "restartCount of {container} to reach {n} (seen {:?})",
+                        self.restart_counts_seen(container)
+                    ),
+                    after: timeout,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    /// The id of `container`'s current instance.
+    pub fn container_id(&self, container: &str) -> Option<String> {
+        self.state.get(container).and_then(|t| t.id)
+    }
+
+    /// CRI `ExecSync` in `container`'s current instance.
+    pub async fn exec_sync(
+        &self,
+        container: &str,
+        cmd: &[&str],
+        timeout: Duration,
+    ) -> Result<ExecSyncResponse, HarnessError> {
+        let id = self.container_id(container).ok_or_else(|| {
+            HarnessError::Invalid(format!(
+                "no container {container:?} in pod {}",
+                self.spec.name
+            ))
+        })?;
+        let secs = i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX).max(1);
+        let mut req = tonic::Request::new(ExecSyncRequest {
+            container_id: id,
+            cmd: cmd.iter().map(|s| (*s).to_owned()).collect(),
+            timeout: secs,
+        });
+        req.set_timeout(timeout + Duration::from_secs(5));
+        let mut client = self.client.clone();
+        Ok(client
+            .exec_sync(req)
+            .await
+            .map_err(HarnessError::grpc("ExecSync"))?
+            .into_inner())
+    }
+
+    /// Deletes the pod as kubelet does: stops the sync loop, StopContainer (with the grace
+    /// period) for each container, StopPodSandbox, RemoveContainer, RemovePodSandbox.
+    pub async fn delete(mut self) -> Result<(), HarnessError> {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        let mut client = self.client.clone();
+        let containers = client
+            .list_containers(ListContainersRequest {
+                filter: Some(ContainerFilter {
+                    pod_sandbox_id: self.sandbox_id.clone(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map_err(HarnessError::grpc("ListContainers"))?
+            .into_inner()
+            .containers;
+        for c in &containers {
+            client
+                .stop_container(StopContainerRequest {
+                    container_id: c.id.clone(),
+                    timeout: self.spec.termination_grace_period_seconds,
+                })
+                .await
+                .map_err(HarnessError::grpc("StopContainer"))?;
+        }
+        client
+            .stop_pod_sandbox(StopPodSandboxRequest {
+                pod_sandbox_id: self.sandbox_id.clone(),
+            })
+            .await
+            .map_err(HarnessError::grpc("StopPodSandbox"))?;
+        for c in &containers {
+            client
+                .remove_container(RemoveContainerRequest {
+                    container_id: c.id.clone(),
+                })
+                .await
+                .map_err(HarnessError::grpc("RemoveContainer"))?;
+        }
+        client
+            .remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: self.sandbox_id.clone(),
+            })
+            .await
+            .map_err(HarnessError::grpc("RemovePodSandbox"))?;
+        Ok(())
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
