@@ -1,0 +1,95 @@
+//! Planning rules beyond orphans: leaked sandboxes from the shim's index (undelivered AND
+//! superseded or never used), exited containers beyond kubelet's GC policy (reported unless
+//! enabled), and a pod dir that a safety rule blocks.
+
+#[path = "support/fake.rs"]
+mod fake;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fake::{FakeNode, RecordingActuator, container, planned, reconciler, sandbox};
+use podward_api::housekeeper::v1::{FindingKind, Outcome};
+use podward_api::shim::v1::{Delivery, Sandbox, Snapshot};
+use podward_housekeeper::reconcile::Mode;
+use podward_housekeeper::runtime::{ContainerPhase, RuntimeView};
+
+fn shim_sandbox(id: &str, uid: &str, attempt: u32, delivery: Delivery) -> Sandbox {
+    Sandbox { id: id.into(), uid: uid.into(), attempt, run_delivery: delivery as i32, ..Default::default() }
+}
+
+#[tokio::test]
+async fn undelivered_superseded_sandbox_is_removed_and_a_normal_one_is_not() {
+    let node = FakeNode::new();
+    node.set_runtime(RuntimeView {
+        sandboxes: vec![sandbox("leaked", "p1", 0, true), sandbox("current", "p1", 1, true), sandbox("normal", "p2", 0, true)],
+        containers: vec![
+            container("c1", "current", "p1", "app", 0, ContainerPhase::Running),
+            container("c2", "normal", "p2", "app", 0, ContainerPhase::Running),
+        ],
+    });
+    *node.shim.lock() = Some(Snapshot {
+        sandboxes: vec![
+            shim_sandbox("leaked", "p1", 0, Delivery::Undelivered),
+            shim_sandbox("current", "p1", 1, Delivery::Delivered),
+            shim_sandbox("normal", "p2", 0, Delivery::Delivered),
+        ],
+        ..Default::default()
+    });
+    let act = Arc::new(RecordingActuator::default());
+    let (r, _clock) = reconciler(&node, &act, node.settings(Duration::from_secs(120)));
+    let (p, _) = r.pass(Mode::Act).await;
+    assert_eq!(planned(&p), ["REMOVE_SANDBOX leaked"]);
+    assert!(p.actions[0].evidence.iter().any(|e| e.contains("never reached kubelet")));
+    assert!(p.actions[0].evidence.iter().any(|e| e.contains("superseded by sandbox current")));
+    assert_eq!(p.actions[0].outcome(), Outcome::Done);
+    assert_eq!(act.calls(), ["REMOVE_SANDBOX leaked"]);
+}
+
+#[tokio::test]
+async fn exited_containers_beyond_policy_are_reported_unless_enabled() {
+    let node = FakeNode::new();
+    node.set_runtime(RuntimeView {
+        sandboxes: vec![sandbox("s", "p1", 0, true)],
+        containers: vec![
+            container("old", "s", "p1", "app", 0, ContainerPhase::Exited),
+            container("prev", "s", "p1", "app", 1, ContainerPhase::Exited),
+            container("now", "s", "p1", "app", 2, ContainerPhase::Running),
+        ],
+    });
+    let act = Arc::new(RecordingActuator::default());
+    let (r, _clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
+    let (p, _) = r.pass(Mode::Act).await;
+    assert!(p.actions.is_empty());
+    let f: Vec<_> = p.findings.iter().filter(|f| f.kind() == FindingKind::Reported).collect();
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].target, "old", "the newest exited one is kept");
+    assert!(act.calls().is_empty());
+
+    let mut settings = node.settings(Duration::ZERO);
+    settings.remove_exited_containers = true;
+    let (r, _clock) = reconciler(&node, &act, settings);
+    let (p, _) = r.pass(Mode::Act).await;
+    assert_eq!(planned(&p), ["REMOVE_CONTAINER old"]);
+    assert_eq!(act.calls(), ["REMOVE_CONTAINER old"]);
+}
+
+#[tokio::test]
+async fn a_regular_file_in_a_volume_blocks_the_pod_dir_and_is_reported() {
+    let node = FakeNode::new();
+    node.leave_pod("u1");
+    let data = node.pod_dir("u1").join("volumes/kubernetes.io~empty-dir/data/precious.db");
+    std::fs::write(&data, b"user data").expect("write");
+    let act = Arc::new(RecordingActuator { really: true, ..Default::default() });
+    let (r, _clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
+    r.pass(Mode::Act).await;
+    let (p, _) = r.pass(Mode::Act).await;
+    let blocked = p.findings.iter().find(|f| f.kind() == FindingKind::Blocked).expect("blocked finding");
+    assert_eq!(blocked.pod_uid, "u1");
+    assert!(blocked.reason.contains("precious.db"), "{}", blocked.reason);
+    assert!(!act.calls().iter().any(|c| c.starts_with("REMOVE_POD_DIR")), "{:?}", act.calls());
+    assert_eq!(std::fs::read(&data).expect("still there"), b"user data");
+    // The cgroup and log dir (nothing mounted) were removed for real.
+    assert!(!node.root().join("cgroup/kubepods/burstable/podu1").exists());
+    assert!(!node.root().join("logs/ns_web-u1_u1").exists());
+}
