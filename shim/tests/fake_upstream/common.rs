@@ -1,0 +1,291 @@
+//! Fixtures: a fake containerd (plain HTTP/2, canned gRPC frames) and the shim in-process.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::StreamExt;
+use http::{HeaderMap, HeaderValue, Request, Response};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use podward_api::cri;
+use podward_api::cri::runtime_service_client::RuntimeServiceClient;
+use podward_api::daemon::admin::Admin;
+use podward_api::shim::v1::lifecycle_client::LifecycleClient;
+use prost::Message;
+use tokio::net::UnixListener;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+type Body = StreamBody<ReceiverStream<Result<Frame<Bytes>, Infallible>>>;
+
+fn frame(msg: &impl Message) -> Bytes {
+    let mut b = BytesMut::new();
+    b.put_u8(0);
+    b.put_u32(u32::try_from(msg.encoded_len()).expect("small"));
+    msg.encode(&mut b).expect("encode");
+    b.freeze()
+}
+
+fn unframe<M: Message + Default>(b: &[u8]) -> M {
+    M::decode(&b[5..]).expect("decode")
+}
+
+fn trailers(status: &str, extra: Option<(&'static str, HeaderValue)>) -> HeaderMap {
+    let mut t = HeaderMap::new();
+    t.insert("grpc-status", HeaderValue::from_str(status).expect("status"));
+    if let Some((k, v)) = extra {
+        t.insert(k, v);
+    }
+    t
+}
+
+/// A fake containerd on a unix socket; dropping it closes every connection.
+pub(crate) struct FakeUpstream {
+    socket: PathBuf,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeUpstream {
+    pub(crate) async fn start(socket: &Path) -> Self {
+        let _ = std::fs::remove_file(socket);
+        let listener = UnixListener::bind(socket).expect("bind fake upstream");
+        let task = tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            loop {
+                let Ok((s, _)) = listener.accept().await else { return };
+                conns.spawn(async move {
+                    let svc = hyper::service::service_fn(|req| async move {
+                        Ok::<_, Infallible>(answer(req).await)
+                    });
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(s), svc)
+                        .await;
+                });
+            }
+        });
+        Self {
+            socket: socket.to_owned(),
+            task,
+        }
+    }
+
+    pub(crate) fn socket(&self) -> &Path {
+        &self.socket
+    }
+}
+
+impl Drop for FakeUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+async fn answer(req: Request<Incoming>) -> Response<Body> {
+    let (tx, rx) = mpsc::channel(16);
+    let path = req.uri().path().to_owned();
+    let echo = req.headers().get("x-echo").cloned();
+    let mut resp = Response::new(StreamBody::new(ReceiverStream::new(rx)));
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/grpc"));
+    match path.as_str() {
+        "/runtime.v1.RuntimeService/Version" => {
+            let body = req.into_body().collect().await.expect("body").to_bytes();
+            let q: cri::VersionRequest = unframe(&body);
+            let a = cri::VersionResponse {
+                version: q.version,
+                runtime_name: "fake".into(),
+                ..Default::default()
+            };
+            let _ = tx.send(Ok(Frame::data(frame(&a)))).await;
+            let _ = tx
+                .send(Ok(Frame::trailers(trailers("0", echo.map(|v| ("x-echoed", v))))))
+                .await;
+        }
+        "/runtime.v1.RuntimeService/RunPodSandbox" => {
+            let body = req.into_body().collect().await.expect("body").to_bytes();
+            let q: cri::RunPodSandboxRequest = unframe(&body);
+            let name = q.config.and_then(|c| c.metadata).map(|m| m.name).unwrap_or_default();
+            let a = cri::RunPodSandboxResponse {
+                pod_sandbox_id: format!("sb-{name}"),
+            };
+            let _ = tx.send(Ok(Frame::data(frame(&a)))).await;
+            let _ = tx.send(Ok(Frame::trailers(trailers("0", None)))).await;
+        }
+        "/test.Echo/Stream" => {
+            let mut body = req.into_body();
+            tokio::spawn(async move {
+                while let Some(Ok(f)) = body.frame().await {
+                    if let Ok(d) = f.into_data() {
+                        if tx.send(Ok(Frame::data(d))).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                let _ = tx.send(Ok(Frame::trailers(trailers("0", None)))).await;
+            });
+        }
+        other => {
+            // Trailers-only, as grpc-go answers an unknown method.
+            drop(tx);
+            let h = resp.headers_mut();
+            h.insert("grpc-status", HeaderValue::from_static("12"));
+            h.insert(
+                "grpc-message",
+                HeaderValue::from_str(&format!("unknown method {other}")).expect("ascii"),
+            );
+        }
+    }
+    resp
+}
+
+/// The shim running in this test's runtime; dropping it shuts it down.
+pub(crate) struct TestShim {
+    dir: PathBuf,
+    admin: Admin,
+    #[allow(dead_code)]
+    pub(crate) faults: podward_shim::fault::Faults,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TestShim {
+    pub(crate) async fn start(dir: &Path) -> Self {
+        let config = podward_shim::config::Config {
+            listen: dir.join("cri.sock"),
+            containerd_socket: dir.join("containerd.sock"),
+            control_socket: dir.join("shim.sock"),
+            admin_addr: "127.0.0.1:0".parse().expect("addr"),
+            ..Default::default()
+        };
+        let admin = Admin::new();
+        let faults = podward_shim::fault::Faults::new();
+        let options = podward_shim::Options {
+            admin: admin.clone(),
+            faults: faults.clone(),
+            ..Default::default()
+        };
+        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            podward_shim::run_with(config, options, async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("shim runs");
+        });
+        let shim = Self {
+            dir: dir.to_owned(),
+            admin,
+            faults,
+            stop: Some(stop),
+            task,
+        };
+        let (cri, ctl) = (shim.cri_socket(), dir.join("shim.sock"));
+        wait_for("shim sockets", Duration::from_secs(10), || async {
+            tokio::net::UnixStream::connect(&cri).await.is_ok()
+                && tokio::net::UnixStream::connect(&ctl).await.is_ok()
+        })
+        .await;
+        shim
+    }
+
+    pub(crate) fn cri_socket(&self) -> PathBuf {
+        self.dir.join("cri.sock")
+    }
+
+    pub(crate) async fn runtime(&self) -> RuntimeServiceClient<Channel> {
+        RuntimeServiceClient::new(podward_api::socket::channel(self.cri_socket()))
+    }
+
+    pub(crate) async fn lifecycle(&self) -> LifecycleClient<Channel> {
+        LifecycleClient::new(podward_api::socket::channel(self.dir.join("shim.sock")))
+    }
+
+    pub(crate) fn ready(&self) -> bool {
+        self.admin.readiness.get()
+    }
+
+    pub(crate) fn metrics_text(&self) -> String {
+        prometheus::TextEncoder::new()
+            .encode_to_string(&self.admin.registry.gather())
+            .expect("encode")
+    }
+}
+
+impl Drop for TestShim {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.task.abort();
+    }
+}
+
+pub(crate) fn run_request(name: &str) -> tonic::Request<cri::RunPodSandboxRequest> {
+    tonic::Request::new(cri::RunPodSandboxRequest {
+        config: Some(cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata {
+                name: name.to_owned(),
+                uid: format!("uid-{name}"),
+                namespace: "default".into(),
+                attempt: 0,
+            }),
+            ..Default::default()
+        }),
+        runtime_handler: String::new(),
+    })
+}
+
+async fn grpc(socket: &Path) -> tonic::client::Grpc<Channel> {
+    let ch = podward_api::socket::connect(socket.to_owned()).await.expect("connect");
+    tonic::client::Grpc::new(ch)
+}
+
+/// `runtime.v1.RuntimeService/DoesNotExist`, a method no server has.
+pub(crate) async fn call_unknown(socket: &Path) -> Result<cri::VersionResponse, tonic::Status> {
+    let mut g = grpc(socket).await;
+    g.ready().await.expect("ready");
+    g.unary(
+        tonic::Request::new(cri::VersionRequest::default()),
+        http::uri::PathAndQuery::from_static("/runtime.v1.RuntimeService/DoesNotExist"),
+        tonic_prost::ProstCodec::<cri::VersionRequest, cri::VersionResponse>::default(),
+    )
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+/// A bidirectional stream on `/test.Echo/Stream`.
+pub(crate) async fn echo_stream(
+    socket: &Path,
+    rx: mpsc::Receiver<cri::VersionRequest>,
+) -> futures::stream::BoxStream<'static, Result<cri::VersionRequest, tonic::Status>> {
+    let mut g = grpc(socket).await;
+    g.ready().await.expect("ready");
+    let resp = g
+        .streaming(
+            tonic::Request::new(ReceiverStream::new(rx)),
+            http::uri::PathAndQuery::from_static("/test.Echo/Stream"),
+            tonic_prost::ProstCodec::<cri::VersionRequest, cri::VersionRequest>::default(),
+        )
+        .await
+        .expect("stream opens");
+    resp.into_inner().boxed()
+}
+
+/// Polls `cond` until true, failing the test after `timeout`.
+pub(crate) async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !cond().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
