@@ -1,22 +1,147 @@
-//! HTTP(S) GET probe (kubelet `pkg/probe/http`).
+//! HTTP(S) GET probe (kubelet `pkg/probe/http`, with `followNonLocalRedirects=false`).
+//!
+//! - 2xx: Success with the body (first 10 KiB); 3xx not followed: Warning
+//!   "Probe terminated redirects, Response body: ..."; anything else: Failure
+//!   "HTTP probe failed with statuscode: N" (no body).
+//! - Redirects (301, 302, 303, 307, 308 with a `Location`) to the same host name, any port, are
+//!   followed, at most 10 in all ("stopped after 10 redirects" → Failure); to another host name the
+//!   3xx itself is the answer. A user `Host` header survives relative redirects, as in Go.
+//! - Dial/TLS/timeout errors are a Failure with Go's error text; a body read error is an error
+//!   (kubelet's `Failure, "", err`), retried by the prober; an unresolvable port is an error.
+//! - One deadline, `timeoutSeconds`, covers every hop and the body, like Go's `Client.Timeout`.
 
+mod exchange;
+mod request;
+mod tls;
+mod url;
+
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::probe::{Attempt, ProbeTarget};
-use crate::spec::HttpGetSpec;
+use http::header::HeaderValue;
+use rustls::ClientConfig;
+use tokio::time::Instant;
+
+use self::request::ProbeHeaders;
+use self::url::ProbeUrl;
+use crate::port::resolve_port;
+use crate::probe::{Attempt, Outcome, ProbeTarget};
+use crate::spec::{HttpGetSpec, HttpScheme};
+
+/// Go's `http.Client` redirect limit, as kubelet's checker enforces it.
+pub const MAX_REDIRECTS: usize = 10;
 
 /// HTTP prober with its per-process state (User-Agent, TLS config) built once.
-#[derive(Debug)]
 pub(crate) struct HttpProber {
-    user_agent: String,
+    user_agent: HeaderValue,
+    tls: Option<Arc<ClientConfig>>,
 }
 
 impl HttpProber {
     pub(crate) fn new(user_agent: &str) -> Self {
-        Self { user_agent: user_agent.to_owned() }
+        let tls = match tls::client_config() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::error!(error = %e, "TLS configuration failed; HTTPS probes will fail");
+                None
+            }
+        };
+        let user_agent =
+            HeaderValue::from_str(user_agent).unwrap_or_else(|_| HeaderValue::from_static("kube-probe"));
+        Self { user_agent, tls }
     }
 
-    pub(crate) async fn probe(&self, _get: &HttpGetSpec, _timeout: Duration, _target: &ProbeTarget<'_>) -> Attempt {
-        Err(format!("{}: not implemented yet", self.user_agent))
+    /// One HTTP probe (kubelet `DoHTTPProbe` over `NewRequestForHTTPGetAction`).
+    pub(crate) async fn probe(&self, get: &HttpGetSpec, timeout: Duration, target: &ProbeTarget<'_>) -> Attempt {
+        let port = resolve_port(&get.port, target.ports).map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + timeout;
+        let host = match &get.host {
+            Some(h) => h.clone(),
+            None => target.host_ip.to_string(),
+        };
+        let mut url = ProbeUrl::for_probe(get.scheme, &host, port, &get.path);
+        let headers = match ProbeHeaders::new(&get.headers, &self.user_agent) {
+            Ok(h) => h,
+            Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
+        };
+        let mut host_override = headers.host_override.clone();
+        let mut referer: Option<HeaderValue> = None;
+        let mut requests = 0usize;
+        loop {
+            let host_value = match &host_override {
+                Some(h) => h.clone(),
+                None => match HeaderValue::from_str(&url.authority()) {
+                    Ok(v) => v,
+                    Err(_) => return Ok(Outcome::Failure(format!("Get \"{url}\": http: invalid Host header"))),
+                },
+            };
+            let resp =
+                match exchange::get(&url, &headers, &host_value, referer.as_ref(), self.tls.as_ref(), deadline).await {
+                    Ok(r) => r,
+                    Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
+                };
+            requests += 1;
+            let location = resp.location.as_deref().filter(|l| !l.is_empty());
+            let (true, Some(location)) = (is_followed_redirect(resp.status), location) else {
+                return result(resp);
+            };
+            let next = match url.resolve(location) {
+                Ok(n) => n,
+                Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
+            };
+            // Go compares `URL.Hostname()` with the first request's; a name differing only in
+            // case is the same host (the resolver lower-cases nothing, but DNS is case-blind).
+            if !next.host.eq_ignore_ascii_case(&host) {
+                return result(resp);
+            }
+            if requests >= MAX_REDIRECTS {
+                return Ok(Outcome::Failure(format!("Get {location:?}: stopped after {MAX_REDIRECTS} redirects")));
+            }
+            let relative = !has_scheme(location);
+            let keep_override = host_override.as_ref().is_some_and(|h| h.as_bytes() != url.authority().as_bytes());
+            if !(relative && keep_override) {
+                host_override = None;
+            }
+            referer = referer_for(&url, &next);
+            url = next;
+        }
     }
+}
+
+/// Go follows these for a GET; other 3xx codes are returned as they are.
+fn is_followed_redirect(status: u16) -> bool {
+    matches!(status, 301 | 302 | 303 | 307 | 308)
+}
+
+fn has_scheme(location: &str) -> bool {
+    match location.find(':') {
+        Some(i) => {
+            let s = &location[..i];
+            s.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
+                && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+        }
+        None => false,
+    }
+}
+
+/// Go's `refererForURL`: the previous URL, except from https to http.
+fn referer_for(last: &ProbeUrl, next: &ProbeUrl) -> Option<HeaderValue> {
+    if last.scheme == HttpScheme::Https && next.scheme == HttpScheme::Http {
+        return None;
+    }
+    HeaderValue::from_str(&last.to_string()).ok()
+}
+
+/// kubelet's mapping of the final response.
+fn result(resp: exchange::RawResponse) -> Attempt {
+    let body = resp.body?;
+    let body = match String::from_utf8(body) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    };
+    Ok(match resp.status {
+        200..=299 => Outcome::Success(body),
+        300..=399 => Outcome::Warning(format!("Probe terminated redirects, Response body: {body}")),
+        code => Outcome::Failure(format!("HTTP probe failed with statuscode: {code}")),
+    })
 }

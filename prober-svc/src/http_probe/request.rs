@@ -1,0 +1,130 @@
+//! The probe request as kubelet's `newProbeRequest` and Go's `Request.Write` build it.
+//!
+//! Names are canonicalised (`FOO-bAR` → `Foo-Bar`, the connection writes title case) and
+//! duplicates kept in order. `User-Agent` defaults to `kube-probe/<x.y>`; a user value wins and an
+//! empty one means no header. `Accept` defaults to `*/*`; an empty user value removes it. A `Host`
+//! header overrides the request's host. Go writes `Host`, then `User-Agent`, then the other
+//! headers sorted by name, then `Connection: close` (keep-alives off); there is no
+//! `Accept-Encoding` (compression off). `Content-Length`, `Transfer-Encoding` and `Trailer` from
+//! the spec are dropped, as Go does for a GET.
+
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http::{Method, Request, Uri, Version};
+use http_body_util::Empty;
+
+use super::url::ProbeUrl;
+
+/// A probe's headers, resolved once per probe and reused across its redirects.
+#[derive(Debug, Clone)]
+pub(crate) struct ProbeHeaders {
+    /// `None`: no User-Agent line.
+    user_agent: Option<HeaderValue>,
+    /// The user's `Host` header, if non-empty.
+    pub(crate) host_override: Option<HeaderValue>,
+    /// Everything else, sorted by name, values in order.
+    others: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// Why the request could not be built (Go's transport error text).
+pub(crate) type HeaderError = String;
+
+impl ProbeHeaders {
+    /// kubelet's header rules over the spec's `httpHeaders`.
+    pub(crate) fn new(spec: &[(String, String)], default_ua: &HeaderValue) -> Result<Self, HeaderError> {
+        if spec.is_empty() {
+            return Ok(Self {
+                user_agent: Some(default_ua.clone()),
+                host_override: None,
+                others: vec![(header::ACCEPT, HeaderValue::from_static("*/*"))],
+            });
+        }
+        let mut parsed: Vec<(HeaderName, &str)> = Vec::with_capacity(spec.len() + 1);
+        for (name, value) in spec {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("net/http: invalid header field name {name:?}"))?;
+            parsed.push((name, value));
+        }
+        let first = |n: &HeaderName| parsed.iter().find(|(k, _)| k == n).map(|(_, v)| *v);
+        let invalid = |n: &HeaderName| format!("net/http: invalid header field value for {:?}", canonical(n.as_str()));
+        let user_agent = match first(&header::USER_AGENT) {
+            None => Some(default_ua.clone()),
+            Some("") => None,
+            Some(v) => Some(HeaderValue::from_str(v).map_err(|_| invalid(&header::USER_AGENT))?),
+        };
+        let host_override = match first(&header::HOST) {
+            None | Some("") => None,
+            Some(v) => Some(HeaderValue::from_str(v).map_err(|_| "http: invalid Host header".to_owned())?),
+        };
+        let drop_accept = first(&header::ACCEPT) == Some("");
+        if first(&header::ACCEPT).is_none() {
+            parsed.push((header::ACCEPT, "*/*"));
+        }
+        let mut others = Vec::with_capacity(parsed.len());
+        for (name, value) in parsed {
+            let excluded = [header::HOST, header::USER_AGENT, header::CONTENT_LENGTH, header::TRANSFER_ENCODING, header::TRAILER];
+            if excluded.contains(&name) || (drop_accept && name == header::ACCEPT) {
+                continue;
+            }
+            let value = HeaderValue::from_str(value).map_err(|_| invalid(&name))?;
+            others.push((name, value));
+        }
+        // Lower-case order equals Go's order of canonical names; the sort is stable so
+        // duplicate values keep theirs.
+        others.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        Ok(Self { user_agent, host_override, others })
+    }
+
+    /// The request for `url`. `host` is the Host value (override or `url`'s authority);
+    /// `referer` is set on followed redirects, as Go does.
+    pub(crate) fn request(
+        &self,
+        url: &ProbeUrl,
+        host: &HeaderValue,
+        referer: Option<&HeaderValue>,
+        h2: bool,
+    ) -> Result<Request<Empty<Bytes>>, String> {
+        let mut req = Request::new(Empty::new());
+        *req.method_mut() = Method::GET;
+        if h2 {
+            // HTTP/2 carries the host in :authority, and forbids Connection.
+            *req.version_mut() = Version::HTTP_2;
+            let uri = format!("https://{}{}", host.to_str().unwrap_or_default(), url.target);
+            *req.uri_mut() = uri.parse::<Uri>().map_err(|e| format!("invalid URL: {e}"))?;
+        } else {
+            *req.uri_mut() = url.target.parse::<Uri>().map_err(|e| format!("invalid URL: {e}"))?;
+            req.headers_mut().insert(header::HOST, host.clone());
+        }
+        let headers_ref = req.headers_mut();
+        if let Some(ua) = &self.user_agent {
+            headers_ref.insert(header::USER_AGENT, ua.clone());
+        }
+        let mut referer_pending = referer.filter(|_| !self.others.iter().any(|(n, _)| n == header::REFERER));
+        for (name, value) in &self.others {
+            if let Some(r) = referer_pending.filter(|_| name.as_str() > header::REFERER.as_str()) {
+                headers_ref.append(header::REFERER, r.clone());
+                referer_pending = None;
+            }
+            headers_ref.append(name.clone(), value.clone());
+        }
+        if let Some(r) = referer_pending {
+            headers_ref.append(header::REFERER, r.clone());
+        }
+        if !h2 {
+            headers_ref.append(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        Ok(req)
+    }
+}
+
+/// Go's `CanonicalMIMEHeaderKey` for a valid token.
+pub(crate) fn canonical(name: &str) -> String {
+    let mut upper = true;
+    name.chars()
+        .map(|c| {
+            let out = if upper { c.to_ascii_uppercase() } else { c.to_ascii_lowercase() };
+            upper = c == '-';
+            out
+        })
+        .collect()
+}
