@@ -7,7 +7,7 @@
 //! for `/a b`. We need only the mount point (field 5), so the parser is a few lines over bytes.
 
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStringExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 /// Errors reading or parsing a mount table.
@@ -32,11 +32,12 @@ pub enum MountError {
     },
 }
 
-/// Mount points, sorted component-wise so that everything under a path is one contiguous run.
+/// Mount points, sorted by a byte key in which `/` sorts before every other byte, so that everything
+/// under a path is one contiguous run found by binary search.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MountTable {
-    /// Sorted, deduplicated mount points.
-    points: Vec<PathBuf>,
+    /// (key, mount point), sorted and deduplicated by key.
+    points: Vec<(Vec<u8>, PathBuf)>,
 }
 
 impl MountTable {
@@ -58,27 +59,22 @@ impl MountTable {
     pub fn parse_bytes(bytes: &[u8]) -> Result<Self, MountError> {
         let mut points = Vec::new();
         for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+            let err = |reason| MountError::Parse {
+                line: i + 1,
+                reason,
+            };
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            // id parent major:minor root mountpoint options ... - fstype source superopts
-            let mut fields = line.split(|b| *b == b' ').filter(|f| !f.is_empty());
-            let point = fields.nth(4).ok_or(MountError::Parse {
-                line: i + 1,
-                reason: "fewer than 5 fields",
-            })?;
-            if !line.windows(3).any(|w| w == b" - ") {
-                return Err(MountError::Parse {
-                    line: i + 1,
-                    reason: "no ` - ` separator",
-                });
+            // id parent major:minor root mountpoint options [optional...] - fstype source superopts
+            let mut fields = line.split(|b| *b == b' ');
+            let point = fields.nth(4).ok_or(err("fewer than 5 fields"))?;
+            if !fields.any(|f| f == b"-") {
+                return Err(err("no `-` separator"));
             }
             let point = unescape(point);
             if point.first() != Some(&b'/') {
-                return Err(MountError::Parse {
-                    line: i + 1,
-                    reason: "mount point is not absolute",
-                });
+                return Err(err("mount point is not absolute"));
             }
             points.push(PathBuf::from(OsString::from_vec(point)));
         }
@@ -86,21 +82,24 @@ impl MountTable {
     }
 
     /// A table holding exactly these mount points.
-    pub fn from_points(mut points: Vec<PathBuf>) -> Self {
-        // Path's Ord compares component by component, so `/a/b`, `/a/b/c`, `/a/b/d` sort together
-        // and before `/a/b0`: the subtree of any path is a contiguous run.
-        points.sort();
-        points.dedup();
+    pub fn from_points(points: Vec<PathBuf>) -> Self {
+        let mut points: Vec<(Vec<u8>, PathBuf)> =
+            points.into_iter().map(|p| (key(&p), p)).collect();
+        points.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        points.dedup_by(|a, b| a.0 == b.0);
         MountTable { points }
     }
 
-    /// Every mount point equal to `path` or below it, sorted. `O(log n + k)`.
+    /// Every mount point equal to `path` or below it (by path component), sorted. `O(log n + k)`.
     pub fn mounts_at_or_under(&self, path: &Path) -> Vec<PathBuf> {
-        let start = self.points.partition_point(|p| p.as_path() < path);
+        let k = key(path);
+        let start = self
+            .points
+            .partition_point(|(p, _)| p.as_slice() < k.as_slice());
         self.points[start..]
             .iter()
-            .take_while(|p| p.starts_with(path))
-            .cloned()
+            .take_while(|(p, _)| p.starts_with(&k) && (p.len() == k.len() || p[k.len()] == 0))
+            .map(|(_, p)| p.clone())
             .collect()
     }
 
@@ -113,6 +112,20 @@ impl MountTable {
     pub fn is_empty(&self) -> bool {
         self.points.is_empty()
     }
+}
+
+/// Sort key of a path: its normal components, each preceded by a 0 byte (standing for `/`). With
+/// `/` below every other byte, `/a/b`, `/a/b/c` sort before `/a/b-x` and `/a/b0`, so a subtree is
+/// contiguous; `.`/`..`/repeated and trailing slashes are normalised away like `Path` does.
+fn key(path: &Path) -> Vec<u8> {
+    let mut k = Vec::with_capacity(path.as_os_str().len());
+    for c in path.components() {
+        if let std::path::Component::Normal(c) = c {
+            k.push(0);
+            k.extend_from_slice(c.as_bytes());
+        }
+    }
+    k
 }
 
 /// Undoes the kernel's `\ooo` escapes (space, tab, newline, backslash; any octal triple is decoded).

@@ -163,13 +163,12 @@ pub fn assess_removal(dir: &PodDir, mounts: &MountTable) -> Result<Removal, PodD
     }
     let mut walk = Walk::assess(&dir.path);
     walk.run(Scope::PodDir)?;
+    // The walk caps its own reasons.
     let reasons = walk.into_reasons();
     Ok(if reasons.is_empty() {
         Removal::Clean
     } else {
-        Removal::Blocked {
-            reasons: cap(reasons),
-        }
+        Removal::Blocked { reasons }
     })
 }
 

@@ -35,10 +35,15 @@ pub fn reduce_cpu(layout: &CgroupLayout, cg: &PodCgroup) -> Result<(), CgroupErr
     }
 }
 
-/// Writes `value` to an existing cgroup file; `Ok(false)` if the file does not exist. Never creates
+/// Writes `value` to an existing cgroup file (truncating, as runc does, so a fake tree reads back
+/// exactly `value`); `Ok(false)` if the file does not exist. Never creates
 /// a file (cgroupfs would refuse, and on a fake tree a typo must not pass silently).
 pub(crate) fn write_existing(path: &Path, value: &str) -> Result<bool, CgroupError> {
-    match std::fs::OpenOptions::new().write(true).open(path) {
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)
+    {
         Ok(mut f) => {
             f.write_all(value.as_bytes())
                 .map_err(|e| CgroupError::io("write", path, e))?;

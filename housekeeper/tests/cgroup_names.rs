@@ -1,0 +1,361 @@
+//! Cgroup naming and scanning on fake trees (temp dirs shaped like cgroupfs): both drivers, all QoS
+//! classes, `--cgroup-root`, kubelet's TestIsCgroupPod cases, dedupe across hierarchies, and the
+//! "a read error fails the scan" rule.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use podward_housekeeper::cgroup::{
+    CgroupDriver, CgroupError, CgroupLayout, HierarchyKind, PodCgroup, Qos, parse_pod_cgroup_name,
+    reduce_cpu, scan_pod_cgroups,
+};
+
+/// A hybrid v1 + v2 fake tree like this machine's: `cpu,cpuacct`, `memory`, `systemd`, `unified`,
+/// plus a `cpu -> cpu,cpuacct` symlink that detection must skip.
+fn hybrid_root() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for v1 in ["cpu,cpuacct", "memory", "pids", "freezer", "systemd"] {
+        let d = tmp.path().join(v1);
+        fs::create_dir_all(&d).expect("mkdir");
+        fs::write(d.join("cgroup.procs"), "").expect("procs");
+    }
+    let unified = tmp.path().join("unified");
+    fs::create_dir_all(&unified).expect("mkdir");
+    fs::write(unified.join("cgroup.controllers"), "").expect("controllers");
+    fs::write(unified.join("cgroup.procs"), "").expect("procs");
+    std::os::unix::fs::symlink("cpu,cpuacct", tmp.path().join("cpu")).expect("symlink");
+    tmp
+}
+
+fn mkcg(root: &Path, hier: &str, rel: &str) -> PathBuf {
+    let p = root.join(hier).join(rel);
+    fs::create_dir_all(&p).expect("mkdir cgroup");
+    p
+}
+
+#[test]
+fn detect_hybrid_and_pure_v2() {
+    let tmp = hybrid_root();
+    let layout = CgroupLayout::detect(tmp.path(), CgroupDriver::Cgroupfs, "/").expect("detect");
+    let names: Vec<_> = layout
+        .hierarchies
+        .iter()
+        .map(|h| h.path.file_name().expect("name").to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "cpu,cpuacct",
+            "freezer",
+            "memory",
+            "pids",
+            "systemd",
+            "unified"
+        ]
+    );
+    assert!(
+        layout
+            .hierarchies
+            .iter()
+            .any(|h| h.has_v1_controller("cpuacct"))
+    );
+    assert_eq!(
+        layout.hierarchies.last().expect("unified").kind,
+        HierarchyKind::V2
+    );
+    assert_eq!(
+        layout
+            .hierarchies
+            .iter()
+            .find(|h| h.path.ends_with("systemd"))
+            .expect("systemd")
+            .kind,
+        HierarchyKind::V1 {
+            controllers: vec![]
+        }
+    );
+
+    let v2 = tempfile::tempdir().expect("tempdir");
+    fs::write(v2.path().join("cgroup.controllers"), "cpu memory pids").expect("controllers");
+    fs::create_dir(v2.path().join("kubepods")).expect("mkdir");
+    let layout = CgroupLayout::detect(v2.path(), CgroupDriver::Systemd, "/").expect("detect v2");
+    assert_eq!(layout.hierarchies.len(), 1);
+    assert_eq!(layout.hierarchies[0].kind, HierarchyKind::V2);
+
+    let empty = tempfile::tempdir().expect("tempdir");
+    assert!(matches!(
+        CgroupLayout::detect(empty.path(), CgroupDriver::Cgroupfs, "/"),
+        Err(CgroupError::NoHierarchy(_))
+    ));
+}
+
+#[test]
+fn names_both_drivers_all_qos_and_cgroup_root() {
+    let tmp = hybrid_root();
+    let uid = "1234-abcd-5678-efgh";
+    let fs_layout = CgroupLayout::detect(tmp.path(), CgroupDriver::Cgroupfs, "/").expect("detect");
+    assert_eq!(
+        fs_layout.pod_cgroup_name(Qos::Guaranteed, uid),
+        format!("kubepods/pod{uid}")
+    );
+    assert_eq!(
+        fs_layout.pod_cgroup_name(Qos::Burstable, uid),
+        format!("kubepods/burstable/pod{uid}")
+    );
+    assert_eq!(
+        fs_layout.pod_cgroup_name(Qos::BestEffort, uid),
+        format!("kubepods/besteffort/pod{uid}")
+    );
+    let sd = CgroupLayout::detect(tmp.path(), CgroupDriver::Systemd, "/").expect("detect");
+    assert_eq!(
+        sd.pod_cgroup_name(Qos::Guaranteed, uid),
+        "kubepods.slice/kubepods-pod1234_abcd_5678_efgh.slice"
+    );
+    // The example in kubelet's ToSystemd comment.
+    assert_eq!(
+        sd.pod_cgroup_name(Qos::Burstable, uid),
+        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_abcd_5678_efgh.slice"
+    );
+    assert_eq!(
+        sd.pod_cgroup_name(Qos::BestEffort, uid),
+        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1234_abcd_5678_efgh.slice"
+    );
+    // --cgroup-root: cgroupfs prefixes the path; systemd folds it into the slice names, `-` escaped.
+    let fs_root = CgroupLayout::detect(tmp.path(), CgroupDriver::Cgroupfs, "/podward-test/x")
+        .expect("detect");
+    assert_eq!(
+        fs_root.qos_dir(Qos::Burstable),
+        "podward-test/x/kubepods/burstable"
+    );
+    let sd_root =
+        CgroupLayout::detect(tmp.path(), CgroupDriver::Systemd, "/podward-test").expect("detect");
+    assert_eq!(
+        sd_root.qos_dir(Qos::BestEffort),
+        "podward_test.slice/podward_test-kubepods.slice/podward_test-kubepods-besteffort.slice"
+    );
+    // A root given as a systemd slice parses like kubelet's ParseSystemdToCgroupName.
+    let sd_slice = CgroupLayout::detect(
+        tmp.path(),
+        CgroupDriver::Systemd,
+        "/foo.slice/foo-bar.slice",
+    )
+    .expect("slice");
+    assert_eq!(
+        sd_slice.qos_dir(Qos::Guaranteed),
+        "foo.slice/foo-bar.slice/foo-bar-kubepods.slice"
+    );
+    for bad in ["relative", "/a/../b", "/./a"] {
+        assert!(
+            matches!(
+                CgroupLayout::detect(tmp.path(), CgroupDriver::Cgroupfs, bad),
+                Err(CgroupError::InvalidCgroupRoot(..))
+            ),
+            "{bad} must be rejected"
+        );
+    }
+    assert!(CgroupLayout::detect(tmp.path(), CgroupDriver::Systemd, "/a_b").is_err());
+}
+
+#[test]
+fn is_cgroup_pod_cases() {
+    use CgroupDriver::{Cgroupfs, Systemd};
+    let uid = "6b1aa4d4-6d1f-4f65-ae2b-0e0ad1dc5b1b";
+    assert_eq!(
+        parse_pod_cgroup_name(Cgroupfs, &format!("pod{uid}")).as_deref(),
+        Some(uid)
+    );
+    assert_eq!(
+        parse_pod_cgroup_name(
+            Systemd,
+            &format!("kubepods-burstable-pod{}.slice", uid.replace('-', "_"))
+        )
+        .as_deref(),
+        Some(uid)
+    );
+    // Static pod UID: a 32-hex config hash.
+    assert_eq!(
+        parse_pod_cgroup_name(Cgroupfs, "pod0123456789abcdef0123456789abcdef").as_deref(),
+        Some("0123456789abcdef0123456789abcdef")
+    );
+    // kubelet TestIsCgroupPod: a UID containing "pod", container scopes, system cgroups are not pods.
+    for not_pod in [
+        "podabc-pod-def",
+        "podpod",
+        "system",
+        "kubelet",
+        "burstable",
+        "besteffort",
+        "pod",
+        "foopod123",
+        "container.scope",
+        "cri-containerd-abc.scope",
+        ".",
+    ] {
+        assert_eq!(
+            parse_pod_cgroup_name(Cgroupfs, not_pod),
+            None,
+            "cgroupfs {not_pod}"
+        );
+    }
+    for not_pod in [
+        "kubepods-burstable.slice",
+        "kubepods-besteffort.slice",
+        "system.slice",
+        "kubepods-podabc_pod_x.slice",
+        "kubepods-pod.slice",
+    ] {
+        assert_eq!(
+            parse_pod_cgroup_name(Systemd, not_pod),
+            None,
+            "systemd {not_pod}"
+        );
+    }
+}
+
+#[test]
+fn scan_finds_all_qos_in_both_drivers_and_dedupes() {
+    let tmp = hybrid_root();
+    let r = tmp.path();
+    // cgroupfs: guaranteed in cpu + unified, burstable only in memory, besteffort in pids; noise next to them.
+    mkcg(r, "cpu,cpuacct", "kubepods/podg-1/ctr1");
+    mkcg(r, "unified", "kubepods/podg-1");
+    mkcg(r, "memory", "kubepods/burstable/podb-2/ctr");
+    mkcg(r, "pids", "kubepods/besteffort/pode-3");
+    mkcg(r, "cpu,cpuacct", "kubepods/burstable");
+    mkcg(r, "cpu,cpuacct", "kubepods/besteffort");
+    mkcg(r, "memory", "kubepods/burstable/podx-pod-y");
+    mkcg(r, "memory", "kubepods/system");
+    fs::write(r.join("memory/kubepods/burstable/podfile-4"), "").expect("file is not a cgroup");
+    let layout = CgroupLayout::detect(r, CgroupDriver::Cgroupfs, "/").expect("detect");
+    let pods = scan_pod_cgroups(&layout).expect("scan");
+    let uids: Vec<_> = pods.iter().map(|p| (p.uid.as_str(), p.qos)).collect();
+    assert_eq!(
+        uids,
+        [
+            ("b-2", Qos::Burstable),
+            ("e-3", Qos::BestEffort),
+            ("g-1", Qos::Guaranteed)
+        ]
+    );
+    let g = &pods[2];
+    assert_eq!(g.name, "kubepods/podg-1");
+    let mut paths = g.paths.clone();
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            r.join("cpu,cpuacct/kubepods/podg-1"),
+            r.join("unified/kubepods/podg-1")
+        ]
+    );
+
+    // systemd naming in the same tree is invisible to the cgroupfs layout and vice versa.
+    mkcg(
+        r,
+        "unified",
+        "kubepods.slice/kubepods-podaa_bb.slice/cri-containerd-1.scope",
+    );
+    mkcg(
+        r,
+        "memory",
+        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podcc_dd.slice",
+    );
+    mkcg(
+        r,
+        "systemd",
+        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podee_ff.slice",
+    );
+    mkcg(
+        r,
+        "unified",
+        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podee_ff.slice",
+    );
+    let sd = CgroupLayout::detect(r, CgroupDriver::Systemd, "/").expect("detect");
+    let pods: Vec<PodCgroup> = scan_pod_cgroups(&sd).expect("scan systemd");
+    let uids: Vec<_> = pods
+        .iter()
+        .map(|p| (p.uid.as_str(), p.qos, p.paths.len()))
+        .collect();
+    assert_eq!(
+        uids,
+        [
+            ("aa-bb", Qos::Guaranteed, 1),
+            ("cc-dd", Qos::Burstable, 1),
+            ("ee-ff", Qos::BestEffort, 2)
+        ]
+    );
+    assert_eq!(
+        pods[1].name,
+        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podcc_dd.slice"
+    );
+    assert_eq!(scan_pod_cgroups(&layout).expect("scan").len(), 3);
+}
+
+#[test]
+fn scan_read_error_fails_the_scan() {
+    let tmp = hybrid_root();
+    // A QoS parent that is not a directory cannot be listed: ENOTDIR, not NotFound.
+    mkcg(tmp.path(), "memory", "kubepods");
+    fs::write(tmp.path().join("memory/kubepods/burstable"), "").expect("file");
+    let layout = CgroupLayout::detect(tmp.path(), CgroupDriver::Cgroupfs, "/").expect("detect");
+    assert!(matches!(
+        scan_pod_cgroups(&layout),
+        Err(CgroupError::Io { .. })
+    ));
+    // No kubepods at all is not an error: nothing to find.
+    let tmp = hybrid_root();
+    let layout = CgroupLayout::detect(tmp.path(), CgroupDriver::Cgroupfs, "/").expect("detect");
+    assert_eq!(scan_pod_cgroups(&layout).expect("scan"), []);
+}
+
+#[test]
+fn reduce_cpu_writes_shares_and_weight_on_fake_tree() {
+    let tmp = hybrid_root();
+    let cpu = mkcg(tmp.path(), "cpu,cpuacct", "kubepods/burstable/podu1");
+    let mem = mkcg(tmp.path(), "memory", "kubepods/burstable/podu1");
+    let v2 = mkcg(tmp.path(), "unified", "kubepods/burstable/podu1");
+    fs::write(cpu.join("cpu.shares"), "1024").expect("shares");
+    fs::write(v2.join("cpu.weight"), "100").expect("weight");
+    let layout = CgroupLayout::detect(tmp.path(), CgroupDriver::Cgroupfs, "/").expect("detect");
+    let pods = scan_pod_cgroups(&layout).expect("scan");
+    reduce_cpu(&layout, &pods[0]).expect("reduce");
+    assert_eq!(
+        fs::read_to_string(cpu.join("cpu.shares")).expect("read"),
+        "2"
+    );
+    assert_eq!(
+        fs::read_to_string(v2.join("cpu.weight")).expect("read"),
+        "1"
+    );
+    // Never creates files in other controllers.
+    assert!(!mem.join("cpu.shares").exists());
+    // Without any cpu file it says so instead of pretending.
+    fs::remove_file(cpu.join("cpu.shares")).expect("rm");
+    fs::remove_file(v2.join("cpu.weight")).expect("rm");
+    assert!(matches!(
+        reduce_cpu(&layout, &pods[0]),
+        Err(CgroupError::NoCpuController(_))
+    ));
+}
+
+#[test]
+fn scan_10k_pod_cgroups_is_fast() {
+    let tmp = hybrid_root();
+    let layout = CgroupLayout::detect(tmp.path(), CgroupDriver::Cgroupfs, "/").expect("detect");
+    let qos = [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort];
+    for i in 0..10_000 {
+        let uid = format!("{i:08x}-0000-4000-8000-000000000000");
+        let rel = layout.pod_cgroup_name(qos[i % 3], &uid);
+        mkcg(tmp.path(), "memory", &rel);
+    }
+    let start = Instant::now();
+    let pods = scan_pod_cgroups(&layout).expect("scan");
+    let took = start.elapsed();
+    assert_eq!(pods.len(), 10_000);
+    eprintln!(
+        "scan of 10,000 pod cgroups over {} hierarchies: {took:?}",
+        layout.hierarchies.len()
+    );
+    assert!(took.as_millis() < 150, "scan took {took:?}");
+}

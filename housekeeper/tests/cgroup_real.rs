@@ -1,0 +1,408 @@
+//! Pod cgroups on real kernel hierarchies with real processes.
+//!
+//! Each test builds a private test hierarchy `podward-test-<id>` under `/sys/fs/cgroup/{cpu,memory,
+//! pids,freezer,unified}` and bind-mounts those directories into a temp dir that becomes the
+//! layout's root (in a private mount namespace), so detection sees exactly the test hierarchies and
+//! the host's own `kubepods` can never be touched. Needs root and cgroup v1 controllers plus a v2
+//! mount, as on the dev machines (design.md §7). Everything is killed, thawed, removed and unmounted
+//! in `Drop`, even when an assertion fails.
+
+use std::fs;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use nix::sched::{CloneFlags, unshare};
+use podward_housekeeper::cgroup::{
+    CgroupDriver, CgroupError, CgroupLayout, PodCgroup, Qos, destroy, reduce_cpu, scan_pod_cgroups,
+};
+
+const HIERARCHIES: [&str; 5] = ["cpu", "memory", "pids", "freezer", "unified"];
+
+/// A test hierarchy in every controller, bind-mounted under one temp root.
+struct TestCgroups {
+    root: tempfile::TempDir,
+    bases: Vec<PathBuf>,
+    children: Vec<Child>,
+}
+
+impl TestCgroups {
+    fn new() -> Self {
+        // A private mount namespace for this test thread: bind mounts vanish with it at the latest.
+        unshare(CloneFlags::CLONE_NEWNS).expect("unshare mount ns (needs root)");
+        mount(
+            None::<&str>,
+            "/",
+            None::<&str>,
+            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+            None::<&str>,
+        )
+        .expect("make / private");
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .subsec_nanos();
+        let id = format!("{}-{nanos}", std::process::id());
+        let root = tempfile::tempdir().expect("tempdir");
+        let mut me = TestCgroups {
+            root,
+            bases: Vec::new(),
+            children: Vec::new(),
+        };
+        for h in HIERARCHIES {
+            let base = Path::new("/sys/fs/cgroup")
+                .join(h)
+                .join(format!("podward-test-{id}"));
+            fs::create_dir(&base).expect("mkdir test hierarchy");
+            me.bases.push(base.clone());
+            let target = me.root.path().join(h);
+            fs::create_dir(&target).expect("mkdir mount point");
+            mount(
+                Some(&base),
+                &target,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .expect("bind test hierarchy");
+        }
+        me
+    }
+
+    fn root(&self) -> &Path {
+        self.root.path()
+    }
+
+    fn layout(&self, driver: CgroupDriver) -> CgroupLayout {
+        let mut layout = CgroupLayout::detect(self.root(), driver, "/").expect("detect");
+        layout.kill_wait = Duration::from_secs(5);
+        layout
+    }
+
+    /// Creates `rel` in every hierarchy.
+    fn mkcg(&self, rel: &str) {
+        for h in HIERARCHIES {
+            fs::create_dir_all(self.root().join(h).join(rel)).expect("mkdir cgroup");
+        }
+    }
+
+    /// Starts a `sleep` and moves it into `rel` in every hierarchy.
+    fn spawn_in(&mut self, rel: &str) -> i32 {
+        let child = Command::new("sleep")
+            .arg("1000")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = i32::try_from(child.id()).expect("pid");
+        self.children.push(child);
+        for h in HIERARCHIES {
+            fs::write(
+                self.root().join(h).join(rel).join("cgroup.procs"),
+                pid.to_string(),
+            )
+            .expect("move pid");
+        }
+        pid
+    }
+
+    fn exists_anywhere(&self, rel: &str) -> Vec<&str> {
+        HIERARCHIES
+            .iter()
+            .copied()
+            .filter(|h| self.root().join(h).join(rel).exists())
+            .collect()
+    }
+
+    /// Waits (bounded) for the child with `pid` to exit and returns its signal.
+    fn wait_signal(&mut self, pid: i32) -> Option<i32> {
+        let child = self
+            .children
+            .iter_mut()
+            .find(|c| c.id() as i32 == pid)
+            .expect("child");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                return status.signal();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        None
+    }
+
+    fn alive(&mut self, pid: i32) -> bool {
+        let child = self
+            .children
+            .iter_mut()
+            .find(|c| c.id() as i32 == pid)
+            .expect("child");
+        child.try_wait().expect("try_wait").is_none()
+    }
+}
+
+impl Drop for TestCgroups {
+    fn drop(&mut self) {
+        // Thaw first: a frozen task cannot die.
+        if let Some(freezer) = self
+            .bases
+            .iter()
+            .find(|b| b.starts_with("/sys/fs/cgroup/freezer"))
+        {
+            for dir in dirs_deepest_first(freezer).iter().rev() {
+                let _ = fs::write(dir.join("freezer.state"), "THAWED");
+            }
+        }
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for base in &self.bases {
+            for dir in dirs_deepest_first(base) {
+                let deadline = Instant::now() + Duration::from_secs(2);
+                while fs::remove_dir(&dir).is_err() && dir.exists() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+        for h in HIERARCHIES {
+            let _ = umount2(&self.root.path().join(h), MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+fn dirs_deepest_first(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if let Ok(entries) = fs::read_dir(&d) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(e.path());
+                }
+            }
+        }
+        out.push(d);
+    }
+    out.reverse();
+    out
+}
+
+fn find<'a>(pods: &'a [PodCgroup], uid: &str) -> &'a PodCgroup {
+    pods.iter()
+        .find(|p| p.uid == uid)
+        .unwrap_or_else(|| panic!("pod {uid} not found in {pods:?}"))
+}
+
+#[test]
+fn orphan_is_killed_and_removed_in_every_hierarchy() {
+    let mut t = TestCgroups::new();
+    let (u1, u2, u3) = (
+        "11111111-aaaa-4000-8000-000000000001",
+        "22222222-bbbb-4000-8000-000000000002",
+        "33333333-cccc-4000-8000-000000000003",
+    );
+    let b1 = format!("kubepods/burstable/pod{u1}");
+    t.mkcg(&format!("{b1}/c1/nested"));
+    t.mkcg(&format!("{b1}/c2"));
+    let p_pod = t.spawn_in(&b1);
+    let p_c1 = t.spawn_in(&format!("{b1}/c1/nested"));
+    let p_c2 = t.spawn_in(&format!("{b1}/c2"));
+    let g2 = format!("kubepods/pod{u2}");
+    t.mkcg(&format!("{g2}/c"));
+    let p_other = t.spawn_in(&format!("{g2}/c"));
+    t.mkcg(&format!("kubepods/besteffort/pod{u3}"));
+    // Not pods (kubelet's TestIsCgroupPod): a UID containing "pod", a system cgroup.
+    t.mkcg("kubepods/burstable/podx-pod-y");
+    t.mkcg("kubepods/system");
+
+    let layout = t.layout(CgroupDriver::Cgroupfs);
+    assert_eq!(layout.hierarchies.len(), 5, "{:?}", layout.hierarchies);
+    let pods = scan_pod_cgroups(&layout).expect("scan");
+    let uids: Vec<_> = pods
+        .iter()
+        .map(|p| (p.uid.as_str(), p.qos, p.paths.len()))
+        .collect();
+    assert_eq!(
+        uids,
+        [
+            (u1, Qos::Burstable, 5),
+            (u2, Qos::Guaranteed, 5),
+            (u3, Qos::BestEffort, 5)
+        ]
+    );
+
+    let started = Instant::now();
+    let report = destroy(&layout, find(&pods, u1)).expect("destroy");
+    eprintln!(
+        "destroy of a 3-process pod in 5 hierarchies: {:?}",
+        started.elapsed()
+    );
+    for pid in [p_pod, p_c1, p_c2] {
+        assert!(
+            report.killed.contains(&pid),
+            "{pid} not in {:?}",
+            report.killed
+        );
+        assert_eq!(t.wait_signal(pid), Some(9), "{pid} died of SIGKILL");
+    }
+    assert!(report.d_state.is_empty());
+    assert_eq!(
+        report.removed.len(),
+        4 * 5,
+        "pod, c1, c1/nested, c2 in 5 hierarchies: {:?}",
+        report.removed
+    );
+    assert_eq!(t.exists_anywhere(&b1), Vec::<&str>::new());
+    // The other pods and the parents are untouched.
+    assert!(t.alive(p_other));
+    assert_eq!(t.exists_anywhere(&format!("{g2}/c")).len(), 5);
+    assert_eq!(t.exists_anywhere("kubepods/burstable/podx-pod-y").len(), 5);
+    assert_eq!(t.exists_anywhere("kubepods/burstable").len(), 5);
+    let after: Vec<_> = scan_pod_cgroups(&layout)
+        .expect("rescan")
+        .into_iter()
+        .map(|p| p.uid)
+        .collect();
+    assert_eq!(after, [u2, u3]);
+    // Destroying again finds nothing to do.
+    let again = destroy(&layout, find(&pods, u1)).expect("destroy again");
+    assert!(again.removed.is_empty() && again.killed.is_empty());
+}
+
+#[test]
+fn destroy_refuses_paths_that_are_not_this_pod() {
+    let t = TestCgroups::new();
+    t.mkcg("kubepods/burstable/podu1");
+    let layout = t.layout(CgroupDriver::Cgroupfs);
+    let mut pod = scan_pod_cgroups(&layout).expect("scan").remove(0);
+    pod.paths.push(t.root().join("memory/kubepods/burstable"));
+    assert!(matches!(
+        destroy(&layout, &pod),
+        Err(CgroupError::NotAPodCgroup(_))
+    ));
+    pod.paths = vec![PathBuf::from("/elsewhere/podu1")];
+    assert!(matches!(
+        destroy(&layout, &pod),
+        Err(CgroupError::NotAPodCgroup(_))
+    ));
+    assert_eq!(
+        t.exists_anywhere("kubepods/burstable/podu1").len(),
+        5,
+        "nothing removed"
+    );
+}
+
+#[test]
+fn reduce_cpu_sets_minimum_shares() {
+    let mut t = TestCgroups::new();
+    let rel = "kubepods/burstable/podu1";
+    t.mkcg(rel);
+    let pid = t.spawn_in(rel);
+    let layout = t.layout(CgroupDriver::Cgroupfs);
+    let pod = scan_pod_cgroups(&layout).expect("scan").remove(0);
+    let shares = t.root().join("cpu").join(rel).join("cpu.shares");
+    assert_eq!(fs::read_to_string(&shares).expect("shares").trim(), "1024");
+    reduce_cpu(&layout, &pod).expect("reduce");
+    assert_eq!(fs::read_to_string(&shares).expect("shares").trim(), "2");
+    // On this hybrid machine every controller is bound to v1, so the v2 mount has no cpu controller
+    // and no cpu.weight to write (covered on a fake tree in cgroup_names.rs).
+    let v2 = t.root().join("unified").join(rel);
+    if fs::read_to_string(t.root().join("unified/cgroup.controllers"))
+        .expect("controllers")
+        .contains("cpu")
+    {
+        assert_eq!(
+            fs::read_to_string(v2.join("cpu.weight"))
+                .expect("weight")
+                .trim(),
+            "1"
+        );
+    } else {
+        assert!(!v2.join("cpu.weight").exists());
+    }
+    assert!(t.alive(pid), "reduce_cpu kills nothing");
+    assert_eq!(t.exists_anywhere(rel).len(), 5, "and removes nothing");
+}
+
+#[test]
+fn d_state_process_makes_destroy_busy_without_spinning() {
+    let mut t = TestCgroups::new();
+    let pod_rel = "kubepods/besteffort/podstuck";
+    let rel = format!("{pod_rel}/c");
+    t.mkcg(&rel);
+    let pid = t.spawn_in(&rel);
+    // A task frozen by its own (child) freezer cannot die, and the pod-level thaw does not reach it:
+    // the kernel reports it in D state, like a task stuck in I/O.
+    let own_freezer = t.root().join("freezer").join(&rel).join("freezer.state");
+    fs::write(&own_freezer, "FROZEN").expect("freeze child");
+    let mut layout = t.layout(CgroupDriver::Cgroupfs);
+    layout.kill_wait = Duration::from_millis(300);
+    let pod = scan_pod_cgroups(&layout).expect("scan").remove(0);
+
+    let started = Instant::now();
+    match destroy(&layout, &pod) {
+        Err(CgroupError::Busy {
+            d_state,
+            remaining,
+            killed,
+            ..
+        }) => {
+            assert_eq!(remaining, [pid]);
+            assert_eq!(d_state, [pid]);
+            assert!(killed.contains(&pid));
+        }
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "bounded wait, took {took:?}");
+    assert_eq!(
+        t.exists_anywhere(&rel).len(),
+        5,
+        "nothing removed while a process remains"
+    );
+
+    // Once the task can die, the next attempt completes.
+    fs::write(&own_freezer, "THAWED").expect("thaw");
+    layout.kill_wait = Duration::from_secs(5);
+    let report = destroy(&layout, &pod).expect("destroy after thaw");
+    assert_eq!(t.wait_signal(pid), Some(9));
+    assert_eq!(report.removed.len(), 10);
+    assert_eq!(t.exists_anywhere(pod_rel), Vec::<&str>::new());
+}
+
+#[test]
+fn systemd_names_on_real_hierarchy() {
+    let mut t = TestCgroups::new();
+    let burstable = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda1_b2.slice";
+    t.mkcg(&format!("{burstable}/cri-containerd-0123.scope"));
+    t.mkcg("kubepods.slice/kubepods-podc3_d4.slice");
+    t.mkcg("kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pode5_f6.slice");
+    t.mkcg("kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podx_pod_y.slice");
+    let pid = t.spawn_in(&format!("{burstable}/cri-containerd-0123.scope"));
+    let layout = t.layout(CgroupDriver::Systemd);
+    let pods = scan_pod_cgroups(&layout).expect("scan");
+    let uids: Vec<_> = pods.iter().map(|p| (p.uid.as_str(), p.qos)).collect();
+    assert_eq!(
+        uids,
+        [
+            ("a1-b2", Qos::Burstable),
+            ("c3-d4", Qos::Guaranteed),
+            ("e5-f6", Qos::BestEffort)
+        ]
+    );
+    assert!(
+        scan_pod_cgroups(&t.layout(CgroupDriver::Cgroupfs))
+            .expect("cgroupfs scan")
+            .is_empty()
+    );
+    let report = destroy(&layout, find(&pods, "a1-b2")).expect("destroy");
+    assert_eq!(t.wait_signal(pid), Some(9));
+    assert_eq!(report.removed.len(), 10);
+    assert_eq!(t.exists_anywhere(burstable), Vec::<&str>::new());
+    assert_eq!(
+        t.exists_anywhere("kubepods.slice/kubepods-podc3_d4.slice")
+            .len(),
+        5
+    );
+}

@@ -1,0 +1,367 @@
+//! Pod dir rules on plain temp trees (no mounts needed): kubelet's TestCleanupOrphanedPodDirs cases,
+//! the CSI `vol_data.json` cases of PR #140681, symlinks, hostile names, and a 10,000-dir scan.
+
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::Instant;
+
+use podward_housekeeper::mounts::MountTable;
+use podward_housekeeper::pod_dir::{
+    PodDir, PodDirError, Removal, assess_removal, remove_pod_dir, scan_pod_dirs,
+};
+
+fn kubelet_root() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    fs::create_dir(tmp.path().join("pods")).expect("pods");
+    tmp
+}
+
+fn pod(root: &Path, uid: &str) -> PodDir {
+    let path = root.join("pods").join(uid);
+    fs::create_dir_all(&path).expect("mkdir pod");
+    PodDir {
+        uid: uid.to_owned(),
+        path,
+    }
+}
+
+fn mk(p: &Path) {
+    fs::create_dir_all(p).expect("mkdir");
+}
+
+fn none() -> MountTable {
+    MountTable::default()
+}
+
+fn blocked(dir: &PodDir) -> Vec<String> {
+    match assess_removal(dir, &none()).expect("assess") {
+        Removal::Blocked { reasons } => reasons,
+        Removal::Clean => panic!("{} should be blocked", dir.path.display()),
+    }
+}
+
+#[test]
+fn pods_dir_not_found_is_an_error() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    assert!(matches!(
+        scan_pod_dirs(tmp.path()),
+        Err(PodDirError::Io { .. })
+    ));
+    let root = kubelet_root();
+    assert_eq!(scan_pod_dirs(root.path()).expect("nothing-to-do"), []);
+}
+
+#[test]
+fn scan_lists_dirs_only() {
+    let root = kubelet_root();
+    pod(root.path(), "u2");
+    pod(root.path(), "u1");
+    fs::write(root.path().join("pods/file"), "").expect("file");
+    std::os::unix::fs::symlink("/etc", root.path().join("pods/link")).expect("symlink");
+    fs::create_dir(
+        root.path()
+            .join("pods")
+            .join(std::ffi::OsStr::from_bytes(b"\xff")),
+    )
+    .expect("non-utf8");
+    let uids: Vec<_> = scan_pod_dirs(root.path())
+        .expect("scan")
+        .into_iter()
+        .map(|d| d.uid)
+        .collect();
+    assert_eq!(uids, ["u1", "u2"]);
+}
+
+#[test]
+fn novolume_and_empty_volume_dirs_are_removed() {
+    let root = kubelet_root();
+    // pod-doesnot-exist-novolume
+    let a = pod(root.path(), "a");
+    fs::write(a.path.join("etc-hosts"), "127.0.0.1 localhost\n").expect("hosts");
+    mk(&a.path.join("containers/web"));
+    fs::write(a.path.join("containers/web/1a2b3c4d"), "terminated").expect("msg");
+    mk(&a.path.join("plugins/kubernetes.io~empty-dir/cache"));
+    fs::write(
+        a.path.join("plugins/kubernetes.io~empty-dir/cache/ready"),
+        "",
+    )
+    .expect("ready");
+    // -with-volume / -with-volume-subdir / -with-subpath / -with-subpath-top
+    mk(&a.path.join("volumes/kubernetes.io~empty-dir/cache/sub/dir"));
+    mk(&a.path.join("volume-subpaths/vol/web/0"));
+    assert_eq!(assess_removal(&a, &none()).expect("assess"), Removal::Clean);
+    let report = remove_pod_dir(&a, &none()).expect("remove");
+    assert!(!a.path.exists());
+    assert_eq!(
+        report.removed_entries, 18,
+        "every entry counted once: 4 files + 13 dirs + the pod dir"
+    );
+    assert!(report.removed_csi_vol_data.is_empty());
+    // Gone already: assess is Clean, remove is a no-op.
+    assert_eq!(assess_removal(&a, &none()).expect("gone"), Removal::Clean);
+    assert_eq!(
+        remove_pod_dir(&a, &none()).expect("gone").removed_entries,
+        0
+    );
+}
+
+#[test]
+fn populated_volume_or_subpath_blocks_everything() {
+    let root = kubelet_root();
+    let p = pod(root.path(), "populated");
+    mk(&p.path.join("volumes/kubernetes.io~empty-dir/data"));
+    fs::write(
+        p.path
+            .join("volumes/kubernetes.io~empty-dir/data/db.sqlite"),
+        "rows",
+    )
+    .expect("data");
+    mk(&p.path.join("containers/web"));
+    fs::write(p.path.join("containers/web/x"), "msg").expect("msg");
+    let reasons = blocked(&p);
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert!(
+        reasons[0].contains("db.sqlite") && reasons[0].contains("regular file"),
+        "{reasons:?}"
+    );
+    match remove_pod_dir(&p, &none()) {
+        Err(PodDirError::Blocked { reasons, .. }) => assert_eq!(reasons.len(), 1),
+        other => panic!("expected Blocked, got {other:?}"),
+    }
+    // Nothing at all was removed, not even the unrelated containers/ tree.
+    assert!(
+        p.path
+            .join("volumes/kubernetes.io~empty-dir/data/db.sqlite")
+            .exists()
+    );
+    assert!(p.path.join("containers/web/x").exists());
+
+    let s = pod(root.path(), "populated-subpath");
+    mk(&s.path.join("volume-subpaths/vol/web"));
+    fs::write(
+        s.path.join("volume-subpaths/vol/web/0"),
+        "file subpath target",
+    )
+    .expect("file");
+    std::os::unix::fs::symlink("/etc", s.path.join("volume-subpaths/vol/link")).expect("symlink");
+    let reasons = blocked(&s);
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("symlink")), "{reasons:?}");
+    assert!(s.path.join("volume-subpaths/vol/web/0").exists());
+}
+
+#[test]
+fn volumes_that_is_not_a_directory_blocks() {
+    let root = kubelet_root();
+    let p = pod(root.path(), "u");
+    let target = root.path().join("elsewhere");
+    mk(&target);
+    fs::write(target.join("keep"), "x").expect("keep");
+    std::os::unix::fs::symlink(&target, p.path.join("volumes")).expect("symlink");
+    assert!(blocked(&p)[0].contains("not a directory"));
+    assert!(target.join("keep").exists());
+}
+
+#[test]
+fn symlinks_elsewhere_are_removed_as_links() {
+    let root = kubelet_root();
+    let outside = root.path().join("outside");
+    mk(&outside.join("deep"));
+    fs::write(outside.join("deep/data"), "precious").expect("data");
+    let p = pod(root.path(), "u");
+    mk(&p.path.join("volumeDevices/kubernetes.io~csi"));
+    std::os::unix::fs::symlink(&outside, p.path.join("volumeDevices/kubernetes.io~csi/dev"))
+        .expect("symlink");
+    std::os::unix::fs::symlink(&outside, p.path.join("plugins")).expect("symlink");
+    remove_pod_dir(&p, &none()).expect("remove");
+    assert!(!p.path.exists());
+    assert_eq!(
+        fs::read_to_string(outside.join("deep/data")).expect("kept"),
+        "precious"
+    );
+}
+
+#[test]
+fn pod_dir_that_is_a_symlink_is_never_followed() {
+    let root = kubelet_root();
+    let outside = root.path().join("outside");
+    mk(&outside);
+    fs::write(outside.join("data"), "precious").expect("data");
+    let link = root.path().join("pods/u");
+    std::os::unix::fs::symlink(&outside, &link).expect("symlink");
+    let p = PodDir {
+        uid: "u".into(),
+        path: link.clone(),
+    };
+    assert!(blocked(&p)[0].contains("not a directory"));
+    assert!(remove_pod_dir(&p, &none()).is_err());
+    assert!(outside.join("data").exists());
+}
+
+#[test]
+fn csi_vol_data_leftover_is_removed_user_data_is_not() {
+    let root = kubelet_root();
+    let csi = "volumes/kubernetes.io~csi";
+    // pod-doesnot-exist-with-csi-vol-data-json: empty mount/ + vol_data.json -> removed.
+    let a = pod(root.path(), "a");
+    mk(&a.path.join(csi).join("pv-1/mount"));
+    fs::write(
+        a.path.join(csi).join("pv-1/vol_data.json"),
+        "{\"driverName\":\"x\"}",
+    )
+    .expect("json");
+    // and a leftover whose mount/ dir is already gone.
+    mk(&a.path.join(csi).join("pv-2"));
+    fs::write(a.path.join(csi).join("pv-2/vol_data.json"), "{}").expect("json");
+    assert_eq!(assess_removal(&a, &none()).expect("assess"), Removal::Clean);
+    let report = remove_pod_dir(&a, &none()).expect("remove");
+    assert_eq!(
+        report.removed_csi_vol_data,
+        [
+            a.path.join(csi).join("pv-1/vol_data.json"),
+            a.path.join(csi).join("pv-2/vol_data.json")
+        ]
+    );
+    assert!(!a.path.exists());
+
+    // -csi-userdata-preserved: another file next to vol_data.json blocks, and both stay.
+    let b = pod(root.path(), "b");
+    mk(&b.path.join(csi).join("pv/mount"));
+    fs::write(b.path.join(csi).join("pv/vol_data.json"), "{}").expect("json");
+    fs::write(b.path.join(csi).join("pv/user.txt"), "mine").expect("user");
+    let reasons = blocked(&b);
+    assert!(
+        reasons.iter().any(|r| r.contains("user.txt"))
+            && reasons.iter().any(|r| r.contains("vol_data.json")),
+        "{reasons:?}"
+    );
+    // -csi-nonempty-mount-blocks-cleanup
+    let c = pod(root.path(), "c");
+    mk(&c.path.join(csi).join("pv/mount"));
+    fs::write(c.path.join(csi).join("pv/mount/file"), "data").expect("data");
+    fs::write(c.path.join(csi).join("pv/vol_data.json"), "{}").expect("json");
+    assert_eq!(blocked(&c).len(), 2);
+    // -csi-plugin-dir-is-file: vol_data.json as a dir, or mount as a file, is not the leftover shape.
+    let d = pod(root.path(), "d");
+    mk(&d.path.join(csi).join("pv"));
+    fs::write(d.path.join(csi).join("pv/mount"), "").expect("file");
+    fs::write(d.path.join(csi).join("pv/vol_data.json"), "{}").expect("json");
+    assert_eq!(blocked(&d).len(), 2);
+    // vol_data.json outside kubernetes.io~csi is an ordinary file in a volume dir.
+    let e = pod(root.path(), "e");
+    mk(&e.path.join("volumes/kubernetes.io~nfs/pv/mount"));
+    fs::write(
+        e.path.join("volumes/kubernetes.io~nfs/pv/vol_data.json"),
+        "{}",
+    )
+    .expect("json");
+    assert_eq!(blocked(&e).len(), 1);
+    for p in [&b, &c, &d, &e] {
+        assert!(remove_pod_dir(p, &none()).is_err());
+        assert!(p.path.exists());
+    }
+    assert!(b.path.join(csi).join("pv/vol_data.json").exists());
+    assert!(c.path.join(csi).join("pv/mount/file").exists());
+}
+
+#[test]
+fn mount_table_entries_block() {
+    let root = kubelet_root();
+    let p = pod(root.path(), "u");
+    mk(&p.path.join("volumes/kubernetes.io~secret/token"));
+    let table = MountTable::from_points(vec![
+        p.path.join("volumes/kubernetes.io~secret/token"),
+        root.path().join("pods/u0"),
+    ]);
+    let reasons = match assess_removal(&p, &table).expect("assess") {
+        Removal::Blocked { reasons } => reasons,
+        Removal::Clean => panic!("mounted volume must block"),
+    };
+    assert_eq!(
+        reasons.len(),
+        1,
+        "a sibling `u0` mount is not under `u`: {reasons:?}"
+    );
+    assert!(matches!(
+        remove_pod_dir(&p, &table),
+        Err(PodDirError::Blocked { .. })
+    ));
+    assert!(p.path.join("volumes/kubernetes.io~secret/token").exists());
+}
+
+#[test]
+fn mounts_through_a_symlinked_kubelet_root_are_seen() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let real = tmp.path().join("real");
+    mk(&real.join("pods/u/volumes/x/v"));
+    std::os::unix::fs::symlink(&real, tmp.path().join("kubelet")).expect("symlink");
+    let p = PodDir {
+        uid: "u".into(),
+        path: tmp.path().join("kubelet/pods/u"),
+    };
+    // The mount table only knows the resolved path.
+    let real_canon = fs::canonicalize(&real).expect("canon");
+    let table = MountTable::from_points(vec![real_canon.join("pods/u/volumes/x/v")]);
+    assert!(matches!(
+        assess_removal(&p, &table).expect("assess"),
+        Removal::Blocked { .. }
+    ));
+}
+
+#[test]
+fn hostile_names_and_many_reasons() {
+    let root = kubelet_root();
+    let p = pod(root.path(), "u");
+    let vol = p.path.join("volumes/kubernetes.io~empty-dir/v");
+    mk(&vol);
+    let long = "x".repeat(255);
+    fs::write(vol.join(&long), "").expect("long name");
+    fs::write(vol.join(std::ffi::OsStr::from_bytes(b"bad\xff\nname")), "").expect("non-utf8");
+    fs::write(vol.join("..."), "").expect("dots");
+    for i in 0..100 {
+        fs::write(vol.join(format!("f{i}")), "").expect("file");
+    }
+    let reasons = blocked(&p);
+    assert_eq!(reasons.len(), 33, "32 reasons + a count");
+    assert_eq!(reasons.last().expect("last"), "... and 71 more");
+    // A deep tree outside volumes/ is refused with an error rather than exhausting fds or stack.
+    let q = pod(root.path(), "deep");
+    let mut d = q.path.join("containers");
+    for _ in 0..140 {
+        d.push("d");
+    }
+    mk(&d);
+    assert!(matches!(
+        assess_removal(&q, &none()),
+        Err(PodDirError::TooDeep(_))
+    ));
+    assert!(matches!(
+        remove_pod_dir(
+            &PodDir {
+                uid: "x".into(),
+                path: "/".into()
+            },
+            &none()
+        ),
+        Err(PodDirError::BadPath(_))
+    ));
+}
+
+#[test]
+fn scan_10k_pod_dirs_is_fast() {
+    let root = kubelet_root();
+    for i in 0..10_000 {
+        fs::create_dir(
+            root.path()
+                .join(format!("pods/{i:08x}-0000-4000-8000-000000000000")),
+        )
+        .expect("mkdir");
+    }
+    let start = Instant::now();
+    let dirs = scan_pod_dirs(root.path()).expect("scan");
+    let took = start.elapsed();
+    eprintln!("scan of 10,000 pod dirs: {took:?}");
+    assert_eq!(dirs.len(), 10_000);
+    assert!(took.as_millis() < 100, "scan took {took:?}");
+}
