@@ -77,11 +77,15 @@ pub enum ActError {
     Task(#[from] tokio::task::JoinError),
 }
 
+/// A runtime list re-read before acting, with when it was read and its UIDs.
+type FreshRuntime = (tokio::time::Instant, Arc<RuntimeView>, Arc<HashSet<String>>);
+/// One pod's action results and the findings acting produced.
+type GroupResult = (Vec<(usize, Step)>, Vec<Finding>);
+
 /// The facts re-read before acting, cached for [`FRESH_FOR`].
 struct Fresh<S> {
     sources: Arc<S>,
-    runtime:
-        tokio::sync::Mutex<Option<(tokio::time::Instant, Arc<RuntimeView>, Arc<HashSet<String>>)>>,
+    runtime: tokio::sync::Mutex<Option<FreshRuntime>>,
     mounts: tokio::sync::Mutex<Option<(tokio::time::Instant, Arc<MountTable>)>>,
 }
 
@@ -259,7 +263,7 @@ pub async fn execute<S: Sources, A: Actuator>(
         }
     }
     let ctx = &ctx;
-    let results: Vec<(Vec<(usize, Step)>, Vec<Finding>)> = futures::stream::iter(groups)
+    let results: Vec<GroupResult> = futures::stream::iter(groups)
         .map(|(uid, ops)| async move {
             let mut reported = Vec::new();
             let permit = match gate.acquire(&uid, clock.now()) {

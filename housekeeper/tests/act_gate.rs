@@ -23,7 +23,10 @@ use podward_housekeeper::sources::read_all;
 async fn wait_until(what: &str, cond: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !cond() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::task::yield_now().await;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -47,25 +50,61 @@ async fn one_action_per_uid_at_a_time() {
     }
     // Two executions of the same plan (as two racing passes would): build both, run both.
     let snap2 = read_all(node.as_ref()).await;
-    let mut first = plan::build(plans.pop().expect("snap"), &tracker, &gate, clock.now(), &settings);
+    let mut first = plan::build(
+        plans.pop().expect("snap"),
+        &tracker,
+        &gate,
+        clock.now(),
+        &settings,
+    );
     let mut second = plan::build(snap2, &tracker, &gate, clock.now(), &settings);
     assert_eq!(first.plan.actions.len(), 3);
-    let (n, a, g, c, k) = (node.clone(), act.clone(), gate.clone(), clock.clone(), node.kubelet_root());
+    let (n, a, g, c, k) = (
+        node.clone(),
+        act.clone(),
+        gate.clone(),
+        clock.clone(),
+        node.kubelet_root(),
+    );
     let running = tokio::spawn(async move {
         act::execute(&mut first, n, a, &g, &c, k).await;
         first
     });
-    wait_until("the first destroy to start", || act.in_destroy.load(Ordering::SeqCst) == 1).await;
-    act::execute(&mut second, node.clone(), act.clone(), &gate, &clock, node.kubelet_root()).await;
+    wait_until("the first destroy to start", || {
+        act.in_destroy.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    act::execute(
+        &mut second,
+        node.clone(),
+        act.clone(),
+        &gate,
+        &clock,
+        node.kubelet_root(),
+    )
+    .await;
     for a in &second.plan.actions {
         assert_eq!(a.outcome(), Outcome::Planned, "{a:?}");
         assert!(a.error.contains("in flight"), "{a:?}");
     }
     *act.hold.lock() = false;
     let first = running.await.expect("first execution");
-    assert!(first.plan.actions.iter().all(|a| a.outcome() == Outcome::Done), "{:?}", first.plan.actions);
+    assert!(
+        first
+            .plan
+            .actions
+            .iter()
+            .all(|a| a.outcome() == Outcome::Done),
+        "{:?}",
+        first.plan.actions
+    );
     assert_eq!(act.max_in_destroy.load(Ordering::SeqCst), 1);
-    assert_eq!(act.calls().len(), 3, "only the first execution acted: {:?}", act.calls());
+    assert_eq!(
+        act.calls().len(),
+        3,
+        "only the first execution acted: {:?}",
+        act.calls()
+    );
 }
 
 #[tokio::test]
@@ -79,20 +118,43 @@ async fn a_failure_backs_off_that_uid_only() {
     r.pass(Mode::Act).await;
     let (p, _) = r.pass(Mode::Act).await;
     let bad: Vec<_> = p.actions.iter().filter(|a| a.pod_uid == "bad").collect();
-    assert!(bad.iter().any(|a| a.outcome() == Outcome::Failed), "{bad:?}");
+    assert!(
+        bad.iter().any(|a| a.outcome() == Outcome::Failed),
+        "{bad:?}"
+    );
     let calls_after_failure = act.calls().len();
 
     clock.advance(Duration::from_secs(1));
     let (p, _) = r.pass(Mode::Act).await;
-    assert!(p.actions.iter().all(|a| a.pod_uid != "bad"), "backing off: {:?}", p.actions);
-    let backoff: Vec<_> = p.findings.iter().filter(|f| f.kind() == FindingKind::Backoff).collect();
-    assert!(!backoff.is_empty() && backoff.iter().all(|f| f.pod_uid == "bad"), "{:?}", p.findings);
-    assert!(act.calls()[calls_after_failure..].iter().all(|c| !c.contains(" bad ")));
+    assert!(
+        p.actions.iter().all(|a| a.pod_uid != "bad"),
+        "backing off: {:?}",
+        p.actions
+    );
+    let backoff: Vec<_> = p
+        .findings
+        .iter()
+        .filter(|f| f.kind() == FindingKind::Backoff)
+        .collect();
+    assert!(
+        !backoff.is_empty() && backoff.iter().all(|f| f.pod_uid == "bad"),
+        "{:?}",
+        p.findings
+    );
+    assert!(
+        act.calls()[calls_after_failure..]
+            .iter()
+            .all(|c| !c.contains(" bad "))
+    );
 
     // After the delay (10s ± 10%) it is tried again.
     clock.advance(Duration::from_secs(12));
     let (p, _) = r.pass(Mode::Act).await;
-    assert!(p.actions.iter().any(|a| a.pod_uid == "bad"), "{:?}", p.findings);
+    assert!(
+        p.actions.iter().any(|a| a.pod_uid == "bad"),
+        "{:?}",
+        p.findings
+    );
 }
 
 #[tokio::test]
@@ -104,11 +166,27 @@ async fn d_state_processes_are_reported_and_not_retried_tightly() {
     let (r, clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
     r.pass(Mode::Act).await;
     let (p, _) = r.pass(Mode::Act).await;
-    let cg = p.actions.iter().find(|a| a.kind() == ActionKind::RemoveCgroup).expect("cgroup action");
+    let cg = p
+        .actions
+        .iter()
+        .find(|a| a.kind() == ActionKind::RemoveCgroup)
+        .expect("cgroup action");
     assert_eq!(cg.outcome(), Outcome::Failed);
-    let reported = p.findings.iter().find(|f| f.kind() == FindingKind::Reported).expect("D-state report");
-    assert!(reported.reason.contains("4242") && reported.reason.contains("D state"), "{reported:?}");
-    let destroys = || act.calls().iter().filter(|c| c.starts_with("REMOVE_CGROUP")).count();
+    let reported = p
+        .findings
+        .iter()
+        .find(|f| f.kind() == FindingKind::Reported)
+        .expect("D-state report");
+    assert!(
+        reported.reason.contains("4242") && reported.reason.contains("D state"),
+        "{reported:?}"
+    );
+    let destroys = || {
+        act.calls()
+            .iter()
+            .filter(|c| c.starts_with("REMOVE_CGROUP"))
+            .count()
+    };
     assert_eq!(destroys(), 1);
     for _ in 0..5 {
         clock.advance(Duration::from_secs(1));
@@ -128,7 +206,10 @@ async fn a_uid_that_reappears_before_the_act_is_left_alone() {
     let (r, _clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
     r.pass(Mode::Act).await;
     // This pass's planning read sees no sandbox; the re-read right before acting sees one.
-    let back = RuntimeView { sandboxes: vec![sandbox("s1", "u1", 0, true)], containers: vec![] };
+    let back = RuntimeView {
+        sandboxes: vec![sandbox("s1", "u1", 0, true)],
+        containers: vec![],
+    };
     node.script_runtime(vec![RuntimeView::default(), back]);
     let (p, _) = r.pass(Mode::Act).await;
     assert_eq!(p.actions.len(), 3);
@@ -144,7 +225,11 @@ async fn dry_run_acts_on_nothing_and_its_plan_is_what_the_real_pass_does() {
     let node = FakeNode::new();
     node.leave_pod("u1");
     node.leave_pod("u2");
-    node.mount(&node.pod_dir("u2").join("volumes/kubernetes.io~empty-dir/data"));
+    node.mount(
+        &node
+            .pod_dir("u2")
+            .join("volumes/kubernetes.io~empty-dir/data"),
+    );
     let act = Arc::new(RecordingActuator::default());
     let (r, _clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
     r.pass(Mode::DryRun).await;
@@ -153,19 +238,42 @@ async fn dry_run_acts_on_nothing_and_its_plan_is_what_the_real_pass_does() {
     assert!(act.calls().is_empty());
     assert!(dry.actions.iter().all(|a| a.outcome() == Outcome::Planned));
     // u2 has a mount: its cgroup only gets REDUCE_CPU and its pod dir is BLOCKED.
-    let kinds: Vec<_> = dry.actions.iter().map(|a| (a.pod_uid.as_str(), a.kind())).collect();
+    let kinds: Vec<_> = dry
+        .actions
+        .iter()
+        .map(|a| (a.pod_uid.as_str(), a.kind()))
+        .collect();
     assert!(kinds.contains(&("u2", ActionKind::ReduceCpu)), "{kinds:?}");
-    assert!(!kinds.contains(&("u2", ActionKind::RemovePodDir)), "{kinds:?}");
-    assert!(dry.findings.iter().any(|f| f.pod_uid == "u2" && f.kind() == FindingKind::Blocked));
+    assert!(
+        !kinds.contains(&("u2", ActionKind::RemovePodDir)),
+        "{kinds:?}"
+    );
+    assert!(
+        dry.findings
+            .iter()
+            .any(|f| f.pod_uid == "u2" && f.kind() == FindingKind::Blocked)
+    );
 
     let (real, _) = r.pass(Mode::Act).await;
     assert!(!real.dry_run);
     assert_eq!(planned(&dry), planned(&real));
     // Pods run in parallel, so compare per pod: each pod's calls are its planned actions, in order.
     for uid in ["u1", "u2"] {
-        let mine = |v: Vec<String>| v.into_iter().filter(|c| c.contains(&format!(" {uid} "))).collect::<Vec<_>>();
-        assert_eq!(mine(act.calls()), mine(planned(&real)), "executed exactly the plan of {uid}");
+        let mine = |v: Vec<String>| {
+            v.into_iter()
+                .filter(|c| c.contains(&format!(" {uid} ")))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            mine(act.calls()),
+            mine(planned(&real)),
+            "executed exactly the plan of {uid}"
+        );
     }
     assert_eq!(act.calls().len(), real.actions.len());
-    assert!(real.actions.iter().all(|a| a.outcome() == Outcome::Done), "{:?}", real.actions);
+    assert!(
+        real.actions.iter().all(|a| a.outcome() == Outcome::Done),
+        "{:?}",
+        real.actions
+    );
 }

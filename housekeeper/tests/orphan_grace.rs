@@ -24,9 +24,24 @@ async fn orphan_only_after_the_grace_counted_on_the_injected_clock() {
 
     let (p1, _) = r.pass(Mode::Act).await;
     assert!(p1.actions.is_empty());
-    let waiting: Vec<_> = p1.findings.iter().filter(|f| f.kind() == FindingKind::Waiting).collect();
-    assert_eq!(waiting.len(), 3, "cgroup, pod dir and log dir wait: {:?}", p1.findings);
-    assert!(waiting[0].reason.contains("no sandbox for uid u1 in 1 pass over 0s"), "{}", waiting[0].reason);
+    let waiting: Vec<_> = p1
+        .findings
+        .iter()
+        .filter(|f| f.kind() == FindingKind::Waiting)
+        .collect();
+    assert_eq!(
+        waiting.len(),
+        3,
+        "cgroup, pod dir and log dir wait: {:?}",
+        p1.findings
+    );
+    assert!(
+        waiting[0]
+            .reason
+            .contains("no sandbox for uid u1 in 1 pass over 0s"),
+        "{}",
+        waiting[0].reason
+    );
 
     clock.advance(Duration::from_secs(60));
     let (p2, _) = r.pass(Mode::Act).await;
@@ -41,7 +56,9 @@ async fn orphan_only_after_the_grace_counted_on_the_injected_clock() {
     assert_eq!(p4.actions.len(), 3, "{:?}", p4.findings);
     for a in &p4.actions {
         assert!(
-            a.evidence.iter().any(|e| e == "no sandbox for uid u1 in 4 passes over 2m 10s"),
+            a.evidence
+                .iter()
+                .any(|e| e == "no sandbox for uid u1 in 4 passes over 2m 10s"),
             "{:?}",
             a.evidence
         );
@@ -59,16 +76,26 @@ async fn a_sighting_in_the_runtime_resets_the_count() {
     clock.advance(Duration::from_secs(100));
     r.pass(Mode::Act).await;
     // The sandbox shows up (NotReady) for one pass.
-    node.set_runtime(RuntimeView { sandboxes: vec![sandbox("s1", "u1", 0, false)], containers: vec![] });
+    node.set_runtime(RuntimeView {
+        sandboxes: vec![sandbox("s1", "u1", 0, false)],
+        containers: vec![],
+    });
     clock.advance(Duration::from_secs(10));
     let (seen, _) = r.pass(Mode::Act).await;
-    assert!(seen.actions.is_empty() && seen.findings.is_empty(), "{seen:?}");
+    assert!(
+        seen.actions.is_empty() && seen.findings.is_empty(),
+        "{seen:?}"
+    );
     node.set_runtime(RuntimeView::default());
     clock.advance(Duration::from_secs(30));
     r.pass(Mode::Act).await;
     clock.advance(Duration::from_secs(100));
     let (p, _) = r.pass(Mode::Act).await;
-    assert!(p.actions.is_empty(), "absent for 100s only since the sighting: {:?}", p.actions);
+    assert!(
+        p.actions.is_empty(),
+        "absent for 100s only since the sighting: {:?}",
+        p.actions
+    );
     clock.advance(Duration::from_secs(21));
     let (p, _) = r.pass(Mode::Act).await;
     assert_eq!(p.actions.len(), 3);
@@ -81,7 +108,10 @@ async fn a_pod_whose_sandbox_exists_in_any_state_is_never_touched() {
     node.leave_pod("notready");
     node.leave_pod("gone");
     node.set_runtime(RuntimeView {
-        sandboxes: vec![sandbox("s1", "ready", 0, true), sandbox("s2", "notready", 3, false)],
+        sandboxes: vec![
+            sandbox("s1", "ready", 0, true),
+            sandbox("s2", "notready", 3, false),
+        ],
         containers: vec![],
     });
     let act = Arc::new(RecordingActuator::default());
@@ -89,10 +119,22 @@ async fn a_pod_whose_sandbox_exists_in_any_state_is_never_touched() {
     for _ in 0..5 {
         clock.advance(Duration::from_secs(600));
         let (p, _) = r.pass(Mode::Act).await;
-        assert!(p.actions.iter().all(|a| a.pod_uid == "gone"), "{:?}", p.actions);
-        assert!(p.findings.iter().all(|f| f.pod_uid == "gone"), "{:?}", p.findings);
+        assert!(
+            p.actions.iter().all(|a| a.pod_uid == "gone"),
+            "{:?}",
+            p.actions
+        );
+        assert!(
+            p.findings.iter().all(|f| f.pod_uid == "gone"),
+            "{:?}",
+            p.findings
+        );
     }
-    assert!(act.calls().iter().all(|c| c.contains(" gone ")), "{:?}", act.calls());
+    assert!(
+        act.calls().iter().all(|c| c.contains(" gone ")),
+        "{:?}",
+        act.calls()
+    );
     assert!(!act.calls().is_empty(), "the real orphan was handled");
 }
 

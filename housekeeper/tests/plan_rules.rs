@@ -15,14 +15,24 @@ use podward_housekeeper::reconcile::Mode;
 use podward_housekeeper::runtime::{ContainerPhase, RuntimeView};
 
 fn shim_sandbox(id: &str, uid: &str, attempt: u32, delivery: Delivery) -> Sandbox {
-    Sandbox { id: id.into(), uid: uid.into(), attempt, run_delivery: delivery as i32, ..Default::default() }
+    Sandbox {
+        id: id.into(),
+        uid: uid.into(),
+        attempt,
+        run_delivery: delivery as i32,
+        ..Default::default()
+    }
 }
 
 #[tokio::test]
 async fn undelivered_superseded_sandbox_is_removed_and_a_normal_one_is_not() {
     let node = FakeNode::new();
     node.set_runtime(RuntimeView {
-        sandboxes: vec![sandbox("leaked", "p1", 0, true), sandbox("current", "p1", 1, true), sandbox("normal", "p2", 0, true)],
+        sandboxes: vec![
+            sandbox("leaked", "p1", 0, true),
+            sandbox("current", "p1", 1, true),
+            sandbox("normal", "p2", 0, true),
+        ],
         containers: vec![
             container("c1", "current", "p1", "app", 0, ContainerPhase::Running),
             container("c2", "normal", "p2", "app", 0, ContainerPhase::Running),
@@ -40,8 +50,18 @@ async fn undelivered_superseded_sandbox_is_removed_and_a_normal_one_is_not() {
     let (r, _clock) = reconciler(&node, &act, node.settings(Duration::from_secs(120)));
     let (p, _) = r.pass(Mode::Act).await;
     assert_eq!(planned(&p), ["REMOVE_SANDBOX leaked"]);
-    assert!(p.actions[0].evidence.iter().any(|e| e.contains("never reached kubelet")));
-    assert!(p.actions[0].evidence.iter().any(|e| e.contains("superseded by sandbox current")));
+    assert!(
+        p.actions[0]
+            .evidence
+            .iter()
+            .any(|e| e.contains("never reached kubelet"))
+    );
+    assert!(
+        p.actions[0]
+            .evidence
+            .iter()
+            .any(|e| e.contains("superseded by sandbox current"))
+    );
     assert_eq!(p.actions[0].outcome(), Outcome::Done);
     assert_eq!(act.calls(), ["REMOVE_SANDBOX leaked"]);
 }
@@ -61,7 +81,11 @@ async fn exited_containers_beyond_policy_are_reported_unless_enabled() {
     let (r, _clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
     let (p, _) = r.pass(Mode::Act).await;
     assert!(p.actions.is_empty());
-    let f: Vec<_> = p.findings.iter().filter(|f| f.kind() == FindingKind::Reported).collect();
+    let f: Vec<_> = p
+        .findings
+        .iter()
+        .filter(|f| f.kind() == FindingKind::Reported)
+        .collect();
     assert_eq!(f.len(), 1);
     assert_eq!(f[0].target, "old", "the newest exited one is kept");
     assert!(act.calls().is_empty());
@@ -78,16 +102,29 @@ async fn exited_containers_beyond_policy_are_reported_unless_enabled() {
 async fn a_regular_file_in_a_volume_blocks_the_pod_dir_and_is_reported() {
     let node = FakeNode::new();
     node.leave_pod("u1");
-    let data = node.pod_dir("u1").join("volumes/kubernetes.io~empty-dir/data/precious.db");
+    let data = node
+        .pod_dir("u1")
+        .join("volumes/kubernetes.io~empty-dir/data/precious.db");
     std::fs::write(&data, b"user data").expect("write");
-    let act = Arc::new(RecordingActuator { really: true, ..Default::default() });
+    let act = Arc::new(RecordingActuator {
+        really: true,
+        ..Default::default()
+    });
     let (r, _clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
     r.pass(Mode::Act).await;
     let (p, _) = r.pass(Mode::Act).await;
-    let blocked = p.findings.iter().find(|f| f.kind() == FindingKind::Blocked).expect("blocked finding");
+    let blocked = p
+        .findings
+        .iter()
+        .find(|f| f.kind() == FindingKind::Blocked)
+        .expect("blocked finding");
     assert_eq!(blocked.pod_uid, "u1");
     assert!(blocked.reason.contains("precious.db"), "{}", blocked.reason);
-    assert!(!act.calls().iter().any(|c| c.starts_with("REMOVE_POD_DIR")), "{:?}", act.calls());
+    assert!(
+        !act.calls().iter().any(|c| c.starts_with("REMOVE_POD_DIR")),
+        "{:?}",
+        act.calls()
+    );
     assert_eq!(std::fs::read(&data).expect("still there"), b"user data");
     // The cgroup and log dir (nothing mounted) were removed for real.
     assert!(!node.root().join("cgroup/kubepods/burstable/podu1").exists());

@@ -17,16 +17,35 @@ async fn sources_are_read_in_kubelets_order_cgroups_first() {
     let act = Arc::new(RecordingActuator::default());
     let (r, _clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
     let (plan, _) = r.pass(Mode::Act).await;
-    let order = [names::CGROUPS, names::RUNTIME, names::SHIM, names::POD_DIRS, names::LOG_DIRS, names::MOUNTS];
+    let order = [
+        names::CGROUPS,
+        names::RUNTIME,
+        names::SHIM,
+        names::POD_DIRS,
+        names::LOG_DIRS,
+        names::MOUNTS,
+    ];
     assert_eq!(node.reads.lock().as_slice(), order);
     let reported: Vec<_> = plan.sources.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(reported, order);
-    assert!(plan.sources.iter().find(|s| s.name == names::SHIM).expect("shim report").optional);
+    assert!(
+        plan.sources
+            .iter()
+            .find(|s| s.name == names::SHIM)
+            .expect("shim report")
+            .optional
+    );
 }
 
 #[tokio::test]
 async fn a_pass_where_any_required_source_failed_acts_on_nothing() {
-    for failing in [names::CGROUPS, names::RUNTIME, names::POD_DIRS, names::LOG_DIRS, names::MOUNTS] {
+    for failing in [
+        names::CGROUPS,
+        names::RUNTIME,
+        names::POD_DIRS,
+        names::LOG_DIRS,
+        names::MOUNTS,
+    ] {
         let node = FakeNode::new();
         node.leave_pod("u1");
         let act = Arc::new(RecordingActuator::default());
@@ -34,22 +53,41 @@ async fn a_pass_where_any_required_source_failed_acts_on_nothing() {
         // Two dry-run passes make u1 an orphan (zero grace, two passes).
         r.pass(Mode::DryRun).await;
         let (ready, _) = r.pass(Mode::DryRun).await;
-        assert_eq!(ready.actions.len(), 3, "cgroup, pod dir, log dir planned: {ready:?}");
+        assert_eq!(
+            ready.actions.len(),
+            3,
+            "cgroup, pod dir, log dir planned: {ready:?}"
+        );
 
         node.fail(failing, true);
         let (plan, _) = r.pass(Mode::Act).await;
         assert!(!plan.sources_ok, "{failing}");
         assert!(plan.actions.is_empty(), "{failing}: {:?}", plan.actions);
         assert!(plan.findings.is_empty(), "{failing}: {:?}", plan.findings);
-        assert!(act.calls().is_empty(), "{failing}: acted: {:?}", act.calls());
-        let report = plan.sources.iter().find(|s| s.name == failing).expect("report");
-        assert!(!report.ok && report.error.contains("unavailable"), "{report:?}");
+        assert!(
+            act.calls().is_empty(),
+            "{failing}: acted: {:?}",
+            act.calls()
+        );
+        let report = plan
+            .sources
+            .iter()
+            .find(|s| s.name == failing)
+            .expect("report");
+        assert!(
+            !report.ok && report.error.contains("unavailable"),
+            "{report:?}"
+        );
 
         // The failed pass broke the chain of evidence: the next good pass waits again.
         node.fail(failing, false);
         let (after, _) = r.pass(Mode::Act).await;
         assert!(after.sources_ok);
-        assert!(after.actions.is_empty(), "{failing}: history must restart: {:?}", after.actions);
+        assert!(
+            after.actions.is_empty(),
+            "{failing}: history must restart: {:?}",
+            after.actions
+        );
         assert!(act.calls().is_empty());
     }
 }
@@ -64,7 +102,11 @@ async fn without_the_shim_orphans_are_still_handled() {
     r.pass(Mode::Act).await;
     let (plan, _) = r.pass(Mode::Act).await;
     assert!(plan.sources_ok);
-    let shim = plan.sources.iter().find(|s| s.name == names::SHIM).expect("shim report");
+    let shim = plan
+        .sources
+        .iter()
+        .find(|s| s.name == names::SHIM)
+        .expect("shim report");
     assert!(!shim.ok && shim.optional);
     assert_eq!(act.calls().len(), 3, "{:?}", act.calls());
 }

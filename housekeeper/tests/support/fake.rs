@@ -45,8 +45,11 @@ impl FakeNode {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("cgroup/kubepods/burstable")).expect("mkdir");
         std::fs::create_dir_all(dir.path().join("cgroup/kubepods/besteffort")).expect("mkdir");
-        std::fs::write(dir.path().join("cgroup/cgroup.controllers"), "cpu memory pids\n")
-            .expect("write");
+        std::fs::write(
+            dir.path().join("cgroup/cgroup.controllers"),
+            "cpu memory pids\n",
+        )
+        .expect("write");
         std::fs::create_dir_all(dir.path().join("kubelet/pods")).expect("mkdir");
         std::fs::create_dir_all(dir.path().join("logs")).expect("mkdir");
         Arc::new(Self {
@@ -71,10 +74,16 @@ impl FakeNode {
 
     /// A pod that left a cgroup, a pod dir and a log dir behind.
     pub fn leave_pod(&self, uid: &str) {
-        std::fs::create_dir_all(self.root().join(format!("cgroup/kubepods/burstable/pod{uid}")))
-            .expect("mkdir cgroup");
-        std::fs::create_dir_all(self.pod_dir(uid).join("volumes/kubernetes.io~empty-dir/data"))
-            .expect("mkdir pod dir");
+        std::fs::create_dir_all(
+            self.root()
+                .join(format!("cgroup/kubepods/burstable/pod{uid}")),
+        )
+        .expect("mkdir cgroup");
+        std::fs::create_dir_all(
+            self.pod_dir(uid)
+                .join("volumes/kubernetes.io~empty-dir/data"),
+        )
+        .expect("mkdir pod dir");
         std::fs::create_dir_all(self.root().join(format!("logs/ns_web-{uid}_{uid}/app")))
             .expect("mkdir log dir");
     }
@@ -136,7 +145,14 @@ pub fn sandbox(id: &str, uid: &str, attempt: u32, ready: bool) -> SandboxInfo {
     }
 }
 
-pub fn container(id: &str, sandbox_id: &str, uid: &str, name: &str, attempt: u32, phase: ContainerPhase) -> ContainerInfo {
+pub fn container(
+    id: &str,
+    sandbox_id: &str,
+    uid: &str,
+    name: &str,
+    attempt: u32,
+    phase: ContainerPhase,
+) -> ContainerInfo {
     ContainerInfo {
         id: id.into(),
         sandbox_id: sandbox_id.into(),
@@ -151,21 +167,32 @@ pub fn container(id: &str, sandbox_id: &str, uid: &str, name: &str, attempt: u32
 impl Sources for FakeNode {
     async fn cgroups(&self) -> Result<CgroupScan, SourceError> {
         self.check(names::CGROUPS)?;
-        let layout = CgroupLayout::detect(&self.root().join("cgroup"), CgroupDriver::Cgroupfs, "/")?;
+        let layout =
+            CgroupLayout::detect(&self.root().join("cgroup"), CgroupDriver::Cgroupfs, "/")?;
         let pods = cgroup::scan_pod_cgroups(&layout)?;
-        Ok(CgroupScan { layout: Arc::new(layout), pods })
+        Ok(CgroupScan {
+            layout: Arc::new(layout),
+            pods,
+        })
     }
 
     async fn runtime(&self) -> Result<RuntimeView, SourceError> {
         self.check(names::RUNTIME)?;
         let mut q = self.runtime.lock();
-        let v = if q.len() > 1 { q.pop_front() } else { q.front().cloned() };
+        let v = if q.len() > 1 {
+            q.pop_front()
+        } else {
+            q.front().cloned()
+        };
         Ok(v.unwrap_or_default())
     }
 
     async fn shim(&self) -> Result<ShimIndex, SourceError> {
         self.check(names::SHIM)?;
-        self.shim.lock().clone().ok_or(SourceError::Unavailable("shim"))
+        self.shim
+            .lock()
+            .clone()
+            .ok_or(SourceError::Unavailable("shim"))
     }
 
     async fn pod_dirs(&self) -> Result<Vec<PodDir>, SourceError> {
@@ -217,7 +244,11 @@ fn io_fail(path: &Path) -> std::io::Error {
 }
 
 impl Actuator for RecordingActuator {
-    fn destroy_cgroup(&self, _layout: &CgroupLayout, cg: &PodCgroup) -> Result<DestroyReport, CgroupError> {
+    fn destroy_cgroup(
+        &self,
+        _layout: &CgroupLayout,
+        cg: &PodCgroup,
+    ) -> Result<DestroyReport, CgroupError> {
         let n = self.in_destroy.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_destroy.fetch_max(n, Ordering::SeqCst);
         self.record(format!("REMOVE_CGROUP {} {}", cg.uid, cg.name));
@@ -235,7 +266,11 @@ impl Actuator for RecordingActuator {
             });
         }
         if self.fails(&cg.uid) {
-            return Err(CgroupError::Io { op: "rmdir", path: cg.paths[0].clone(), source: io_fail(&cg.paths[0]) });
+            return Err(CgroupError::Io {
+                op: "rmdir",
+                path: cg.paths[0].clone(),
+                source: io_fail(&cg.paths[0]),
+            });
         }
         if self.really {
             for p in &cg.paths {
@@ -250,10 +285,18 @@ impl Actuator for RecordingActuator {
         Ok(())
     }
 
-    fn remove_pod_dir(&self, dir: &PodDir, mounts: &MountTable) -> Result<RemovalReport, PodDirError> {
+    fn remove_pod_dir(
+        &self,
+        dir: &PodDir,
+        mounts: &MountTable,
+    ) -> Result<RemovalReport, PodDirError> {
         self.record(format!("REMOVE_POD_DIR {} {}", dir.uid, dir.path.display()));
         if self.fails(&dir.uid) {
-            return Err(PodDirError::Io { op: "remove", path: dir.path.clone(), source: io_fail(&dir.path) });
+            return Err(PodDirError::Io {
+                op: "remove",
+                path: dir.path.clone(),
+                source: io_fail(&dir.path),
+            });
         }
         if self.really {
             return pod_dir::remove_pod_dir(dir, mounts);
