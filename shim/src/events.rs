@@ -3,7 +3,7 @@
 //! kubelet learns of an exit only on its next relist; containerd publishes it the moment the
 //! task's shim reaps the process, so this is what makes exits visible within milliseconds.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use podward_api::backoff::Backoff;
 use podward_api::containerd::events::{ContainerDelete, TaskExit, TaskOom};
@@ -45,7 +45,11 @@ pub fn decode(env: &Envelope, namespace: &str) -> Option<Observation> {
             }
             let exited_at_ns = e
                 .exited_at
-                .map(|t| t.seconds.saturating_mul(1_000_000_000).saturating_add(i64::from(t.nanos)))
+                .map(|t| {
+                    t.seconds
+                        .saturating_mul(1_000_000_000)
+                        .saturating_add(i64::from(t.nanos))
+                })
                 .unwrap_or(0);
             Some(Observation::TaskExit {
                 container_id: e.container_id,
@@ -107,13 +111,13 @@ enum EventsError {
 }
 
 async fn subscribe_once(
-    socket: &PathBuf,
+    socket: &Path,
     namespace: &str,
     filters: &[String],
     publisher: &Publisher,
     backoff: &mut Backoff,
 ) -> Result<(), EventsError> {
-    let channel = podward_api::socket::connect(socket.clone()).await?;
+    let channel = podward_api::socket::connect(socket.to_owned()).await?;
     let mut client = EventsClient::new(channel);
     let mut stream = client
         .subscribe(SubscribeRequest {
@@ -175,7 +179,10 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
-        assert!(decode(&env, "default").is_none(), "other namespaces are ignored");
+        assert!(
+            decode(&env, "default").is_none(),
+            "other namespaces are ignored"
+        );
     }
 
     #[test]
@@ -187,7 +194,11 @@ mod tests {
         };
         let env = envelope("k8s.io", "containerd.events.TaskExit", e.encode_to_vec());
         assert!(decode(&env, "k8s.io").is_none());
-        let env = envelope("k8s.io", "containerd.events.TaskExit", vec![0xff, 0xff, 0xff]);
+        let env = envelope(
+            "k8s.io",
+            "containerd.events.TaskExit",
+            vec![0xff, 0xff, 0xff],
+        );
         assert!(decode(&env, "k8s.io").is_none());
     }
 

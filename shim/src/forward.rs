@@ -71,7 +71,11 @@ impl Proxy {
 
     /// Accepts connections on `listener` until `shutdown` fires. Each connection is served on
     /// its own task; in-flight calls of open connections end with their connection.
-    pub async fn serve(self: Arc<Self>, listener: UnixListener, mut shutdown: watch::Receiver<bool>) {
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: UnixListener,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
         loop {
             let stream = tokio::select! {
                 _ = shutdown.changed() => return,
@@ -149,7 +153,7 @@ impl Proxy {
                             at_ns: requested_at_ns,
                         });
                     }
-                }) as Box<dyn FnOnce(&Tap) + Send + Sync>
+                }) as body::OnRequestComplete
             })
         });
         let tap = watched.as_ref().map(|(_, t)| t.clone());

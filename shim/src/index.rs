@@ -222,7 +222,14 @@ impl Index {
     }
 
     /// The whole index (sorted by creation time, then ID) with the given header fields.
-    pub fn snapshot(&self, seq: u64, instance_id: &str, connected: bool, resync: bool, now_ns: i64) -> Snapshot {
+    pub fn snapshot(
+        &self,
+        seq: u64,
+        instance_id: &str,
+        connected: bool,
+        resync: bool,
+        now_ns: i64,
+    ) -> Snapshot {
         let mut sandboxes: Vec<Sandbox> = self.sandboxes.values().cloned().collect();
         sandboxes.sort_by(|a, b| (a.created_at_ns, &a.id).cmp(&(b.created_at_ns, &b.id)));
         let mut containers: Vec<Container> = self.containers.values().cloned().collect();
@@ -248,7 +255,14 @@ impl Index {
                 sandbox_id,
                 delivery,
                 at_ns,
-            } => self.sandbox_run(config, runtime_handler, sandbox_id, delivery, at_ns, &mut out),
+            } => self.sandbox_run(
+                config,
+                runtime_handler,
+                sandbox_id,
+                delivery,
+                at_ns,
+                &mut out,
+            ),
             Observation::SandboxRunAbandoned { metadata } => self.remember(Abandoned::Sandbox {
                 name: metadata.name,
                 namespace: metadata.namespace,
@@ -284,7 +298,9 @@ impl Index {
                 completed,
             } => self.container_stop(&id, timeout_seconds, requested_at_ns, completed, &mut out),
             Observation::ContainerRemove { id } => self.container_remove(&id, &mut out),
-            Observation::SandboxList { items, complete } => self.sandbox_list(items, complete, &mut out),
+            Observation::SandboxList { items, complete } => {
+                self.sandbox_list(items, complete, &mut out)
+            }
             Observation::ContainerList { items, complete } => {
                 self.container_list(items, complete, &mut out)
             }
@@ -360,9 +376,15 @@ impl Index {
             s.run_delivery = Delivery::Undelivered as i32;
         }
         self.sandboxes.insert(s.id.clone(), s.clone());
-        out.push(Change::Sandbox(SandboxEventKind::SandboxEventCreated, s.clone()));
+        out.push(Change::Sandbox(
+            SandboxEventKind::SandboxEventCreated,
+            s.clone(),
+        ));
         if undelivered {
-            out.push(Change::Sandbox(SandboxEventKind::SandboxEventUndelivered, s));
+            out.push(Change::Sandbox(
+                SandboxEventKind::SandboxEventUndelivered,
+                s,
+            ));
         }
     }
 
@@ -374,9 +396,15 @@ impl Index {
             c.create_delivery = Delivery::Undelivered as i32;
         }
         self.containers.insert(c.id.clone(), c.clone());
-        out.push(Change::Container(ContainerEventKind::ContainerEventCreated, c.clone()));
+        out.push(Change::Container(
+            ContainerEventKind::ContainerEventCreated,
+            c.clone(),
+        ));
         if undelivered {
-            out.push(Change::Container(ContainerEventKind::ContainerEventUndelivered, c));
+            out.push(Change::Container(
+                ContainerEventKind::ContainerEventUndelivered,
+                c,
+            ));
         }
     }
 }

@@ -10,7 +10,11 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::load(&args).context("loading configuration")?;
     podward_api::daemon::telemetry::init(config.log_format, &config.log_level)
         .map_err(anyhow::Error::msg)?;
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), ?config, "podward-shim starting");
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        ?config,
+        "podward-shim starting"
+    );
     podward_shim::run(config, podward_api::daemon::signal::shutdown())
         .await
         .context("podward-shim failed")?;

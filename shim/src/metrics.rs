@@ -39,7 +39,10 @@ impl Metrics {
     /// Creates the metrics and registers them on `registry`.
     pub fn new(registry: &Registry) -> Result<Self, MetricsError> {
         let requests = IntCounterVec::new(
-            Opts::new("podward_shim_requests_total", "CRI requests forwarded, by method"),
+            Opts::new(
+                "podward_shim_requests_total",
+                "CRI requests forwarded, by method",
+            ),
             &["method"],
         )?;
         let request_errors = IntCounterVec::new(
@@ -62,10 +65,14 @@ impl Metrics {
             .buckets(buckets),
             &["method"],
         )?;
-        let index_sandboxes =
-            IntGauge::new("podward_shim_index_sandboxes", "Sandboxes in the lifecycle index")?;
-        let index_containers =
-            IntGauge::new("podward_shim_index_containers", "Containers in the lifecycle index")?;
+        let index_sandboxes = IntGauge::new(
+            "podward_shim_index_sandboxes",
+            "Sandboxes in the lifecycle index",
+        )?;
+        let index_containers = IntGauge::new(
+            "podward_shim_index_containers",
+            "Containers in the lifecycle index",
+        )?;
         let subscribers = IntGauge::new("podward_shim_subscribers", "Connected Watch subscribers")?;
         let resyncs = IntCounter::new(
             "podward_shim_resyncs_total",
@@ -146,7 +153,10 @@ mod tests {
             "podward_shim_upstream_connected",
             "podward_shim_undelivered_total",
         ] {
-            assert!(names.iter().any(|n| n == want), "{want} missing from {names:?}");
+            assert!(
+                names.iter().any(|n| n == want),
+                "{want} missing from {names:?}"
+            );
         }
     }
 }

@@ -182,7 +182,9 @@ fn to_event(seq: u64, now: i64, change: Change) -> WatchEvent {
 
 fn is_undelivered(e: &WatchEvent) -> bool {
     match &e.event {
-        Some(watch_event::Event::Sandbox(s)) => s.kind == SandboxEventKind::SandboxEventUndelivered as i32,
+        Some(watch_event::Event::Sandbox(s)) => {
+            s.kind == SandboxEventKind::SandboxEventUndelivered as i32
+        }
         Some(watch_event::Event::Container(c)) => {
             c.kind == ContainerEventKind::ContainerEventUndelivered as i32
         }

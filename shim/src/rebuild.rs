@@ -6,7 +6,7 @@
 //! after every reconnect to containerd (events may have been missed while it was down).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
 use podward_api::backoff::Backoff;
@@ -54,8 +54,8 @@ pub fn env_from_info(info: &HashMap<String, String>) -> Option<Vec<(String, Stri
 }
 
 /// Reads the whole runtime state into index entries.
-pub async fn read_runtime(socket: &PathBuf) -> Result<(Vec<Sandbox>, Vec<Container>), RebuildError> {
-    let channel = podward_api::socket::connect(socket.clone()).await?;
+pub async fn read_runtime(socket: &Path) -> Result<(Vec<Sandbox>, Vec<Container>), RebuildError> {
+    let channel = podward_api::socket::connect(socket.to_owned()).await?;
     let client = RuntimeServiceClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
@@ -87,7 +87,10 @@ pub async fn read_runtime(socket: &PathBuf) -> Result<(Vec<Sandbox>, Vec<Contain
     Ok((sandboxes, containers))
 }
 
-async fn sandbox_entry(mut client: RuntimeServiceClient<Channel>, p: cri::PodSandbox) -> Option<Sandbox> {
+async fn sandbox_entry(
+    mut client: RuntimeServiceClient<Channel>,
+    p: cri::PodSandbox,
+) -> Option<Sandbox> {
     let mut idx = crate::index::Index::new();
     let id = p.id.clone();
     idx.apply(Observation::SandboxList {

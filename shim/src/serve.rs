@@ -75,7 +75,11 @@ struct Served {
     created: Option<PathBuf>,
 }
 
-async fn bind(activated: Option<UnixListener>, path: &Path, perms: SocketPerms) -> Result<Served, ShimError> {
+async fn bind(
+    activated: Option<UnixListener>,
+    path: &Path,
+    perms: SocketPerms,
+) -> Result<Served, ShimError> {
     if let Some(listener) = activated {
         tracing::info!(path = %path.display(), "using the systemd-activated socket");
         return Ok(Served {
@@ -114,7 +118,12 @@ pub async fn run_with(
     // kubelet and crictl keep the access they had to containerd's socket.
     let perms = SocketPerms::copied_from(&config.containerd_socket).unwrap_or_default();
     let cri = bind(activated.next(), &config.listen, perms).await?;
-    let control = bind(activated.next(), &config.control_socket, SocketPerms::default()).await?;
+    let control = bind(
+        activated.next(),
+        &config.control_socket,
+        SocketPerms::default(),
+    )
+    .await?;
     let admin_listener = TcpListener::bind(config.admin_addr)
         .await
         .map_err(|source| ShimError::Admin {

@@ -34,12 +34,15 @@ async fn unary_call_passes_with_metadata_and_trailers_and_is_indexed() {
     let mut req = tonic::Request::new(cri::VersionRequest {
         version: "v1".into(),
     });
-    req.metadata_mut().insert("x-echo", "hello".parse().expect("md"));
+    req.metadata_mut()
+        .insert("x-echo", "hello".parse().expect("md"));
     let resp = rt.version(req).await.expect("Version through the shim");
     assert_eq!(resp.get_ref().runtime_name, "fake");
     // The fake upstream echoes the header into a trailer: both directions pass untouched.
     assert_eq!(
-        resp.metadata().get("x-echoed").and_then(|v| v.to_str().ok()),
+        resp.metadata()
+            .get("x-echoed")
+            .and_then(|v| v.to_str().ok()),
         Some("hello")
     );
 
@@ -63,7 +66,9 @@ async fn unary_call_passes_with_metadata_and_trailers_and_is_indexed() {
     assert_eq!(sb.run_delivery, Delivery::Delivered as i32);
     let metrics = shim.metrics_text();
     assert!(
-        metrics.contains("podward_shim_requests_total{method=\"/runtime.v1.RuntimeService/Version\"} 1"),
+        metrics.contains(
+            "podward_shim_requests_total{method=\"/runtime.v1.RuntimeService/Version\"} 1"
+        ),
         "{metrics}"
     );
 }
@@ -73,8 +78,12 @@ async fn unknown_method_error_and_message_pass_through() {
     let dir = tempfile::tempdir().expect("tempdir");
     let up = FakeUpstream::start(&dir.path().join("containerd.sock")).await;
     let shim = TestShim::start(dir.path()).await;
-    let direct = common::call_unknown(up.socket()).await.expect_err("must fail");
-    let proxied = common::call_unknown(&shim.cri_socket()).await.expect_err("must fail");
+    let direct = common::call_unknown(up.socket())
+        .await
+        .expect_err("must fail");
+    let proxied = common::call_unknown(&shim.cri_socket())
+        .await
+        .expect_err("must fail");
     assert_eq!(proxied.code(), Code::Unimplemented);
     assert_eq!(proxied.code(), direct.code());
     assert_eq!(proxied.message(), direct.message());
@@ -183,5 +192,8 @@ async fn run_pod_sandbox_whose_caller_timed_out_is_undelivered() {
             SandboxEventKind::SandboxEventUndelivered as i32
         ]
     );
-    assert!(shim.metrics_text().contains("podward_shim_undelivered_total 1"));
+    assert!(
+        shim.metrics_text()
+            .contains("podward_shim_undelivered_total 1")
+    );
 }

@@ -64,7 +64,10 @@ impl Holds {
     pub(super) async fn before_response(&self, path: &str) {
         let taken = {
             let mut armed = self.armed.lock();
-            armed.iter().position(|a| a.path == path).map(|i| armed.remove(i))
+            armed
+                .iter()
+                .position(|a| a.path == path)
+                .map(|i| armed.remove(i))
         };
         let Some(mut a) = taken else {
             return;

@@ -77,12 +77,15 @@ impl Tap {
     }
 }
 
+/// Called once with the tee when a request body is complete.
+pub(super) type OnRequestComplete = Box<dyn FnOnce(&Tap) + Send + Sync>;
+
 /// The request body forwarded upstream.
 pub struct RequestBody {
     inner: Incoming,
     tap: Option<Arc<Tap>>,
     /// Called once when the whole request has been read (for requests that are news).
-    on_complete: Option<Box<dyn FnOnce(&Tap) + Send + Sync>>,
+    on_complete: Option<OnRequestComplete>,
 }
 
 impl RequestBody {
@@ -90,7 +93,7 @@ impl RequestBody {
     pub fn new(
         inner: Incoming,
         tap: Option<Arc<Tap>>,
-        on_complete: Option<Box<dyn FnOnce(&Tap) + Send + Sync>>,
+        on_complete: Option<OnRequestComplete>,
     ) -> Self {
         Self {
             inner,
@@ -191,10 +194,10 @@ impl Body for ResponseBody {
                             end.finish(None, true);
                         }
                     }
-                } else if let Some(trailers) = frame.trailers_ref() {
-                    if let Some(end) = this.end.take() {
-                        end.finish(super::call::grpc_status(trailers), true);
-                    }
+                } else if let Some(trailers) = frame.trailers_ref()
+                    && let Some(end) = this.end.take()
+                {
+                    end.finish(super::call::grpc_status(trailers), true);
                 }
             }
             None => {

@@ -76,7 +76,11 @@ impl MethodTable {
         if let Some(m) = t.get(path) {
             return m.clone();
         }
-        let key = if t.len() >= MAX_METHOD_LABELS { "other" } else { path };
+        let key = if t.len() >= MAX_METHOD_LABELS {
+            "other"
+        } else {
+            path
+        };
         if let Some(m) = t.get(key) {
             return m.clone();
         }

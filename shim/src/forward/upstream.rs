@@ -58,7 +58,12 @@ impl Upstream {
     }
 
     /// Keeps a connection to `socket` until `shutdown` fires, reconnecting with backoff.
-    pub async fn maintain(self, socket: PathBuf, metrics: Metrics, mut shutdown: watch::Receiver<bool>) {
+    pub async fn maintain(
+        self,
+        socket: PathBuf,
+        metrics: Metrics,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
         let mut backoff = Backoff::reconnect();
         loop {
             let attempt = tokio::select! {

@@ -29,7 +29,11 @@ impl Index {
         let was_undelivered = cur.run_delivery == Delivery::Undelivered as i32;
         let mut merged = fresh.clone();
         merged.state = cur.state;
-        merged.created_at_ns = if cur.created_at_ns != 0 { cur.created_at_ns } else { fresh.created_at_ns };
+        merged.created_at_ns = if cur.created_at_ns != 0 {
+            cur.created_at_ns
+        } else {
+            fresh.created_at_ns
+        };
         merged.pod_ip = cur.pod_ip.clone();
         merged.additional_ips = cur.additional_ips.clone();
         merged.stop_requested_at_ns = cur.stop_requested_at_ns;
@@ -39,14 +43,26 @@ impl Index {
             let before = cur.run_delivery;
             cur.run_delivery = delivery as i32;
             if delivery == Delivery::Undelivered && !was_undelivered {
-                out.push(Change::Sandbox(SandboxEventKind::SandboxEventUndelivered, cur.clone()));
+                out.push(Change::Sandbox(
+                    SandboxEventKind::SandboxEventUndelivered,
+                    cur.clone(),
+                ));
             } else if before != cur.run_delivery {
-                out.push(Change::Sandbox(SandboxEventKind::SandboxEventUpdated, cur.clone()));
+                out.push(Change::Sandbox(
+                    SandboxEventKind::SandboxEventUpdated,
+                    cur.clone(),
+                ));
             }
         }
     }
 
-    pub(super) fn sandbox_stop(&mut self, id: &str, requested_at_ns: i64, completed: bool, out: &mut Vec<Change>) {
+    pub(super) fn sandbox_stop(
+        &mut self,
+        id: &str,
+        requested_at_ns: i64,
+        completed: bool,
+        out: &mut Vec<Change>,
+    ) {
         let Some(cur) = self.sandboxes.get_mut(id) else {
             return;
         };
@@ -92,7 +108,8 @@ impl Index {
         at_ns: i64,
         out: &mut Vec<Change>,
     ) {
-        let fresh = convert::container_from_create(container_id, sandbox_id, config, delivery, at_ns);
+        let fresh =
+            convert::container_from_create(container_id, sandbox_id, config, delivery, at_ns);
         let Some(cur) = self.containers.get(&fresh.id) else {
             self.insert_new_container(fresh, out);
             return;
@@ -100,7 +117,11 @@ impl Index {
         let was_undelivered = cur.create_delivery == Delivery::Undelivered as i32;
         let mut merged = fresh.clone();
         merged.state = cur.state;
-        merged.created_at_ns = if cur.created_at_ns != 0 { cur.created_at_ns } else { at_ns };
+        merged.created_at_ns = if cur.created_at_ns != 0 {
+            cur.created_at_ns
+        } else {
+            at_ns
+        };
         let id = merged.id.clone();
         let facts = ContainerFacts {
             sandbox_id: true,
@@ -112,9 +133,15 @@ impl Index {
             let before = cur.create_delivery;
             cur.create_delivery = delivery as i32;
             if delivery == Delivery::Undelivered && !was_undelivered {
-                out.push(Change::Container(ContainerEventKind::ContainerEventUndelivered, cur.clone()));
+                out.push(Change::Container(
+                    ContainerEventKind::ContainerEventUndelivered,
+                    cur.clone(),
+                ));
             } else if before != cur.create_delivery {
-                out.push(Change::Container(ContainerEventKind::ContainerEventUpdated, cur.clone()));
+                out.push(Change::Container(
+                    ContainerEventKind::ContainerEventUpdated,
+                    cur.clone(),
+                ));
             }
         }
     }
@@ -132,7 +159,10 @@ impl Index {
         if cur.started_at_ns == 0 {
             cur.started_at_ns = at_ns;
         }
-        out.push(Change::Container(ContainerEventKind::ContainerEventStarted, cur.clone()));
+        out.push(Change::Container(
+            ContainerEventKind::ContainerEventStarted,
+            cur.clone(),
+        ));
     }
 
     pub(super) fn container_stop(
@@ -152,12 +182,18 @@ impl Index {
         }
         cur.stop_requested_at_ns = requested_at_ns;
         cur.stop_timeout_seconds = timeout_seconds;
-        out.push(Change::Container(ContainerEventKind::ContainerEventUpdated, cur.clone()));
+        out.push(Change::Container(
+            ContainerEventKind::ContainerEventUpdated,
+            cur.clone(),
+        ));
     }
 
     pub(super) fn container_remove(&mut self, id: &str, out: &mut Vec<Change>) {
         if let Some(c) = self.containers.remove(id) {
-            out.push(Change::Container(ContainerEventKind::ContainerEventRemoved, c));
+            out.push(Change::Container(
+                ContainerEventKind::ContainerEventRemoved,
+                c,
+            ));
         }
     }
 }

@@ -60,7 +60,12 @@ pub(super) fn container_kind(before: &Container, after: &Container) -> Container
 
 impl Index {
     /// Merges `fresh` over the known sandbox (or inserts it), emitting the matching change.
-    pub(super) fn merge_sandbox(&mut self, fresh: Sandbox, facts: SandboxFacts, out: &mut Vec<Change>) {
+    pub(super) fn merge_sandbox(
+        &mut self,
+        fresh: Sandbox,
+        facts: SandboxFacts,
+        out: &mut Vec<Change>,
+    ) {
         let Some(cur) = self.sandboxes.get_mut(&fresh.id) else {
             self.insert_new_sandbox(fresh, out);
             return;
@@ -72,7 +77,9 @@ impl Index {
         cur.attempt = fresh.attempt;
         // A sandbox never becomes ready again once stopped (CRI), so an older READY answer that
         // races with a stop must not undo it.
-        if !(cur.state == SandboxState::Notready as i32 && fresh.state == SandboxState::Ready as i32) {
+        if !(cur.state == SandboxState::Notready as i32
+            && fresh.state == SandboxState::Ready as i32)
+        {
             cur.state = fresh.state;
         }
         cur.labels = fresh.labels;
@@ -148,7 +155,12 @@ impl Index {
         }
     }
 
-    pub(super) fn sandbox_list(&mut self, items: Vec<cri::PodSandbox>, complete: bool, out: &mut Vec<Change>) {
+    pub(super) fn sandbox_list(
+        &mut self,
+        items: Vec<cri::PodSandbox>,
+        complete: bool,
+        out: &mut Vec<Change>,
+    ) {
         let seen: HashSet<String> = items.iter().map(|p| p.id.clone()).collect();
         for p in items {
             let facts = SandboxFacts { network: false };
@@ -167,7 +179,12 @@ impl Index {
         }
     }
 
-    pub(super) fn container_list(&mut self, items: Vec<cri::Container>, complete: bool, out: &mut Vec<Change>) {
+    pub(super) fn container_list(
+        &mut self,
+        items: Vec<cri::Container>,
+        complete: bool,
+        out: &mut Vec<Change>,
+    ) {
         let seen: HashSet<String> = items.iter().map(|c| c.id.clone()).collect();
         for c in items {
             let facts = ContainerFacts {
@@ -223,7 +240,12 @@ impl Index {
     }
 
     /// Replaces the index with a rebuild from the runtime, keeping what only the CRI path knew.
-    pub(super) fn rebuilt(&mut self, sandboxes: Vec<Sandbox>, containers: Vec<Container>, out: &mut Vec<Change>) {
+    pub(super) fn rebuilt(
+        &mut self,
+        sandboxes: Vec<Sandbox>,
+        containers: Vec<Container>,
+        out: &mut Vec<Change>,
+    ) {
         let sb_ids: HashSet<String> = sandboxes.iter().map(|s| s.id.clone()).collect();
         let c_ids: HashSet<String> = containers.iter().map(|c| c.id.clone()).collect();
         for s in sandboxes {
@@ -237,11 +259,21 @@ impl Index {
             };
             self.merge_container(c, facts, out);
         }
-        let gone_c: Vec<String> = self.containers.keys().filter(|id| !c_ids.contains(*id)).cloned().collect();
+        let gone_c: Vec<String> = self
+            .containers
+            .keys()
+            .filter(|id| !c_ids.contains(*id))
+            .cloned()
+            .collect();
         for id in gone_c {
             self.container_remove(&id, out);
         }
-        let gone_s: Vec<String> = self.sandboxes.keys().filter(|id| !sb_ids.contains(*id)).cloned().collect();
+        let gone_s: Vec<String> = self
+            .sandboxes
+            .keys()
+            .filter(|id| !sb_ids.contains(*id))
+            .cloned()
+            .collect();
         for id in gone_s {
             self.sandbox_remove(&id, out);
         }

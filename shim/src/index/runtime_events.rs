@@ -9,7 +9,13 @@ use super::lists::sandbox_kind;
 use super::{Change, Index};
 
 impl Index {
-    pub(super) fn task_exit(&mut self, id: &str, exit_code: i32, exited_at_ns: i64, out: &mut Vec<Change>) {
+    pub(super) fn task_exit(
+        &mut self,
+        id: &str,
+        exit_code: i32,
+        exited_at_ns: i64,
+        out: &mut Vec<Change>,
+    ) {
         if let Some(c) = self.containers.get_mut(id) {
             // A repeated event (containerd may publish twice across a reconnect) changes nothing.
             if c.state == ContainerState::Exited as i32 && c.finished_at_ns != 0 {
@@ -21,7 +27,10 @@ impl Index {
             if c.oom_killed && c.reason.is_empty() {
                 c.reason = "OOMKilled".to_owned();
             }
-            out.push(Change::Container(ContainerEventKind::ContainerEventExited, c.clone()));
+            out.push(Change::Container(
+                ContainerEventKind::ContainerEventExited,
+                c.clone(),
+            ));
             return;
         }
         // The sandbox's own (pause) task exiting means the sandbox is no longer ready.
@@ -40,7 +49,10 @@ impl Index {
                 return;
             }
             c.oom_killed = true;
-            out.push(Change::Container(ContainerEventKind::ContainerEventOom, c.clone()));
+            out.push(Change::Container(
+                ContainerEventKind::ContainerEventOom,
+                c.clone(),
+            ));
         }
     }
 

@@ -26,7 +26,11 @@ fn sandbox_config(name: &str, attempt: u32, host_net: bool) -> cri::PodSandboxCo
         linux: Some(cri::LinuxPodSandboxConfig {
             security_context: Some(cri::LinuxSandboxSecurityContext {
                 namespace_options: Some(cri::NamespaceOption {
-                    network: if host_net { cri::NamespaceMode::Node as i32 } else { 0 },
+                    network: if host_net {
+                        cri::NamespaceMode::Node as i32
+                    } else {
+                        0
+                    },
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -149,8 +153,16 @@ fn full_lifecycle_emits_ordered_events() {
     assert_eq!(exited.stop_requested_at_ns, 400);
     assert_eq!(exited.stop_timeout_seconds, 30);
     assert_eq!(exited.pod_uid, "uid-p");
-    let envs: Vec<(&str, &str)> = exited.envs.iter().map(|kv| (&*kv.key, &*kv.value)).collect();
-    assert_eq!(envs, vec![("B", "2"), ("A", "1")], "declaration order is kept");
+    let envs: Vec<(&str, &str)> = exited
+        .envs
+        .iter()
+        .map(|kv| (&*kv.key, &*kv.value))
+        .collect();
+    assert_eq!(
+        envs,
+        vec![("B", "2"), ("A", "1")],
+        "declaration order is kept"
+    );
     assert_eq!(idx.sandbox_count() + idx.container_count(), 0);
 }
 
@@ -159,9 +171,15 @@ fn sandbox_from_run_keeps_metadata_annotations_and_network_mode() {
     let mut idx = Index::new();
     run(&mut idx, "s1", Delivery::Delivered);
     let s = idx.sandbox("s1").expect("indexed");
-    assert_eq!((s.name.as_str(), s.namespace.as_str(), s.uid.as_str()), ("p", "ns", "uid-p"));
+    assert_eq!(
+        (s.name.as_str(), s.namespace.as_str(), s.uid.as_str()),
+        ("p", "ns", "uid-p")
+    );
     assert!(s.host_network);
-    assert_eq!(s.annotations.get("podward.io/probes").map(String::as_str), Some("{}"));
+    assert_eq!(
+        s.annotations.get("podward.io/probes").map(String::as_str),
+        Some("{}")
+    );
     assert_eq!(s.run_delivery, Delivery::Delivered as i32);
     assert_eq!(s.state, SandboxState::Ready as i32);
 }
@@ -170,9 +188,18 @@ fn sandbox_from_run_keeps_metadata_annotations_and_network_mode() {
 fn undelivered_run_and_create_emit_undelivered() {
     let mut idx = Index::new();
     let ch = run(&mut idx, "s1", Delivery::Undelivered);
-    assert_eq!(kinds(&ch), vec!["SANDBOX_EVENT_CREATED:s1", "SANDBOX_EVENT_UNDELIVERED:s1"]);
+    assert_eq!(
+        kinds(&ch),
+        vec!["SANDBOX_EVENT_CREATED:s1", "SANDBOX_EVENT_UNDELIVERED:s1"]
+    );
     let ch = create(&mut idx, "c1", Delivery::Undelivered);
-    assert_eq!(kinds(&ch), vec!["CONTAINER_EVENT_CREATED:c1", "CONTAINER_EVENT_UNDELIVERED:c1"]);
+    assert_eq!(
+        kinds(&ch),
+        vec![
+            "CONTAINER_EVENT_CREATED:c1",
+            "CONTAINER_EVENT_UNDELIVERED:c1"
+        ]
+    );
     assert_eq!(
         idx.container("c1").expect("c1").create_delivery,
         Delivery::Undelivered as i32
@@ -183,7 +210,12 @@ fn undelivered_run_and_create_emit_undelivered() {
 fn abandoned_run_is_recognised_when_its_sandbox_shows_up_in_a_list() {
     let mut idx = Index::new();
     let md = sandbox_config("p", 1, true).metadata.expect("md");
-    assert!(idx.apply(Observation::SandboxRunAbandoned { metadata: md.clone() }).is_empty());
+    assert!(
+        idx.apply(Observation::SandboxRunAbandoned {
+            metadata: md.clone()
+        })
+        .is_empty()
+    );
     let listed = cri::PodSandbox {
         id: "s9".into(),
         metadata: Some(md),
@@ -195,7 +227,10 @@ fn abandoned_run_is_recognised_when_its_sandbox_shows_up_in_a_list() {
         items: vec![listed.clone()],
         complete: true,
     });
-    assert_eq!(kinds(&ch), vec!["SANDBOX_EVENT_CREATED:s9", "SANDBOX_EVENT_UNDELIVERED:s9"]);
+    assert_eq!(
+        kinds(&ch),
+        vec!["SANDBOX_EVENT_CREATED:s9", "SANDBOX_EVENT_UNDELIVERED:s9"]
+    );
     // Another sandbox of the same pod with a different attempt is not the abandoned one.
     let mut other = listed;
     other.id = "s10".into();
@@ -236,7 +271,10 @@ fn stale_list_does_not_undo_an_exit_and_identical_list_is_silent() {
     let mut idx = Index::new();
     run(&mut idx, "s1", Delivery::Delivered);
     create(&mut idx, "c1", Delivery::Delivered);
-    idx.apply(Observation::ContainerStart { id: "c1".into(), at_ns: 1 });
+    idx.apply(Observation::ContainerStart {
+        id: "c1".into(),
+        at_ns: 1,
+    });
     idx.apply(Observation::TaskExit {
         container_id: "c1".into(),
         exit_code: 1,
@@ -265,7 +303,10 @@ fn stale_list_does_not_undo_an_exit_and_identical_list_is_silent() {
         complete: true,
     });
     assert!(ch.is_empty(), "{:?}", kinds(&ch));
-    assert_eq!(idx.container("c1").expect("c1").state, ContainerState::Exited as i32);
+    assert_eq!(
+        idx.container("c1").expect("c1").state,
+        ContainerState::Exited as i32
+    );
     // A repeated exit event changes nothing.
     let ch = idx.apply(Observation::TaskExit {
         container_id: "c1".into(),
@@ -283,13 +324,19 @@ fn exit_seen_first_in_a_list_is_completed_by_the_event() {
     let listed = cri::Container {
         id: "c1".into(),
         pod_sandbox_id: "s1".into(),
-        metadata: Some(cri::ContainerMetadata { name: "web".into(), attempt: 0 }),
+        metadata: Some(cri::ContainerMetadata {
+            name: "web".into(),
+            attempt: 0,
+        }),
         state: cri::ContainerState::ContainerExited as i32,
         labels: c.labels.clone(),
         annotations: c.annotations.clone(),
         ..Default::default()
     };
-    let ch = idx.apply(Observation::ContainerList { items: vec![listed], complete: false });
+    let ch = idx.apply(Observation::ContainerList {
+        items: vec![listed],
+        complete: false,
+    });
     assert_eq!(kinds(&ch), vec!["CONTAINER_EVENT_EXITED:c1"]);
     let ch = idx.apply(Observation::TaskExit {
         container_id: "c1".into(),
@@ -312,19 +359,30 @@ fn sandbox_status_brings_ip_and_oom_marks_container() {
         created_at: 100,
         network: Some(cri::PodSandboxNetworkStatus {
             ip: "10.0.0.5".into(),
-            additional_ips: vec![cri::PodIp { ip: "fd00::5".into() }],
+            additional_ips: vec![cri::PodIp {
+                ip: "fd00::5".into(),
+            }],
         }),
         labels: idx.sandbox("s1").expect("s1").labels.clone(),
         annotations: idx.sandbox("s1").expect("s1").annotations.clone(),
         ..Default::default()
     };
-    let ch = idx.apply(Observation::SandboxStatus { status, host_network: Some(false) });
+    let ch = idx.apply(Observation::SandboxStatus {
+        status,
+        host_network: Some(false),
+    });
     assert_eq!(kinds(&ch), vec!["SANDBOX_EVENT_UPDATED:s1"]);
     let s = idx.sandbox("s1").expect("s1");
     assert_eq!(s.pod_ip, "10.0.0.5");
     assert_eq!(s.additional_ips, vec!["fd00::5".to_owned()]);
-    assert_eq!(s.run_delivery, Delivery::Delivered as i32, "status keeps delivery");
-    let ch = idx.apply(Observation::TaskOom { container_id: "c1".into() });
+    assert_eq!(
+        s.run_delivery,
+        Delivery::Delivered as i32,
+        "status keeps delivery"
+    );
+    let ch = idx.apply(Observation::TaskOom {
+        container_id: "c1".into(),
+    });
     assert_eq!(kinds(&ch), vec!["CONTAINER_EVENT_OOM:c1"]);
     assert!(idx.container("c1").expect("c1").oom_killed);
     // The sandbox's own task exiting makes it NOTREADY.
@@ -336,7 +394,10 @@ fn sandbox_status_brings_ip_and_oom_marks_container() {
     assert_eq!(kinds(&ch), vec!["SANDBOX_EVENT_STOPPED:s1"]);
     // Deleting the sandbox's containerd record removes it and its containers.
     let ch = idx.apply(Observation::ContainerDeleted { id: "s1".into() });
-    assert_eq!(kinds(&ch), vec!["CONTAINER_EVENT_REMOVED:c1", "SANDBOX_EVENT_REMOVED:s1"]);
+    assert_eq!(
+        kinds(&ch),
+        vec!["CONTAINER_EVENT_REMOVED:c1", "SANDBOX_EVENT_REMOVED:s1"]
+    );
 }
 
 #[test]
@@ -344,11 +405,18 @@ fn rebuild_replaces_but_keeps_delivery_and_stop_requests() {
     let mut idx = Index::new();
     run(&mut idx, "s1", Delivery::Undelivered);
     run(&mut idx, "s2", Delivery::Delivered);
-    idx.apply(Observation::SandboxStop { id: "s1".into(), requested_at_ns: 42, completed: false });
+    idx.apply(Observation::SandboxStop {
+        id: "s1".into(),
+        requested_at_ns: 42,
+        completed: false,
+    });
     let mut s1 = idx.sandbox("s1").expect("s1").clone();
     s1.run_delivery = Delivery::Unknown as i32;
     s1.stop_requested_at_ns = 0;
-    let ch = idx.apply(Observation::Rebuilt { sandboxes: vec![s1], containers: vec![] });
+    let ch = idx.apply(Observation::Rebuilt {
+        sandboxes: vec![s1],
+        containers: vec![],
+    });
     assert_eq!(kinds(&ch), vec!["SANDBOX_EVENT_REMOVED:s2"]);
     let s1 = idx.sandbox("s1").expect("s1");
     assert_eq!(s1.run_delivery, Delivery::Undelivered as i32);
@@ -362,11 +430,20 @@ fn rebuild_replaces_but_keeps_delivery_and_stop_requests() {
 fn unknown_ids_are_ignored() {
     let mut idx = Index::new();
     for obs in [
-        Observation::ContainerStart { id: "x".into(), at_ns: 1 },
+        Observation::ContainerStart {
+            id: "x".into(),
+            at_ns: 1,
+        },
         Observation::ContainerRemove { id: "x".into() },
         Observation::SandboxRemove { id: "x".into() },
-        Observation::TaskExit { container_id: "x".into(), exit_code: 1, exited_at_ns: 1 },
-        Observation::TaskOom { container_id: "x".into() },
+        Observation::TaskExit {
+            container_id: "x".into(),
+            exit_code: 1,
+            exited_at_ns: 1,
+        },
+        Observation::TaskOom {
+            container_id: "x".into(),
+        },
         Observation::ContainerDeleted { id: "x".into() },
     ] {
         assert!(idx.apply(obs).is_empty());

@@ -1,9 +1,9 @@
 //! Raw call bytes to index observations. Input is whatever the caller and containerd sent, so a
 //! message that does not decode is dropped with a debug log, never a panic.
 
-use prost::Message;
 use podward_api::cri;
 use podward_api::shim::v1::Delivery;
+use prost::Message;
 
 use super::{Outcome, Raw, Watched, first_message};
 use crate::index::Observation;
@@ -22,9 +22,11 @@ fn parse<M: Message + Default>(body: &[u8]) -> Option<M> {
 /// Decodes one raw observation into what it tells the index (often nothing).
 pub fn decode(raw: Raw) -> Vec<Observation> {
     match raw {
-        Raw::Request { method, body, at_ns } => decode_request(method, &body, at_ns)
-            .into_iter()
-            .collect(),
+        Raw::Request {
+            method,
+            body,
+            at_ns,
+        } => decode_request(method, &body, at_ns).into_iter().collect(),
         Raw::Call {
             method,
             request,
@@ -174,7 +176,9 @@ impl Call<'_> {
                 let a: cri::ListPodSandboxResponse = parse(resp)?;
                 Observation::SandboxList {
                     items: a.items,
-                    complete: q.filter.is_none_or(|f| f == cri::PodSandboxFilter::default()),
+                    complete: q
+                        .filter
+                        .is_none_or(|f| f == cri::PodSandboxFilter::default()),
                 }
             }
             Watched::ListContainers => {
@@ -182,7 +186,9 @@ impl Call<'_> {
                 let a: cri::ListContainersResponse = parse(resp)?;
                 Observation::ContainerList {
                     items: a.containers,
-                    complete: q.filter.is_none_or(|f| f == cri::ContainerFilter::default()),
+                    complete: q
+                        .filter
+                        .is_none_or(|f| f == cri::ContainerFilter::default()),
                 }
             }
             Watched::PodSandboxStatus => {

@@ -81,10 +81,18 @@ async fn overflowing_subscriber_gets_a_resync_snapshot_and_never_a_gap() {
         }
         got.push(ev.seq);
     }
-    assert_eq!(got, vec![1, 2, 3, 4], "queued events first, then the snapshot");
+    assert_eq!(
+        got,
+        vec![1, 2, 3, 4],
+        "queued events first, then the snapshot"
+    );
     assert_eq!(metrics.resyncs.get(), 1);
     p.apply(run_obs(10));
-    assert_eq!(next(&mut slow).await.seq, 11, "events continue right after the snapshot");
+    assert_eq!(
+        next(&mut slow).await.seq,
+        11,
+        "events continue right after the snapshot"
+    );
     assert_eq!(metrics.subscribers.get(), 2);
     drop(slow);
     assert_eq!(metrics.subscribers.get(), 1);

@@ -37,7 +37,10 @@ fn unframe<M: Message + Default>(b: &[u8]) -> M {
 
 fn trailers(status: &str, extra: Option<(&'static str, HeaderValue)>) -> HeaderMap {
     let mut t = HeaderMap::new();
-    t.insert("grpc-status", HeaderValue::from_str(status).expect("status"));
+    t.insert(
+        "grpc-status",
+        HeaderValue::from_str(status).expect("status"),
+    );
     if let Some((k, v)) = extra {
         t.insert(k, v);
     }
@@ -57,7 +60,9 @@ impl FakeUpstream {
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
             loop {
-                let Ok((s, _)) = listener.accept().await else { return };
+                let Ok((s, _)) = listener.accept().await else {
+                    return;
+                };
                 conns.spawn(async move {
                     let svc = hyper::service::service_fn(|req| async move {
                         Ok::<_, Infallible>(answer(req).await)
@@ -104,13 +109,20 @@ async fn answer(req: Request<Incoming>) -> Response<Body> {
             };
             let _ = tx.send(Ok(Frame::data(frame(&a)))).await;
             let _ = tx
-                .send(Ok(Frame::trailers(trailers("0", echo.map(|v| ("x-echoed", v))))))
+                .send(Ok(Frame::trailers(trailers(
+                    "0",
+                    echo.map(|v| ("x-echoed", v)),
+                ))))
                 .await;
         }
         "/runtime.v1.RuntimeService/RunPodSandbox" => {
             let body = req.into_body().collect().await.expect("body").to_bytes();
             let q: cri::RunPodSandboxRequest = unframe(&body);
-            let name = q.config.and_then(|c| c.metadata).map(|m| m.name).unwrap_or_default();
+            let name = q
+                .config
+                .and_then(|c| c.metadata)
+                .map(|m| m.name)
+                .unwrap_or_default();
             let a = cri::RunPodSandboxResponse {
                 pod_sandbox_id: format!("sb-{name}"),
             };
@@ -121,10 +133,10 @@ async fn answer(req: Request<Incoming>) -> Response<Body> {
             let mut body = req.into_body();
             tokio::spawn(async move {
                 while let Some(Ok(f)) = body.frame().await {
-                    if let Ok(d) = f.into_data() {
-                        if tx.send(Ok(Frame::data(d))).await.is_err() {
-                            return;
-                        }
+                    if let Ok(d) = f.into_data()
+                        && tx.send(Ok(Frame::data(d))).await.is_err()
+                    {
+                        return;
                     }
                 }
                 let _ = tx.send(Ok(Frame::trailers(trailers("0", None)))).await;
@@ -242,7 +254,9 @@ pub(crate) fn run_request(name: &str) -> tonic::Request<cri::RunPodSandboxReques
 }
 
 async fn grpc(socket: &Path) -> tonic::client::Grpc<Channel> {
-    let ch = podward_api::socket::connect(socket.to_owned()).await.expect("connect");
+    let ch = podward_api::socket::connect(socket.to_owned())
+        .await
+        .expect("connect");
     tonic::client::Grpc::new(ch)
 }
 
@@ -285,7 +299,10 @@ where
 {
     let deadline = tokio::time::Instant::now() + timeout;
     while !cond().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
