@@ -46,6 +46,23 @@ impl Footprint {
 
     /// Live (non-zombie) processes of this node: `(pid, command line)`.
     pub fn processes(&self) -> Vec<(i32, String)> {
+        self.scan(false)
+    }
+
+    /// Live processes in the node's cgroup parent only (the pods' processes).
+    pub fn pod_processes(&self) -> Vec<(i32, String)> {
+        self.scan(true)
+    }
+
+    /// Live processes that are containerd shims of this node.
+    pub fn shims(&self) -> Vec<(i32, String)> {
+        self.scan(false)
+            .into_iter()
+            .filter(|(_, cmd)| cmd.contains("containerd-shim"))
+            .collect()
+    }
+
+    fn scan(&self, cgroup_only: bool) -> Vec<(i32, String)> {
         let me = std::process::id() as i32;
         let dir = self.dir.to_string_lossy().into_owned();
         let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -75,7 +92,7 @@ impl Footprint {
             let in_cgroup = std::fs::read_to_string(proc_dir.join("cgroup"))
                 .map(|c| c.lines().any(|l| cgroup_line_under(l, &self.cgroup_parent)))
                 .unwrap_or(false);
-            if in_cgroup || cmd.contains(&dir) {
+            if in_cgroup || (!cgroup_only && cmd.contains(&dir)) {
                 out.push((pid, cmd));
             }
         }

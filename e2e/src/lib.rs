@@ -20,6 +20,7 @@ mod net;
 mod node;
 
 pub use binaries::bin_path;
+pub use cleanup::Footprint;
 pub use daemon::Daemon;
 pub use driver::{ContainerPort, ContainerSpec, Driver, Pod, PodSpec, RestartPolicy};
 pub use error::HarnessError;

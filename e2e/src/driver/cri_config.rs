@@ -62,7 +62,13 @@ pub(crate) fn sandbox_config(
             namespace: spec.namespace.clone(),
             attempt: 0,
         }),
-        hostname: spec.name.clone(),
+        // As kubelet: a host-network pod shares the node's UTS namespace, so no hostname
+        // (runc refuses to set one without a private UTS namespace).
+        hostname: if spec.host_network {
+            String::new()
+        } else {
+            spec.name.clone()
+        },
         log_directory: log_directory(node_dir, spec).to_string_lossy().into_owned(),
         labels: pod_labels(spec),
         annotations: spec.annotations.clone().into_iter().collect(),

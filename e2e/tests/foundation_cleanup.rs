@@ -1,0 +1,106 @@
+//! Foundation: dropping a TestNode leaves no process, mount, cgroup or file behind — with pods
+//! still running, after a panic, and after containerd was killed.
+
+use std::time::Duration;
+
+use podward_e2e::{ContainerSpec, Driver, Pod, PodSpec, TestNode};
+
+/// Starts a sleeping pod and a crash-looping pod; returns them with the node.
+async fn busy_node() -> (TestNode, Vec<Pod>) {
+    let node = TestNode::start().await.expect("start node");
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
+    let sleeper = driver
+        .run_pod(
+            &node,
+            PodSpec::new("sleeper").container(ContainerSpec::new("s", &["sleep", "3600"])),
+        )
+        .await
+        .expect("sleeper");
+    let looper = driver
+        .run_pod(
+            &node,
+            PodSpec::new("looper")
+                .container(ContainerSpec::new("l", &["sh", "-c", "sleep 0.2; exit 1"])),
+        )
+        .await
+        .expect("looper");
+    looper
+        .wait_restart_count("l", 1, Duration::from_secs(20))
+        .await
+        .expect("looping");
+    (node, vec![sleeper, looper])
+}
+
+/// The footprint is visible while the node runs (so the leak check can see leaks at all).
+fn assert_footprint_present(fp: &podward_e2e::Footprint) {
+    assert!(!fp.pod_processes().is_empty(), "no pod process seen");
+    assert!(!fp.shims().is_empty(), "no shim seen");
+    assert!(!fp.mounts().is_empty(), "no mount seen");
+    assert!(!fp.cgroup_dirs().is_empty(), "no cgroup seen");
+    assert!(fp.dir.is_dir());
+}
+
+#[tokio::test]
+async fn drop_with_running_pods_leaves_nothing() {
+    let (node, pods) = busy_node().await;
+    let fp = node.footprint();
+    assert_footprint_present(&fp);
+    drop(pods);
+    drop(node);
+    assert!(fp.leaks().is_empty(), "leaks: {:#?}", fp.leaks());
+}
+
+#[tokio::test]
+async fn drop_during_a_panic_leaves_nothing() {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let (node, _pods) = busy_node().await;
+        let _ = tx.send(node.footprint());
+        panic!("test failure while the node runs");
+    });
+    let err = task.await.expect_err("task must panic");
+    assert!(err.is_panic());
+    let fp = rx.await.expect("footprint");
+    assert!(fp.leaks().is_empty(), "leaks: {:#?}", fp.leaks());
+}
+
+#[tokio::test]
+async fn drop_after_containerd_was_killed_leaves_nothing() {
+    let (mut node, pods) = busy_node().await;
+    let fp = node.footprint();
+    node.stop_containerd().await;
+    // Containers keep running in their shims without containerd.
+    assert!(!fp.pod_processes().is_empty());
+    assert!(!fp.shims().is_empty());
+    drop(pods);
+    drop(node);
+    assert!(fp.leaks().is_empty(), "leaks: {:#?}", fp.leaks());
+}
+
+#[tokio::test]
+async fn containerd_restarts_and_still_knows_the_pods() {
+    let node = TestNode::start().await.expect("start node");
+    let mut node = node;
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
+    let pod = driver
+        .run_pod(
+            &node,
+            PodSpec::new("survivor")
+                .grace_period(1)
+                .container(ContainerSpec::new("s", &["sleep", "3600"])),
+        )
+        .await
+        .expect("pod");
+    node.stop_containerd().await;
+    node.start_containerd().await.expect("restart containerd");
+    let out = pod
+        .exec_sync("s", &["echo", "back"], Duration::from_secs(10))
+        .await
+        .expect("exec after restart");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "back\n");
+    pod.delete().await.expect("delete");
+}
