@@ -20,6 +20,9 @@ use tonic_health::pb::HealthCheckRequest;
 use crate::dialer::{self, DialError};
 use crate::probe::{Attempt, Outcome, go_duration};
 
+/// How close to the deadline a cancellation counts as the deadline.
+const DEADLINE_SLACK: Duration = Duration::from_millis(50);
+
 /// grpc-go's first reconnect backoff.
 const REDIAL_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -51,6 +54,9 @@ pub(crate) async fn probe(host: IpAddr, port: u16, service: &str, timeout: Durat
                     status.message()
                 )),
                 tonic::Code::DeadlineExceeded => timed_out(),
+                // tonic enforces the grpc-timeout it sent itself and reports "Timeout expired"
+                // as Cancelled; for the caller that is the deadline, as in grpc-go.
+                tonic::Code::Cancelled if Instant::now() + DEADLINE_SLACK >= deadline => timed_out(),
                 _ => Outcome::Failure(format!("error: health rpc probe failed: {}", go_status(&status))),
             });
         }
