@@ -1,0 +1,193 @@
+//! Shared fixtures of the shim's e2e tests (included with `#[path]` by each `shim_*.rs`; as its
+//! own test target it holds no tests).
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use podward_api::daemon::admin::Admin;
+use podward_api::shim::v1::lifecycle_client::LifecycleClient;
+use podward_api::shim::v1::{Snapshot, SnapshotRequest};
+use podward_e2e::TestNode;
+use tonic::transport::Channel;
+
+/// The shim running in-process (its library `run_with`) in front of a node's containerd.
+pub(crate) struct InProcShim {
+    pub(crate) cri: PathBuf,
+    pub(crate) control: PathBuf,
+    pub(crate) admin: Admin,
+    pub(crate) faults: podward_shim::fault::Faults,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl InProcShim {
+    pub(crate) async fn start(node: &TestNode) -> Self {
+        Self::start_with(node, |_| {}).await
+    }
+
+    pub(crate) async fn start_with(
+        node: &TestNode,
+        tweak: impl FnOnce(&mut podward_shim::config::Config),
+    ) -> Self {
+        let cri = node.dir().join("shim-cri.sock");
+        let control = node.dir().join("shim-control.sock");
+        let mut config = podward_shim::config::Config {
+            listen: cri.clone(),
+            containerd_socket: node.containerd_socket(),
+            control_socket: control.clone(),
+            admin_addr: "127.0.0.1:0".parse().expect("addr"),
+            ..Default::default()
+        };
+        tweak(&mut config);
+        let admin = Admin::new();
+        let faults = podward_shim::fault::Faults::new();
+        let options = podward_shim::Options {
+            admin: admin.clone(),
+            faults: faults.clone(),
+            ..Default::default()
+        };
+        let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let shutdown = async {
+                let _ = rx.await;
+            };
+            if let Err(e) = podward_shim::run_with(config, options, shutdown).await {
+                panic!("in-process shim failed: {e}");
+            }
+        });
+        let shim = Self {
+            cri,
+            control,
+            admin,
+            faults,
+            stop: Some(stop),
+            task: Some(task),
+        };
+        let admin = shim.admin.clone();
+        wait_for("in-process shim ready", Duration::from_secs(20), || {
+            let ready = admin.readiness.get();
+            async move { ready }
+        })
+        .await;
+        wait_rebuilt(&shim.control).await;
+        shim
+    }
+
+    pub(crate) fn metrics_text(&self) -> String {
+        prometheus::TextEncoder::new()
+            .encode_to_string(&self.admin.registry.gather())
+            .expect("encode metrics")
+    }
+
+    /// Shuts the shim down and waits for it.
+    pub(crate) async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        }
+    }
+}
+
+impl Drop for InProcShim {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+/// A Lifecycle client on the control socket.
+pub(crate) fn lifecycle(control: &Path) -> LifecycleClient<Channel> {
+    LifecycleClient::new(podward_api::socket::channel(control.to_owned()))
+        .max_decoding_message_size(64 << 20)
+}
+
+/// The index once the shim is connected to containerd.
+pub(crate) async fn snapshot(control: &Path) -> Snapshot {
+    lifecycle(control)
+        .snapshot(SnapshotRequest {})
+        .await
+        .expect("Snapshot")
+        .into_inner()
+}
+
+/// Waits until the shim reports containerd connected (its first rebuild is then under way;
+/// a following List through the shim or the rebuild fills the index).
+pub(crate) async fn wait_rebuilt(control: &Path) {
+    let control = control.to_owned();
+    wait_for("shim connected to containerd", Duration::from_secs(20), || {
+        let control = control.clone();
+        async move {
+            match lifecycle(&control).snapshot(SnapshotRequest {}).await {
+                Ok(s) => s.into_inner().runtime_connected,
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+}
+
+/// Polls `cond` every 20 ms until true; panics after `timeout`.
+pub(crate) async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Replaces every run of 32+ hex digits (container/sandbox/image IDs, exec tokens are shorter)
+/// with `<id>`, so outcomes of two runs compare.
+pub(crate) fn mask_ids(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut run = String::new();
+    for ch in s.chars() {
+        if ch.is_ascii_hexdigit() {
+            run.push(ch);
+            continue;
+        }
+        flush(&mut out, &mut run);
+        out.push(ch);
+    }
+    flush(&mut out, &mut run);
+    out
+}
+
+fn flush(out: &mut String, run: &mut String) {
+    if run.len() >= 32 {
+        out.push_str("<id>");
+    } else {
+        out.push_str(run);
+    }
+    run.clear();
+}
+
+/// A raw gRPC unary call of `path` (any method, known or not) with an empty request.
+pub(crate) async fn call_path(socket: &Path, path: &'static str) -> Result<(), tonic::Status> {
+    let ch = podward_api::socket::connect(socket.to_owned())
+        .await
+        .expect("connect");
+    let mut g = tonic::client::Grpc::new(ch);
+    g.ready().await.expect("ready");
+    g.unary(
+        tonic::Request::new(podward_api::cri::VersionRequest::default()),
+        http::uri::PathAndQuery::from_static(path),
+        tonic_prost::ProstCodec::<podward_api::cri::VersionRequest, podward_api::cri::VersionResponse>::default(),
+    )
+    .await
+    .map(|_| ())
+}
