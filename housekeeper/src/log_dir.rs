@@ -98,12 +98,7 @@ pub fn scan_log_dirs(log_root: &Path) -> Result<Vec<LogDir>, LogDirError> {
 /// is mounted at or under it (by the mount table, then per entry during the walk). Returns the
 /// number of entries removed (the dir included).
 pub fn remove_log_dir(dir: &LogDir, mounts: &MountTable) -> Result<u64, LogDirError> {
-    let mut mounted = mounts.mounts_at_or_under(&dir.path);
-    if let Ok(real) = std::fs::canonicalize(&dir.path)
-        && real != dir.path
-    {
-        mounted.extend(mounts.mounts_at_or_under(&real));
-    }
+    let mounted = mounts.mounts_at_or_under_resolved(&dir.path);
     if !mounted.is_empty() {
         return Err(LogDirError::Mounted {
             path: dir.path.clone(),

@@ -10,6 +10,8 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
+use parking_lot::Mutex;
+
 /// Errors reading or parsing a mount table.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
@@ -34,11 +36,35 @@ pub enum MountError {
 
 /// Mount points, sorted by a byte key in which `/` sorts before every other byte, so that everything
 /// under a path is one contiguous run found by binary search.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct MountTable {
     /// (key, mount point), sorted and deduplicated by key.
     points: Vec<(Vec<u8>, PathBuf)>,
+    /// Resolved (symlink-free) forms of the few parent dirs queried through
+    /// [`MountTable::mounts_at_or_under_resolved`]: all pod dirs share one parent, so a pass resolves
+    /// it once instead of 10,000 times. Bounded; lives as long as this (per-pass) table.
+    resolved: Mutex<Vec<(PathBuf, Option<PathBuf>)>>,
 }
+
+/// Distinct parents remembered by one table.
+const MAX_RESOLVED: usize = 16;
+
+impl Clone for MountTable {
+    fn clone(&self) -> Self {
+        MountTable {
+            points: self.points.clone(),
+            resolved: Mutex::new(self.resolved.lock().clone()),
+        }
+    }
+}
+
+impl PartialEq for MountTable {
+    fn eq(&self, other: &Self) -> bool {
+        self.points == other.points
+    }
+}
+
+impl Eq for MountTable {}
 
 impl MountTable {
     /// Reads and parses a mountinfo file (normally `/proc/1/mountinfo`, the host's mount namespace).
@@ -87,7 +113,10 @@ impl MountTable {
             points.into_iter().map(|p| (key(&p), p)).collect();
         points.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         points.dedup_by(|a, b| a.0 == b.0);
-        MountTable { points }
+        MountTable {
+            points,
+            resolved: Mutex::default(),
+        }
     }
 
     /// Every mount point equal to `path` or below it (by path component), sorted. `O(log n + k)`.
@@ -101,6 +130,36 @@ impl MountTable {
             .take_while(|(p, _)| p.starts_with(&k) && (p.len() == k.len() || p[k.len()] == 0))
             .map(|(_, p)| p.clone())
             .collect()
+    }
+
+    /// Like [`MountTable::mounts_at_or_under`], plus the mounts under the path with its parent
+    /// resolved through symlinks: the kernel's table holds resolved paths only, so a kubelet root
+    /// reached through a symlink (kubernetes #89635) would otherwise look mount-free. The last
+    /// component is not resolved (callers never follow a symlink there).
+    pub fn mounts_at_or_under_resolved(&self, path: &Path) -> Vec<PathBuf> {
+        let mut found = self.mounts_at_or_under(path);
+        if let (Some(parent), Some(name)) = (path.parent(), path.file_name())
+            && let Some(real) = self.resolve(parent)
+            && real != parent
+        {
+            found.extend(self.mounts_at_or_under(&real.join(name)));
+            found.sort();
+            found.dedup();
+        }
+        found
+    }
+
+    fn resolve(&self, dir: &Path) -> Option<PathBuf> {
+        let mut cache = self.resolved.lock();
+        if let Some((_, real)) = cache.iter().find(|(d, _)| d == dir) {
+            return real.clone();
+        }
+        let real = std::fs::canonicalize(dir).ok();
+        if cache.len() >= MAX_RESOLVED {
+            cache.clear();
+        }
+        cache.push((dir.to_path_buf(), real.clone()));
+        real
     }
 
     /// Number of distinct mount points.

@@ -137,15 +137,7 @@ pub fn scan_pod_dirs(kubelet_root: &Path) -> Result<Vec<PodDir>, PodDirError> {
 /// is reached through a symlink (kubernetes #89635), under its resolved path too, since the mount
 /// table only knows resolved paths.
 pub fn mounted_volumes(dir: &PodDir, mounts: &MountTable) -> Vec<PathBuf> {
-    let mut found = mounts.mounts_at_or_under(&dir.path);
-    if let Ok(real) = std::fs::canonicalize(&dir.path)
-        && real != dir.path
-    {
-        found.extend(mounts.mounts_at_or_under(&real));
-    }
-    found.sort();
-    found.dedup();
-    found
+    mounts.mounts_at_or_under_resolved(&dir.path)
 }
 
 /// Read-only: walks the pod dir and says whether [`remove_pod_dir`] would remove it, and if not, why.

@@ -357,5 +357,42 @@ fn scan_10k_pod_cgroups_is_fast() {
         "scan of 10,000 pod cgroups over {} hierarchies: {took:?}",
         layout.hierarchies.len()
     );
-    assert!(took.as_millis() < 150, "scan took {took:?}");
+    assert!(took.as_millis() < budget_ms(60), "scan took {took:?}");
+}
+
+#[test]
+fn process_state_from_fake_and_real_proc() {
+    use podward_housekeeper::procs::process_state;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let write = |pid: i32, stat: &str| {
+        fs::create_dir_all(tmp.path().join(pid.to_string())).expect("mkdir");
+        fs::write(tmp.path().join(format!("{pid}/stat")), stat).expect("stat");
+    };
+    let rest = "1 1 1 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 100 1000 10 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0";
+    write(10, &format!("10 (runc:[2:INIT]) D {rest}\n"));
+    // comm with spaces and parens must not confuse the parser.
+    write(11, &format!("11 (a) b (c) S {rest}\n"));
+    write(12, "garbage");
+    assert_eq!(process_state(tmp.path(), 10), Some('D'));
+    assert_eq!(process_state(tmp.path(), 11), Some('S'));
+    assert_eq!(process_state(tmp.path(), 12), None);
+    assert_eq!(process_state(tmp.path(), 13), None);
+    assert_eq!(process_state(tmp.path(), 0), None);
+    assert_eq!(process_state(tmp.path(), -5), None);
+    let me = i32::try_from(std::process::id()).expect("pid");
+    assert!(matches!(
+        process_state(Path::new("/proc"), me),
+        Some('R' | 'S')
+    ));
+}
+
+/// Time budget for one part of a pass. The whole pass (10,000 pod dirs, 10,000 pod cgroups, a
+/// 5,000-line mountinfo) must fit in 250 ms in a release build; unoptimised test builds on a loaded
+/// 2-core machine get 4x.
+fn budget_ms(release: u128) -> u128 {
+    if cfg!(debug_assertions) {
+        release * 4
+    } else {
+        release
+    }
 }

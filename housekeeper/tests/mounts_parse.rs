@@ -126,6 +126,20 @@ fn five_thousand_lines_fast() {
     eprintln!("parse 5,000 lines: {parsed:?}; 10,000 prefix queries: {queried:?}");
     assert_eq!(t.len(), 2_500);
     assert_eq!(hits, 2_500);
-    assert!(parsed.as_millis() < 50, "parse took {parsed:?}");
-    assert!(queried.as_millis() < 50, "queries took {queried:?}");
+    assert!(parsed.as_millis() < budget_ms(20), "parse took {parsed:?}");
+    assert!(
+        queried.as_millis() < budget_ms(20),
+        "queries took {queried:?}"
+    );
+}
+
+/// Time budget for one part of a pass. The whole pass (10,000 pod dirs, 10,000 pod cgroups, a
+/// 5,000-line mountinfo) must fit in 250 ms in a release build; unoptimised test builds on a loaded
+/// 2-core machine get 4x.
+fn budget_ms(release: u128) -> u128 {
+    if cfg!(debug_assertions) {
+        release * 4
+    } else {
+        release
+    }
 }

@@ -337,3 +337,56 @@ fn csi_vol_data_json_with_real_mount() {
     assert_eq!(report.removed_csi_vol_data, [vol.join("vol_data.json")]);
     assert!(!p.path.exists());
 }
+
+#[test]
+fn directory_swapped_for_symlink_mid_walk_is_never_followed() {
+    // A thread keeps swapping `containers/web` between a real directory and a symlink to a
+    // directory outside while the removal walks. Whatever the interleaving, the walk opens each
+    // directory with O_NOFOLLOW and checks the inode it stat'ed, so nothing outside may go.
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let f = Fixture::new();
+    let outside = f.root().join("outside");
+    fill(&outside, "outside");
+    let before = tree_hash(&outside);
+    let mut outcomes = (0, 0);
+    for round in 0..200 {
+        let p = f.pod(&format!("race{round}"));
+        let web = p.path.join("containers/web");
+        fill(&web, "ctr");
+        let stash = p.path.join("containers/stash");
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (stop, web, stash, outside) =
+                (stop.clone(), web.clone(), stash.clone(), outside.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if fs::rename(&web, &stash).is_err() {
+                        return;
+                    }
+                    let _ = std::os::unix::fs::symlink(&outside, &web);
+                    std::thread::yield_now();
+                    let _ = fs::remove_file(&web);
+                    if fs::rename(&stash, &web).is_err() {
+                        return;
+                    }
+                }
+            })
+        };
+        match remove_pod_dir(&p, &MountTable::default()) {
+            Ok(_) => outcomes.0 += 1,
+            Err(_) => outcomes.1 += 1,
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().expect("swapper");
+        assert_eq!(
+            tree_hash(&outside),
+            before,
+            "round {round}: data outside was touched"
+        );
+    }
+    eprintln!(
+        "swap race: {} removals completed, {} stopped",
+        outcomes.0, outcomes.1
+    );
+}
