@@ -396,3 +396,22 @@ fn budget_ms(release: u128) -> u128 {
         release
     }
 }
+
+#[test]
+fn hostile_cgroup_names_are_skipped_or_parsed_safely() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = hybrid_root();
+    let qos = mkcg(tmp.path(), "memory", "kubepods/besteffort");
+    fs::create_dir(qos.join(std::ffi::OsStr::from_bytes(b"pod\xff\xfe"))).expect("non-utf8");
+    let long_uid = "u".repeat(252);
+    fs::create_dir(qos.join(format!("pod{long_uid}"))).expect("255-byte name");
+    fs::create_dir(qos.join("pod..")).expect("dots");
+    fs::create_dir(qos.join("pod.")).expect("dot");
+    fs::create_dir(qos.join("pod pod")).expect("space");
+    let layout = CgroupLayout::detect(tmp.path(), CgroupDriver::Cgroupfs, "/").expect("detect");
+    let pods = scan_pod_cgroups(&layout).expect("scan");
+    let uids: Vec<_> = pods.iter().map(|p| p.uid.as_str()).collect();
+    // `pod.` / `pod..` would give the UIDs `.` / `..`: rejected, like a UID containing "pod".
+    assert_eq!(uids, [long_uid.as_str()]);
+    assert_eq!(parse_pod_cgroup_name(CgroupDriver::Cgroupfs, "pod.."), None);
+}
