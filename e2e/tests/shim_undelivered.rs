@@ -1,0 +1,124 @@
+//! A RunPodSandbox that containerd completes but whose answer never reaches the caller (its
+//! deadline passes while the shim holds the response back, through the `fault-injection` hook)
+//! is indexed as undelivered, with the sandbox ID containerd assigned.
+
+#[path = "shim_support.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use podward_api::cri;
+use podward_api::shim::v1::{Delivery, SandboxEventKind, WatchRequest, watch_event};
+use podward_e2e::TestNode;
+use support::{InProcShim, lifecycle, snapshot};
+
+fn sandbox_request(node: &TestNode, name: &str) -> cri::RunPodSandboxRequest {
+    let mut labels = HashMap::new();
+    labels.insert("io.kubernetes.pod.name".to_owned(), name.to_owned());
+    labels.insert("io.kubernetes.pod.uid".to_owned(), format!("uid-{name}"));
+    labels.insert("io.kubernetes.pod.namespace".to_owned(), "default".to_owned());
+    cri::RunPodSandboxRequest {
+        config: Some(cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata {
+                name: name.to_owned(),
+                uid: format!("uid-{name}"),
+                namespace: "default".to_owned(),
+                attempt: 0,
+            }),
+            log_directory: node.dir().join("logs").join(name).to_string_lossy().into_owned(),
+            labels,
+            linux: Some(cri::LinuxPodSandboxConfig {
+                cgroup_parent: node.cgroup_parent().to_owned(),
+                security_context: Some(cri::LinuxSandboxSecurityContext {
+                    namespace_options: Some(cri::NamespaceOption {
+                        network: cri::NamespaceMode::Node as i32,
+                        pid: cri::NamespaceMode::Container as i32,
+                        ipc: cri::NamespaceMode::Pod as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        runtime_handler: String::new(),
+    }
+}
+
+#[tokio::test]
+async fn run_pod_sandbox_whose_caller_timed_out_is_reported_undelivered() {
+    let node = TestNode::start().await.expect("node");
+    let shim = InProcShim::start(&node).await;
+    let mut watch = lifecycle(&shim.control)
+        .watch(WatchRequest { from_seq: 0 })
+        .await
+        .expect("watch")
+        .into_inner();
+    let _snapshot = watch.message().await.expect("rpc").expect("snapshot");
+
+    let mut held = shim
+        .faults
+        .hold_next_response("/runtime.v1.RuntimeService/RunPodSandbox");
+    let mut client = cri::runtime_service_client::RuntimeServiceClient::new(
+        podward_api::socket::channel(shim.cri.clone()),
+    );
+    std::fs::create_dir_all(node.dir().join("logs/late")).expect("log dir");
+    let mut req = tonic::Request::new(sandbox_request(&node, "late"));
+    // Long enough for containerd to finish, short enough to expire while the shim holds on.
+    req.set_timeout(Duration::from_secs(3));
+    let mut call = tokio::spawn(async move { client.run_pod_sandbox(req).await });
+    tokio::select! {
+        _ = held.wait_held() => {}
+        r = &mut call => panic!("RunPodSandbox ended before containerd answered it: {r:?}"),
+    }
+    let err = call.await.expect("join").expect_err("the caller must give up");
+    // tonic enforces the deadline locally ("Timeout expired", CANCELLED) and resets the stream.
+    assert!(
+        matches!(err.code(), tonic::Code::DeadlineExceeded | tonic::Code::Cancelled),
+        "{err:?}"
+    );
+
+    let (id, kinds) = loop {
+        let ev = tokio::time::timeout(Duration::from_secs(10), watch.message())
+            .await
+            .expect("events in time")
+            .expect("rpc")
+            .expect("open");
+        if let Some(watch_event::Event::Sandbox(s)) = ev.event {
+            let sb = s.sandbox.expect("sandbox");
+            if s.kind == SandboxEventKind::SandboxEventUndelivered as i32 {
+                assert_eq!(sb.run_delivery, Delivery::Undelivered as i32);
+                assert_eq!(sb.name, "late");
+                break (sb.id, s.kind);
+            }
+        }
+    };
+    assert_eq!(kinds, SandboxEventKind::SandboxEventUndelivered as i32);
+    // containerd really created it: the caller just never learned the ID.
+    let mut direct = node.runtime_client().await;
+    let st = direct
+        .pod_sandbox_status(cri::PodSandboxStatusRequest {
+            pod_sandbox_id: id.clone(),
+            verbose: false,
+        })
+        .await
+        .expect("the undelivered sandbox exists")
+        .into_inner();
+    assert_eq!(st.status.expect("status").state, cri::PodSandboxState::SandboxReady as i32);
+    let snap = snapshot(&shim.control).await;
+    let entry = snap.sandboxes.iter().find(|s| s.id == id).expect("indexed");
+    assert_eq!(entry.run_delivery, Delivery::Undelivered as i32);
+    assert!(shim.metrics_text().contains("podward_shim_undelivered_total 1"));
+
+    // A retried call (what kubelet does next, with attempt 0 again) is delivered normally.
+    drop(held);
+    let _ = direct
+        .stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.clone() })
+        .await;
+    let _ = direct
+        .remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id })
+        .await;
+    shim.stop().await;
+}
