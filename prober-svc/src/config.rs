@@ -1,0 +1,171 @@
+//! Flags, environment and config file, layered into one typed [`Config`] (defaults < TOML file <
+//! `PODWARD_PROBER_*` environment < flags).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+
+use podward_api::daemon::telemetry::LogFormat;
+use serde::{Deserialize, Serialize};
+
+/// Command-line flags. Every field is optional so that only what was given overrides the file.
+#[derive(Debug, Default, Serialize, clap::Parser)]
+#[command(
+    name = "podward-prober",
+    version,
+    about = "Runs Kubernetes liveness, readiness and startup probes with kubelet's semantics, \
+             outside the kubelet, for pods that carry a podward.io/probes annotation."
+)]
+pub struct Args {
+    /// TOML config file; flags and PODWARD_PROBER_* environment variables override its keys.
+    #[arg(long, env = "PODWARD_PROBER_CONFIG")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+
+    /// Unix socket serving the podward.prober.v1.Prober API (Status, Watch, CleanupPods).
+    /// [default: /run/podward/prober.sock]
+    #[arg(long, env = "PODWARD_PROBER_SOCKET")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket: Option<PathBuf>,
+
+    /// The shim's control socket (podward.shim.v1.Lifecycle), the primary source of pods.
+    /// [default: /run/podward/shim.sock]
+    #[arg(long, env = "PODWARD_PROBER_SHIM_SOCKET")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shim_socket: Option<PathBuf>,
+
+    /// containerd's CRI socket: exec probes (ExecSync), kills (StopContainer) and the fallback
+    /// source while the shim is down. [default: /run/containerd/containerd.sock]
+    #[arg(long, env = "PODWARD_PROBER_CONTAINERD_SOCKET")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub containerd_socket: Option<PathBuf>,
+
+    /// containerd namespace of the CRI plugin. [default: k8s.io]
+    #[arg(long, env = "PODWARD_PROBER_CONTAINERD_NAMESPACE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub containerd_namespace: Option<String>,
+
+    /// Address probed for host-network pods (CRI reports no pod IP for them; kubelet uses the
+    /// node's IP). [default: the host's primary IPv4 address: the source address of a route to a
+    /// non-routable address (a UDP "connect" that sends nothing), else 127.0.0.1]
+    #[arg(long, env = "PODWARD_PROBER_NODE_IP")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_ip: Option<IpAddr>,
+
+    /// Kubernetes version for the probes' User-Agent (kube-probe/<major>.<minor>). [default: 1.33]
+    #[arg(long, env = "PODWARD_PROBER_KUBE_VERSION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kube_version: Option<String>,
+
+    /// Loopback address of the admin endpoint (/metrics, /healthz, /readyz); port 0 picks one.
+    /// [default: 127.0.0.1:9642]
+    #[arg(long, env = "PODWARD_PROBER_ADMIN_ADDR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_addr: Option<SocketAddr>,
+
+    /// Seconds between containerd polls while the shim is unreachable. [default: 2]
+    #[arg(long, env = "PODWARD_PROBER_POLL_INTERVAL_SECONDS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poll_interval_seconds: Option<u64>,
+
+    /// Log format. [default: text]
+    #[arg(long, env = "PODWARD_PROBER_LOG_FORMAT", value_enum)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<LogFormat>,
+
+    /// Log filter in RUST_LOG syntax, e.g. "info,podward_prober=debug". [default: info]
+    #[arg(long, env = "PODWARD_PROBER_LOG_LEVEL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<String>,
+}
+
+/// The prober's configuration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Unix socket serving the Prober API.
+    pub socket: PathBuf,
+    /// The shim's control socket.
+    pub shim_socket: PathBuf,
+    /// containerd's socket (exec probes, kills, fallback source).
+    pub containerd_socket: PathBuf,
+    /// containerd namespace of the CRI plugin (sent as gRPC metadata on CRI calls).
+    pub containerd_namespace: String,
+    /// Probe address for host-network pods; `None` = detect at start.
+    pub node_ip: Option<IpAddr>,
+    /// Kubernetes version in the probes' User-Agent.
+    pub kube_version: String,
+    /// Admin endpoint address.
+    pub admin_addr: SocketAddr,
+    /// Seconds between containerd polls while the shim is down.
+    pub poll_interval_seconds: u64,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Log filter.
+    pub log_level: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            socket: PathBuf::from("/run/podward/prober.sock"),
+            shim_socket: PathBuf::from("/run/podward/shim.sock"),
+            containerd_socket: PathBuf::from("/run/containerd/containerd.sock"),
+            containerd_namespace: podward_api::labels::CONTAINERD_K8S_NAMESPACE.to_owned(),
+            node_ip: None,
+            kube_version: "1.33".to_owned(),
+            admin_addr: SocketAddr::from(([127, 0, 0, 1], 9642)),
+            poll_interval_seconds: 2,
+            log_format: LogFormat::Text,
+            log_level: "info".to_owned(),
+        }
+    }
+}
+
+impl Config {
+    /// The node IP to probe host-network pods at: the configured one, else detected.
+    pub fn node_ip(&self) -> IpAddr {
+        self.node_ip.unwrap_or_else(detect_node_ip)
+    }
+}
+
+/// The host's primary IPv4 address: the source address the kernel picks for a route to a
+/// non-routable TEST-NET address (a UDP `connect` sends no packet), else loopback.
+pub fn detect_node_ip() -> IpAddr {
+    let probe = || -> std::io::Result<IpAddr> {
+        let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+        s.connect((Ipv4Addr::new(192, 0, 2, 1), 9))?;
+        Ok(s.local_addr()?.ip())
+    };
+    match probe() {
+        Ok(ip) if !ip.is_unspecified() => ip,
+        _ => IpAddr::V4(Ipv4Addr::LOCALHOST),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn flags_override_defaults() {
+        let args = Args::try_parse_from([
+            "podward-prober",
+            "--node-ip",
+            "127.0.0.1",
+            "--kube-version",
+            "1.30",
+        ])
+        .expect("parse");
+        let c: Config = podward_api::daemon::config::load(None, &args).expect("load");
+        assert_eq!(c.node_ip, Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        assert_eq!(c.kube_version, "1.30");
+        assert_eq!(c.socket, Config::default().socket);
+    }
+
+    #[test]
+    fn detected_node_ip_is_usable() {
+        assert!(!detect_node_ip().is_unspecified());
+    }
+}

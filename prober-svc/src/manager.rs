@@ -1,0 +1,452 @@
+//! kubelet's probe manager: workers per (pod, container, probe type) appear when a pod with a
+//! `podward.io/probes` annotation appears and go with it; what workers publish fans out to the
+//! API, kills and readiness triggers.
+//!
+//! Like kubelet, adding a pod is idempotent and later spec changes of a known pod are ignored
+//! (a worker key that exists is skipped *per key*, not for the rest of the pod: kubelet's
+//! early `return` there is a known bug, kubernetes#139888).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Weak};
+
+use parking_lot::{Mutex, RwLock};
+use podward_api::prober::v1 as api;
+
+use crate::api::Hub;
+use crate::clock::Clock;
+use crate::kill::{Killer, grace_seconds};
+use crate::metrics::Metrics;
+use crate::model::{ContainerInfo, PodInfo, RunState};
+use crate::results::{Outcome, Results};
+use crate::runner::ProbeRunner;
+use crate::spec::{ProbeSpec, ProbeType, SpecError, parse_pod_probes};
+use crate::worker::{
+    Ctx, SharedPod, Sink, Worker, WorkerCtl, WorkerKey, WorkerStatus, type_from_index, type_index,
+    type_name,
+};
+
+mod status;
+
+/// A probed pod.
+struct PodEntry {
+    shared: SharedPod,
+    spec_errors: Vec<SpecError>,
+    /// Container names with a startup probe (they gate liveness and readiness).
+    has_startup: HashSet<String>,
+}
+
+/// A running worker.
+struct WorkerEntry {
+    ctl: Arc<WorkerCtl>,
+    status: Arc<Mutex<WorkerStatus>>,
+}
+
+/// Kills per container name of a pod.
+#[derive(Default, Clone)]
+struct KillLog {
+    count: u32,
+    last: Option<api::Kill>,
+}
+
+struct State {
+    pods: Mutex<HashMap<String, PodEntry>>,
+    workers: Mutex<BTreeMap<WorkerKey, WorkerEntry>>,
+    /// Container IDs already killed (never twice), with their pod UID for cleanup.
+    killed: Mutex<HashMap<String, String>>,
+    kills: Mutex<HashMap<(String, String), KillLog>>,
+    hub: Hub,
+    killer: Arc<dyn Killer>,
+    metrics: Arc<Metrics>,
+    clock: Clock,
+}
+
+/// The probe manager. Cheap to clone.
+#[derive(Clone)]
+pub struct Manager {
+    state: Arc<State>,
+    ctx: Arc<Ctx>,
+}
+
+impl Manager {
+    /// A manager with no pods.
+    pub fn new(
+        runner: Arc<dyn ProbeRunner>,
+        killer: Arc<dyn Killer>,
+        metrics: Arc<Metrics>,
+        hub: Hub,
+        clock: Clock,
+    ) -> Self {
+        let state = Arc::new(State {
+            pods: Mutex::new(HashMap::new()),
+            workers: Mutex::new(BTreeMap::new()),
+            killed: Mutex::new(HashMap::new()),
+            kills: Mutex::new(HashMap::new()),
+            hub,
+            killer,
+            metrics: metrics.clone(),
+            clock,
+        });
+        let sink = Arc::new(ManagerSink {
+            state: Arc::downgrade(&state),
+        });
+        let ctx = Arc::new(Ctx {
+            results: Results::new(),
+            runner,
+            clock,
+            sink,
+            metrics,
+        });
+        Self { state, ctx }
+    }
+
+    /// The results cache (for tests and the API).
+    pub fn results(&self) -> &Results {
+        &self.ctx.results
+    }
+
+    /// Number of running workers.
+    pub fn worker_count(&self) -> usize {
+        self.state.workers.lock().len()
+    }
+
+    /// UIDs of the pods the manager follows.
+    pub fn pod_uids(&self) -> Vec<String> {
+        self.state.pods.lock().keys().cloned().collect()
+    }
+
+    /// Replaces the whole view (a source snapshot): pods not in `pods` are removed, the others
+    /// added or updated. Workers of pods that stay keep their counters.
+    pub fn sync_all(&self, pods: Vec<PodInfo>) {
+        let keep: HashSet<String> = pods.iter().map(|p| p.uid.clone()).collect();
+        let gone: Vec<String> = self
+            .state
+            .pods
+            .lock()
+            .keys()
+            .filter(|u| !keep.contains(*u))
+            .cloned()
+            .collect();
+        for uid in gone {
+            self.remove_pod(&uid);
+        }
+        for p in pods {
+            self.update_pod(p);
+        }
+    }
+
+    /// Adds a pod or refreshes its containers and fields (probe specs of a known pod are kept).
+    pub fn update_pod(&self, pod: PodInfo) {
+        let mut pods = self.state.pods.lock();
+        if let Some(entry) = pods.get(&pod.uid) {
+            let started = {
+                let mut cur = entry.shared.write();
+                let started = newly_running(&cur, &pod);
+                *cur = pod;
+                started
+            };
+            let uid = entry.shared.read().uid.clone();
+            drop(pods);
+            // kubelet's pod sync after a container start triggers the readiness worker at once.
+            for name in started {
+                self.trigger(&uid, &name, ProbeType::Readiness);
+            }
+            return;
+        }
+        let Some(annotation) = pod.probes_annotation.clone() else {
+            return; // not probed
+        };
+        let parsed = parse_pod_probes(&annotation);
+        for e in &parsed.errors {
+            tracing::warn!(pod = %pod.name, namespace = %pod.namespace, pod_uid = %pod.uid,
+                container = %e.container, field = %e.field, error = %e.message,
+                "invalid probe in the podward.io/probes annotation; this probe is not run");
+        }
+        self.state
+            .metrics
+            .spec_errors
+            .with_label_values(&[&pod.name, &pod.namespace, &pod.uid])
+            .set(parsed.errors.len() as f64);
+        let uid = pod.uid.clone();
+        let shared: SharedPod = Arc::new(RwLock::new(pod));
+        let has_startup: HashSet<String> = parsed
+            .containers
+            .iter()
+            .filter(|(_, c)| c.startup.is_some())
+            .map(|(n, _)| n.clone())
+            .collect();
+        pods.insert(
+            uid.clone(),
+            PodEntry {
+                shared: shared.clone(),
+                spec_errors: parsed.errors.clone(),
+                has_startup,
+            },
+        );
+        drop(pods);
+        let mut workers = self.state.workers.lock();
+        for (name, probes) in parsed.containers {
+            let specs = [
+                (ProbeType::Startup, probes.startup),
+                (ProbeType::Readiness, probes.readiness),
+                (ProbeType::Liveness, probes.liveness),
+            ];
+            let has_startup = specs[0].1.is_some();
+            for (ty, spec) in specs {
+                let Some(spec) = spec else { continue };
+                let key = WorkerKey {
+                    pod_uid: uid.clone(),
+                    container: name.clone(),
+                    ty: type_index(ty),
+                };
+                if workers.contains_key(&key) {
+                    continue;
+                }
+                let w = Worker::new(
+                    key.clone(),
+                    Arc::new(spec),
+                    has_startup,
+                    shared.clone(),
+                    self.ctx.clone(),
+                );
+                workers.insert(
+                    key,
+                    WorkerEntry {
+                        ctl: w.ctl(),
+                        status: w.status(),
+                    },
+                );
+                self.state
+                    .metrics
+                    .workers
+                    .with_label_values(&[type_name(ty)])
+                    .inc();
+                tokio::spawn(w.run());
+            }
+        }
+    }
+
+    /// Stops a pod's workers and forgets it (kubelet's `RemovePod`). Idempotent.
+    pub fn remove_pod(&self, uid: &str) -> bool {
+        let Some(entry) = self.state.pods.lock().remove(uid) else {
+            return false;
+        };
+        let mut workers = self.state.workers.lock();
+        let keys: Vec<WorkerKey> = workers
+            .keys()
+            .filter(|k| k.pod_uid == uid)
+            .cloned()
+            .collect();
+        for k in keys {
+            if let Some(w) = workers.remove(&k) {
+                w.ctl.stop();
+                self.state
+                    .metrics
+                    .workers
+                    .with_label_values(&[type_name(type_from_index(k.ty))])
+                    .dec();
+            }
+        }
+        drop(workers);
+        let p = entry.shared.read();
+        let _ =
+            self.state
+                .metrics
+                .spec_errors
+                .remove_label_values(&[&p.name, &p.namespace, &p.uid]);
+        self.state.killed.lock().retain(|_, u| u != uid);
+        self.state.kills.lock().retain(|(u, _), _| u != uid);
+        true
+    }
+
+    /// Stops the workers of the given pods (kubelet's `CleanupPods`, told by the housekeeper);
+    /// returns those that were known.
+    pub fn cleanup(&self, gone: &[String]) -> Vec<String> {
+        gone.iter()
+            .filter(|u| self.remove_pod(u))
+            .cloned()
+            .collect()
+    }
+
+    /// Stops every worker (shutdown).
+    pub fn stop_all(&self) {
+        for uid in self.pod_uids() {
+            self.remove_pod(&uid);
+        }
+    }
+
+    fn trigger(&self, uid: &str, container: &str, ty: ProbeType) {
+        let key = WorkerKey {
+            pod_uid: uid.to_owned(),
+            container: container.to_owned(),
+            ty: type_index(ty),
+        };
+        if let Some(w) = self.state.workers.lock().get(&key) {
+            w.ctl.trigger();
+        }
+    }
+}
+
+/// Names of containers whose current instance is running in `new` but was not (or was another
+/// instance) in `old`.
+fn newly_running(old: &PodInfo, new: &PodInfo) -> Vec<String> {
+    let names: HashSet<&str> = new.containers.values().map(|c| c.name.as_str()).collect();
+    names
+        .into_iter()
+        .filter(|n| {
+            let now = new.current(n).filter(|c| c.state == RunState::Running);
+            let before = old.current(n).filter(|c| c.state == RunState::Running);
+            matches!((now, before), (Some(a), b) if b.map(|b| &b.id) != Some(&a.id))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The manager side of [`Sink`]; weak so workers do not keep the manager alive.
+struct ManagerSink {
+    state: Weak<State>,
+}
+
+impl Sink for ManagerSink {
+    fn changed(
+        &self,
+        key: &WorkerKey,
+        pod: &PodInfo,
+        c: &ContainerInfo,
+        outcome: Outcome,
+        output: &str,
+    ) {
+        let Some(state) = self.state.upgrade() else {
+            return;
+        };
+        let ty = type_from_index(key.ty);
+        tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
+            container_id = %c.id, probe = type_name(ty), result = ?outcome, "probe result changed");
+        state.hub.publish(api::ProbeEvent {
+            pod_uid: pod.uid.clone(),
+            pod_name: pod.name.clone(),
+            pod_namespace: pod.namespace.clone(),
+            container_name: c.name.clone(),
+            container_id: c.id.to_string(),
+            probe_type: status::api_type(ty) as i32,
+            at_ns: state.clock.now_ns(),
+            event: Some(api::probe_event::Event::Result(
+                status::api_result(Some(outcome)) as i32,
+            )),
+            output: crate::worker::cap_output(output),
+            ..Default::default()
+        });
+    }
+
+    fn threshold_failure(
+        &self,
+        key: &WorkerKey,
+        pod: &PodInfo,
+        c: &ContainerInfo,
+        spec: &ProbeSpec,
+        output: &str,
+    ) {
+        let Some(state) = self.state.upgrade() else {
+            return;
+        };
+        if state
+            .killed
+            .lock()
+            .insert(c.id.to_string(), pod.uid.clone())
+            .is_some()
+        {
+            return; // never kill the same instance twice
+        }
+        let ty = type_from_index(key.ty);
+        let grace = grace_seconds(spec, c.pod_grace_seconds);
+        let reason = match ty {
+            ProbeType::Startup => format!(
+                "Container {} failed startup probe, will be restarted",
+                c.name
+            ),
+            _ => format!(
+                "Container {} failed liveness probe, will be restarted",
+                c.name
+            ),
+        };
+        tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
+            container_id = %c.id, probe = type_name(ty), grace_seconds = grace, output = %output,
+            "{reason}");
+        state
+            .metrics
+            .kills
+            .with_label_values(&[type_name(ty), &c.name, &pod.name, &pod.namespace])
+            .inc();
+        let pod = pod.clone();
+        let container_name = c.name.clone();
+        let container_id = c.id.to_string();
+        let output = crate::worker::cap_output(output);
+        tokio::spawn(async move {
+            let res = state
+                .killer
+                .stop_container(container_id.clone(), grace)
+                .await;
+            if let Err(e) = &res {
+                tracing::error!(pod = %pod.name, container = %container_name, container_id = %container_id,
+                    error = %e, "cannot stop the container");
+            }
+            let kill = api::Kill {
+                container_id: container_id.clone(),
+                probe_type: status::api_type(ty) as i32,
+                reason,
+                output: output.clone(),
+                grace_period_seconds: grace,
+                at_ns: state.clock.now_ns(),
+                error: res.err().unwrap_or_default(),
+            };
+            // Record only while the pod is still followed (a late kill must not resurrect it).
+            if state.pods.lock().contains_key(&pod.uid) {
+                let mut kills = state.kills.lock();
+                let log = kills
+                    .entry((pod.uid.clone(), container_name.clone()))
+                    .or_default();
+                log.count += 1;
+                log.last = Some(kill.clone());
+            }
+            state.hub.publish(api::ProbeEvent {
+                pod_uid: pod.uid.clone(),
+                pod_name: pod.name.clone(),
+                pod_namespace: pod.namespace.clone(),
+                container_name,
+                container_id,
+                probe_type: status::api_type(ty) as i32,
+                at_ns: kill.at_ns,
+                output,
+                event: Some(api::probe_event::Event::Kill(kill)),
+                ..Default::default()
+            });
+        });
+    }
+
+    fn started(&self, key: &WorkerKey) {
+        let Some(state) = self.state.upgrade() else {
+            return;
+        };
+        let rkey = WorkerKey {
+            ty: type_index(ProbeType::Readiness),
+            ..key.clone()
+        };
+        if let Some(w) = state.workers.lock().get(&rkey) {
+            w.ctl.trigger();
+        }
+    }
+
+    fn exited(&self, key: &WorkerKey, ctl: &Arc<WorkerCtl>) {
+        let Some(state) = self.state.upgrade() else {
+            return;
+        };
+        let mut workers = state.workers.lock();
+        if workers.get(key).is_some_and(|w| Arc::ptr_eq(&w.ctl, ctl)) {
+            workers.remove(key);
+            state
+                .metrics
+                .workers
+                .with_label_values(&[type_name(type_from_index(key.ty))])
+                .dec();
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Prometheus metrics, with kubelet's names and labels for the probe series so existing
+//! dashboards keep working, plus podward's own (`podward_prober_*`).
+//!
+//! Each worker resolves its label sets once (as kubelet caches its label maps) so a probe costs a
+//! few atomic adds, not a hash lookup with six strings; a pod's series go when its workers go.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use prometheus::{
+    Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntGaugeVec,
+    Opts, Registry,
+};
+
+use crate::spec::ProbeType;
+use crate::worker::type_name;
+
+/// Errors registering metrics (a duplicate name: a programming error, reported at start-up).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot register metric: {0}")]
+pub struct MetricsError(#[from] prometheus::Error);
+
+/// Every metric of the prober.
+#[derive(Clone)]
+pub struct Metrics {
+    probe_total: CounterVec,
+    probe_duration: HistogramVec,
+    lateness: Histogram,
+    fine_lateness: Arc<FineHistogram>,
+    /// Workers running, by probe type.
+    pub workers: IntGaugeVec,
+    /// Kills performed.
+    pub kills: CounterVec,
+    /// Spec errors per pod.
+    pub spec_errors: GaugeVec,
+    /// Whether a source is connected (`source` = shim | containerd).
+    pub source_connected: GaugeVec,
+}
+
+/// A worker's resolved series.
+pub struct WorkerMetrics {
+    /// `prober_probe_total{result="successful"}`.
+    pub success: Counter,
+    /// `prober_probe_total{result="failed"}`.
+    pub failed: Counter,
+    /// `prober_probe_duration_seconds` (observed for successful probes, as kubelet does).
+    pub duration: Histogram,
+    remove: Option<(Metrics, [String; 5])>,
+}
+
+impl WorkerMetrics {
+    /// Deletes this worker's series (called when it exits).
+    pub fn remove(&self) {
+        let Some((m, [ty, container, pod, ns, uid])) = &self.remove else {
+            return;
+        };
+        for result in ["successful", "failed", "unknown"] {
+            let _ = m
+                .probe_total
+                .remove_label_values(&[ty, result, container, pod, ns, uid]);
+        }
+        let _ = m
+            .probe_duration
+            .remove_label_values(&[ty, container, pod, ns]);
+    }
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them in `registry`.
+    pub fn new(registry: &Registry) -> Result<Self, MetricsError> {
+        let m = Self::unregistered()?;
+        registry.register(Box::new(m.probe_total.clone()))?;
+        registry.register(Box::new(m.probe_duration.clone()))?;
+        registry.register(Box::new(m.lateness.clone()))?;
+        registry.register(Box::new(m.workers.clone()))?;
+        registry.register(Box::new(m.kills.clone()))?;
+        registry.register(Box::new(m.spec_errors.clone()))?;
+        registry.register(Box::new(m.source_connected.clone()))?;
+        Ok(m)
+    }
+
+    /// Metrics that no registry exports (unit tests).
+    pub fn unregistered() -> Result<Self, MetricsError> {
+        Ok(Self {
+            probe_total: CounterVec::new(
+                Opts::new(
+                    "prober_probe_total",
+                    "Cumulative number of a liveness, readiness or startup probe for a container by result.",
+                ),
+                &[
+                    "probe_type",
+                    "result",
+                    "container",
+                    "pod",
+                    "namespace",
+                    "pod_uid",
+                ],
+            )?,
+            probe_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "prober_probe_duration_seconds",
+                    "Duration in seconds for a probe response.",
+                ),
+                &["probe_type", "container", "pod", "namespace"],
+            )?,
+            lateness: Histogram::with_opts(
+                HistogramOpts::new(
+                    "podward_prober_schedule_lateness_seconds",
+                    "How late a periodic probe started after its due time.",
+                )
+                .buckets(vec![
+                    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0,
+                ]),
+            )?,
+            fine_lateness: Arc::new(FineHistogram::default()),
+            workers: IntGaugeVec::new(
+                Opts::new(
+                    "podward_prober_workers",
+                    "Probe workers running, by probe type.",
+                ),
+                &["probe_type"],
+            )?,
+            kills: CounterVec::new(
+                Opts::new(
+                    "podward_prober_kills_total",
+                    "Containers stopped after a liveness or startup failure.",
+                ),
+                &["probe_type", "container", "pod", "namespace"],
+            )?,
+            spec_errors: GaugeVec::new(
+                Opts::new(
+                    "podward_prober_spec_errors",
+                    "Errors in a pod's podward.io/probes annotation.",
+                ),
+                &["pod", "namespace", "pod_uid"],
+            )?,
+            source_connected: GaugeVec::new(
+                Opts::new(
+                    "podward_prober_source_connected",
+                    "1 while the prober follows this source of pods (shim or containerd).",
+                ),
+                &["source"],
+            )?,
+        })
+    }
+
+    /// Resolves a worker's series.
+    pub fn worker(
+        &self,
+        ty: ProbeType,
+        container: &str,
+        pod: &str,
+        ns: &str,
+        uid: &str,
+    ) -> WorkerMetrics {
+        let t = type_name(ty);
+        WorkerMetrics {
+            success: self.probe_total.with_label_values(&[
+                t,
+                "successful",
+                container,
+                pod,
+                ns,
+                uid,
+            ]),
+            failed: self
+                .probe_total
+                .with_label_values(&[t, "failed", container, pod, ns, uid]),
+            duration: self
+                .probe_duration
+                .with_label_values(&[t, container, pod, ns]),
+            remove: Some((
+                self.clone(),
+                [
+                    t.to_owned(),
+                    container.to_owned(),
+                    pod.to_owned(),
+                    ns.to_owned(),
+                    uid.to_owned(),
+                ],
+            )),
+        }
+    }
+
+    /// Records how late a periodic probe started.
+    pub fn observe_lateness(&self, late: Duration) {
+        self.lateness.observe(late.as_secs_f64());
+        self.fine_lateness.observe(late);
+    }
+
+    /// Exact-to-100-µs lateness histogram (the benchmark's percentiles).
+    pub fn fine_lateness(&self) -> &FineHistogram {
+        &self.fine_lateness
+    }
+
+    /// A gauge for one source.
+    pub fn source(&self, name: &str) -> Gauge {
+        self.source_connected.with_label_values(&[name])
+    }
+}
+
+/// A fixed histogram with 100 µs buckets up to 2 s (and one overflow bucket): one atomic add per
+/// sample, percentiles exact to the bucket width. Prometheus buckets are too coarse to tell a
+/// 20 ms p99 goal.
+pub struct FineHistogram {
+    buckets: Box<[AtomicU64]>,
+}
+
+const FINE_WIDTH_US: u64 = 100;
+const FINE_BUCKETS: usize = 20_001;
+
+impl Default for FineHistogram {
+    fn default() -> Self {
+        Self {
+            buckets: (0..FINE_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+impl FineHistogram {
+    /// Adds one sample.
+    pub fn observe(&self, d: Duration) {
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let i = usize::try_from(us / FINE_WIDTH_US)
+            .unwrap_or(usize::MAX)
+            .min(FINE_BUCKETS - 1);
+        if let Some(b) = self.buckets.get(i) {
+            b.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Sample count per bucket (a copy, to diff two moments).
+    pub fn counts(&self) -> Vec<u64> {
+        self.buckets
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// The upper bound of the bucket holding quantile `q` (0..=1) of `counts`.
+    pub fn quantile(counts: &[u64], q: f64) -> Option<Duration> {
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let want = ((total as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return Some(Duration::from_micros((i as u64 + 1) * FINE_WIDTH_US));
+            }
+        }
+        None
+    }
+}

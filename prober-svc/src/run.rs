@@ -1,0 +1,125 @@
+//! The daemon: API socket, admin endpoint, source and workers, until the shutdown future resolves.
+//! No signal handling here (main installs it), so tests run the prober in-process.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use podward_api::daemon::admin::Admin;
+use podward_api::prober::v1::prober_server::ProberServer;
+use podward_api::socket::{SocketError, SocketPerms, serve_unix};
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::UnixListenerStream;
+
+use crate::api::{Hub, ProberService};
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::kill::CriKiller;
+use crate::manager::Manager;
+use crate::metrics::{Metrics, MetricsError};
+use crate::probe::{CriExec, Prober, ProberOptions};
+use crate::source::{SourceConfig, follow};
+
+/// Why the prober could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The API socket could not be served.
+    #[error("API socket: {0}")]
+    Socket(#[from] SocketError),
+    /// The admin endpoint could not bind.
+    #[error("admin endpoint {addr}: {source}")]
+    Admin {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Metrics could not be registered.
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    /// The gRPC server failed.
+    #[error("API server: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+/// Runs the prober with `config` until `shutdown` resolves.
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), RunError> {
+    let admin = Admin::new();
+    let metrics = Metrics::new(&admin.registry)?;
+    let admin_listener = TcpListener::bind(config.admin_addr)
+        .await
+        .map_err(|source| RunError::Admin {
+            addr: config.admin_addr,
+            source,
+        })?;
+    let api_listener = serve_unix(&config.socket, SocketPerms::default()).await?;
+    let node_ip = config.node_ip();
+    tracing::info!(
+        socket = %config.socket.display(),
+        admin = %admin_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        shim = %config.shim_socket.display(),
+        containerd = %config.containerd_socket.display(),
+        %node_ip,
+        "podward-prober starting"
+    );
+
+    let containerd = podward_api::socket::channel(&config.containerd_socket);
+    let prober = Prober::new(
+        ProberOptions {
+            kube_version: config.kube_version.clone(),
+        },
+        Arc::new(CriExec::new(containerd.clone())),
+    );
+    let hub = Hub::default();
+    let manager = Manager::new(
+        Arc::new(prober),
+        Arc::new(CriKiller::new(containerd.clone())),
+        Arc::new(metrics.clone()),
+        hub.clone(),
+        Clock::system(),
+    );
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let readiness = admin.readiness.clone();
+    let admin_task = tokio::spawn(admin.serve(admin_listener, stopped()));
+    let source_task = tokio::spawn(follow(
+        SourceConfig {
+            shim_socket: config.shim_socket.clone(),
+            containerd,
+            node_ip,
+            poll_interval: Duration::from_secs(config.poll_interval_seconds.max(1)),
+        },
+        manager.clone(),
+        metrics,
+        stopped(),
+    ));
+    let server = tonic::transport::Server::builder()
+        .add_service(ProberServer::new(ProberService::new(manager.clone(), hub)))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(api_listener), stopped());
+    readiness.set(true);
+    let server_task = tokio::spawn(server);
+
+    shutdown.await;
+    tracing::info!("shutting down");
+    readiness.set(false);
+    let _ = stop_tx.send(true);
+    let _ = source_task.await;
+    manager.stop_all();
+    let served = server_task.await;
+    let _ = admin_task.await;
+    let _ = std::fs::remove_file(&config.socket);
+    match served {
+        Ok(r) => r.map_err(RunError::from),
+        Err(_) => Ok(()),
+    }
+}

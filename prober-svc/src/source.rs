@@ -1,0 +1,188 @@
+//! Where pods come from: the shim's `Lifecycle/Watch` stream (a snapshot, then ordered events;
+//! a `resync` snapshot replaces everything), and, while the shim is unreachable, containerd's
+//! CRI polled directly so probes (and kills) keep working without the shim.
+//!
+//! The manager is only ever told about complete views: a failed read changes nothing, so a
+//! source outage never looks like "all pods are gone".
+
+pub mod convert;
+pub mod cri;
+pub mod index;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::StreamExt;
+use podward_api::backoff::Backoff;
+use podward_api::cri::runtime_service_client::RuntimeServiceClient;
+use podward_api::shim::v1 as shim;
+use podward_api::shim::v1::lifecycle_client::LifecycleClient;
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+use self::convert::{shim_container, shim_sandbox};
+use self::cri::CriPoller;
+use self::index::NodeIndex;
+use crate::manager::Manager;
+use crate::metrics::Metrics;
+
+/// How the source reaches its peers.
+pub struct SourceConfig {
+    /// The shim's control socket.
+    pub shim_socket: PathBuf,
+    /// containerd's CRI channel (lazy, reconnecting).
+    pub containerd: Channel,
+    /// Probe address of host-network pods.
+    pub node_ip: IpAddr,
+    /// Interval of the containerd fallback poll.
+    pub poll_interval: Duration,
+}
+
+/// Follows the shim (or containerd) until `shutdown` resolves. Never returns an error: peers
+/// being down is normal, and is retried with [`Backoff`].
+pub async fn follow(
+    cfg: SourceConfig,
+    manager: Manager,
+    metrics: Metrics,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    let shim_up = metrics.source("shim");
+    let cri_up = metrics.source("containerd");
+    let mut backoff = Backoff::reconnect();
+    let mut poller = CriPoller::new();
+    let mut cri = RuntimeServiceClient::new(cfg.containerd.clone());
+    let mut next_poll = Instant::now();
+    loop {
+        let run = async {
+            match podward_api::socket::connect(&cfg.shim_socket).await {
+                Ok(ch) => {
+                    let mut client = LifecycleClient::new(ch);
+                    match client.watch(shim::WatchRequest { from_seq: 0 }).await {
+                        Ok(stream) => {
+                            tracing::info!(socket = %cfg.shim_socket.display(), "following the shim");
+                            shim_up.set(1.0);
+                            cri_up.set(0.0);
+                            let r =
+                                consume(stream.into_inner(), &manager, cfg.node_ip, &mut backoff)
+                                    .await;
+                            shim_up.set(0.0);
+                            tracing::warn!(reason = %r, "lost the shim's Lifecycle stream; reconnecting");
+                        }
+                        Err(e) => tracing::debug!(error = %e, "shim Watch failed"),
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "shim unreachable"),
+            }
+        };
+        tokio::select! {
+            () = &mut shutdown => return,
+            () = run => {}
+        }
+        // Shim down: read containerd directly, at most once per poll interval.
+        if Instant::now() >= next_poll {
+            next_poll = Instant::now() + cfg.poll_interval;
+            tokio::select! {
+                () = &mut shutdown => return,
+                r = poller.poll(&mut cri, cfg.node_ip) => match r {
+                    Ok(pods) => {
+                        if cri_up.get() == 0.0 {
+                            tracing::info!("shim is down; reading pods from containerd directly");
+                        }
+                        cri_up.set(1.0);
+                        manager.sync_all(pods);
+                    }
+                    Err(e) => {
+                        cri_up.set(0.0);
+                        tracing::debug!(error = %e, "containerd unreachable too; keeping the last view");
+                    }
+                },
+            }
+        }
+        let wait = backoff.next_delay().min(
+            next_poll
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(50)),
+        );
+        tokio::select! {
+            () = &mut shutdown => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Applies a Watch stream until it ends; returns why it ended.
+async fn consume(
+    mut stream: tonic::Streaming<shim::WatchEvent>,
+    manager: &Manager,
+    node_ip: IpAddr,
+    backoff: &mut Backoff,
+) -> String {
+    let mut index = NodeIndex::new();
+    loop {
+        let ev = match stream.next().await {
+            None => return "stream ended".to_owned(),
+            Some(Err(e)) => return e.to_string(),
+            Some(Ok(ev)) => ev,
+        };
+        backoff.reset();
+        apply(&mut index, ev, manager, node_ip);
+    }
+}
+
+/// Folds one Watch event into `index` and tells the manager what changed.
+pub fn apply(index: &mut NodeIndex, ev: shim::WatchEvent, manager: &Manager, node_ip: IpAddr) {
+    use shim::watch_event::Event;
+    match ev.event {
+        Some(Event::Snapshot(s)) => {
+            *index = NodeIndex::new();
+            for sb in &s.sandboxes {
+                index.put_sandbox(shim_sandbox(sb, node_ip));
+            }
+            for c in &s.containers {
+                let (uid, info) = shim_container(c);
+                index.put_container(&uid, info);
+            }
+            manager.sync_all(index.pods());
+        }
+        Some(Event::Sandbox(se)) => {
+            let Some(sb) = se.sandbox else { return };
+            let uid = if se.kind == shim::SandboxEventKind::SandboxEventRemoved as i32 {
+                index.remove_sandbox(&sb.id)
+            } else {
+                let rec = shim_sandbox(&sb, node_ip);
+                let uid = rec.uid.clone();
+                index.put_sandbox(rec);
+                Some(uid)
+            };
+            if let Some(uid) = uid {
+                refresh(index, manager, &uid);
+            }
+        }
+        Some(Event::Container(ce)) => {
+            let Some(c) = ce.container else { return };
+            let uid = if ce.kind == shim::ContainerEventKind::ContainerEventRemoved as i32 {
+                index.remove_container(&c.id)
+            } else {
+                let (uid, info) = shim_container(&c);
+                index.put_container(&uid, info);
+                Some(uid)
+            };
+            if let Some(uid) = uid {
+                refresh(index, manager, &uid);
+            }
+        }
+        None => {}
+    }
+}
+
+fn refresh(index: &mut NodeIndex, manager: &Manager, uid: &str) {
+    match index.pod(uid) {
+        Some(p) => manager.update_pod(p),
+        None => {
+            manager.remove_pod(uid);
+            index.compact();
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The fallback source: while the shim is down, read the node straight from containerd's CRI
+//! (`ListPodSandbox`/`ListContainers`, plus `PodSandboxStatus` for the IP and verbose
+//! `ContainerStatus` for start time and env), as kubelet's PLEG relist would.
+//!
+//! Status answers are cached per ID (a sandbox's IP and a started container's env never change),
+//! so a steady node costs two List calls per poll.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use podward_api::cri::{
+    ContainerStatusRequest, ListContainersRequest, ListPodSandboxRequest, NamespaceMode,
+    PodSandboxStatusRequest, runtime_service_client::RuntimeServiceClient,
+};
+use podward_api::labels;
+use tonic::transport::Channel;
+
+use super::convert::{cri_state, env_from_verbose_info, pod_grace, ports, probe_ip};
+use super::index::{NodeIndex, SandboxRec};
+use crate::model::{ContainerInfo, PodInfo};
+
+/// A container's start time and environment, once known.
+type ContainerExtra = (i64, Arc<[(String, String)]>);
+
+/// Cached per-object status.
+#[derive(Default)]
+pub struct CriPoller {
+    sandboxes: HashMap<String, (Option<IpAddr>, bool)>,
+    containers: HashMap<String, ContainerExtra>,
+}
+
+impl CriPoller {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads the whole node; an error means "no answer" (the caller keeps its last view).
+    pub async fn poll(
+        &mut self,
+        client: &mut RuntimeServiceClient<Channel>,
+        node_ip: IpAddr,
+    ) -> Result<Vec<PodInfo>, tonic::Status> {
+        let sandboxes = client
+            .list_pod_sandbox(ListPodSandboxRequest { filter: None })
+            .await?
+            .into_inner()
+            .items;
+        let containers = client
+            .list_containers(ListContainersRequest { filter: None })
+            .await?
+            .into_inner()
+            .containers;
+        let mut index = NodeIndex::new();
+        for s in &sandboxes {
+            let (ip, host_network) = match self.sandboxes.get(&s.id) {
+                Some(v) => *v,
+                None => {
+                    let st = client
+                        .pod_sandbox_status(PodSandboxStatusRequest {
+                            pod_sandbox_id: s.id.clone(),
+                            verbose: false,
+                        })
+                        .await?
+                        .into_inner()
+                        .status
+                        .unwrap_or_default();
+                    let host_network = st
+                        .linux
+                        .and_then(|l| l.namespaces)
+                        .and_then(|n| n.options)
+                        .is_some_and(|o| o.network == NamespaceMode::Node as i32);
+                    let pod_ip = st.network.map(|n| n.ip).unwrap_or_default();
+                    let v = (probe_ip(&pod_ip, host_network, node_ip), host_network);
+                    self.sandboxes.insert(s.id.clone(), v);
+                    v
+                }
+            };
+            let _ = host_network;
+            let meta = s.metadata.clone().unwrap_or_default();
+            index.put_sandbox(SandboxRec {
+                id: s.id.clone(),
+                uid: meta.uid,
+                name: meta.name,
+                namespace: meta.namespace,
+                created_at_ns: s.created_at,
+                ip,
+                probes: s.annotations.get(labels::PODWARD_PROBES).cloned(),
+                stop_requested_at_ns: 0,
+            });
+        }
+        for c in &containers {
+            let state = cri_state(c.state);
+            let cached = self.containers.get(&c.id).cloned();
+            let (started_at, env) = match cached {
+                Some((started, env)) if started > 0 || state != crate::model::RunState::Running => {
+                    (started, env)
+                }
+                _ => {
+                    let resp = client
+                        .container_status(ContainerStatusRequest {
+                            container_id: c.id.clone(),
+                            verbose: true,
+                        })
+                        .await?
+                        .into_inner();
+                    let started = resp.status.map(|s| s.started_at).unwrap_or_default();
+                    let env: Arc<[(String, String)]> = env_from_verbose_info(&resp.info).into();
+                    self.containers.insert(c.id.clone(), (started, env.clone()));
+                    (started, env)
+                }
+            };
+            let meta = c.metadata.clone().unwrap_or_default();
+            let uid = c.labels.get(labels::POD_UID).cloned().unwrap_or_default();
+            index.put_container(
+                &uid,
+                ContainerInfo {
+                    id: c.id.as_str().into(),
+                    name: meta.name,
+                    attempt: meta.attempt,
+                    state,
+                    created_at_ns: c.created_at,
+                    started_at_ns: started_at,
+                    ports: ports(&c.annotations),
+                    env,
+                    pod_grace_seconds: pod_grace(&c.annotations),
+                    stop_requested_at_ns: 0,
+                },
+            );
+        }
+        // Forget the cache of objects that are gone, so it stays as large as the node.
+        self.sandboxes
+            .retain(|id, _| sandboxes.iter().any(|s| &s.id == id));
+        let live: std::collections::HashSet<&str> =
+            containers.iter().map(|c| c.id.as_str()).collect();
+        self.containers.retain(|id, _| live.contains(id.as_str()));
+        Ok(index.pods())
+    }
+}

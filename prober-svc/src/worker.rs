@@ -1,0 +1,494 @@
+//! One probe worker per (pod, container, probe type), with kubelet's `worker.go` semantics.
+//!
+//! The loop: optional start-up jitter, one probe at once, then wait for the next tick of a
+//! fixed-rate ticker (missed ticks are dropped, like Go's 1-slot ticker channel, so a probe that
+//! overruns its period is followed immediately by one more and the schedule then realigns) or for
+//! a manual trigger (readiness right after startup succeeds), which resets the ticker.
+//!
+//! `do_probe` is a line-by-line port of kubelet's `doProbe`; see `reference/kubelet-probes.md`.
+//! Deviations, each because the prober cannot know what kubelet knows:
+//! - pod phase and restart policy are unknown: a worker of an exited container keeps waiting for
+//!   a new instance and stops only when its pod goes;
+//! - termination (kubelet's DeletionTimestamp) is the shim's `stop_requested_at_ns` on the sandbox
+//!   or container: liveness/startup publish Success and stop probing that instance, readiness
+//!   keeps probing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use rand::Rng;
+use tokio::sync::Notify;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::clock::Clock;
+use crate::metrics::{Metrics, WorkerMetrics};
+use crate::model::{ContainerInfo, PodInfo, RunState};
+use crate::probe::{ProbeResult, ProbeVerdict};
+use crate::results::{Outcome, Results};
+use crate::runner::ProbeRunner;
+use crate::spec::{ProbeSpec, ProbeType};
+
+#[cfg(test)]
+mod tests;
+
+/// A pod's live view, shared by its workers and updated in place by the manager.
+pub type SharedPod = Arc<RwLock<PodInfo>>;
+
+/// kubelet's `kubeletRestartGracePeriod`: containers started this long before the prober are
+/// treated as having run under a previous prober instance.
+pub const RESTART_GRACE: Duration = Duration::from_secs(10);
+
+/// Largest probe output kept for `Status` (kubelet's 10 KiB limit).
+pub const MAX_OUTPUT: usize = 10 * 1024;
+
+/// Identity of a worker.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkerKey {
+    /// Pod UID.
+    pub pod_uid: String,
+    /// Container name.
+    pub container: String,
+    /// Probe type, as an index (see [`type_index`]).
+    pub ty: u8,
+}
+
+/// Stable small index of a probe type (for keys and maps).
+pub fn type_index(ty: ProbeType) -> u8 {
+    match ty {
+        ProbeType::Liveness => 0,
+        ProbeType::Readiness => 1,
+        ProbeType::Startup => 2,
+    }
+}
+
+/// The probe type behind [`type_index`].
+pub fn type_from_index(i: u8) -> ProbeType {
+    match i {
+        0 => ProbeType::Liveness,
+        1 => ProbeType::Readiness,
+        _ => ProbeType::Startup,
+    }
+}
+
+/// kubelet's label value / log name for a probe type.
+pub fn type_name(ty: ProbeType) -> &'static str {
+    match ty {
+        ProbeType::Liveness => "Liveness",
+        ProbeType::Readiness => "Readiness",
+        ProbeType::Startup => "Startup",
+    }
+}
+
+/// kubelet's `initialValue` per probe type.
+pub fn initial_value(ty: ProbeType) -> Outcome {
+    match ty {
+        ProbeType::Liveness => Outcome::Success,
+        ProbeType::Readiness => Outcome::Failure,
+        ProbeType::Startup => Outcome::Unknown,
+    }
+}
+
+/// What the manager does with what workers publish.
+pub trait Sink: Send + Sync + 'static {
+    /// A result changed in the cache (kubelet's results-manager update).
+    fn changed(
+        &self,
+        key: &WorkerKey,
+        pod: &PodInfo,
+        container: &ContainerInfo,
+        outcome: Outcome,
+        output: &str,
+    );
+    /// A liveness or startup probe reached its failure threshold on a running container: kill it.
+    fn threshold_failure(
+        &self,
+        key: &WorkerKey,
+        pod: &PodInfo,
+        container: &ContainerInfo,
+        spec: &ProbeSpec,
+        output: &str,
+    );
+    /// A startup probe succeeded: readiness should be probed now (kubelet's manual trigger).
+    fn started(&self, key: &WorkerKey);
+    /// The worker's loop ended (it was stopped).
+    fn exited(&self, key: &WorkerKey, ctl: &Arc<WorkerCtl>);
+}
+
+/// What every worker shares.
+pub struct Ctx {
+    /// The results cache.
+    pub results: Results,
+    /// The probe handlers.
+    pub runner: Arc<dyn ProbeRunner>,
+    /// Time.
+    pub clock: Clock,
+    /// Where published changes go.
+    pub sink: Arc<dyn Sink>,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Control handle of a running worker.
+#[derive(Debug, Default)]
+pub struct WorkerCtl {
+    stop: AtomicBool,
+    trigger: AtomicBool,
+    wake: Notify,
+}
+
+impl WorkerCtl {
+    /// Asks the worker to stop (idempotent; an in-flight probe finishes first, as in kubelet).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// Requests one immediate probe and a ticker reset (non-blocking; extra requests coalesce,
+    /// like kubelet's 1-slot `manualTriggerCh`).
+    pub fn trigger(&self) {
+        self.trigger.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// Whether stop was requested.
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+}
+
+/// A worker's state as `Status` reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerStatus {
+    /// The container instance probed.
+    pub container_id: String,
+    /// The published result for that instance.
+    pub result: Option<Outcome>,
+    /// The last probe's own result, before thresholds.
+    pub last_probe_result: Option<Outcome>,
+    /// The last probe's output (capped at [`MAX_OUTPUT`]).
+    pub last_output: String,
+    /// Consecutive successes so far.
+    pub consecutive_successes: u32,
+    /// Consecutive failures so far.
+    pub consecutive_failures: u32,
+    /// When the last probe ran (Unix ns).
+    pub last_probe_at_ns: i64,
+    /// When the published result last changed (Unix ns).
+    pub last_transition_at_ns: i64,
+    /// Verdict reached; no probes until the container ID changes.
+    pub on_hold: bool,
+    /// Probes run by this worker.
+    pub probes_run: u64,
+}
+
+/// One worker. Built by the manager, consumed by [`Worker::run`].
+pub struct Worker {
+    key: WorkerKey,
+    ty: ProbeType,
+    spec: Arc<ProbeSpec>,
+    has_startup: bool,
+    pod: SharedPod,
+    ctx: Arc<Ctx>,
+    ctl: Arc<WorkerCtl>,
+    status: Arc<Mutex<WorkerStatus>>,
+    metrics: WorkerMetrics,
+    container_id: Option<Arc<str>>,
+    last_result: Option<ProbeResult>,
+    result_run: u32,
+    on_hold: bool,
+}
+
+impl Worker {
+    /// A worker for `key` probing with `spec`. `has_startup` says whether the container also has
+    /// a startup probe (which gates liveness and readiness).
+    pub fn new(
+        key: WorkerKey,
+        spec: Arc<ProbeSpec>,
+        has_startup: bool,
+        pod: SharedPod,
+        ctx: Arc<Ctx>,
+    ) -> Self {
+        let ty = type_from_index(key.ty);
+        let metrics = {
+            let p = pod.read();
+            ctx.metrics
+                .worker(ty, &key.container, &p.name, &p.namespace, &p.uid)
+        };
+        Self {
+            key,
+            ty,
+            spec,
+            has_startup,
+            pod,
+            ctx,
+            ctl: Arc::new(WorkerCtl::default()),
+            status: Arc::new(Mutex::new(WorkerStatus::default())),
+            metrics,
+            container_id: None,
+            last_result: None,
+            result_run: 0,
+            on_hold: false,
+        }
+    }
+
+    /// The control handle.
+    pub fn ctl(&self) -> Arc<WorkerCtl> {
+        self.ctl.clone()
+    }
+
+    /// The status handle.
+    pub fn status(&self) -> Arc<Mutex<WorkerStatus>> {
+        self.status.clone()
+    }
+
+    /// Runs until stopped (kubelet's `worker.run`).
+    pub async fn run(mut self) {
+        let period = self.spec.period.max(Duration::from_millis(1));
+        // Spread first probes only when the prober itself just started, so a restart does not
+        // fire every probe of the node at once (kubelet's rule).
+        if period > self.ctx.clock.since_start() {
+            let jitter = period.mul_f64(rand::rng().random::<f64>());
+            if self.wait_or_stop(Instant::now() + jitter).await {
+                return self.exit();
+            }
+        }
+        let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        while self.do_probe().await {
+            if self.ctl.stopped() {
+                break;
+            }
+            tokio::select! {
+                biased;
+                () = self.ctl.wake.notified() => {
+                    if self.ctl.stopped() {
+                        break;
+                    }
+                    if self.ctl.trigger.swap(false, Ordering::AcqRel) {
+                        ticker.reset();
+                    }
+                }
+                due = ticker.tick() => {
+                    self.ctx.metrics.observe_lateness(Instant::now().saturating_duration_since(due));
+                }
+            }
+        }
+        self.exit();
+    }
+
+    /// Sleeps until `until`; true if stopped meanwhile.
+    async fn wait_or_stop(&self, until: Instant) -> bool {
+        let sleep = tokio::time::sleep_until(until);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                () = &mut sleep => return self.ctl.stopped(),
+                () = self.ctl.wake.notified() => {
+                    if self.ctl.stopped() {
+                        return true;
+                    }
+                }
+            }
+        }
+    }
+
+    fn exit(self) {
+        if let Some(id) = &self.container_id {
+            self.ctx.results.remove(id, self.ty);
+        }
+        self.metrics.remove();
+        self.ctx.sink.exited(&self.key, &self.ctl);
+    }
+
+    fn set(&self, pod: &PodInfo, c: &ContainerInfo, outcome: Outcome, output: &str) {
+        if self.ctx.results.set(&c.id, self.ty, outcome) {
+            {
+                let mut st = self.status.lock();
+                st.result = Some(outcome);
+                st.last_transition_at_ns = self.ctx.clock.now_ns();
+            }
+            self.ctx.sink.changed(&self.key, pod, c, outcome, output);
+        }
+    }
+
+    /// Whether `c` counts as started (kubelet's `isContainerStarted`).
+    fn is_started(&self, c: &ContainerInfo) -> bool {
+        if c.state != RunState::Running {
+            return false;
+        }
+        if !self.has_startup {
+            return true;
+        }
+        match self.ctx.results.get(&c.id, ProbeType::Startup) {
+            Some(r) => r == Outcome::Success,
+            // No startup result: a container that ran before the prober started is taken as
+            // started (kubelet keeps Started across its own restart).
+            None => self.started_before_restart(c),
+        }
+    }
+
+    fn started_before_restart(&self, c: &ContainerInfo) -> bool {
+        let grace = i64::try_from(RESTART_GRACE.as_nanos()).unwrap_or(i64::MAX);
+        c.started_at_ns > 0 && c.started_at_ns < self.ctx.clock.start_ns().saturating_sub(grace)
+    }
+
+    /// One step of the state machine; false ends the worker.
+    async fn do_probe(&mut self) -> bool {
+        let (pod, c) = {
+            let p = self.pod.read();
+            let Some(c) = p.current(&self.key.container).cloned() else {
+                return true; // no instance yet: keep waiting
+            };
+            (p.without_containers(), c)
+        };
+        if self.container_id.as_deref() != Some(&*c.id) {
+            if let Some(old) = self.container_id.take() {
+                self.ctx.results.remove(&old, self.ty);
+            }
+            self.container_id = Some(c.id.clone());
+            {
+                let mut st = self.status.lock();
+                *st = WorkerStatus {
+                    container_id: c.id.to_string(),
+                    probes_run: st.probes_run,
+                    ..WorkerStatus::default()
+                };
+            }
+            // After a prober restart, leave containers that ran before it without a result, so
+            // they keep their readiness until a real verdict (kubelet's restart grace rule).
+            if !self.started_before_restart(&c) {
+                self.set(&pod, &c, initial_value(self.ty), "");
+            }
+            self.on_hold = false;
+            self.last_result = None;
+            self.result_run = 0;
+        }
+        if self.on_hold {
+            return true;
+        }
+        if c.state != RunState::Running {
+            self.set(&pod, &c, Outcome::Failure, "");
+            // The restart policy is unknown here: keep waiting for a new instance until the pod
+            // goes (kubelet stops only for restartPolicy Never).
+            return true;
+        }
+        let terminating = pod.stop_requested_at_ns != 0 || c.stop_requested_at_ns != 0;
+        if terminating && matches!(self.ty, ProbeType::Liveness | ProbeType::Startup) {
+            self.set(&pod, &c, Outcome::Success, "");
+            self.on_hold = true;
+            self.status.lock().on_hold = true;
+            return true;
+        }
+        let since_start_s = (self.ctx.clock.now_ns() - c.started_at_ns) / 1_000_000_000;
+        if since_start_s < i64::from(self.spec.initial_delay_seconds) {
+            return true;
+        }
+        if self.is_started(&c) {
+            if self.ty == ProbeType::Startup {
+                return true;
+            }
+        } else if self.ty != ProbeType::Startup {
+            return true;
+        }
+        let Some(ip) = pod.ip else {
+            // No address yet (pod network not set up): like a kubelet probe error, discarded.
+            return true;
+        };
+        let began = Instant::now();
+        let verdict = self.ctx.runner.run(self.ty, &self.spec, ip, &c).await;
+        let (result, output) = match verdict {
+            ProbeVerdict::Errored { message } => {
+                tracing::debug!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
+                    probe = type_name(self.ty), error = %message,
+                    "probe errored and resulted in unknown state; result discarded");
+                return true;
+            }
+            ProbeVerdict::Result {
+                result,
+                output,
+                warning,
+            } => {
+                if warning {
+                    tracing::debug!(pod = %pod.name, container = %c.name, probe = type_name(self.ty),
+                        output = %output, "probe warning");
+                }
+                (result, output)
+            }
+        };
+        let outcome = match result {
+            ProbeResult::Success => {
+                self.metrics.success.inc();
+                self.metrics.duration.observe(began.elapsed().as_secs_f64());
+                Outcome::Success
+            }
+            ProbeResult::Failure => {
+                self.metrics.failed.inc();
+                tracing::debug!(pod = %pod.name, container = %c.name, probe = type_name(self.ty),
+                    output = %output, "probe failed");
+                Outcome::Failure
+            }
+        };
+        if self.last_result == Some(result) {
+            self.result_run = self.result_run.saturating_add(1);
+        } else {
+            self.last_result = Some(result);
+            self.result_run = 1;
+        }
+        self.record(outcome, &output);
+        let below = match result {
+            ProbeResult::Failure => self.result_run < self.spec.failure_threshold,
+            ProbeResult::Success => self.result_run < self.spec.success_threshold,
+        };
+        if below {
+            return true;
+        }
+        self.set(&pod, &c, outcome, &output);
+        if (self.ty == ProbeType::Liveness && result == ProbeResult::Failure)
+            || self.ty == ProbeType::Startup
+        {
+            self.on_hold = true;
+            self.result_run = 0;
+            self.status.lock().on_hold = true;
+            if result == ProbeResult::Failure {
+                self.ctx
+                    .sink
+                    .threshold_failure(&self.key, &pod, &c, &self.spec, &output);
+            } else {
+                self.ctx.sink.started(&self.key);
+            }
+        }
+        true
+    }
+
+    fn record(&self, outcome: Outcome, output: &str) {
+        let mut st = self.status.lock();
+        st.last_probe_result = Some(outcome);
+        st.last_output = cap_output(output);
+        st.last_probe_at_ns = self.ctx.clock.now_ns();
+        st.probes_run += 1;
+        match outcome {
+            Outcome::Success => {
+                st.consecutive_successes = self.result_run;
+                st.consecutive_failures = 0;
+            }
+            _ => {
+                st.consecutive_failures = self.result_run;
+                st.consecutive_successes = 0;
+            }
+        }
+    }
+}
+
+/// `output` cut to at most [`MAX_OUTPUT`] bytes on a character boundary.
+pub fn cap_output(output: &str) -> String {
+    if output.len() <= MAX_OUTPUT {
+        return output.to_owned();
+    }
+    let mut end = MAX_OUTPUT;
+    while !output.is_char_boundary(end) {
+        end -= 1;
+    }
+    output[..end].to_owned()
+}
