@@ -12,6 +12,7 @@
 //! - everything else is removed recursively on one filesystem, through directory fds, never
 //!   following a symlink (a symlink is unlinked as a link).
 
+mod fd;
 mod walk;
 
 use std::io::ErrorKind;
