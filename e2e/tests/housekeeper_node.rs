@@ -31,32 +31,51 @@ async fn containerd_down_means_no_action_then_the_orphan_goes() {
 
     let (p1, _) = rec.pass(Mode::Act).await;
     assert!(p1.sources_ok, "{:?}", p1.sources);
-    assert!(p1.actions.is_empty(), "first sighting only waits: {:?}", p1.actions);
+    assert!(
+        p1.actions.is_empty(),
+        "first sighting only waits: {:?}",
+        p1.actions
+    );
 
     node.stop_containerd().await;
     let (p2, _) = rec.pass(Mode::Act).await;
     assert!(!p2.sources_ok);
-    let runtime = p2.sources.iter().find(|s| s.name == "runtime").expect("runtime report");
+    let runtime = p2
+        .sources
+        .iter()
+        .find(|s| s.name == "runtime")
+        .expect("runtime report");
     assert!(!runtime.ok, "{runtime:?}");
     assert!(p2.actions.is_empty() && p2.findings.is_empty(), "{p2:?}");
     assert!(cg.alive(pid), "a pass without the runtime killed a process");
-    assert!(cg.paths().iter().all(|p| p.exists()), "a pass without the runtime removed a cgroup");
+    assert!(
+        cg.paths().iter().all(|p| p.exists()),
+        "a pass without the runtime removed a cgroup"
+    );
     assert!(pod_dir.exists() && log_dir.exists());
 
     node.start_containerd().await.expect("restart containerd");
     // The failed pass broke the evidence chain: one more pass waits, the next acts.
     let mut acted = None;
-    eventually("the orphan to be acted on", Duration::from_secs(60), async || {
-        let (p, _) = rec.pass(Mode::Act).await;
-        let done = !p.actions.is_empty();
-        if done {
-            acted = Some(p);
-        }
-        done
-    })
+    eventually(
+        "the orphan to be acted on",
+        Duration::from_secs(60),
+        async || {
+            let (p, _) = rec.pass(Mode::Act).await;
+            let done = !p.actions.is_empty();
+            if done {
+                acted = Some(p);
+            }
+            done
+        },
+    )
     .await;
     let p = acted.expect("plan");
-    let kinds: Vec<_> = p.actions.iter().map(|a| (a.kind(), a.pod_uid.as_str(), a.outcome())).collect();
+    let kinds: Vec<_> = p
+        .actions
+        .iter()
+        .map(|a| (a.kind(), a.pod_uid.as_str(), a.outcome()))
+        .collect();
     assert_eq!(
         kinds,
         [
@@ -67,8 +86,15 @@ async fn containerd_down_means_no_action_then_the_orphan_goes() {
         "{:?}",
         p.actions
     );
-    assert!(p.pass >= 4, "at least one waiting pass after containerd came back: pass {}", p.pass);
-    eventually("the sleeper to die", Duration::from_secs(10), async || !cg.alive(pid)).await;
+    assert!(
+        p.pass >= 4,
+        "at least one waiting pass after containerd came back: pass {}",
+        p.pass
+    );
+    eventually("the sleeper to die", Duration::from_secs(10), async || {
+        !cg.alive(pid)
+    })
+    .await;
     assert!(!cg.exists_anywhere(), "cgroup left: {:?}", cg.paths());
     assert!(!pod_dir.exists() && !log_dir.exists());
 }
@@ -83,7 +109,9 @@ async fn a_pod_with_a_notready_sandbox_is_untouched_and_dry_run_equals_the_real_
     let live_uid = "11111111-aaaa-4bbb-8ccc-000000000002";
     let mut live_cg = PodCgroup::create(&node, live_uid);
     let live_pid = live_cg.spawn_sleeper();
-    let driver = Driver::connect(&node.containerd_socket()).await.expect("driver");
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
     let spec = PodSpec::new("live")
         .uid(live_uid)
         .grace_period(1)
@@ -93,9 +121,11 @@ async fn a_pod_with_a_notready_sandbox_is_untouched_and_dry_run_equals_the_real_
     let pod = driver.run_pod(&node, spec).await.expect("run pod");
     let (live_dir, _) = leave_dirs(&cfg, live_uid);
     let mut rt = node.runtime_client().await;
-    rt.stop_pod_sandbox(StopPodSandboxRequest { pod_sandbox_id: pod.sandbox_id().to_owned() })
-        .await
-        .expect("stop sandbox");
+    rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: pod.sandbox_id().to_owned(),
+    })
+    .await
+    .expect("stop sandbox");
 
     // An orphan with a running process.
     let mut orphan_cg = PodCgroup::create(&node, ORPHAN);
@@ -112,61 +142,122 @@ async fn a_pod_with_a_notready_sandbox_is_untouched_and_dry_run_equals_the_real_
         .await
     });
     let mut client = None;
-    eventually("the housekeeper socket", Duration::from_secs(20), async || {
-        match podward_api::socket::connect(cfg.socket.clone()).await {
+    eventually(
+        "the housekeeper socket",
+        Duration::from_secs(20),
+        async || match podward_api::socket::connect(cfg.socket.clone()).await {
             Ok(ch) => {
                 client = Some(HousekeeperClient::new(ch));
                 true
             }
             Err(_) => false,
-        }
-    })
+        },
+    )
     .await;
     let mut client = client.expect("client");
 
     let mut dry = None;
-    eventually("a dry run that plans the orphan", Duration::from_secs(30), async || {
-        let r = client.reconcile(ReconcileRequest { dry_run: true }).await.expect("Reconcile");
-        let plan = r.into_inner().plan.expect("plan");
-        let ready = plan.actions.iter().any(|a| a.pod_uid == ORPHAN);
-        if ready {
-            dry = Some(plan);
-        }
-        ready
-    })
+    eventually(
+        "a dry run that plans the orphan",
+        Duration::from_secs(30),
+        async || {
+            let r = client
+                .reconcile(ReconcileRequest { dry_run: true })
+                .await
+                .expect("Reconcile");
+            let plan = r.into_inner().plan.expect("plan");
+            let ready = plan.actions.iter().any(|a| a.pod_uid == ORPHAN);
+            if ready {
+                dry = Some(plan);
+            }
+            ready
+        },
+    )
     .await;
     let dry = dry.expect("dry plan");
     assert!(dry.dry_run);
-    assert!(dry.actions.iter().all(|a| a.outcome() == Outcome::Planned), "{:?}", dry.actions);
-    assert!(dry.actions.iter().all(|a| a.pod_uid == ORPHAN), "only the orphan: {:?}", dry.actions);
-    assert!(dry.findings.iter().all(|f| f.pod_uid != live_uid), "{:?}", dry.findings);
+    assert!(
+        dry.actions.iter().all(|a| a.outcome() == Outcome::Planned),
+        "{:?}",
+        dry.actions
+    );
+    assert!(
+        dry.actions.iter().all(|a| a.pod_uid == ORPHAN),
+        "only the orphan: {:?}",
+        dry.actions
+    );
+    assert!(
+        dry.findings.iter().all(|f| f.pod_uid != live_uid),
+        "{:?}",
+        dry.findings
+    );
     // Acted on nothing.
     assert!(orphan_cg.alive(orphan_pid) && orphan_cg.paths().iter().all(|p| p.exists()));
     assert!(orphan_dir.exists() && orphan_log.exists());
 
     // The operator's view matches (table through the CLI path).
-    let table = podward_housekeeper::report::plan_command(&cfg, false, false).await.expect("plan command");
-    assert!(table.contains("REMOVE_CGROUP") && table.contains(ORPHAN), "{table}");
+    let table = podward_housekeeper::report::plan_command(&cfg, false, false)
+        .await
+        .expect("plan command");
+    assert!(
+        table.contains("REMOVE_CGROUP") && table.contains(ORPHAN),
+        "{table}"
+    );
 
-    let real = client.reconcile(ReconcileRequest { dry_run: false }).await.expect("Reconcile").into_inner();
+    let real = client
+        .reconcile(ReconcileRequest { dry_run: false })
+        .await
+        .expect("Reconcile")
+        .into_inner();
     let real = real.plan.expect("plan");
     let key = |p: &podward_api::housekeeper::v1::Plan| -> Vec<(i32, String, String)> {
-        p.actions.iter().map(|a| (a.kind, a.pod_uid.clone(), a.target.clone())).collect()
+        p.actions
+            .iter()
+            .map(|a| (a.kind, a.pod_uid.clone(), a.target.clone()))
+            .collect()
     };
-    assert_eq!(key(&dry), key(&real), "the real pass did what the dry run planned");
-    assert!(real.actions.iter().all(|a| a.outcome() == Outcome::Done), "{:?}", real.actions);
-    eventually("the orphan's sleeper to die", Duration::from_secs(10), async || !orphan_cg.alive(orphan_pid)).await;
+    assert_eq!(
+        key(&dry),
+        key(&real),
+        "the real pass did what the dry run planned"
+    );
+    assert!(
+        real.actions.iter().all(|a| a.outcome() == Outcome::Done),
+        "{:?}",
+        real.actions
+    );
+    eventually(
+        "the orphan's sleeper to die",
+        Duration::from_secs(10),
+        async || !orphan_cg.alive(orphan_pid),
+    )
+    .await;
     assert!(!orphan_cg.exists_anywhere() && !orphan_dir.exists() && !orphan_log.exists());
 
     // The NotReady pod: cgroup, process, pod dir and sandbox untouched.
     assert!(live_cg.alive(live_pid), "the live pod's process was killed");
-    assert!(live_cg.paths().iter().all(|p| p.exists()), "the live pod's cgroup was touched");
+    assert!(
+        live_cg.paths().iter().all(|p| p.exists()),
+        "the live pod's cgroup was touched"
+    );
     assert!(live_dir.exists());
-    let sandboxes = rt.list_pod_sandbox(ListPodSandboxRequest { filter: None }).await.expect("list").into_inner();
-    let sb = sandboxes.items.iter().find(|s| s.id == pod.sandbox_id()).expect("sandbox still there");
+    let sandboxes = rt
+        .list_pod_sandbox(ListPodSandboxRequest { filter: None })
+        .await
+        .expect("list")
+        .into_inner();
+    let sb = sandboxes
+        .items
+        .iter()
+        .find(|s| s.id == pod.sandbox_id())
+        .expect("sandbox still there");
     assert_eq!(sb.state, PodSandboxState::SandboxNotready as i32);
 
-    let status = client.status(podward_api::housekeeper::v1::StatusRequest {}).await.expect("Status").into_inner();
+    let status = client
+        .status(podward_api::housekeeper::v1::StatusRequest {})
+        .await
+        .expect("Status")
+        .into_inner();
     assert!(status.actions_done >= 3, "{status:?}");
     let _ = stop_tx.send(());
     daemon.await.expect("daemon task").expect("daemon result");

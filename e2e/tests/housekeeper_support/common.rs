@@ -40,7 +40,10 @@ pub fn config(node: &TestNode) -> Config {
 
 /// `kubepods/burstable/pod<uid>` under the node's cgroup parent, as kubelet names it.
 pub fn pod_cgroup_rel(node: &TestNode, uid: &str) -> String {
-    format!("{}/kubepods/burstable/pod{uid}", node.cgroup_parent().trim_start_matches('/'))
+    format!(
+        "{}/kubepods/burstable/pod{uid}",
+        node.cgroup_parent().trim_start_matches('/')
+    )
 }
 
 /// A pod cgroup in every test hierarchy; dropping it kills its processes and removes it.
@@ -56,11 +59,17 @@ impl PodCgroup {
             let p = Path::new("/sys/fs/cgroup").join(h).join(&rel);
             std::fs::create_dir_all(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
         }
-        Self { rel, children: Vec::new() }
+        Self {
+            rel,
+            children: Vec::new(),
+        }
     }
 
     pub fn paths(&self) -> Vec<PathBuf> {
-        HIERARCHIES.iter().map(|h| Path::new("/sys/fs/cgroup").join(h).join(&self.rel)).collect()
+        HIERARCHIES
+            .iter()
+            .map(|h| Path::new("/sys/fs/cgroup").join(h).join(&self.rel))
+            .collect()
     }
 
     pub fn exists_anywhere(&self) -> bool {
@@ -69,7 +78,10 @@ impl PodCgroup {
 
     /// Starts `sleep` and moves it into the pod cgroup in every hierarchy.
     pub fn spawn_sleeper(&mut self) -> i32 {
-        let child = Command::new("sleep").arg("3600").spawn().expect("spawn sleep");
+        let child = Command::new("sleep")
+            .arg("3600")
+            .spawn()
+            .expect("spawn sleep");
         let pid = child.id() as i32;
         for p in self.paths() {
             std::fs::write(p.join("cgroup.procs"), pid.to_string())
@@ -121,7 +133,10 @@ pub async fn eventually(what: &str, timeout: Duration, mut cond: impl AsyncFnMut
         if cond().await {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
