@@ -192,19 +192,28 @@ fn mounted_volumes_block_and_lose_nothing() {
 
 #[test]
 fn subpath_bind_without_volumes_dir_is_not_deleted() {
-    // The exact #72257 shape: `volumes/` already gone, a same-fs bind in `volume-subpaths/`, and
-    // also one bind mounted where everything would be removed recursively (`containers/`).
+    // The exact #72257 shape: `volumes/` already gone and a same-filesystem bind mount left in
+    // `volume-subpaths/`; plus the worse variant, a same-fs bind where everything is removed
+    // recursively (`containers/`), so only the mount check stands between it and the data.
     let mut f = Fixture::new();
     let host = f.root().join("local-pv");
     fill(&host, "pv");
-    let p = f.pod("u72257");
-    f.bind(&host, &p.path.join("volume-subpaths/pv/app/0"));
-    f.bind(&host, &p.path.join("containers/app/bound"));
     let before = tree_hash(&host);
-    for table in [f.table(), MountTable::default()] {
-        assert_eq!(reasons(&p, &table).len(), 2);
-        assert!(remove_pod_dir(&p, &table).is_err());
-        assert_eq!(tree_hash(&host), before);
+    let sub = f.pod("u72257");
+    f.bind(&host, &sub.path.join("volume-subpaths/pv/app/0"));
+    let ctr = f.pod("bind-in-containers");
+    f.bind(&host, &ctr.path.join("containers/app/bound"));
+    for p in [&sub, &ctr] {
+        for (table, expect) in [
+            (f.table(), "is mounted"),
+            (MountTable::default(), "is a mount point"),
+        ] {
+            let why = reasons(p, &table);
+            assert_eq!(why.len(), 1, "{why:?}");
+            assert!(why[0].ends_with(expect), "{why:?}");
+            assert!(remove_pod_dir(p, &table).is_err());
+            assert_eq!(tree_hash(&host), before);
+        }
     }
 }
 
