@@ -38,6 +38,14 @@ pub enum LogDirError {
         /// The mount points.
         mounts: Vec<PathBuf>,
     },
+    /// The read-only walk found something on another filesystem or mount; nothing was removed.
+    #[error("{path}: removal blocked: {}", reasons.join("; "))]
+    Blocked {
+        /// The log dir.
+        path: PathBuf,
+        /// What was found where.
+        reasons: Vec<String>,
+    },
     /// The removal walk failed or stopped.
     #[error(transparent)]
     Remove(#[from] PodDirError),
@@ -95,14 +103,24 @@ pub fn scan_log_dirs(log_root: &Path) -> Result<Vec<LogDir>, LogDirError> {
 }
 
 /// Removes a log dir and everything in it, on one filesystem, links as links, refusing if anything
-/// is mounted at or under it (by the mount table, then per entry during the walk). Returns the
-/// number of entries removed (the dir included).
+/// is mounted at or under it (by the mount table, then by a read-only walk, then per entry again
+/// while removing). Returns the number of entries removed (the dir included).
 pub fn remove_log_dir(dir: &LogDir, mounts: &MountTable) -> Result<u64, LogDirError> {
     let mounted = mounts.mounts_at_or_under_resolved(&dir.path);
     if !mounted.is_empty() {
         return Err(LogDirError::Mounted {
             path: dir.path.clone(),
             mounts: mounted,
+        });
+    }
+    // Read-only pass first, so a mount the table missed stops the removal before anything goes.
+    let mut assess = Walk::assess(&dir.path);
+    assess.run(Scope::Tree)?;
+    let reasons = assess.into_reasons();
+    if !reasons.is_empty() {
+        return Err(LogDirError::Blocked {
+            path: dir.path.clone(),
+            reasons,
         });
     }
     let mut walk = Walk::remove(&dir.path);

@@ -1,0 +1,67 @@
+//! Log dir removal against a real mount: refused by the mount table, and — with a stale table — by
+//! the walk itself, with the mounted data intact either way. Runs in a private mount namespace;
+//! needs root.
+
+use std::fs;
+use std::path::Path;
+
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use nix::sched::{CloneFlags, unshare};
+use podward_housekeeper::log_dir::{LogDirError, remove_log_dir, scan_log_dirs};
+use podward_housekeeper::mounts::MountTable;
+
+/// Unmounts on drop, even when an assertion fails.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = umount2(&self.0, MntFlags::MNT_DETACH);
+    }
+}
+
+#[test]
+fn mounted_log_dir_is_not_removed() {
+    unshare(CloneFlags::CLONE_NEWNS).expect("unshare mount ns (needs root)");
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .expect("make / private");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("default_web-0_u1");
+    let mnt = dir.join("web");
+    fs::create_dir_all(&mnt).expect("mkdir");
+    fs::write(dir.join("top.log"), "top").expect("write");
+    mount(
+        Some("tmpfs"),
+        &mnt,
+        Some("tmpfs"),
+        MsFlags::empty(),
+        Some("size=1m"),
+    )
+    .expect("tmpfs");
+    let _guard = Unmount(mnt.clone());
+    fs::write(mnt.join("0.log"), "kept").expect("write");
+    let log = scan_log_dirs(tmp.path()).expect("scan").remove(0);
+
+    // thread-self: this test thread has its own mount namespace.
+    let table = MountTable::read(Path::new("/proc/thread-self/mountinfo")).expect("mountinfo");
+    assert!(matches!(
+        remove_log_dir(&log, &table),
+        Err(LogDirError::Mounted { .. })
+    ));
+    match remove_log_dir(&log, &MountTable::default()) {
+        Err(LogDirError::Blocked { reasons, .. }) => {
+            assert_eq!(reasons, [format!("{} is a mount point", mnt.display())]);
+        }
+        other => panic!("expected the walk to find the mount, got {other:?}"),
+    }
+    assert!(
+        dir.join("top.log").exists(),
+        "nothing removed before the refusal"
+    );
+    assert_eq!(fs::read_to_string(mnt.join("0.log")).expect("kept"), "kept");
+}
