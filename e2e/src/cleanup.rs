@@ -10,9 +10,13 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use sha2::{Digest, Sha256};
 
 /// Sysfs mount of the cgroup hierarchies (v1 controllers and, in hybrid mode, `unified`).
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// Where containerd 1.6 puts shim sockets (not configurable).
+const SHIM_SOCKET_DIR: &str = "/run/containerd/s";
 
 /// Everything a [`crate::TestNode`] can leave behind, so a test can check that nothing was.
 #[derive(Debug, Clone)]
@@ -59,6 +63,16 @@ impl Footprint {
         self.scan(false)
             .into_iter()
             .filter(|(_, cmd)| cmd.contains("containerd-shim"))
+            .collect()
+    }
+
+    /// The sockets of this node's live shims. containerd 1.6 puts them in a fixed directory,
+    /// `/run/containerd/s/<sha256(address/namespace/id)>`, outside the node's directory; a shim
+    /// that is killed (not shut down through containerd) leaves its socket there.
+    pub fn shim_sockets(&self) -> Vec<PathBuf> {
+        self.shims()
+            .iter()
+            .filter_map(|(_, cmd)| shim_socket(cmd))
             .collect()
     }
 
@@ -127,15 +141,19 @@ impl Footprint {
     /// Removes everything in the footprint: kills its processes, unmounts, removes the cgroup
     /// trees and the directory. Best effort, logged; never panics.
     pub(crate) fn remove(&self) {
+        let sockets = self.shim_sockets();
         self.kill_processes(Duration::from_secs(10));
+        for s in sockets {
+            let _ = std::fs::remove_file(s);
+        }
         self.unmount_all();
         self.remove_cgroups(Duration::from_secs(5));
         let left = self.mounts();
         if left.is_empty() {
-            if let Err(e) = std::fs::remove_dir_all(&self.dir) {
-                if self.dir.exists() {
-                    tracing::warn!(dir = %self.dir.display(), error = %e, "removing node dir");
-                }
+            if let Err(e) = std::fs::remove_dir_all(&self.dir)
+                && self.dir.exists()
+            {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "removing node dir");
             }
         } else {
             // Deleting through a mount could destroy files that are not ours.
@@ -196,6 +214,21 @@ impl Footprint {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// The socket path of a shim from its command line
+/// (`containerd-shim-runc-v2 -namespace NS -id ID -address ADDR`).
+fn shim_socket(cmdline: &str) -> Option<PathBuf> {
+    let args: Vec<&str> = cmdline.split(' ').collect();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| *a == name)
+            .and_then(|i| args.get(i + 1))
+            .copied()
+    };
+    let (ns, id, addr) = (flag("-namespace")?, flag("-id")?, flag("-address")?);
+    let digest = Sha256::digest(format!("{addr}/{ns}/{id}").as_bytes());
+    Some(Path::new(SHIM_SOCKET_DIR).join(hex::encode(digest)))
 }
 
 /// Every cgroup hierarchy root: each v1 controller mount and the v2 mount (`unified`, or the

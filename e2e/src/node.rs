@@ -165,10 +165,10 @@ impl TestNode {
     /// Starts containerd again with the same root, state and socket; waits until CRI answers.
     /// A no-op when it is running.
     pub async fn start_containerd(&mut self) -> Result<(), HarnessError> {
-        if let Some(child) = &mut self.containerd {
-            if matches!(child.try_wait(), Ok(None)) {
-                return Ok(());
-            }
+        if let Some(child) = &mut self.containerd
+            && matches!(child.try_wait(), Ok(None))
+        {
+            return Ok(());
         }
         let log_path = self.paths.log();
         let log = std::fs::OpenOptions::new()
@@ -199,14 +199,14 @@ impl TestNode {
     async fn wait_ready(&mut self) -> Result<(), HarnessError> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            if let Some(child) = &mut self.containerd {
-                if let Ok(Some(status)) = child.try_wait() {
-                    let log = std::fs::read_to_string(self.paths.log()).unwrap_or_default();
-                    return Err(HarnessError::Invalid(format!(
-                        "containerd exited with {status}: {}",
-                        crate::binaries::tail(&log, 3000)
-                    )));
-                }
+            if let Some(child) = &mut self.containerd
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                let log = std::fs::read_to_string(self.paths.log()).unwrap_or_default();
+                return Err(HarnessError::Invalid(format!(
+                    "containerd exited with {status}: {}",
+                    crate::binaries::tail(&log, 3000)
+                )));
             }
             if let Ok(ch) = podward_api::socket::connect(self.paths.socket()).await {
                 let mut rt = RuntimeServiceClient::new(ch);

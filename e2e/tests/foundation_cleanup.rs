@@ -47,9 +47,16 @@ async fn drop_with_running_pods_leaves_nothing() {
     let (node, pods) = busy_node().await;
     let fp = node.footprint();
     assert_footprint_present(&fp);
+    let sockets = fp.shim_sockets();
+    assert!(
+        !sockets.is_empty() && sockets.iter().all(|s| s.exists()),
+        "shim sockets {sockets:?}"
+    );
     drop(pods);
     drop(node);
     assert!(fp.leaks().is_empty(), "leaks: {:#?}", fp.leaks());
+    let left: Vec<_> = sockets.iter().filter(|s| s.exists()).collect();
+    assert!(left.is_empty(), "shim sockets left: {left:?}");
 }
 
 #[tokio::test]
@@ -70,6 +77,11 @@ async fn drop_during_a_panic_leaves_nothing() {
 async fn drop_after_containerd_was_killed_leaves_nothing() {
     let (mut node, pods) = busy_node().await;
     let fp = node.footprint();
+    let sockets = fp.shim_sockets();
+    assert!(
+        sockets.iter().all(|s| s.exists()),
+        "shim sockets {sockets:?}"
+    );
     node.stop_containerd().await;
     // Containers keep running in their shims without containerd.
     assert!(!fp.pod_processes().is_empty());
@@ -77,6 +89,8 @@ async fn drop_after_containerd_was_killed_leaves_nothing() {
     drop(pods);
     drop(node);
     assert!(fp.leaks().is_empty(), "leaks: {:#?}", fp.leaks());
+    let left: Vec<_> = sockets.iter().filter(|s| s.exists()).collect();
+    assert!(left.is_empty(), "shim sockets left: {left:?}");
 }
 
 #[tokio::test]

@@ -104,6 +104,8 @@ disabled_plugins = [
 
 [{cri}.containerd.runtimes.runc.options]
   SystemdCgroup = false
+  # runc's state in the node's dir, not /run/containerd/runc, so a killed node leaves none.
+  Root = {runc_root}
 
 [{cri}.cni]
   bin_dir = {cni_bin}
@@ -123,6 +125,7 @@ disabled_plugins = [
         cni_bin = qp(&paths.cni().join("bin")),
         cni_conf = qp(&paths.cni().join("net.d")),
         certs = qp(&paths.certs_d()),
+        runc_root = qp(&paths.dir.join("runc")),
     )
 }
 
