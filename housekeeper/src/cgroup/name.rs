@@ -104,6 +104,8 @@ pub fn parse_pod_cgroup_name(driver: CgroupDriver, entry: &str) -> Option<String
         CgroupDriver::Systemd => parse_systemd(entry).pop()?,
     };
     let uid = base.strip_prefix(POD_PREFIX)?;
+    // The UID is joined onto other roots (`<kubelet-root>/pods/<uid>`), so `.`, `..` and `/` must
+    // never come out of here: `pods/..` is the kubelet root itself.
     if uid.is_empty() || uid.contains(POD_PREFIX) || uid.contains('/') || uid == "." || uid == ".."
     {
         return None;
