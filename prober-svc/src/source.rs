@@ -27,6 +27,10 @@ use self::index::NodeIndex;
 use crate::manager::Manager;
 use crate::metrics::Metrics;
 
+/// Largest snapshot or List answer accepted. tonic's 4 MiB default is one 10,000-container
+/// snapshot; a node's full index must always fit.
+pub const MAX_MESSAGE: usize = 256 << 20;
+
 /// How the source reaches its peers.
 pub struct SourceConfig {
     /// The shim's control socket.
@@ -52,13 +56,14 @@ pub async fn follow(
     let cri_up = metrics.source("containerd");
     let mut backoff = Backoff::reconnect();
     let mut poller = CriPoller::new();
-    let mut cri = RuntimeServiceClient::new(cfg.containerd.clone());
+    let mut cri =
+        RuntimeServiceClient::new(cfg.containerd.clone()).max_decoding_message_size(MAX_MESSAGE);
     let mut next_poll = Instant::now();
     loop {
         let run = async {
             match podward_api::socket::connect(&cfg.shim_socket).await {
                 Ok(ch) => {
-                    let mut client = LifecycleClient::new(ch);
+                    let mut client = LifecycleClient::new(ch).max_decoding_message_size(MAX_MESSAGE);
                     match client.watch(shim::WatchRequest { from_seq: 0 }).await {
                         Ok(stream) => {
                             tracing::info!(socket = %cfg.shim_socket.display(), "following the shim");
