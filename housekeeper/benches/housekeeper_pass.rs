@@ -1,0 +1,190 @@
+//! One housekeeper pass over a large fake node, through the real code and the root flags:
+//! N pod dirs, N pod cgroup dirs (plain dirs laid out like cgroupfs v2, all three QoS classes),
+//! N log dirs, N/10 sandboxes with a container each (an in-process fake CRI server implementing
+//! the k8s-cri `RuntimeService` trait, over a unix socket), an N/2-line mountinfo, no shim.
+//!
+//! Pass 1 sees everything for the first time (orphans WAITING); passes 2..=6 plan every orphan
+//! (90% of the UIDs), which includes the read-only assessment walk of each orphan's pod dir.
+//! Passes are dry runs, so the tree is the same for every pass. Each size runs in its own child
+//! process, so the peak RSS (VmHWM) is that size's.
+//!
+//! `cargo bench -p podward-housekeeper --bench housekeeper_pass [-- 1000 5000 10000]`
+
+#[path = "support/fake_cri.rs"]
+mod fake_cri;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use podward_api::cri::{Container, ContainerMetadata, PodSandbox, PodSandboxMetadata};
+use podward_api::labels;
+use podward_housekeeper::Config;
+use podward_housekeeper::daemon::node_reconciler;
+use podward_housekeeper::reconcile::Mode;
+
+/// Limits from issue 4 at N = 10,000.
+const MAX_PASS: Duration = Duration::from_millis(250);
+const MAX_RSS_KIB: u64 = 64 * 1024;
+
+fn uid(i: usize) -> String {
+    format!("{i:08x}-0000-4000-8000-{i:012x}")
+}
+
+fn build_tree(root: &Path, n: usize) -> (Vec<PodSandbox>, Vec<Container>) {
+    let cg = root.join("cgroup");
+    std::fs::create_dir_all(&cg).expect("mkdir");
+    std::fs::write(cg.join("cgroup.controllers"), "cpu memory pids\n").expect("write");
+    let mut mountinfo = String::new();
+    let mut sandboxes = Vec::new();
+    let mut containers = Vec::new();
+    for i in 0..n {
+        let u = uid(i);
+        let qos = match i % 3 {
+            0 => String::new(),
+            1 => "burstable/".to_owned(),
+            _ => "besteffort/".to_owned(),
+        };
+        std::fs::create_dir_all(cg.join(format!("kubepods/{qos}pod{u}"))).expect("mkdir cgroup");
+        let pod = root.join("kubelet/pods").join(&u);
+        std::fs::create_dir_all(pod.join("volumes/kubernetes.io~empty-dir/data")).expect("mkdir");
+        std::fs::create_dir_all(pod.join("volumes/kubernetes.io~projected/kube-api-access")).expect("mkdir");
+        std::fs::create_dir_all(pod.join("plugins/kubernetes.io~empty-dir/data")).expect("mkdir");
+        std::fs::create_dir_all(pod.join("containers/app")).expect("mkdir");
+        std::fs::write(pod.join("etc-hosts"), "127.0.0.1 localhost\n").expect("write");
+        let log = root.join(format!("logs/default_pod-{i}_{u}/app"));
+        std::fs::create_dir_all(&log).expect("mkdir log");
+        std::fs::write(log.join("0.log"), "log line\n").expect("write");
+        if i % 10 == 0 {
+            // A live pod: its projected volume is mounted, and it has a sandbox and a container.
+            let mp = pod.join("volumes/kubernetes.io~projected/kube-api-access");
+            let _ = writeln!(mountinfo, "{} 1 0:{} / {} rw,relatime - tmpfs tmpfs rw", 1000 + i, 100 + i, mp.display());
+            let sid = format!("sandbox-{i:060}");
+            sandboxes.push(PodSandbox {
+                id: sid.clone(),
+                metadata: Some(PodSandboxMetadata { name: format!("pod-{i}"), uid: u.clone(), namespace: "default".into(), attempt: 0 }),
+                state: 0,
+                created_at: 1,
+                labels: HashMap::from([(labels::POD_UID.to_owned(), u.clone())]),
+                ..Default::default()
+            });
+            containers.push(Container {
+                id: format!("container-{i:058}"),
+                pod_sandbox_id: sid,
+                metadata: Some(ContainerMetadata { name: "app".into(), attempt: 0 }),
+                state: 1,
+                created_at: 2,
+                labels: HashMap::from([(labels::POD_UID.to_owned(), u)]),
+                ..Default::default()
+            });
+        }
+    }
+    // Fill the mount table to N/2 lines with mounts elsewhere (overlay rootfs, shm, ...).
+    let mut j = 0;
+    while mountinfo.lines().count() < n / 2 {
+        let _ = writeln!(
+            mountinfo,
+            "{} 1 0:{} / /run/containerd/io.containerd.runtime.v2.task/k8s.io/{j:064}/rootfs rw - overlay overlay rw",
+            900_000 + j,
+            500_000 + j
+        );
+        j += 1;
+    }
+    std::fs::write(root.join("mountinfo"), mountinfo).expect("write mountinfo");
+    (sandboxes, containers)
+}
+
+fn vm_hwm_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn one_size(n: usize) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path();
+    let (sandboxes, containers) = build_tree(root, n);
+    let (n_sb, n_ct) = (sandboxes.len(), containers.len());
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let sock = root.join("containerd.sock");
+        let _server = fake_cri::serve(fake_cri::FakeCri { sandboxes, containers }, &sock);
+        let config = Config {
+            containerd_socket: sock,
+            shim_socket: root.join("no-shim.sock"),
+            prober_socket: root.join("no-prober.sock"),
+            cgroup_root: root.join("cgroup"),
+            kubelet_root: root.join("kubelet"),
+            log_root: root.join("logs"),
+            mountinfo: root.join("mountinfo"),
+            orphan_grace: Duration::ZERO,
+            ..Config::default()
+        };
+        let rec = node_reconciler(&config);
+        let (first, t1) = rec.pass(Mode::DryRun).await;
+        assert!(first.sources_ok, "{:?}", first.sources);
+        let mut steady = Vec::new();
+        let mut last = None;
+        for _ in 0..5 {
+            let (p, t) = rec.pass(Mode::DryRun).await;
+            steady.push(t);
+            last = Some(p);
+        }
+        steady.sort();
+        let median = steady[steady.len() / 2];
+        let plan = last.expect("plan");
+        let breakdown: Vec<String> = plan
+            .sources
+            .iter()
+            .map(|s| format!("{} {:.1}", s.name, s.duration_ns as f64 / 1e6))
+            .collect();
+        let rss = vm_hwm_kib();
+        println!(
+            "RESULT n={n} sandboxes={n_sb} containers={n_ct} mountinfo_lines={} first_pass_ms={:.1} \
+             steady_pass_ms_median={:.1} steady_pass_ms_max={:.1} actions={} findings={} rss_peak_mib={:.1} \
+             sources_ms=[{}]",
+            n / 2,
+            t1.as_secs_f64() * 1e3,
+            median.as_secs_f64() * 1e3,
+            steady.last().expect("max").as_secs_f64() * 1e3,
+            plan.actions.len(),
+            plan.findings.len(),
+            rss as f64 / 1024.0,
+            breakdown.join(", ")
+        );
+        if n >= 10_000 {
+            let worst = t1.max(*steady.last().expect("max"));
+            if worst > MAX_PASS || rss > MAX_RSS_KIB {
+                println!("OVER BUDGET at n={n}: pass {worst:?} (limit {MAX_PASS:?}), rss {rss} KiB (limit {MAX_RSS_KIB} KiB)");
+            }
+        }
+    });
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    if let Some(pos) = std::env::args().position(|a| a == "--one") {
+        let n = std::env::args().nth(pos + 1).and_then(|s| s.parse().ok()).expect("--one N");
+        one_size(n);
+        return;
+    }
+    let sizes: Vec<usize> = if args.is_empty() {
+        vec![1_000, 5_000, 10_000]
+    } else {
+        args.iter().filter_map(|a| a.parse().ok()).collect()
+    };
+    let exe = std::env::current_exe().expect("current exe");
+    for n in sizes {
+        let status = std::process::Command::new(&exe)
+            .args(["--one", &n.to_string()])
+            .status()
+            .expect("run one size");
+        assert!(status.success(), "size {n} failed");
+    }
+}
