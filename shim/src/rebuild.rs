@@ -112,7 +112,7 @@ async fn sandbox_entry(
         }
         // Removed between List and Status: it no longer exists.
         Err(s) if s.code() == tonic::Code::NotFound => return None,
-        Err(s) => tracing::debug!(id, error = %s, "PodSandboxStatus failed during rebuild"),
+        Err(s) => tracing::warn!(id, error = %s, "PodSandboxStatus failed during rebuild"),
     }
     idx.sandbox(&id).cloned()
 }
@@ -127,11 +127,17 @@ async fn container_entry(
         items: vec![c],
         complete: false,
     });
-    let req = cri::ContainerStatusRequest {
+    let req = |verbose| cri::ContainerStatusRequest {
         container_id: id.clone(),
-        verbose: true,
+        verbose,
     };
-    match client.container_status(req).await {
+    let mut answer = client.container_status(req(true)).await;
+    if matches!(&answer, Err(s) if s.code() != tonic::Code::NotFound) {
+        // The verbose part can fail on its own (e.g. for a container whose task is gone);
+        // the plain status still has the state and the exit code.
+        answer = client.container_status(req(false)).await;
+    }
+    match answer {
         Ok(r) => {
             let r = r.into_inner();
             let envs = env_from_info(&r.info);
@@ -144,7 +150,7 @@ async fn container_entry(
             }
         }
         Err(s) if s.code() == tonic::Code::NotFound => return None,
-        Err(s) => tracing::debug!(id, error = %s, "ContainerStatus failed during rebuild"),
+        Err(s) => tracing::warn!(id, error = %s, "ContainerStatus failed during rebuild"),
     }
     let mut out = idx.container(&id).cloned()?;
     // Entries built here never saw the CRI path: delivery stays UNKNOWN (the index keeps what
