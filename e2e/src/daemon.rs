@@ -144,19 +144,34 @@ impl Daemon {
     }
 }
 
-/// Copies a child's output to the test output, line by line (lines capped at 8 KiB).
+/// Longest line copied to the test output; the rest of a longer line is dropped.
+const MAX_LINE: usize = 8 * 1024;
+
+/// Copies a child's output to the test output line by line, holding at most [`MAX_LINE`]
+/// bytes of a line in memory whatever the child writes.
 fn forward(name: String, stream: impl tokio::io::AsyncRead + Unpin + Send + 'static) {
     tokio::spawn(async move {
-        let mut lines = BufReader::new(stream).lines();
-        while let Ok(Some(mut line)) = lines.next_line().await {
-            if line.len() > 8192 {
-                let mut cut = 8192;
-                while !line.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                line.truncate(cut);
+        let mut reader = BufReader::new(stream);
+        let mut line: Vec<u8> = Vec::with_capacity(256);
+        loop {
+            let chunk = match reader.fill_buf().await {
+                Ok([]) | Err(_) => break,
+                Ok(chunk) => chunk,
+            };
+            let (part, consumed, end) = match chunk.iter().position(|b| *b == b'\n') {
+                Some(i) => (&chunk[..i], i + 1, true),
+                None => (chunk, chunk.len(), false),
+            };
+            let room = MAX_LINE.saturating_sub(line.len());
+            line.extend_from_slice(&part[..part.len().min(room)]);
+            reader.consume(consumed);
+            if end {
+                eprintln!("[{name}] {}", String::from_utf8_lossy(&line));
+                line.clear();
             }
-            eprintln!("[{name}] {line}");
+        }
+        if !line.is_empty() {
+            eprintln!("[{name}] {}", String::from_utf8_lossy(&line));
         }
     });
 }

@@ -49,6 +49,7 @@ impl TestNode {
     /// and `skopeo` are installed (see [`TestNode::registry`]).
     pub async fn start() -> Result<TestNode, HarnessError> {
         crate::init_test_logging();
+        let started = Instant::now();
         let images = tokio::task::spawn_blocking(ImageSet::ensure)
             .await
             .map_err(|e| HarnessError::Invalid(format!("image build task: {e}")))??;
@@ -99,7 +100,8 @@ impl TestNode {
         node.start_containerd().await?;
         node.import_images().await?;
         tracing::info!(dir = %node.paths.dir.display(), snapshotter = node.snapshotter,
-            registry = ?node.registry(), "test node ready");
+            registry = ?node.registry(), elapsed_ms = started.elapsed().as_millis() as u64,
+            "test node ready");
         Ok(node)
     }
 

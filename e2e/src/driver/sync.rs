@@ -44,6 +44,9 @@ enum Next {
 impl SyncLoop {
     /// Runs until `stop` turns true (or its sender is dropped) or the sandbox disappears.
     pub(crate) async fn run(mut self, mut stop: watch::Receiver<bool>) {
+        // Consecutive failed ticks: while the endpoint is down (a test restarting the shim or
+        // containerd) only the first and every 50th failure is logged, not ten lines a second.
+        let mut failures: u32 = 0;
         loop {
             tokio::select! {
                 changed = stop.changed() => {
@@ -54,12 +57,17 @@ impl SyncLoop {
                 () = tokio::time::sleep(PERIOD) => {}
             }
             match self.tick().await {
-                Ok(true) => {}
+                Ok(true) => failures = 0,
                 Ok(false) => {
                     tracing::info!(pod = %self.spec.name, "sandbox gone; sync loop ends");
                     return;
                 }
-                Err(e) => tracing::warn!(pod = %self.spec.name, error = %e, "sync (will retry)"),
+                Err(e) => {
+                    if failures % 50 == 0 {
+                        tracing::warn!(pod = %self.spec.name, error = %e, failures, "sync (will retry)");
+                    }
+                    failures = failures.saturating_add(1);
+                }
             }
         }
     }
