@@ -63,7 +63,7 @@ impl SyncLoop {
                     return;
                 }
                 Err(e) => {
-                    if failures % 50 == 0 {
+                    if failures.is_multiple_of(50) {
                         tracing::warn!(pod = %self.spec.name, error = %e, failures, "sync (will retry)");
                     }
                     failures = failures.saturating_add(1);
