@@ -57,23 +57,38 @@ impl DialError {
 
 /// Go's `net.JoinHostPort`: brackets around IPv6 literals.
 pub fn join_host_port(host: &str, port: u16) -> String {
-    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 /// Connects to `host:port` before `deadline`; an IP literal is dialled without any lookup, a name
 /// is resolved and its addresses are tried in order.
 pub async fn dial(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, DialError> {
-    let literal = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    let literal = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
     if let Ok(ip) = literal.parse::<IpAddr>() {
         return dial_addr(SocketAddr::new(ip, port), deadline).await;
     }
-    let addrs: Vec<SocketAddr> = match tokio::time::timeout_at(deadline, tokio::net::lookup_host((host, port))).await
-    {
-        Err(_) => return Err(DialError::Timeout(join_host_port(host, port))),
-        Ok(Err(_)) => return Err(DialError::Lookup { host: host.to_owned(), reason: "no such host".to_owned() }),
-        Ok(Ok(it)) => it.collect(),
+    let addrs: Vec<SocketAddr> =
+        match tokio::time::timeout_at(deadline, tokio::net::lookup_host((host, port))).await {
+            Err(_) => return Err(DialError::Timeout(join_host_port(host, port))),
+            Ok(Err(_)) => {
+                return Err(DialError::Lookup {
+                    host: host.to_owned(),
+                    reason: "no such host".to_owned(),
+                });
+            }
+            Ok(Ok(it)) => it.collect(),
+        };
+    let mut last = DialError::Lookup {
+        host: host.to_owned(),
+        reason: "no such host".to_owned(),
     };
-    let mut last = DialError::Lookup { host: host.to_owned(), reason: "no such host".to_owned() };
     for addr in addrs {
         match dial_addr(addr, deadline).await {
             Ok(s) => return Ok(s),
@@ -86,14 +101,25 @@ pub async fn dial(host: &str, port: u16, deadline: Instant) -> Result<TcpStream,
 
 /// Connects to one address before `deadline`.
 pub async fn dial_addr(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, DialError> {
-    let sock_err = |source| DialError::Socket { addr: addr.to_string(), source };
-    let sock = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }.map_err(sock_err)?;
+    let sock_err = |source| DialError::Socket {
+        addr: addr.to_string(),
+        source,
+    };
+    let sock = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(sock_err)?;
     let sref = SockRef::from(&sock);
     sref.set_linger(Some(LINGER)).map_err(sock_err)?;
     sref.set_tcp_nodelay(true).map_err(sock_err)?;
     match tokio::time::timeout_at(deadline, sock.connect(addr)).await {
         Err(_) => Err(DialError::Timeout(addr.to_string())),
-        Ok(Err(source)) => Err(DialError::Connect { addr: addr.to_string(), source }),
+        Ok(Err(source)) => Err(DialError::Connect {
+            addr: addr.to_string(),
+            source,
+        }),
         Ok(Ok(stream)) => Ok(stream),
     }
 }

@@ -12,7 +12,9 @@ use podward_api::cri::{ExecSyncRequest, runtime_service_client::RuntimeServiceCl
 use tonic::transport::Channel;
 
 use crate::probe::expand::expand_command;
-use crate::probe::{Attempt, ExecError, ExecOutput, ExecRunner, MAX_OUTPUT_BYTES, Outcome, ProbeTarget, go_duration};
+use crate::probe::{
+    Attempt, ExecError, ExecOutput, ExecRunner, MAX_OUTPUT_BYTES, Outcome, ProbeTarget, go_duration,
+};
 
 /// kubelet's default `--runtime-request-timeout`, added to the probe timeout for the gRPC deadline.
 pub const RUNTIME_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -21,12 +23,21 @@ pub const RUNTIME_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 const MAX_CRI_MESSAGE: usize = 16 * 1024 * 1024;
 
 /// One exec probe.
-pub(crate) async fn probe(runner: &dyn ExecRunner, command: &[String], timeout: Duration, target: &ProbeTarget<'_>) -> Attempt {
+pub(crate) async fn probe(
+    runner: &dyn ExecRunner,
+    command: &[String],
+    timeout: Duration,
+    target: &ProbeTarget<'_>,
+) -> Attempt {
     let cmd = expand_command(command, target.env);
     match runner.exec_sync(target.container_id, cmd, timeout).await {
         Ok(out) => {
             let data = capped_output(&out);
-            Ok(if out.exit_code == 0 { Outcome::Success(data) } else { Outcome::Failure(data) })
+            Ok(if out.exit_code == 0 {
+                Outcome::Success(data)
+            } else {
+                Outcome::Failure(data)
+            })
         }
         Err(ExecError::Timeout(text)) => Ok(Outcome::Failure(text)),
         Err(ExecError::Other(text)) => Err(text),
@@ -60,10 +71,18 @@ impl CriExec {
         let client = RuntimeServiceClient::new(channel)
             .max_decoding_message_size(MAX_CRI_MESSAGE)
             .max_encoding_message_size(MAX_CRI_MESSAGE);
-        Self { client, runtime_request_timeout: RUNTIME_REQUEST_TIMEOUT }
+        Self {
+            client,
+            runtime_request_timeout: RUNTIME_REQUEST_TIMEOUT,
+        }
     }
 
-    async fn run(&self, container_id: &str, cmd: Vec<String>, timeout: Duration) -> Result<ExecOutput, ExecError> {
+    async fn run(
+        &self,
+        container_id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<ExecOutput, ExecError> {
         let joined = cmd.join(" ");
         let mut req = tonic::Request::new(ExecSyncRequest {
             container_id: container_id.to_owned(),
@@ -74,21 +93,35 @@ impl CriExec {
         let deadline = self.runtime_request_timeout + timeout;
         req.set_timeout(deadline);
         let mut client = self.client.clone();
-        let timed_out = || ExecError::Timeout(format!("command timed out: {joined:?} timed out after {}", go_duration(timeout)));
+        let timed_out = || {
+            ExecError::Timeout(format!(
+                "command timed out: {joined:?} timed out after {}",
+                go_duration(timeout)
+            ))
+        };
         match tokio::time::timeout(deadline, client.exec_sync(req)).await {
             Err(_) => Err(timed_out()),
             Ok(Err(status)) if status.code() == tonic::Code::DeadlineExceeded => Err(timed_out()),
             Ok(Err(status)) => Err(ExecError::Other(crate::grpc_probe::go_status(&status))),
             Ok(Ok(resp)) => {
                 let resp = resp.into_inner();
-                Ok(ExecOutput { stdout: resp.stdout, stderr: resp.stderr, exit_code: resp.exit_code })
+                Ok(ExecOutput {
+                    stdout: resp.stdout,
+                    stderr: resp.stderr,
+                    exit_code: resp.exit_code,
+                })
             }
         }
     }
 }
 
 impl ExecRunner for CriExec {
-    fn exec_sync(&self, container_id: &str, cmd: Vec<String>, timeout: Duration) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
+    fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
         let container_id = container_id.to_owned();
         Box::pin(async move { self.run(&container_id, cmd, timeout).await })
     }

@@ -13,9 +13,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
 use crate::dialer::{self, DialError};
 use crate::probe::{Attempt, Outcome, go_duration};
@@ -27,7 +27,13 @@ const DEADLINE_SLACK: Duration = Duration::from_millis(50);
 const REDIAL_BACKOFF: Duration = Duration::from_secs(1);
 
 /// One gRPC probe.
-pub(crate) async fn probe(host: IpAddr, port: u16, service: &str, timeout: Duration, user_agent: &str) -> Attempt {
+pub(crate) async fn probe(
+    host: IpAddr,
+    port: u16,
+    service: &str,
+    timeout: Duration,
+    user_agent: &str,
+) -> Attempt {
     let addr = SocketAddr::new(host, port);
     let shown = addr.to_string();
     let deadline = Instant::now() + timeout;
@@ -39,12 +45,24 @@ pub(crate) async fn probe(host: IpAddr, port: u16, service: &str, timeout: Durat
                 go_duration(timeout)
             )));
         }
-        Err(Some(e)) => return Ok(Outcome::Failure(format!("error: failed to connect service at {shown:?}: {e}"))),
+        Err(Some(e)) => {
+            return Ok(Outcome::Failure(format!(
+                "error: failed to connect service at {shown:?}: {e}"
+            )));
+        }
     };
-    let mut req = tonic::Request::new(HealthCheckRequest { service: service.to_owned() });
+    let mut req = tonic::Request::new(HealthCheckRequest {
+        service: service.to_owned(),
+    });
     req.set_timeout(deadline.saturating_duration_since(Instant::now()));
-    let timed_out = || Outcome::Failure(format!("timeout: health rpc did not complete within {}", go_duration(timeout)));
-    let resp = match tokio::time::timeout_at(deadline, HealthClient::new(channel).check(req)).await {
+    let timed_out = || {
+        Outcome::Failure(format!(
+            "timeout: health rpc did not complete within {}",
+            go_duration(timeout)
+        ))
+    };
+    let resp = match tokio::time::timeout_at(deadline, HealthClient::new(channel).check(req)).await
+    {
         Err(_) => return Ok(timed_out()),
         Ok(Ok(resp)) => resp.into_inner(),
         Ok(Err(status)) => {
@@ -56,20 +74,35 @@ pub(crate) async fn probe(host: IpAddr, port: u16, service: &str, timeout: Durat
                 tonic::Code::DeadlineExceeded => timed_out(),
                 // tonic enforces the grpc-timeout it sent itself and reports "Timeout expired"
                 // as Cancelled; for the caller that is the deadline, as in grpc-go.
-                tonic::Code::Cancelled if Instant::now() + DEADLINE_SLACK >= deadline => timed_out(),
-                _ => Outcome::Failure(format!("error: health rpc probe failed: {}", go_status(&status))),
+                tonic::Code::Cancelled if Instant::now() + DEADLINE_SLACK >= deadline => {
+                    timed_out()
+                }
+                _ => Outcome::Failure(format!(
+                    "error: health rpc probe failed: {}",
+                    go_status(&status)
+                )),
             });
         }
     };
     Ok(match ServingStatus::try_from(resp.status) {
         Ok(ServingStatus::Serving) => Outcome::Success("service healthy".to_owned()),
-        Ok(other) => Outcome::Failure(format!("service unhealthy (responded with {:?})", other.as_str_name())),
-        Err(_) => Outcome::Failure(format!("service unhealthy (responded with \"{}\")", resp.status)),
+        Ok(other) => Outcome::Failure(format!(
+            "service unhealthy (responded with {:?})",
+            other.as_str_name()
+        )),
+        Err(_) => Outcome::Failure(format!(
+            "service unhealthy (responded with \"{}\")",
+            resp.status
+        )),
     })
 }
 
 /// Blocking dial: `Err(None)` is the deadline, `Err(Some)` a non-retryable error.
-async fn connect(addr: SocketAddr, user_agent: &str, deadline: Instant) -> Result<Channel, Option<String>> {
+async fn connect(
+    addr: SocketAddr,
+    user_agent: &str,
+    deadline: Instant,
+) -> Result<Channel, Option<String>> {
     let endpoint = Endpoint::from_shared(format!("http://{addr}"))
         .and_then(|e| e.user_agent(user_agent))
         .map_err(|e| Some(e.to_string()))?;
@@ -91,7 +124,10 @@ async fn connect(addr: SocketAddr, user_agent: &str, deadline: Instant) -> Resul
     let mut slot = Some(stream);
     let connector = tower::service_fn(move |_| {
         let s: Option<TcpStream> = slot.take();
-        async move { s.map(TokioIo::new).ok_or_else(|| io::Error::other("probe connections are not redialled")) }
+        async move {
+            s.map(TokioIo::new)
+                .ok_or_else(|| io::Error::other("probe connections are not redialled"))
+        }
     });
     match tokio::time::timeout_at(deadline, endpoint.connect_with_connector(connector)).await {
         Err(_) => Err(None),
@@ -102,7 +138,11 @@ async fn connect(addr: SocketAddr, user_agent: &str, deadline: Instant) -> Resul
 
 /// A gRPC status as grpc-go prints it: `rpc error: code = Unavailable desc = ...`.
 pub(crate) fn go_status(status: &tonic::Status) -> String {
-    format!("rpc error: code = {} desc = {}", go_code(status.code()), status.message())
+    format!(
+        "rpc error: code = {} desc = {}",
+        go_code(status.code()),
+        status.message()
+    )
 }
 
 /// grpc-go's names of status codes.

@@ -46,13 +46,18 @@ impl HttpProber {
                 None
             }
         };
-        let user_agent =
-            HeaderValue::from_str(user_agent).unwrap_or_else(|_| HeaderValue::from_static("kube-probe"));
+        let user_agent = HeaderValue::from_str(user_agent)
+            .unwrap_or_else(|_| HeaderValue::from_static("kube-probe"));
         Self { user_agent, tls }
     }
 
     /// One HTTP probe (kubelet `DoHTTPProbe` over `NewRequestForHTTPGetAction`).
-    pub(crate) async fn probe(&self, get: &HttpGetSpec, timeout: Duration, target: &ProbeTarget<'_>) -> Attempt {
+    pub(crate) async fn probe(
+        &self,
+        get: &HttpGetSpec,
+        timeout: Duration,
+        target: &ProbeTarget<'_>,
+    ) -> Attempt {
         let port = resolve_port(&get.port, target.ports).map_err(|e| e.to_string())?;
         let deadline = Instant::now() + timeout;
         let host = match &get.host {
@@ -72,14 +77,26 @@ impl HttpProber {
                 Some(h) => h.clone(),
                 None => match HeaderValue::from_str(&url.authority()) {
                     Ok(v) => v,
-                    Err(_) => return Ok(Outcome::Failure(format!("Get \"{url}\": http: invalid Host header"))),
+                    Err(_) => {
+                        return Ok(Outcome::Failure(format!(
+                            "Get \"{url}\": http: invalid Host header"
+                        )));
+                    }
                 },
             };
-            let resp =
-                match exchange::get(&url, &headers, &host_value, referer.as_ref(), self.tls.as_ref(), deadline).await {
-                    Ok(r) => r,
-                    Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
-                };
+            let resp = match exchange::get(
+                &url,
+                &headers,
+                &host_value,
+                referer.as_ref(),
+                self.tls.as_ref(),
+                deadline,
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
+            };
             requests += 1;
             let location = resp.location.as_deref().filter(|l| !l.is_empty());
             let (true, Some(location)) = (is_followed_redirect(resp.status), location) else {
@@ -95,10 +112,14 @@ impl HttpProber {
                 return result(resp);
             }
             if requests >= MAX_REDIRECTS {
-                return Ok(Outcome::Failure(format!("Get {location:?}: stopped after {MAX_REDIRECTS} redirects")));
+                return Ok(Outcome::Failure(format!(
+                    "Get {location:?}: stopped after {MAX_REDIRECTS} redirects"
+                )));
             }
             let relative = !has_scheme(location);
-            let keep_override = host_override.as_ref().is_some_and(|h| h.as_bytes() != url.authority().as_bytes());
+            let keep_override = host_override
+                .as_ref()
+                .is_some_and(|h| h.as_bytes() != url.authority().as_bytes());
             if !(relative && keep_override) {
                 host_override = None;
             }
@@ -118,7 +139,8 @@ fn has_scheme(location: &str) -> bool {
         Some(i) => {
             let s = &location[..i];
             s.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
-                && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
         }
         None => false,
     }

@@ -69,5 +69,8 @@ fn go_atoi(s: &str) -> Result<i64, PortError> {
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(PortError::Syntax(s.to_owned()));
     }
-    s.strip_prefix('+').unwrap_or(s).parse::<i64>().map_err(|_| PortError::Range(s.to_owned()))
+    s.strip_prefix('+')
+        .unwrap_or(s)
+        .parse::<i64>()
+        .map_err(|_| PortError::Range(s.to_owned()))
 }

@@ -109,7 +109,9 @@ pub struct ProberOptions {
 
 impl Default for ProberOptions {
     fn default() -> Self {
-        Self { kube_version: "1.33".to_owned() }
+        Self {
+            kube_version: "1.33".to_owned(),
+        }
     }
 }
 
@@ -135,11 +137,20 @@ impl Prober {
     /// Builds the handlers once (TLS config, User-Agent) so probes do not rebuild them.
     pub fn new(opts: ProberOptions, exec: Arc<dyn ExecRunner>) -> Self {
         let user_agent = format!("kube-probe/{}", opts.kube_version);
-        Self { exec, http: HttpProber::new(&user_agent), user_agent }
+        Self {
+            exec,
+            http: HttpProber::new(&user_agent),
+            user_agent,
+        }
     }
 
     /// Runs one probe of `spec` against `target` (kubelet `prober.probe` with retries).
-    pub async fn probe(&self, ty: ProbeType, spec: &ProbeSpec, target: &ProbeTarget<'_>) -> ProbeVerdict {
+    pub async fn probe(
+        &self,
+        ty: ProbeType,
+        spec: &ProbeSpec,
+        target: &ProbeTarget<'_>,
+    ) -> ProbeVerdict {
         let mut message = String::new();
         for attempt in 1..=MAX_PROBE_RETRIES {
             match self.run_once(spec, target).await {
@@ -150,7 +161,9 @@ impl Prober {
                 }
             }
         }
-        ProbeVerdict::Errored { message: cap_output(message) }
+        ProbeVerdict::Errored {
+            message: cap_output(message),
+        }
     }
 
     async fn run_once(&self, spec: &ProbeSpec, target: &ProbeTarget<'_>) -> Attempt {
@@ -182,7 +195,11 @@ fn verdict(outcome: Outcome) -> ProbeVerdict {
         Outcome::Warning(o) => (ProbeResult::Success, o, true),
         Outcome::Failure(o) => (ProbeResult::Failure, o, false),
     };
-    ProbeVerdict::Result { result, output: cap_output(output), warning }
+    ProbeVerdict::Result {
+        result,
+        output: cap_output(output),
+        warning,
+    }
 }
 
 /// Cuts `s` to at most [`MAX_OUTPUT_BYTES`], on a character boundary.

@@ -30,7 +30,11 @@ pub enum ProbeType {
 
 impl ProbeType {
     /// The three probe types, in the order kubelet creates their workers.
-    pub const ALL: [ProbeType; 3] = [ProbeType::Startup, ProbeType::Readiness, ProbeType::Liveness];
+    pub const ALL: [ProbeType; 3] = [
+        ProbeType::Startup,
+        ProbeType::Readiness,
+        ProbeType::Liveness,
+    ];
 
     /// The JSON key of this probe in a container spec (`"livenessProbe"`...).
     pub fn field_name(self) -> &'static str {
@@ -177,7 +181,10 @@ impl SpecError {
         match (self.container.is_empty(), self.field.is_empty()) {
             (true, _) => format!("podward.io/probes: {}", self.message),
             (false, true) => format!("container {:?}: {}", self.container, self.message),
-            (false, false) => format!("container {:?}: {}: {}", self.container, self.field, self.message),
+            (false, false) => format!(
+                "container {:?}: {}: {}",
+                self.container, self.field, self.message
+            ),
         }
     }
 }
@@ -225,7 +232,10 @@ pub fn parse_pod_probes(annotation: &str) -> PodProbes {
         let Value::Object(mut fields) = entry else {
             out.errors.push(SpecError {
                 field: String::new(),
-                message: format!("must be an object with probe fields, not {}", json_kind(&entry)),
+                message: format!(
+                    "must be an object with probe fields, not {}",
+                    json_kind(&entry)
+                ),
                 container,
             });
             continue;
@@ -234,17 +244,22 @@ pub fn parse_pod_probes(annotation: &str) -> PodProbes {
         for ty in ProbeType::ALL {
             // Other container fields (image, ports...) are ignored so a whole container spec can
             // be pasted; `null` means "no probe", as in the API.
-            let Some(raw) = fields.remove(ty.field_name()) else { continue };
+            let Some(raw) = fields.remove(ty.field_name()) else {
+                continue;
+            };
             if raw.is_null() {
                 continue;
             }
             match convert::probe_from_json(ty, raw) {
                 Ok(spec) => *probes.slot(ty) = Some(spec),
-                Err(errs) => out.errors.extend(errs.into_iter().map(|(field, message)| SpecError {
-                    container: container.clone(),
-                    field,
-                    message,
-                })),
+                Err(errs) => {
+                    out.errors
+                        .extend(errs.into_iter().map(|(field, message)| SpecError {
+                            container: container.clone(),
+                            field,
+                            message,
+                        }))
+                }
             }
         }
         out.containers.insert(container, probes);
@@ -253,7 +268,11 @@ pub fn parse_pod_probes(annotation: &str) -> PodProbes {
 }
 
 fn whole(message: String) -> SpecError {
-    SpecError { container: String::new(), field: String::new(), message }
+    SpecError {
+        container: String::new(),
+        field: String::new(),
+        message,
+    }
 }
 
 fn json_kind(v: &Value) -> &'static str {

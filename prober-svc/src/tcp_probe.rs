@@ -11,7 +11,12 @@ use crate::probe::{Attempt, Outcome, ProbeTarget};
 use crate::spec::PortRef;
 
 /// One TCP probe; a port that does not resolve is an error (kubelet: Unknown + err).
-pub(crate) async fn probe(host: Option<&str>, port: &PortRef, timeout: Duration, target: &ProbeTarget<'_>) -> Attempt {
+pub(crate) async fn probe(
+    host: Option<&str>,
+    port: &PortRef,
+    timeout: Duration,
+    target: &ProbeTarget<'_>,
+) -> Attempt {
     let port = resolve_port(port, target.ports).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + timeout;
     let result = match host {

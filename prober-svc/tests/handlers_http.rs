@@ -16,17 +16,26 @@ fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> Handler {
         host: None,
         path: path.to_owned(),
         port: PortRef::Number(port.into()),
-        headers: headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
     })
 }
 
 async fn run(handler: Handler) -> ProbeVerdict {
-    prober().probe(ProbeType::Liveness, &spec(handler, 1), &target(&[], &[])).await
+    prober()
+        .probe(ProbeType::Liveness, &spec(handler, 1), &target(&[], &[]))
+        .await
 }
 
 fn result(v: &ProbeVerdict) -> (ProbeResult, &str, bool) {
     match v {
-        ProbeVerdict::Result { result, output, warning } => (*result, output.as_str(), *warning),
+        ProbeVerdict::Result {
+            result,
+            output,
+            warning,
+        } => (*result, output.as_str(), *warning),
         ProbeVerdict::Errored { message } => panic!("unexpected error verdict: {message}"),
     }
 }
@@ -39,7 +48,10 @@ async fn h1_2xx_is_success_with_body() {
     let v = run(get(srv.port(), "/healthz", &[])).await;
     assert_eq!(result(&v), (ProbeResult::Success, "ok body", false));
     let srv = RawServer::start(|_| response(204, &[], b"")).await;
-    assert_eq!(result(&run(get(srv.port(), "/", &[])).await).0, ProbeResult::Success);
+    assert_eq!(
+        result(&run(get(srv.port(), "/", &[])).await).0,
+        ProbeResult::Success
+    );
 }
 
 #[tokio::test]
@@ -60,7 +72,11 @@ async fn h1_4xx_5xx_and_1xx_are_failures_without_body() {
         let v = run(get(srv.port(), "/", &[])).await;
         assert_eq!(
             result(&v),
-            (ProbeResult::Failure, format!("HTTP probe failed with statuscode: {code}").as_str(), false)
+            (
+                ProbeResult::Failure,
+                format!("HTTP probe failed with statuscode: {code}").as_str(),
+                false
+            )
         );
     }
 }
@@ -70,84 +86,17 @@ async fn h1_unfollowed_3xx_is_a_warning_with_body() {
     // 300 is not a redirect Go follows; the 3xx itself is the answer.
     let srv = RawServer::start(|_| response(300, &[("Location", "/elsewhere")], b"choices")).await;
     let v = run(get(srv.port(), "/", &[])).await;
-    assert_eq!(result(&v), (ProbeResult::Success, "Probe terminated redirects, Response body: choices", true));
+    assert_eq!(
+        result(&v),
+        (
+            ProbeResult::Success,
+            "Probe terminated redirects, Response body: choices",
+            true
+        )
+    );
     // A 302 without Location is returned as is too.
     let srv = RawServer::start(|_| response(302, &[], b"nowhere")).await;
     assert!(result(&run(get(srv.port(), "/", &[])).await).2);
-}
-
-// --- H2: redirects ---
-
-#[tokio::test]
-async fn h2_non_local_redirect_is_a_warning_with_kubelets_text() {
-    let body = br#"<a href="http://0.0.0.0/">Found</a>."#;
-    let srv = RawServer::start(move |_| response(302, &[("Location", "http://0.0.0.0/")], body)).await;
-    let v = run(get(srv.port(), "/redirect?loc=http://0.0.0.0/", &[])).await;
-    assert_eq!(
-        result(&v),
-        (ProbeResult::Success, r#"Probe terminated redirects, Response body: <a href="http://0.0.0.0/">Found</a>."#, true)
-    );
-    assert_eq!(srv.requests().len(), 1, "the other host must not be contacted");
-}
-
-#[tokio::test]
-async fn h2_local_redirects_are_followed_for_every_redirect_code() {
-    for code in [301u16, 302, 303, 307, 308] {
-        let srv = RawServer::start(move |r| match r.path() {
-            "/redirect" => response(code, &[("Location", "/healthz")], b""),
-            "/healthz" => response(200, &[], b"healthy"),
-            _ => response(404, &[], b""),
-        })
-        .await;
-        let v = run(get(srv.port(), "/redirect", &[])).await;
-        assert_eq!(result(&v), (ProbeResult::Success, "healthy", false), "code {code}");
-        assert_eq!(srv.connections.load(Ordering::SeqCst), 2, "one fresh connection per hop");
-        let second = &srv.requests()[1];
-        assert_eq!(second.values("Referer"), vec![format!("http://127.0.0.1:{}/redirect", srv.port())]);
-    }
-}
-
-#[tokio::test]
-async fn h2_local_redirect_to_failing_path_fails() {
-    let srv = RawServer::start(|r| match r.path() {
-        "/redirect" => response(302, &[("Location", "/fail")], b""),
-        _ => response(500, &[], b""),
-    })
-    .await;
-    let v = run(get(srv.port(), "/redirect", &[])).await;
-    assert_eq!(result(&v), (ProbeResult::Failure, "HTTP probe failed with statuscode: 500", false));
-}
-
-#[tokio::test]
-async fn h2_same_hostname_other_port_is_followed() {
-    let other = RawServer::start(|_| response(200, &[], b"new port")).await;
-    let loc = format!("http://127.0.0.1:{}/ok", other.port());
-    let srv = RawServer::start(move |_| response(302, &[("Location", &loc)], b"")).await;
-    let v = run(get(srv.port(), "/", &[])).await;
-    assert_eq!(result(&v), (ProbeResult::Success, "new port", false));
-    assert_eq!(other.requests()[0].values("Host"), vec![format!("127.0.0.1:{}", other.port())]);
-}
-
-#[tokio::test]
-async fn h2_redirect_loop_stops_after_10_requests() {
-    let srv = RawServer::start(|_| response(302, &[("Location", "/loop")], b"")).await;
-    let v = run(get(srv.port(), "/loop", &[])).await;
-    assert_eq!(result(&v), (ProbeResult::Failure, r#"Get "/loop": stopped after 10 redirects"#, false));
-    assert_eq!(srv.requests().len(), 10);
-}
-
-#[tokio::test]
-async fn h2_host_header_preserved_across_relative_redirect() {
-    let srv = RawServer::start(|r| match r.path() {
-        "/redirect" => response(302, &[("Location", "/healthz")], b""),
-        _ => response(200, &[], b"ok"),
-    })
-    .await;
-    let v = run(get(srv.port(), "/redirect", &[("Host", "example.com")])).await;
-    assert_eq!(result(&v).0, ProbeResult::Success);
-    let reqs = srv.requests();
-    assert_eq!(reqs[0].values("Host"), vec!["example.com"]);
-    assert_eq!(reqs[1].values("Host"), vec!["example.com"]);
 }
 
 // --- H3: headers ---
@@ -159,21 +108,40 @@ async fn h3_default_request_is_kubelets() {
     let req = &srv.requests()[0];
     assert_eq!(req.line, "GET /healthz HTTP/1.1");
     let names: Vec<&str> = req.headers.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(names, vec!["Host", "User-Agent", "Accept", "Connection"], "order and case as Go writes them");
-    assert_eq!(req.values("Host"), vec![format!("127.0.0.1:{}", srv.port())]);
+    assert_eq!(
+        names,
+        vec!["Host", "User-Agent", "Accept", "Connection"],
+        "order and case as Go writes them"
+    );
+    assert_eq!(
+        req.values("Host"),
+        vec![format!("127.0.0.1:{}", srv.port())]
+    );
     assert_eq!(req.values("User-Agent"), vec!["kube-probe/1.33"]);
     assert_eq!(req.values("Accept"), vec!["*/*"]);
     assert_eq!(req.values("Connection"), vec!["close"]);
-    assert!(req.values("Accept-Encoding").is_empty(), "compression is disabled");
+    assert!(
+        req.values("Accept-Encoding").is_empty(),
+        "compression is disabled"
+    );
 }
 
 #[tokio::test]
 async fn h3_user_headers_canonicalised_sorted_and_duplicates_kept() {
     let srv = RawServer::start(|_| response(200, &[], b"")).await;
-    let headers = [("x-cUSTOM-header", "one"), ("Accept", "application/json"), ("X-Custom-Header", "two"), ("a-first", "1")];
+    let headers = [
+        ("x-cUSTOM-header", "one"),
+        ("Accept", "application/json"),
+        ("X-Custom-Header", "two"),
+        ("a-first", "1"),
+    ];
     run(get(srv.port(), "/", &headers)).await;
     let req = &srv.requests()[0];
-    let lines: Vec<(&str, &str)> = req.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let lines: Vec<(&str, &str)> = req
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
     assert_eq!(
         lines[1..],
         [
@@ -190,13 +158,24 @@ async fn h3_user_headers_canonicalised_sorted_and_duplicates_kept() {
 #[tokio::test]
 async fn h3_user_agent_and_accept_overrides_and_empty_values() {
     let srv = RawServer::start(|_| response(200, &[], b"")).await;
-    run(get(srv.port(), "/", &[("User-Agent", "my-agent"), ("Accept", "text/plain")])).await;
+    run(get(
+        srv.port(),
+        "/",
+        &[("User-Agent", "my-agent"), ("Accept", "text/plain")],
+    ))
+    .await;
     run(get(srv.port(), "/", &[("User-Agent", ""), ("Accept", "")])).await;
     let reqs = srv.requests();
     assert_eq!(reqs[0].values("User-Agent"), vec!["my-agent"]);
     assert_eq!(reqs[0].values("Accept"), vec!["text/plain"]);
-    assert!(reqs[1].values("User-Agent").is_empty(), "empty UA is omitted");
-    assert!(reqs[1].values("Accept").is_empty(), "empty Accept is omitted");
+    assert!(
+        reqs[1].values("User-Agent").is_empty(),
+        "empty UA is omitted"
+    );
+    assert!(
+        reqs[1].values("Accept").is_empty(),
+        "empty Accept is omitted"
+    );
 }
 
 #[tokio::test]
@@ -205,7 +184,13 @@ async fn h3_host_header_sets_request_host() {
     run(get(srv.port(), "/", &[("HOST", "virtual.example")])).await;
     let req = &srv.requests()[0];
     assert_eq!(req.values("Host"), vec!["virtual.example"]);
-    assert_eq!(req.headers.iter().filter(|(k, _)| k.eq_ignore_ascii_case("host")).count(), 1);
+    assert_eq!(
+        req.headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("host"))
+            .count(),
+        1
+    );
 }
 
 // --- H4: connection handling ---
@@ -224,7 +209,9 @@ async fn h4_probe_socket_lingers_one_second() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
-    let stream = podward_prober::dialer::dial_addr(addr, deadline).await.expect("dial");
+    let stream = podward_prober::dialer::dial_addr(addr, deadline)
+        .await
+        .expect("dial");
     let sock = socket2::SockRef::from(&stream);
     assert_eq!(sock.linger().expect("linger"), Some(Duration::from_secs(1)));
     assert!(sock.tcp_nodelay().expect("nodelay"));
@@ -234,7 +221,10 @@ async fn h4_probe_socket_lingers_one_second() {
 
 #[tokio::test]
 async fn h5_timeout_is_a_failure_with_go_text_within_the_timeout() {
-    let srv = RawServer::start(|_| Reply::After(Duration::from_secs(3), b"HTTP/1.1 200 OK\r\n\r\n".to_vec())).await;
+    let srv = RawServer::start(|_| {
+        Reply::After(Duration::from_secs(3), b"HTTP/1.1 200 OK\r\n\r\n".to_vec())
+    })
+    .await;
     let started = Instant::now();
     let v = run(get(srv.port(), "/", &[])).await;
     let elapsed = started.elapsed();
@@ -247,7 +237,10 @@ async fn h5_timeout_is_a_failure_with_go_text_within_the_timeout() {
             srv.port()
         )
     );
-    assert!(elapsed >= Duration::from_millis(950) && elapsed < Duration::from_millis(2500), "took {elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_millis(950) && elapsed < Duration::from_millis(2500),
+        "took {elapsed:?}"
+    );
 }
 
 #[tokio::test]
@@ -275,13 +268,23 @@ async fn h5_path_with_query_is_sent_as_is() {
     run(get(srv.port(), "/path/x?a=1&b=two", &[])).await;
     run(get(srv.port(), "/with space#frag", &[])).await;
     let lines: Vec<String> = srv.requests().into_iter().map(|r| r.line).collect();
-    assert_eq!(lines, ["GET /?foo HTTP/1.1", "GET /path/x?a=1&b=two HTTP/1.1", "GET /with%20space HTTP/1.1"]);
+    assert_eq!(
+        lines,
+        [
+            "GET /?foo HTTP/1.1",
+            "GET /path/x?a=1&b=two HTTP/1.1",
+            "GET /with%20space HTTP/1.1"
+        ]
+    );
 }
 
 #[tokio::test]
 async fn h5_body_read_error_is_an_error_retried_three_times() {
     // Headers promise 100 bytes, the server closes after 5: Go's ReadAtMost fails => errored.
-    let srv = RawServer::start(|_| Reply::Raw(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort".to_vec())).await;
+    let srv = RawServer::start(|_| {
+        Reply::Raw(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort".to_vec())
+    })
+    .await;
     let v = run(get(srv.port(), "/", &[])).await;
     assert!(matches!(v, ProbeVerdict::Errored { .. }), "{v:?}");
     assert_eq!(srv.connections.load(Ordering::SeqCst), 3);
@@ -291,7 +294,14 @@ async fn h5_body_read_error_is_an_error_retried_three_times() {
 async fn h5_server_closing_without_response_is_eof_failure() {
     let srv = RawServer::start(|_| Reply::Close).await;
     let v = run(get(srv.port(), "/", &[])).await;
-    assert_eq!(result(&v), (ProbeResult::Failure, format!(r#"Get "http://127.0.0.1:{}/": EOF"#, srv.port()).as_str(), false));
+    assert_eq!(
+        result(&v),
+        (
+            ProbeResult::Failure,
+            format!(r#"Get "http://127.0.0.1:{}/": EOF"#, srv.port()).as_str(),
+            false
+        )
+    );
 }
 
 // --- H6: ports ---
@@ -299,14 +309,36 @@ async fn h5_server_closing_without_response_is_eof_failure() {
 #[tokio::test]
 async fn h6_named_and_numeric_string_ports_resolve() {
     let srv = RawServer::start(|_| response(200, &[], b"named")).await;
-    let ports = [ContainerPort { name: "http".into(), container_port: srv.port().into(), protocol: "TCP".into() }];
+    let ports = [ContainerPort {
+        name: "http".into(),
+        container_port: srv.port().into(),
+        protocol: "TCP".into(),
+    }];
     let handler = |port: PortRef| {
-        Handler::HttpGet(HttpGetSpec { scheme: HttpScheme::Http, host: None, path: "/".into(), port, headers: vec![] })
+        Handler::HttpGet(HttpGetSpec {
+            scheme: HttpScheme::Http,
+            host: None,
+            path: "/".into(),
+            port,
+            headers: vec![],
+        })
     };
     let p = prober();
-    let v = p.probe(ProbeType::Readiness, &spec(handler(PortRef::Name("http".into())), 1), &target(&ports, &[])).await;
+    let v = p
+        .probe(
+            ProbeType::Readiness,
+            &spec(handler(PortRef::Name("http".into())), 1),
+            &target(&ports, &[]),
+        )
+        .await;
     assert_eq!(result(&v).1, "named");
-    let v = p.probe(ProbeType::Readiness, &spec(handler(PortRef::Name(srv.port().to_string())), 1), &target(&[], &[])).await;
+    let v = p
+        .probe(
+            ProbeType::Readiness,
+            &spec(handler(PortRef::Name(srv.port().to_string())), 1),
+            &target(&[], &[]),
+        )
+        .await;
     assert_eq!(result(&v).1, "named");
 }
 
@@ -320,5 +352,10 @@ async fn h6_unresolvable_port_errors_without_connecting() {
         headers: vec![],
     });
     let v = run(handler).await;
-    assert_eq!(v, ProbeVerdict::Errored { message: r#"strconv.Atoi: parsing "http": invalid syntax"#.into() });
+    assert_eq!(
+        v,
+        ProbeVerdict::Errored {
+            message: r#"strconv.Atoi: parsing "http": invalid syntax"#.into()
+        }
+    );
 }

@@ -23,12 +23,14 @@ type Seen = Arc<Mutex<Vec<(http::Version, Option<String>, Option<String>)>>>;
 async fn tls_server(alpn: &[&[u8]]) -> (u16, Seen, tokio::task::JoinHandle<()>) {
     let cert = rcgen::generate_simple_self_signed(vec!["probe.test".to_owned()]).expect("cert");
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der()));
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.cert.der().clone()], key)
-        .expect("server config");
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.cert.der().clone()], key)
+    .expect("server config");
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let acceptor = TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -39,13 +41,27 @@ async fn tls_server(alpn: &[&[u8]]) -> (u16, Seen, tokio::task::JoinHandle<()>) 
         while let Ok((sock, _)) = listener.accept().await {
             let (acceptor, seen) = (acceptor.clone(), seen2.clone());
             tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(sock).await else { return };
-                let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                    let header = |n: &str| req.headers().get(n).and_then(|v| v.to_str().ok()).map(str::to_owned);
-                    let host = header("host").or_else(|| req.uri().authority().map(|a| a.to_string()));
-                    seen.lock().push((req.version(), header("user-agent"), host));
-                    async { Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"tls ok")))) }
-                });
+                let Ok(tls) = acceptor.accept(sock).await else {
+                    return;
+                };
+                let svc =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let header = |n: &str| {
+                            req.headers()
+                                .get(n)
+                                .and_then(|v| v.to_str().ok())
+                                .map(str::to_owned)
+                        };
+                        let host =
+                            header("host").or_else(|| req.uri().authority().map(|a| a.to_string()));
+                        seen.lock()
+                            .push((req.version(), header("user-agent"), host));
+                        async {
+                            Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(
+                                b"tls ok",
+                            ))))
+                        }
+                    });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(tls), svc)
                     .await;
@@ -68,8 +84,21 @@ fn https(port: u16) -> Handler {
 #[tokio::test]
 async fn https_self_signed_http1_succeeds() {
     let (port, seen, task) = tls_server(&[b"http/1.1"]).await;
-    let v = prober().probe(ProbeType::Liveness, &spec(https(port), 2), &target(&[], &[])).await;
-    assert_eq!(v, ProbeVerdict::Result { result: ProbeResult::Success, output: "tls ok".into(), warning: false });
+    let v = prober()
+        .probe(
+            ProbeType::Liveness,
+            &spec(https(port), 2),
+            &target(&[], &[]),
+        )
+        .await;
+    assert_eq!(
+        v,
+        ProbeVerdict::Result {
+            result: ProbeResult::Success,
+            output: "tls ok".into(),
+            warning: false
+        }
+    );
     let seen = seen.lock().clone();
     assert_eq!(seen[0].0, http::Version::HTTP_11);
     assert_eq!(seen[0].1.as_deref(), Some("kube-probe/1.33"));
@@ -79,8 +108,21 @@ async fn https_self_signed_http1_succeeds() {
 #[tokio::test]
 async fn https_self_signed_h2_via_alpn_succeeds() {
     let (port, seen, task) = tls_server(&[b"h2", b"http/1.1"]).await;
-    let v = prober().probe(ProbeType::Liveness, &spec(https(port), 2), &target(&[], &[])).await;
-    assert_eq!(v, ProbeVerdict::Result { result: ProbeResult::Success, output: "tls ok".into(), warning: false });
+    let v = prober()
+        .probe(
+            ProbeType::Liveness,
+            &spec(https(port), 2),
+            &target(&[], &[]),
+        )
+        .await;
+    assert_eq!(
+        v,
+        ProbeVerdict::Result {
+            result: ProbeResult::Success,
+            output: "tls ok".into(),
+            warning: false
+        }
+    );
     let seen = seen.lock().clone();
     assert_eq!(seen[0].0, http::Version::HTTP_2);
     assert_eq!(seen[0].2, Some(format!("127.0.0.1:{port}")));
@@ -89,11 +131,29 @@ async fn https_self_signed_h2_via_alpn_succeeds() {
 
 #[tokio::test]
 async fn https_to_a_plain_http_server_fails() {
-    let srv = handlers_support::RawServer::start(|_| handlers_support::response(200, &[], b"plain")).await;
-    let v = prober().probe(ProbeType::Liveness, &spec(https(srv.port()), 1), &target(&[], &[])).await;
+    let srv =
+        handlers_support::RawServer::start(|_| handlers_support::response(200, &[], b"plain"))
+            .await;
+    let v = prober()
+        .probe(
+            ProbeType::Liveness,
+            &spec(https(srv.port()), 1),
+            &target(&[], &[]),
+        )
+        .await;
     match v {
-        ProbeVerdict::Result { result: ProbeResult::Failure, output, .. } => {
-            assert!(output.starts_with(&format!("Get \"https://127.0.0.1:{}/secure\": ", srv.port())), "{output}");
+        ProbeVerdict::Result {
+            result: ProbeResult::Failure,
+            output,
+            ..
+        } => {
+            assert!(
+                output.starts_with(&format!(
+                    "Get \"https://127.0.0.1:{}/secure\": ",
+                    srv.port()
+                )),
+                "{output}"
+            );
         }
         other => panic!("expected failure, got {other:?}"),
     }

@@ -6,10 +6,26 @@ use proptest::prelude::*;
 
 fn ports() -> Vec<ContainerPort> {
     vec![
-        ContainerPort { name: "found".into(), container_port: 93, protocol: "TCP".into() },
-        ContainerPort { name: "".into(), container_port: 8080, protocol: "TCP".into() },
-        ContainerPort { name: "huge".into(), container_port: 70000, protocol: "TCP".into() },
-        ContainerPort { name: "zero".into(), container_port: 0, protocol: "TCP".into() },
+        ContainerPort {
+            name: "found".into(),
+            container_port: 93,
+            protocol: "TCP".into(),
+        },
+        ContainerPort {
+            name: "".into(),
+            container_port: 8080,
+            protocol: "TCP".into(),
+        },
+        ContainerPort {
+            name: "huge".into(),
+            container_port: 70000,
+            protocol: "TCP".into(),
+        },
+        ContainerPort {
+            name: "zero".into(),
+            container_port: 0,
+            protocol: "TCP".into(),
+        },
     ]
 }
 
@@ -28,11 +44,26 @@ fn resolution_table() {
         (PortRef::Name("-1".into()), Err("invalid port number: -1")),
         // Go compares names with ==, so "" finds the first unnamed port (validation keeps "" out).
         (PortRef::Name("".into()), Ok(8080)),
-        (PortRef::Name("not-found".into()), Err(r#"strconv.Atoi: parsing "not-found": invalid syntax"#)),
-        (PortRef::Name("http".into()), Err(r#"strconv.Atoi: parsing "http": invalid syntax"#)),
-        (PortRef::Name("99999999999999999999".into()), Err(r#"strconv.Atoi: parsing "99999999999999999999": value out of range"#)),
-        (PortRef::Name("99999".into()), Err("invalid port number: 99999")),
-        (PortRef::Name("huge".into()), Err("invalid port number: 70000")),
+        (
+            PortRef::Name("not-found".into()),
+            Err(r#"strconv.Atoi: parsing "not-found": invalid syntax"#),
+        ),
+        (
+            PortRef::Name("http".into()),
+            Err(r#"strconv.Atoi: parsing "http": invalid syntax"#),
+        ),
+        (
+            PortRef::Name("99999999999999999999".into()),
+            Err(r#"strconv.Atoi: parsing "99999999999999999999": value out of range"#),
+        ),
+        (
+            PortRef::Name("99999".into()),
+            Err("invalid port number: 99999"),
+        ),
+        (
+            PortRef::Name("huge".into()),
+            Err("invalid port number: 70000"),
+        ),
         (PortRef::Name("zero".into()), Err("invalid port number: 0")),
     ];
     let ports = ports();
@@ -58,25 +89,54 @@ fn ports_annotation_as_kubelet_writes_it() {
     assert_eq!(
         ports,
         vec![
-            ContainerPort { name: "http".into(), container_port: 8080, protocol: "TCP".into() },
-            ContainerPort { name: "".into(), container_port: 53, protocol: "UDP".into() },
-            ContainerPort { name: "m".into(), container_port: 9090, protocol: "TCP".into() },
+            ContainerPort {
+                name: "http".into(),
+                container_port: 8080,
+                protocol: "TCP".into()
+            },
+            ContainerPort {
+                name: "".into(),
+                container_port: 53,
+                protocol: "UDP".into()
+            },
+            ContainerPort {
+                name: "m".into(),
+                container_port: 9090,
+                protocol: "TCP".into()
+            },
         ]
     );
-    assert_eq!(resolve_port(&PortRef::Name("http".into()), &ports), Ok(8080));
+    assert_eq!(
+        resolve_port(&PortRef::Name("http".into()), &ports),
+        Ok(8080)
+    );
 }
 
 #[test]
 fn port_without_number_resolves_to_an_invalid_port() {
     // k8s-openapi fills a missing containerPort with 0; resolution then refuses it.
     let ports = parse_ports_annotation(r#"[{"name":"x"}]"#).expect("parse");
-    assert_eq!(resolve_port(&PortRef::Name("x".into()), &ports), Err(PortError::Invalid(0)));
+    assert_eq!(
+        resolve_port(&PortRef::Name("x".into()), &ports),
+        Err(PortError::Invalid(0))
+    );
 }
 
 #[test]
 fn bad_ports_annotations_are_errors_not_panics() {
-    for bad in ["", "{", "{}", "[1]", r#"[{"containerPort":"80"}]"#, r#"[{"containerPort":1e99}]"#, "null"] {
-        assert!(matches!(parse_ports_annotation(bad), Err(PortError::Annotation(_))), "{bad:?}");
+    for bad in [
+        "",
+        "{",
+        "{}",
+        "[1]",
+        r#"[{"containerPort":"80"}]"#,
+        r#"[{"containerPort":1e99}]"#,
+        "null",
+    ] {
+        assert!(
+            matches!(parse_ports_annotation(bad), Err(PortError::Annotation(_))),
+            "{bad:?}"
+        );
     }
 }
 

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use podward_prober::probe::{ExecError, ExecOutput, ExecRunner, ProbeTarget, Prober, ProberOptions};
+use podward_prober::probe::{
+    ExecError, ExecOutput, ExecRunner, ProbeTarget, Prober, ProberOptions,
+};
 use podward_prober::spec::{Handler, ProbeSpec};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -29,12 +31,25 @@ pub fn spec(handler: Handler, timeout_secs: u64) -> ProbeSpec {
     }
 }
 
-pub fn target<'a>(ports: &'a [podward_prober::port::ContainerPort], env: &'a [(String, String)]) -> ProbeTarget<'a> {
-    ProbeTarget { host_ip: LOCALHOST, container_id: "c0ffee", ports, env }
+pub fn target<'a>(
+    ports: &'a [podward_prober::port::ContainerPort],
+    env: &'a [(String, String)],
+) -> ProbeTarget<'a> {
+    ProbeTarget {
+        host_ip: LOCALHOST,
+        container_id: "c0ffee",
+        ports,
+        env,
+    }
 }
 
 pub fn prober() -> Prober {
-    Prober::new(ProberOptions { kube_version: "1.33".to_owned() }, Arc::new(FakeExec::new(Vec::new())))
+    Prober::new(
+        ProberOptions {
+            kube_version: "1.33".to_owned(),
+        },
+        Arc::new(FakeExec::new(Vec::new())),
+    )
 }
 
 /// What the raw server answers.
@@ -75,7 +90,11 @@ impl Seen {
     }
 
     pub fn values(&self, name: &str) -> Vec<&str> {
-        self.headers.iter().filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str()).collect()
+        self.headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
     }
 }
 
@@ -124,7 +143,10 @@ impl RawServer {
                     let line = lines.next().unwrap_or("").to_owned();
                     let headers = lines
                         .take_while(|l| !l.is_empty())
-                        .filter_map(|l| l.split_once(": ").map(|(k, v)| (k.to_owned(), v.to_owned())))
+                        .filter_map(|l| {
+                            l.split_once(": ")
+                                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                        })
                         .collect();
                     let req = Seen { line, headers };
                     let reply = route(&req);
@@ -142,7 +164,12 @@ impl RawServer {
                 });
             }
         });
-        Self { addr, seen, connections, task }
+        Self {
+            addr,
+            seen,
+            connections,
+            task,
+        }
     }
 
     pub fn port(&self) -> u16 {
@@ -162,7 +189,10 @@ pub struct FakeExec {
 
 impl FakeExec {
     pub fn new(answers: Vec<Result<ExecOutput, ExecError>>) -> Self {
-        Self { answers: Mutex::new(answers), calls: Mutex::new(Vec::new()) }
+        Self {
+            answers: Mutex::new(answers),
+            calls: Mutex::new(Vec::new()),
+        }
     }
 }
 
@@ -173,12 +203,17 @@ impl ExecRunner for FakeExec {
         cmd: Vec<String>,
         timeout: Duration,
     ) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
-        self.calls.lock().push((container_id.to_owned(), cmd, timeout));
+        self.calls
+            .lock()
+            .push((container_id.to_owned(), cmd, timeout));
         let mut answers = self.answers.lock();
         let answer = if answers.len() > 1 {
             answers.remove(0)
         } else {
-            answers.first().cloned().unwrap_or_else(|| Err(ExecError::Other("no answer scripted".to_owned())))
+            answers
+                .first()
+                .cloned()
+                .unwrap_or_else(|| Err(ExecError::Other("no answer scripted".to_owned())))
         };
         Box::pin(async move { answer })
     }
@@ -188,7 +223,10 @@ impl ExecRunner for FakeExec {
 pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while !cond() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

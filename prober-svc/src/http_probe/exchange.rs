@@ -23,9 +23,11 @@ use crate::probe::MAX_OUTPUT_BYTES;
 use crate::spec::HttpScheme;
 
 /// Go's text when `Client.Timeout` fires before the response headers.
-const HEADERS_TIMEOUT: &str = "context deadline exceeded (Client.Timeout exceeded while awaiting headers)";
+const HEADERS_TIMEOUT: &str =
+    "context deadline exceeded (Client.Timeout exceeded while awaiting headers)";
 /// Go's text when it fires while the body is read.
-const BODY_TIMEOUT: &str = "context deadline exceeded (Client.Timeout or context cancellation while reading body)";
+const BODY_TIMEOUT: &str =
+    "context deadline exceeded (Client.Timeout or context cancellation while reading body)";
 
 /// What came back.
 #[derive(Debug)]
@@ -46,10 +48,14 @@ pub(crate) async fn get(
     tls: Option<&Arc<ClientConfig>>,
     deadline: Instant,
 ) -> Result<RawResponse, String> {
-    let stream = dialer::dial(&url.host, url.port(), deadline).await.map_err(|e| match e {
-        DialError::Timeout(_) => format!("{e} (Client.Timeout exceeded while awaiting headers)"),
-        e => e.to_string(),
-    })?;
+    let stream = dialer::dial(&url.host, url.port(), deadline)
+        .await
+        .map_err(|e| match e {
+            DialError::Timeout(_) => {
+                format!("{e} (Client.Timeout exceeded while awaiting headers)")
+            }
+            e => e.to_string(),
+        })?;
     let work = async {
         match url.scheme {
             HttpScheme::Http => {
@@ -58,8 +64,12 @@ pub(crate) async fn get(
             }
             HttpScheme::Https => {
                 let tls = tls.ok_or("tls: no TLS configuration available")?;
-                let name = ServerName::try_from(url.host.clone()).map_err(|e| format!("tls: {e}"))?;
-                let conn = TlsConnector::from(Arc::clone(tls)).connect(name, stream).await.map_err(|e| tls_error(&e))?;
+                let name =
+                    ServerName::try_from(url.host.clone()).map_err(|e| format!("tls: {e}"))?;
+                let conn = TlsConnector::from(Arc::clone(tls))
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| tls_error(&e))?;
                 let h2 = conn.get_ref().1.alpn_protocol() == Some(b"h2");
                 let req = headers.request(url, host, referer, h2)?;
                 send(TokioIo::new(conn), h2, req, deadline).await
@@ -72,7 +82,12 @@ pub(crate) async fn get(
     }
 }
 
-async fn send<IO>(io: IO, h2: bool, req: Request<Empty<Bytes>>, deadline: Instant) -> Result<RawResponse, String>
+async fn send<IO>(
+    io: IO,
+    h2: bool,
+    req: Request<Empty<Bytes>>,
+    deadline: Instant,
+) -> Result<RawResponse, String>
 where
     IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -80,16 +95,34 @@ where
         let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
             .await
             .map_err(|e| hyper_error(&e))?;
-        drive(conn, async move { read(sender.send_request(req).await.map_err(|e| hyper_error(&e))?, deadline).await })
+        drive(conn, async move {
+            read(
+                sender
+                    .send_request(req)
+                    .await
+                    .map_err(|e| hyper_error(&e))?,
+                deadline,
+            )
             .await
+        })
+        .await
     } else {
         let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
             .title_case_headers(true)
             .handshake(io)
             .await
             .map_err(|e| hyper_error(&e))?;
-        drive(conn, async move { read(sender.send_request(req).await.map_err(|e| hyper_error(&e))?, deadline).await })
+        drive(conn, async move {
+            read(
+                sender
+                    .send_request(req)
+                    .await
+                    .map_err(|e| hyper_error(&e))?,
+                deadline,
+            )
             .await
+        })
+        .await
     }
 }
 
@@ -111,7 +144,10 @@ where
 
 async fn read(resp: Response<Incoming>, deadline: Instant) -> Result<RawResponse, String> {
     let status = resp.status().as_u16();
-    let location = resp.headers().get(LOCATION).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let location = resp
+        .headers()
+        .get(LOCATION)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let mut body = resp.into_body();
     let mut buf: Vec<u8> = Vec::new();
     let body = loop {
@@ -131,7 +167,11 @@ async fn read(resp: Response<Incoming>, deadline: Instant) -> Result<RawResponse
             }
         }
     };
-    Ok(RawResponse { status, location, body })
+    Ok(RawResponse {
+        status,
+        location,
+        body,
+    })
 }
 
 /// hyper's errors in Go's words where the case is common.
@@ -140,7 +180,9 @@ fn hyper_error(e: &hyper::Error) -> String {
         return "EOF".to_owned();
     }
     if e.is_parse() {
-        return format!("net/http: HTTP/1.x transport connection broken: malformed HTTP response ({e})");
+        return format!(
+            "net/http: HTTP/1.x transport connection broken: malformed HTTP response ({e})"
+        );
     }
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {

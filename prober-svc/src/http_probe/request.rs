@@ -31,7 +31,10 @@ pub(crate) type HeaderError = String;
 
 impl ProbeHeaders {
     /// kubelet's header rules over the spec's `httpHeaders`.
-    pub(crate) fn new(spec: &[(String, String)], default_ua: &HeaderValue) -> Result<Self, HeaderError> {
+    pub(crate) fn new(
+        spec: &[(String, String)],
+        default_ua: &HeaderValue,
+    ) -> Result<Self, HeaderError> {
         if spec.is_empty() {
             return Ok(Self {
                 user_agent: Some(default_ua.clone()),
@@ -46,7 +49,12 @@ impl ProbeHeaders {
             parsed.push((name, value));
         }
         let first = |n: &HeaderName| parsed.iter().find(|(k, _)| k == n).map(|(_, v)| *v);
-        let invalid = |n: &HeaderName| format!("net/http: invalid header field value for {:?}", canonical(n.as_str()));
+        let invalid = |n: &HeaderName| {
+            format!(
+                "net/http: invalid header field value for {:?}",
+                canonical(n.as_str())
+            )
+        };
         let user_agent = match first(&header::USER_AGENT) {
             None => Some(default_ua.clone()),
             Some("") => None,
@@ -54,7 +62,9 @@ impl ProbeHeaders {
         };
         let host_override = match first(&header::HOST) {
             None | Some("") => None,
-            Some(v) => Some(HeaderValue::from_str(v).map_err(|_| "http: invalid Host header".to_owned())?),
+            Some(v) => {
+                Some(HeaderValue::from_str(v).map_err(|_| "http: invalid Host header".to_owned())?)
+            }
         };
         let drop_accept = first(&header::ACCEPT) == Some("");
         if first(&header::ACCEPT).is_none() {
@@ -62,7 +72,13 @@ impl ProbeHeaders {
         }
         let mut others = Vec::with_capacity(parsed.len());
         for (name, value) in parsed {
-            let excluded = [header::HOST, header::USER_AGENT, header::CONTENT_LENGTH, header::TRANSFER_ENCODING, header::TRAILER];
+            let excluded = [
+                header::HOST,
+                header::USER_AGENT,
+                header::CONTENT_LENGTH,
+                header::TRANSFER_ENCODING,
+                header::TRAILER,
+            ];
             if excluded.contains(&name) || (drop_accept && name == header::ACCEPT) {
                 continue;
             }
@@ -72,7 +88,11 @@ impl ProbeHeaders {
         // Lower-case order equals Go's order of canonical names; the sort is stable so
         // duplicate values keep theirs.
         others.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
-        Ok(Self { user_agent, host_override, others })
+        Ok(Self {
+            user_agent,
+            host_override,
+            others,
+        })
     }
 
     /// The request for `url`. `host` is the Host value (override or `url`'s authority);
@@ -89,17 +109,27 @@ impl ProbeHeaders {
         if h2 {
             // HTTP/2 carries the host in :authority, and forbids Connection.
             *req.version_mut() = Version::HTTP_2;
-            let uri = format!("https://{}{}", host.to_str().unwrap_or_default(), url.target);
-            *req.uri_mut() = uri.parse::<Uri>().map_err(|e| format!("invalid URL: {e}"))?;
+            let uri = format!(
+                "https://{}{}",
+                host.to_str().unwrap_or_default(),
+                url.target
+            );
+            *req.uri_mut() = uri
+                .parse::<Uri>()
+                .map_err(|e| format!("invalid URL: {e}"))?;
         } else {
-            *req.uri_mut() = url.target.parse::<Uri>().map_err(|e| format!("invalid URL: {e}"))?;
+            *req.uri_mut() = url
+                .target
+                .parse::<Uri>()
+                .map_err(|e| format!("invalid URL: {e}"))?;
             req.headers_mut().insert(header::HOST, host.clone());
         }
         let headers_ref = req.headers_mut();
         if let Some(ua) = &self.user_agent {
             headers_ref.insert(header::USER_AGENT, ua.clone());
         }
-        let mut referer_pending = referer.filter(|_| !self.others.iter().any(|(n, _)| n == header::REFERER));
+        let mut referer_pending =
+            referer.filter(|_| !self.others.iter().any(|(n, _)| n == header::REFERER));
         for (name, value) in &self.others {
             if let Some(r) = referer_pending.filter(|_| name.as_str() > header::REFERER.as_str()) {
                 headers_ref.append(header::REFERER, r.clone());
@@ -122,7 +152,11 @@ pub(crate) fn canonical(name: &str) -> String {
     let mut upper = true;
     name.chars()
         .map(|c| {
-            let out = if upper { c.to_ascii_uppercase() } else { c.to_ascii_lowercase() };
+            let out = if upper {
+                c.to_ascii_uppercase()
+            } else {
+                c.to_ascii_lowercase()
+            };
             upper = c == '-';
             out
         })

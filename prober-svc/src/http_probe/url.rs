@@ -24,7 +24,12 @@ impl ProbeUrl {
     /// then its scheme and host are replaced; a fragment is never sent.
     pub(crate) fn for_probe(scheme: HttpScheme, host: &str, port: u16, path: &str) -> Self {
         let (_, _, rest) = split_reference(path);
-        Self { scheme, host: host.to_owned(), explicit_port: Some(port), target: origin_form(rest) }
+        Self {
+            scheme,
+            host: host.to_owned(),
+            explicit_port: Some(port),
+            target: origin_form(rest),
+        }
     }
 
     /// Port to dial.
@@ -52,11 +57,21 @@ impl ProbeUrl {
             None => self.scheme,
             Some(s) if s.eq_ignore_ascii_case("http") => HttpScheme::Http,
             Some(s) if s.eq_ignore_ascii_case("https") => HttpScheme::Https,
-            Some(s) => return Err(format!("unsupported protocol scheme {:?}", s.to_ascii_lowercase())),
+            Some(s) => {
+                return Err(format!(
+                    "unsupported protocol scheme {:?}",
+                    s.to_ascii_lowercase()
+                ));
+            }
         };
         if let Some(authority) = authority {
-            let (host, explicit_port) = split_authority(authority).map_err(|e| bad(e))?;
-            return Ok(ProbeUrl { scheme, host, explicit_port, target: origin_form(&remove_dot_segments(rest)) });
+            let (host, explicit_port) = split_authority(authority).map_err(&bad)?;
+            return Ok(ProbeUrl {
+                scheme,
+                host,
+                explicit_port,
+                target: origin_form(&remove_dot_segments(rest)),
+            });
         }
         if scheme != self.scheme {
             // "https:/x" with no authority: Go keeps an empty host, which cannot be dialled.
@@ -74,10 +89,19 @@ impl ProbeUrl {
             remove_dot_segments(rest)
         } else {
             let dir = &base_path[..base_path.rfind('/').map_or(0, |i| i + 1)];
-            let merged = if dir.is_empty() { format!("/{rest}") } else { format!("{dir}{rest}") };
+            let merged = if dir.is_empty() {
+                format!("/{rest}")
+            } else {
+                format!("{dir}{rest}")
+            };
             remove_dot_segments(&merged)
         };
-        Ok(ProbeUrl { scheme, host: self.host.clone(), explicit_port: self.explicit_port, target: origin_form(&target) })
+        Ok(ProbeUrl {
+            scheme,
+            host: self.host.clone(),
+            explicit_port: self.explicit_port,
+            target: origin_form(&target),
+        })
     }
 }
 
@@ -99,8 +123,13 @@ fn split_reference(s: &str) -> (Option<&str>, Option<&str>, &str) {
     let mut scheme = None;
     if let Some(colon) = s.find(':') {
         let candidate = &s[..colon];
-        let valid = candidate.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
-            && candidate.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
+        let valid = candidate
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic())
+            && candidate
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
         if valid {
             scheme = Some(candidate);
             rest = &s[colon + 1..];
@@ -135,7 +164,9 @@ fn split_authority(authority: &str) -> Result<(String, Option<u16>), &'static st
     };
     let port = match port {
         None | Some("") => None,
-        Some(p) if p.bytes().all(|b| b.is_ascii_digit()) => Some(p.parse::<u16>().map_err(|_| "invalid port")?),
+        Some(p) if p.bytes().all(|b| b.is_ascii_digit()) => {
+            Some(p.parse::<u16>().map_err(|_| "invalid port")?)
+        }
         Some(_) => return Err("invalid port after host"),
     };
     if host.is_empty() {
@@ -198,7 +229,10 @@ fn origin_form(rest: &str) -> String {
     let bytes = rest.as_bytes();
     for (i, &b) in bytes.iter().enumerate() {
         let ok = b.is_ascii_alphanumeric()
-            || matches!(b, b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+')
+            || matches!(
+                b,
+                b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+'
+            )
             || matches!(b, b',' | b';' | b'=' | b':' | b'@' | b'/' | b'?');
         let valid_escape = b == b'%'
             && bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)

@@ -5,11 +5,16 @@
 
 /// Expands every argument of `cmd` with `env` (the later of duplicate names wins, as Go's map).
 pub fn expand_command(cmd: &[String], env: &[(String, String)]) -> Vec<String> {
-    cmd.iter().map(|arg| expand(arg, |name| lookup(env, name))).collect()
+    cmd.iter()
+        .map(|arg| expand(arg, |name| lookup(env, name)))
+        .collect()
 }
 
 fn lookup<'a>(env: &'a [(String, String)], name: &[u8]) -> Option<&'a str> {
-    env.iter().rev().find(|(k, _)| k.as_bytes() == name).map(|(_, v)| v.as_str())
+    env.iter()
+        .rev()
+        .find(|(k, _)| k.as_bytes() == name)
+        .map(|(_, v)| v.as_str())
 }
 
 /// One string. Works on bytes like Go; the only non-ASCII subtlety (Go's `string(byte)` after a

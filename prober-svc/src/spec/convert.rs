@@ -11,9 +11,13 @@ use super::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeSpec, ProbeType};
 
 /// Decodes, defaults and validates one probe. Errors are `(field path, message)` pairs with paths
 /// rooted at the probe's own key (`livenessProbe.periodSeconds`).
-pub(super) fn probe_from_json(ty: ProbeType, raw: Value) -> Result<ProbeSpec, Vec<(String, String)>> {
+pub(super) fn probe_from_json(
+    ty: ProbeType,
+    raw: Value,
+) -> Result<ProbeSpec, Vec<(String, String)>> {
     let root = ty.field_name();
-    let probe: Probe = serde_json::from_value(raw).map_err(|e| vec![(root.to_owned(), format!("invalid probe: {e}"))])?;
+    let probe: Probe = serde_json::from_value(raw)
+        .map_err(|e| vec![(root.to_owned(), format!("invalid probe: {e}"))])?;
     let mut errs = FieldErrors::new(root);
 
     // SetDefaults_Probe: an absent or explicit 0 becomes the default; negatives stay and fail
@@ -32,9 +36,17 @@ pub(super) fn probe_from_json(ty: ProbeType, raw: Value) -> Result<ProbeSpec, Ve
     errs.non_negative("failureThreshold", failure.into());
     if let Some(grace) = probe.termination_grace_period_seconds {
         if ty == ProbeType::Readiness {
-            errs.invalid("terminationGracePeriodSeconds", grace, "must not be set for readinessProbes");
+            errs.invalid(
+                "terminationGracePeriodSeconds",
+                grace,
+                "must not be set for readinessProbes",
+            );
         } else if grace <= 0 {
-            errs.invalid("terminationGracePeriodSeconds", grace, "must be greater than 0");
+            errs.invalid(
+                "terminationGracePeriodSeconds",
+                grace,
+                "must be greater than 0",
+            );
         }
     }
     if ty != ProbeType::Readiness && success != 1 {
@@ -84,7 +96,11 @@ fn handler(probe: &Probe, errs: &mut FieldErrors) -> Option<Handler> {
     if let Some(get) = &probe.http_get {
         found.push("httpGet");
         // SetDefaults_HTTPGetAction: empty path => "/", empty scheme => HTTP.
-        let path = get.path.clone().filter(|p| !p.is_empty()).unwrap_or_else(|| "/".to_owned());
+        let path = get
+            .path
+            .clone()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "/".to_owned());
         let scheme = match get.scheme.as_deref().unwrap_or("") {
             "" | "HTTP" => Some(HttpScheme::Http),
             "HTTPS" => Some(HttpScheme::Https),
@@ -104,19 +120,33 @@ fn handler(probe: &Probe, errs: &mut FieldErrors) -> Option<Handler> {
         }
         if let (Some(scheme), Some(port)) = (scheme, port) {
             let host = get.host.clone().filter(|h| !h.is_empty());
-            out = Some(Handler::HttpGet(HttpGetSpec { scheme, host, path, port, headers }));
+            out = Some(Handler::HttpGet(HttpGetSpec {
+                scheme,
+                host,
+                path,
+                port,
+                headers,
+            }));
         }
     }
     if let Some(tcp) = &probe.tcp_socket {
         found.push("tcpSocket");
         if let Some(port) = port_ref(&tcp.port, "tcpSocket.port", errs) {
-            out = Some(Handler::TcpSocket { host: tcp.host.clone().filter(|h| !h.is_empty()), port });
+            out = Some(Handler::TcpSocket {
+                host: tcp.host.clone().filter(|h| !h.is_empty()),
+                port,
+            });
         }
     }
     if let Some(grpc) = &probe.grpc {
         found.push("grpc");
         match u16::try_from(grpc.port).ok().filter(|p| *p > 0) {
-            Some(port) => out = Some(Handler::Grpc { port, service: grpc.service.clone() }),
+            Some(port) => {
+                out = Some(Handler::Grpc {
+                    port,
+                    service: grpc.service.clone(),
+                })
+            }
             None => errs.invalid("grpc.port", grpc.port, validate::PORT_RANGE_MSG),
         }
     }
@@ -128,7 +158,10 @@ fn handler(probe: &Probe, errs: &mut FieldErrors) -> Option<Handler> {
         [_] => out,
         [_, rest @ ..] => {
             for name in rest {
-                errs.push(name, "Forbidden: may not specify more than 1 handler type".to_owned());
+                errs.push(
+                    name,
+                    "Forbidden: may not specify more than 1 handler type".to_owned(),
+                );
             }
             None
         }

@@ -14,7 +14,10 @@ pub(super) struct FieldErrors {
 
 impl FieldErrors {
     pub(super) fn new(root: &'static str) -> Self {
-        Self { root, errs: Vec::new() }
+        Self {
+            root,
+            errs: Vec::new(),
+        }
     }
 
     pub(super) fn push(&mut self, field: &str, message: String) {
@@ -31,7 +34,11 @@ impl FieldErrors {
     }
 
     pub(super) fn required(&mut self, field: &str, detail: &str) {
-        let msg = if detail.is_empty() { "Required value".to_owned() } else { format!("Required value: {detail}") };
+        let msg = if detail.is_empty() {
+            "Required value".to_owned()
+        } else {
+            format!("Required value: {detail}")
+        };
         self.push(field, msg);
     }
 
@@ -61,8 +68,16 @@ pub(super) fn port_name(name: &str, field: &str, errs: &mut FieldErrors) {
     if name.len() > 15 {
         errs.invalid(field, name, "must be no more than 15 characters");
     }
-    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
-        errs.invalid(field, name, "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)");
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        errs.invalid(
+            field,
+            name,
+            "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)",
+        );
     }
     if !name.bytes().any(|b| b.is_ascii_lowercase()) {
         errs.invalid(field, name, "must contain at least one letter (a-z)");
