@@ -19,7 +19,9 @@ async fn driver_pod_lifecycle_through_the_shim_equals_direct() {
     let node = TestNode::start().await.expect("node");
     let shim = InProcShim::start(&node).await;
     let via_shim = Driver::connect(&shim.cri).await.expect("driver via shim");
-    let direct = Driver::connect(&node.containerd_socket()).await.expect("driver direct");
+    let direct = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver direct");
 
     let spec = |name: &str| {
         PodSpec::new(name)
@@ -27,7 +29,10 @@ async fn driver_pod_lifecycle_through_the_shim_equals_direct() {
             .annotation("podward.io/probes", "{}")
             .container(ContainerSpec::new("main", &["sleep", "3600"]).env("GREETING", "hi"))
     };
-    let p_shim = via_shim.run_pod(&node, spec("same")).await.expect("pod via shim");
+    let p_shim = via_shim
+        .run_pod(&node, spec("same"))
+        .await
+        .expect("pod via shim");
 
     // The same objects, read through the shim and directly, are byte-identical answers.
     let mut rs = via_shim.client();
@@ -35,34 +40,58 @@ async fn driver_pod_lifecycle_through_the_shim_equals_direct() {
     let sid = p_shim.sandbox_id().to_owned();
     let cid = p_shim.container_id("main").expect("container id");
     let st_s = rs
-        .pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: sid.clone(), verbose: true })
+        .pod_sandbox_status(cri::PodSandboxStatusRequest {
+            pod_sandbox_id: sid.clone(),
+            verbose: true,
+        })
         .await
         .expect("status via shim")
         .into_inner();
     let st_d = rd
-        .pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: sid.clone(), verbose: true })
+        .pod_sandbox_status(cri::PodSandboxStatusRequest {
+            pod_sandbox_id: sid.clone(),
+            verbose: true,
+        })
         .await
         .expect("status direct")
         .into_inner();
     assert_eq!(st_s.status, st_d.status);
     assert_eq!(st_s.info, st_d.info);
     let c_s = rs
-        .container_status(cri::ContainerStatusRequest { container_id: cid.clone(), verbose: true })
+        .container_status(cri::ContainerStatusRequest {
+            container_id: cid.clone(),
+            verbose: true,
+        })
         .await
         .expect("container status via shim")
         .into_inner();
     let c_d = rd
-        .container_status(cri::ContainerStatusRequest { container_id: cid.clone(), verbose: true })
+        .container_status(cri::ContainerStatusRequest {
+            container_id: cid.clone(),
+            verbose: true,
+        })
         .await
         .expect("container status direct")
         .into_inner();
     assert_eq!(c_s.status, c_d.status);
-    let l_s = rs.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner();
-    let l_d = rd.list_containers(cri::ListContainersRequest::default()).await.expect("list").into_inner();
+    let l_s = rs
+        .list_containers(cri::ListContainersRequest::default())
+        .await
+        .expect("list")
+        .into_inner();
+    let l_d = rd
+        .list_containers(cri::ListContainersRequest::default())
+        .await
+        .expect("list")
+        .into_inner();
     assert_eq!(l_s, l_d);
 
     let out = p_shim
-        .exec_sync("main", &["sh", "-c", "echo $GREETING; exit 4"], Duration::from_secs(10))
+        .exec_sync(
+            "main",
+            &["sh", "-c", "echo $GREETING; exit 4"],
+            Duration::from_secs(10),
+        )
         .await
         .expect("exec via shim");
     assert_eq!((out.stdout.as_slice(), out.exit_code), (&b"hi\n"[..], 4));
@@ -70,11 +99,17 @@ async fn driver_pod_lifecycle_through_the_shim_equals_direct() {
     // A pod run directly has the same shape (IDs and times masked) as the one run via the shim.
     p_shim.delete().await.expect("delete via shim");
     let gone = rd
-        .pod_sandbox_status(cri::PodSandboxStatusRequest { pod_sandbox_id: sid, verbose: false })
+        .pod_sandbox_status(cri::PodSandboxStatusRequest {
+            pod_sandbox_id: sid,
+            verbose: false,
+        })
         .await
         .expect_err("removed");
     assert_eq!(gone.code(), tonic::Code::NotFound);
-    let p_direct = direct.run_pod(&node, spec("same")).await.expect("pod direct");
+    let p_direct = direct
+        .run_pod(&node, spec("same"))
+        .await
+        .expect("pod direct");
     let st2 = rd
         .pod_sandbox_status(cri::PodSandboxStatusRequest {
             pod_sandbox_id: p_direct.sandbox_id().to_owned(),
@@ -105,14 +140,20 @@ async fn unknown_method_is_unimplemented_through_the_shim_as_direct() {
     let node = TestNode::start().await.expect("node");
     let shim = InProcShim::start(&node).await;
     const PATH: &str = "/runtime.v1.RuntimeService/DoesNotExist";
-    let direct = call_path(&node.containerd_socket(), PATH).await.expect_err("direct fails");
-    let proxied = call_path(&shim.cri, PATH).await.expect_err("via shim fails");
+    let direct = call_path(&node.containerd_socket(), PATH)
+        .await
+        .expect_err("direct fails");
+    let proxied = call_path(&shim.cri, PATH)
+        .await
+        .expect_err("via shim fails");
     assert_eq!(direct.code(), tonic::Code::Unimplemented);
     assert_eq!(proxied.code(), direct.code());
     assert_eq!(proxied.message(), direct.message());
     // containerd's own (non-CRI) services pass too.
     const VERSION: &str = "/containerd.services.version.v1.Version/Version";
-    let d = call_path(&node.containerd_socket(), VERSION).await.map_err(|s| s.code());
+    let d = call_path(&node.containerd_socket(), VERSION)
+        .await
+        .map_err(|s| s.code());
     let p = call_path(&shim.cri, VERSION).await.map_err(|s| s.code());
     assert_eq!(p, d);
     shim.stop().await;
@@ -159,13 +200,19 @@ async fn watch_reports_the_lifecycle_in_order_with_exit_codes_within_100ms() {
             Some(watch_event::Event::Sandbox(s)) => {
                 let sb = s.sandbox.expect("sandbox");
                 if sb.id == sid {
-                    seen.push(format!("sandbox:{}", SK::try_from(s.kind).expect("kind").as_str_name()));
+                    seen.push(format!(
+                        "sandbox:{}",
+                        SK::try_from(s.kind).expect("kind").as_str_name()
+                    ));
                 }
             }
             Some(watch_event::Event::Container(c)) => {
                 let ct = c.container.expect("container");
                 if ct.id == cid {
-                    seen.push(format!("container:{}", CK::try_from(c.kind).expect("kind").as_str_name()));
+                    seen.push(format!(
+                        "container:{}",
+                        CK::try_from(c.kind).expect("kind").as_str_name()
+                    ));
                     if c.kind == CK::ContainerEventExited as i32 && ct.finished_at_ns != 0 {
                         break (ct, ev.observed_at_ns);
                     }
@@ -176,10 +223,23 @@ async fn watch_reports_the_lifecycle_in_order_with_exit_codes_within_100ms() {
     };
     let (ct, observed_at_ns) = exit;
     assert_eq!(ct.exit_code, 3);
-    let pos = |k: &str| seen.iter().position(|s| s == k).unwrap_or_else(|| panic!("{k} missing in {seen:?}"));
-    assert!(pos("sandbox:SANDBOX_EVENT_CREATED") < pos("container:CONTAINER_EVENT_CREATED"), "{seen:?}");
-    assert!(pos("container:CONTAINER_EVENT_CREATED") < pos("container:CONTAINER_EVENT_STARTED"), "{seen:?}");
-    assert!(pos("container:CONTAINER_EVENT_STARTED") < seen.len() - 1, "{seen:?}");
+    let pos = |k: &str| {
+        seen.iter()
+            .position(|s| s == k)
+            .unwrap_or_else(|| panic!("{k} missing in {seen:?}"))
+    };
+    assert!(
+        pos("sandbox:SANDBOX_EVENT_CREATED") < pos("container:CONTAINER_EVENT_CREATED"),
+        "{seen:?}"
+    );
+    assert!(
+        pos("container:CONTAINER_EVENT_CREATED") < pos("container:CONTAINER_EVENT_STARTED"),
+        "{seen:?}"
+    );
+    assert!(
+        pos("container:CONTAINER_EVENT_STARTED") < seen.len() - 1,
+        "{seen:?}"
+    );
     // finished_at_ns is containerd's TaskExit.exited_at: the exit as the runtime saw it.
     let latency_ms = (observed_at_ns - ct.finished_at_ns) as f64 / 1e6;
     eprintln!("shim: exit observed {latency_ms:.2} ms after containerd's exited_at");
@@ -196,7 +256,8 @@ async fn watch_reports_the_lifecycle_in_order_with_exit_codes_within_100ms() {
         assert_eq!(ev.seq, last_seq + 1);
         last_seq = ev.seq;
         if let Some(watch_event::Event::Sandbox(s)) = ev.event {
-            removed = s.kind == SK::SandboxEventRemoved as i32 && s.sandbox.is_some_and(|x| x.id == sid);
+            removed =
+                s.kind == SK::SandboxEventRemoved as i32 && s.sandbox.is_some_and(|x| x.id == sid);
         }
     }
     shim.stop().await;

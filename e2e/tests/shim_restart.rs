@@ -165,7 +165,10 @@ async fn kill9_under_load_new_shim_rebuilds_the_same_index_and_retries_lose_noth
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    eprintln!("shim: index rebuilt identical {:?} after kill -9", killed_at.elapsed());
+    eprintln!(
+        "shim: index rebuilt identical {:?} after kill -9",
+        killed_at.elapsed()
+    );
     assert_ne!(before.instance_id, after.instance_id);
     // The environment comes back from the OCI spec (which adds the image's PATH and the like).
     for c in &before.containers {

@@ -122,15 +122,19 @@ pub(crate) async fn snapshot(control: &Path) -> Snapshot {
 /// a following List through the shim or the rebuild fills the index).
 pub(crate) async fn wait_rebuilt(control: &Path) {
     let control = control.to_owned();
-    wait_for("shim connected to containerd", Duration::from_secs(20), || {
-        let control = control.clone();
-        async move {
-            match lifecycle(&control).snapshot(SnapshotRequest {}).await {
-                Ok(s) => s.into_inner().runtime_connected,
-                Err(_) => false,
+    wait_for(
+        "shim connected to containerd",
+        Duration::from_secs(20),
+        || {
+            let control = control.clone();
+            async move {
+                match lifecycle(&control).snapshot(SnapshotRequest {}).await {
+                    Ok(s) => s.into_inner().runtime_connected,
+                    Err(_) => false,
+                }
             }
-        }
-    })
+        },
+    )
     .await;
 }
 
@@ -186,7 +190,10 @@ pub(crate) async fn call_path(socket: &Path, path: &'static str) -> Result<(), t
     g.unary(
         tonic::Request::new(podward_api::cri::VersionRequest::default()),
         http::uri::PathAndQuery::from_static(path),
-        tonic_prost::ProstCodec::<podward_api::cri::VersionRequest, podward_api::cri::VersionResponse>::default(),
+        tonic_prost::ProstCodec::<
+            podward_api::cri::VersionRequest,
+            podward_api::cri::VersionResponse,
+        >::default(),
     )
     .await
     .map(|_| ())

@@ -17,7 +17,10 @@ fn sandbox_request(node: &TestNode, name: &str) -> cri::RunPodSandboxRequest {
     let mut labels = HashMap::new();
     labels.insert("io.kubernetes.pod.name".to_owned(), name.to_owned());
     labels.insert("io.kubernetes.pod.uid".to_owned(), format!("uid-{name}"));
-    labels.insert("io.kubernetes.pod.namespace".to_owned(), "default".to_owned());
+    labels.insert(
+        "io.kubernetes.pod.namespace".to_owned(),
+        "default".to_owned(),
+    );
     cri::RunPodSandboxRequest {
         config: Some(cri::PodSandboxConfig {
             metadata: Some(cri::PodSandboxMetadata {
@@ -26,7 +29,12 @@ fn sandbox_request(node: &TestNode, name: &str) -> cri::RunPodSandboxRequest {
                 namespace: "default".to_owned(),
                 attempt: 0,
             }),
-            log_directory: node.dir().join("logs").join(name).to_string_lossy().into_owned(),
+            log_directory: node
+                .dir()
+                .join("logs")
+                .join(name)
+                .to_string_lossy()
+                .into_owned(),
             labels,
             linux: Some(cri::LinuxPodSandboxConfig {
                 cgroup_parent: node.cgroup_parent().to_owned(),
@@ -73,10 +81,16 @@ async fn run_pod_sandbox_whose_caller_timed_out_is_reported_undelivered() {
         _ = held.wait_held() => {}
         r = &mut call => panic!("RunPodSandbox ended before containerd answered it: {r:?}"),
     }
-    let err = call.await.expect("join").expect_err("the caller must give up");
+    let err = call
+        .await
+        .expect("join")
+        .expect_err("the caller must give up");
     // tonic enforces the deadline locally ("Timeout expired", CANCELLED) and resets the stream.
     assert!(
-        matches!(err.code(), tonic::Code::DeadlineExceeded | tonic::Code::Cancelled),
+        matches!(
+            err.code(),
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+        ),
         "{err:?}"
     );
 
@@ -106,16 +120,24 @@ async fn run_pod_sandbox_whose_caller_timed_out_is_reported_undelivered() {
         .await
         .expect("the undelivered sandbox exists")
         .into_inner();
-    assert_eq!(st.status.expect("status").state, cri::PodSandboxState::SandboxReady as i32);
+    assert_eq!(
+        st.status.expect("status").state,
+        cri::PodSandboxState::SandboxReady as i32
+    );
     let snap = snapshot(&shim.control).await;
     let entry = snap.sandboxes.iter().find(|s| s.id == id).expect("indexed");
     assert_eq!(entry.run_delivery, Delivery::Undelivered as i32);
-    assert!(shim.metrics_text().contains("podward_shim_undelivered_total 1"));
+    assert!(
+        shim.metrics_text()
+            .contains("podward_shim_undelivered_total 1")
+    );
 
     // A retried call (what kubelet does next, with attempt 0 again) is delivered normally.
     drop(held);
     let _ = direct
-        .stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: id.clone() })
+        .stop_pod_sandbox(cri::StopPodSandboxRequest {
+            pod_sandbox_id: id.clone(),
+        })
         .await;
     let _ = direct
         .remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: id })
