@@ -25,6 +25,8 @@ pub struct Footprint {
     pub dir: PathBuf,
     /// The node's cgroup parent (`/podward-e2e-<id>`).
     pub cgroup_parent: String,
+    /// The node's pod-network bridge interface, if it has one.
+    pub bridge: Option<String>,
 }
 
 impl Footprint {
@@ -41,6 +43,9 @@ impl Footprint {
         }
         for c in self.cgroup_dirs() {
             out.push(format!("cgroup {}", c.display()));
+        }
+        if let Some(b) = self.bridge.as_deref().filter(|b| bridge_exists(b)) {
+            out.push(format!("network interface {b}"));
         }
         if self.dir.exists() {
             out.push(format!("directory {}", self.dir.display()));
@@ -148,6 +153,13 @@ impl Footprint {
         }
         self.unmount_all();
         self.remove_cgroups(Duration::from_secs(5));
+        if let Some(b) = self.bridge.as_deref().filter(|b| bridge_exists(b)) {
+            let mut cmd = std::process::Command::new("ip");
+            cmd.args(["link", "delete", b]);
+            if let Err(e) = crate::binaries::run_checked(&mut cmd) {
+                tracing::warn!(bridge = b, error = %e, "deleting pod bridge");
+            }
+        }
         let left = self.mounts();
         if left.is_empty() {
             if let Err(e) = std::fs::remove_dir_all(&self.dir)
@@ -214,6 +226,11 @@ impl Footprint {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// Whether network interface `name` exists in this network namespace.
+fn bridge_exists(name: &str) -> bool {
+    Path::new("/sys/class/net").join(name).exists()
 }
 
 /// The socket path of a shim from its command line

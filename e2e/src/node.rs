@@ -1,5 +1,6 @@
 //! [`TestNode`]: a real containerd in a fresh temporary root.
 
+mod cni;
 mod config;
 mod registry;
 mod teardown;
@@ -39,6 +40,8 @@ pub struct TestNode {
     images: ImageSet,
     containerd: Option<Child>,
     registry: Option<Registry>,
+    /// The pod network (bridge + subnet), when the CNI plugins are installed.
+    network: Option<cni::PodNetwork>,
     /// Restart loops of pods run on this node; aborted before teardown.
     pod_tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
 }
@@ -74,6 +77,7 @@ impl TestNode {
             images,
             containerd: None,
             registry: None,
+            network: None,
             pod_tasks: Arc::default(),
             paths,
         };
@@ -94,7 +98,22 @@ impl TestNode {
             std::fs::write(&file, config::hosts_toml(reg.host()))
                 .map_err(HarnessError::io("write", &file))?;
         }
-        let conf = config::containerd_toml(&node.paths, node.snapshotter);
+        let mut cni_bin = node.paths.cni().join("bin");
+        if cni::available() {
+            let net = cni::configure(
+                &id,
+                &node.paths.cni().join("net.d"),
+                &node.paths.cni().join("ipam"),
+            )?;
+            node.network = Some(net);
+            cni_bin = PathBuf::from(cni::CNI_BIN_DIR);
+        } else {
+            tracing::warn!(
+                "CNI plugins not installed (apt-get install containernetworking-plugins): \
+                 only host-network pods can run"
+            );
+        }
+        let conf = config::containerd_toml(&node.paths, node.snapshotter, &cni_bin);
         std::fs::write(node.paths.config(), conf)
             .map_err(HarnessError::io("write", node.paths.config()))?;
         node.start_containerd().await?;
@@ -125,6 +144,12 @@ impl TestNode {
         self.snapshotter
     }
 
+    /// The pods' subnet (e.g. `10.123.45.0/24`) when pod networking is available
+    /// (`containernetworking-plugins` installed); host-network pods work without it.
+    pub fn pod_subnet(&self) -> Option<&str> {
+        self.network.as_ref().map(|n| n.subnet.as_str())
+    }
+
     /// The image tarballs this node imported.
     pub fn images(&self) -> &ImageSet {
         &self.images
@@ -135,6 +160,7 @@ impl TestNode {
         Footprint {
             dir: self.paths.dir.clone(),
             cgroup_parent: self.cgroup_parent.clone(),
+            bridge: self.network.as_ref().map(|n| n.bridge.clone()),
         }
     }
 

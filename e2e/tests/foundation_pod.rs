@@ -170,3 +170,72 @@ async fn exited_containers_restart_by_policy() {
     always.delete().await.expect("delete always");
     never.delete().await.expect("delete never");
 }
+
+#[tokio::test]
+async fn pod_network_pod_gets_an_ip_the_host_can_reach() {
+    let node = TestNode::start().await.expect("start node");
+    let Some(subnet) = node.pod_subnet().map(str::to_owned) else {
+        eprintln!(
+            "!!! SKIPPED pod_network_pod_gets_an_ip_the_host_can_reach: CNI plugins not installed \
+             (apt-get install containernetworking-plugins) !!!"
+        );
+        return;
+    };
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
+    let web = ContainerSpec::new(
+        "web",
+        &[
+            "sh",
+            "-c",
+            "echo pod-ok > /tmp/index.html; exec httpd -f -p 8080 -h /tmp",
+        ],
+    );
+    let pod = driver
+        .run_pod(
+            &node,
+            PodSpec::new("net")
+                .pod_network()
+                .grace_period(1)
+                .container(web),
+        )
+        .await
+        .expect("run pod-network pod");
+    let ip = pod.ip().await.expect("status").expect("pod has an IP");
+    let prefix = subnet.trim_end_matches("0/24");
+    assert!(ip.starts_with(prefix), "pod IP {ip} not in {subnet}");
+    // The pod has its own network namespace: its interfaces are not the host's.
+    let dev = pod
+        .exec_sync("web", &["cat", "/proc/net/dev"], Duration::from_secs(10))
+        .await
+        .expect("exec");
+    assert!(String::from_utf8_lossy(&dev.stdout).contains("eth0"));
+    // The host reaches the pod's server on the pod IP (poll: httpd needs a moment to listen).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let body = loop {
+        match http_get(&format!("{ip}:8080"), "/index.html").await {
+            Ok(body) => break body,
+            Err(e) => {
+                assert!(std::time::Instant::now() < deadline, "GET pod IP: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert!(
+        body.starts_with("HTTP/1.") && body.contains(" 200 ") && body.ends_with("pod-ok\n"),
+        "{body}"
+    );
+    pod.delete().await.expect("delete");
+}
+
+/// A plain HTTP/1.0 GET; the whole response as text.
+async fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
+}

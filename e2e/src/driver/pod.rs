@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use podward_api::cri::runtime_service_client::RuntimeServiceClient;
 use podward_api::cri::{
     ContainerFilter, ExecSyncRequest, ExecSyncResponse, ListContainersRequest, PodSandboxConfig,
-    RemoveContainerRequest, RemovePodSandboxRequest, StopContainerRequest, StopPodSandboxRequest,
+    PodSandboxStatusRequest, RemoveContainerRequest, RemovePodSandboxRequest, StopContainerRequest,
+    StopPodSandboxRequest,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -126,6 +127,25 @@ impl Pod {
     /// The sandbox id.
     pub fn sandbox_id(&self) -> &str {
         &self.sandbox_id
+    }
+
+    /// The pod's IP from `PodSandboxStatus` (`None` for a host-network pod, which has none in
+    /// CRI: use 127.0.0.1 there, as the prober does with `--node-ip`).
+    pub async fn ip(&self) -> Result<Option<String>, HarnessError> {
+        let mut client = self.client.clone();
+        let status = client
+            .pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: self.sandbox_id.clone(),
+                verbose: false,
+            })
+            .await
+            .map_err(HarnessError::grpc("PodSandboxStatus"))?
+            .into_inner()
+            .status;
+        Ok(status
+            .and_then(|s| s.network)
+            .map(|n| n.ip)
+            .filter(|ip| !ip.is_empty()))
     }
 
     /// The current restartCount of `container` (0 if unknown).

@@ -163,6 +163,13 @@ impl PodSpec {
         self
     }
 
+    /// Uses the node's pod network instead of the host's (needs `containernetworking-plugins`;
+    /// see [`crate::TestNode::pod_subnet`]).
+    pub fn pod_network(mut self) -> Self {
+        self.host_network = false;
+        self
+    }
+
     /// Sets the namespace.
     pub fn namespace(mut self, ns: &str) -> Self {
         self.namespace = ns.to_owned();

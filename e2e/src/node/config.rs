@@ -52,7 +52,7 @@ fn qp(p: &Path) -> String {
 }
 
 /// The containerd (config version 2) file for `paths` using `snapshotter`.
-pub(crate) fn containerd_toml(paths: &NodePaths, snapshotter: &str) -> String {
+pub(crate) fn containerd_toml(paths: &NodePaths, snapshotter: &str, cni_bin: &Path) -> String {
     let cri = r#"plugins."io.containerd.grpc.v1.cri""#;
     format!(
         r#"version = 2
@@ -94,6 +94,8 @@ disabled_plugins = [
   systemd_cgroup = false
   enable_selinux = false
   max_container_log_line_size = 16384
+  # Pod network namespaces are bind-mounted under the node's state dir, not /run/netns.
+  netns_mounts_under_state_dir = true
 
 [{cri}.containerd]
   snapshotter = {snap}
@@ -122,7 +124,7 @@ disabled_plugins = [
         opt = qp(&paths.dir.join("opt")),
         pause = q(PAUSE_IMAGE),
         snap = q(snapshotter),
-        cni_bin = qp(&paths.cni().join("bin")),
+        cni_bin = qp(cni_bin),
         cni_conf = qp(&paths.cni().join("net.d")),
         certs = qp(&paths.certs_d()),
         runc_root = qp(&paths.dir.join("runc")),
@@ -148,7 +150,7 @@ mod tests {
         let paths = NodePaths {
             dir: PathBuf::from("/tmp/podward-e2e-x\"y"),
         };
-        let text = containerd_toml(&paths, "overlayfs");
+        let text = containerd_toml(&paths, "overlayfs", Path::new("/usr/lib/cni"));
         let v: toml::Table = toml::from_str(&text).expect("valid toml");
         assert_eq!(v["root"].as_str(), Some("/tmp/podward-e2e-x\"y/root"));
         let cri = &v["plugins"]["io.containerd.grpc.v1.cri"];
