@@ -55,32 +55,63 @@ async fn main() -> Result<()> {
     let shim = Daemon::spawn(
         "podward-shim",
         &[
-            "--listen", &s(&cri_sock), "--containerd-socket", &s(&containerd),
-            "--control-socket", &s(&shim_sock), "--admin-addr", SHIM_ADMIN,
+            "--listen",
+            &s(&cri_sock),
+            "--containerd-socket",
+            &s(&containerd),
+            "--control-socket",
+            &s(&shim_sock),
+            "--admin-addr",
+            SHIM_ADMIN,
         ],
     )
     .await?;
     let prober = Daemon::spawn(
         "podward-prober",
         &[
-            "--socket", &s(&prober_sock), "--shim-socket", &s(&shim_sock),
-            "--containerd-socket", &s(&containerd), "--node-ip", "127.0.0.1",
-            "--admin-addr", PROBER_ADMIN,
+            "--socket",
+            &s(&prober_sock),
+            "--shim-socket",
+            &s(&shim_sock),
+            "--containerd-socket",
+            &s(&containerd),
+            "--node-ip",
+            "127.0.0.1",
+            "--admin-addr",
+            PROBER_ADMIN,
         ],
     )
     .await?;
     let housekeeper = Daemon::spawn(
         "podward-housekeeper",
         &[
-            "--socket", &s(&hk_sock), "--shim-socket", &s(&shim_sock),
-            "--prober-socket", &s(&prober_sock), "--containerd-socket", &s(&containerd),
-            "--kubelet-root", &s(&kubelet_root), "--log-root", &s(&log_root),
-            "--interval", "5s", "--dry-run", "--admin-addr", HOUSEKEEPER_ADMIN,
+            "--socket",
+            &s(&hk_sock),
+            "--shim-socket",
+            &s(&shim_sock),
+            "--prober-socket",
+            &s(&prober_sock),
+            "--containerd-socket",
+            &s(&containerd),
+            "--kubelet-root",
+            &s(&kubelet_root),
+            "--log-root",
+            &s(&log_root),
+            "--interval",
+            "5s",
+            "--dry-run",
+            "--admin-addr",
+            HOUSEKEEPER_ADMIN,
         ],
     )
     .await?;
-    for (d, addr) in [(&shim, SHIM_ADMIN), (&prober, PROBER_ADMIN), (&housekeeper, HOUSEKEEPER_ADMIN)] {
-        d.wait_healthy(addr.parse::<SocketAddr>()?, Duration::from_secs(30)).await?;
+    for (d, addr) in [
+        (&shim, SHIM_ADMIN),
+        (&prober, PROBER_ADMIN),
+        (&housekeeper, HOUSEKEEPER_ADMIN),
+    ] {
+        d.wait_healthy(addr.parse::<SocketAddr>()?, Duration::from_secs(30))
+            .await?;
     }
 
     let port = free_port();
@@ -105,9 +136,16 @@ async fn main() -> Result<()> {
         .container(ContainerSpec::new("web", &["sh", "-c", &web_cmd]).port("http", port))
         .container(ContainerSpec::new(
             "flaky",
-            &["sh", "-c", "touch /tmp/healthy; sleep 15; rm /tmp/healthy; exec sleep 3600"],
+            &[
+                "sh",
+                "-c",
+                "touch /tmp/healthy; sleep 15; rm /tmp/healthy; exec sleep 3600",
+            ],
         ));
-    println!("== running pod default/demo through the shim (kubelet's view: {})", cri_sock.display());
+    println!(
+        "== running pod default/demo through the shim (kubelet's view: {})",
+        cri_sock.display()
+    );
     let driver = Driver::connect(&cri_sock).await?;
     let pod = driver.run_pod(&node, spec).await?;
 
@@ -126,21 +164,37 @@ async fn main() -> Result<()> {
             break;
         }
         println!("-- t={:>3}s", started.elapsed().as_secs());
-        match prober_api.status(StatusRequest { pod_uid: pod.uid().to_owned() }).await {
+        match prober_api
+            .status(StatusRequest {
+                pod_uid: pod.uid().to_owned(),
+            })
+            .await
+        {
             Ok(resp) => {
                 for p in resp.into_inner().pods {
                     for e in &p.spec_errors {
-                        println!("   probe spec error: {} {}: {}", e.container, e.field, e.message);
+                        println!(
+                            "   probe spec error: {} {}: {}",
+                            e.container, e.field, e.message
+                        );
                     }
                     for c in p.containers {
                         let last = |ty: ProbeType| {
                             c.probes.iter().find(|s| s.r#type == ty as i32).map(|s| {
-                                format!("{:?}", ProbeResult::try_from(s.result).unwrap_or(ProbeResult::Unknown))
+                                format!(
+                                    "{:?}",
+                                    ProbeResult::try_from(s.result).unwrap_or(ProbeResult::Unknown)
+                                )
                             })
                         };
                         println!(
                             "   {:<6} restarts={} started={} ready={} live={} kills={} liveness={} readiness={}",
-                            c.name, pod.restart_count(&c.name), c.started, c.ready, c.live, c.kills,
+                            c.name,
+                            pod.restart_count(&c.name),
+                            c.started,
+                            c.ready,
+                            c.live,
+                            c.kills,
                             last(ProbeType::Liveness).unwrap_or_default(),
                             last(ProbeType::Readiness).unwrap_or_default(),
                         );
@@ -149,7 +203,10 @@ async fn main() -> Result<()> {
             }
             Err(e) => println!("   prober: {}", e.message()),
         }
-        match hk_api.status(podward_api::housekeeper::v1::StatusRequest {}).await {
+        match hk_api
+            .status(podward_api::housekeeper::v1::StatusRequest {})
+            .await
+        {
             Ok(st) => {
                 let st = st.into_inner();
                 let (actions, findings) = st
