@@ -30,6 +30,23 @@ pub struct Footprint {
 }
 
 impl Footprint {
+    /// The footprint of the node whose directory is `dir` (`<tmp>/podward-e2e-<id>`), e.g. one
+    /// started by another process; `None` if `dir` is not a node directory name.
+    pub fn of_node_dir(dir: &Path) -> Option<Footprint> {
+        let name = dir.file_name()?.to_str()?;
+        let id = name.strip_prefix("podward-e2e-")?;
+        Some(Footprint::for_node(dir.to_path_buf(), id))
+    }
+
+    /// The footprint of the node with directory `dir` and id `id` (the dir name's suffix).
+    pub(crate) fn for_node(dir: PathBuf, id: &str) -> Footprint {
+        Footprint {
+            dir,
+            cgroup_parent: format!("/podward-e2e-{id}"),
+            bridge: Some(bridge_name(id)),
+        }
+    }
+
     /// Everything of this footprint still present, one human-readable line each; empty when
     /// the node was cleaned up completely. Zombies are not counted (they hold no resource and
     /// are reaped by whoever is their parent).
@@ -226,6 +243,17 @@ impl Footprint {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// The pod bridge of node `id` (interface names are at most 15 bytes).
+pub(crate) fn bridge_name(id: &str) -> String {
+    let suffix: String = id
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(8)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    format!("pwd{suffix}")
 }
 
 /// Whether network interface `name` exists in this network namespace.

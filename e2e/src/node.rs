@@ -3,6 +3,7 @@
 mod cni;
 mod config;
 mod registry;
+mod sweep;
 mod teardown;
 
 use std::os::unix::process::CommandExt;
@@ -56,19 +57,27 @@ impl TestNode {
         let images = tokio::task::spawn_blocking(ImageSet::ensure)
             .await
             .map_err(|e| HarnessError::Invalid(format!("image build task: {e}")))??;
+        let tmp = std::env::temp_dir();
+        tokio::task::spawn_blocking({
+            let tmp = tmp.clone();
+            move || sweep::sweep_stale(&tmp)
+        })
+        .await
+        .map_err(|e| HarnessError::Invalid(format!("sweep task: {e}")))?;
         let dir = tempfile::Builder::new()
-            .prefix("podward-e2e-")
-            .tempdir()
-            .map_err(HarnessError::io("create temp dir in", std::env::temp_dir()))?
+            .prefix(sweep::DIR_PREFIX)
+            .tempdir_in(&tmp)
+            .map_err(HarnessError::io("create temp dir in", &tmp))?
             .keep();
         let id = dir
             .file_name()
             .map(|n| {
                 n.to_string_lossy()
-                    .trim_start_matches("podward-e2e-")
+                    .trim_start_matches(sweep::DIR_PREFIX)
                     .to_owned()
             })
             .unwrap_or_default();
+        sweep::claim(&dir);
         let paths = NodePaths { dir };
         // From here on, Drop cleans up whatever the following steps leave on failure.
         let mut node = TestNode {

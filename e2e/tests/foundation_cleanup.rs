@@ -118,3 +118,70 @@ async fn containerd_restarts_and_still_knows_the_pods() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "back\n");
     pod.delete().await.expect("delete");
 }
+
+/// Set for the helper process of [`a_node_whose_test_process_died_is_swept`].
+const HELPER_ENV: &str = "PODWARD_E2E_SWEEP_HELPER";
+
+#[tokio::test]
+#[ignore = "helper process of a_node_whose_test_process_died_is_swept; does nothing alone"]
+async fn helper_node_then_hang() {
+    if std::env::var_os(HELPER_ENV).is_none() {
+        return;
+    }
+    let (node, _pods) = busy_node().await;
+    println!("NODE_DIR={}", node.dir().display());
+    // Wait to be SIGKILLed by the parent test (this is the thing under test, not a sync point).
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+#[tokio::test]
+async fn a_node_whose_test_process_died_is_swept() {
+    use tokio::io::AsyncBufReadExt;
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut child = tokio::process::Command::new(exe)
+        .args([
+            "helper_node_then_hang",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(HELPER_ENV, "1")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn helper");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let dir = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.expect("read helper") {
+            if let Some(dir) = line.strip_prefix("NODE_DIR=") {
+                return std::path::PathBuf::from(dir);
+            }
+        }
+        panic!("helper exited without a node");
+    })
+    .await
+    .expect("helper started a node");
+    child.start_kill().expect("SIGKILL helper");
+    child.wait().await.expect("reap helper");
+    let fp = podward_e2e::Footprint::of_node_dir(&dir).expect("node dir name");
+    // SIGKILL ran no Drop: containerd, shims and pods are still there.
+    assert!(
+        !fp.pod_processes().is_empty() && !fp.shims().is_empty(),
+        "{:#?}",
+        fp.leaks()
+    );
+    let sockets = fp.shim_sockets();
+    // The next node's start sweeps it.
+    let node = TestNode::start().await.expect("start node");
+    assert!(
+        fp.leaks().is_empty(),
+        "leaks after sweep: {:#?}",
+        fp.leaks()
+    );
+    assert!(
+        sockets.iter().all(|s| !s.exists()),
+        "shim sockets left: {sockets:?}"
+    );
+    drop(node);
+}

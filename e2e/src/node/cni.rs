@@ -35,13 +35,8 @@ pub(crate) fn configure(
     conf_dir: &Path,
     data_dir: &Path,
 ) -> Result<PodNetwork, HarnessError> {
-    let suffix: String = id
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .take(8)
-        .collect::<String>()
-        .to_ascii_lowercase();
-    let bridge = format!("pwd{suffix}");
+    let bridge = crate::cleanup::bridge_name(id);
+    let suffix = bridge.trim_start_matches("pwd");
     let mut rng = rand::rng();
     let subnet = format!(
         "10.{}.{}.0/24",
