@@ -1,0 +1,284 @@
+//! Prober scale benchmark (`harness = false`).
+//!
+//! `cargo bench -p podward-e2e --bench prober_scale -- [--containers N] [--period S]
+//! [--window S] [--mix slr|lr] [--exec-runs N]`
+//!
+//! The prober's manager, workers and real probe handlers run in this process, fed by a fake
+//! shim Lifecycle server (tonic, unix socket) with a synthetic snapshot; the HTTP/TCP targets
+//! run in a child process (this binary re-executed) so CPU and RSS below are the prober's own.
+//! Reports probes/s, CPU cores, RSS, scheduling lateness p50/p99 and false failures; then exec
+//! overhead (prober exec probe vs direct ExecSync) on a real containerd.
+
+#[path = "prober_scale/exec.rs"]
+mod exec;
+#[path = "prober_scale/lifecycle.rs"]
+mod lifecycle;
+#[path = "prober_scale/servers.rs"]
+mod servers;
+
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_free::BoxFuture;
+use podward_prober::api::Hub;
+use podward_prober::clock::Clock;
+use podward_prober::kill::Killer;
+use podward_prober::manager::Manager;
+use podward_prober::metrics::{FineHistogram, Metrics};
+use podward_prober::probe::{CriExec, Prober, ProberOptions};
+use podward_prober::source::{SourceConfig, follow};
+
+/// `BoxFuture` without a `futures` dependency in this crate.
+mod futures_free {
+    pub(crate) type BoxFuture<'a, T> =
+        std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+}
+
+const ROLE: &str = "PODWARD_BENCH_ROLE";
+
+struct Opts {
+    containers: usize,
+    period: u32,
+    window: u64,
+    mix: lifecycle::Mix,
+    exec_runs: usize,
+}
+
+fn opts() -> Opts {
+    let mut o = Opts {
+        containers: 10_000,
+        period: 1,
+        window: 30,
+        mix: lifecycle::Mix::StartupLivenessReadiness,
+        exec_runs: 200,
+    };
+    let args: Vec<String> = std::env::args().collect();
+    let mut i = 1;
+    while i < args.len() {
+        let v = args.get(i + 1).cloned().unwrap_or_default();
+        match args[i].as_str() {
+            "--containers" => o.containers = v.parse().unwrap_or(o.containers),
+            "--period" => o.period = v.parse().unwrap_or(o.period),
+            "--window" => o.window = v.parse().unwrap_or(o.window),
+            "--mix" => {
+                o.mix = if v == "lr" {
+                    lifecycle::Mix::LivenessReadiness
+                } else {
+                    lifecycle::Mix::StartupLivenessReadiness
+                }
+            }
+            "--exec-runs" => o.exec_runs = v.parse().unwrap_or(o.exec_runs),
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    o
+}
+
+/// Counts kills (there must be none: every target is healthy).
+#[derive(Default)]
+struct CountKills(AtomicU64);
+
+impl Killer for CountKills {
+    fn stop_container(&self, _: String, _: i64) -> BoxFuture<'_, Result<(), String>> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// utime+stime of this process, seconds (USER_HZ is 100 on Linux).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn status_kib(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn probe_totals(reg: &prometheus::Registry) -> (f64, f64) {
+    let (mut ok, mut failed) = (0.0, 0.0);
+    for fam in reg.gather() {
+        if fam.name() != "prober_probe_total" {
+            continue;
+        }
+        for m in fam.get_metric() {
+            let result = m
+                .get_label()
+                .iter()
+                .find(|l| l.name() == "result")
+                .map(|l| l.value().to_owned());
+            match result.as_deref() {
+                Some("successful") => ok += m.get_counter().get_value(),
+                Some("failed") => failed += m.get_counter().get_value(),
+                _ => {}
+            }
+        }
+    }
+    (ok, failed)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if std::env::var(ROLE).as_deref() == Ok("server") {
+        return Ok(servers::serve(20, 10)?);
+    }
+    let o = opts();
+    // The targets: a child process, so its CPU is not counted as the prober's.
+    let mut child = Command::new(std::env::current_exe()?)
+        .env(ROLE, "server")
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut lines = Vec::new();
+    let stdout = child.stdout.take().ok_or("child stdout")?;
+    for l in std::io::BufReader::new(stdout).lines() {
+        let l = l?;
+        if l == "ready" {
+            break;
+        }
+        lines.push(l);
+    }
+    let targets = servers::parse(&lines);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let res = rt.block_on(scale(&o, &targets));
+    let _ = child.kill();
+    let _ = child.wait();
+    res?;
+    if o.exec_runs > 0 {
+        let n = rt.block_on(exec::measure(o.exec_runs))?;
+        println!(
+            "exec overhead ({} runs, `true` in a busybox container): direct ExecSync p50 {:.2} ms p90 {:.2} ms; prober exec probe p50 {:.2} ms p90 {:.2} ms; overhead p50 {:+.2} ms",
+            n.runs,
+            n.direct_p50_ms,
+            n.direct_p90_ms,
+            n.prober_p50_ms,
+            n.prober_p90_ms,
+            n.prober_p50_ms - n.direct_p50_ms
+        );
+    }
+    Ok(())
+}
+
+async fn scale(o: &Opts, targets: &[servers::Target]) -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let shim_sock = dir.path().join("shim.sock");
+    let clock = Clock::system();
+    let snap = lifecycle::snapshot(o.containers, o.period, o.mix, targets, clock.now_ns());
+    lifecycle::serve(&shim_sock, snap).await?;
+
+    let registry = prometheus::Registry::new();
+    let metrics = Metrics::new(&registry)?;
+    // No exec probes here: the CRI channel points at nothing.
+    let nowhere = podward_api::socket::channel(dir.path().join("no-containerd.sock"));
+    let prober = Prober::new(
+        ProberOptions {
+            kube_version: "1.33".into(),
+        },
+        Arc::new(CriExec::new(nowhere.clone())),
+    );
+    let kills = Arc::new(CountKills::default());
+    let manager = Manager::new(
+        Arc::new(prober),
+        kills.clone(),
+        Arc::new(metrics.clone()),
+        Hub::default(),
+        clock,
+    );
+    let rss0 = status_kib("VmRSS:");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let source = tokio::spawn(follow(
+        SourceConfig {
+            shim_socket: shim_sock.clone(),
+            containerd: nowhere,
+            node_ip: "127.0.0.1".parse()?,
+            poll_interval: Duration::from_secs(3600),
+        },
+        manager.clone(),
+        metrics.clone(),
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    let per = if o.mix == lifecycle::Mix::LivenessReadiness {
+        2
+    } else {
+        3
+    };
+    let want = o.containers * per;
+    let t = Instant::now();
+    while manager.worker_count() < want {
+        if t.elapsed() > Duration::from_secs(60) {
+            return Err(format!(
+                "only {} of {want} workers after 60 s",
+                manager.worker_count()
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("{want} workers up in {:.2} s", t.elapsed().as_secs_f64());
+    // Warm-up: past the start-up jitter (one period) and the startup probes' success.
+    tokio::time::sleep(Duration::from_secs(u64::from(o.period) * 3 + 2)).await;
+
+    let (ok0, failed0) = probe_totals(&registry);
+    let late0 = metrics.fine_lateness().counts();
+    let cpu0 = cpu_seconds();
+    let t0 = Instant::now();
+    let mut rss_max = 0;
+    while t0.elapsed() < Duration::from_secs(o.window) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        rss_max = rss_max.max(status_kib("VmRSS:"));
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    let (ok1, failed1) = probe_totals(&registry);
+    let late: Vec<u64> = metrics
+        .fine_lateness()
+        .counts()
+        .iter()
+        .zip(&late0)
+        .map(|(a, b)| a - b)
+        .collect();
+    let p = |q| {
+        FineHistogram::quantile(&late, q)
+            .map(|d| d.as_secs_f64() * 1e3)
+            .unwrap_or(f64::NAN)
+    };
+    let probes = (ok1 - ok0) + (failed1 - failed0);
+    println!(
+        "containers {} mix {:?} period {} s window {:.1} s: workers {want}, probes/s {:.0} (expected {:.0}), CPU {:.2} cores, RSS {} MiB (max {} MiB, before workers {} MiB), lateness p50 {:.1} ms p99 {:.1} ms, failed probes {}, kills {}",
+        o.containers,
+        o.mix,
+        o.period,
+        wall,
+        probes / wall,
+        (o.containers * 2) as f64 / f64::from(o.period),
+        cpu / wall,
+        status_kib("VmRSS:") / 1024,
+        rss_max / 1024,
+        rss0 / 1024,
+        p(0.5),
+        p(0.99),
+        failed1 - failed0,
+        kills.0.load(Ordering::Relaxed),
+    );
+    let _ = stop_tx.send(());
+    let _ = source.await;
+    manager.stop_all();
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! Upstream "Probing container" liveness scenarios (#3–#9, #11–#13 of the list in
+//! `reference/kubelet-probes.md`) on a real containerd, shim and prober, with upstream's probe
+//! parameters. They run concurrently on one node (distinct ports); observation windows are
+//! shortened from 4 min to 60 s, which still covers the initial delay, the failure point and
+//! several periods.
+
+#[path = "prober_support.rs"]
+mod support;
+
+use std::time::Duration;
+
+use podward_e2e::free_port;
+use serde_json::json;
+use support::*;
+
+const NEVER: Duration = Duration::from_secs(60);
+const ONCE: Duration = Duration::from_secs(120);
+
+fn http_live(path: &str, port: u16, delay: i32, ft: i32) -> serde_json::Value {
+    json!({"livenessProbe": {"httpGet": {"path": path, "port": port}, "initialDelaySeconds": delay, "failureThreshold": ft}})
+}
+
+fn exec_live(cmd: &[&str], delay: i32, timeout: i32) -> serde_json::Value {
+    json!({"livenessProbe": {"exec": {"command": cmd}, "initialDelaySeconds": delay, "timeoutSeconds": timeout, "failureThreshold": 1}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_liveness_scenarios() {
+    let env = Env::start().await;
+    let e = &env;
+    let health = "echo ok >/tmp/health; sleep 10; rm -rf /tmp/health";
+    all(vec![
+        ("#3 exec cat /tmp/health restarts once", Box::pin(async move {
+            let pod = e.run("exec-restart", &script(health), exec_live(&["cat", "/tmp/health"], 15, 5)).await;
+            restarts_once(&pod, ONCE).await
+        })),
+        ("#4 exec cat /tmp/health never restarts", Box::pin(async move {
+            let pod = e.run("exec-never", &script("echo ok >/tmp/health"), exec_live(&["cat", "/tmp/health"], 15, 5)).await;
+            restarts_stay(&pod, 0, NEVER).await
+        })),
+        ("#5 http /healthz restarts once", Box::pin(async move {
+            let port = free_port();
+            let pod = e.run("http-restart", &http_server(port, Some(10)), http_live("/healthz", port, 15, 1)).await;
+            restarts_once(&pod, ONCE).await?;
+            let c = e.container(pod.uid(), "app").await.ok_or("no status")?;
+            let kill = c.last_kill.ok_or("no kill in Status")?;
+            (kill.output.contains("statuscode: 404") && c.kills == 1)
+                .then_some(())
+                .ok_or_else(|| format!("kill record: {kill:?}, kills {}", c.kills))
+        })),
+        ("#6 tcp on an open port never restarts", Box::pin(async move {
+            let port = free_port();
+            let probe = json!({"livenessProbe": {"tcpSocket": {"port": port}, "initialDelaySeconds": 15, "failureThreshold": 1}});
+            let pod = e.run("tcp-never", &http_server(port, Some(10)), probe).await;
+            restarts_stay(&pod, 0, NEVER).await
+        })),
+        ("#7 restart count increases monotonically over 5 restarts", Box::pin(async move {
+            let port = free_port();
+            let pod = e.run("monotonic", &http_server(port, Some(10)), http_live("/healthz", port, 5, 1)).await;
+            pod.wait_restart_count("app", 5, Duration::from_secs(300)).await.map_err(|e| e.to_string())?;
+            let seen = pod.restart_counts_seen("app");
+            seen.windows(2).all(|w| w[1] >= w[0]).then_some(()).ok_or(format!("not monotonic: {seen:?}"))
+        })),
+        ("#8 http / on a healthy server never restarts", Box::pin(async move {
+            let port = free_port();
+            let probe = json!({"livenessProbe": {"httpGet": {"path": "/", "port": port}, "initialDelaySeconds": 15, "timeoutSeconds": 5, "failureThreshold": 5}});
+            let pod = e.run("http-never", &http_server(port, None), probe).await;
+            restarts_stay(&pod, 0, NEVER).await
+        })),
+        ("#9 exec timeout restarts", Box::pin(async move {
+            let pod = e.run("exec-timeout", &script("true"), exec_live(&["/bin/sh", "-c", "sleep 10"], 15, 1)).await;
+            restarts_once(&pod, ONCE).await?;
+            let c = e.container(pod.uid(), "app").await.ok_or("no status")?;
+            let out = c.last_kill.map(|k| k.output).unwrap_or_default();
+            out.contains("timed out").then_some(()).ok_or(format!("kill output {out:?}"))
+        })),
+        ("#11 failing exec longer than the timeout restarts", Box::pin(async move {
+            let pod = e.run("exec-slow-fail", &script("true"), exec_live(&["/bin/sh", "-c", "sleep 10 & exit 1"], 15, 1)).await;
+            restarts_once(&pod, ONCE).await
+        })),
+        ("#12 local redirect is followed and restarts once", Box::pin(async move {
+            let port = free_port();
+            let pod = e.run("redirect-local", &http_server(port, Some(10)), http_live("/cgi-bin/redirect?loc=/healthz", port, 15, 1)).await;
+            restarts_once(&pod, ONCE).await
+        })),
+        ("#13 non-local redirect is a warning, never a restart", Box::pin(async move {
+            let port = free_port();
+            let pod = e.run("redirect-remote", &http_server(port, Some(10)), http_live("/cgi-bin/redirect?loc=http://0.0.0.0/", port, 15, 1)).await;
+            restarts_stay(&pod, 0, NEVER).await?;
+            let c = e.container(pod.uid(), "app").await.ok_or("no status")?;
+            let out = c.probes.first().map(|p| p.last_output.clone()).unwrap_or_default();
+            out.starts_with("Probe terminated redirects").then_some(()).ok_or(format!("last output {out:?}"))
+        })),
+    ])
+    .await;
+}

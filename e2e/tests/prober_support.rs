@@ -1,0 +1,237 @@
+//! Shared fixtures of the prober's e2e tests (included with `#[path]` by each `prober_*.rs`; as
+//! its own test target it holds no tests): a real containerd, the real shim and prober binaries,
+//! and a kubelet-like driver talking CRI through the shim.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use podward_api::prober::v1 as api;
+use podward_api::prober::v1::prober_client::ProberClient;
+use podward_e2e::{ContainerSpec, Daemon, Driver, Pod, PodSpec, TestNode, free_port};
+use tokio::time::Instant;
+
+/// A node with containerd, shim and prober running.
+pub(crate) struct Env {
+    pub(crate) node: TestNode,
+    pub(crate) shim: Daemon,
+    pub(crate) prober: Daemon,
+    pub(crate) driver: Driver,
+    pub(crate) prober_socket: PathBuf,
+    pub(crate) prober_admin: SocketAddr,
+}
+
+fn s(p: &std::path::Path) -> String {
+    p.to_str().expect("utf8 path").to_owned()
+}
+
+impl Env {
+    pub(crate) async fn start() -> Env {
+        let node = TestNode::start().await.expect("node");
+        let dir = node.dir().to_owned();
+        let (cri, ctl) = (dir.join("shim.cri.sock"), dir.join("shim.ctl.sock"));
+        let shim_admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let shim = Daemon::spawn(
+            "podward-shim",
+            &[
+                "--listen",
+                &s(&cri),
+                "--control-socket",
+                &s(&ctl),
+                "--containerd-socket",
+                &s(&node.containerd_socket()),
+                "--admin-addr",
+                &shim_admin.to_string(),
+            ],
+        )
+        .await
+        .expect("spawn shim");
+        shim.wait_healthy(shim_admin, Duration::from_secs(60))
+            .await
+            .expect("shim healthy");
+        let prober_socket = dir.join("prober.sock");
+        let prober_admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let prober = spawn_prober(&node, &prober_socket, prober_admin).await;
+        let driver = Driver::connect(&cri).await.expect("driver via the shim");
+        Env {
+            node,
+            shim,
+            prober,
+            driver,
+            prober_socket,
+            prober_admin,
+        }
+    }
+
+    /// kill -9 the prober and start a new one on the same socket.
+    pub(crate) async fn restart_prober_hard(&mut self) {
+        self.prober.kill9();
+        self.prober = spawn_prober(&self.node, &self.prober_socket, self.prober_admin).await;
+    }
+
+    pub(crate) async fn client(&self) -> ProberClient<tonic::transport::Channel> {
+        ProberClient::new(podward_api::socket::channel(&self.prober_socket))
+    }
+
+    /// The prober's view of one container, if it has one yet.
+    pub(crate) async fn container(&self, uid: &str, name: &str) -> Option<api::ContainerStatus> {
+        let st = self
+            .client()
+            .await
+            .status(api::StatusRequest {
+                pod_uid: uid.to_owned(),
+            })
+            .await
+            .ok()?
+            .into_inner();
+        st.pods
+            .into_iter()
+            .flat_map(|p| p.containers)
+            .find(|c| c.name == name)
+    }
+
+    /// Runs a one-container pod with `probes` (the container's entry of `podward.io/probes`).
+    pub(crate) async fn run(&self, name: &str, script: &str, probes: serde_json::Value) -> Pod {
+        self.run_spec(PodSpec::new(name), name, script, probes).await
+    }
+
+    pub(crate) async fn run_spec(&self, spec: PodSpec, name: &str, script: &str, probes: serde_json::Value) -> Pod {
+        let annotation = serde_json::json!({ "app": probes }).to_string();
+        let spec = spec
+            .annotation(podward_api::labels::PODWARD_PROBES, &annotation)
+            .container(ContainerSpec::new("app", &["sh", "-c", script]));
+        self.driver
+            .run_pod(&self.node, spec)
+            .await
+            .unwrap_or_else(|e| panic!("run pod {name}: {e}"))
+    }
+}
+
+async fn spawn_prober(node: &TestNode, socket: &std::path::Path, admin: SocketAddr) -> Daemon {
+    let dir = node.dir();
+    let d = Daemon::spawn(
+        "podward-prober",
+        &[
+            "--socket",
+            &s(socket),
+            "--shim-socket",
+            &s(&dir.join("shim.ctl.sock")),
+            "--containerd-socket",
+            &s(&node.containerd_socket()),
+            "--node-ip",
+            "127.0.0.1",
+            "--admin-addr",
+            &admin.to_string(),
+        ],
+    )
+    .await
+    .expect("spawn prober");
+    d.wait_healthy(admin, Duration::from_secs(60))
+        .await
+        .expect("prober healthy");
+    d
+}
+
+/// A shell script that exits promptly on SIGTERM (like the upstream agnhost servers), runs
+/// `body` and then sleeps.
+pub(crate) fn script(body: &str) -> String {
+    format!("trap 'exit 0' TERM; {body}; sleep 600 & wait")
+}
+
+/// busybox httpd on 127.0.0.1:`port` serving `/healthz` (deleted after `fail_after_s` seconds,
+/// so it turns 404) and a CGI `/redirect?loc=<url>` answering 302 to `<url>`.
+pub(crate) fn http_server(port: u16, fail_after_s: Option<u32>) -> String {
+    let fail = fail_after_s
+        .map(|s| format!("(sleep {s}; rm -f /www/healthz) &"))
+        .unwrap_or_default();
+    script(&format!(
+        "mkdir -p /www/cgi-bin && echo ok > /www/healthz && echo ok > /www/index.html && \
+         printf '#!/bin/sh\\nprintf \"HTTP/1.1 302 Found\\\\r\\\\nLocation: %%s\\\\r\\\\nContent-Length: 0\\\\r\\\\n\\\\r\\\\n\" \"${{QUERY_STRING#loc=}}\"\\n' > /www/cgi-bin/redirect && \
+         chmod +x /www/cgi-bin/redirect && {fail} httpd -p 127.0.0.1:{port} -h /www"
+    ))
+}
+
+/// Polls `f` every 100 ms until true; panics with `what` after `timeout`.
+pub(crate) async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs named scenarios concurrently; panics listing every one that failed.
+pub(crate) async fn all(scenarios: Vec<(&'static str, std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + '_>>)>) {
+    let names: Vec<&str> = scenarios.iter().map(|(n, _)| *n).collect();
+    let results = futures_join(scenarios.into_iter().map(|(_, f)| f).collect()).await;
+    let failed: Vec<String> = names
+        .iter()
+        .zip(results)
+        .filter_map(|(n, r)| r.err().map(|e| format!("{n}: {e}")))
+        .collect();
+    assert!(failed.is_empty(), "failed scenarios:\n{}", failed.join("\n"));
+}
+
+async fn futures_join<'a>(
+    fs: Vec<std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + 'a>>>,
+) -> Vec<Result<(), String>> {
+    let mut fs: Vec<_> = fs.into_iter().map(Some).collect();
+    let mut out: Vec<Option<Result<(), String>>> = fs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in fs.iter_mut().enumerate() {
+            if let Some(fut) = f {
+                match fut.as_mut().poll(cx) {
+                    std::task::Poll::Ready(r) => {
+                        out[i] = Some(r);
+                        *f = None;
+                    }
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(|r| r.unwrap_or(Ok(()))).collect()
+}
+
+/// Observes `pod` for `window`: the restart count never decreases and ends at `want`.
+pub(crate) async fn restarts_stay(pod: &Pod, want: u32, window: Duration) -> Result<(), String> {
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        if pod.restart_count("app") > want {
+            return Err(format!("restarted: {:?}", pod.restart_counts_seen("app")));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    (pod.restart_count("app") == want)
+        .then_some(())
+        .ok_or_else(|| format!("restart counts {:?}, want {want}", pod.restart_counts_seen("app")))
+}
+
+/// Waits for the first restart within `timeout` and checks the count went 0 -> 1 (never jumped
+/// or went back), as upstream's RunLivenessTest does.
+pub(crate) async fn restarts_once(pod: &Pod, timeout: Duration) -> Result<(), String> {
+    pod.wait_restart_count("app", 1, timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    let seen = pod.restart_counts_seen("app");
+    if pod.restart_count("app") != 1 {
+        return Err(format!("more than one restart: {seen:?}"));
+    }
+    if seen.iter().any(|c| *c > 1) || seen.windows(2).any(|w| w[1] < w[0]) {
+        return Err(format!("restart counts not 0 -> 1: {seen:?}"));
+    }
+    Ok(())
+}
