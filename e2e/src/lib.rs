@@ -8,6 +8,28 @@
 //! - [`Daemon`]: a podward binary ([`bin_path`]) run as a child process.
 //!
 //! Tests need root (the development machines and CI run as root).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use podward_e2e::{ContainerSpec, Driver, PodSpec, TestNode};
+//!
+//! # async fn example() -> Result<(), podward_e2e::HarnessError> {
+//! let node = TestNode::start().await?;
+//! // Point the driver at containerd, or at a podward-shim started on a socket in node.dir().
+//! let driver = Driver::connect(&node.containerd_socket()).await?;
+//! let spec = PodSpec::new("web")
+//!     .annotation("podward.io/probes", r#"{"web": {"livenessProbe": {"exec": {"command": ["true"]}}}}"#)
+//!     .container(ContainerSpec::new("web", &["httpd", "-f", "-p", "8080"]).port("http", 8080));
+//! let pod = driver.run_pod(&node, spec).await?;
+//! let out = pod.exec_sync("web", &["echo", "hi"], Duration::from_secs(5)).await?;
+//! assert_eq!(out.stdout, b"hi\n");
+//! pod.delete().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Nodes are independent (own temp dir, socket, cgroup parent, bridge and /24), so tests run
+//! in parallel. The images are built once per machine into [`image_cache_dir`]. A node whose
+//! test process was killed before `Drop` ran is swept by the next [`TestNode::start`].
 
 mod binaries;
 mod cleanup;

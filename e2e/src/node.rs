@@ -3,6 +3,7 @@
 mod cni;
 mod config;
 mod registry;
+mod snapshotter;
 mod sweep;
 mod teardown;
 
@@ -90,22 +91,13 @@ impl TestNode {
             pod_tasks: Arc::default(),
             paths,
         };
-        node.snapshotter = detect_snapshotter(&node.paths.dir.join("overlay-check"));
+        node.snapshotter = snapshotter::detect(&node.paths.dir.join("overlay-check"));
         for d in [
             node.paths.cni().join("bin"),
             node.paths.cni().join("net.d"),
             node.paths.certs_d(),
         ] {
             std::fs::create_dir_all(&d).map_err(HarnessError::io("create", &d))?;
-        }
-        node.registry =
-            Registry::start(&node.paths.dir.join("registry"), &node.images.busybox).await?;
-        if let Some(reg) = &node.registry {
-            let host_dir = node.paths.certs_d().join(reg.host());
-            std::fs::create_dir_all(&host_dir).map_err(HarnessError::io("create", &host_dir))?;
-            let file = host_dir.join("hosts.toml");
-            std::fs::write(&file, config::hosts_toml(reg.host()))
-                .map_err(HarnessError::io("write", &file))?;
         }
         let mut cni_bin = node.paths.cni().join("bin");
         if cni::available() {
@@ -125,8 +117,20 @@ impl TestNode {
         let conf = config::containerd_toml(&node.paths, node.snapshotter, &cni_bin);
         std::fs::write(node.paths.config(), conf)
             .map_err(HarnessError::io("write", node.paths.config()))?;
-        node.start_containerd().await?;
-        node.import_images().await?;
+        // The registry (start + push, about a second) comes up while containerd starts and
+        // imports: containerd reads hosts.toml at pull time, not at start.
+        let registry = start_registry(
+            node.paths.dir.join("registry"),
+            node.images.busybox.clone(),
+            node.paths.certs_d(),
+        );
+        let runtime = async {
+            node.start_containerd().await?;
+            node.import_images().await
+        };
+        let (registry, runtime) = tokio::join!(registry, runtime);
+        runtime?;
+        node.registry = registry?;
         tracing::info!(dir = %node.paths.dir.display(), snapshotter = node.snapshotter,
             registry = ?node.registry(), elapsed_ms = started.elapsed().as_millis() as u64,
             "test node ready");
@@ -361,35 +365,19 @@ impl Drop for TestNode {
     }
 }
 
-/// `overlayfs` if an overlay mount works under `dir`, else `native`.
-fn detect_snapshotter(dir: &Path) -> &'static str {
-    let sub = ["lower", "upper", "work", "merged"].map(|s| dir.join(s));
-    if sub.iter().any(|d| std::fs::create_dir_all(d).is_err()) {
-        return "native";
-    }
-    let opts = format!(
-        "lowerdir={},upperdir={},workdir={}",
-        sub[0].display(),
-        sub[1].display(),
-        sub[2].display()
-    );
-    let mounted = nix::mount::mount(
-        Some("overlay"),
-        &sub[3],
-        Some("overlay"),
-        nix::mount::MsFlags::empty(),
-        Some(opts.as_str()),
-    );
-    let result = match mounted {
-        Ok(()) => {
-            let _ = nix::mount::umount2(&sub[3], nix::mount::MntFlags::MNT_DETACH);
-            "overlayfs"
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "overlay mount failed; using the native snapshotter");
-            "native"
-        }
+/// Starts the loopback registry (if installed) and writes containerd's `hosts.toml` for it.
+async fn start_registry(
+    dir: PathBuf,
+    busybox: PathBuf,
+    certs_d: PathBuf,
+) -> Result<Option<Registry>, HarnessError> {
+    let Some(reg) = Registry::start(&dir, &busybox).await? else {
+        return Ok(None);
     };
-    let _ = std::fs::remove_dir_all(dir);
-    result
+    let host_dir = certs_d.join(reg.host());
+    std::fs::create_dir_all(&host_dir).map_err(HarnessError::io("create", &host_dir))?;
+    let file = host_dir.join("hosts.toml");
+    std::fs::write(&file, config::hosts_toml(reg.host()))
+        .map_err(HarnessError::io("write", &file))?;
+    Ok(Some(reg))
 }

@@ -223,7 +223,8 @@ impl Pod {
     }
 
     /// Deletes the pod as kubelet does: stops the sync loop, StopContainer (with the grace
-    /// period) for each container, StopPodSandbox, RemoveContainer, RemovePodSandbox.
+    /// period) for each container, StopPodSandbox, RemoveContainer, RemovePodSandbox. As for
+    /// kubelet, NotFound counts as done (a test or the housekeeper may have removed parts).
     pub async fn delete(mut self) -> Result<(), HarnessError> {
         let _ = self.stop.send(true);
         if let Some(task) = self.task.take() {
@@ -248,29 +249,44 @@ impl Pod {
                     timeout: self.spec.termination_grace_period_seconds,
                 })
                 .await
-                .map_err(HarnessError::grpc("StopContainer"))?;
+                .map(drop)
+                .or_else(not_found_is_done("StopContainer"))?;
         }
         client
             .stop_pod_sandbox(StopPodSandboxRequest {
                 pod_sandbox_id: self.sandbox_id.clone(),
             })
             .await
-            .map_err(HarnessError::grpc("StopPodSandbox"))?;
+            .map(drop)
+            .or_else(not_found_is_done("StopPodSandbox"))?;
         for c in &containers {
             client
                 .remove_container(RemoveContainerRequest {
                     container_id: c.id.clone(),
                 })
                 .await
-                .map_err(HarnessError::grpc("RemoveContainer"))?;
+                .map(drop)
+                .or_else(not_found_is_done("RemoveContainer"))?;
         }
         client
             .remove_pod_sandbox(RemovePodSandboxRequest {
                 pod_sandbox_id: self.sandbox_id.clone(),
             })
             .await
-            .map_err(HarnessError::grpc("RemovePodSandbox"))?;
+            .map(drop)
+            .or_else(not_found_is_done("RemovePodSandbox"))?;
         Ok(())
+    }
+}
+
+/// Maps a NotFound status to success (the object is already gone), anything else to an error.
+fn not_found_is_done(call: &'static str) -> impl FnOnce(tonic::Status) -> Result<(), HarnessError> {
+    move |status| {
+        if status.code() == tonic::Code::NotFound {
+            Ok(())
+        } else {
+            Err(HarnessError::Grpc { call, status })
+        }
     }
 }
 
