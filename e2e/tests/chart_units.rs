@@ -246,3 +246,130 @@ fn install_shim_as_the_chart_runs_it_writes_only_the_mounted_dirs() {
         ]
     );
 }
+
+/// Kills the socket activator (and the shim it exec'd into) when the test ends, pass or fail.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Status code of `GET path` on `port`, if the server answered.
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut head = [0u8; 64];
+    let n = s.read(&mut head).ok()?;
+    String::from_utf8_lossy(&head[..n])
+        .split(' ')
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn shim_starts_on_the_socket_units_sockets_without_recreating_them() {
+    use std::os::unix::fs::MetadataExt;
+    use std::time::{Duration, Instant};
+
+    // The units' own socket paths and ExecStart, moved into a temporary /run/podward.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = tmp.path();
+    let relocate = |s: &str| {
+        s.replace("/run/podward/", &format!("{}/", run.display()))
+            .replace(
+                "/run/containerd/",
+                &format!("{}/containerd-absent/", run.display()),
+            )
+    };
+    let socket_unit =
+        std::fs::read_to_string(repo().join("deploy/systemd/podward-shim.socket")).expect("read");
+    let listens: Vec<String> = socket_unit
+        .lines()
+        .filter_map(|l| l.strip_prefix("ListenStream="))
+        .map(relocate)
+        .collect();
+    assert_eq!(listens.len(), 2, "CRI and control sockets");
+    let service =
+        std::fs::read_to_string(repo().join("deploy/systemd/podward-shim.service")).expect("read");
+    let mut exec = String::new();
+    for line in service.lines().skip_while(|l| !l.starts_with("ExecStart=")) {
+        exec.push_str(line.trim_end().trim_end_matches('\\'));
+        exec.push(' ');
+        if !line.trim_end().ends_with('\\') {
+            break;
+        }
+    }
+    let words: Vec<String> = exec
+        .trim_start_matches("ExecStart=")
+        .split_whitespace()
+        .skip(1)
+        .map(relocate)
+        .collect();
+    let admin = podward_e2e::free_port();
+
+    // systemd-socket-activate (Debian's systemd package) binds the sockets like the .socket unit and
+    // execs the shim with LISTEN_FDS on the first connection, as systemd does.
+    let mut cmd = Command::new("systemd-socket-activate");
+    for l in &listens {
+        cmd.arg("-l").arg(l);
+    }
+    cmd.arg("--")
+        .arg(podward_e2e::bin_path("podward-shim"))
+        .args(&words)
+        .arg(format!("--admin-addr=127.0.0.1:{admin}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = KillOnDrop(cmd.spawn().expect("spawn systemd-socket-activate"));
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !listens.iter().all(|l| Path::new(l).exists()) {
+        assert!(
+            Instant::now() < deadline,
+            "the activator never bound {listens:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let inodes: Vec<u64> = listens
+        .iter()
+        .map(|l| std::fs::metadata(l).expect("stat").ino())
+        .collect();
+    // kubelet's first call: activation.
+    let _conn =
+        std::os::unix::net::UnixStream::connect(&listens[0]).expect("connect to the CRI socket");
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http_status(admin, "/healthz") != Some(200) {
+        assert!(
+            child.0.try_wait().expect("try_wait").is_none(),
+            "the socket-activated shim exited"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the socket-activated shim never served /healthz"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let after: Vec<u64> = listens
+        .iter()
+        .map(|l| std::fs::metadata(l).expect("stat").ino())
+        .collect();
+    assert_eq!(
+        inodes, after,
+        "the shim must use the inherited sockets, not bind new ones"
+    );
+    // Both sockets still accept connections (served by the shim now).
+    for l in &listens {
+        std::os::unix::net::UnixStream::connect(l).unwrap_or_else(|e| panic!("connect {l}: {e}"));
+    }
+}
