@@ -4,7 +4,7 @@
 helm-sdkpy (PyPI) carries the Helm library, but its Python API has no `template` action and its
 `Install` has no dry-run switch. So this renderer runs a real `helm install` (helm-sdkpy's Install)
 against a minimal, in-process Kubernetes API stand-in on 127.0.0.1: it answers discovery and accepts
-every create. Releases are stored in memory (HELM_DRIVER=memory). The release Helm returns carries the
+every create, including the Secret in which Helm records the release. The release Helm returns carries the
 rendered `manifest` and `NOTES.txt`, produced by exactly the code `helm install`/`helm template` run —
 values merging, schema checks, `required`, `fail` and all. Nothing leaves the loopback interface.
 
