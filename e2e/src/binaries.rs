@@ -11,8 +11,23 @@ use crate::lock::FileLock;
 /// The daemons a test may run.
 const PACKAGES: [&str; 3] = ["podward-shim", "podward-prober", "podward-housekeeper"];
 
-/// Source trees whose changes make a built binary stale.
-const SOURCE_DIRS: [&str; 5] = ["shim", "prober-svc", "housekeeper", "proto", "Cargo.lock"];
+/// What the daemons are built from (relative to the workspace root): a change here makes a
+/// built binary stale. Tests, benches and docs are left out so that editing a test does not
+/// send every test process into `cargo build`.
+const SOURCES: [&str; 12] = [
+    "Cargo.lock",
+    "Cargo.toml",
+    "shim/src",
+    "shim/Cargo.toml",
+    "prober-svc/src",
+    "prober-svc/Cargo.toml",
+    "housekeeper/src",
+    "housekeeper/Cargo.toml",
+    "proto/src",
+    "proto/podward",
+    "proto/build.rs",
+    "proto/Cargo.toml",
+];
 
 /// Whether this process already made sure the binaries are fresh (build once per test process).
 static CHECKED: Mutex<bool> = Mutex::new(false);
@@ -60,7 +75,7 @@ fn workspace_root() -> PathBuf {
 
 fn build_if_stale(profile_dir: &Path) -> Result<(), HarnessError> {
     let _lock = FileLock::acquire(&profile_dir.join(".podward-e2e-build.lock"))?;
-    let newest_source = SOURCE_DIRS
+    let newest_source = SOURCES
         .iter()
         .filter_map(|d| newest_mtime(&workspace_root().join(d)))
         .max();
