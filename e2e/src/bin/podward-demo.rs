@@ -21,6 +21,16 @@ const SHIM_ADMIN: &str = "127.0.0.1:9641";
 const PROBER_ADMIN: &str = "127.0.0.1:9642";
 const HOUSEKEEPER_ADMIN: &str = "127.0.0.1:9643";
 
+/// The daemons' admin addresses: the documented defaults, or free ports with `--ephemeral-ports`
+/// (so the demo can run beside other tests).
+fn admin_addrs(ephemeral: bool) -> [String; 3] {
+    if ephemeral {
+        [0, 1, 2].map(|_| format!("127.0.0.1:{}", free_port()))
+    } else {
+        [SHIM_ADMIN, PROBER_ADMIN, HOUSEKEEPER_ADMIN].map(str::to_owned)
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let seconds: u64 = match std::env::args().skip_while(|a| a != "--seconds").nth(1) {
@@ -29,7 +39,7 @@ async fn main() -> Result<()> {
     };
     if std::env::args().any(|a| a == "--help" || a == "-h") {
         println!(
-            "podward-demo [--seconds N]\n\nStarts a private containerd, podward-shim, podward-prober and \
+            "podward-demo [--seconds N] [--ephemeral-ports]\n\nStarts a private containerd, podward-shim, podward-prober and \
              podward-housekeeper (dry-run), runs a demo pod with probes, and prints what they see.\n\
              Runs until Ctrl-C, or for N seconds. Needs root. Admin endpoints: shim {SHIM_ADMIN}, \
              prober {PROBER_ADMIN}, housekeeper {HOUSEKEEPER_ADMIN}."
@@ -37,6 +47,8 @@ async fn main() -> Result<()> {
         return Ok(());
     }
 
+    let [shim_admin, prober_admin, hk_admin] =
+        admin_addrs(std::env::args().any(|a| a == "--ephemeral-ports"));
     println!("== starting containerd in a temporary root (images are built on first use)");
     let node = TestNode::start().await.context("start containerd")?;
     let dir = node.dir().to_owned();
@@ -62,7 +74,7 @@ async fn main() -> Result<()> {
             "--control-socket",
             &s(&shim_sock),
             "--admin-addr",
-            SHIM_ADMIN,
+            &shim_admin,
         ],
     )
     .await?;
@@ -78,7 +90,7 @@ async fn main() -> Result<()> {
             "--node-ip",
             "127.0.0.1",
             "--admin-addr",
-            PROBER_ADMIN,
+            &prober_admin,
         ],
     )
     .await?;
@@ -101,14 +113,16 @@ async fn main() -> Result<()> {
             "5s",
             "--dry-run",
             "--admin-addr",
-            HOUSEKEEPER_ADMIN,
+            &hk_admin,
+            "--log-level",
+            "warn",
         ],
     )
     .await?;
     for (d, addr) in [
-        (&shim, SHIM_ADMIN),
-        (&prober, PROBER_ADMIN),
-        (&housekeeper, HOUSEKEEPER_ADMIN),
+        (&shim, &shim_admin),
+        (&prober, &prober_admin),
+        (&housekeeper, &hk_admin),
     ] {
         d.wait_healthy(addr.parse::<SocketAddr>()?, Duration::from_secs(30))
             .await?;
