@@ -58,15 +58,15 @@ async fn grace_override(e: &Env, name: &str, body: String, probes: serde_json::V
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let killed = Instant::now();
     if kill.grace_period_seconds != 5 || !kill.error.is_empty() {
         return Err(format!("kill {kill:?}"));
     }
     pod.wait_restart_count("app", 1, Duration::from_secs(30)).await.map_err(|e| e.to_string())?;
-    let took = killed.elapsed();
-    (took >= Duration::from_secs(3) && took <= Duration::from_secs(15))
+    // `at_ns` is when StopContainer was sent; the restart shows the container died.
+    let took = Duration::from_nanos(u64::try_from(podward_api::time::now_ns() - kill.at_ns).unwrap_or(0));
+    (took >= Duration::from_secs(4) && took <= Duration::from_secs(15))
         .then_some(())
-        .ok_or(format!("container died {took:?} after the kill (grace 5 s, SIGTERM ignored)"))
+        .ok_or(format!("container died {took:?} after the kill was sent (grace 5 s, SIGTERM ignored)"))
 }
 
 /// Pod deletion while readiness fails from the SIGTERM handler on: NotReady must be seen

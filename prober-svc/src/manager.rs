@@ -381,6 +381,9 @@ impl Sink for ManagerSink {
         let container_id = c.id.to_string();
         let output = crate::worker::cap_output(output);
         tokio::spawn(async move {
+            // The record carries when the kill was issued; it is published once StopContainer
+            // returns (after up to `grace` seconds), with its error if any.
+            let issued_at_ns = state.clock.now_ns();
             let res = state
                 .killer
                 .stop_container(container_id.clone(), grace)
@@ -395,7 +398,7 @@ impl Sink for ManagerSink {
                 reason,
                 output: output.clone(),
                 grace_period_seconds: grace,
-                at_ns: state.clock.now_ns(),
+                at_ns: issued_at_ns,
                 error: res.err().unwrap_or_default(),
             };
             // Record only while the pod is still followed (a late kill must not resurrect it).
