@@ -245,15 +245,11 @@ impl Footprint {
     }
 }
 
-/// The pod bridge of node `id` (interface names are at most 15 bytes).
+/// The pod bridge of node `id`: `pwd` + 8 hex digits of a hash of the id (interface names are
+/// at most 15 bytes and must not collide between nodes whose ids differ only in case).
 pub(crate) fn bridge_name(id: &str) -> String {
-    let suffix: String = id
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .take(8)
-        .collect::<String>()
-        .to_ascii_lowercase();
-    format!("pwd{suffix}")
+    let digest = Sha256::digest(id.as_bytes());
+    format!("pwd{}", hex::encode(&digest[..4]))
 }
 
 /// Whether network interface `name` exists in this network namespace.

@@ -29,6 +29,24 @@ pub(crate) fn available() -> bool {
         .all(|p| Path::new(CNI_BIN_DIR).join(p).is_file())
 }
 
+/// A random `10.x.y.0/24` that no route on the host uses yet (another node's bridge, or the
+/// machine's own networks).
+fn free_subnet() -> String {
+    let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+    let mut rng = rand::rng();
+    loop {
+        let (x, y) = (rng.random_range(100..=254u8), rng.random::<u8>());
+        // /proc/net/route prints destinations as little-endian hex: 10.x.y.0 => 00yyxx0A.
+        let dest = format!("00{y:02X}{x:02X}0A");
+        if !routes
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(dest.as_str()))
+        {
+            return format!("10.{x}.{y}.0/24");
+        }
+    }
+}
+
 /// Writes the CNI config for node `id` into `conf_dir`, with IPAM state under `data_dir`.
 pub(crate) fn configure(
     id: &str,
@@ -37,12 +55,7 @@ pub(crate) fn configure(
 ) -> Result<PodNetwork, HarnessError> {
     let bridge = crate::cleanup::bridge_name(id);
     let suffix = bridge.trim_start_matches("pwd");
-    let mut rng = rand::rng();
-    let subnet = format!(
-        "10.{}.{}.0/24",
-        rng.random_range(100..=254u8),
-        rng.random::<u8>()
-    );
+    let subnet = free_subnet();
     let conf = json!({
         "cniVersion": "1.0.0",
         "name": format!("podward-e2e-{suffix}"),
