@@ -49,7 +49,8 @@ fn build_tree(root: &Path, n: usize) -> (Vec<PodSandbox>, Vec<Container>) {
         std::fs::create_dir_all(cg.join(format!("kubepods/{qos}pod{u}"))).expect("mkdir cgroup");
         let pod = root.join("kubelet/pods").join(&u);
         std::fs::create_dir_all(pod.join("volumes/kubernetes.io~empty-dir/data")).expect("mkdir");
-        std::fs::create_dir_all(pod.join("volumes/kubernetes.io~projected/kube-api-access")).expect("mkdir");
+        std::fs::create_dir_all(pod.join("volumes/kubernetes.io~projected/kube-api-access"))
+            .expect("mkdir");
         std::fs::create_dir_all(pod.join("plugins/kubernetes.io~empty-dir/data")).expect("mkdir");
         std::fs::create_dir_all(pod.join("containers/app")).expect("mkdir");
         std::fs::write(pod.join("etc-hosts"), "127.0.0.1 localhost\n").expect("write");
@@ -59,11 +60,22 @@ fn build_tree(root: &Path, n: usize) -> (Vec<PodSandbox>, Vec<Container>) {
         if i % 10 == 0 {
             // A live pod: its projected volume is mounted, and it has a sandbox and a container.
             let mp = pod.join("volumes/kubernetes.io~projected/kube-api-access");
-            let _ = writeln!(mountinfo, "{} 1 0:{} / {} rw,relatime - tmpfs tmpfs rw", 1000 + i, 100 + i, mp.display());
+            let _ = writeln!(
+                mountinfo,
+                "{} 1 0:{} / {} rw,relatime - tmpfs tmpfs rw",
+                1000 + i,
+                100 + i,
+                mp.display()
+            );
             let sid = format!("sandbox-{i:060}");
             sandboxes.push(PodSandbox {
                 id: sid.clone(),
-                metadata: Some(PodSandboxMetadata { name: format!("pod-{i}"), uid: u.clone(), namespace: "default".into(), attempt: 0 }),
+                metadata: Some(PodSandboxMetadata {
+                    name: format!("pod-{i}"),
+                    uid: u.clone(),
+                    namespace: "default".into(),
+                    attempt: 0,
+                }),
                 state: 0,
                 created_at: 1,
                 labels: HashMap::from([(labels::POD_UID.to_owned(), u.clone())]),
@@ -72,7 +84,10 @@ fn build_tree(root: &Path, n: usize) -> (Vec<PodSandbox>, Vec<Container>) {
             containers.push(Container {
                 id: format!("container-{i:058}"),
                 pod_sandbox_id: sid,
-                metadata: Some(ContainerMetadata { name: "app".into(), attempt: 0 }),
+                metadata: Some(ContainerMetadata {
+                    name: "app".into(),
+                    attempt: 0,
+                }),
                 state: 1,
                 created_at: 2,
                 labels: HashMap::from([(labels::POD_UID.to_owned(), u)]),
@@ -107,11 +122,18 @@ fn vm_hwm_kib() -> u64 {
 }
 
 fn one_size(n: usize) {
+    // TMPDIR picks the filesystem of the fake tree (the report says which was used).
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path();
+    let built = std::time::Instant::now();
     let (sandboxes, containers) = build_tree(root, n);
+    let build_s = built.elapsed().as_secs_f64();
     let (n_sb, n_ct) = (sandboxes.len(), containers.len());
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(async {
         let sock = root.join("containerd.sock");
         let _server = fake_cri::serve(fake_cri::FakeCri { sandboxes, containers }, &sock);
@@ -146,9 +168,10 @@ fn one_size(n: usize) {
             .collect();
         let rss = vm_hwm_kib();
         println!(
-            "RESULT n={n} sandboxes={n_sb} containers={n_ct} mountinfo_lines={} first_pass_ms={:.1} \
+            "RESULT tree={} built_in_s={build_s:.1} n={n} sandboxes={n_sb} containers={n_ct} mountinfo_lines={} first_pass_ms={:.1} \
              steady_pass_ms_median={:.1} steady_pass_ms_max={:.1} actions={} findings={} rss_peak_mib={:.1} \
              sources_ms=[{}]",
+            root.display(),
             n / 2,
             t1.as_secs_f64() * 1e3,
             median.as_secs_f64() * 1e3,
@@ -168,9 +191,15 @@ fn one_size(n: usize) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     if let Some(pos) = std::env::args().position(|a| a == "--one") {
-        let n = std::env::args().nth(pos + 1).and_then(|s| s.parse().ok()).expect("--one N");
+        let n = std::env::args()
+            .nth(pos + 1)
+            .and_then(|s| s.parse().ok())
+            .expect("--one N");
         one_size(n);
         return;
     }

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use podward_api::housekeeper::v1::{FindingKind, Outcome, Plan};
+use podward_api::housekeeper::v1::{Outcome, Plan};
 use prometheus::{Gauge, Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
 
-use crate::plan::{category, category_of};
+use crate::plan::{Counts, category, category_of};
 
 /// The housekeeper's metrics.
 #[derive(Clone, Debug)]
@@ -75,8 +75,9 @@ impl Metrics {
         Ok(m)
     }
 
-    /// Records one completed pass.
-    pub fn record(&self, plan: &Plan, took: Duration) {
+    /// Records one completed pass; `counts` are the plan's per-category totals before the
+    /// listing caps.
+    pub fn record(&self, plan: &Plan, counts: &Counts, took: Duration) {
         self.pass_duration.observe(took.as_secs_f64());
         for r in plan.sources.iter().filter(|r| !r.ok) {
             self.source_errors
@@ -89,15 +90,16 @@ impl Metrics {
         }
         self.last_success
             .set(podward_api::time::now_ns() as f64 / 1e9);
+        for (c, found, blocked) in &counts.by_category {
+            self.found
+                .with_label_values(&[c])
+                .set(i64::try_from(*found).unwrap_or(i64::MAX));
+            self.blocked
+                .with_label_values(&[c])
+                .set(i64::try_from(*blocked).unwrap_or(i64::MAX));
+        }
         for c in category::ALL {
             let actions = plan.actions.iter().filter(|a| category_of(a.kind()) == c);
-            let findings = plan.findings.iter().filter(|f| f.category == c);
-            let found = actions.clone().count() + findings.clone().count();
-            self.found.with_label_values(&[c]).set(found as i64);
-            let blocked = findings
-                .filter(|f| f.kind() == FindingKind::Blocked)
-                .count();
-            self.blocked.with_label_values(&[c]).set(blocked as i64);
             for a in actions {
                 match a.outcome() {
                     Outcome::Done => self.acted.with_label_values(&[c]).inc(),

@@ -48,6 +48,30 @@ pub fn category_of(kind: ActionKind) -> &'static str {
     }
 }
 
+/// At most this many orphaned UIDs are acted on in one pass (the lowest UIDs first, so a dry run
+/// and the real pass pick the same ones); the rest wait for the next passes. This bounds a pass's
+/// time, memory and blast radius when a node has a backlog of thousands of orphans.
+pub const MAX_UIDS_PER_PASS: usize = 256;
+/// At most this many findings are listed in a plan; the rest are counted in a summary finding
+/// (and in the metrics), so the plan (an API response) stays bounded.
+pub const MAX_FINDINGS: usize = 1000;
+
+/// Per category: everything found (actions, findings, deferred) and blocked, before any listing cap.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// `(category, found, blocked)` for every category, in [`category::ALL`] order.
+    pub by_category: Vec<(&'static str, u64, u64)>,
+}
+
+impl Counts {
+    fn add(&mut self, cat: &str, blocked: bool) {
+        if let Some(e) = self.by_category.iter_mut().find(|e| e.0 == cat) {
+            e.1 += 1;
+            e.2 += u64::from(blocked);
+        }
+    }
+}
+
 /// Settings the planner needs from the config.
 #[derive(Clone, Debug)]
 pub struct PlanSettings {
@@ -101,6 +125,8 @@ pub struct PassPlan {
     pub plan: Plan,
     /// `ops[i]` executes `plan.actions[i]`.
     pub ops: Vec<Op>,
+    /// Found and blocked per category, before the listing caps.
+    pub counts: Counts,
 }
 
 struct Builder<'a> {
@@ -110,6 +136,10 @@ struct Builder<'a> {
     settings: &'a PlanSettings,
     actions: Vec<(Action, Op)>,
     findings: Vec<Finding>,
+    /// UIDs that may be acted on in this pass (orphaned, gate open, within the per-pass cap).
+    allowed: HashSet<String>,
+    counts: Counts,
+    unlisted: usize,
 }
 
 fn finding(
@@ -129,28 +159,58 @@ fn finding(
 }
 
 impl Builder<'_> {
+    /// Records a finding: always counted, listed only up to [`MAX_FINDINGS`]. The reason is only
+    /// formatted when listed.
+    fn note(
+        &mut self,
+        kind: FindingKind,
+        category: &str,
+        uid: &str,
+        target: String,
+        reason: impl FnOnce() -> String,
+    ) {
+        self.counts.add(category, kind == FindingKind::Blocked);
+        if self.findings.len() >= MAX_FINDINGS {
+            self.unlisted += 1;
+            return;
+        }
+        self.findings
+            .push(finding(kind, category, uid, target, reason()));
+    }
+
     /// The orphan verdict and gate check for one candidate; `None` when it is not actionable now
     /// (a finding has been recorded if there is something to say).
     fn orphan(&mut self, category: &str, uid: &str, target: &str) -> Option<String> {
         match self.tracker.verdict(uid, self.now) {
             Verdict::Present => None,
             v @ Verdict::Waiting { .. } => {
-                let reason = format!(
-                    "{}; waiting for the grace period ({})",
-                    v.evidence(uid),
-                    human(self.settings.orphan_grace)
-                );
-                self.findings.push(finding(
+                let grace = self.settings.orphan_grace;
+                self.note(
                     FindingKind::Waiting,
                     category,
                     uid,
                     target.to_owned(),
-                    reason,
-                ));
+                    || {
+                        format!(
+                            "{}; waiting for the grace period ({})",
+                            v.evidence(uid),
+                            human(grace)
+                        )
+                    },
+                );
                 None
             }
             v @ Verdict::Orphaned { .. } => {
                 if self.gated(category, uid, target) {
+                    return None;
+                }
+                if !self.allowed.contains(uid) {
+                    self.note(FindingKind::Waiting, category, uid, target.to_owned(), || {
+                        format!(
+                            "{}; deferred: at most {MAX_UIDS_PER_PASS} orphaned pods are acted on per pass",
+                            v.evidence(uid)
+                        )
+                    });
                     return None;
                 }
                 Some(v.evidence(uid))
@@ -159,23 +219,25 @@ impl Builder<'_> {
     }
 
     fn gated(&mut self, category: &str, uid: &str, target: &str) -> bool {
-        let reason = match self.gate.check(uid, self.now) {
+        let closed = match self.gate.check(uid, self.now) {
             Ok(()) => return false,
-            Err(Closed::InFlight) => "another action on this pod is still in flight".to_owned(),
-            Err(Closed::BackingOff(d)) => {
-                format!(
-                    "backing off after a failed action; next try in {}",
-                    human(d)
-                )
-            }
+            Err(c) => c,
         };
-        self.findings.push(finding(
+        self.note(
             FindingKind::Backoff,
             category,
             uid,
             target.to_owned(),
-            reason,
-        ));
+            || match closed {
+                Closed::InFlight => "another action on this pod is still in flight".to_owned(),
+                Closed::BackingOff(d) => {
+                    format!(
+                        "backing off after a failed action; next try in {}",
+                        human(d)
+                    )
+                }
+            },
+        );
         true
     }
 
@@ -188,6 +250,7 @@ impl Builder<'_> {
         evidence: Vec<String>,
         op: Op,
     ) {
+        self.counts.add(category_of(kind), false);
         let action = Action {
             kind: kind as i32,
             pod_uid: uid.to_owned(),
@@ -264,24 +327,24 @@ impl Builder<'_> {
                 }
                 Ok(Removal::Blocked { reasons }) => {
                     let reason = format!("orphaned pod directory kept: {}", reasons.join("; "));
-                    self.findings.push(finding(
+                    self.note(
                         FindingKind::Blocked,
                         category::POD_DIR,
                         &dir.uid,
                         target,
-                        reason,
-                    ));
+                        || reason,
+                    );
                 }
                 // An error while checking counts as "possibly in use" (kubelet's podVolumesExist).
                 Err(e) => {
                     let reason = format!("orphaned pod directory kept: cannot assess it: {e}");
-                    self.findings.push(finding(
+                    self.note(
                         FindingKind::Blocked,
                         category::POD_DIR,
                         &dir.uid,
                         target,
-                        reason,
-                    ));
+                        || reason,
+                    );
                 }
             }
         }
@@ -331,13 +394,13 @@ impl Builder<'_> {
                     "{} (kubelet's container GC removes it; not enabled here)",
                     e.evidence
                 );
-                self.findings.push(finding(
+                self.note(
                     FindingKind::Reported,
                     category::CONTAINER,
                     &e.uid,
                     e.container_id,
-                    reason,
-                ));
+                    || reason,
+                );
                 continue;
             }
             if self.gated(category::CONTAINER, &e.uid, &e.container_id) {
@@ -429,8 +492,26 @@ pub fn build(
         return PassPlan {
             plan,
             ops: Vec::new(),
+            counts: Counts::default(),
         };
     };
+    // The orphaned UIDs this pass may act on: gate open, lowest UIDs first, capped.
+    let mut orphaned: Vec<&str> = cgroups
+        .pods
+        .iter()
+        .map(|p| p.uid.as_str())
+        .chain(pod_dirs.iter().map(|d| d.uid.as_str()))
+        .chain(log_dirs.iter().map(|d| d.uid.as_str()))
+        .filter(|u| matches!(tracker.verdict(u, now), Verdict::Orphaned { .. }))
+        .filter(|u| gate.check(u, now).is_ok())
+        .collect();
+    orphaned.sort_unstable();
+    orphaned.dedup();
+    let allowed = orphaned
+        .into_iter()
+        .take(MAX_UIDS_PER_PASS)
+        .map(str::to_owned)
+        .collect();
     let mut b = Builder {
         tracker,
         gate,
@@ -438,6 +519,11 @@ pub fn build(
         settings,
         actions: Vec::new(),
         findings: Vec::new(),
+        allowed,
+        counts: Counts {
+            by_category: category::ALL.iter().map(|c| (*c, 0, 0)).collect(),
+        },
+        unlisted: 0,
     };
     b.cgroups(&cgroups.layout, cgroups.pods, &mounts);
     b.pod_dirs(pod_dirs, &mounts);
@@ -450,6 +536,8 @@ pub fn build(
     let Builder {
         mut actions,
         mut findings,
+        counts,
+        unlisted,
         ..
     } = b;
     // By pod, then kind: the act runs one pod's actions in this order (cgroup before pod dir,
@@ -465,8 +553,18 @@ pub fn build(
             b.kind,
         ))
     });
+    if unlisted > 0 {
+        findings.push(Finding {
+            kind: FindingKind::Reported as i32,
+            category: "summary".to_owned(),
+            reason: format!(
+                "{unlisted} more findings not listed (at most {MAX_FINDINGS} per plan)"
+            ),
+            ..Default::default()
+        });
+    }
     let (actions, ops) = actions.into_iter().unzip();
     plan.actions = actions;
     plan.findings = findings;
-    PassPlan { plan, ops }
+    PassPlan { plan, ops, counts }
 }

@@ -155,11 +155,11 @@ impl<S: Sources, A: Actuator> Reconciler<S, A> {
         }
         self.gate.gc(now);
         let took = start.elapsed();
-        self.finish(&mut st, &pass.plan, took);
+        self.finish(&mut st, &pass.plan, &pass.counts, took);
         (pass.plan, took)
     }
 
-    fn finish(&self, st: &mut State, plan: &Plan, took: Duration) {
+    fn finish(&self, st: &mut State, plan: &Plan, counts: &plan::Counts, took: Duration) {
         let done = plan
             .actions
             .iter()
@@ -176,7 +176,7 @@ impl<S: Sources, A: Actuator> Reconciler<S, A> {
         st.last_duration = took;
         st.last = Some(plan.clone());
         if let Some(m) = &self.metrics {
-            m.record(plan, took);
+            m.record(plan, counts, took);
         }
         let breakdown: Vec<String> = plan
             .sources

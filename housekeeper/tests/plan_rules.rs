@@ -130,3 +130,32 @@ async fn a_regular_file_in_a_volume_blocks_the_pod_dir_and_is_reported() {
     assert!(!node.root().join("cgroup/kubepods/burstable/podu1").exists());
     assert!(!node.root().join("logs/ns_web-u1_u1").exists());
 }
+
+#[tokio::test]
+async fn a_backlog_is_acted_on_in_bounded_batches_lowest_uids_first() {
+    let node = FakeNode::new();
+    let n = podward_housekeeper::plan::MAX_UIDS_PER_PASS + 10;
+    let uids: Vec<String> = (0..n).map(|i| format!("u{i:04}")).collect();
+    for u in &uids {
+        std::fs::create_dir_all(node.pod_dir(u)).expect("pod dir");
+    }
+    let act = Arc::new(RecordingActuator::default());
+    let (r, _clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
+    r.pass(Mode::Act).await;
+    let (p, _) = r.pass(Mode::Act).await;
+    let acted: Vec<_> = p.actions.iter().map(|a| a.pod_uid.clone()).collect();
+    assert_eq!(
+        acted,
+        uids[..podward_housekeeper::plan::MAX_UIDS_PER_PASS].to_vec()
+    );
+    let deferred = p
+        .findings
+        .iter()
+        .filter(|f| f.reason.contains("deferred"))
+        .count();
+    assert_eq!(deferred, 10, "the rest wait for the next pass");
+    assert_eq!(
+        act.calls().len(),
+        podward_housekeeper::plan::MAX_UIDS_PER_PASS
+    );
+}

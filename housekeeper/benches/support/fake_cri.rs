@@ -16,7 +16,8 @@ pub(crate) struct FakeCri {
     pub(crate) containers: Vec<Container>,
 }
 
-type Events = Pin<Box<dyn tokio_stream::Stream<Item = Result<ContainerEventResponse, Status>> + Send>>;
+type Events =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<ContainerEventResponse, Status>> + Send>>;
 
 /// The whole impl comes out of one macro so that `async_trait` sees every method expanded.
 macro_rules! fake_runtime {
