@@ -35,6 +35,13 @@ if ! "$py" -c 'import grpc_health.v1' 2>/dev/null; then
   "$py" -m pip install -q "${PIP_PACKAGES[@]}"
 fi
 
+# helm-sdkpy carries the real Helm library (chart lint and render tests); it says Python 3.12 but works
+# on 3.11. PyYAML reads the rendered manifests.
+if ! "$py" -c 'import helm_sdkpy, yaml' 2>/dev/null; then
+  echo "install-deps: pip installing helm-sdkpy pyyaml"
+  "$py" -m pip install -q --ignore-requires-python helm-sdkpy pyyaml
+fi
+
 if ! command -v cargo-nextest >/dev/null 2>&1 && ! cargo nextest --version >/dev/null 2>&1; then
   echo "install-deps: cargo-nextest missing; installing from crates.io"
   cargo install --locked cargo-nextest
