@@ -15,6 +15,9 @@ use sha2::{Digest, Sha256};
 /// Sysfs mount of the cgroup hierarchies (v1 controllers and, in hybrid mode, `unified`).
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
+/// libcni's result cache (not configurable through containerd's CRI config).
+const CNI_CACHE_DIR: &str = "/var/lib/cni/results";
+
 /// Where containerd 1.6 puts shim sockets (not configurable).
 const SHIM_SOCKET_DIR: &str = "/run/containerd/s";
 
@@ -63,6 +66,9 @@ impl Footprint {
         }
         if let Some(b) = self.bridge.as_deref().filter(|b| bridge_exists(b)) {
             out.push(format!("network interface {b}"));
+        }
+        for f in self.cni_cache_files() {
+            out.push(format!("CNI result cache {}", f.display()));
         }
         if self.dir.exists() {
             out.push(format!("directory {}", self.dir.display()));
@@ -151,6 +157,23 @@ impl Footprint {
         out
     }
 
+    /// libcni's cached results for this node's pod network (`/var/lib/cni/results/<network>-…`),
+    /// left behind when a sandbox is not torn down through CNI DEL.
+    pub fn cni_cache_files(&self) -> Vec<PathBuf> {
+        let Some(bridge) = &self.bridge else {
+            return Vec::new();
+        };
+        let prefix = format!("{}-", network_name(bridge));
+        let Ok(entries) = std::fs::read_dir(CNI_CACHE_DIR) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+            .collect()
+    }
+
     /// The node's cgroup parent directory in every hierarchy where it exists.
     pub fn cgroup_dirs(&self) -> Vec<PathBuf> {
         hierarchies()
@@ -170,6 +193,9 @@ impl Footprint {
         }
         self.unmount_all();
         self.remove_cgroups(Duration::from_secs(5));
+        for f in self.cni_cache_files() {
+            let _ = std::fs::remove_file(f);
+        }
         if let Some(b) = self.bridge.as_deref().filter(|b| bridge_exists(b)) {
             let mut cmd = std::process::Command::new("ip");
             cmd.args(["link", "delete", b]);
@@ -250,6 +276,11 @@ impl Footprint {
 pub(crate) fn bridge_name(id: &str) -> String {
     let digest = Sha256::digest(id.as_bytes());
     format!("pwd{}", hex::encode(&digest[..4]))
+}
+
+/// The CNI network name of the node whose bridge is `bridge`.
+pub(crate) fn network_name(bridge: &str) -> String {
+    format!("podward-e2e-{}", bridge.trim_start_matches("pwd"))
 }
 
 /// Whether network interface `name` exists in this network namespace.

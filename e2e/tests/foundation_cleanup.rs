@@ -11,6 +11,21 @@ async fn busy_node() -> (TestNode, Vec<Pod>) {
     let driver = Driver::connect(&node.containerd_socket())
         .await
         .expect("driver");
+    // A pod-network pod too, when the CNI plugins are installed (bridge, netns, CNI cache).
+    let netpod = match node.pod_subnet() {
+        Some(_) => Some(
+            driver
+                .run_pod(
+                    &node,
+                    PodSpec::new("netpod")
+                        .pod_network()
+                        .container(ContainerSpec::new("n", &["sleep", "3600"])),
+                )
+                .await
+                .expect("netpod"),
+        ),
+        None => None,
+    };
     let sleeper = driver
         .run_pod(
             &node,
@@ -30,7 +45,9 @@ async fn busy_node() -> (TestNode, Vec<Pod>) {
         .wait_restart_count("l", 1, Duration::from_secs(20))
         .await
         .expect("looping");
-    (node, vec![sleeper, looper])
+    let mut pods = vec![sleeper, looper];
+    pods.extend(netpod);
+    (node, pods)
 }
 
 /// The footprint is visible while the node runs (so the leak check can see leaks at all).
@@ -40,6 +57,9 @@ fn assert_footprint_present(fp: &podward_e2e::Footprint) {
     assert!(!fp.mounts().is_empty(), "no mount seen");
     assert!(!fp.cgroup_dirs().is_empty(), "no cgroup seen");
     assert!(fp.dir.is_dir());
+    if fp.bridge.is_some() {
+        assert!(!fp.cni_cache_files().is_empty(), "no CNI result cache seen");
+    }
 }
 
 #[tokio::test]

@@ -54,11 +54,10 @@ pub(crate) fn configure(
     data_dir: &Path,
 ) -> Result<PodNetwork, HarnessError> {
     let bridge = crate::cleanup::bridge_name(id);
-    let suffix = bridge.trim_start_matches("pwd");
     let subnet = free_subnet();
     let conf = json!({
         "cniVersion": "1.0.0",
-        "name": format!("podward-e2e-{suffix}"),
+        "name": crate::cleanup::network_name(&bridge),
         "plugins": [{
             "type": "bridge",
             "bridge": bridge,
