@@ -160,16 +160,26 @@ impl Footprint {
     /// libcni's cached results for this node's pod network (`/var/lib/cni/results/<network>-…`),
     /// left behind when a sandbox is not torn down through CNI DEL.
     pub fn cni_cache_files(&self) -> Vec<PathBuf> {
-        let Some(bridge) = &self.bridge else {
-            return Vec::new();
-        };
-        let prefix = format!("{}-", network_name(bridge));
+        // Our network's results are named after it; the loopback network containerd adds to
+        // every pod-network sandbox is named after the sandbox, which is the shim's id.
+        let mut prefixes: Vec<String> = self
+            .shims()
+            .iter()
+            .filter_map(|(_, cmd)| shim_flag(cmd, "-id"))
+            .map(|id| format!("cni-loopback-{id}-"))
+            .collect();
+        if let Some(bridge) = &self.bridge {
+            prefixes.push(format!("{}-", network_name(bridge)));
+        }
         let Ok(entries) = std::fs::read_dir(CNI_CACHE_DIR) else {
             return Vec::new();
         };
         entries
             .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                prefixes.iter().any(|p| name.starts_with(p.as_str()))
+            })
             .map(|e| e.path())
             .collect()
     }
@@ -186,10 +196,12 @@ impl Footprint {
     /// Removes everything in the footprint: kills its processes, unmounts, removes the cgroup
     /// trees and the directory. Best effort, logged; never panics.
     pub(crate) fn remove(&self) {
-        let sockets = self.shim_sockets();
+        // Named after live shims: collect before the shims are killed.
+        let mut files = self.shim_sockets();
+        files.extend(self.cni_cache_files());
         self.kill_processes(Duration::from_secs(10));
-        for s in sockets {
-            let _ = std::fs::remove_file(s);
+        for f in files {
+            let _ = std::fs::remove_file(f);
         }
         self.unmount_all();
         self.remove_cgroups(Duration::from_secs(5));
@@ -291,16 +303,17 @@ fn bridge_exists(name: &str) -> bool {
 /// The socket path of a shim from its command line
 /// (`containerd-shim-runc-v2 -namespace NS -id ID -address ADDR`).
 fn shim_socket(cmdline: &str) -> Option<PathBuf> {
-    let args: Vec<&str> = cmdline.split(' ').collect();
-    let flag = |name: &str| {
-        args.iter()
-            .position(|a| *a == name)
-            .and_then(|i| args.get(i + 1))
-            .copied()
-    };
+    let flag = |name| shim_flag(cmdline, name);
     let (ns, id, addr) = (flag("-namespace")?, flag("-id")?, flag("-address")?);
     let digest = Sha256::digest(format!("{addr}/{ns}/{id}").as_bytes());
     Some(Path::new(SHIM_SOCKET_DIR).join(hex::encode(digest)))
+}
+
+/// The value of `-name` in a shim's command line.
+fn shim_flag<'a>(cmdline: &'a str, name: &str) -> Option<&'a str> {
+    let mut args = cmdline.split(' ');
+    args.by_ref().find(|a| *a == name)?;
+    args.next()
 }
 
 /// Every cgroup hierarchy root: each v1 controller mount and the v2 mount (`unified`, or the

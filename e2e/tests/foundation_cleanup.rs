@@ -72,11 +72,16 @@ async fn drop_with_running_pods_leaves_nothing() {
         !sockets.is_empty() && sockets.iter().all(|s| s.exists()),
         "shim sockets {sockets:?}"
     );
+    let cni_cache = fp.cni_cache_files();
     drop(pods);
     drop(node);
     assert!(fp.leaks().is_empty(), "leaks: {:#?}", fp.leaks());
-    let left: Vec<_> = sockets.iter().filter(|s| s.exists()).collect();
-    assert!(left.is_empty(), "shim sockets left: {left:?}");
+    let left: Vec<_> = sockets
+        .iter()
+        .chain(&cni_cache)
+        .filter(|s| s.exists())
+        .collect();
+    assert!(left.is_empty(), "shim sockets or CNI cache left: {left:?}");
 }
 
 #[tokio::test]
@@ -102,6 +107,7 @@ async fn drop_after_containerd_was_killed_leaves_nothing() {
         sockets.iter().all(|s| s.exists()),
         "shim sockets {sockets:?}"
     );
+    let cni_cache = fp.cni_cache_files();
     node.stop_containerd().await;
     // Containers keep running in their shims without containerd.
     assert!(!fp.pod_processes().is_empty());
@@ -109,8 +115,12 @@ async fn drop_after_containerd_was_killed_leaves_nothing() {
     drop(pods);
     drop(node);
     assert!(fp.leaks().is_empty(), "leaks: {:#?}", fp.leaks());
-    let left: Vec<_> = sockets.iter().filter(|s| s.exists()).collect();
-    assert!(left.is_empty(), "shim sockets left: {left:?}");
+    let left: Vec<_> = sockets
+        .iter()
+        .chain(&cni_cache)
+        .filter(|s| s.exists())
+        .collect();
+    assert!(left.is_empty(), "shim sockets or CNI cache left: {left:?}");
 }
 
 #[tokio::test]
@@ -192,6 +202,7 @@ async fn a_node_whose_test_process_died_is_swept() {
         fp.leaks()
     );
     let sockets = fp.shim_sockets();
+    let cni_cache = fp.cni_cache_files();
     // The next node's start sweeps it.
     let node = TestNode::start().await.expect("start node");
     assert!(
@@ -200,8 +211,8 @@ async fn a_node_whose_test_process_died_is_swept() {
         fp.leaks()
     );
     assert!(
-        sockets.iter().all(|s| !s.exists()),
-        "shim sockets left: {sockets:?}"
+        sockets.iter().chain(&cni_cache).all(|s| !s.exists()),
+        "shim sockets or CNI cache left: {sockets:?} {cni_cache:?}"
     );
     drop(node);
 }
