@@ -9,6 +9,7 @@ APT_PACKAGES=(
   protobuf-compiler           # protoc, for k8s-cri / containerd-client / podward protos
   gcc libc6-dev               # builds the tiny static pause binary
   iproute2 util-linux         # ip, mount/umount, nsenter for tests
+  containernetworking-plugins # bridge + host-local CNI for pod-network sandboxes in e2e
   docker-registry skopeo      # loopback registry so CRI PullImage is exercised
   systemd                     # systemd-analyze verify for the shim's units (systemd is not run)
 )
