@@ -6,7 +6,7 @@
 mod handlers_support;
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ use bytes::Bytes;
 use handlers_support::{prober, spec, target};
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
-use podward_prober::probe::{ProbeResult, ProbeVerdict};
+use podward_prober::probe::{ProbeResult, ProbeTarget, ProbeVerdict};
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 
 /// Concurrent probes in flight.
@@ -23,39 +23,72 @@ const CONCURRENCY: usize = 256;
 /// How long each run lasts.
 const RUN: Duration = Duration::from_secs(5);
 
-/// This thread's CPU time (utime + stime from /proc/thread-self/stat, in clock ticks of 10 ms).
-fn thread_cpu() -> Duration {
+/// Loopback addresses the servers listen on; probes rotate over them so that TIME-WAIT entries
+/// spread over many 4-tuples, as probes to many pods do.
+const ADDRESSES: u8 = 16;
+
+/// This thread's (user, system) CPU time from /proc/thread-self/stat (clock ticks of 10 ms).
+fn thread_cpu() -> (Duration, Duration) {
     let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("stat");
     let after = &stat[stat.rfind(')').expect("comm") + 2..];
     let fields: Vec<&str> = after.split(' ').collect();
-    let ticks: u64 = fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
-    Duration::from_millis(ticks * 10)
+    let tick = |i: usize| Duration::from_millis(fields[i].parse::<u64>().expect("ticks") * 10);
+    (tick(11), tick(12))
 }
 
-/// An HTTP/1 server on its own multi-thread runtime (another thread), answering 200 "ok".
-fn server() -> SocketAddr {
+/// HTTP/1 servers on 127.0.0.1..=127.0.0.16, one port, on their own runtime, answering 200 "ok".
+fn server() -> u16 {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("rt");
         rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-            tx.send(listener.local_addr().expect("addr")).expect("send");
-            loop {
-                let Ok((sock, _)) = listener.accept().await else { continue };
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(|_req| async {
-                        Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(b"ok"))))
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(sock), svc).await;
-                });
+            let first = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let port = first.local_addr().expect("addr").port();
+            let mut listeners = vec![first];
+            for i in 2..=ADDRESSES {
+                let addr = SocketAddr::from(([127, 0, 0, i], port));
+                listeners.push(tokio::net::TcpListener::bind(addr).await.expect("bind"));
             }
+            tx.send(port).expect("send");
+            let mut accepts = Vec::new();
+            for listener in listeners {
+                accepts.push(tokio::spawn(async move {
+                    loop {
+                        let Ok((sock, _)) = listener.accept().await else {
+                            continue;
+                        };
+                        tokio::spawn(async move {
+                            let svc = hyper::service::service_fn(|_req| async {
+                                Ok::<_, Infallible>(http::Response::new(Full::new(
+                                    Bytes::from_static(b"ok"),
+                                )))
+                            });
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(TokioIo::new(sock), svc)
+                                .await;
+                        });
+                    }
+                }));
+            }
+            futures::future::join_all(accepts).await;
         });
     });
     rx.recv().expect("server address")
 }
 
-fn run(handler: Handler) -> (u64, u64, Duration, Duration) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+type Run = (u64, u64, Duration, (Duration, Duration));
+
+fn run(handler: Handler) -> Run {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
         let prober = Rc::new(prober());
@@ -63,13 +96,32 @@ fn run(handler: Handler) -> (u64, u64, Duration, Duration) {
         let cpu0 = thread_cpu();
         let started = Instant::now();
         let mut tasks = Vec::new();
-        for _ in 0..CONCURRENCY {
+        for i in 0..CONCURRENCY {
             let (prober, spec) = (prober.clone(), spec.clone());
+            let ip = IpAddr::V4(Ipv4Addr::new(
+                127,
+                0,
+                0,
+                1 + (i % usize::from(ADDRESSES)) as u8,
+            ));
             tasks.push(tokio::task::spawn_local(async move {
                 let (mut ok, mut failed) = (0u64, 0u64);
                 while started.elapsed() < RUN {
-                    match prober.probe(ProbeType::Liveness, &spec, &target(&[], &[])).await {
-                        ProbeVerdict::Result { result: ProbeResult::Success, .. } => ok += 1,
+                    match prober
+                        .probe(
+                            ProbeType::Liveness,
+                            &spec,
+                            &ProbeTarget {
+                                host_ip: ip,
+                                ..target(&[], &[])
+                            },
+                        )
+                        .await
+                    {
+                        ProbeVerdict::Result {
+                            result: ProbeResult::Success,
+                            ..
+                        } => ok += 1,
                         other => {
                             if failed == 0 {
                                 eprintln!("first failure: {other:?}");
@@ -87,14 +139,21 @@ fn run(handler: Handler) -> (u64, u64, Duration, Duration) {
             ok += o;
             failed += f;
         }
-        (ok, failed, started.elapsed(), thread_cpu() - cpu0)
+        let cpu1 = thread_cpu();
+        (
+            ok,
+            failed,
+            started.elapsed(),
+            (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
+        )
     })
 }
 
-fn report(name: &str, (ok, failed, wall, cpu): (u64, u64, Duration, Duration)) {
+fn report(name: &str, (ok, failed, wall, (user, system)): Run) {
     let total = ok + failed;
+    let cpu = user + system;
     println!(
-        "{name}: {total} probes ({failed} failed) in {wall:.2?} wall, {cpu:.2?} prober-thread CPU => {:.0} probes/s, {:.0} probes per CPU-second",
+        "{name}: {total} probes ({failed} failed) in {wall:.2?} wall, prober thread {user:.2?} user + {system:.2?} system => {:.0} probes/s, {:.0} probes per CPU-second",
         total as f64 / wall.as_secs_f64(),
         total as f64 / cpu.as_secs_f64().max(0.01),
     );
@@ -103,8 +162,7 @@ fn report(name: &str, (ok, failed, wall, cpu): (u64, u64, Duration, Duration)) {
 #[test]
 #[ignore = "benchmark"]
 fn bench_http_and_tcp_probes_on_one_thread() {
-    let addr = server();
-    let port = PortRef::Number(addr.port().into());
+    let port = PortRef::Number(server().into());
     let http = Handler::HttpGet(HttpGetSpec {
         scheme: HttpScheme::Http,
         host: None,

@@ -359,3 +359,48 @@ async fn h6_unresolvable_port_errors_without_connecting() {
         }
     );
 }
+
+#[tokio::test]
+async fn h5_body_stalling_past_the_deadline_is_an_error_not_a_failure() {
+    // Headers arrive, the body never completes: Go's ReadAtMost fails with the client timeout,
+    // which kubelet returns as an error (retried, then discarded).
+    // The raw server closes after writing; this one keeps every connection open.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let server = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut sock, _)) = listener.accept().await {
+            use tokio::io::AsyncWriteExt;
+            let _ = sock
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
+                .await;
+            held.push(sock);
+        }
+    });
+    let started = Instant::now();
+    let v = run(get(port, "/", &[])).await;
+    assert_eq!(
+        v,
+        ProbeVerdict::Errored {
+            message: "context deadline exceeded (Client.Timeout or context cancellation while reading body)"
+                .into()
+        }
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(2900),
+        "three attempts of 1 s each"
+    );
+    server.abort();
+}
+
+#[test]
+fn probe_future_is_send_so_workers_can_spawn_it() {
+    fn assert_send<T: Send>(_: &T) {}
+    let p = prober();
+    let s = spec(get(1, "/", &[]), 1);
+    let t = target(&[], &[]);
+    let fut = p.probe(ProbeType::Liveness, &s, &t);
+    assert_send(&fut);
+}
