@@ -104,6 +104,14 @@ impl HttpProber {
             };
             let next = match url.resolve(location) {
                 Ok(n) => n,
+                // Go checks the host before it fails on the new URL: another host's unusable
+                // Location is still just a non-local redirect.
+                Err(_)
+                    if url::location_host(location)
+                        .is_some_and(|h| !h.eq_ignore_ascii_case(&host)) =>
+                {
+                    return result(resp);
+                }
                 Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
             };
             // Go compares `URL.Hostname()` with the first request's; a name differing only in

@@ -148,3 +148,38 @@ async fn h2_host_header_preserved_across_relative_redirect() {
     assert_eq!(reqs[0].values("Host"), vec!["example.com"]);
     assert_eq!(reqs[1].values("Host"), vec!["example.com"]);
 }
+
+#[tokio::test]
+async fn h2_unsupported_scheme_redirect_other_host_warns_same_host_fails() {
+    let srv = RawServer::start(|r| match r.path() {
+        "/other" => response(
+            302,
+            &[("Location", "ftp://files.example/x")],
+            b"ftp elsewhere",
+        ),
+        _ => response(302, &[("Location", "ftp://127.0.0.1/x")], b""),
+    })
+    .await;
+    let v = run(get(srv.port(), "/other", &[])).await;
+    assert_eq!(
+        result(&v),
+        (
+            ProbeResult::Success,
+            "Probe terminated redirects, Response body: ftp elsewhere",
+            true
+        )
+    );
+    let v = run(get(srv.port(), "/same", &[])).await;
+    assert_eq!(
+        result(&v),
+        (
+            ProbeResult::Failure,
+            format!(
+                r#"Get "http://127.0.0.1:{}/same": unsupported protocol scheme "ftp""#,
+                srv.port()
+            )
+            .as_str(),
+            false
+        )
+    );
+}

@@ -116,6 +116,15 @@ impl fmt::Display for ProbeUrl {
     }
 }
 
+/// The host name a `Location` names, if it names one (to tell a non-local redirect even when the
+/// rest of the reference cannot be followed, e.g. an `ftp://` scheme).
+pub(crate) fn location_host(location: &str) -> Option<String> {
+    let (_, authority, _) = split_reference(location);
+    authority
+        .and_then(|a| split_authority(a).ok())
+        .map(|(host, _)| host)
+}
+
 /// Splits a URL reference into (scheme, authority, path+query); the fragment is dropped.
 fn split_reference(s: &str) -> (Option<&str>, Option<&str>, &str) {
     let s = s.split('#').next().unwrap_or("");
