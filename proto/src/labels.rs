@@ -20,7 +20,8 @@ pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount"
 /// Container annotation: hash of the container spec.
 pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
 /// Container annotation: the container's termination message path.
-pub const CONTAINER_TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+pub const CONTAINER_TERMINATION_MESSAGE_PATH: &str =
+    "io.kubernetes.container.terminationMessagePath";
 /// Container annotation: the pod's termination grace period in seconds.
 pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
 /// Container annotation: the pod's deletion grace period (set once the pod is being deleted).

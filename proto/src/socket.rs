@@ -154,7 +154,10 @@ pub fn activated_listeners() -> Result<Vec<UnixListener>, SocketError> {
     let mut fds = listenfd::ListenFd::from_env();
     let mut out = Vec::with_capacity(fds.len());
     for idx in 0..fds.len() {
-        let Some(l) = fds.take_unix_listener(idx).map_err(SocketError::Activation)? else {
+        let Some(l) = fds
+            .take_unix_listener(idx)
+            .map_err(SocketError::Activation)?
+        else {
             continue;
         };
         l.set_nonblocking(true).map_err(SocketError::Activation)?;

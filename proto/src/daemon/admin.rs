@@ -79,7 +79,10 @@ impl Admin {
                 let enc = TextEncoder::new();
                 if let Err(e) = enc.encode(&self.registry.gather(), &mut buf) {
                     tracing::warn!(error = %e, "cannot encode metrics");
-                    return text(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed\n");
+                    return text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "metrics encoding failed\n",
+                    );
                 }
                 Response::builder()
                     .header("content-type", enc.format_type())

@@ -55,9 +55,12 @@ where
         }
         None => toml::Table::new(),
     };
-    let over = toml::Table::try_from(overrides).map_err(|e| ConfigError::Override(e.to_string()))?;
+    let over =
+        toml::Table::try_from(overrides).map_err(|e| ConfigError::Override(e.to_string()))?;
     merge(&mut table, over);
-    let source = file.map(Path::to_owned).unwrap_or_else(|| PathBuf::from("<flags>"));
+    let source = file
+        .map(Path::to_owned)
+        .unwrap_or_else(|| PathBuf::from("<flags>"));
     toml::Value::Table(table)
         .try_into()
         .map_err(|e: toml::de::Error| ConfigError::Parse {

@@ -17,7 +17,8 @@ pub enum LogFormat {
 /// Installs the global subscriber. `filter` uses `RUST_LOG` syntax (e.g. `info,podward_shim=debug`).
 /// Returns an error message if the filter does not parse (the caller decides how to exit).
 pub fn init(format: LogFormat, filter: &str) -> Result<(), String> {
-    let filter = EnvFilter::try_new(filter).map_err(|e| format!("invalid log filter {filter:?}: {e}"))?;
+    let filter =
+        EnvFilter::try_new(filter).map_err(|e| format!("invalid log filter {filter:?}: {e}"))?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
