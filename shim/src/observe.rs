@@ -24,7 +24,7 @@ pub const MAX_OBSERVED_BYTES: usize = 32 << 20;
 pub const QUEUE_LEN: usize = 4096;
 
 /// A CRI method whose calls feed the index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Watched {
     /// `RunPodSandbox`.
     RunPodSandbox,
@@ -155,7 +155,11 @@ impl Observer {
 pub fn spawn(publisher: Publisher, metrics: Metrics) -> Observer {
     let (tx, mut rx) = mpsc::channel::<Raw>(QUEUE_LEN);
     tokio::spawn(async move {
+        let mut unchanged = Unchanged::default();
         while let Some(raw) = rx.recv().await {
+            if unchanged.is_repeat(&raw) {
+                continue;
+            }
             for obs in decode(raw) {
                 publisher.apply(obs);
             }
@@ -174,4 +178,98 @@ pub fn first_message(body: &[u8]) -> Option<&[u8]> {
     let (len, msg) = rest.split_at(4);
     let len = usize::try_from(u32::from_be_bytes([len[0], len[1], len[2], len[3]])).ok()?;
     msg.get(..len)
+}
+
+/// Bytes of the last answers kept to recognise repeats, in total.
+const UNCHANGED_BYTES: usize = 64 << 20;
+
+/// The last answer to each distinct List/Status request. kubelet relists every second and the
+/// answer is usually byte-identical to the previous one: such a repeat carries no news and is
+/// not decoded (decoding a 100-container list costs more CPU than forwarding it).
+#[derive(Default)]
+struct Unchanged {
+    last: std::collections::HashMap<(Watched, Bytes), Bytes>,
+    bytes: usize,
+}
+
+impl Unchanged {
+    fn is_repeat(&mut self, raw: &Raw) -> bool {
+        let Raw::Call {
+            method,
+            request,
+            response,
+            grpc_status: Some(0),
+            ..
+        } = raw
+        else {
+            return false;
+        };
+        if method.is_mutating() {
+            return false;
+        }
+        let key = (*method, request.clone());
+        if self.last.get(&key) == Some(response) {
+            return true;
+        }
+        if self.bytes + response.len() + request.len() > UNCHANGED_BYTES {
+            self.last.clear();
+            self.bytes = 0;
+        }
+        self.bytes += response.len() + request.len();
+        if let Some(old) = self.last.insert(key, response.clone()) {
+            self.bytes = self.bytes.saturating_sub(old.len() + request.len());
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(resp: &'static [u8], status: Option<i32>) -> Raw {
+        Raw::Call {
+            method: Watched::ListContainers,
+            request: Bytes::from_static(b"\0\0\0\0\0"),
+            response: Bytes::from_static(resp),
+            grpc_status: status,
+            outcome: Outcome::Delivered,
+            requested_at_ns: 0,
+            completed_at_ns: 0,
+        }
+    }
+
+    #[test]
+    fn identical_list_answers_are_skipped_but_changes_and_mutations_are_not() {
+        let mut u = Unchanged::default();
+        assert!(!u.is_repeat(&list(b"a", Some(0))));
+        assert!(u.is_repeat(&list(b"a", Some(0))));
+        assert!(
+            !u.is_repeat(&list(b"b", Some(0))),
+            "a changed answer is news"
+        );
+        assert!(
+            !u.is_repeat(&list(b"b", Some(14))),
+            "failed calls are never deduplicated"
+        );
+        let run = Raw::Call {
+            method: Watched::RunPodSandbox,
+            request: Bytes::new(),
+            response: Bytes::from_static(b"x"),
+            grpc_status: Some(0),
+            outcome: Outcome::Delivered,
+            requested_at_ns: 0,
+            completed_at_ns: 0,
+        };
+        assert!(!u.is_repeat(&run));
+        assert!(!u.is_repeat(&run), "mutating calls always count");
+    }
+
+    #[test]
+    fn first_message_rejects_truncated_and_compressed_frames() {
+        assert_eq!(first_message(&[0, 0, 0, 0, 2, 7, 8]), Some(&[7u8, 8][..]));
+        assert_eq!(first_message(&[0, 0, 0, 0, 3, 7, 8]), None);
+        assert_eq!(first_message(&[1, 0, 0, 0, 1, 7]), None);
+        assert_eq!(first_message(&[]), None);
+    }
 }
