@@ -88,7 +88,11 @@ async fn start_shim(node: &TestNode) -> ShimProcess {
         .arg(&admin)
         .spawn()
         .expect("spawn shim");
-    let shim = ShimProcess { child, cri, control };
+    let shim = ShimProcess {
+        child,
+        cri,
+        control,
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let mut c = client(&shim.cri);
@@ -203,7 +207,9 @@ async fn populate(
 /// One mix: the five calls; returns each call's latency.
 async fn mix(c: &mut RuntimeServiceClient<Channel>, sid: &str, cid: &str, out: &mut Vec<Duration>) {
     let t = Instant::now();
-    c.version(cri::VersionRequest::default()).await.expect("Version");
+    c.version(cri::VersionRequest::default())
+        .await
+        .expect("Version");
     out.push(t.elapsed());
     let t = Instant::now();
     c.list_pod_sandbox(cri::ListPodSandboxRequest::default())
@@ -293,7 +299,10 @@ async fn bench() {
     let node = TestNode::start().await.expect("node");
     let shim = start_shim(&node).await;
     let direct = node.containerd_socket();
-    println!("# podward-shim overhead (containerd 1.6, release build, {} cores)", num_cpus());
+    println!(
+        "# podward-shim overhead (containerd 1.6, release build, {} cores)",
+        num_cpus()
+    );
 
     let (sid, cids) = populate(&node, &direct, "mix", 100, 0).await;
     let cid = cids[0].clone();
@@ -306,7 +315,11 @@ async fn bench() {
         let (mut d_wall, mut s_wall) = (Duration::ZERO, Duration::ZERO);
         for r in 0..MIX_ROUNDS {
             // Alternate which path goes first so drift hits both equally.
-            let order: [&Path; 2] = if r % 2 == 0 { [&direct, &shim.cri] } else { [&shim.cri, &direct] };
+            let order: [&Path; 2] = if r % 2 == 0 {
+                [&direct, &shim.cri]
+            } else {
+                [&shim.cri, &direct]
+            };
             for p in order {
                 let (lat, wall) = round(p, conc, &sid, &cid).await;
                 if p == direct.as_path() {
@@ -321,7 +334,10 @@ async fn bench() {
         d_lat.sort();
         s_lat.sort();
         let calls = d_lat.len() as f64;
-        let (d_tp, s_tp) = (calls / d_wall.as_secs_f64(), s_lat.len() as f64 / s_wall.as_secs_f64());
+        let (d_tp, s_tp) = (
+            calls / d_wall.as_secs_f64(),
+            s_lat.len() as f64 / s_wall.as_secs_f64(),
+        );
         println!(
             "concurrency {conc:>2}: p50 direct {:.0} µs, shim {:.0} µs (+{:.0} µs); p99 direct {:.0} µs, shim {:.0} µs (+{:.0} µs); throughput direct {:.0}/s, shim {:.0}/s ({:.1}%)",
             us(pct(&d_lat, 0.5)),
@@ -345,7 +361,11 @@ async fn bench() {
     let mut size = 0usize;
     let (mut d, mut s) = (Vec::new(), Vec::new());
     for i in 0..40 {
-        for p in if i % 2 == 0 { [&direct, &shim.cri] } else { [&shim.cri, &direct] } {
+        for p in if i % 2 == 0 {
+            [&direct, &shim.cri]
+        } else {
+            [&shim.cri, &direct]
+        } {
             let mut c = client(p);
             let t = Instant::now();
             let r = c
@@ -407,5 +427,7 @@ async fn bench() {
 }
 
 fn num_cpus() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
