@@ -277,6 +277,18 @@ async fn scale(o: &Opts, targets: &[servers::Target]) -> Result<(), Box<dyn std:
         failed1 - failed0,
         kills.0.load(Ordering::Relaxed),
     );
+    // A few failure outputs, to tell a prober problem from a target problem.
+    let mut shown = 0;
+    for p in manager.status(None).pods {
+        for c in p.containers {
+            for pr in c.probes {
+                if pr.consecutive_failures > 0 && shown < 3 {
+                    println!("  failing probe of {}: {:?}", p.pod_name, pr.last_output);
+                    shown += 1;
+                }
+            }
+        }
+    }
     let _ = stop_tx.send(());
     let _ = source.await;
     manager.stop_all();

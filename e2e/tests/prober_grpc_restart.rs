@@ -41,7 +41,10 @@ impl HealthServer {
             .expect("python3 with grpcio-health-checking (pip install grpcio-health-checking)");
         let out = child.stdout.take().expect("stdout");
         let line = std::io::BufReader::new(out).lines().next();
-        assert!(matches!(line, Some(Ok(ref l)) if l == "ready"), "health server did not start: {line:?}");
+        assert!(
+            matches!(line, Some(Ok(ref l)) if l == "ready"),
+            "health server did not start: {line:?}"
+        );
         HealthServer(child)
     }
 }
@@ -90,8 +93,12 @@ async fn kill9_prober_resumes_from_the_shim_and_restarts_no_healthy_container() 
                       "readinessProbe": {"exec": {"command": ["cat", "/tmp/health"]}, "periodSeconds": 1}});
     let http = json!({"livenessProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 1, "failureThreshold": 1},
                       "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 1}});
-    let a = env.run("healthy-exec", &script("echo ok > /tmp/health"), exec).await;
-    let b = env.run("healthy-http", &http_server(port, None), http).await;
+    let a = env
+        .run("healthy-exec", &script("echo ok > /tmp/health"), exec)
+        .await;
+    let b = env
+        .run("healthy-http", &http_server(port, None), http)
+        .await;
     let pods = [&a, &b];
     for p in pods {
         wait_for("ready before the kill", Duration::from_secs(30), || async {
@@ -105,20 +112,30 @@ async fn kill9_prober_resumes_from_the_shim_and_restarts_no_healthy_container() 
         env.restart_prober_hard().await;
         for p in pods {
             let c = env.container(p.uid(), "app").await;
-            assert!(c.as_ref().is_some_and(|c| c.ready && c.live), "round {round}: resumed ready at once: {c:?}");
+            assert!(
+                c.as_ref().is_some_and(|c| c.ready && c.live),
+                "round {round}: resumed ready at once: {c:?}"
+            );
         }
         // Probes run again and nothing is killed.
         let end = Instant::now() + Duration::from_secs(15);
         while Instant::now() < end {
             for p in pods {
-                assert_eq!(p.restart_count("app"), 0, "round {round}: a healthy container was restarted");
+                assert_eq!(
+                    p.restart_count("app"),
+                    0,
+                    "round {round}: a healthy container was restarted"
+                );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         for p in pods {
             let c = env.container(p.uid(), "app").await.expect("status");
             assert_eq!(c.kills, 0);
-            assert!(c.probes.iter().all(|p| p.probes_run >= 5), "round {round}: probes resumed: {c:?}");
+            assert!(
+                c.probes.iter().all(|p| p.probes_run >= 5),
+                "round {round}: probes resumed: {c:?}"
+            );
         }
     }
 }

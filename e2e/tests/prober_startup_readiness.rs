@@ -25,11 +25,16 @@ fn probe<'a>(c: &'a api::ContainerStatus, ty: api::ProbeType) -> Option<&'a api:
 async fn started_at_ns(e: &Env, id: &str) -> Result<i64, String> {
     let mut rt = e.node.runtime_client().await;
     let st = rt
-        .container_status(podward_api::cri::ContainerStatusRequest { container_id: id.to_owned(), verbose: false })
+        .container_status(podward_api::cri::ContainerStatusRequest {
+            container_id: id.to_owned(),
+            verbose: false,
+        })
         .await
         .map_err(|e| e.to_string())?
         .into_inner();
-    st.status.map(|s| s.started_at).ok_or_else(|| "no container status".to_owned())
+    st.status
+        .map(|s| s.started_at)
+        .ok_or_else(|| "no container status".to_owned())
 }
 
 /// Never ready (and never restarted) for `window`.
@@ -41,16 +46,29 @@ async fn never_ready(e: &Env, pod: &podward_e2e::Pod, window: Duration) -> Resul
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    (pod.restart_count("app") == 0).then_some(()).ok_or("restarted".into())
+    (pod.restart_count("app") == 0)
+        .then_some(())
+        .ok_or("restarted".into())
 }
 
 /// Kill by a probe with probe-level grace 5 s while the pod's is 500 s and SIGTERM is ignored:
 /// the Kill record says 5 and the container dies ~5 s after the kill.
-async fn grace_override(e: &Env, name: &str, body: String, probes: serde_json::Value) -> Result<(), String> {
-    let pod = e.run_spec(PodSpec::new(name).grace_period(500), name, &body, probes).await;
+async fn grace_override(
+    e: &Env,
+    name: &str,
+    body: String,
+    probes: serde_json::Value,
+) -> Result<(), String> {
+    let pod = e
+        .run_spec(PodSpec::new(name).grace_period(500), name, &body, probes)
+        .await;
     let deadline = Instant::now() + ONCE;
     let kill = loop {
-        if let Some(k) = e.container(pod.uid(), "app").await.and_then(|c| c.last_kill) {
+        if let Some(k) = e
+            .container(pod.uid(), "app")
+            .await
+            .and_then(|c| c.last_kill)
+        {
             break k;
         }
         if Instant::now() > deadline {
@@ -61,12 +79,17 @@ async fn grace_override(e: &Env, name: &str, body: String, probes: serde_json::V
     if kill.grace_period_seconds != 5 || !kill.error.is_empty() {
         return Err(format!("kill {kill:?}"));
     }
-    pod.wait_restart_count("app", 1, Duration::from_secs(30)).await.map_err(|e| e.to_string())?;
+    pod.wait_restart_count("app", 1, Duration::from_secs(30))
+        .await
+        .map_err(|e| e.to_string())?;
     // `at_ns` is when StopContainer was sent; the restart shows the container died.
-    let took = Duration::from_nanos(u64::try_from(podward_api::time::now_ns() - kill.at_ns).unwrap_or(0));
+    let took =
+        Duration::from_nanos(u64::try_from(podward_api::time::now_ns() - kill.at_ns).unwrap_or(0));
     (took >= Duration::from_secs(4) && took <= Duration::from_secs(15))
         .then_some(())
-        .ok_or(format!("container died {took:?} after the kill was sent (grace 5 s, SIGTERM ignored)"))
+        .ok_or(format!(
+            "container died {took:?} after the kill was sent (grace 5 s, SIGTERM ignored)"
+        ))
 }
 
 /// Pod deletion while readiness fails from the SIGTERM handler on: NotReady must be seen
@@ -79,16 +102,20 @@ async fn terminating(e: &Env, name: &str, liveness: bool) -> Result<(), String> 
     let body = "echo ok > /tmp/ready; echo ok > /tmp/liveness; trap 'rm -f /tmp/ready /tmp/liveness; sleep 30' TERM; sleep 600 & wait";
     let pod = e.run(name, body, probes).await;
     let uid = pod.uid().to_owned();
-    wait_for(&format!("{name} ready"), Duration::from_secs(30), || async {
-        e.container(&uid, "app").await.is_some_and(|c| c.ready)
-    })
+    wait_for(
+        &format!("{name} ready"),
+        Duration::from_secs(30),
+        || async { e.container(&uid, "app").await.is_some_and(|c| c.ready) },
+    )
     .await;
     let deleting = tokio::spawn(pod.delete());
     let deadline = Instant::now() + Duration::from_secs(25);
     let mut not_ready = false;
     while Instant::now() < deadline {
         match e.container(&uid, "app").await {
-            Some(c) if c.kills > 0 => return Err(format!("killed during termination: {:?}", c.last_kill)),
+            Some(c) if c.kills > 0 => {
+                return Err(format!("killed during termination: {:?}", c.last_kill));
+            }
             Some(c) if !c.ready => {
                 not_ready = true;
                 break;
@@ -111,7 +138,10 @@ async fn terminating(e: &Env, name: &str, liveness: bool) -> Result<(), String> 
             break;
         }
     }
-    deleting.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
+    deleting
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

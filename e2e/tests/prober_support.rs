@@ -94,10 +94,17 @@ impl Env {
 
     /// Runs a one-container pod with `probes` (the container's entry of `podward.io/probes`).
     pub(crate) async fn run(&self, name: &str, script: &str, probes: serde_json::Value) -> Pod {
-        self.run_spec(PodSpec::new(name), name, script, probes).await
+        self.run_spec(PodSpec::new(name), name, script, probes)
+            .await
     }
 
-    pub(crate) async fn run_spec(&self, spec: PodSpec, name: &str, script: &str, probes: serde_json::Value) -> Pod {
+    pub(crate) async fn run_spec(
+        &self,
+        spec: PodSpec,
+        name: &str,
+        script: &str,
+        probes: serde_json::Value,
+    ) -> Pod {
         let annotation = serde_json::json!({ "app": probes }).to_string();
         let spec = spec
             .annotation(podward_api::labels::PODWARD_PROBES, &annotation)
@@ -161,13 +168,21 @@ where
 {
     let deadline = Instant::now() + timeout;
     while !f().await {
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 /// Runs named scenarios concurrently; panics listing every one that failed.
-pub(crate) async fn all(scenarios: Vec<(&'static str, std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + '_>>)>) {
+pub(crate) async fn all(
+    scenarios: Vec<(
+        &'static str,
+        std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + '_>>,
+    )>,
+) {
     let names: Vec<&str> = scenarios.iter().map(|(n, _)| *n).collect();
     let results = futures_join(scenarios.into_iter().map(|(_, f)| f).collect()).await;
     let failed: Vec<String> = names
@@ -175,7 +190,11 @@ pub(crate) async fn all(scenarios: Vec<(&'static str, std::pin::Pin<Box<dyn Futu
         .zip(results)
         .filter_map(|(n, r)| r.err().map(|e| format!("{n}: {e}")))
         .collect();
-    assert!(failed.is_empty(), "failed scenarios:\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "failed scenarios:\n{}",
+        failed.join("\n")
+    );
 }
 
 async fn futures_join<'a>(
@@ -217,7 +236,12 @@ pub(crate) async fn restarts_stay(pod: &Pod, want: u32, window: Duration) -> Res
     }
     (pod.restart_count("app") == want)
         .then_some(())
-        .ok_or_else(|| format!("restart counts {:?}, want {want}", pod.restart_counts_seen("app")))
+        .ok_or_else(|| {
+            format!(
+                "restart counts {:?}, want {want}",
+                pod.restart_counts_seen("app")
+            )
+        })
 }
 
 /// Waits for the first restart within `timeout` and checks the count went 0 -> 1 (never jumped

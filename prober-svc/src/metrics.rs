@@ -255,3 +255,38 @@ impl FineHistogram {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rss_kib() -> u64 {
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    #[ignore = "measurement: memory of 20,000 workers' series"]
+    fn memory_per_worker_series() {
+        let m = Metrics::unregistered().expect("metrics");
+        let before = rss_kib();
+        let ws: Vec<WorkerMetrics> = (0..20_000)
+            .map(|i| {
+                m.worker(
+                    ProbeType::Liveness,
+                    "app",
+                    &format!("pod-{i}"),
+                    "bench",
+                    &format!("uid-{i}"),
+                )
+            })
+            .collect();
+        let after = rss_kib();
+        println!("{} bytes per worker", (after - before) * 1024 / 20_000);
+        assert_eq!(ws.len(), 20_000);
+    }
+}
