@@ -17,7 +17,7 @@ use tokio::time::Instant;
 const NEVER: Duration = Duration::from_secs(60);
 const ONCE: Duration = Duration::from_secs(120);
 
-fn probe<'a>(c: &'a api::ContainerStatus, ty: api::ProbeType) -> Option<&'a api::ProbeStatus> {
+fn probe(c: &api::ContainerStatus, ty: api::ProbeType) -> Option<&api::ProbeStatus> {
     c.probes.iter().find(|p| p.r#type == ty as i32)
 }
 

@@ -176,13 +176,11 @@ where
     }
 }
 
+/// One scenario's future.
+pub(crate) type Scenario<'a> = std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + 'a>>;
+
 /// Runs named scenarios concurrently; panics listing every one that failed.
-pub(crate) async fn all(
-    scenarios: Vec<(
-        &'static str,
-        std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + '_>>,
-    )>,
-) {
+pub(crate) async fn all(scenarios: Vec<(&'static str, Scenario<'_>)>) {
     let names: Vec<&str> = scenarios.iter().map(|(n, _)| *n).collect();
     let results = futures_join(scenarios.into_iter().map(|(_, f)| f).collect()).await;
     let failed: Vec<String> = names
@@ -197,9 +195,7 @@ pub(crate) async fn all(
     );
 }
 
-async fn futures_join<'a>(
-    fs: Vec<std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + 'a>>>,
-) -> Vec<Result<(), String>> {
+async fn futures_join<'a>(fs: Vec<Scenario<'a>>) -> Vec<Result<(), String>> {
     let mut fs: Vec<_> = fs.into_iter().map(Some).collect();
     let mut out: Vec<Option<Result<(), String>>> = fs.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {
