@@ -121,3 +121,120 @@ impl ProberApi for ProberService {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+
+    fn ev(uid: &str) -> api::ProbeEvent {
+        api::ProbeEvent {
+            pod_uid: uid.to_owned(),
+            event: Some(api::probe_event::Event::Result(
+                api::ProbeResult::Success as i32,
+            )),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lagging_subscriber_gets_resync_instead_of_a_gap_and_memory_stays_bounded() {
+        let hub = Hub::new(4);
+        let mut slow = BroadcastStream::new(hub.subscribe());
+        for _ in 0..10 {
+            hub.publish(ev("u"));
+        }
+        let first = slow.next().await.expect("item");
+        assert!(
+            matches!(first, Err(BroadcastStreamRecvError::Lagged(6))),
+            "{first:?}"
+        );
+        // The 4 newest remain, in order, with consecutive sequence numbers.
+        let mut rest = Vec::new();
+        for _ in 0..4 {
+            rest.push(slow.next().await.expect("item").expect("event").seq);
+        }
+        assert_eq!(rest, vec![7, 8, 9, 10]);
+    }
+
+    #[tokio::test]
+    async fn publishing_without_subscribers_never_blocks_or_fails() {
+        let hub = Hub::new(1);
+        for _ in 0..1000 {
+            hub.publish(ev("u"));
+        }
+        let mut rx = hub.subscribe();
+        hub.publish(ev("v"));
+        assert_eq!(rx.recv().await.expect("event").seq, 1001);
+    }
+}
+
+#[cfg(test)]
+mod service_tests {
+    use std::net::IpAddr;
+    use std::sync::Arc;
+
+    use futures::StreamExt;
+    use futures::future::BoxFuture;
+
+    use super::*;
+    use crate::clock::Clock;
+    use crate::kill::Killer;
+    use crate::metrics::Metrics;
+    use crate::model::ContainerInfo;
+    use crate::probe::ProbeVerdict;
+    use crate::runner::ProbeRunner;
+    use crate::spec::{ProbeSpec, ProbeType};
+
+    struct Never;
+
+    impl ProbeRunner for Never {
+        fn run<'a>(
+            &'a self,
+            _: ProbeType,
+            _: &'a ProbeSpec,
+            _: IpAddr,
+            _: &'a ContainerInfo,
+        ) -> BoxFuture<'a, ProbeVerdict> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    impl Killer for Never {
+        fn stop_container(&self, _: String, _: i64) -> BoxFuture<'_, Result<(), String>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn watch_turns_a_lag_into_one_resync_event_and_filters_by_pod() {
+        let hub = Hub::new(2);
+        let manager = Manager::new(
+            Arc::new(Never),
+            Arc::new(Never),
+            Arc::new(Metrics::unregistered().expect("metrics")),
+            hub.clone(),
+            Clock::system(),
+        );
+        let svc = ProberService::new(manager, hub.clone());
+        let mut stream = svc
+            .watch(Request::new(api::WatchRequest {
+                pod_uid: "mine".into(),
+            }))
+            .await
+            .expect("watch")
+            .into_inner();
+        for uid in ["mine", "other", "mine", "mine", "other"] {
+            hub.publish(api::ProbeEvent {
+                pod_uid: uid.to_owned(),
+                ..Default::default()
+            });
+        }
+        let first = stream.next().await.expect("item").expect("ok");
+        assert_eq!(first.event, Some(api::probe_event::Event::Resync(true)));
+        // Only the last two were kept; "other" is filtered out.
+        let next = stream.next().await.expect("item").expect("ok");
+        assert_eq!((next.pod_uid.as_str(), next.seq), ("mine", 4));
+    }
+}

@@ -39,7 +39,8 @@ pub struct Args {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub containerd_socket: Option<PathBuf>,
 
-    /// containerd namespace of the CRI plugin. [default: k8s.io]
+    /// containerd namespace of the CRI plugin. CRI calls carry no namespace (the plugin always
+    /// uses its own), so this is only reported in the start-up log. [default: k8s.io]
     #[arg(long, env = "PODWARD_PROBER_CONTAINERD_NAMESPACE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub containerd_namespace: Option<String>,
@@ -88,7 +89,7 @@ pub struct Config {
     pub shim_socket: PathBuf,
     /// containerd's socket (exec probes, kills, fallback source).
     pub containerd_socket: PathBuf,
-    /// containerd namespace of the CRI plugin (sent as gRPC metadata on CRI calls).
+    /// containerd namespace of the CRI plugin (reported only: CRI calls carry no namespace).
     pub containerd_namespace: String,
     /// Probe address for host-network pods; `None` = detect at start.
     pub node_ip: Option<IpAddr>,

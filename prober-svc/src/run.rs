@@ -63,6 +63,7 @@ pub async fn run(
         admin = %admin_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         shim = %config.shim_socket.display(),
         containerd = %config.containerd_socket.display(),
+        containerd_namespace = %config.containerd_namespace,
         %node_ip,
         "podward-prober starting"
     );

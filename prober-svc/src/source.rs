@@ -63,7 +63,8 @@ pub async fn follow(
         let run = async {
             match podward_api::socket::connect(&cfg.shim_socket).await {
                 Ok(ch) => {
-                    let mut client = LifecycleClient::new(ch).max_decoding_message_size(MAX_MESSAGE);
+                    let mut client =
+                        LifecycleClient::new(ch).max_decoding_message_size(MAX_MESSAGE);
                     match client.watch(shim::WatchRequest { from_seq: 0 }).await {
                         Ok(stream) => {
                             tracing::info!(socket = %cfg.shim_socket.display(), "following the shim");
@@ -191,3 +192,6 @@ fn refresh(index: &mut NodeIndex, manager: &Manager, uid: &str) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,181 @@
+//! Folding the shim's Watch stream into the manager: snapshot, incremental events, removal,
+//! resync, and the fields the workers need (IP, probes, grace, ports, termination).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use podward_api::labels;
+use podward_api::shim::v1 as shim;
+
+use super::apply;
+use super::index::NodeIndex;
+use crate::api::Hub;
+use crate::clock::Clock;
+use crate::kill::Killer;
+use crate::manager::Manager;
+use crate::metrics::Metrics;
+use crate::model::ContainerInfo;
+use crate::probe::ProbeVerdict;
+use crate::runner::ProbeRunner;
+use crate::spec::{ProbeSpec, ProbeType};
+
+struct Never;
+
+impl ProbeRunner for Never {
+    fn run<'a>(
+        &'a self,
+        _: ProbeType,
+        _: &'a ProbeSpec,
+        _: IpAddr,
+        _: &'a ContainerInfo,
+    ) -> BoxFuture<'a, ProbeVerdict> {
+        Box::pin(std::future::pending())
+    }
+}
+
+impl Killer for Never {
+    fn stop_container(&self, _: String, _: i64) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+const PROBES: &str = r#"{"app":{"readinessProbe":{"exec":{"command":["true"]}}}}"#;
+
+fn sandbox(uid: &str, host_network: bool) -> shim::Sandbox {
+    let mut annotations = HashMap::new();
+    annotations.insert(labels::PODWARD_PROBES.to_owned(), PROBES.to_owned());
+    shim::Sandbox {
+        id: format!("sb-{uid}"),
+        uid: uid.to_owned(),
+        name: format!("pod-{uid}"),
+        namespace: "ns".into(),
+        pod_ip: if host_network {
+            String::new()
+        } else {
+            "10.1.0.7".into()
+        },
+        host_network,
+        annotations,
+        created_at_ns: 1,
+        ..Default::default()
+    }
+}
+
+fn container(uid: &str, id: &str) -> shim::Container {
+    let mut annotations = HashMap::new();
+    annotations.insert(
+        labels::POD_TERMINATION_GRACE_PERIOD.to_owned(),
+        "45".to_owned(),
+    );
+    annotations.insert(
+        labels::CONTAINER_PORTS.to_owned(),
+        r#"[{"name":"http","containerPort":8080}]"#.to_owned(),
+    );
+    shim::Container {
+        id: id.to_owned(),
+        sandbox_id: format!("sb-{uid}"),
+        pod_uid: uid.to_owned(),
+        name: "app".into(),
+        state: shim::ContainerState::Running as i32,
+        annotations,
+        envs: vec![shim::KeyValue {
+            key: "A".into(),
+            value: "1".into(),
+        }],
+        ..Default::default()
+    }
+}
+
+fn snapshot(sandboxes: Vec<shim::Sandbox>, containers: Vec<shim::Container>) -> shim::WatchEvent {
+    shim::WatchEvent {
+        event: Some(shim::watch_event::Event::Snapshot(shim::Snapshot {
+            sandboxes,
+            containers,
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn snapshot_events_and_resync_drive_the_manager() {
+    let m = Manager::new(
+        Arc::new(Never),
+        Arc::new(Never),
+        Arc::new(Metrics::unregistered().expect("metrics")),
+        Hub::default(),
+        Clock::system(),
+    );
+    let node_ip: IpAddr = "192.0.2.9".parse().expect("ip");
+    let mut index = NodeIndex::new();
+    apply(
+        &mut index,
+        snapshot(
+            vec![sandbox("a", false), sandbox("b", true)],
+            vec![container("a", "a1")],
+        ),
+        &m,
+        node_ip,
+    );
+    let mut uids = m.pod_uids();
+    uids.sort();
+    assert_eq!(uids, vec!["a", "b"]);
+    assert_eq!(m.worker_count(), 2);
+    let pod_a = index.pod("a").expect("pod a");
+    assert_eq!(pod_a.ip, "10.1.0.7".parse().ok(), "pod IP");
+    assert_eq!(
+        index.pod("b").expect("pod b").ip,
+        Some(node_ip),
+        "host network: node IP"
+    );
+    let c = pod_a.current("app").expect("container");
+    assert_eq!(c.pod_grace_seconds, Some(45));
+    assert_eq!(c.ports[0].container_port, 8080);
+    assert_eq!(&*c.env, &[("A".to_owned(), "1".to_owned())]);
+
+    // A new instance arrives as an event; the status shows it as the current one.
+    apply(
+        &mut index,
+        shim::WatchEvent {
+            event: Some(shim::watch_event::Event::Container(shim::ContainerEvent {
+                kind: shim::ContainerEventKind::ContainerEventCreated as i32,
+                container: Some(shim::Container {
+                    attempt: 1,
+                    ..container("a", "a2")
+                }),
+            })),
+            ..Default::default()
+        },
+        &m,
+        node_ip,
+    );
+    let st = m.status(Some("a"));
+    assert_eq!(st.pods[0].containers[0].container_id, "a2");
+
+    // The sandbox goes: the pod and its worker go.
+    apply(
+        &mut index,
+        shim::WatchEvent {
+            event: Some(shim::watch_event::Event::Sandbox(shim::SandboxEvent {
+                kind: shim::SandboxEventKind::SandboxEventRemoved as i32,
+                sandbox: Some(sandbox("a", false)),
+            })),
+            ..Default::default()
+        },
+        &m,
+        node_ip,
+    );
+    assert_eq!(m.pod_uids(), vec!["b"]);
+
+    // A resync snapshot replaces everything.
+    apply(
+        &mut index,
+        snapshot(vec![sandbox("c", false)], vec![]),
+        &m,
+        node_ip,
+    );
+    assert_eq!(m.pod_uids(), vec!["c"]);
+    assert_eq!(m.worker_count(), 1);
+}
