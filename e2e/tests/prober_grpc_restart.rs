@@ -139,3 +139,60 @@ async fn kill9_prober_resumes_from_the_shim_and_restarts_no_healthy_container() 
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_shim_down_a_restarted_prober_reads_containerd_and_keeps_probing() {
+    let mut env = Env::start().await;
+    let probes = json!({"livenessProbe": {"exec": {"command": ["cat", "/tmp/health"]}, "periodSeconds": 1, "failureThreshold": 1},
+                        "readinessProbe": {"exec": {"command": ["cat", "/tmp/health"]}, "periodSeconds": 1}});
+    let pod = env
+        .run("shimless", &script("echo ok > /tmp/health"), probes)
+        .await;
+    let uid = pod.uid().to_owned();
+    let id = pod.container_id("app").expect("container id");
+    wait_for("ready", Duration::from_secs(30), || async {
+        env.container(&uid, "app").await.is_some_and(|c| c.ready)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    env.shim.kill9();
+    env.restart_prober_hard().await;
+    // The only source left is containerd's CRI, polled every 2 s.
+    wait_for(
+        "pod seen through containerd",
+        Duration::from_secs(30),
+        || async {
+            env.container(&uid, "app")
+                .await
+                .is_some_and(|c| c.container_id == id && c.ready)
+        },
+    )
+    .await;
+    let before = env.container(&uid, "app").await.expect("status");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = env.container(&uid, "app").await.expect("status");
+    let runs = |c: &podward_api::prober::v1::ContainerStatus| {
+        c.probes.iter().map(|p| p.probes_run).sum::<u64>()
+    };
+    assert!(
+        runs(&after) > runs(&before),
+        "probes keep running without the shim: {after:?}"
+    );
+    assert_eq!(after.kills, 0);
+    // Still the same, running instance in containerd.
+    let mut rt = env.node.runtime_client().await;
+    let st = rt
+        .container_status(podward_api::cri::ContainerStatusRequest {
+            container_id: id.clone(),
+            verbose: false,
+        })
+        .await
+        .expect("status")
+        .into_inner()
+        .status
+        .expect("status");
+    assert_eq!(
+        st.state,
+        podward_api::cri::ContainerState::ContainerRunning as i32
+    );
+}

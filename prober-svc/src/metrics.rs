@@ -4,8 +4,8 @@
 //! Each worker resolves its label sets once (as kubelet caches its label maps) so a probe costs a
 //! few atomic adds, not a hash lookup with six strings; a pod's series go when its workers go.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use prometheus::{
@@ -38,29 +38,62 @@ pub struct Metrics {
     pub source_connected: GaugeVec,
 }
 
-/// A worker's resolved series.
+/// A worker's series, resolved on first use and kept: a probe then costs a few atomic adds.
+/// Like kubelet's, a series appears with its first sample (a worker that never fails has no
+/// `failed` series), which also keeps idle workers small.
 pub struct WorkerMetrics {
-    /// `prober_probe_total{result="successful"}`.
-    pub success: Counter,
-    /// `prober_probe_total{result="failed"}`.
-    pub failed: Counter,
-    /// `prober_probe_duration_seconds` (observed for successful probes, as kubelet does).
-    pub duration: Histogram,
-    remove: Option<(Metrics, [String; 5])>,
+    vecs: Metrics,
+    labels: [String; 5],
+    success: OnceLock<Counter>,
+    failed: OnceLock<Counter>,
+    duration: OnceLock<Histogram>,
 }
 
 impl WorkerMetrics {
+    fn label_refs(&self) -> [&str; 5] {
+        let [ty, c, p, ns, uid] = &self.labels;
+        [ty, c, p, ns, uid]
+    }
+
+    /// Counts a successful probe that took `took` (`prober_probe_total{result="successful"}`
+    /// and `prober_probe_duration_seconds`, observed for successful probes as kubelet does).
+    pub fn success(&self, took: Duration) {
+        let [ty, c, p, ns, uid] = self.label_refs();
+        self.success
+            .get_or_init(|| {
+                self.vecs
+                    .probe_total
+                    .with_label_values(&[ty, "successful", c, p, ns, uid])
+            })
+            .inc();
+        self.duration
+            .get_or_init(|| self.vecs.probe_duration.with_label_values(&[ty, c, p, ns]))
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts a failed probe (`prober_probe_total{result="failed"}`).
+    pub fn failed(&self) {
+        let [ty, c, p, ns, uid] = self.label_refs();
+        self.failed
+            .get_or_init(|| {
+                self.vecs
+                    .probe_total
+                    .with_label_values(&[ty, "failed", c, p, ns, uid])
+            })
+            .inc();
+    }
+
     /// Deletes this worker's series (called when it exits).
     pub fn remove(&self) {
-        let Some((m, [ty, container, pod, ns, uid])) = &self.remove else {
-            return;
-        };
+        let [ty, container, pod, ns, uid] = self.label_refs();
         for result in ["successful", "failed", "unknown"] {
-            let _ = m
+            let _ = self
+                .vecs
                 .probe_total
                 .remove_label_values(&[ty, result, container, pod, ns, uid]);
         }
-        let _ = m
+        let _ = self
+            .vecs
             .probe_duration
             .remove_label_values(&[ty, container, pod, ns]);
     }
@@ -145,7 +178,7 @@ impl Metrics {
         })
     }
 
-    /// Resolves a worker's series.
+    /// A worker's series (created lazily, see [`WorkerMetrics`]).
     pub fn worker(
         &self,
         ty: ProbeType,
@@ -154,32 +187,18 @@ impl Metrics {
         ns: &str,
         uid: &str,
     ) -> WorkerMetrics {
-        let t = type_name(ty);
         WorkerMetrics {
-            success: self.probe_total.with_label_values(&[
-                t,
-                "successful",
-                container,
-                pod,
-                ns,
-                uid,
-            ]),
-            failed: self
-                .probe_total
-                .with_label_values(&[t, "failed", container, pod, ns, uid]),
-            duration: self
-                .probe_duration
-                .with_label_values(&[t, container, pod, ns]),
-            remove: Some((
-                self.clone(),
-                [
-                    t.to_owned(),
-                    container.to_owned(),
-                    pod.to_owned(),
-                    ns.to_owned(),
-                    uid.to_owned(),
-                ],
-            )),
+            vecs: self.clone(),
+            labels: [
+                type_name(ty).to_owned(),
+                container.to_owned(),
+                pod.to_owned(),
+                ns.to_owned(),
+                uid.to_owned(),
+            ],
+            success: OnceLock::new(),
+            failed: OnceLock::new(),
+            duration: OnceLock::new(),
         }
     }
 
@@ -260,6 +279,45 @@ impl FineHistogram {
 mod tests {
     use super::*;
 
+    fn series(r: &Registry) -> Vec<String> {
+        let mut out = Vec::new();
+        for f in r.gather() {
+            for m in f.get_metric() {
+                let labels: Vec<String> = m
+                    .get_label()
+                    .iter()
+                    .map(|l| format!("{}={}", l.name(), l.value()))
+                    .collect();
+                out.push(format!("{}{{{}}}", f.name(), labels.join(",")));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn series_appear_with_their_first_sample_and_go_with_the_worker() {
+        let r = Registry::new();
+        let m = Metrics::new(&r).expect("metrics");
+        let w = m.worker(ProbeType::Readiness, "app", "web", "ns", "uid-1");
+        assert!(
+            series(&r).iter().all(|s| !s.starts_with("prober_probe")),
+            "{:?}",
+            series(&r)
+        );
+        w.success(Duration::from_millis(3));
+        w.failed();
+        let s = series(&r);
+        assert!(s.contains(&"prober_probe_total{container=app,namespace=ns,pod=web,pod_uid=uid-1,probe_type=Readiness,result=successful}".to_owned()), "{s:?}");
+        assert!(s.iter().any(|x| x.contains("result=failed")), "{s:?}");
+        assert!(s.iter().any(|x| x.starts_with("prober_probe_duration_seconds{container=app,namespace=ns,pod=web,probe_type=Readiness}")), "{s:?}");
+        w.remove();
+        assert!(
+            series(&r).iter().all(|s| !s.starts_with("prober_probe")),
+            "{:?}",
+            series(&r)
+        );
+    }
+
     fn rss_kib() -> u64 {
         std::fs::read_to_string("/proc/self/status")
             .unwrap_or_default()
@@ -285,6 +343,9 @@ mod tests {
                 )
             })
             .collect();
+        for w in &ws {
+            w.success(Duration::from_millis(1));
+        }
         let after = rss_kib();
         println!("{} bytes per worker", (after - before) * 1024 / 20_000);
         assert_eq!(ws.len(), 20_000);

@@ -419,12 +419,11 @@ impl Worker {
         };
         let outcome = match result {
             ProbeResult::Success => {
-                self.metrics.success.inc();
-                self.metrics.duration.observe(began.elapsed().as_secs_f64());
+                self.metrics.success(began.elapsed());
                 Outcome::Success
             }
             ProbeResult::Failure => {
-                self.metrics.failed.inc();
+                self.metrics.failed();
                 tracing::debug!(pod = %pod.name, container = %c.name, probe = type_name(self.ty),
                     output = %output, "probe failed");
                 Outcome::Failure
