@@ -42,10 +42,17 @@ fn main() {
 
 /// The shim, in this process (child mode).
 fn as_shim(args: &[String]) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    // The same runtime flavour as `podward-shim`'s main (see shim/src/main.rs).
+    let rt = if args.get(4).map(String::as_str) == Some("multi") {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    }
+    .expect("runtime");
     let config = podward_shim::config::Config {
         listen: PathBuf::from(&args[0]),
         control_socket: PathBuf::from(&args[1]),

@@ -4,7 +4,10 @@ use anyhow::Context;
 use clap::Parser;
 use podward_shim::config::{Args, Config};
 
-#[tokio::main]
+// One thread: the shim is I/O-bound, and on small nodes every extra worker competes with
+// containerd for CPU. Measured (docs/benchmarks.md): better p99 and throughput, lower RSS than
+// the multi-threaded runtime.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let config = Config::load(&args).context("loading configuration")?;
