@@ -68,6 +68,15 @@ impl Env {
     /// kill -9 the prober and start a new one on the same socket.
     pub(crate) async fn restart_prober_hard(&mut self) {
         self.prober.kill9();
+        // Wait for the crash to complete (the kernel releases its sockets at exit).
+        let prober = &self.prober;
+        wait_for("the killed prober to exit", Duration::from_secs(10), || {
+            let gone = prober.exited().is_some();
+            async move { gone }
+        })
+        .await;
+        // A fresh admin port anyway: another test may have been handed the old one.
+        self.prober_admin = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
         self.prober = spawn_prober(&self.node, &self.prober_socket, self.prober_admin).await;
     }
 
