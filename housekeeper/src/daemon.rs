@@ -6,7 +6,6 @@ use std::sync::Arc;
 use podward_api::daemon::admin::Admin;
 use podward_api::housekeeper::v1::housekeeper_server::HousekeeperServer;
 use podward_api::socket::{SocketError, SocketPerms, serve_unix};
-use tokio::net::TcpListener;
 use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::act::NodeActuator;
@@ -25,15 +24,9 @@ pub enum RunError {
     /// The API socket could not be served.
     #[error("API socket: {0}")]
     Socket(#[from] SocketError),
-    /// The admin address could not be bound.
-    #[error("admin endpoint {addr}: {source}")]
-    Admin {
-        /// The address.
-        addr: std::net::SocketAddr,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// The admin endpoint could not be bound.
+    #[error(transparent)]
+    Admin(#[from] podward_api::daemon::admin::BindError),
     /// Metrics could not be registered.
     #[error("metrics: {0}")]
     Metrics(#[from] MetricsError),
@@ -78,12 +71,7 @@ pub async fn run(
             .with_metrics(metrics)
             .with_prober(ProberLink::new(&config.prober_socket)),
     );
-    let admin_listener = TcpListener::bind(config.admin_addr)
-        .await
-        .map_err(|source| RunError::Admin {
-            addr: config.admin_addr,
-            source,
-        })?;
+    let admin_listener = podward_api::daemon::admin::bind(config.admin_addr).await?;
     let listener = serve_unix(&config.socket, SocketPerms::default()).await?;
     tracing::info!(
         socket = %config.socket.display(),

@@ -8,7 +8,6 @@ use std::time::Duration;
 use podward_api::daemon::admin::Admin;
 use podward_api::prober::v1::prober_server::ProberServer;
 use podward_api::socket::{SocketError, SocketPerms, serve_unix};
-use tokio::net::TcpListener;
 use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::api::{Hub, ProberService};
@@ -26,15 +25,9 @@ pub enum RunError {
     /// The API socket could not be served.
     #[error("API socket: {0}")]
     Socket(#[from] SocketError),
-    /// The admin endpoint could not bind.
-    #[error("admin endpoint {addr}: {source}")]
-    Admin {
-        /// The address.
-        addr: std::net::SocketAddr,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// The admin endpoint could not be bound.
+    #[error(transparent)]
+    Admin(#[from] podward_api::daemon::admin::BindError),
     /// Metrics could not be registered.
     #[error(transparent)]
     Metrics(#[from] MetricsError),
@@ -50,12 +43,7 @@ pub async fn run(
 ) -> Result<(), RunError> {
     let admin = Admin::new();
     let metrics = Metrics::new(&admin.registry)?;
-    let admin_listener = TcpListener::bind(config.admin_addr)
-        .await
-        .map_err(|source| RunError::Admin {
-            addr: config.admin_addr,
-            source,
-        })?;
+    let admin_listener = podward_api::daemon::admin::bind(config.admin_addr).await?;
     let api_listener = serve_unix(&config.socket, SocketPerms::default()).await?;
     let node_ip = config.node_ip();
     tracing::info!(

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use podward_api::daemon::admin::Admin;
 use podward_api::socket::{SocketError, SocketPerms, activated_listeners, serve_unix};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 
@@ -24,15 +24,9 @@ pub enum ShimError {
     /// A socket could not be served.
     #[error(transparent)]
     Socket(#[from] SocketError),
-    /// The admin endpoint could not bind.
-    #[error("admin endpoint {addr}: {source}")]
-    Admin {
-        /// The address.
-        addr: std::net::SocketAddr,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// The admin endpoint could not be bound.
+    #[error(transparent)]
+    Admin(#[from] podward_api::daemon::admin::BindError),
     /// Metrics registration failed.
     #[error(transparent)]
     Metrics(#[from] MetricsError),
@@ -124,12 +118,7 @@ pub async fn run_with(
         SocketPerms::default(),
     )
     .await?;
-    let admin_listener = TcpListener::bind(config.admin_addr)
-        .await
-        .map_err(|source| ShimError::Admin {
-            addr: config.admin_addr,
-            source,
-        })?;
+    let admin_listener = podward_api::daemon::admin::bind(config.admin_addr).await?;
 
     let observer = observe::spawn(publisher.clone(), metrics.clone());
     let upstream = Upstream::new();

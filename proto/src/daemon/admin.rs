@@ -18,6 +18,24 @@ use hyper_util::server::conn::auto;
 use prometheus::{Encoder, Registry, TextEncoder};
 use tokio::net::TcpListener;
 
+/// The admin address could not be bound.
+#[derive(Debug, thiserror::Error)]
+#[error("admin endpoint {addr}: {source}")]
+pub struct BindError {
+    /// The address.
+    pub addr: std::net::SocketAddr,
+    /// The OS error.
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Binds the admin endpoint's listener (loopback by default), naming the address on failure.
+pub async fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, BindError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| BindError { addr, source })
+}
+
 /// A readiness flag with a reason, shared between the daemon's parts and `/readyz`.
 #[derive(Clone, Debug, Default)]
 pub struct Readiness {
