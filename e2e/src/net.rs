@@ -2,12 +2,29 @@
 
 use std::net::{Ipv4Addr, TcpListener};
 
-/// A loopback TCP port that was free a moment ago.
+/// A loopback TCP port that was free a moment ago, below the ephemeral range (32768+).
 ///
-/// The port is found by binding port 0 and closing the socket again; another process could take
-/// it before the caller binds, which is why tests bind it promptly. Panics only when the loopback
-/// interface cannot bind at all (then no test on this machine can work).
+/// Below the ephemeral range because a port the kernel may hand out as the *source* port of an
+/// outgoing connection (probes, benchmarks, other tests on the machine) can be taken between
+/// this check and the test server's bind — seen once, when a benchmark's connections held a port
+/// a test's httpd then could not bind. Each call moves on, and test processes running at once
+/// start at different places (by pid), so concurrent callers do not collide. Another process
+/// could still take the port before the caller binds, which is why tests bind it promptly.
+/// Falls back to a kernel-chosen port when the whole range is busy; panics only when the
+/// loopback interface cannot bind at all (then no test on this machine can work).
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const FIRST: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = (std::process::id() % 1000) as u16 * 11;
+    for _ in 0..SPAN {
+        let offset = base.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN;
+        let port = FIRST + offset;
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return port;
+        }
+    }
     #[allow(clippy::expect_used)]
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
     #[allow(clippy::expect_used)]

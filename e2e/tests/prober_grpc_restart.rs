@@ -10,6 +10,7 @@ use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use podward_e2e::free_port;
 use serde_json::json;
 use support::*;
 use tokio::time::Instant;
@@ -59,7 +60,7 @@ impl Drop for HealthServer {
 async fn upstream_grpc_scenarios() {
     let env = Env::start().await;
     let e = &env;
-    let port = server_port();
+    let port = free_port();
     let _server = HealthServer::start(port);
     all(vec![
         ("#20 gRPC liveness on a SERVING server never restarts", Box::pin(async move {
@@ -73,7 +74,7 @@ async fn upstream_grpc_scenarios() {
                 .ok_or(format!("probe status {p:?}"))
         })),
         ("#21 gRPC liveness on a wrong port restarts once", Box::pin(async move {
-            let wrong = server_port(); // nothing listens there
+            let wrong = free_port(); // nothing listens there
             let probes = json!({"livenessProbe": {"grpc": {"port": wrong}, "initialDelaySeconds": 60, "timeoutSeconds": 5, "failureThreshold": 1}});
             let pod = e.run("grpc-wrong-port", &script("true"), probes).await;
             restarts_once(&pod, Duration::from_secs(150)).await
@@ -85,7 +86,7 @@ async fn upstream_grpc_scenarios() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_prober_resumes_from_the_shim_and_restarts_no_healthy_container() {
     let mut env = Env::start().await;
-    let port = server_port();
+    let port = free_port();
     // Aggressive liveness (period 1 s, FT 1) on healthy containers: any lost or confused state
     // after the restart would show up as a kill at once.
     let exec = json!({"livenessProbe": {"exec": {"command": ["cat", "/tmp/health"]}, "periodSeconds": 1, "failureThreshold": 1},

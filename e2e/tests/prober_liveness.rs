@@ -9,6 +9,7 @@ mod support;
 
 use std::time::Duration;
 
+use podward_e2e::free_port;
 use serde_json::json;
 use support::*;
 
@@ -38,7 +39,7 @@ async fn upstream_liveness_scenarios() {
             restarts_stay(&pod, 0, NEVER).await
         })),
         ("#5 http /healthz restarts once", Box::pin(async move {
-            let port = server_port();
+            let port = free_port();
             let pod = e.run("http-restart", &http_server(port, Some(10)), http_live("/healthz", port, 15, 1)).await;
             restarts_once(&pod, ONCE).await?;
             let c = e.container(pod.uid(), "app").await.ok_or("no status")?;
@@ -48,20 +49,20 @@ async fn upstream_liveness_scenarios() {
                 .ok_or_else(|| format!("kill record: {kill:?}, kills {}", c.kills))
         })),
         ("#6 tcp on an open port never restarts", Box::pin(async move {
-            let port = server_port();
+            let port = free_port();
             let probe = json!({"livenessProbe": {"tcpSocket": {"port": port}, "initialDelaySeconds": 15, "failureThreshold": 1}});
             let pod = e.run("tcp-never", &http_server(port, Some(10)), probe).await;
             restarts_stay(&pod, 0, NEVER).await
         })),
         ("#7 restart count increases monotonically over 5 restarts", Box::pin(async move {
-            let port = server_port();
+            let port = free_port();
             let pod = e.run("monotonic", &http_server(port, Some(10)), http_live("/healthz", port, 5, 1)).await;
             pod.wait_restart_count("app", 5, Duration::from_secs(300)).await.map_err(|e| e.to_string())?;
             let seen = pod.restart_counts_seen("app");
             seen.windows(2).all(|w| w[1] >= w[0]).then_some(()).ok_or(format!("not monotonic: {seen:?}"))
         })),
         ("#8 http / on a healthy server never restarts", Box::pin(async move {
-            let port = server_port();
+            let port = free_port();
             let probe = json!({"livenessProbe": {"httpGet": {"path": "/", "port": port}, "initialDelaySeconds": 15, "timeoutSeconds": 5, "failureThreshold": 5}});
             let pod = e.run("http-never", &http_server(port, None), probe).await;
             restarts_stay(&pod, 0, NEVER).await
@@ -78,12 +79,12 @@ async fn upstream_liveness_scenarios() {
             restarts_once(&pod, ONCE).await
         })),
         ("#12 local redirect is followed and restarts once", Box::pin(async move {
-            let port = server_port();
+            let port = free_port();
             let pod = e.run("redirect-local", &http_server(port, Some(10)), http_live("/cgi-bin/redirect?loc=/healthz", port, 15, 1)).await;
             restarts_once(&pod, ONCE).await
         })),
         ("#13 non-local redirect is a warning, never a restart", Box::pin(async move {
-            let port = server_port();
+            let port = free_port();
             let pod = e.run("redirect-remote", &http_server(port, Some(10)), http_live("/cgi-bin/redirect?loc=http://0.0.0.0/", port, 15, 1)).await;
             restarts_stay(&pod, 0, NEVER).await?;
             let c = e.container(pod.uid(), "app").await.ok_or("no status")?;

@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use podward_api::prober::v1 as api;
-use podward_e2e::PodSpec;
+use podward_e2e::{PodSpec, free_port};
 use serde_json::json;
 use support::*;
 use tokio::time::Instant;
@@ -150,7 +150,7 @@ async fn upstream_startup_and_readiness_scenarios() {
     let e = &env;
     all(vec![
         ("#1 readiness never ready before initialDelay, no restart", Box::pin(async move {
-            let port = server_port();
+            let port = free_port();
             let probes = json!({"readinessProbe": {"httpGet": {"path": "/", "port": port}, "initialDelaySeconds": 15}});
             let pod = e.run("ready-delay", &http_server(port, None), probes).await;
             wait_for("ready-delay ready", Duration::from_secs(60), || async {
@@ -166,7 +166,7 @@ async fn upstream_startup_and_readiness_scenarios() {
             (pod.restart_count("app") == 0).then_some(()).ok_or("restarted".into())
         })),
         ("#2 failing readiness never ready, no restart", Box::pin(async move {
-            let port = server_port(); // nothing listens there
+            let port = free_port(); // nothing listens there
             let probes = json!({"readinessProbe": {"httpGet": {"path": "/", "port": port}, "initialDelaySeconds": 15}});
             let pod = e.run("ready-fail", &script("true"), probes).await;
             never_ready(e, &pod, NEVER).await
@@ -213,7 +213,7 @@ async fn upstream_startup_and_readiness_scenarios() {
             (ready_in <= Duration::from_secs(25)).then_some(()).ok_or(format!("ready {ready_in:?} after startup"))
         })),
         ("#18 probe-level terminationGracePeriodSeconds on liveness", Box::pin(async move {
-            let port = server_port();
+            let port = free_port();
             let body = http_server(port, Some(10)).replacen("trap 'exit 0' TERM", "trap '' TERM", 1);
             let probes = json!({"livenessProbe": {"httpGet": {"path": "/healthz", "port": port}, "initialDelaySeconds": 10, "failureThreshold": 1, "terminationGracePeriodSeconds": 5}});
             grace_override(e, "grace-liveness", body, probes).await

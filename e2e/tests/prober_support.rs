@@ -150,23 +150,6 @@ async fn spawn_prober(node: &TestNode, socket: &std::path::Path, admin: SocketAd
     d
 }
 
-/// A loopback port for a test server, below the ephemeral range (32768+) so no outgoing
-/// connection on the machine (probes, benchmarks, other tests) can be holding it; checked free.
-pub(crate) fn server_port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    // Each call moves on, so concurrent scenarios never get the same port; test binaries
-    // running at once start at different places.
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let base = (std::process::id() % 1000) as u16 * 11;
-    for _ in 0..12_000 {
-        let port = 20_000 + (base + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    free_port()
-}
-
 /// A shell script that exits promptly on SIGTERM (like the upstream agnhost servers), runs
 /// `body` and then sleeps.
 pub(crate) fn script(body: &str) -> String {
