@@ -52,6 +52,7 @@ async fn upstream_liveness_scenarios() {
             let port = free_port();
             let probe = json!({"livenessProbe": {"tcpSocket": {"port": port}, "initialDelaySeconds": 15, "failureThreshold": 1}});
             let pod = e.run("tcp-never", &http_server(port, Some(10)), probe).await;
+            wait_listening(port, Duration::from_secs(10)).await?;
             restarts_stay(&pod, 0, NEVER).await
         })),
         ("#7 restart count increases monotonically over 5 restarts", Box::pin(async move {
@@ -86,6 +87,7 @@ async fn upstream_liveness_scenarios() {
         ("#13 non-local redirect is a warning, never a restart", Box::pin(async move {
             let port = free_port();
             let pod = e.run("redirect-remote", &http_server(port, Some(10)), http_live("/cgi-bin/redirect?loc=http://0.0.0.0/", port, 15, 1)).await;
+            wait_listening(port, Duration::from_secs(10)).await?;
             restarts_stay(&pod, 0, NEVER).await?;
             let c = e.container(pod.uid(), "app").await.ok_or("no status")?;
             let out = c.probes.first().map(|p| p.last_output.clone()).unwrap_or_default();

@@ -169,6 +169,27 @@ pub(crate) fn http_server(port: u16, fail_after_s: Option<u32>) -> String {
     ))
 }
 
+/// Waits until something accepts TCP connections on 127.0.0.1:`port`: a scenario whose probe
+/// must never fail checks that its server came up well before the probe's initial delay, so a
+/// slow test server cannot pass for a prober bug.
+pub(crate) async fn wait_listening(port: u16, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "test server on port {port} not listening after {timeout:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Polls `f` every 100 ms until true; panics with `what` after `timeout`.
 pub(crate) async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut f: F)
 where
