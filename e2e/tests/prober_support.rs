@@ -159,13 +159,15 @@ pub(crate) fn script(body: &str) -> String {
 /// busybox httpd on 127.0.0.1:`port` serving `/healthz` (deleted after `fail_after_s` seconds,
 /// so it turns 404) and a CGI `/redirect?loc=<url>` answering 302 to `<url>`.
 pub(crate) fn http_server(port: u16, fail_after_s: Option<u32>) -> String {
+    // `;` before the background job, not `&&`: `a && b & c` backgrounds the whole chain, and
+    // httpd then raced the mkdir of its own document root (a flake seen under load).
     let fail = fail_after_s
         .map(|s| format!("(sleep {s}; rm -f /www/healthz) &"))
         .unwrap_or_default();
     script(&format!(
         "mkdir -p /www/cgi-bin && echo ok > /www/healthz && echo ok > /www/index.html && \
          printf '#!/bin/sh\\nprintf \"HTTP/1.1 302 Found\\\\r\\\\nLocation: %%s\\\\r\\\\nContent-Length: 0\\\\r\\\\n\\\\r\\\\n\" \"${{QUERY_STRING#loc=}}\"\\n' > /www/cgi-bin/redirect && \
-         chmod +x /www/cgi-bin/redirect && {fail} httpd -p 127.0.0.1:{port} -h /www"
+         chmod +x /www/cgi-bin/redirect; {fail} httpd -p 127.0.0.1:{port} -h /www"
     ))
 }
 
