@@ -2,7 +2,7 @@
 //! `--local`) and print it for an operator, as a table or as JSON.
 
 use podward_api::housekeeper::v1::housekeeper_client::HousekeeperClient;
-use podward_api::housekeeper::v1::{Plan, PlanRequest};
+use podward_api::housekeeper::v1::{ActionKind, FindingKind, Outcome, Plan, PlanRequest};
 
 use crate::config::Config;
 use crate::reconcile::Mode;
@@ -49,10 +49,48 @@ pub async fn plan_command(config: &Config, json: bool, local: bool) -> Result<St
             .unwrap_or_default()
     };
     if json {
-        Ok(serde_json::to_string_pretty(&plan)? + "\n")
+        Ok(serde_json::to_string_pretty(&plan_json(&plan)?)? + "\n")
     } else {
         Ok(render_table(&plan))
     }
+}
+
+/// The plan as JSON for an operator's tools: enum fields by their proto names
+/// (`"REMOVE_CGROUP"`, `"DONE"`, `"BLOCKED"`), not the wire numbers serde derives on prost types.
+fn plan_json(plan: &Plan) -> Result<serde_json::Value, serde_json::Error> {
+    let mut v = serde_json::to_value(plan)?;
+    let rename =
+        |item: &mut serde_json::Value, field: &str, name: &dyn Fn(i32) -> Option<&'static str>| {
+            if let Some(s) = item
+                .get(field)
+                .and_then(serde_json::Value::as_i64)
+                .and_then(|n| i32::try_from(n).ok())
+                .and_then(name)
+            {
+                item[field] = serde_json::Value::from(s);
+            }
+        };
+    let kind = |n| ActionKind::try_from(n).ok().map(|k| k.as_str_name());
+    let outcome = |n| Outcome::try_from(n).ok().map(|o| o.as_str_name());
+    let finding = |n| FindingKind::try_from(n).ok().map(|k| k.as_str_name());
+    if let Some(actions) = v
+        .get_mut("actions")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        for a in actions {
+            rename(a, "kind", &kind);
+            rename(a, "outcome", &outcome);
+        }
+    }
+    if let Some(findings) = v
+        .get_mut("findings")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        for f in findings {
+            rename(f, "kind", &finding);
+        }
+    }
+    Ok(v)
 }
 
 fn table(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -205,5 +243,32 @@ mod tests {
                 .any(|l| l.starts_with("WAITING") && l.contains("u2")),
             "{t}"
         );
+    }
+}
+
+#[cfg(test)]
+mod json_tests {
+    use podward_api::housekeeper::v1::{Action, Finding};
+
+    use super::*;
+
+    #[test]
+    fn plan_json_names_enums() {
+        let plan = Plan {
+            actions: vec![Action {
+                kind: ActionKind::RemoveCgroup as i32,
+                outcome: Outcome::Planned as i32,
+                ..Default::default()
+            }],
+            findings: vec![Finding {
+                kind: FindingKind::Blocked as i32,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let v = plan_json(&plan).expect("json");
+        assert_eq!(v["actions"][0]["kind"], "REMOVE_CGROUP");
+        assert_eq!(v["actions"][0]["outcome"], "PLANNED");
+        assert_eq!(v["findings"][0]["kind"], "BLOCKED");
     }
 }
