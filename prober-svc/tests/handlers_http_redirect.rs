@@ -4,39 +4,8 @@ mod handlers_support;
 
 use std::sync::atomic::Ordering;
 
-use handlers_support::{RawServer, prober, response, spec, target};
-use podward_prober::probe::{ProbeResult, ProbeVerdict};
-use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
-
-fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> Handler {
-    Handler::HttpGet(HttpGetSpec {
-        scheme: HttpScheme::Http,
-        host: None,
-        path: path.to_owned(),
-        port: PortRef::Number(port.into()),
-        headers: headers
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-    })
-}
-
-async fn run(handler: Handler) -> ProbeVerdict {
-    prober()
-        .probe(ProbeType::Liveness, &spec(handler, 1), &target(&[], &[]))
-        .await
-}
-
-fn result(v: &ProbeVerdict) -> (ProbeResult, &str, bool) {
-    match v {
-        ProbeVerdict::Result {
-            result,
-            output,
-            warning,
-        } => (*result, output.as_str(), *warning),
-        ProbeVerdict::Errored { message } => panic!("unexpected error verdict: {message}"),
-    }
-}
+use handlers_support::{RawServer, get, response, result, run};
+use podward_prober::probe::ProbeResult;
 
 // --- H2: redirects ---
 

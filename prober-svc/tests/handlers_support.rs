@@ -10,13 +10,47 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use podward_prober::probe::{
-    ExecError, ExecOutput, ExecRunner, ProbeTarget, Prober, ProberOptions,
+    ExecError, ExecOutput, ExecRunner, ProbeResult, ProbeTarget, ProbeVerdict, Prober,
+    ProberOptions,
 };
-use podward_prober::spec::{Handler, ProbeSpec};
+use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeSpec, ProbeType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 pub const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// An HTTP GET handler on 127.0.0.1:`port` with `headers`.
+pub fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> Handler {
+    Handler::HttpGet(HttpGetSpec {
+        scheme: HttpScheme::Http,
+        host: None,
+        path: path.to_owned(),
+        port: PortRef::Number(port.into()),
+        headers: headers
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    })
+}
+
+/// Runs `handler` once as a liveness probe with a 1 s timeout against 127.0.0.1.
+pub async fn run(handler: Handler) -> ProbeVerdict {
+    prober()
+        .probe(ProbeType::Liveness, &spec(handler, 1), &target(&[], &[]))
+        .await
+}
+
+/// (result, output, warning) of a verdict; panics on an errored one.
+pub fn result(v: &ProbeVerdict) -> (ProbeResult, &str, bool) {
+    match v {
+        ProbeVerdict::Result {
+            result,
+            output,
+            warning,
+        } => (*result, output.as_str(), *warning),
+        ProbeVerdict::Errored { message } => panic!("unexpected error verdict: {message}"),
+    }
+}
 
 /// A probe spec with kubelet defaults and the given handler and timeout.
 pub fn spec(handler: Handler, timeout_secs: u64) -> ProbeSpec {
