@@ -172,40 +172,15 @@ mod tests {
 
 #[cfg(test)]
 mod service_tests {
-    use std::net::IpAddr;
     use std::sync::Arc;
 
     use futures::StreamExt;
-    use futures::future::BoxFuture;
 
     use super::*;
     use crate::clock::Clock;
-    use crate::kill::Killer;
     use crate::metrics::Metrics;
-    use crate::model::ContainerInfo;
-    use crate::probe::ProbeVerdict;
-    use crate::runner::ProbeRunner;
-    use crate::spec::{ProbeSpec, ProbeType};
 
-    struct Never;
-
-    impl ProbeRunner for Never {
-        fn run<'a>(
-            &'a self,
-            _: ProbeType,
-            _: &'a ProbeSpec,
-            _: IpAddr,
-            _: &'a ContainerInfo,
-        ) -> BoxFuture<'a, ProbeVerdict> {
-            Box::pin(std::future::pending())
-        }
-    }
-
-    impl Killer for Never {
-        fn stop_container(&self, _: String, _: i64) -> BoxFuture<'_, Result<(), String>> {
-            Box::pin(async { Ok(()) })
-        }
-    }
+    use crate::test_fakes::Never;
 
     #[tokio::test]
     async fn watch_turns_a_lag_into_one_resync_event_and_filters_by_pod() {

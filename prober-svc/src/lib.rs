@@ -22,6 +22,9 @@ pub mod runner;
 pub mod source;
 pub mod worker;
 
+#[cfg(test)]
+mod test_fakes;
+
 pub mod dialer;
 pub mod exec_probe;
 pub mod grpc_probe;

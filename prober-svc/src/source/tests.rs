@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use podward_api::labels;
 use podward_api::shim::v1 as shim;
 
@@ -13,33 +12,10 @@ use super::apply;
 use super::index::NodeIndex;
 use crate::api::Hub;
 use crate::clock::Clock;
-use crate::kill::Killer;
 use crate::manager::Manager;
 use crate::metrics::Metrics;
-use crate::model::ContainerInfo;
-use crate::probe::ProbeVerdict;
-use crate::runner::ProbeRunner;
-use crate::spec::{ProbeSpec, ProbeType};
 
-struct Never;
-
-impl ProbeRunner for Never {
-    fn run<'a>(
-        &'a self,
-        _: ProbeType,
-        _: &'a ProbeSpec,
-        _: IpAddr,
-        _: &'a ContainerInfo,
-    ) -> BoxFuture<'a, ProbeVerdict> {
-        Box::pin(std::future::pending())
-    }
-}
-
-impl Killer for Never {
-    fn stop_container(&self, _: String, _: i64) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async { Ok(()) })
-    }
-}
+use crate::test_fakes::Never;
 
 const PROBES: &str = r#"{"app":{"readinessProbe":{"exec":{"command":["true"]}}}}"#;
 
