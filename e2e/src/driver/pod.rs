@@ -243,22 +243,26 @@ impl Pod {
             .into_inner()
             .containers;
         for c in &containers {
-            client
-                .stop_container(StopContainerRequest {
-                    container_id: c.id.clone(),
-                    timeout: self.spec.termination_grace_period_seconds,
-                })
-                .await
-                .map(drop)
-                .or_else(not_found_is_done("StopContainer"))?;
-        }
-        client
-            .stop_pod_sandbox(StopPodSandboxRequest {
-                pod_sandbox_id: self.sandbox_id.clone(),
+            let req = StopContainerRequest {
+                container_id: c.id.clone(),
+                timeout: self.spec.termination_grace_period_seconds,
+            };
+            retry_transient("StopContainer", || {
+                let mut client = client.clone();
+                let req = req.clone();
+                async move { client.stop_container(req).await.map(drop) }
             })
-            .await
-            .map(drop)
-            .or_else(not_found_is_done("StopPodSandbox"))?;
+            .await?;
+        }
+        let req = StopPodSandboxRequest {
+            pod_sandbox_id: self.sandbox_id.clone(),
+        };
+        retry_transient("StopPodSandbox", || {
+            let mut client = client.clone();
+            let req = req.clone();
+            async move { client.stop_pod_sandbox(req).await.map(drop) }
+        })
+        .await?;
         for c in &containers {
             client
                 .remove_container(RemoveContainerRequest {
@@ -277,6 +281,31 @@ impl Pod {
             .or_else(not_found_is_done("RemovePodSandbox"))?;
         Ok(())
     }
+}
+
+/// Runs a stop call as kubelet would across sync loops: NotFound is done, and a transient
+/// containerd error is retried a few times. containerd 1.6 answers `Unknown: ttrpc: closed` when
+/// the container's task exits while the stop is being delivered (seen under load); kubelet simply
+/// tries again on its next sync.
+async fn retry_transient<F, Fut>(call: &'static str, mut attempt: F) -> Result<(), HarnessError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), tonic::Status>>,
+{
+    let mut delay = std::time::Duration::from_millis(50);
+    for _ in 0..5 {
+        match attempt().await {
+            Ok(()) => return Ok(()),
+            Err(s) if s.code() == tonic::Code::NotFound => return Ok(()),
+            Err(s) if matches!(s.code(), tonic::Code::Unknown | tonic::Code::Unavailable) => {
+                tracing::info!(call, status = %s.message(), "transient runtime error; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            Err(status) => return Err(HarnessError::Grpc { call, status }),
+        }
+    }
+    attempt().await.or_else(not_found_is_done(call))
 }
 
 /// Maps a NotFound status to success (the object is already gone), anything else to an error.
