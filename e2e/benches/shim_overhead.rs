@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use podward_api::cri;
 use podward_api::cri::runtime_service_client::RuntimeServiceClient;
-use podward_e2e::{BUSYBOX_IMAGE, TestNode, free_port};
+use podward_e2e::{BUSYBOX_IMAGE, PodSpec, TestNode, free_port};
 use tonic::transport::Channel;
 
 const MIX_ROUNDS: usize = 10;
@@ -118,34 +118,11 @@ fn client(path: &Path) -> RuntimeServiceClient<Channel> {
 }
 
 fn sandbox_config(node: &TestNode, name: &str) -> cri::PodSandboxConfig {
-    let log_dir = node.dir().join("logs").join(name);
-    std::fs::create_dir_all(&log_dir).expect("log dir");
-    let mut labels = HashMap::new();
-    labels.insert("io.kubernetes.pod.name".to_owned(), name.to_owned());
-    labels.insert("io.kubernetes.pod.uid".to_owned(), format!("uid-{name}"));
-    cri::PodSandboxConfig {
-        metadata: Some(cri::PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            namespace: "bench".into(),
-            attempt: 0,
-        }),
-        log_directory: log_dir.to_string_lossy().into_owned(),
-        labels,
-        linux: Some(cri::LinuxPodSandboxConfig {
-            cgroup_parent: node.cgroup_parent().to_owned(),
-            security_context: Some(cri::LinuxSandboxSecurityContext {
-                namespace_options: Some(cri::NamespaceOption {
-                    network: cri::NamespaceMode::Node as i32,
-                    pid: cri::NamespaceMode::Container as i32,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    PodSpec::new(name)
+        .namespace("bench")
+        .uid(&format!("uid-{name}"))
+        .sandbox_config(node)
+        .expect("sandbox config")
 }
 
 /// A sandbox with `n` created (not started) containers, each with `annotation_bytes` of

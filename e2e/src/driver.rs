@@ -73,13 +73,7 @@ impl Driver {
     /// container (attempt 0), then starts the pod's sync loop. On error the sandbox is left to
     /// the node's teardown.
     pub async fn run_pod(&self, node: &TestNode, spec: PodSpec) -> Result<Pod, HarnessError> {
-        let log_dir = cri_config::log_directory(node.dir(), &spec);
-        std::fs::create_dir_all(&log_dir).map_err(HarnessError::io("create", &log_dir))?;
-        let cgroup_parent = spec
-            .cgroup_parent
-            .clone()
-            .unwrap_or_else(|| node.cgroup_parent().to_owned());
-        let config = cri_config::sandbox_config(node.dir(), &cgroup_parent, &spec);
+        let config = spec.sandbox_config(node)?;
         let mut client = self.client.clone();
         let sandbox_id = client
             .run_pod_sandbox(RunPodSandboxRequest {

@@ -9,15 +9,12 @@ mod common;
 use std::time::Duration;
 
 use common::{config, eventually};
-use std::collections::HashMap;
 
 use podward_api::cri::runtime_service_client::RuntimeServiceClient;
 use podward_api::cri::{
-    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, ListPodSandboxRequest, NamespaceMode,
-    NamespaceOption, PodSandboxConfig, PodSandboxMetadata, PodSandboxState, RunPodSandboxRequest,
+    ListPodSandboxRequest, PodSandboxConfig, PodSandboxState, RunPodSandboxRequest,
 };
 use podward_api::housekeeper::v1::{ActionKind, Outcome};
-use podward_api::labels;
 use podward_api::shim::v1::lifecycle_client::LifecycleClient;
 use podward_api::shim::v1::{Delivery, SnapshotRequest};
 use podward_e2e::{ContainerSpec, Driver, PodSpec, RestartPolicy, TestNode};
@@ -29,39 +26,10 @@ const RUN_POD_SANDBOX: &str = "/runtime.v1.RuntimeService/RunPodSandbox";
 
 /// A host-network sandbox config with kubelet's labels, in the node's cgroup parent.
 fn sandbox_config(node: &TestNode, name: &str, uid: &str) -> PodSandboxConfig {
-    let log_directory = node
-        .dir()
-        .join("logs")
-        .join(format!("default_{name}_{uid}"));
-    std::fs::create_dir_all(&log_directory).expect("log dir");
-    PodSandboxConfig {
-        metadata: Some(PodSandboxMetadata {
-            name: name.into(),
-            uid: uid.into(),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        log_directory: log_directory.display().to_string(),
-        labels: HashMap::from([
-            (labels::POD_NAME.to_owned(), name.to_owned()),
-            (labels::POD_NAMESPACE.to_owned(), "default".to_owned()),
-            (labels::POD_UID.to_owned(), uid.to_owned()),
-        ]),
-        linux: Some(LinuxPodSandboxConfig {
-            cgroup_parent: node.cgroup_parent().to_owned(),
-            security_context: Some(LinuxSandboxSecurityContext {
-                namespace_options: Some(NamespaceOption {
-                    network: NamespaceMode::Node as i32,
-                    pid: NamespaceMode::Container as i32,
-                    ipc: NamespaceMode::Pod as i32,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    PodSpec::new(name)
+        .uid(uid)
+        .sandbox_config(node)
+        .expect("sandbox config")
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use std::time::Duration;
 use podward_api::cri;
 use podward_api::cri::image_service_client::ImageServiceClient;
 use podward_api::cri::runtime_service_client::RuntimeServiceClient;
-use podward_e2e::{BUSYBOX_IMAGE, TestNode};
+use podward_e2e::{BUSYBOX_IMAGE, PodSpec, TestNode};
 use support::{InProcShim, mask_ids};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
@@ -38,43 +38,13 @@ fn sorted<V: Debug>(m: &HashMap<String, V>) -> String {
 }
 
 fn sandbox_config(node: &TestNode) -> cri::PodSandboxConfig {
-    let mut labels = HashMap::new();
-    labels.insert("io.kubernetes.pod.name".to_owned(), "conf".to_owned());
-    labels.insert(
-        "io.kubernetes.pod.namespace".to_owned(),
-        "conformance".to_owned(),
-    );
-    labels.insert("io.kubernetes.pod.uid".to_owned(), "uid-conf".to_owned());
-    labels.insert("suite".to_owned(), "cri".to_owned());
-    let mut annotations = HashMap::new();
-    annotations.insert("podward.io/probes".to_owned(), "{}".to_owned());
-    let log_dir = node.dir().join("logs/conf");
-    std::fs::create_dir_all(&log_dir).expect("log dir");
-    cri::PodSandboxConfig {
-        metadata: Some(cri::PodSandboxMetadata {
-            name: "conf".into(),
-            uid: "uid-conf".into(),
-            namespace: "conformance".into(),
-            attempt: 0,
-        }),
-        log_directory: log_dir.to_string_lossy().into_owned(),
-        labels,
-        annotations,
-        linux: Some(cri::LinuxPodSandboxConfig {
-            cgroup_parent: node.cgroup_parent().to_owned(),
-            security_context: Some(cri::LinuxSandboxSecurityContext {
-                namespace_options: Some(cri::NamespaceOption {
-                    network: cri::NamespaceMode::Node as i32,
-                    pid: cri::NamespaceMode::Container as i32,
-                    ipc: cri::NamespaceMode::Pod as i32,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    PodSpec::new("conf")
+        .namespace("conformance")
+        .uid("uid-conf")
+        .label("suite", "cri")
+        .annotation("podward.io/probes", "{}")
+        .sandbox_config(node)
+        .expect("sandbox config")
 }
 
 fn container_config() -> cri::ContainerConfig {

@@ -5,52 +5,21 @@
 #[path = "shim_support.rs"]
 mod support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use podward_api::cri;
 use podward_api::shim::v1::{Delivery, SandboxEventKind, WatchRequest, watch_event};
-use podward_e2e::TestNode;
+use podward_e2e::{PodSpec, TestNode};
 use support::{InProcShim, lifecycle, snapshot};
 
 fn sandbox_request(node: &TestNode, name: &str) -> cri::RunPodSandboxRequest {
-    let mut labels = HashMap::new();
-    labels.insert("io.kubernetes.pod.name".to_owned(), name.to_owned());
-    labels.insert("io.kubernetes.pod.uid".to_owned(), format!("uid-{name}"));
-    labels.insert(
-        "io.kubernetes.pod.namespace".to_owned(),
-        "default".to_owned(),
-    );
     cri::RunPodSandboxRequest {
-        config: Some(cri::PodSandboxConfig {
-            metadata: Some(cri::PodSandboxMetadata {
-                name: name.to_owned(),
-                uid: format!("uid-{name}"),
-                namespace: "default".to_owned(),
-                attempt: 0,
-            }),
-            log_directory: node
-                .dir()
-                .join("logs")
-                .join(name)
-                .to_string_lossy()
-                .into_owned(),
-            labels,
-            linux: Some(cri::LinuxPodSandboxConfig {
-                cgroup_parent: node.cgroup_parent().to_owned(),
-                security_context: Some(cri::LinuxSandboxSecurityContext {
-                    namespace_options: Some(cri::NamespaceOption {
-                        network: cri::NamespaceMode::Node as i32,
-                        pid: cri::NamespaceMode::Container as i32,
-                        ipc: cri::NamespaceMode::Pod as i32,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
+        config: Some(
+            PodSpec::new(name)
+                .uid(&format!("uid-{name}"))
+                .sandbox_config(node)
+                .expect("sandbox config"),
+        ),
         runtime_handler: String::new(),
     }
 }

@@ -13,9 +13,26 @@ use podward_api::labels;
 use serde_json::json;
 
 use super::spec::{ContainerSpec, PodSpec};
+use crate::{HarnessError, TestNode};
+
+impl PodSpec {
+    /// The `RunPodSandbox` config kubelet would send for this pod on `node` (its cgroup parent
+    /// unless the spec overrides it), with the log directory created. [`crate::Driver::run_pod`]
+    /// uses it; tests that drive CRI calls by hand use it too, so every sandbox in the suite is
+    /// kubelet-shaped in one place.
+    pub fn sandbox_config(&self, node: &TestNode) -> Result<PodSandboxConfig, HarnessError> {
+        let log_dir = log_directory(node.dir(), self);
+        std::fs::create_dir_all(&log_dir).map_err(HarnessError::io("create", &log_dir))?;
+        let cgroup_parent = self
+            .cgroup_parent
+            .clone()
+            .unwrap_or_else(|| node.cgroup_parent().to_owned());
+        Ok(sandbox_config(node.dir(), &cgroup_parent, self))
+    }
+}
 
 /// Where kubelet would put the pod's logs: `<node dir>/logs/<ns>_<name>_<uid>`.
-pub(crate) fn log_directory(node_dir: &Path, spec: &PodSpec) -> std::path::PathBuf {
+fn log_directory(node_dir: &Path, spec: &PodSpec) -> std::path::PathBuf {
     node_dir
         .join("logs")
         .join(format!("{}_{}_{}", spec.namespace, spec.name, spec.uid))
@@ -50,11 +67,7 @@ fn pod_labels(spec: &PodSpec) -> HashMap<String, String> {
 }
 
 /// `RunPodSandbox`'s config.
-pub(crate) fn sandbox_config(
-    node_dir: &Path,
-    cgroup_parent: &str,
-    spec: &PodSpec,
-) -> PodSandboxConfig {
+fn sandbox_config(node_dir: &Path, cgroup_parent: &str, spec: &PodSpec) -> PodSandboxConfig {
     PodSandboxConfig {
         metadata: Some(PodSandboxMetadata {
             name: spec.name.clone(),
