@@ -3,11 +3,12 @@
 //! `cargo bench -p podward-e2e --bench prober_scale -- [--containers N] [--period S]
 //! [--window S] [--mix slr|lr] [--exec-runs N]`
 //!
-//! The prober's manager, workers and real probe handlers run in this process, fed by a fake
-//! shim Lifecycle server (tonic, unix socket) with a synthetic snapshot; the HTTP/TCP targets
-//! run in a child process (this binary re-executed) so CPU and RSS below are the prober's own.
-//! Reports probes/s, CPU cores, RSS, scheduling lateness p50/p99 and false failures; then exec
-//! overhead (prober exec probe vs direct ExecSync) on a real containerd.
+//! The prober's manager, workers and real probe handlers run in this process; the HTTP/TCP
+//! targets and a fake shim Lifecycle server (tonic, unix socket) with a synthetic snapshot run in
+//! a child process (this binary re-executed) so CPU and RSS below are the prober's own.
+//! Reports probes/s, CPU cores, RSS (now and peak, after one full `/metrics` render), scheduling
+//! lateness p50/p99 and false failures; then exec overhead (prober exec probe vs direct ExecSync)
+//! on a real containerd.
 
 #[path = "prober_scale/exec.rs"]
 mod exec;
@@ -38,6 +39,7 @@ mod futures_free {
 }
 
 const ROLE: &str = "PODWARD_BENCH_ROLE";
+const SHIM_SOCKET: &str = "PODWARD_BENCH_SHIM_SOCKET";
 
 struct Opts {
     containers: usize,
@@ -110,52 +112,54 @@ fn status_kib(key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn probe_totals(reg: &prometheus::Registry) -> (f64, f64) {
-    let (mut ok, mut failed) = (0.0, 0.0);
-    for fam in reg.gather() {
-        if fam.name() != "prober_probe_total" {
-            continue;
-        }
-        for m in fam.get_metric() {
-            let result = m
-                .get_label()
-                .iter()
-                .find(|l| l.name() == "result")
-                .map(|l| l.value().to_owned());
-            match result.as_deref() {
-                Some("successful") => ok += m.get_counter().get_value(),
-                Some("failed") => failed += m.get_counter().get_value(),
-                _ => {}
-            }
-        }
+/// Renders `/metrics` as the admin endpoint does (registry text, then the streamed series in
+/// chunks, each dropped once "sent"); returns the bytes and the time it took.
+fn render_metrics(registry: &prometheus::Registry, metrics: &Metrics) -> (usize, Duration) {
+    use podward_api::daemon::admin::TextMetrics;
+    use prometheus::Encoder;
+    let t = Instant::now();
+    let mut head = Vec::new();
+    let _ = prometheus::TextEncoder::new().encode(&registry.gather(), &mut head);
+    let mut bytes = head.len();
+    let mut pos = Some(0);
+    while let Some(p) = pos {
+        let mut chunk = String::new();
+        pos = metrics.series().render(p, &mut chunk);
+        bytes += chunk.len();
     }
-    (ok, failed)
+    (bytes, t.elapsed())
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    if std::env::var(ROLE).as_deref() == Ok("server") {
-        return Ok(servers::serve(20, 10)?);
-    }
     let o = opts();
-    // The targets: a child process, so its CPU is not counted as the prober's.
+    if std::env::var(ROLE).as_deref() == Ok("server") {
+        let sock = std::path::PathBuf::from(std::env::var(SHIM_SOCKET)?);
+        return servers::serve(20, 10, |targets| async move {
+            let now = Clock::system().now_ns();
+            let snap = lifecycle::snapshot(o.containers, o.period, o.mix, &targets, now);
+            lifecycle::serve(&sock, snap).await
+        });
+    }
+    // The targets and the fake shim: a child process, so their CPU and memory are not counted
+    // as the prober's.
+    let dir = tempfile::tempdir()?;
+    let shim_sock = dir.path().join("shim.sock");
     let mut child = Command::new(std::env::current_exe()?)
+        .args(std::env::args().skip(1))
         .env(ROLE, "server")
+        .env(SHIM_SOCKET, &shim_sock)
         .stdout(Stdio::piped())
         .spawn()?;
-    let mut lines = Vec::new();
     let stdout = child.stdout.take().ok_or("child stdout")?;
     for l in std::io::BufReader::new(stdout).lines() {
-        let l = l?;
-        if l == "ready" {
+        if l? == "ready" {
             break;
         }
-        lines.push(l);
     }
-    let targets = servers::parse(&lines);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let res = rt.block_on(scale(&o, &targets));
+    let res = rt.block_on(scale(&o, &shim_sock));
     let _ = child.kill();
     let _ = child.wait();
     res?;
@@ -174,13 +178,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-async fn scale(o: &Opts, targets: &[servers::Target]) -> Result<(), Box<dyn std::error::Error>> {
+async fn scale(o: &Opts, shim_sock: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    let shim_sock = dir.path().join("shim.sock");
     let clock = Clock::system();
-    let snap = lifecycle::snapshot(o.containers, o.period, o.mix, targets, clock.now_ns());
-    lifecycle::serve(&shim_sock, snap).await?;
-
     let registry = prometheus::Registry::new();
     let metrics = Metrics::new(&registry)?;
     // No exec probes here: the CRI channel points at nothing.
@@ -203,7 +203,7 @@ async fn scale(o: &Opts, targets: &[servers::Target]) -> Result<(), Box<dyn std:
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let source = tokio::spawn(follow(
         SourceConfig {
-            shim_socket: shim_sock.clone(),
+            shim_socket: shim_sock.to_owned(),
             containerd: nowhere,
             node_ip: "127.0.0.1".parse()?,
             poll_interval: Duration::from_secs(3600),
@@ -235,7 +235,7 @@ async fn scale(o: &Opts, targets: &[servers::Target]) -> Result<(), Box<dyn std:
     // Warm-up: past the start-up jitter (one period) and the startup probes' success.
     tokio::time::sleep(Duration::from_secs(u64::from(o.period) * 3 + 2)).await;
 
-    let (ok0, failed0) = probe_totals(&registry);
+    let (ok0, failed0) = metrics.series().totals();
     let late0 = metrics.fine_lateness().counts();
     let cpu0 = cpu_seconds();
     let t0 = Instant::now();
@@ -246,7 +246,7 @@ async fn scale(o: &Opts, targets: &[servers::Target]) -> Result<(), Box<dyn std:
     }
     let wall = t0.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
-    let (ok1, failed1) = probe_totals(&registry);
+    let (ok1, failed1) = metrics.series().totals();
     let late: Vec<u64> = metrics
         .fine_lateness()
         .counts()
@@ -259,9 +259,10 @@ async fn scale(o: &Opts, targets: &[servers::Target]) -> Result<(), Box<dyn std:
             .map(|d| d.as_secs_f64() * 1e3)
             .unwrap_or(f64::NAN)
     };
-    let probes = (ok1 - ok0) + (failed1 - failed0);
+    let probes = ((ok1 - ok0) + (failed1 - failed0)) as f64;
+    let scrape = render_metrics(&registry, &metrics);
     println!(
-        "containers {} mix {:?} period {} s window {:.1} s: workers {want}, probes/s {:.0} (expected {:.0}), CPU {:.2} cores, RSS {} MiB (max {} MiB, before workers {} MiB), lateness p50 {:.1} ms p99 {:.1} ms, failed probes {}, kills {}",
+        "containers {} mix {:?} period {} s window {:.1} s: workers {want}, probes/s {:.0} (expected {:.0}), CPU {:.2} cores, RSS {} MiB (max {} MiB, before workers {} MiB, peak after a scrape {} MiB; scrape {:.1} MB in {:.0} ms), lateness p50 {:.1} ms p99 {:.1} ms, failed probes {}, kills {}",
         o.containers,
         o.mix,
         o.period,
@@ -272,6 +273,9 @@ async fn scale(o: &Opts, targets: &[servers::Target]) -> Result<(), Box<dyn std:
         status_kib("VmRSS:") / 1024,
         rss_max / 1024,
         rss0 / 1024,
+        status_kib("VmHWM:") / 1024,
+        scrape.0 as f64 / 1e6,
+        scrape.1.as_secs_f64() * 1e3,
         p(0.5),
         p(0.99),
         failed1 - failed0,

@@ -46,7 +46,15 @@ async fn upstream_liveness_scenarios() {
             let kill = c.last_kill.ok_or("no kill in Status")?;
             (kill.output.contains("statuscode: 404") && c.kills == 1)
                 .then_some(())
-                .ok_or_else(|| format!("kill record: {kill:?}, kills {}", c.kills))
+                .ok_or_else(|| format!("kill record: {kill:?}, kills {}", c.kills))?;
+            // The same story in kubelet's metric names, as a scrape shows it.
+            let text = scrape(e.prober_admin).await?;
+            let pod_label = "pod=\"http-restart\"";
+            let failed = sample(&text, &["prober_probe_total{", pod_label, "probe_type=\"Liveness\"", "result=\"failed\""]);
+            let kills = sample(&text, &["podward_prober_kills_total{", pod_label]);
+            (failed >= Some(1.0) && kills >= Some(1.0))
+                .then_some(())
+                .ok_or_else(|| format!("metrics: failed {failed:?} kills {kills:?}"))
         })),
         ("#6 tcp on an open port never restarts", Box::pin(async move {
             let port = free_port();
@@ -66,7 +74,15 @@ async fn upstream_liveness_scenarios() {
             let port = free_port();
             let probe = json!({"livenessProbe": {"httpGet": {"path": "/", "port": port}, "initialDelaySeconds": 15, "timeoutSeconds": 5, "failureThreshold": 5}});
             let pod = e.run("http-never", &http_server(port, None), probe).await;
-            restarts_stay(&pod, 0, NEVER).await
+            restarts_stay(&pod, 0, NEVER).await?;
+            let text = scrape(e.prober_admin).await?;
+            let pod_label = "pod=\"http-never\"";
+            let ok = sample(&text, &["prober_probe_total{", pod_label, "result=\"successful\""]);
+            let took = sample(&text, &["prober_probe_duration_seconds_count{", pod_label, "probe_type=\"Liveness\""]);
+            let failed = sample(&text, &["prober_probe_total{", pod_label, "result=\"failed\""]);
+            (ok >= Some(1.0) && took >= Some(1.0) && failed.is_none())
+                .then_some(())
+                .ok_or_else(|| format!("metrics: successful {ok:?} durations {took:?} failed {failed:?}"))
         })),
         ("#9 exec timeout restarts", Box::pin(async move {
             let pod = e.run("exec-timeout", &script("true"), exec_live(&["/bin/sh", "-c", "sleep 10"], 15, 1)).await;

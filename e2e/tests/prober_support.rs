@@ -287,3 +287,28 @@ pub(crate) async fn restarts_once(pod: &Pod, timeout: Duration) -> Result<(), St
     }
     Ok(())
 }
+
+/// `GET /metrics` of a daemon's admin endpoint, as text.
+pub(crate) async fn scrape(admin: SocketAddr) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(admin)
+        .await
+        .map_err(|e| format!("connect {admin}: {e}"))?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf))
+        .await
+        .map_err(|_| "scrape timed out".to_owned())?
+        .map_err(|e| e.to_string())?;
+    String::from_utf8(buf).map_err(|e| e.to_string())
+}
+
+/// The value of the first sample line of `text` that contains every one of `parts`.
+pub(crate) fn sample(text: &str, parts: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| parts.iter().all(|p| l.contains(p)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}

@@ -1,20 +1,23 @@
 //! Prometheus metrics, with kubelet's names and labels for the probe series so existing
 //! dashboards keep working, plus podward's own (`podward_prober_*`).
 //!
-//! Each worker resolves its label sets once (as kubelet caches its label maps) so a probe costs a
-//! few atomic adds, not a hash lookup with six strings; a pod's series go when its workers go.
+//! The per-worker probe series live in [`series`] (compact, streamed as text); the node-wide
+//! ones are ordinary `prometheus` metrics.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use prometheus::{
-    Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntGaugeVec,
-    Opts, Registry,
+    CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, IntGaugeVec, Opts, Registry,
 };
 
 use crate::spec::ProbeType;
 use crate::worker::type_name;
+
+pub mod series;
+
+pub use series::{SeriesHandle as WorkerMetrics, SeriesSet};
 
 /// Errors registering metrics (a duplicate name: a programming error, reported at start-up).
 #[derive(Debug, thiserror::Error)]
@@ -24,8 +27,7 @@ pub struct MetricsError(#[from] prometheus::Error);
 /// Every metric of the prober.
 #[derive(Clone)]
 pub struct Metrics {
-    probe_total: CounterVec,
-    probe_duration: HistogramVec,
+    series: Arc<SeriesSet>,
     lateness: Histogram,
     fine_lateness: Arc<FineHistogram>,
     /// Workers running, by probe type.
@@ -38,73 +40,10 @@ pub struct Metrics {
     pub source_connected: GaugeVec,
 }
 
-/// A worker's series, resolved on first use and kept: a probe then costs a few atomic adds.
-/// Like kubelet's, a series appears with its first sample (a worker that never fails has no
-/// `failed` series), which also keeps idle workers small.
-pub struct WorkerMetrics {
-    vecs: Metrics,
-    labels: [String; 5],
-    success: OnceLock<Counter>,
-    failed: OnceLock<Counter>,
-    duration: OnceLock<Histogram>,
-}
-
-impl WorkerMetrics {
-    fn label_refs(&self) -> [&str; 5] {
-        let [ty, c, p, ns, uid] = &self.labels;
-        [ty, c, p, ns, uid]
-    }
-
-    /// Counts a successful probe that took `took` (`prober_probe_total{result="successful"}`
-    /// and `prober_probe_duration_seconds`, observed for successful probes as kubelet does).
-    pub fn success(&self, took: Duration) {
-        let [ty, c, p, ns, uid] = self.label_refs();
-        self.success
-            .get_or_init(|| {
-                self.vecs
-                    .probe_total
-                    .with_label_values(&[ty, "successful", c, p, ns, uid])
-            })
-            .inc();
-        self.duration
-            .get_or_init(|| self.vecs.probe_duration.with_label_values(&[ty, c, p, ns]))
-            .observe(took.as_secs_f64());
-    }
-
-    /// Counts a failed probe (`prober_probe_total{result="failed"}`).
-    pub fn failed(&self) {
-        let [ty, c, p, ns, uid] = self.label_refs();
-        self.failed
-            .get_or_init(|| {
-                self.vecs
-                    .probe_total
-                    .with_label_values(&[ty, "failed", c, p, ns, uid])
-            })
-            .inc();
-    }
-
-    /// Deletes this worker's series (called when it exits).
-    pub fn remove(&self) {
-        let [ty, container, pod, ns, uid] = self.label_refs();
-        for result in ["successful", "failed", "unknown"] {
-            let _ = self
-                .vecs
-                .probe_total
-                .remove_label_values(&[ty, result, container, pod, ns, uid]);
-        }
-        let _ = self
-            .vecs
-            .probe_duration
-            .remove_label_values(&[ty, container, pod, ns]);
-    }
-}
-
 impl Metrics {
     /// Creates the metrics and registers them in `registry`.
     pub fn new(registry: &Registry) -> Result<Self, MetricsError> {
         let m = Self::unregistered()?;
-        registry.register(Box::new(m.probe_total.clone()))?;
-        registry.register(Box::new(m.probe_duration.clone()))?;
         registry.register(Box::new(m.lateness.clone()))?;
         registry.register(Box::new(m.workers.clone()))?;
         registry.register(Box::new(m.kills.clone()))?;
@@ -116,27 +55,7 @@ impl Metrics {
     /// Metrics that no registry exports (unit tests).
     pub fn unregistered() -> Result<Self, MetricsError> {
         Ok(Self {
-            probe_total: CounterVec::new(
-                Opts::new(
-                    "prober_probe_total",
-                    "Cumulative number of a liveness, readiness or startup probe for a container by result.",
-                ),
-                &[
-                    "probe_type",
-                    "result",
-                    "container",
-                    "pod",
-                    "namespace",
-                    "pod_uid",
-                ],
-            )?,
-            probe_duration: HistogramVec::new(
-                HistogramOpts::new(
-                    "prober_probe_duration_seconds",
-                    "Duration in seconds for a probe response.",
-                ),
-                &["probe_type", "container", "pod", "namespace"],
-            )?,
+            series: Arc::default(),
             lateness: Histogram::with_opts(
                 HistogramOpts::new(
                     "podward_prober_schedule_lateness_seconds",
@@ -178,7 +97,8 @@ impl Metrics {
         })
     }
 
-    /// A worker's series (created lazily, see [`WorkerMetrics`]).
+    /// A worker's `prober_probe_total` and `prober_probe_duration_seconds` series (each appears
+    /// in `/metrics` with its first sample).
     pub fn worker(
         &self,
         ty: ProbeType,
@@ -187,19 +107,18 @@ impl Metrics {
         ns: &str,
         uid: &str,
     ) -> WorkerMetrics {
-        WorkerMetrics {
-            vecs: self.clone(),
-            labels: [
-                type_name(ty).to_owned(),
-                container.to_owned(),
-                pod.to_owned(),
-                ns.to_owned(),
-                uid.to_owned(),
-            ],
-            success: OnceLock::new(),
-            failed: OnceLock::new(),
-            duration: OnceLock::new(),
-        }
+        self.series.add(series::SeriesLabels {
+            probe_type: type_name(ty),
+            container: container.into(),
+            pod: pod.into(),
+            namespace: ns.into(),
+            pod_uid: uid.into(),
+        })
+    }
+
+    /// The per-worker series, for the admin endpoint to stream and the benchmark to sum.
+    pub fn series(&self) -> &Arc<SeriesSet> {
+        &self.series
     }
 
     /// Records how late a periodic probe started.
@@ -278,45 +197,6 @@ impl FineHistogram {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn series(r: &Registry) -> Vec<String> {
-        let mut out = Vec::new();
-        for f in r.gather() {
-            for m in f.get_metric() {
-                let labels: Vec<String> = m
-                    .get_label()
-                    .iter()
-                    .map(|l| format!("{}={}", l.name(), l.value()))
-                    .collect();
-                out.push(format!("{}{{{}}}", f.name(), labels.join(",")));
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn series_appear_with_their_first_sample_and_go_with_the_worker() {
-        let r = Registry::new();
-        let m = Metrics::new(&r).expect("metrics");
-        let w = m.worker(ProbeType::Readiness, "app", "web", "ns", "uid-1");
-        assert!(
-            series(&r).iter().all(|s| !s.starts_with("prober_probe")),
-            "{:?}",
-            series(&r)
-        );
-        w.success(Duration::from_millis(3));
-        w.failed();
-        let s = series(&r);
-        assert!(s.contains(&"prober_probe_total{container=app,namespace=ns,pod=web,pod_uid=uid-1,probe_type=Readiness,result=successful}".to_owned()), "{s:?}");
-        assert!(s.iter().any(|x| x.contains("result=failed")), "{s:?}");
-        assert!(s.iter().any(|x| x.starts_with("prober_probe_duration_seconds{container=app,namespace=ns,pod=web,probe_type=Readiness}")), "{s:?}");
-        w.remove();
-        assert!(
-            series(&r).iter().all(|s| !s.starts_with("prober_probe")),
-            "{:?}",
-            series(&r)
-        );
-    }
 
     fn rss_kib() -> u64 {
         std::fs::read_to_string("/proc/self/status")

@@ -41,8 +41,9 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), RunError> {
-    let admin = Admin::new();
+    let mut admin = Admin::new();
     let metrics = Metrics::new(&admin.registry)?;
+    admin.add_text(metrics.series().clone());
     let admin_listener = podward_api::daemon::admin::bind(config.admin_addr).await?;
     let api_listener = serve_unix(&config.socket, SocketPerms::default()).await?;
     let node_ip = config.node_ip();

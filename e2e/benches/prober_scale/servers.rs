@@ -16,19 +16,32 @@ pub(crate) struct Target {
 }
 
 /// Binds `ips` × `per_ip` HTTP and as many TCP listeners, prints them (`http|tcp ip port` per
-/// line, then `ready`) and serves until killed.
-pub(crate) fn serve(ips: u8, per_ip: u16) -> std::io::Result<()> {
+/// line), runs `also` with them (the fake shim, so its memory is not the prober's either), prints
+/// `ready` and serves until killed.
+pub(crate) fn serve<F>(
+    ips: u8,
+    per_ip: u16,
+    also: impl FnOnce(Vec<Target>) -> F,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    F: std::future::Future<Output = Result<(), Box<dyn std::error::Error>>>,
+{
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     rt.block_on(async move {
         let mut out = std::io::stdout().lock();
+        let mut targets = Vec::new();
         for i in 0..ips {
             let ip = Ipv4Addr::new(127, 0, 0, 10 + i);
             for k in 0..per_ip * 2 {
                 let l = TcpListener::bind((ip, 0)).await?;
                 let http = k % 2 == 0;
+                targets.push(Target {
+                    addr: l.local_addr()?,
+                    http,
+                });
                 writeln!(
                     out,
                     "{} {}",
@@ -38,6 +51,7 @@ pub(crate) fn serve(ips: u8, per_ip: u16) -> std::io::Result<()> {
                 tokio::spawn(accept_loop(l, http));
             }
         }
+        also(targets).await?;
         writeln!(out, "ready")?;
         out.flush()?;
         drop(out);
@@ -72,18 +86,4 @@ async fn accept_loop(l: TcpListener, http: bool) {
                 .await;
         });
     }
-}
-
-/// Parses the child's listing.
-pub(crate) fn parse(lines: &[String]) -> Vec<Target> {
-    lines
-        .iter()
-        .filter_map(|l| {
-            let (kind, addr) = l.split_once(' ')?;
-            Some(Target {
-                addr: addr.parse().ok()?,
-                http: kind == "http",
-            })
-        })
-        .collect()
 }

@@ -10,13 +10,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use prometheus::{Encoder, Registry, TextEncoder};
 use tokio::net::TcpListener;
+
+mod text;
+
+use text::MetricsBody;
+pub use text::{CHUNK_BYTES, TextMetrics, write_header, write_label_value, write_labels};
+
+/// A response body: fixed text, or the streamed metrics.
+type AdminBody = UnsyncBoxBody<Bytes, Infallible>;
 
 /// The admin address could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +70,8 @@ pub struct Admin {
     pub registry: Registry,
     /// Flag behind `/readyz`.
     pub readiness: Readiness,
+    /// Families the daemon renders itself, after the registry's (see [`TextMetrics`]).
+    pub text: Vec<Arc<dyn TextMetrics>>,
 }
 
 impl Admin {
@@ -74,15 +85,21 @@ impl Admin {
         Self {
             registry,
             readiness: Readiness::default(),
+            text: Vec::new(),
         }
     }
 
-    fn respond(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    /// Adds a source of self-rendered families to `/metrics`.
+    pub fn add_text(&mut self, source: Arc<dyn TextMetrics>) {
+        self.text.push(source);
+    }
+
+    fn respond(&self, req: &Request<Incoming>) -> Response<AdminBody> {
         let text = |code: StatusCode, body: &'static str| {
             Response::builder()
                 .status(code)
                 .header("content-type", "text/plain; charset=utf-8")
-                .body(Full::new(Bytes::from_static(body.as_bytes())))
+                .body(Full::new(Bytes::from_static(body.as_bytes())).boxed_unsync())
                 .unwrap_or_default()
         };
         if req.method() != Method::GET && req.method() != Method::HEAD {
@@ -102,9 +119,10 @@ impl Admin {
                         "metrics encoding failed\n",
                     );
                 }
+                let body = MetricsBody::new(buf, self.text.clone());
                 Response::builder()
                     .header("content-type", enc.format_type())
-                    .body(Full::new(Bytes::from(buf)))
+                    .body(body.boxed_unsync())
                     .unwrap_or_default()
             }
             _ => text(StatusCode::NOT_FOUND, "try /metrics, /healthz or /readyz\n"),
