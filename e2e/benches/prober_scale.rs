@@ -281,9 +281,15 @@ async fn scale(o: &Opts, shim_sock: &std::path::Path) -> Result<(), Box<dyn std:
         failed1 - failed0,
         kills.0.load(Ordering::Relaxed),
     );
-    // A few failure outputs, to tell a prober problem from a target problem.
+    // A few failure outputs, to tell a prober problem from a target problem (only then: a
+    // Status of every worker is large and would count in the peak above).
     let mut shown = 0;
-    for p in manager.status(None).pods {
+    let failing = if failed1 > failed0 {
+        manager.status(None).pods
+    } else {
+        Vec::new()
+    };
+    for p in failing {
         for c in p.containers {
             for pr in c.probes {
                 if pr.consecutive_failures > 0 && shown < 3 {

@@ -141,7 +141,7 @@ impl Manager {
             let started = {
                 let mut cur = entry.shared.write();
                 let started = newly_running(&cur, &pod);
-                *cur = pod;
+                *cur = Arc::new(pod);
                 started
             };
             let uid = entry.shared.read().uid.clone();
@@ -167,7 +167,7 @@ impl Manager {
             .with_label_values(&[&pod.name, &pod.namespace, &pod.uid])
             .set(parsed.errors.len() as f64);
         let uid = pod.uid.clone();
-        let shared: SharedPod = Arc::new(RwLock::new(pod));
+        let shared: SharedPod = Arc::new(RwLock::new(Arc::new(pod)));
         let has_startup: HashSet<String> = parsed
             .containers
             .iter()

@@ -66,31 +66,16 @@ pub struct PodInfo {
     pub probes_annotation: Option<String>,
     /// When kubelet asked to stop the sandbox (Unix ns, 0 = never): the pod is terminating.
     pub stop_requested_at_ns: i64,
-    /// Container instances of this pod, by ID.
-    pub containers: BTreeMap<String, ContainerInfo>,
+    /// Container instances of this pod, by ID (shared with the source's index, not copied).
+    pub containers: BTreeMap<String, Arc<ContainerInfo>>,
 }
 
 impl PodInfo {
     /// The current instance of container `name`: the highest attempt, then the newest.
-    pub fn current(&self, name: &str) -> Option<&ContainerInfo> {
+    pub fn current(&self, name: &str) -> Option<&Arc<ContainerInfo>> {
         self.containers
             .values()
             .filter(|c| c.name == name)
             .max_by_key(|c| (c.attempt, c.created_at_ns))
-    }
-
-    /// A copy of the pod fields without the containers (cheap enough to take per probe).
-    pub fn without_containers(&self) -> PodInfo {
-        PodInfo {
-            uid: self.uid.clone(),
-            name: self.name.clone(),
-            namespace: self.namespace.clone(),
-            sandbox_id: self.sandbox_id.clone(),
-            sandbox_created_at_ns: self.sandbox_created_at_ns,
-            ip: self.ip,
-            probes_annotation: None,
-            stop_requested_at_ns: self.stop_requested_at_ns,
-            containers: BTreeMap::new(),
-        }
     }
 }

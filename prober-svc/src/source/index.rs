@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use crate::model::{ContainerInfo, PodInfo};
 
@@ -31,7 +32,7 @@ pub struct SandboxRec {
 #[derive(Debug, Default)]
 pub struct NodeIndex {
     sandboxes: HashMap<String, SandboxRec>,
-    containers: HashMap<String, (String, ContainerInfo)>,
+    containers: HashMap<String, (String, Arc<ContainerInfo>)>,
     by_uid: HashMap<String, (HashSet<String>, HashSet<String>)>,
 }
 
@@ -74,7 +75,7 @@ impl NodeIndex {
             .or_default()
             .1
             .insert(id.clone());
-        self.containers.insert(id, (uid.to_owned(), c));
+        self.containers.insert(id, (uid.to_owned(), Arc::new(c)));
     }
 
     /// Removes a container; returns its pod UID.
@@ -93,7 +94,7 @@ impl NodeIndex {
             .iter()
             .filter_map(|id| self.sandboxes.get(id))
             .max_by_key(|s| (s.created_at_ns, s.id.clone()))?;
-        let containers: BTreeMap<String, ContainerInfo> = containers
+        let containers: BTreeMap<String, Arc<ContainerInfo>> = containers
             .iter()
             .filter_map(|id| self.containers.get(id))
             .map(|(_, c)| (c.id.to_string(), c.clone()))

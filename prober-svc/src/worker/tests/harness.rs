@@ -239,7 +239,7 @@ pub(super) fn pod(uid: &str, annotation: &str, containers: Vec<ContainerInfo>) -
         stop_requested_at_ns: 0,
         containers: containers
             .into_iter()
-            .map(|c| (c.id.to_string(), c))
+            .map(|c| (c.id.to_string(), Arc::new(c)))
             .collect::<BTreeMap<_, _>>(),
     }
 }
