@@ -1,7 +1,10 @@
 //! Prober scale benchmark (`harness = false`).
 //!
 //! `cargo bench -p podward-e2e --bench prober_scale -- [--containers N] [--period S]
-//! [--window S] [--mix slr|lr] [--exec-runs N]`
+//! [--window S] [--mix slr|lr] [--exec-runs N] [--floor]`
+//!
+//! `--floor` then runs the same connections from bare tokio tasks (see `floor.rs`) over the
+//! same window and prints the prober's CPU as a ratio of that floor.
 //!
 //! The prober's manager, workers and real probe handlers run in this process; the HTTP/TCP
 //! targets and a fake shim Lifecycle server (tonic, unix socket) with a synthetic snapshot run in
@@ -12,6 +15,8 @@
 
 #[path = "prober_scale/exec.rs"]
 mod exec;
+#[path = "prober_scale/floor.rs"]
+mod floor;
 #[path = "prober_scale/lifecycle.rs"]
 mod lifecycle;
 #[path = "prober_scale/servers.rs"]
@@ -47,6 +52,7 @@ struct Opts {
     window: u64,
     mix: lifecycle::Mix,
     exec_runs: usize,
+    floor: bool,
 }
 
 fn opts() -> Opts {
@@ -56,6 +62,7 @@ fn opts() -> Opts {
         window: 30,
         mix: lifecycle::Mix::StartupLivenessReadiness,
         exec_runs: 200,
+        floor: false,
     };
     let args: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -73,6 +80,11 @@ fn opts() -> Opts {
                 }
             }
             "--exec-runs" => o.exec_runs = v.parse().unwrap_or(o.exec_runs),
+            "--floor" => {
+                o.floor = true;
+                i += 1;
+                continue;
+            }
             _ => {
                 i += 1;
                 continue;
@@ -151,15 +163,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .stdout(Stdio::piped())
         .spawn()?;
     let stdout = child.stdout.take().ok_or("child stdout")?;
+    let mut lines = Vec::new();
     for l in std::io::BufReader::new(stdout).lines() {
-        if l? == "ready" {
+        let l = l?;
+        if l == "ready" {
             break;
         }
+        lines.push(l);
     }
+    let targets = servers::parse(&lines);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     let res = rt.block_on(scale(&o, &shim_sock));
+    let res = match res {
+        Ok(prober_cores) if o.floor => rt
+            .block_on(floor_run(&o, &targets))
+            .map(|floor_cores| {
+                println!(
+                    "prober CPU / floor CPU at the same rate: {:.2} ({prober_cores:.2} / {floor_cores:.2} cores)",
+                    prober_cores / floor_cores
+                );
+            }),
+        r => r.map(|_| ()),
+    };
     let _ = child.kill();
     let _ = child.wait();
     res?;
@@ -178,7 +205,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-async fn scale(o: &Opts, shim_sock: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+/// The same connections without the prober (`--floor`); returns its CPU cores.
+async fn floor_run(
+    o: &Opts,
+    targets: &[servers::Target],
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let period = Duration::from_secs(u64::from(o.period));
+    // Both mixes settle at one TCP and one HTTP probe per container and period (a startup probe
+    // stops once it succeeds).
+    let counts = floor::start(o.containers, period, targets);
+    tokio::time::sleep(period * 2 + Duration::from_secs(1)).await;
+    let (done0, failed0) = (
+        counts.done.load(Ordering::Relaxed),
+        counts.failed.load(Ordering::Relaxed),
+    );
+    let cpu0 = cpu_seconds();
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(o.window)).await;
+    let wall = t0.elapsed().as_secs_f64();
+    let cores = (cpu_seconds() - cpu0) / wall;
+    let done = counts.done.load(Ordering::Relaxed) - done0;
+    let failed = counts.failed.load(Ordering::Relaxed) - failed0;
+    println!(
+        "floor (bare connections, same targets and rate): {:.0} connections/s, failed {failed}, CPU {cores:.2} cores",
+        (done + failed) as f64 / wall
+    );
+    Ok(cores)
+}
+
+/// Runs the prober over the window and prints its figures; returns its CPU cores.
+async fn scale(o: &Opts, shim_sock: &std::path::Path) -> Result<f64, Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let clock = Clock::system();
     let registry = prometheus::Registry::new();
@@ -302,5 +358,7 @@ async fn scale(o: &Opts, shim_sock: &std::path::Path) -> Result<(), Box<dyn std:
     let _ = stop_tx.send(());
     let _ = source.await;
     manager.stop_all();
-    Ok(())
+    // Let the stopped workers' last probes finish before a floor run measures CPU.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(cpu / wall)
 }

@@ -5,10 +5,12 @@
 //! late result for an old instance cannot overwrite the new one's.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use crate::spec::ProbeType;
+use crate::worker::type_index;
 
 /// A published probe result (kubelet's `results.Result`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -21,10 +23,15 @@ pub enum Outcome {
     Failure,
 }
 
-/// The cache. One for all three probe types (the key carries the type).
+/// The cache: per container ID, one slot per probe type. Looked up by `&str` so the per-probe
+/// path allocates nothing; a key is made only when a container is first seen.
 #[derive(Debug, Default)]
 pub struct Results {
-    cache: Mutex<HashMap<(String, ProbeType), Outcome>>,
+    cache: Mutex<HashMap<Arc<str>, [Option<Outcome>; 3]>>,
+}
+
+fn slot(ty: ProbeType) -> usize {
+    usize::from(type_index(ty))
 }
 
 impl Results {
@@ -37,35 +44,37 @@ impl Results {
     /// update only then).
     pub fn set(&self, container_id: &str, ty: ProbeType, outcome: Outcome) -> bool {
         let mut cache = self.cache.lock();
-        match cache.get_mut(&(container_id.to_owned(), ty)) {
-            Some(old) if *old == outcome => false,
-            Some(old) => {
-                *old = outcome;
-                true
-            }
-            None => {
-                cache.insert((container_id.to_owned(), ty), outcome);
-                true
-            }
-        }
+        let slots = match cache.get_mut(container_id) {
+            Some(slots) => slots,
+            None => cache.entry(Arc::from(container_id)).or_default(),
+        };
+        let old = slots[slot(ty)].replace(outcome);
+        old != Some(outcome)
     }
 
     /// The cached result, if any.
     pub fn get(&self, container_id: &str, ty: ProbeType) -> Option<Outcome> {
-        self.cache
-            .lock()
-            .get(&(container_id.to_owned(), ty))
-            .copied()
+        self.cache.lock().get(container_id)?[slot(ty)]
     }
 
     /// Forgets a result without publishing anything (kubelet's `Remove`).
     pub fn remove(&self, container_id: &str, ty: ProbeType) {
-        self.cache.lock().remove(&(container_id.to_owned(), ty));
+        let mut cache = self.cache.lock();
+        if let Some(slots) = cache.get_mut(container_id) {
+            slots[slot(ty)] = None;
+            if slots.iter().all(Option::is_none) {
+                cache.remove(container_id);
+            }
+        }
     }
 
     /// Number of cached results.
     pub fn len(&self) -> usize {
-        self.cache.lock().len()
+        self.cache
+            .lock()
+            .values()
+            .map(|s| s.iter().flatten().count())
+            .sum()
     }
 
     /// Whether nothing is cached.
@@ -104,5 +113,12 @@ mod tests {
             "new again after remove"
         );
         assert_eq!(r.len(), 2);
+        r.remove("c1", ProbeType::Readiness);
+        r.remove("c1", ProbeType::Liveness);
+        assert!(r.is_empty());
+        assert!(
+            r.cache.lock().is_empty(),
+            "an emptied container's entry goes"
+        );
     }
 }

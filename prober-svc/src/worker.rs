@@ -464,7 +464,10 @@ impl Worker {
     fn record(&self, outcome: Outcome, output: &str) {
         let mut st = self.status.lock();
         st.last_probe_result = Some(outcome);
-        st.last_output = cap_output(output);
+        // Steady probes repeat their output: keep the old copy rather than allocate per probe.
+        if st.last_output != output {
+            st.last_output = cap_output(output);
+        }
         st.last_probe_at_ns = self.ctx.clock.now_ns();
         st.probes_run += 1;
         match outcome {

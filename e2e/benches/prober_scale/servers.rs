@@ -87,3 +87,17 @@ async fn accept_loop(l: TcpListener, http: bool) {
         });
     }
 }
+
+/// Parses the child's listing.
+pub(crate) fn parse(lines: &[String]) -> Vec<Target> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let (kind, addr) = l.split_once(' ')?;
+            Some(Target {
+                addr: addr.parse().ok()?,
+                http: kind == "http",
+            })
+        })
+        .collect()
+}
