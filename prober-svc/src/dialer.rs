@@ -4,16 +4,23 @@
 //! kubelet sets the linger so that thousands of probe connections do not pile up (issue 89898).
 //! A 1 s linger rather than 0 keeps a clean FIN close instead of an RST.
 
-use std::io;
+use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use socket2::SockRef;
-use tokio::net::{TcpSocket, TcpStream};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// kubelet's linger time.
 pub const LINGER: Duration = Duration::from_secs(1);
+
+/// Linux's errno for a non-blocking `connect` still under way (`io::ErrorKind::InProgress` is
+/// not stable yet; the errno values in [`go_errno`] are Linux's too).
+const EINPROGRESS: i32 = 115;
 
 /// Why a dial failed, worded as Go's `net.Dial` errors ("dial tcp 1.2.3.4:80: connect: connection
 /// refused", "dial tcp 1.2.3.4:80: i/o timeout", "dial tcp: lookup foo: no such host").
@@ -57,22 +64,131 @@ impl DialError {
 
 /// Go's `net.JoinHostPort`: brackets around IPv6 literals.
 pub fn join_host_port(host: &str, port: u16) -> String {
+    // Built by hand: `format!` costs several times more, and this runs for every HTTP probe.
+    let mut s = String::with_capacity(host.len() + 8);
     if host.contains(':') {
-        format!("[{host}]:{port}")
+        s.push('[');
+        s.push_str(host);
+        s.push(']');
     } else {
-        format!("{host}:{port}")
+        s.push_str(host);
+    }
+    s.push(':');
+    push_decimal(&mut s, port.into());
+    s
+}
+
+/// The text form of `ip` (what `Display` prints), without the formatter for IPv4: `Display` for
+/// `Ipv4Addr` goes through padding support and four integer formats, a noticeable share of an
+/// HTTP probe's user time.
+pub(crate) fn ip_string(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut s = String::with_capacity(15);
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    s.push('.');
+                }
+                push_decimal(&mut s, octet.into());
+            }
+            s
+        }
+        IpAddr::V6(v6) => v6.to_string(),
+    }
+}
+
+/// Appends `n` in decimal.
+fn push_decimal(s: &mut String, n: u32) {
+    let mut digits = [0u8; 10];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        // `n % 10` < 10, so the cast cannot truncate.
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        s.push(char::from(d));
     }
 }
 
 /// Connects to `host:port` before `deadline`; an IP literal is dialled without any lookup, a name
 /// is resolved and its addresses are tried in order.
 pub async fn dial(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, DialError> {
+    connect(host, port, deadline, Options::PROBE)
+        .await?
+        .into_tokio(port_addr(host, port))
+}
+
+/// Connects to one address before `deadline`.
+pub async fn dial_addr(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, DialError> {
+    connect_addr(addr, deadline, Options::PROBE)
+        .await?
+        .into_tokio(|| addr.to_string())
+}
+
+fn port_addr(host: &str, port: u16) -> impl FnOnce() -> String + '_ {
+    move || join_host_port(host, port)
+}
+
+/// Socket options of a probe connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Options {
+    /// `TCP_NODELAY`, which Go sets on every TCP connection.
+    pub(crate) nodelay: bool,
+}
+
+impl Options {
+    /// What kubelet's probe dialer gives every connection: Go's `TCP_NODELAY` default (the
+    /// `SO_LINGER` is always set).
+    pub(crate) const PROBE: Options = Options { nodelay: true };
+    /// A connection that never carries data (the TCP probe): Nagle's algorithm only delays data,
+    /// so `TCP_NODELAY` would change nothing on the wire and costs a syscall per probe.
+    pub(crate) const NO_DATA: Options = Options { nodelay: false };
+}
+
+/// A connected probe socket. On a local path (loopback, or a veth to a pod on this node) the
+/// handshake is over before `connect(2)` returns, so the socket is handed out without ever being
+/// registered with the reactor: a TCP probe then costs no `epoll_ctl` at all, and an HTTP probe
+/// writes its request before it registers (see [`ProbeStream`]).
+#[derive(Debug)]
+pub(crate) enum Connected {
+    /// Connected at once; not registered with the tokio reactor.
+    Ready(std::net::TcpStream),
+    /// The handshake had to be waited for, so it is registered already.
+    Registered(TcpStream),
+}
+
+impl Connected {
+    /// The tokio stream (registers a [`Connected::Ready`] socket).
+    fn into_tokio(self, addr: impl FnOnce() -> String) -> Result<TcpStream, DialError> {
+        match self {
+            Connected::Ready(s) => TcpStream::from_std(s).map_err(|source| DialError::Socket {
+                addr: addr(),
+                source,
+            }),
+            Connected::Registered(s) => Ok(s),
+        }
+    }
+}
+
+/// [`dial`] without registering a socket that connected at once.
+pub(crate) async fn connect(
+    host: &str,
+    port: u16,
+    deadline: Instant,
+    opts: Options,
+) -> Result<Connected, DialError> {
     let literal = host
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
     if let Ok(ip) = literal.parse::<IpAddr>() {
-        return dial_addr(SocketAddr::new(ip, port), deadline).await;
+        return connect_addr(SocketAddr::new(ip, port), deadline, opts).await;
     }
     let addrs: Vec<SocketAddr> =
         match tokio::time::timeout_at(deadline, tokio::net::lookup_host((host, port))).await {
@@ -90,7 +206,7 @@ pub async fn dial(host: &str, port: u16, deadline: Instant) -> Result<TcpStream,
         reason: "no such host".to_owned(),
     };
     for addr in addrs {
-        match dial_addr(addr, deadline).await {
+        match connect_addr(addr, deadline, opts).await {
             Ok(s) => return Ok(s),
             Err(e) if e.is_timeout() => return Err(e),
             Err(e) => last = e,
@@ -99,28 +215,156 @@ pub async fn dial(host: &str, port: u16, deadline: Instant) -> Result<TcpStream,
     Err(last)
 }
 
-/// Connects to one address before `deadline`.
-pub async fn dial_addr(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, DialError> {
+/// [`dial_addr`] without registering a socket that connected at once.
+///
+/// The syscalls are those of Go's `netFD.connect`: a non-blocking `connect`, then `getpeername`
+/// to tell "connected" from "in progress" (Go uses it to reject spurious poller wake-ups; here it
+/// also spares the wait when the handshake already completed inside `connect`), and only if the
+/// handshake is still under way a wait for writability and `SO_ERROR`.
+pub(crate) async fn connect_addr(
+    addr: SocketAddr,
+    deadline: Instant,
+    opts: Options,
+) -> Result<Connected, DialError> {
     let sock_err = |source| DialError::Socket {
         addr: addr.to_string(),
         source,
     };
-    let sock = if addr.is_ipv4() {
-        TcpSocket::new_v4()
-    } else {
-        TcpSocket::new_v6()
-    }
+    let connect_err = |source| DialError::Connect {
+        addr: addr.to_string(),
+        source,
+    };
+    // Non-blocking and close-on-exec from the start: one syscall, as Go's `sysSocket`.
+    let sock = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.nonblocking(),
+        Some(Protocol::TCP),
+    )
     .map_err(sock_err)?;
-    let sref = SockRef::from(&sock);
-    sref.set_linger(Some(LINGER)).map_err(sock_err)?;
-    sref.set_tcp_nodelay(true).map_err(sock_err)?;
-    match tokio::time::timeout_at(deadline, sock.connect(addr)).await {
-        Err(_) => Err(DialError::Timeout(addr.to_string())),
-        Ok(Err(source)) => Err(DialError::Connect {
-            addr: addr.to_string(),
-            source,
-        }),
-        Ok(Ok(stream)) => Ok(stream),
+    sock.set_linger(Some(LINGER)).map_err(sock_err)?;
+    if opts.nodelay {
+        sock.set_tcp_nodelay(true).map_err(sock_err)?;
+    }
+    match sock.connect(&addr.into()) {
+        Ok(()) => return Ok(Connected::Ready(sock.into())),
+        Err(e) if e.raw_os_error() == Some(EINPROGRESS) => {}
+        Err(e) => return Err(connect_err(e)),
+    }
+    if sock.peer_addr().is_ok() {
+        return Ok(Connected::Ready(sock.into()));
+    }
+    if let Some(e) = sock.take_error().map_err(sock_err)? {
+        return Err(connect_err(e));
+    }
+    let stream = TcpStream::from_std(sock.into()).map_err(sock_err)?;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.writable()).await {
+            Err(_) => return Err(DialError::Timeout(addr.to_string())),
+            Ok(Err(e)) => return Err(connect_err(e)),
+            Ok(Ok(())) => {}
+        }
+        if let Some(e) = stream.take_error().map_err(sock_err)? {
+            return Err(connect_err(e));
+        }
+        if stream.peer_addr().is_ok() {
+            return Ok(Connected::Registered(stream));
+        }
+        // Writable without a peer: a spurious wake-up (Go waits again, so do we). Clear the
+        // readiness, or `writable()` would return at once forever.
+        let _ = stream.try_io(Interest::WRITABLE, || {
+            Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
+        });
+    }
+}
+
+/// A probe connection for the exchanges that send data (HTTP, HTTPS): registered with the
+/// reactor only when it first has to wait.
+///
+/// tokio's readiness of a freshly registered socket is empty, so the first write on it would wait
+/// for a reactor turn even though the send buffer of a new connection is empty. Writing through
+/// the plain socket until a write would block spares that turn: a probe's request goes out in the
+/// same poll that connected, and the reactor is involved once, for the response.
+#[derive(Debug)]
+pub(crate) struct ProbeStream {
+    state: StreamState,
+}
+
+#[derive(Debug)]
+enum StreamState {
+    Plain(std::net::TcpStream),
+    Registered(TcpStream),
+    /// Registration failed; the error was returned once, the socket is closed.
+    Failed,
+}
+
+impl ProbeStream {
+    /// Wraps a fresh connection.
+    pub(crate) fn new(conn: Connected) -> Self {
+        let state = match conn {
+            Connected::Ready(s) => StreamState::Plain(s),
+            Connected::Registered(s) => StreamState::Registered(s),
+        };
+        Self { state }
+    }
+
+    /// The registered stream, registering the plain socket now.
+    fn registered(&mut self) -> io::Result<&mut TcpStream> {
+        let state = std::mem::replace(&mut self.state, StreamState::Failed);
+        self.state = match state {
+            StreamState::Plain(s) => StreamState::Registered(TcpStream::from_std(s)?),
+            other => other,
+        };
+        match &mut self.state {
+            StreamState::Registered(s) => Ok(s),
+            _ => Err(io::Error::from(io::ErrorKind::NotConnected)),
+        }
+    }
+}
+
+impl AsyncRead for ProbeStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        // No read on the plain socket first: the answer cannot be there yet (the peer has to be
+        // scheduled to write it), so that read would only cost an EAGAIN.
+        match self.get_mut().registered() {
+            Ok(s) => Pin::new(s).poll_read(cx, buf),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+impl AsyncWrite for ProbeStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if let StreamState::Plain(s) = &mut this.state {
+            match s.write(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                r => return Poll::Ready(r),
+            }
+        }
+        match this.registered() {
+            Ok(s) => Pin::new(s).poll_write(cx, buf),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // TCP streams have nothing to flush.
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Go's transport closes a finished connection without `shutdown(2)`; the socket is closed
+        // (FIN, or RST if the answer was not read to its end, as in Go) when it is dropped right
+        // after the exchange, so a separate shutdown would only add a syscall.
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -150,5 +394,27 @@ pub fn go_errno(e: &io::Error) -> String {
     match chars.next() {
         Some(c) => c.to_lowercase().chain(chars).collect(),
         None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn join_host_port_and_ip_string_match_display() {
+        assert_eq!(join_host_port("10.0.0.1", 80), "10.0.0.1:80");
+        assert_eq!(join_host_port("::1", 65535), "[::1]:65535");
+        assert_eq!(join_host_port("example", 0), "example:0");
+        for ip in [
+            "0.0.0.0",
+            "255.255.255.255",
+            "10.20.3.104",
+            "127.0.0.1",
+            "fd00::1:2",
+        ] {
+            let ip: IpAddr = ip.parse().expect("ip");
+            assert_eq!(ip_string(ip), ip.to_string());
+        }
     }
 }

@@ -18,12 +18,14 @@ mod url;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::header::HeaderValue;
 use rustls::ClientConfig;
 use tokio::time::Instant;
 
 use self::request::ProbeHeaders;
 use self::url::ProbeUrl;
+use crate::dialer::ip_string;
 use crate::port::resolve_port;
 use crate::probe::{Attempt, Outcome, ProbeTarget};
 use crate::spec::{HttpGetSpec, HttpScheme};
@@ -34,6 +36,8 @@ pub const MAX_REDIRECTS: usize = 10;
 /// HTTP prober with its per-process state (User-Agent, TLS config) built once.
 pub(crate) struct HttpProber {
     user_agent: HeaderValue,
+    /// The headers of a probe without `httpHeaders` (most of them), resolved once.
+    default_headers: ProbeHeaders,
     tls: Option<Arc<ClientConfig>>,
 }
 
@@ -48,7 +52,12 @@ impl HttpProber {
         };
         let user_agent = HeaderValue::from_str(user_agent)
             .unwrap_or_else(|_| HeaderValue::from_static("kube-probe"));
-        Self { user_agent, tls }
+        let default_headers = ProbeHeaders::default_for(&user_agent);
+        Self {
+            user_agent,
+            default_headers,
+            tls,
+        }
     }
 
     /// One HTTP probe (kubelet `DoHTTPProbe` over `NewRequestForHTTPGetAction`).
@@ -62,12 +71,18 @@ impl HttpProber {
         let deadline = Instant::now() + timeout;
         let host = match &get.host {
             Some(h) => h.clone(),
-            None => target.host_ip.to_string(),
+            None => ip_string(target.host_ip),
         };
         let mut url = ProbeUrl::for_probe(get.scheme, &host, port, &get.path);
-        let headers = match ProbeHeaders::new(&get.headers, &self.user_agent) {
-            Ok(h) => h,
-            Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
+        let custom;
+        let headers = if get.headers.is_empty() {
+            &self.default_headers
+        } else {
+            custom = match ProbeHeaders::new(&get.headers, &self.user_agent) {
+                Ok(h) => h,
+                Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
+            };
+            &custom
         };
         let mut host_override = headers.host_override.clone();
         let mut referer: Option<HeaderValue> = None;
@@ -75,7 +90,8 @@ impl HttpProber {
         loop {
             let host_value = match &host_override {
                 Some(h) => h.clone(),
-                None => match HeaderValue::from_str(&url.authority()) {
+                // `from_maybe_shared` takes the string's buffer instead of copying it.
+                None => match HeaderValue::from_maybe_shared(Bytes::from(url.authority())) {
                     Ok(v) => v,
                     Err(_) => {
                         return Ok(Outcome::Failure(format!(
@@ -86,7 +102,7 @@ impl HttpProber {
             };
             let resp = match exchange::get(
                 &url,
-                &headers,
+                headers,
                 &host_value,
                 referer.as_ref(),
                 self.tls.as_ref(),

@@ -168,21 +168,30 @@ impl Prober {
 
     async fn run_once(&self, spec: &ProbeSpec, target: &ProbeTarget<'_>) -> Attempt {
         match &spec.handler {
+            // Exec and gRPC are boxed: their states (a CRI call, a tonic channel) are far larger
+            // than an HTTP or TCP probe's, and the worker boxes every probe's future, so inline they
+            // would make every HTTP/TCP probe allocate and copy their size too.
             Handler::Exec { command } => {
-                crate::exec_probe::probe(&*self.exec, command, spec.timeout, target).await
+                Box::pin(crate::exec_probe::probe(
+                    &*self.exec,
+                    command,
+                    spec.timeout,
+                    target,
+                ))
+                .await
             }
             Handler::HttpGet(get) => self.http.probe(get, spec.timeout, target).await,
             Handler::TcpSocket { host, port } => {
                 crate::tcp_probe::probe(host.as_deref(), port, spec.timeout, target).await
             }
             Handler::Grpc { port, service } => {
-                crate::grpc_probe::probe(
+                Box::pin(crate::grpc_probe::probe(
                     target.host_ip,
                     *port,
                     service.as_deref().unwrap_or(""),
                     spec.timeout,
                     &self.user_agent,
-                )
+                ))
                 .await
             }
         }

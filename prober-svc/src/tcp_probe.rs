@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::dialer;
+use crate::dialer::{self, Options};
 use crate::port::resolve_port;
 use crate::probe::{Attempt, Outcome, ProbeTarget};
 use crate::spec::PortRef;
@@ -19,13 +19,18 @@ pub(crate) async fn probe(
 ) -> Attempt {
     let port = resolve_port(port, target.ports).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + timeout;
+    // A connection that carries no data: no TCP_NODELAY, and no reactor registration when the
+    // handshake completes inside `connect` (see `dialer::Connected`).
     let result = match host {
-        Some(h) => dialer::dial(h, port, deadline).await,
-        None => dialer::dial_addr((target.host_ip, port).into(), deadline).await,
+        Some(h) => dialer::connect(h, port, deadline, Options::NO_DATA).await,
+        None => {
+            dialer::connect_addr((target.host_ip, port).into(), deadline, Options::NO_DATA).await
+        }
     };
     Ok(match result {
-        Ok(stream) => {
-            drop(stream);
+        Ok(conn) => {
+            // Closed at once, with the probe dialer's linger.
+            drop(conn);
             Outcome::Success(String::new())
         }
         Err(e) => Outcome::Failure(e.to_string()),

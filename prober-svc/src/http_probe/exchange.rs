@@ -18,7 +18,7 @@ use tokio_rustls::TlsConnector;
 
 use super::request::ProbeHeaders;
 use super::url::ProbeUrl;
-use crate::dialer::{self, DialError, go_errno};
+use crate::dialer::{self, DialError, Options, ProbeStream, go_errno};
 use crate::probe::MAX_OUTPUT_BYTES;
 use crate::spec::HttpScheme;
 
@@ -48,7 +48,7 @@ pub(crate) async fn get(
     tls: Option<&Arc<ClientConfig>>,
     deadline: Instant,
 ) -> Result<RawResponse, String> {
-    let stream = dialer::dial(&url.host, url.port(), deadline)
+    let conn = dialer::connect(&url.host, url.port(), deadline, Options::PROBE)
         .await
         .map_err(|e| match e {
             DialError::Timeout(_) => {
@@ -56,74 +56,112 @@ pub(crate) async fn get(
             }
             e => e.to_string(),
         })?;
+    let stream = ProbeStream::new(conn);
+    // One timer for the whole exchange (a timer entry per body frame cost more than the rest of
+    // the body loop); `head` records how far it got, to pick Go's text when the deadline fires.
+    let mut head: Option<Head> = None;
     let work = async {
         match url.scheme {
             HttpScheme::Http => {
                 let req = headers.request(url, host, referer, false)?;
-                send(TokioIo::new(stream), false, req, deadline).await
+                send(TokioIo::new(stream), false, req, &mut head).await
             }
+            // Boxed: the TLS and HTTP/2 states would otherwise make every probe's future (boxed
+            // per probe by the worker) several KiB larger.
             HttpScheme::Https => {
-                let tls = tls.ok_or("tls: no TLS configuration available")?;
-                let name =
-                    ServerName::try_from(url.host.clone()).map_err(|e| format!("tls: {e}"))?;
-                let conn = TlsConnector::from(Arc::clone(tls))
-                    .connect(name, stream)
-                    .await
-                    .map_err(|e| tls_error(&e))?;
-                let h2 = conn.get_ref().1.alpn_protocol() == Some(b"h2");
-                let req = headers.request(url, host, referer, h2)?;
-                send(TokioIo::new(conn), h2, req, deadline).await
+                Box::pin(send_tls(
+                    stream, url, headers, host, referer, tls, &mut head,
+                ))
+                .await
             }
         }
     };
     match tokio::time::timeout_at(deadline, work).await {
         Ok(r) => r,
-        Err(_) => Err(HEADERS_TIMEOUT.to_owned()),
+        // The head arrived: Go fails the body read, which kubelet treats as an error.
+        Err(_) => match head {
+            Some(Head { status, location }) => Ok(RawResponse {
+                status,
+                location,
+                body: Err(BODY_TIMEOUT.to_owned()),
+            }),
+            None => Err(HEADERS_TIMEOUT.to_owned()),
+        },
     }
+}
+
+/// Status line and `Location` of a response whose body is being read.
+struct Head {
+    status: u16,
+    location: Option<String>,
+}
+
+async fn send_tls(
+    stream: ProbeStream,
+    url: &ProbeUrl,
+    headers: &ProbeHeaders,
+    host: &HeaderValue,
+    referer: Option<&HeaderValue>,
+    tls: Option<&Arc<ClientConfig>>,
+    head: &mut Option<Head>,
+) -> Result<RawResponse, String> {
+    let tls = tls.ok_or("tls: no TLS configuration available")?;
+    let name = ServerName::try_from(url.host.clone()).map_err(|e| format!("tls: {e}"))?;
+    let conn = TlsConnector::from(Arc::clone(tls))
+        .connect(name, stream)
+        .await
+        .map_err(|e| tls_error(&e))?;
+    let h2 = conn.get_ref().1.alpn_protocol() == Some(b"h2");
+    let req = headers.request(url, host, referer, h2)?;
+    send(TokioIo::new(conn), h2, req, head).await
 }
 
 async fn send<IO>(
     io: IO,
     h2: bool,
     req: Request<Empty<Bytes>>,
-    deadline: Instant,
+    head: &mut Option<Head>,
 ) -> Result<RawResponse, String>
 where
     IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     if h2 {
-        let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
-            .await
-            .map_err(|e| hyper_error(&e))?;
-        drive(conn, async move {
-            read(
-                sender
-                    .send_request(req)
-                    .await
-                    .map_err(|e| hyper_error(&e))?,
-                deadline,
-            )
-            .await
-        })
-        .await
-    } else {
-        let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
-            .title_case_headers(true)
-            .handshake(io)
-            .await
-            .map_err(|e| hyper_error(&e))?;
-        drive(conn, async move {
-            read(
-                sender
-                    .send_request(req)
-                    .await
-                    .map_err(|e| hyper_error(&e))?,
-                deadline,
-            )
-            .await
-        })
-        .await
+        return Box::pin(send_h2(io, req, head)).await;
     }
+    let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+        .title_case_headers(true)
+        .handshake(io)
+        .await
+        .map_err(|e| hyper_error(&e))?;
+    drive(conn, async move {
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| hyper_error(&e))?;
+        read(resp, head).await
+    })
+    .await
+}
+
+async fn send_h2<IO>(
+    io: IO,
+    req: Request<Empty<Bytes>>,
+    head: &mut Option<Head>,
+) -> Result<RawResponse, String>
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+        .await
+        .map_err(|e| hyper_error(&e))?;
+    drive(conn, async move {
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| hyper_error(&e))?;
+        read(resp, head).await
+    })
+    .await
 }
 
 /// Polls the connection and the exchange together; once the connection is done (the server
@@ -142,12 +180,17 @@ where
     }
 }
 
-async fn read(resp: Response<Incoming>, deadline: Instant) -> Result<RawResponse, String> {
+/// Reads the status, `Location` and at most 10 KiB of body; the caller's deadline bounds it.
+async fn read(resp: Response<Incoming>, head: &mut Option<Head>) -> Result<RawResponse, String> {
     let status = resp.status().as_u16();
     let location = resp
         .headers()
         .get(LOCATION)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    *head = Some(Head {
+        status,
+        location: location.clone(),
+    });
     let mut body = resp.into_body();
     let mut buf: Vec<u8> = Vec::new();
     let body = loop {
@@ -155,11 +198,10 @@ async fn read(resp: Response<Incoming>, deadline: Instant) -> Result<RawResponse
             // kubelet's ReadAtMost: more than 10 KiB is a non-fatal truncation.
             break Ok(buf);
         }
-        match tokio::time::timeout_at(deadline, body.frame()).await {
-            Err(_) => break Err(BODY_TIMEOUT.to_owned()),
-            Ok(None) => break Ok(buf),
-            Ok(Some(Err(e))) => break Err(hyper_error(&e)),
-            Ok(Some(Ok(frame))) => {
+        match body.frame().await {
+            None => break Ok(buf),
+            Some(Err(e)) => break Err(hyper_error(&e)),
+            Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
                     let room = MAX_OUTPUT_BYTES - buf.len();
                     buf.extend_from_slice(&data[..data.len().min(room)]);

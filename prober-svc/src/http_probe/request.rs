@@ -30,17 +30,22 @@ pub(crate) struct ProbeHeaders {
 pub(crate) type HeaderError = String;
 
 impl ProbeHeaders {
+    /// The headers of a probe without `httpHeaders`: the default User-Agent and `Accept: */*`.
+    pub(crate) fn default_for(default_ua: &HeaderValue) -> Self {
+        Self {
+            user_agent: Some(default_ua.clone()),
+            host_override: None,
+            others: vec![(header::ACCEPT, HeaderValue::from_static("*/*"))],
+        }
+    }
+
     /// kubelet's header rules over the spec's `httpHeaders`.
     pub(crate) fn new(
         spec: &[(String, String)],
         default_ua: &HeaderValue,
     ) -> Result<Self, HeaderError> {
         if spec.is_empty() {
-            return Ok(Self {
-                user_agent: Some(default_ua.clone()),
-                host_override: None,
-                others: vec![(header::ACCEPT, HeaderValue::from_static("*/*"))],
-            });
+            return Ok(Self::default_for(default_ua));
         }
         let mut parsed: Vec<(HeaderName, &str)> = Vec::with_capacity(spec.len() + 1);
         for (name, value) in spec {
