@@ -19,8 +19,7 @@ pub(crate) async fn probe(
 ) -> Attempt {
     let port = resolve_port(port, target.ports).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + timeout;
-    // A connection that carries no data: no TCP_NODELAY, and no reactor registration when the
-    // handshake completes inside `connect` (see `dialer::Connected`).
+    // A connection that carries no data: no TCP_NODELAY (see `Options::NO_DATA`).
     let result = match host {
         Some(h) => dialer::connect(h, port, deadline, Options::NO_DATA).await,
         None => {
