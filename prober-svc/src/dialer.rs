@@ -233,8 +233,8 @@ pub(crate) async fn connect(
 /// The syscalls are those of Go's `netFD.connect`: a non-blocking `connect`, then `getpeername`
 /// to tell "connected" from "in progress" (Go uses it to reject spurious poller wake-ups; here it
 /// also spares the wait, with [`Options::immediate`], when the handshake completed inside
-/// `connect`), and only if the
-/// handshake is still under way a wait for writability and `SO_ERROR`.
+/// `connect`), and only if the handshake is still under way a wait for writability and
+/// `SO_ERROR`.
 pub(crate) async fn connect_addr(
     addr: SocketAddr,
     deadline: Instant,
