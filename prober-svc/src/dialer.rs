@@ -15,6 +15,8 @@ use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+pub mod closer;
+
 /// kubelet's linger time.
 pub const LINGER: Duration = Duration::from_secs(1);
 
@@ -331,6 +333,36 @@ impl ProbeStream {
         match &mut self.state {
             StreamState::Registered(s) => Ok(s),
             _ => Err(io::Error::from(io::ErrorKind::NotConnected)),
+        }
+    }
+}
+
+impl Drop for ProbeStream {
+    fn drop(&mut self) {
+        // The lingering close goes to the closer thread (see `closer`).
+        match std::mem::replace(&mut self.state, StreamState::Failed) {
+            StreamState::Plain(s) => closer::close(s),
+            StreamState::Registered(s) => {
+                // Deregisters from the reactor here, on the runtime thread that owns it.
+                if let Ok(s) = s.into_std() {
+                    closer::close(s);
+                }
+            }
+            StreamState::Failed => {}
+        }
+    }
+}
+
+impl Connected {
+    /// Closes the connection through the closer thread (see `closer`).
+    pub(crate) fn close(self) {
+        match self {
+            Connected::Ready(s) => closer::close(s),
+            Connected::Registered(s) => {
+                if let Ok(s) = s.into_std() {
+                    closer::close(s);
+                }
+            }
         }
     }
 }

@@ -36,11 +36,23 @@ pub enum RunError {
     Serve(#[from] tonic::transport::Error),
 }
 
+/// Raises the soft limit on open files to the hard limit, as every Go program (kubelet included)
+/// does at start since Go 1.19: each in-flight network probe holds a socket, and at tens of
+/// thousands of workers the common soft default of 1,024 would turn into "too many open files"
+/// probe failures — false failures that can kill healthy containers.
+fn raise_open_files() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => tracing::debug!(limit = n, "open-files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-files limit"),
+    }
+}
+
 /// Runs the prober with `config` until `shutdown` resolves.
 pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), RunError> {
+    raise_open_files();
     let mut admin = Admin::new();
     let metrics = Metrics::new(&admin.registry)?;
     admin.add_text(metrics.series().clone());
