@@ -99,23 +99,9 @@ pub(crate) fn ip_string(ip: IpAddr) -> String {
     }
 }
 
-/// Appends `n` in decimal.
+/// Appends `n` in decimal (`itoa`: no formatter machinery on the per-probe path).
 fn push_decimal(s: &mut String, n: u32) {
-    let mut digits = [0u8; 10];
-    let mut i = digits.len();
-    let mut n = n;
-    loop {
-        i -= 1;
-        // `n % 10` < 10, so the cast cannot truncate.
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &d in &digits[i..] {
-        s.push(char::from(d));
-    }
+    s.push_str(itoa::Buffer::new().format(n));
 }
 
 /// Connects to `host:port` before `deadline`; an IP literal is dialled without any lookup, a name
