@@ -25,15 +25,8 @@ pub(crate) struct Counts {
 /// Starts `containers` × (TCP + HTTP) loops at `period`, as `--mix lr` pairs them up.
 pub(crate) fn start(containers: usize, period: Duration, targets: &[Target]) -> Arc<Counts> {
     let counts = Arc::new(Counts::default());
-    let http: Vec<Target> = targets.iter().filter(|t| t.http).copied().collect();
-    let tcp: Vec<Target> = targets.iter().filter(|t| !t.http).copied().collect();
     for i in 0..containers {
-        let h = http[i % http.len()];
-        let t = tcp
-            .iter()
-            .find(|t| t.addr.ip() == h.addr.ip())
-            .copied()
-            .unwrap_or(tcp[i % tcp.len()]);
+        let (h, t) = super::servers::pair(targets, i);
         for target in [h, t] {
             let counts = counts.clone();
             tokio::spawn(async move {

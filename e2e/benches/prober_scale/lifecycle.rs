@@ -29,8 +29,6 @@ pub(crate) fn snapshot(
     targets: &[Target],
     started_at_ns: i64,
 ) -> shim::Snapshot {
-    let http: Vec<&Target> = targets.iter().filter(|t| t.http).collect();
-    let tcp: Vec<&Target> = targets.iter().filter(|t| !t.http).collect();
     let mut snap = shim::Snapshot {
         seq: 1,
         instance_id: "bench".into(),
@@ -39,12 +37,7 @@ pub(crate) fn snapshot(
     };
     for i in 0..n {
         // Pod IP = the target's address; the probes name only ports.
-        let h = http[i % http.len()];
-        let t = tcp
-            .iter()
-            .find(|t| t.addr.ip() == h.addr.ip())
-            .copied()
-            .unwrap_or(tcp[i % tcp.len()]);
+        let (h, t) = super::servers::pair(targets, i);
         let uid = format!("uid-{i}");
         let live = format!(
             r#""livenessProbe":{{"tcpSocket":{{"port":{}}},"periodSeconds":{period_s},"timeoutSeconds":1,"failureThreshold":3}}"#,

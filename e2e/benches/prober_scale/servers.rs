@@ -88,6 +88,22 @@ async fn accept_loop(l: TcpListener, http: bool) {
     }
 }
 
+/// The HTTP and TCP targets of container `i`: an HTTP listener and a TCP one on the same address
+/// (the pod IP), spread round-robin. Both the fake shim's snapshot and the floor use this, so they
+/// make the same connections.
+pub(crate) fn pair(targets: &[Target], i: usize) -> (Target, Target) {
+    let http: Vec<&Target> = targets.iter().filter(|t| t.http).collect();
+    let tcp: Vec<&Target> = targets.iter().filter(|t| !t.http).collect();
+    let h = *http[i % http.len()];
+    let t = tcp
+        .iter()
+        .find(|t| t.addr.ip() == h.addr.ip())
+        .copied()
+        .copied()
+        .unwrap_or(*tcp[i % tcp.len()]);
+    (h, t)
+}
+
 /// Parses the child's listing.
 pub(crate) fn parse(lines: &[String]) -> Vec<Target> {
     lines
