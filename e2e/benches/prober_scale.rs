@@ -1,7 +1,9 @@
 //! Prober scale benchmark (`harness = false`).
 //!
 //! `cargo bench -p podward-e2e --bench prober_scale -- [--containers N] [--period S]
-//! [--window S] [--mix slr|lr] [--exec-runs N] [--floor]`
+//! [--window S] [--mix slr|lr] [--exec-runs N] [--floor] [--threads N]`
+//!
+//! `--threads N` sets the runtime's worker threads (default: one per core, as the prober's).
 //!
 //! `--floor` then runs the same connections from bare tokio tasks (see `floor.rs`) over the
 //! same window and prints the prober's CPU as a ratio of that floor.
@@ -53,6 +55,7 @@ struct Opts {
     mix: lifecycle::Mix,
     exec_runs: usize,
     floor: bool,
+    threads: Option<usize>,
 }
 
 fn opts() -> Opts {
@@ -63,6 +66,7 @@ fn opts() -> Opts {
         mix: lifecycle::Mix::StartupLivenessReadiness,
         exec_runs: 200,
         floor: false,
+        threads: None,
     };
     let args: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -80,6 +84,7 @@ fn opts() -> Opts {
                 }
             }
             "--exec-runs" => o.exec_runs = v.parse().unwrap_or(o.exec_runs),
+            "--threads" => o.threads = v.parse().ok(),
             "--floor" => {
                 o.floor = true;
                 i += 1;
@@ -172,9 +177,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         lines.push(l);
     }
     let targets = servers::parse(&lines);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = o.threads {
+        rt.worker_threads(n);
+    }
+    let rt = rt.enable_all().build()?;
     let res = rt.block_on(scale(&o, &shim_sock));
     let res = match res {
         Ok(prober_cores) if o.floor => rt
