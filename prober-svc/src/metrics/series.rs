@@ -20,6 +20,12 @@ pub const DURATION_BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// The `le` label of each bucket of [`DURATION_BUCKETS`] and of `+Inf`, written once here rather
+/// than formatted for every series of every scrape (a test checks they match the bounds).
+const DURATION_LE: [&str; DURATION_BUCKETS.len() + 1] = [
+    "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "+Inf",
+];
+
 const TOTAL: &str = "prober_probe_total";
 const TOTAL_HELP: &str =
     "Cumulative number of a liveness, readiness or startup probe for a container by result.";
@@ -108,11 +114,7 @@ impl Series {
     fn write_duration(&self, out: &mut String) {
         let l = &self.labels;
         let mut cumulative = 0;
-        let bounds = DURATION_BUCKETS.iter().map(|b| b.to_string());
-        for (le, count) in bounds
-            .chain(std::iter::once("+Inf".to_owned()))
-            .zip(&self.buckets)
-        {
+        for (le, count) in DURATION_LE.iter().zip(&self.buckets) {
             cumulative += count.load(Ordering::Relaxed);
             let _ = write!(out, "{DURATION}_bucket");
             write_labels(
@@ -122,7 +124,7 @@ impl Series {
                     ("namespace", &l.namespace),
                     ("pod", &l.pod),
                     ("probe_type", l.probe_type),
-                    ("le", &le),
+                    ("le", le),
                 ],
             );
             let _ = writeln!(out, " {cumulative}");
@@ -214,16 +216,6 @@ impl SeriesSet {
             .map(|s| s.totals())
             .fold((0, 0), |(a, b), (s, f)| (a + s, b + f))
     }
-
-    /// Number of live series records (one per worker).
-    pub fn len(&self) -> usize {
-        self.series.lock().len()
-    }
-
-    /// Whether no worker has series.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 impl TextMetrics for SeriesSet {
@@ -292,6 +284,13 @@ mod tests {
             chunks += 1;
         }
         (text, chunks)
+    }
+
+    #[test]
+    fn le_labels_are_the_bucket_bounds_as_prometheus_prints_them() {
+        let printed: Vec<String> = DURATION_BUCKETS.iter().map(|b| b.to_string()).collect();
+        assert_eq!(&DURATION_LE[..DURATION_BUCKETS.len()], printed.as_slice());
+        assert_eq!(DURATION_LE[DURATION_BUCKETS.len()], "+Inf");
     }
 
     #[test]
