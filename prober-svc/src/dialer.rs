@@ -325,26 +325,22 @@ impl ProbeStream {
 
 impl Drop for ProbeStream {
     fn drop(&mut self) {
-        // The lingering close goes to the closer thread (see `closer`).
         match std::mem::replace(&mut self.state, StreamState::Failed) {
-            StreamState::Plain(s) => closer::close(s),
-            StreamState::Registered(s) => {
-                // Deregisters from the reactor here, on the runtime thread that owns it.
-                if let Ok(s) = s.into_std() {
-                    closer::close(s);
-                }
-            }
+            StreamState::Plain(s) => Connected::Ready(s).close(),
+            StreamState::Registered(s) => Connected::Registered(s).close(),
             StreamState::Failed => {}
         }
     }
 }
 
 impl Connected {
-    /// Closes the connection through the closer thread (see `closer`).
+    /// Closes the connection through the closer thread (see `closer`): the lingering close must
+    /// not block a runtime thread.
     pub(crate) fn close(self) {
         match self {
             Connected::Ready(s) => closer::close(s),
             Connected::Registered(s) => {
+                // Deregisters from the reactor here, on the runtime thread that owns it.
                 if let Ok(s) = s.into_std() {
                     closer::close(s);
                 }
