@@ -75,13 +75,7 @@ async fn drop_with_running_pods_leaves_nothing() {
     let cni_cache = fp.cni_cache_files();
     drop(pods);
     drop(node);
-    assert!(fp.leaks().is_empty(), "leaks: {:#?}", fp.leaks());
-    let left: Vec<_> = sockets
-        .iter()
-        .chain(&cni_cache)
-        .filter(|s| s.exists())
-        .collect();
-    assert!(left.is_empty(), "shim sockets or CNI cache left: {left:?}");
+    assert_nothing_left(&fp, &sockets, &cni_cache);
 }
 
 #[tokio::test]
@@ -114,13 +108,7 @@ async fn drop_after_containerd_was_killed_leaves_nothing() {
     assert!(!fp.shims().is_empty());
     drop(pods);
     drop(node);
-    assert!(fp.leaks().is_empty(), "leaks: {:#?}", fp.leaks());
-    let left: Vec<_> = sockets
-        .iter()
-        .chain(&cni_cache)
-        .filter(|s| s.exists())
-        .collect();
-    assert!(left.is_empty(), "shim sockets or CNI cache left: {left:?}");
+    assert_nothing_left(&fp, &sockets, &cni_cache);
 }
 
 #[tokio::test]
@@ -215,4 +203,20 @@ async fn a_node_whose_test_process_died_is_swept() {
         "shim sockets or CNI cache left: {sockets:?} {cni_cache:?}"
     );
     drop(node);
+}
+
+/// No leak (processes, shims, mounts, cgroups), and none of the shim sockets and CNI cache
+/// entries seen while the node ran left on disk.
+fn assert_nothing_left(
+    fp: &podward_e2e::Footprint,
+    sockets: &[std::path::PathBuf],
+    cni_cache: &[std::path::PathBuf],
+) {
+    assert!(fp.leaks().is_empty(), "leaks: {:#?}", fp.leaks());
+    let left: Vec<_> = sockets
+        .iter()
+        .chain(cni_cache)
+        .filter(|s| s.exists())
+        .collect();
+    assert!(left.is_empty(), "shim sockets or CNI cache left: {left:?}");
 }
