@@ -114,7 +114,7 @@ async fn start_shim(node: &TestNode) -> ShimProcess {
 
 fn client(path: &Path) -> RuntimeServiceClient<Channel> {
     RuntimeServiceClient::new(podward_api::socket::channel(path.to_owned()))
-        .max_decoding_message_size(64 << 20)
+        .max_decoding_message_size(podward_api::limits::CRI_MESSAGE_BYTES)
 }
 
 fn sandbox_config(node: &TestNode, name: &str) -> cri::PodSandboxConfig {
@@ -383,7 +383,7 @@ async fn bench() {
     let snap = podward_api::shim::v1::lifecycle_client::LifecycleClient::new(
         podward_api::socket::channel(shim.control.clone()),
     )
-    .max_decoding_message_size(256 << 20)
+    .max_decoding_message_size(podward_api::limits::API_MESSAGE_BYTES)
     .snapshot(podward_api::shim::v1::SnapshotRequest {})
     .await
     .expect("snapshot")

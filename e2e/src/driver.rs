@@ -38,7 +38,7 @@ impl Driver {
     /// answers `Version`. The channel reconnects by itself when the endpoint restarts.
     pub async fn connect(endpoint: &Path) -> Result<Driver, HarnessError> {
         let client = RuntimeServiceClient::new(podward_api::socket::channel(endpoint))
-            .max_decoding_message_size(64 * 1024 * 1024);
+            .max_decoding_message_size(podward_api::limits::CRI_MESSAGE_BYTES);
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         let mut probe = client.clone();
         loop {

@@ -27,9 +27,6 @@ use registry::Registry;
 /// How long containerd may take to answer CRI `Version` after start.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Largest CRI message the harness's clients accept (ListContainers of a busy node).
-const MAX_MESSAGE: usize = 64 * 1024 * 1024;
-
 /// A real containerd (with runc) in a fresh temporary root: its own socket, state, image store
 /// and cgroup parent, so tests run side by side. [`BUSYBOX_IMAGE`] and [`PAUSE_IMAGE`] are
 /// imported. Dropping it (also on panic) removes every sandbox, kills containerd and its shims,
@@ -180,13 +177,13 @@ impl TestNode {
     /// A CRI runtime client straight to containerd (reconnects by itself after a restart).
     pub async fn runtime_client(&self) -> RuntimeServiceClient<Channel> {
         RuntimeServiceClient::new(podward_api::socket::channel(self.paths.socket()))
-            .max_decoding_message_size(MAX_MESSAGE)
+            .max_decoding_message_size(podward_api::limits::CRI_MESSAGE_BYTES)
     }
 
     /// A CRI image client straight to containerd.
     pub async fn image_client(&self) -> ImageServiceClient<Channel> {
         ImageServiceClient::new(podward_api::socket::channel(self.paths.socket()))
-            .max_decoding_message_size(MAX_MESSAGE)
+            .max_decoding_message_size(podward_api::limits::CRI_MESSAGE_BYTES)
     }
 
     /// `host:port` of the loopback registry that holds `busybox:latest`, when `docker-registry`

@@ -106,7 +106,7 @@ impl Drop for InProcShim {
 /// A Lifecycle client on the control socket.
 pub(crate) fn lifecycle(control: &Path) -> LifecycleClient<Channel> {
     LifecycleClient::new(podward_api::socket::channel(control.to_owned()))
-        .max_decoding_message_size(64 << 20)
+        .max_decoding_message_size(podward_api::limits::API_MESSAGE_BYTES)
 }
 
 /// The index once the shim is connected to containerd.

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use podward_api::daemon::telemetry::LogFormat;
+use podward_api::paths;
 use serde::{Deserialize, Serialize};
 
 /// How kubelet names pod cgroups (its `--cgroup-driver`).
@@ -81,10 +82,10 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            socket: "/run/podward/housekeeper.sock".into(),
-            shim_socket: "/run/podward/shim.sock".into(),
-            prober_socket: "/run/podward/prober.sock".into(),
-            containerd_socket: "/run/containerd/containerd.sock".into(),
+            socket: paths::HOUSEKEEPER_SOCKET.into(),
+            shim_socket: paths::SHIM_SOCKET.into(),
+            prober_socket: paths::PROBER_SOCKET.into(),
+            containerd_socket: paths::CONTAINERD_SOCKET.into(),
             containerd_namespace: podward_api::labels::CONTAINERD_K8S_NAMESPACE.into(),
             cgroup_root: "/sys/fs/cgroup".into(),
             cgroup_driver: DriverName::Cgroupfs,

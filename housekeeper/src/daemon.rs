@@ -4,6 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use podward_api::daemon::admin::Admin;
+use podward_api::daemon::stop::Stop;
 use podward_api::housekeeper::v1::housekeeper_server::HousekeeperServer;
 use podward_api::socket::{SocketError, SocketPerms, serve_unix};
 use tokio_stream::wrappers::UnixListenerStream;
@@ -84,20 +85,14 @@ pub async fn run(
         "podward-housekeeper serving"
     );
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
+    let stop = Stop::new();
     let readiness = admin.readiness.clone();
-    let admin_task = tokio::spawn(admin.serve(admin_listener, stopped()));
+    let admin_task = tokio::spawn(admin.serve(admin_listener, stop.stopped()));
     let api = HousekeeperServer::new(Api::new(reconciler.clone(), config.dry_run));
     let server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(api)
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stopped()),
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop.stopped()),
     );
     readiness.set(true);
 
@@ -117,7 +112,7 @@ pub async fn run(
         }
     }
     readiness.set(false);
-    let _ = stop_tx.send(true);
+    stop.trigger();
     let served = server.await;
     let _ = admin_task.await;
     let _ = std::fs::remove_file(&config.socket);

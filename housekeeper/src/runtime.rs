@@ -12,6 +12,7 @@ use podward_api::cri::{
     RemoveContainerRequest, RemovePodSandboxRequest, StopPodSandboxRequest,
 };
 use podward_api::labels;
+use podward_api::limits::CRI_MESSAGE_BYTES;
 use tonic::transport::Channel;
 
 /// A sandbox, reduced to what the housekeeper decides on.
@@ -131,8 +132,7 @@ impl RuntimeClient {
     /// A lazy client for containerd's socket; no connection is made until the first call.
     pub fn new(socket: &Path, timeout: Duration) -> Self {
         let client = RuntimeServiceClient::new(podward_api::socket::channel(socket))
-            // containerd's own default; a node with thousands of containers exceeds tonic's 4 MiB.
-            .max_decoding_message_size(16 * 1024 * 1024);
+            .max_decoding_message_size(CRI_MESSAGE_BYTES);
         Self { client, timeout }
     }
 

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use podward_api::limits::API_MESSAGE_BYTES;
 use podward_api::shim::v1::lifecycle_client::LifecycleClient;
 use podward_api::shim::v1::{Snapshot, SnapshotRequest};
 use tonic::transport::Channel;
@@ -31,7 +32,7 @@ impl ShimClient {
     /// A lazy client for the shim's control socket.
     pub fn new(socket: &Path, timeout: Duration) -> Self {
         let client = LifecycleClient::new(podward_api::socket::channel(socket))
-            .max_decoding_message_size(64 * 1024 * 1024);
+            .max_decoding_message_size(API_MESSAGE_BYTES);
         Self { client, timeout }
     }
 

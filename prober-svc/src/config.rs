@@ -5,6 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 
 use podward_api::daemon::telemetry::LogFormat;
+use podward_api::paths;
 use serde::{Deserialize, Serialize};
 
 /// Command-line flags. Every field is optional so that only what was given overrides the file.
@@ -108,9 +109,9 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            socket: PathBuf::from("/run/podward/prober.sock"),
-            shim_socket: PathBuf::from("/run/podward/shim.sock"),
-            containerd_socket: PathBuf::from("/run/containerd/containerd.sock"),
+            socket: PathBuf::from(paths::PROBER_SOCKET),
+            shim_socket: PathBuf::from(paths::SHIM_SOCKET),
+            containerd_socket: PathBuf::from(paths::CONTAINERD_SOCKET),
             containerd_namespace: podward_api::labels::CONTAINERD_K8S_NAMESPACE.to_owned(),
             node_ip: None,
             kube_version: "1.33".to_owned(),

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use podward_api::cri::{ExecSyncRequest, runtime_service_client::RuntimeServiceClient};
+use podward_api::limits::CRI_MESSAGE_BYTES;
 use tonic::transport::Channel;
 
 use crate::probe::expand::expand_command;
@@ -18,9 +19,6 @@ use crate::probe::{
 
 /// kubelet's default `--runtime-request-timeout`, added to the probe timeout for the gRPC deadline.
 pub const RUNTIME_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// kubelet's CRI client message size limit (16 MiB).
-const MAX_CRI_MESSAGE: usize = 16 * 1024 * 1024;
 
 /// One exec probe.
 pub(crate) async fn probe(
@@ -69,8 +67,8 @@ impl CriExec {
     /// A runner on `channel` (a connection to the CRI runtime socket).
     pub fn new(channel: Channel) -> Self {
         let client = RuntimeServiceClient::new(channel)
-            .max_decoding_message_size(MAX_CRI_MESSAGE)
-            .max_encoding_message_size(MAX_CRI_MESSAGE);
+            .max_decoding_message_size(CRI_MESSAGE_BYTES)
+            .max_encoding_message_size(CRI_MESSAGE_BYTES);
         Self {
             client,
             runtime_request_timeout: RUNTIME_REQUEST_TIMEOUT,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use podward_api::daemon::admin::Admin;
+use podward_api::daemon::stop::Stop;
 use podward_api::prober::v1::prober_server::ProberServer;
 use podward_api::socket::{SocketError, SocketPerms, serve_unix};
 use tokio_stream::wrappers::UnixListenerStream;
@@ -85,15 +86,9 @@ pub async fn run(
         Clock::system(),
     );
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
+    let stop = Stop::new();
     let readiness = admin.readiness.clone();
-    let admin_task = tokio::spawn(admin.serve(admin_listener, stopped()));
+    let admin_task = tokio::spawn(admin.serve(admin_listener, stop.stopped()));
     let source_task = tokio::spawn(follow(
         SourceConfig {
             shim_socket: config.shim_socket.clone(),
@@ -103,18 +98,18 @@ pub async fn run(
         },
         manager.clone(),
         metrics,
-        stopped(),
+        stop.stopped(),
     ));
     let server = tonic::transport::Server::builder()
         .add_service(ProberServer::new(ProberService::new(manager.clone(), hub)))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(api_listener), stopped());
+        .serve_with_incoming_shutdown(UnixListenerStream::new(api_listener), stop.stopped());
     readiness.set(true);
     let server_task = tokio::spawn(server);
 
     shutdown.await;
     tracing::info!("shutting down");
     readiness.set(false);
-    let _ = stop_tx.send(true);
+    stop.trigger();
     let _ = source_task.await;
     manager.stop_all();
     let served = server_task.await;

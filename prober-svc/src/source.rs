@@ -16,6 +16,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use podward_api::backoff::Backoff;
 use podward_api::cri::runtime_service_client::RuntimeServiceClient;
+use podward_api::limits::{API_MESSAGE_BYTES, CRI_MESSAGE_BYTES};
 use podward_api::shim::v1 as shim;
 use podward_api::shim::v1::lifecycle_client::LifecycleClient;
 use tokio::time::Instant;
@@ -26,10 +27,6 @@ use self::cri::CriPoller;
 use self::index::NodeIndex;
 use crate::manager::Manager;
 use crate::metrics::Metrics;
-
-/// Largest snapshot or List answer accepted. tonic's 4 MiB default is one 10,000-container
-/// snapshot; a node's full index must always fit.
-pub const MAX_MESSAGE: usize = 256 << 20;
 
 /// How the source reaches its peers.
 pub struct SourceConfig {
@@ -56,15 +53,15 @@ pub async fn follow(
     let cri_up = metrics.source("containerd");
     let mut backoff = Backoff::reconnect();
     let mut poller = CriPoller::new();
-    let mut cri =
-        RuntimeServiceClient::new(cfg.containerd.clone()).max_decoding_message_size(MAX_MESSAGE);
+    let mut cri = RuntimeServiceClient::new(cfg.containerd.clone())
+        .max_decoding_message_size(CRI_MESSAGE_BYTES);
     let mut next_poll = Instant::now();
     loop {
         let run = async {
             match podward_api::socket::connect(&cfg.shim_socket).await {
                 Ok(ch) => {
                     let mut client =
-                        LifecycleClient::new(ch).max_decoding_message_size(MAX_MESSAGE);
+                        LifecycleClient::new(ch).max_decoding_message_size(API_MESSAGE_BYTES);
                     match client.watch(shim::WatchRequest { from_seq: 0 }).await {
                         Ok(stream) => {
                             tracing::info!(socket = %cfg.shim_socket.display(), "following the shim");

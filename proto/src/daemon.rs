@@ -7,4 +7,5 @@
 pub mod admin;
 pub mod config;
 pub mod signal;
+pub mod stop;
 pub mod telemetry;

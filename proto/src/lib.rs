@@ -5,6 +5,8 @@
 //! - [`shim`], [`prober`], [`housekeeper`]: podward's own gRPC services;
 //! - [`socket`]: serving and dialling unix sockets safely;
 //! - [`labels`]: the label and annotation keys kubelet writes;
+//! - [`paths`]: the default socket paths all three daemons agree on;
+//! - [`limits`]: gRPC message size limits, each with its reason;
 //! - [`backoff`]: the one retry schedule every reconnect loop uses;
 //! - [`daemon`]: what every podward process shares at its edge (config layering, logs, admin
 //!   HTTP endpoint, shutdown signal).
@@ -13,6 +15,8 @@
 pub mod backoff;
 pub mod daemon;
 pub mod labels;
+pub mod limits;
+pub mod paths;
 pub mod socket;
 pub mod time;
 

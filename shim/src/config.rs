@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use podward_api::daemon::telemetry::LogFormat;
+use podward_api::paths;
 use serde::{Deserialize, Serialize};
 
 /// Command-line flags. Every field is optional so that unset flags leave the file and defaults.
@@ -86,9 +87,9 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            listen: PathBuf::from("/run/podward/cri.sock"),
-            containerd_socket: PathBuf::from("/run/containerd/containerd.sock"),
-            control_socket: PathBuf::from("/run/podward/shim.sock"),
+            listen: PathBuf::from(paths::CRI_SOCKET),
+            containerd_socket: PathBuf::from(paths::CONTAINERD_SOCKET),
+            control_socket: PathBuf::from(paths::SHIM_SOCKET),
             containerd_namespace: podward_api::labels::CONTAINERD_K8S_NAMESPACE.to_owned(),
             subscriber_queue: 1024,
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9641)),

@@ -3,6 +3,7 @@
 use std::pin::Pin;
 
 use futures::{Stream, StreamExt};
+use podward_api::limits::API_MESSAGE_BYTES;
 use podward_api::shim::v1::lifecycle_server::{Lifecycle, LifecycleServer};
 use podward_api::shim::v1::{Snapshot, SnapshotRequest, WatchEvent, WatchRequest};
 use tonic::{Request, Response, Status};
@@ -17,8 +18,7 @@ pub struct LifecycleApi {
 impl LifecycleApi {
     /// The tonic service for `publisher`.
     pub fn service(publisher: Publisher) -> LifecycleServer<Self> {
-        // Snapshots of a large node exceed tonic's 4 MiB default.
-        LifecycleServer::new(Self { publisher }).max_encoding_message_size(usize::MAX)
+        LifecycleServer::new(Self { publisher }).max_encoding_message_size(API_MESSAGE_BYTES)
     }
 }
 

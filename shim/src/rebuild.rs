@@ -12,6 +12,7 @@ use futures::StreamExt;
 use podward_api::backoff::Backoff;
 use podward_api::cri;
 use podward_api::cri::runtime_service_client::RuntimeServiceClient;
+use podward_api::limits::CRI_MESSAGE_BYTES;
 use podward_api::shim::v1::{Container, KeyValue, Sandbox};
 use tokio::sync::watch;
 use tonic::transport::Channel;
@@ -21,8 +22,6 @@ use crate::publish::Publisher;
 
 /// Status calls in flight at once during a rebuild.
 const PARALLEL_STATUS: usize = 8;
-/// Largest List response accepted (containerd's own cap is 16 MiB).
-const MAX_MESSAGE: usize = 64 << 20;
 
 /// Rebuild errors.
 #[derive(Debug, thiserror::Error)]
@@ -57,8 +56,8 @@ pub fn env_from_info(info: &HashMap<String, String>) -> Option<Vec<(String, Stri
 pub async fn read_runtime(socket: &Path) -> Result<(Vec<Sandbox>, Vec<Container>), RebuildError> {
     let channel = podward_api::socket::connect(socket.to_owned()).await?;
     let client = RuntimeServiceClient::new(channel)
-        .max_decoding_message_size(MAX_MESSAGE)
-        .max_encoding_message_size(MAX_MESSAGE);
+        .max_decoding_message_size(CRI_MESSAGE_BYTES)
+        .max_encoding_message_size(CRI_MESSAGE_BYTES);
     let sandboxes = client
         .clone()
         .list_pod_sandbox(cri::ListPodSandboxRequest::default())

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 
 use podward_api::daemon::admin::Admin;
+use podward_api::daemon::stop::Stop;
 use podward_api::socket::{SocketError, SocketPerms, activated_listeners, serve_unix};
 use tokio::net::UnixListener;
 use tokio::sync::watch;
@@ -105,7 +106,7 @@ pub async fn run_with(
     if let Some(f) = on_publisher {
         f(publisher.clone());
     }
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let stop = Stop::new();
 
     // Sockets first: a second instance must fail before it touches anything.
     let mut activated = activated_listeners()?.into_iter();
@@ -125,7 +126,7 @@ pub async fn run_with(
     tokio::spawn(upstream.clone().maintain(
         config.containerd_socket.clone(),
         metrics.clone(),
-        stop_rx.clone(),
+        stop.subscribe(),
     ));
     let (rebuilt_tx, _rebuilt_rx) = watch::channel(0u64);
     tokio::spawn(rebuild::run(
@@ -133,33 +134,33 @@ pub async fn run_with(
         publisher.clone(),
         upstream.generations(),
         rebuilt_tx,
-        stop_rx.clone(),
+        stop.subscribe(),
     ));
     tokio::spawn(events::run(
         config.containerd_socket.clone(),
         config.containerd_namespace.clone(),
         publisher.clone(),
         upstream.generations(),
-        stop_rx.clone(),
+        stop.subscribe(),
     ));
     tokio::spawn(track_readiness(
         admin.readiness.clone(),
         publisher.clone(),
         upstream.generations(),
         upstream.clone(),
-        stop_rx.clone(),
+        stop.subscribe(),
     ));
-    let admin_stop = wait_stop(stop_rx.clone());
+    let admin_stop = stop.stopped();
     tokio::spawn(admin.clone().serve(admin_listener, admin_stop));
 
     let proxy = Proxy::new(upstream, metrics, observer, faults, clock);
-    let cri_task = tokio::spawn(proxy.serve(cri.listener, stop_rx.clone()));
+    let cri_task = tokio::spawn(proxy.serve(cri.listener, stop.subscribe()));
     let control_task = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(LifecycleApi::service(publisher))
             .serve_with_incoming_shutdown(
                 UnixListenerStream::new(control.listener),
-                wait_stop(stop_rx.clone()),
+                stop.stopped(),
             ),
     );
     tracing::info!(
@@ -172,7 +173,7 @@ pub async fn run_with(
     shutdown.await;
     tracing::info!("shutting down");
     admin.readiness.set(false);
-    let _ = stop_tx.send(true);
+    stop.trigger();
     let _ = cri_task.await;
     let control_res = control_task.await;
     for path in [cri.created, control.created].into_iter().flatten() {
@@ -183,10 +184,6 @@ pub async fn run_with(
         Ok(r) => r.map_err(ShimError::from),
         Err(_) => Ok(()),
     }
-}
-
-async fn wait_stop(mut rx: watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
 }
 
 /// `/readyz` is true while the CRI socket is served (it is, from before this task starts) and

@@ -125,7 +125,8 @@ pub(crate) async fn serve(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let listener =
         podward_api::socket::serve_unix(path, podward_api::socket::SocketPerms::default()).await?;
-    let svc = LifecycleServer::new(Fake { snapshot }).max_encoding_message_size(256 << 20);
+    let svc = LifecycleServer::new(Fake { snapshot })
+        .max_encoding_message_size(podward_api::limits::API_MESSAGE_BYTES);
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(svc)

@@ -90,7 +90,10 @@ pub(crate) fn serve(cri: FakeCri, socket: &Path) -> tokio::task::JoinHandle<()> 
     let listener = tokio::net::UnixListener::bind(socket).expect("bind fake CRI socket");
     tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
-            .add_service(RuntimeServiceServer::new(cri).max_encoding_message_size(64 << 20))
+            .add_service(
+                RuntimeServiceServer::new(cri)
+                    .max_encoding_message_size(podward_api::limits::CRI_MESSAGE_BYTES),
+            )
             .serve_with_incoming(UnixListenerStream::new(listener))
             .await;
     })
