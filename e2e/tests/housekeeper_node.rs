@@ -14,8 +14,8 @@ use podward_api::cri::{ListPodSandboxRequest, PodSandboxState, StopPodSandboxReq
 use podward_api::housekeeper::v1::housekeeper_client::HousekeeperClient;
 use podward_api::housekeeper::v1::{ActionKind, Outcome, ReconcileRequest};
 use podward_e2e::{ContainerSpec, Driver, PodSpec, RestartPolicy, TestNode};
-use podward_housekeeper::daemon::node_reconciler;
 use podward_housekeeper::reconcile::Mode;
+use podward_housekeeper::run::node_reconciler;
 
 const ORPHAN: &str = "0rphan00-aaaa-4bbb-8ccc-000000000001";
 

@@ -18,8 +18,8 @@ use podward_api::housekeeper::v1::{ActionKind, Outcome};
 use podward_api::shim::v1::lifecycle_client::LifecycleClient;
 use podward_api::shim::v1::{Delivery, SnapshotRequest};
 use podward_e2e::{ContainerSpec, Driver, PodSpec, RestartPolicy, TestNode};
-use podward_housekeeper::daemon::node_reconciler;
 use podward_housekeeper::reconcile::Mode;
+use podward_housekeeper::run::node_reconciler;
 use podward_shim::fault::Faults;
 
 const RUN_POD_SANDBOX: &str = "/runtime.v1.RuntimeService/RunPodSandbox";

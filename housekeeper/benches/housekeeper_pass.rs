@@ -21,8 +21,8 @@ use std::time::Duration;
 use podward_api::cri::{Container, ContainerMetadata, PodSandbox, PodSandboxMetadata};
 use podward_api::labels;
 use podward_housekeeper::Config;
-use podward_housekeeper::daemon::node_reconciler;
 use podward_housekeeper::reconcile::Mode;
+use podward_housekeeper::run::node_reconciler;
 
 /// Limits from issue 4 at N = 10,000.
 const MAX_PASS: Duration = Duration::from_millis(250);

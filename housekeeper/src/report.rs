@@ -30,7 +30,7 @@ pub enum ReportError {
 /// Gets the plan and renders it (`json` or a table).
 pub async fn plan_command(config: &Config, json: bool, local: bool) -> Result<String, ReportError> {
     let plan = if local {
-        crate::daemon::node_reconciler(config)
+        crate::run::node_reconciler(config)
             .pass(Mode::Preview)
             .await
             .0

@@ -21,6 +21,6 @@ pub mod metrics;
 pub mod observe;
 pub mod publish;
 pub mod rebuild;
-mod serve;
+mod run;
 
-pub use serve::{Options, ShimError, run, run_with};
+pub use run::{Options, RunError, run, run_with};

@@ -21,7 +21,7 @@ use crate::{events, observe, rebuild};
 
 /// Why the shim could not run.
 #[derive(Debug, thiserror::Error)]
-pub enum ShimError {
+pub enum RunError {
     /// A socket could not be served.
     #[error(transparent)]
     Socket(#[from] SocketError),
@@ -60,7 +60,7 @@ impl Default for Options {
 }
 
 /// Runs the shim until `shutdown` resolves.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), ShimError> {
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), RunError> {
     run_with(config, Options::default(), shutdown).await
 }
 
@@ -74,7 +74,7 @@ async fn bind(
     activated: Option<UnixListener>,
     path: &Path,
     perms: SocketPerms,
-) -> Result<Served, ShimError> {
+) -> Result<Served, RunError> {
     if let Some(listener) = activated {
         tracing::info!(path = %path.display(), "using the systemd-activated socket");
         return Ok(Served {
@@ -94,7 +94,7 @@ pub async fn run_with(
     config: Config,
     options: Options,
     shutdown: impl Future<Output = ()>,
-) -> Result<(), ShimError> {
+) -> Result<(), RunError> {
     let Options {
         admin,
         faults,
@@ -181,7 +181,7 @@ pub async fn run_with(
         let _ = std::fs::remove_file(&path);
     }
     match control_res {
-        Ok(r) => r.map_err(ShimError::from),
+        Ok(r) => r.map_err(RunError::from),
         Err(_) => Ok(()),
     }
 }
