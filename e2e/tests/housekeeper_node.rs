@@ -9,10 +9,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{PodCgroup, config, eventually, leave_dirs};
+use common::{PodCgroup, config, leave_dirs};
 use podward_api::cri::{ListPodSandboxRequest, PodSandboxState, StopPodSandboxRequest};
 use podward_api::housekeeper::v1::housekeeper_client::HousekeeperClient;
 use podward_api::housekeeper::v1::{ActionKind, Outcome, ReconcileRequest};
+use podward_api::test_util::eventually;
 use podward_e2e::{ContainerSpec, Driver, PodSpec, RestartPolicy, TestNode};
 use podward_housekeeper::reconcile::Mode;
 use podward_housekeeper::run::node_reconciler;

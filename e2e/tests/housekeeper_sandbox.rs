@@ -8,7 +8,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{config, eventually};
+use common::config;
+use podward_api::test_util::eventually;
 
 use podward_api::cri::runtime_service_client::RuntimeServiceClient;
 use podward_api::cri::{

@@ -10,6 +10,7 @@ use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use podward_api::test_util::eventually;
 use podward_e2e::free_port;
 use serde_json::json;
 use support::*;
@@ -101,7 +102,7 @@ async fn kill9_prober_resumes_from_the_shim_and_restarts_no_healthy_container() 
         .await;
     let pods = [&a, &b];
     for p in pods {
-        wait_for("ready before the kill", Duration::from_secs(30), || async {
+        eventually("ready before the kill", Duration::from_secs(30), || async {
             env.container(p.uid(), "app").await.is_some_and(|c| c.ready)
         })
         .await;
@@ -150,7 +151,7 @@ async fn with_the_shim_down_a_restarted_prober_reads_containerd_and_keeps_probin
         .await;
     let uid = pod.uid().to_owned();
     let id = pod.container_id("app").expect("container id");
-    wait_for("ready", Duration::from_secs(30), || async {
+    eventually("ready", Duration::from_secs(30), || async {
         env.container(&uid, "app").await.is_some_and(|c| c.ready)
     })
     .await;
@@ -158,7 +159,7 @@ async fn with_the_shim_down_a_restarted_prober_reads_containerd_and_keeps_probin
     env.shim.kill9();
     env.restart_prober_hard().await;
     // The only source left is containerd's CRI, polled every 2 s.
-    wait_for(
+    eventually(
         "pod seen through containerd",
         Duration::from_secs(30),
         || async {

@@ -9,6 +9,7 @@ mod support;
 use std::time::Duration;
 
 use podward_api::prober::v1 as api;
+use podward_api::test_util::eventually;
 use podward_e2e::{PodSpec, free_port};
 use serde_json::json;
 use support::*;
@@ -102,7 +103,7 @@ async fn terminating(e: &Env, name: &str, liveness: bool) -> Result<(), String> 
     let body = "echo ok > /tmp/ready; echo ok > /tmp/liveness; trap 'rm -f /tmp/ready /tmp/liveness; sleep 30' TERM; sleep 600 & wait";
     let pod = e.run(name, body, probes).await;
     let uid = pod.uid().to_owned();
-    wait_for(
+    eventually(
         &format!("{name} ready"),
         Duration::from_secs(30),
         || async { e.container(&uid, "app").await.is_some_and(|c| c.ready) },
@@ -153,7 +154,7 @@ async fn upstream_startup_and_readiness_scenarios() {
             let port = free_port();
             let probes = json!({"readinessProbe": {"httpGet": {"path": "/", "port": port}, "initialDelaySeconds": 15}});
             let pod = e.run("ready-delay", &http_server(port, None), probes).await;
-            wait_for("ready-delay ready", Duration::from_secs(60), || async {
+            eventually("ready-delay ready", Duration::from_secs(60), || async {
                 e.container(pod.uid(), "app").await.is_some_and(|c| c.ready)
             })
             .await;
@@ -202,7 +203,7 @@ async fn upstream_startup_and_readiness_scenarios() {
                 "readinessProbe": {"exec": {"command": ["cat", "/tmp/health"]}, "periodSeconds": 30},
                 "startupProbe": {"exec": {"command": ["cat", "/tmp/startup"]}, "periodSeconds": 5, "failureThreshold": 120}});
             let pod = e.run("ready-after-startup", &script("echo ok > /tmp/health; sleep 32; echo ok > /tmp/startup"), probes).await;
-            wait_for("ready-after-startup ready", Duration::from_secs(90), || async {
+            eventually("ready-after-startup ready", Duration::from_secs(90), || async {
                 e.container(pod.uid(), "app").await.is_some_and(|c| c.ready)
             })
             .await;

@@ -3,13 +3,13 @@
 //! and a kubelet-like driver talking CRI through the shim.
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use podward_api::prober::v1 as api;
 use podward_api::prober::v1::prober_client::ProberClient;
+use podward_api::test_util::eventually;
 use podward_e2e::{ContainerSpec, Daemon, Driver, Pod, PodSpec, TestNode, free_port};
 use tokio::time::Instant;
 
@@ -70,7 +70,7 @@ impl Env {
         self.prober.kill9();
         // Wait for the crash to complete (the kernel releases its sockets at exit).
         let prober = &self.prober;
-        wait_for("the killed prober to exit", Duration::from_secs(10), || {
+        eventually("the killed prober to exit", Duration::from_secs(10), || {
             let gone = prober.exited().is_some();
             async move { gone }
         })
@@ -188,22 +188,6 @@ pub(crate) async fn wait_listening(port: u16, timeout: Duration) -> Result<(), S
                 "test server on port {port} not listening after {timeout:?}"
             ));
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Polls `f` every 100 ms until true; panics with `what` after `timeout`.
-pub(crate) async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !f().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

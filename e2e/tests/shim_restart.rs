@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use podward_api::cri;
 use podward_api::shim::v1::{Container, Sandbox, Snapshot, WatchRequest, watch_event};
+use podward_api::test_util::eventually;
 use podward_e2e::{ContainerSpec, Daemon, Driver, PodSpec, RestartPolicy, TestNode, free_port};
-use support::{InProcShim, lifecycle, snapshot, wait_for, wait_rebuilt};
+use support::{InProcShim, lifecycle, snapshot, wait_rebuilt};
 
 /// What must survive a restart: everything the runtime knows (delivery and stop-request times
 /// only the CRI path knew; start times came from the shim's own clock before the restart).
@@ -94,7 +95,7 @@ async fn kill9_under_load_new_shim_rebuilds_the_same_index_and_retries_lose_noth
         .restart_policy(RestartPolicy::Never)
         .container(ContainerSpec::new("main", &["sh", "-c", "exit 2"]));
     pods.push(driver.run_pod(&node, exited).await.expect("pod"));
-    wait_for("index complete", Duration::from_secs(20), || {
+    eventually("index complete", Duration::from_secs(20), || {
         let ctl = ctl.clone();
         async move {
             let s = snapshot(&ctl).await;
@@ -137,7 +138,7 @@ async fn kill9_under_load_new_shim_rebuilds_the_same_index_and_retries_lose_noth
             }
         })
     };
-    wait_for("load running", Duration::from_secs(10), || {
+    eventually("load running", Duration::from_secs(10), || {
         let n = done.load(Ordering::Relaxed);
         async move { n >= 20 }
     })
@@ -223,7 +224,7 @@ async fn a_subscriber_that_stops_reading_slows_nothing_and_later_resyncs() {
             .container(ContainerSpec::new("main", &["sleep", "3600"]));
         pods.push(driver.run_pod(&node, spec).await.expect("pod"));
     }
-    wait_for("subscriber overflowed", Duration::from_secs(20), || {
+    eventually("subscriber overflowed", Duration::from_secs(20), || {
         let resync_owed = shim.metrics_text();
         async move { resync_owed.contains("podward_shim_index_sandboxes 6") }
     })

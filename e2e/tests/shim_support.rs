@@ -2,13 +2,13 @@
 //! own test target it holds no tests).
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use podward_api::daemon::admin::Admin;
 use podward_api::shim::v1::lifecycle_client::LifecycleClient;
 use podward_api::shim::v1::{Snapshot, SnapshotRequest};
+use podward_api::test_util::eventually;
 use podward_e2e::TestNode;
 use tonic::transport::Channel;
 
@@ -66,7 +66,7 @@ impl InProcShim {
             task: Some(task),
         };
         let admin = shim.admin.clone();
-        wait_for("in-process shim ready", Duration::from_secs(20), || {
+        eventually("in-process shim ready", Duration::from_secs(20), || {
             let ready = admin.readiness.get();
             async move { ready }
         })
@@ -122,7 +122,7 @@ pub(crate) async fn snapshot(control: &Path) -> Snapshot {
 /// a following List through the shim or the rebuild fills the index).
 pub(crate) async fn wait_rebuilt(control: &Path) {
     let control = control.to_owned();
-    wait_for(
+    eventually(
         "shim connected to containerd",
         Duration::from_secs(20),
         || {
@@ -136,22 +136,6 @@ pub(crate) async fn wait_rebuilt(control: &Path) {
         },
     )
     .await;
-}
-
-/// Polls `cond` every 20 ms until true; panics after `timeout`.
-pub(crate) async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !cond().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Replaces every run of 32+ hex digits (container/sandbox/image IDs, exec tokens are shorter)

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use fake::{FakeNode, RecordingActuator, planned, reconciler, sandbox};
 use podward_api::housekeeper::v1::{ActionKind, FindingKind, Outcome};
+use podward_api::test_util::eventually;
 use podward_housekeeper::act;
 use podward_housekeeper::clock::{Clock, ManualClock};
 use podward_housekeeper::gate::{BACKOFF_MAX, UidGate};
@@ -19,18 +20,6 @@ use podward_housekeeper::plan;
 use podward_housekeeper::reconcile::Mode;
 use podward_housekeeper::runtime::RuntimeView;
 use podward_housekeeper::sources::read_all;
-
-async fn wait_until(what: &str, cond: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_action_per_uid_at_a_time() {
@@ -70,9 +59,11 @@ async fn one_action_per_uid_at_a_time() {
         act::execute(&mut first, n, a, &g, &c, k).await;
         first
     });
-    wait_until("the first destroy to start", || {
-        act.in_destroy.load(Ordering::SeqCst) == 1
-    })
+    eventually(
+        "the first destroy to start",
+        Duration::from_secs(10),
+        async || act.in_destroy.load(Ordering::SeqCst) == 1,
+    )
     .await;
     act::execute(
         &mut second,

@@ -252,15 +252,3 @@ impl ExecRunner for FakeExec {
         Box::pin(async move { answer })
     }
 }
-
-/// Polls `cond` until true or the deadline.
-pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}

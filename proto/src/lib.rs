@@ -18,6 +18,8 @@ pub mod labels;
 pub mod limits;
 pub mod paths;
 pub mod socket;
+#[cfg(any(test, feature = "test-util"))]
+pub mod test_util;
 pub mod time;
 
 /// CRI `runtime.v1` (types, `RuntimeServiceClient`, `ImageServiceClient`, servers).

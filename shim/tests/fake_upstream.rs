@@ -9,10 +9,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{FakeUpstream, TestShim, wait_for};
+use common::{FakeUpstream, TestShim};
 use futures::StreamExt;
 use podward_api::cri;
 use podward_api::shim::v1::{Delivery, SandboxEventKind, WatchRequest, watch_event};
+use podward_api::test_util::eventually;
 use tonic::Code;
 
 #[tokio::test]
@@ -127,17 +128,17 @@ async fn unavailable_while_containerd_is_down_then_reconnects() {
     assert!(!shim.ready(), "not ready without containerd");
 
     let up = FakeUpstream::start(&sock).await;
-    wait_for("shim connects", Duration::from_secs(10), || {
+    eventually("shim connects", Duration::from_secs(10), || {
         let mut rt = rt.clone();
         async move { rt.version(cri::VersionRequest::default()).await.is_ok() }
     })
     .await;
-    wait_for("ready", Duration::from_secs(5), || async { shim.ready() }).await;
+    eventually("ready", Duration::from_secs(5), || async { shim.ready() }).await;
 
     // containerd restarts: calls fail fast meanwhile, then work again on the same client.
     drop(up);
     let _up = FakeUpstream::start(&sock).await;
-    wait_for("shim reconnects", Duration::from_secs(10), || {
+    eventually("shim reconnects", Duration::from_secs(10), || {
         let mut rt = rt.clone();
         async move { rt.version(cri::VersionRequest::default()).await.is_ok() }
     })

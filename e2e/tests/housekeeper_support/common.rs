@@ -125,18 +125,3 @@ pub fn leave_dirs(config: &Config, uid: &str) -> (PathBuf, PathBuf) {
     std::fs::write(log.join("app/0.log"), "bye\n").expect("log file");
     (pod, log)
 }
-
-/// Polls `cond` every 50 ms until it holds or `timeout` passes.
-pub async fn eventually(what: &str, timeout: Duration, mut cond: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if cond().await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}

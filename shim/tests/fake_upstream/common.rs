@@ -1,7 +1,6 @@
 //! Fixtures: a fake containerd (plain HTTP/2, canned gRPC frames) and the shim in-process.
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,6 +14,7 @@ use podward_api::cri;
 use podward_api::cri::runtime_service_client::RuntimeServiceClient;
 use podward_api::daemon::admin::Admin;
 use podward_api::shim::v1::lifecycle_client::LifecycleClient;
+use podward_api::test_util::eventually;
 use prost::Message;
 use tokio::net::UnixListener;
 use tokio::sync::mpsc;
@@ -198,7 +198,7 @@ impl TestShim {
             task,
         };
         let (cri, ctl) = (shim.cri_socket(), dir.join("shim.sock"));
-        wait_for("shim sockets", Duration::from_secs(10), || async {
+        eventually("shim sockets", Duration::from_secs(10), || async {
             tokio::net::UnixStream::connect(&cri).await.is_ok()
                 && tokio::net::UnixStream::connect(&ctl).await.is_ok()
         })
@@ -289,20 +289,4 @@ pub(crate) async fn echo_stream(
         .await
         .expect("stream opens");
     resp.into_inner().boxed()
-}
-
-/// Polls `cond` until true, failing the test after `timeout`.
-pub(crate) async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !cond().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
