@@ -100,10 +100,12 @@ impl Render {
         for f in &self.values_files {
             cmd.arg("--values").arg(repo().join(f));
         }
-        let mut set = self.set.clone();
-        if !self.no_registry {
-            merge(&mut set, json!({"image": {"registry": REGISTRY}}));
-        }
+        let mut set = if self.no_registry {
+            json!({})
+        } else {
+            json!({"image": {"registry": REGISTRY}})
+        };
+        merge(&mut set, self.set.clone());
         cmd.arg("--set-json").arg(set.to_string());
         if let Some(v) = &self.kube_version {
             cmd.arg("--kube-version").arg(v);
