@@ -9,21 +9,21 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 /// The registry every render passes: the chart has no default (podward publishes no images).
-pub const REGISTRY: &str = "registry.example/podward";
+pub(crate) const REGISTRY: &str = "registry.example/podward";
 
 /// The repository root.
-pub fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// A file of the repository, as text.
-pub fn read(path: &str) -> String {
+pub(crate) fn read(path: &str) -> String {
     std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("read {path}: {e}"))
 }
 
 /// One render of the chart: values files, values merged last, and what the API stand-in reports.
 #[derive(Default)]
-pub struct Render {
+pub(crate) struct Render {
     values_files: Vec<String>,
     set: Value,
     kube_version: Option<String>,
@@ -32,21 +32,21 @@ pub struct Render {
 }
 
 /// What Helm produced.
-pub struct Rendered {
+pub(crate) struct Rendered {
     /// The manifest's objects, in Helm's install order.
-    pub objects: Vec<Value>,
+    pub(crate) objects: Vec<Value>,
     /// NOTES.txt.
-    pub notes: String,
+    pub(crate) notes: String,
 }
 
 impl Rendered {
     /// The first object of `kind`.
-    pub fn find(&self, kind: &str) -> Option<&Value> {
+    pub(crate) fn find(&self, kind: &str) -> Option<&Value> {
         self.objects.iter().find(|o| o["kind"] == kind)
     }
 
     /// The first object of `kind`, or a panic naming what was rendered.
-    pub fn get(&self, kind: &str) -> &Value {
+    pub(crate) fn get(&self, kind: &str) -> &Value {
         self.find(kind).unwrap_or_else(|| {
             let kinds: Vec<_> = self.objects.iter().map(|o| o["kind"].clone()).collect();
             panic!("no {kind} rendered; got {kinds:?}")
@@ -56,7 +56,7 @@ impl Rendered {
 
 impl Render {
     /// The chart's defaults (plus the required registry).
-    pub fn defaults() -> Self {
+    pub(crate) fn defaults() -> Self {
         Self {
             set: json!({}),
             ..Self::default()
@@ -64,37 +64,37 @@ impl Render {
     }
 
     /// Adds a values file (relative to the repository root).
-    pub fn values(mut self, file: &str) -> Self {
+    pub(crate) fn values(mut self, file: &str) -> Self {
         self.values_files.push(file.to_owned());
         self
     }
 
     /// Merges `values` last (like `--set-json`).
-    pub fn set(mut self, values: Value) -> Self {
+    pub(crate) fn set(mut self, values: Value) -> Self {
         merge(&mut self.set, values);
         self
     }
 
     /// The Kubernetes version the API stand-in reports.
-    pub fn kube_version(mut self, v: &str) -> Self {
+    pub(crate) fn kube_version(mut self, v: &str) -> Self {
         self.kube_version = Some(v.to_owned());
         self
     }
 
     /// The release namespace exists with these labels (what the chart's `lookup` sees).
-    pub fn namespace_labels(mut self, labels: Value) -> Self {
+    pub(crate) fn namespace_labels(mut self, labels: Value) -> Self {
         self.namespace_labels = Some(labels);
         self
     }
 
     /// Leaves `image.registry` unset.
-    pub fn without_registry(mut self) -> Self {
+    pub(crate) fn without_registry(mut self) -> Self {
         self.no_registry = true;
         self
     }
 
     /// Renders; `Err(stderr)` when Helm refused.
-    pub fn try_run(&self) -> Result<Rendered, String> {
+    pub(crate) fn try_run(&self) -> Result<Rendered, String> {
         let mut cmd = Command::new("python3");
         cmd.arg(repo().join("charts/tests/render.py"));
         for f in &self.values_files {
@@ -127,7 +127,7 @@ impl Render {
     }
 
     /// Renders, panicking with Helm's message when it refuses.
-    pub fn run(&self) -> Rendered {
+    pub(crate) fn run(&self) -> Rendered {
         self.try_run()
             .unwrap_or_else(|e| panic!("render failed:\n{e}"))
     }
@@ -146,7 +146,7 @@ fn merge(dst: &mut Value, src: Value) {
 }
 
 /// The strings of a JSON array (empty when it is not one).
-pub fn strs(v: &Value) -> Vec<String> {
+pub(crate) fn strs(v: &Value) -> Vec<String> {
     v.as_array()
         .map(|a| {
             a.iter()
@@ -157,7 +157,7 @@ pub fn strs(v: &Value) -> Vec<String> {
 }
 
 /// A container of the DaemonSet's pod template.
-pub fn container<'a>(ds: &'a Value, name: &str) -> &'a Value {
+pub(crate) fn container<'a>(ds: &'a Value, name: &str) -> &'a Value {
     ds["spec"]["template"]["spec"]["containers"]
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["name"] == name))
@@ -166,7 +166,7 @@ pub fn container<'a>(ds: &'a Value, name: &str) -> &'a Value {
 
 /// The section of a Markdown file that starts at the heading containing `title` and ends at the
 /// next heading of the same or a higher level.
-pub fn md_section(doc: &str, title: &str) -> String {
+pub(crate) fn md_section(doc: &str, title: &str) -> String {
     let mut out = String::new();
     let mut level = 0;
     for line in doc.lines() {
@@ -192,7 +192,7 @@ pub fn md_section(doc: &str, title: &str) -> String {
 
 /// The rows of the first Markdown table in `text`, as trimmed cells (header and separator
 /// skipped).
-pub fn md_table(text: &str) -> Vec<Vec<String>> {
+pub(crate) fn md_table(text: &str) -> Vec<Vec<String>> {
     text.lines()
         .skip_while(|l| !l.trim_start().starts_with('|'))
         .take_while(|l| l.trim_start().starts_with('|'))
