@@ -367,7 +367,9 @@ fn chart_all_options_render_match_the_daemons() {
     for want in [
         "ClusterRole",
         "ClusterRoleBinding",
+        "ConfigMap",
         "DaemonSet",
+        "PrometheusRule",
         "Service",
         "ServiceAccount",
         "ServiceMonitor",
