@@ -45,14 +45,7 @@ fn baseline_violations(pod: &Value) -> BTreeSet<String> {
     {
         out.insert("hostPath".to_owned());
     }
-    let mut all = pod["containers"].as_array().cloned().unwrap_or_default();
-    all.extend(
-        pod["initContainers"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default(),
-    );
-    for c in all {
+    for c in all_containers(pod) {
         if c["securityContext"]["privileged"] == true {
             out.insert("privileged".to_owned());
         }
@@ -63,6 +56,14 @@ fn baseline_violations(pod: &Value) -> BTreeSet<String> {
         }
     }
     out
+}
+
+/// The pod's containers and init containers.
+fn all_containers(pod: &Value) -> Vec<Value> {
+    ["containers", "initContainers"]
+        .iter()
+        .flat_map(|k| pod[*k].as_array().cloned().unwrap_or_default())
+        .collect()
 }
 
 fn pod_spec(r: &support::Rendered) -> Value {
@@ -254,14 +255,7 @@ fn pods_run_with_the_runtime_default_seccomp_profile() {
             pod["securityContext"]["seccompProfile"]["type"],
             "RuntimeDefault"
         );
-        let mut all = pod["containers"].as_array().cloned().unwrap_or_default();
-        all.extend(
-            pod["initContainers"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default(),
-        );
-        for c in all {
+        for c in all_containers(&pod) {
             assert!(
                 c["securityContext"]["seccompProfile"].is_null(),
                 "{}: must not override the pod's profile",
