@@ -11,6 +11,7 @@ APT_PACKAGES=(
   iproute2 util-linux         # ip, mount/umount, nsenter for tests
   containernetworking-plugins # bridge + host-local CNI for pod-network sandboxes in e2e
   docker-registry skopeo      # loopback registry so CRI PullImage is exercised
+  buildah                     # builds the container images (deploy/build-images.sh) without a daemon
   systemd                     # systemd-analyze verify for the shim's units (systemd is not run)
 )
 PIP_PACKAGES=(grpcio grpcio-health-checking)   # a gRPC health server nobody here wrote

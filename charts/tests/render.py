@@ -10,6 +10,10 @@ values merging, schema checks, `required`, `fail` and all. Nothing leaves the lo
 
 Usage:
   python3 charts/tests/render.py [--values FILE]... [--set-json JSON] [--out FILE]
+                                 [--kube-version 1.33.0] [--namespace-labels JSON]
+--kube-version is the version the API stand-in reports (Helm checks the chart's kubeVersion against
+it); --namespace-labels makes the release namespace exist with those labels (what the chart's
+`lookup` of it sees; without it the namespace does not exist yet).
 Prints {"objects": [<manifest objects>], "notes": "<NOTES.txt>", "created": [<kind/name>...]}.
 """
 
@@ -51,10 +55,18 @@ RESOURCES: dict[str, list[tuple[str, str, bool]]] = {
         ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False),
     ],
     "scheduling.k8s.io/v1": [("priorityclasses", "PriorityClass", False)],
-    "monitoring.coreos.com/v1": [("servicemonitors", "ServiceMonitor", True)],
+    "monitoring.coreos.com/v1": [
+        ("servicemonitors", "ServiceMonitor", True),
+        ("prometheusrules", "PrometheusRule", True),
+    ],
 }
 _PLURALS = {plural: kind for entries in RESOURCES.values() for plural, kind, _ in entries}
-KUBE_VERSION = {"major": "1", "minor": "33", "gitVersion": "v1.33.0", "platform": "linux/amd64"}
+DEFAULT_KUBE_VERSION = "1.33.0"
+
+
+def _version_info(version: str) -> dict:
+    major, minor, _patch = version.split(".")
+    return {"major": major, "minor": minor, "gitVersion": f"v{version}", "platform": "linux/amd64"}
 
 
 def _resource_list(gv: str) -> dict:
@@ -91,6 +103,9 @@ class FakeApiServer(BaseHTTPRequestHandler):
 
     created: list[dict] = []
     lock = threading.Lock()
+    version: dict = _version_info(DEFAULT_KUBE_VERSION)
+    # name -> labels of namespaces that exist
+    namespaces: dict[str, dict] = {}
 
     def log_message(self, format, *args):  # noqa: A002  (silence per-request logging)
         pass
@@ -111,7 +126,7 @@ class FakeApiServer(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0].rstrip("/")
         if path == "/version":
-            return self._send(200, KUBE_VERSION)
+            return self._send(200, self.version)
         if path == "/api":
             return self._send(200, {"kind": "APIVersions", "versions": ["v1"],
                                     "serverAddressByClientCIDRs": []})
@@ -120,6 +135,10 @@ class FakeApiServer(BaseHTTPRequestHandler):
         if path == "/api/v1":
             return self._send(200, _resource_list("v1"))
         parts = path.split("/")
+        if len(parts) == 5 and parts[1:4] == ["api", "v1", "namespaces"] and parts[4] in self.namespaces:
+            return self._send(200, {"kind": "Namespace", "apiVersion": "v1",
+                                    "metadata": {"name": parts[4], "resourceVersion": "1",
+                                                 "labels": self.namespaces[parts[4]]}})
         if len(parts) == 4 and parts[1] == "apis" and f"{parts[2]}/{parts[3]}" in RESOURCES:
             return self._send(200, _resource_list(f"{parts[2]}/{parts[3]}"))
         kind = _PLURALS.get(parts[-1])
@@ -162,13 +181,16 @@ def _merge(dst: dict, src: dict) -> dict:
     return dst
 
 
-def render(values: dict, release: str = "podward", namespace: str = "podward-system") -> dict:
+def render(values: dict, release: str = "podward", namespace: str = "podward-system",
+           kube_version: str = DEFAULT_KUBE_VERSION, namespace_labels: dict | None = None) -> dict:
     os.environ["HELM_DRIVER"] = "memory"
     os.environ.setdefault("HELM_CACHE_HOME", "/tmp/podward-helm-cache")
     os.environ.setdefault("HELM_CONFIG_HOME", "/tmp/podward-helm-config")
     import helm_sdkpy  # noqa: PLC0415  (the Go runtime reads the environment when it loads)
 
     FakeApiServer.created = []
+    FakeApiServer.version = _version_info(kube_version)
+    FakeApiServer.namespaces = {} if namespace_labels is None else {namespace: namespace_labels}
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeApiServer)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -201,13 +223,18 @@ def main() -> int:
     parser.add_argument("--values", action="append", default=[], help="values YAML file (repeatable)")
     parser.add_argument("--set-json", default=None, help="values as a JSON object, merged last")
     parser.add_argument("--out", default=None, help="write the JSON here instead of stdout")
+    parser.add_argument("--kube-version", default=DEFAULT_KUBE_VERSION,
+                        help="Kubernetes version the API stand-in reports (MAJOR.MINOR.PATCH)")
+    parser.add_argument("--namespace-labels", default=None,
+                        help="JSON object: the release namespace exists with these labels")
     args = parser.parse_args()
     values: dict = {}
     for path in args.values:
         _merge(values, yaml.safe_load(Path(path).read_text()) or {})
     if args.set_json:
         _merge(values, json.loads(args.set_json))
-    result = render(values)
+    labels = json.loads(args.namespace_labels) if args.namespace_labels else None
+    result = render(values, kube_version=args.kube_version, namespace_labels=labels)
     text = json.dumps(result, indent=1, sort_keys=True)
     if args.out:
         Path(args.out).write_text(text)

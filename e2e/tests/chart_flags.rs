@@ -11,34 +11,23 @@
 //! (`pip install --ignore-requires-python helm-sdkpy`) and PyYAML.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+#[path = "chart_support.rs"]
+mod support;
+use support::{Render, container, repo, strs};
 
 /// Renders the chart with `values_file` (None = defaults) and returns the objects and NOTES.txt.
 fn render(values_file: Option<&str>) -> (Vec<Value>, String) {
-    let mut cmd = Command::new("python3");
-    cmd.arg(repo().join("charts/tests/render.py"));
+    let mut r = Render::defaults();
     if let Some(v) = values_file {
-        cmd.arg("--values").arg(repo().join(v));
+        r = r.values(v);
     }
-    let out = cmd.output().expect("run python3 charts/tests/render.py");
-    assert!(
-        out.status.success(),
-        "render failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("render.py prints JSON");
-    let objects = v["objects"].as_array().expect("objects").clone();
-    let notes = v["notes"].as_str().unwrap_or_default().to_owned();
-    assert!(!objects.is_empty(), "the chart rendered nothing");
-    (objects, notes)
+    let out = r.run();
+    (out.objects, out.notes)
 }
 
 fn find<'a>(objects: &'a [Value], kind: &str) -> Option<&'a Value> {
@@ -50,16 +39,6 @@ fn kinds(objects: &[Value]) -> BTreeSet<String> {
         .iter()
         .filter_map(|o| o["kind"].as_str().map(str::to_owned))
         .collect()
-}
-
-fn strs(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// `--flag` tokens of a help text.
@@ -194,13 +173,6 @@ fn volume_host_paths(ds: &Value) -> BTreeMap<String, String> {
             ))
         })
         .collect()
-}
-
-fn container<'a>(ds: &'a Value, name: &str) -> &'a Value {
-    ds["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
-        .unwrap_or_else(|| panic!("no container {name}"))
 }
 
 fn arg_value(c: &Value, flag: &str) -> Option<String> {
@@ -395,7 +367,9 @@ fn chart_all_options_render_match_the_daemons() {
     for want in [
         "ClusterRole",
         "ClusterRoleBinding",
+        "ConfigMap",
         "DaemonSet",
+        "PrometheusRule",
         "Service",
         "ServiceAccount",
         "ServiceMonitor",

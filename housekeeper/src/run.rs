@@ -66,6 +66,11 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), RunError> {
     let admin = Admin::new();
+    podward_api::daemon::build_info::register(
+        &admin.registry,
+        "housekeeper",
+        env!("CARGO_PKG_VERSION"),
+    );
     let metrics = Metrics::register(&admin.registry)?;
     let reconciler = Arc::new(
         node_reconciler(&config)

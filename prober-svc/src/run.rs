@@ -55,6 +55,7 @@ pub async fn run(
 ) -> Result<(), RunError> {
     raise_open_files();
     let mut admin = Admin::new();
+    podward_api::daemon::build_info::register(&admin.registry, "prober", env!("CARGO_PKG_VERSION"));
     let metrics = Metrics::new(&admin.registry)?;
     admin.add_text(metrics.series().clone());
     let admin_listener = podward_api::daemon::admin::bind(config.admin_addr).await?;

@@ -5,6 +5,7 @@
 //! (same flags, same endpoints, same log format) and one copy cannot drift.
 
 pub mod admin;
+pub mod build_info;
 pub mod config;
 pub mod signal;
 pub mod stop;

@@ -101,6 +101,7 @@ pub async fn run_with(
         clock,
         on_publisher,
     } = options;
+    podward_api::daemon::build_info::register(&admin.registry, "shim", env!("CARGO_PKG_VERSION"));
     let metrics = Metrics::new(&admin.registry)?;
     let publisher = Publisher::new(config.subscriber_queue, metrics.clone(), clock);
     if let Some(f) = on_publisher {

@@ -41,10 +41,33 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
-{{/* Image reference; call with (dict "root" $ "image" .Values.<daemon>.image). */}}
+{{/*
+Image reference; call with (dict "root" $ "image" .Values.<daemon>.image). podward publishes no
+images, so there is no default registry: an install without one would only fail later, as
+ErrImagePull on every node.
+*/}}
 {{- define "podward.image" -}}
+{{- $registry := required "image.registry is required: build the images with deploy/build-images.sh, push them to your registry and pass --set image.registry=<registry> (docs/operations.md, \"Build and push the images\")" .root.Values.image.registry }}
 {{- $tag := .image.tag | default .root.Values.image.tag | default .root.Chart.AppVersion }}
-{{- printf "%s/%s:%s" .root.Values.image.registry .image.repository $tag }}
+{{- printf "%s/%s:%s" $registry .image.repository $tag }}
+{{- end }}
+
+{{/*
+Fails when the release namespace enforces a Pod Security level other than `privileged`. The pods
+need it (hostNetwork, hostPID, hostPath volumes, capabilities beyond `baseline`): under `baseline`
+or `restricted` the API server accepts the DaemonSet and then rejects every one of its pods, and
+the DaemonSet sits at 0 of N with only events saying why. `lookup` sees nothing under
+`helm template` or a client-side dry run, and a namespace without the label falls back to the
+cluster's default level, which no chart can read: both pass here.
+*/}}
+{{- define "podward.checkPodSecurity" -}}
+{{- $ns := lookup "v1" "Namespace" "" .Release.Namespace }}
+{{- $labels := dict }}
+{{- if $ns }}{{ $labels = $ns.metadata.labels | default dict }}{{ end }}
+{{- $level := get $labels "pod-security.kubernetes.io/enforce" }}
+{{- if and $level (ne $level "privileged") }}
+{{- fail (printf "namespace %s enforces Pod Security level %q, but podward's pods need \"privileged\" (hostNetwork, hostPID, hostPath volumes, added capabilities): kubectl label namespace %s pod-security.kubernetes.io/enforce=privileged --overwrite (docs/operations.md, \"Pod Security\")" .Release.Namespace $level .Release.Namespace) }}
+{{- end }}
 {{- end }}
 
 {{/* Whether the admin ports bind the node IP (needed for scraping) instead of loopback. */}}
@@ -92,4 +115,12 @@ readinessProbe:
 - --containerd-socket={{ .Values.sockets.containerd }}
 - --containerd-namespace={{ .Values.containerdNamespace }}
 - --shim-socket={{ .Values.sockets.shim }}
+{{- end }}
+
+{{/* Relabelings of every ServiceMonitor endpoint: the node's name and the scraped path. */}}
+{{- define "podward.scrapeRelabelings" -}}
+- sourceLabels: [__meta_kubernetes_pod_node_name]
+  targetLabel: node
+- sourceLabels: [__metrics_path__]
+  targetLabel: metrics_path
 {{- end }}
