@@ -17,6 +17,7 @@ pub mod clock;
 pub mod config;
 pub mod container_gc;
 pub mod gate;
+pub mod kubelet_names;
 pub mod log_dir;
 pub mod metrics;
 pub mod mounts;

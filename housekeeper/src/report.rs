@@ -4,7 +4,7 @@
 use podward_api::housekeeper::v1::housekeeper_client::HousekeeperClient;
 use podward_api::housekeeper::v1::{ActionKind, FindingKind, Outcome, Plan, PlanRequest};
 
-use crate::config::Config;
+use crate::config::{Config, RootError, check_roots};
 use crate::reconcile::Mode;
 
 /// Why `plan` could not print a plan.
@@ -25,15 +25,24 @@ pub enum ReportError {
     /// JSON encoding failed.
     #[error("JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// `--local` with a root the housekeeper must not read as one.
+    #[error(transparent)]
+    Roots(#[from] RootError),
 }
 
-/// Gets the plan and renders it (`json` or a table).
+/// Gets the plan and renders it (`json` or a table). The daemon's plan says whether the daemon
+/// will act on it; a `local` plan is never acted on (it is a dry run), and refuses the same roots
+/// the daemon refuses.
 pub async fn plan_command(config: &Config, json: bool, local: bool) -> Result<String, ReportError> {
     let plan = if local {
-        crate::run::node_reconciler(config)
+        check_roots(config)?;
+        let mut plan = crate::run::node_reconciler(config)
             .pass(Mode::Preview)
             .await
-            .0
+            .0;
+        plan.dry_run = true;
+        plan.preview = true;
+        plan
     } else {
         let channel = podward_api::socket::connect(config.socket.clone())
             .await
@@ -118,12 +127,22 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// The plan as text tables: sources, actions (kind, pod uid, target, reason, evidence), findings.
+/// What the header says about the pass: a preview says what the daemon will do with it.
+fn mode_words(plan: &Plan) -> &'static str {
+    match (plan.preview, plan.dry_run) {
+        (true, true) => "next pass {} (dry run: nothing will be changed)",
+        (true, false) => "next pass {} (ACTS: the daemon will execute these actions)",
+        (false, true) => "pass {} (dry run)",
+        (false, false) => "pass {} (acted)",
+    }
+}
+
+/// The plan as text tables: a header (the pass, whether it acts, whether every source was read),
+/// sources, actions (kind, pod uid, target, reason, evidence), findings.
 pub fn render_table(plan: &Plan) -> String {
     let mut out = format!(
-        "pass {}{}: sources {}\n",
-        plan.pass,
-        if plan.dry_run { " (dry run)" } else { "" },
+        "{}: sources {}\n",
+        mode_words(plan).replace("{}", &plan.pass.to_string()),
         if plan.sources_ok {
             "ok"
         } else {
