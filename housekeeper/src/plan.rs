@@ -1,6 +1,7 @@
 //! From one pass's reads (and the orphan history) to a plan: the actions to take, each with its
 //! kind, target, reason and evidence, and the findings that are reported instead (waiting,
-//! blocked, backing off, kubelet's job).
+//! blocked, backing off, kubelet's job, and foreign: what is not in kubelet's name shapes, which
+//! is never acted on).
 //!
 //! Planning reads the filesystem only to assess pod dirs (read-only) and never acts. The plan is
 //! sorted, so a dry run and the real pass that follows produce the same list.

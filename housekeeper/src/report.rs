@@ -223,6 +223,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_header_says_what_the_daemon_will_do() {
+        let header = |preview, dry_run| {
+            let plan = Plan {
+                pass: 7,
+                preview,
+                dry_run,
+                sources_ok: true,
+                ..Default::default()
+            };
+            render_table(&plan)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert_eq!(
+            header(true, false),
+            "next pass 7 (ACTS: the daemon will execute these actions): sources ok"
+        );
+        assert_eq!(
+            header(true, true),
+            "next pass 7 (dry run: nothing will be changed): sources ok"
+        );
+        assert_eq!(header(false, true), "pass 7 (dry run): sources ok");
+        assert_eq!(header(false, false), "pass 7 (acted): sources ok");
+    }
+
+    #[test]
     fn table_lists_kind_uid_target_reason_evidence() {
         let plan = Plan {
             sources_ok: true,

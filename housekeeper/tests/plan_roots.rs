@@ -73,13 +73,16 @@ async fn a_kubelet_root_of_slash_in_disguise_refuses_to_start() {
     }
 }
 
+/// Sets one root of a config.
+type SetRoot = fn(&mut Config, PathBuf);
+
 #[tokio::test]
 async fn a_root_that_is_not_a_directory_refuses_to_start() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let file = tmp.path().join("a-file");
     std::fs::write(&file, "").expect("file");
     let missing = tmp.path().join("missing");
-    let cases: [(&str, fn(&mut Config, PathBuf), &Path, &str); 4] = [
+    let cases: [(&str, SetRoot, &Path, &str); 4] = [
         (
             "--log-root",
             |c, p| c.log_root = p,
