@@ -42,6 +42,14 @@ fn serve(
     (config, server)
 }
 
+/// `plan --json` against the daemon at `config.socket`, parsed.
+async fn plan_json(config: &Config) -> serde_json::Value {
+    let text = plan_command(config, true, false)
+        .await
+        .expect("plan --json");
+    serde_json::from_str(&text).expect("json")
+}
+
 fn header(table: &str) -> &str {
     table.lines().next().expect("a header line")
 }
@@ -63,12 +71,7 @@ async fn plan_against_an_acting_daemon_says_it_acts_in_the_table_and_the_json() 
         "an acting daemon's plan must not say dry run:\n{table}"
     );
     assert!(header(&table).contains("ACTS"), "{table}");
-    let json: serde_json::Value = serde_json::from_str(
-        &plan_command(&config, true, false)
-            .await
-            .expect("plan --json"),
-    )
-    .expect("json");
+    let json = plan_json(&config).await;
     assert_eq!(json["dry_run"], false, "{json}");
     assert_eq!(
         json["actions"].as_array().map(Vec::len),
@@ -94,12 +97,7 @@ async fn plan_against_a_dry_run_daemon_says_dry_run() {
     let table = plan_command(&config, false, false).await.expect("plan");
     assert!(header(&table).contains("dry run"), "{table}");
     assert!(!header(&table).contains("ACTS"), "{table}");
-    let json: serde_json::Value = serde_json::from_str(
-        &plan_command(&config, true, false)
-            .await
-            .expect("plan --json"),
-    )
-    .expect("json");
+    let json = plan_json(&config).await;
     assert_eq!(json["dry_run"], true, "{json}");
     assert!(act.calls().is_empty());
     server.abort();
