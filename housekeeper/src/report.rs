@@ -127,13 +127,15 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// What the header says about the pass: a preview says what the daemon will do with it.
-fn mode_words(plan: &Plan) -> &'static str {
+/// The header's first words: the pass, and what the daemon does with the plan (a preview says
+/// what the daemon's next pass will do).
+fn pass_words(plan: &Plan) -> String {
+    let n = plan.pass;
     match (plan.preview, plan.dry_run) {
-        (true, true) => "next pass {} (dry run: nothing will be changed)",
-        (true, false) => "next pass {} (ACTS: the daemon will execute these actions)",
-        (false, true) => "pass {} (dry run)",
-        (false, false) => "pass {} (acted)",
+        (true, true) => format!("next pass {n} (dry run: nothing will be changed)"),
+        (true, false) => format!("next pass {n} (ACTS: the daemon will execute these actions)"),
+        (false, true) => format!("pass {n} (dry run)"),
+        (false, false) => format!("pass {n} (acted)"),
     }
 }
 
@@ -142,7 +144,7 @@ fn mode_words(plan: &Plan) -> &'static str {
 pub fn render_table(plan: &Plan) -> String {
     let mut out = format!(
         "{}: sources {}\n",
-        mode_words(plan).replace("{}", &plan.pass.to_string()),
+        pass_words(plan),
         if plan.sources_ok {
             "ok"
         } else {
