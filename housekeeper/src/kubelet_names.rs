@@ -26,8 +26,6 @@ use std::path::PathBuf;
 
 /// Length of a UUID in its 8-4-4-4-12 text form.
 const UUID_LEN: usize = 36;
-/// Positions of the dashes in a UUID's text form.
-const UUID_DASHES: [usize; 4] = [8, 13, 18, 23];
 /// Length of a static pod's config hash (md5, hex).
 const CONFIG_HASH_LEN: usize = 32;
 /// kubelet's `validation.DNS1123LabelMaxLength`.
@@ -79,17 +77,15 @@ impl From<PodUid> for String {
 }
 
 fn is_lower_hex(b: u8) -> bool {
-    b.is_ascii_digit() || (b'a'..=b'f').contains(&b)
+    matches!(b, b'0'..=b'9' | b'a'..=b'f')
 }
 
+/// 8-4-4-4-12: dashes at 8, 13, 18 and 23, lowercase hex everywhere else.
 fn is_uuid(s: &str) -> bool {
     s.len() == UUID_LEN
-        && s.bytes().enumerate().all(|(i, b)| {
-            if UUID_DASHES.contains(&i) {
-                b == b'-'
-            } else {
-                is_lower_hex(b)
-            }
+        && s.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => is_lower_hex(b),
         })
 }
 

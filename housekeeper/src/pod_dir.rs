@@ -169,28 +169,28 @@ pub(crate) fn scan_root<T>(
     };
     for entry in entries {
         let entry = entry.map_err(|e| ("read dir", root.to_path_buf(), e))?;
-        let path = entry.path();
         let ft = match entry.file_type() {
             Ok(ft) => ft,
             // Removed between readdir and the fallback lstat: gone, nothing to report.
             Err(e) if e.kind() == ErrorKind::NotFound => continue,
-            Err(e) => return Err(("stat", path, e)),
+            Err(e) => return Err(("stat", entry.path(), e)),
         };
         if ft.is_symlink() {
-            note(path, "a symlink (never followed)".to_owned());
+            note(entry.path(), "a symlink (never followed)".to_owned());
             continue;
         }
         if !ft.is_dir() {
-            note(path, "not a directory".to_owned());
+            note(entry.path(), "not a directory".to_owned());
             continue;
         }
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-            note(path, "name is not valid UTF-8".to_owned());
+        let file_name = entry.file_name();
+        let Some(name) = file_name.to_str() else {
+            note(entry.path(), "name is not valid UTF-8".to_owned());
             continue;
         };
-        match classify(&name, path.clone()) {
+        match classify(name, entry.path()) {
             Ok(t) => found.push(t),
-            Err(e) => note(path, e.to_string()),
+            Err(e) => note(entry.path(), e.to_string()),
         }
     }
     Ok(DirScan {
