@@ -34,9 +34,12 @@ fn demo_runs_probes_and_restarts_the_flaky_container() {
             .any(|l| l.contains("flaky") && l.contains("restarts=1") && l.contains("kills=1")),
         "flaky never restarted by a probe kill:\n{stdout}"
     );
+    // The demo starts the housekeeper without --act: its default must be a dry run.
     assert!(
-        stdout.contains("housekeeper:"),
-        "no housekeeper status:\n{stdout}"
+        stdout
+            .lines()
+            .any(|l| l.contains("housekeeper:") && l.contains("(dry run)")),
+        "no housekeeper status in dry run:\n{stdout}"
     );
     assert!(
         stdout.contains("== cleaning up"),

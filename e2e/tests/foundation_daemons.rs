@@ -27,7 +27,7 @@ async fn healthy_then_clean_exit(name: &str, args: &[String]) {
 async fn daemons_serve_healthz_and_exit_zero_on_sigterm() {
     let dir = tempfile::tempdir().expect("tempdir");
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
-    for d in ["kubelet", "logs", "cgroup"] {
+    for d in ["kubelet", "logs"] {
         std::fs::create_dir_all(dir.path().join(d)).expect("mkdir");
     }
     // Nothing listens on the containerd, shim or prober sockets: every daemon must start anyway.
@@ -58,14 +58,14 @@ async fn daemons_serve_healthz_and_exit_zero_on_sigterm() {
         &p("prober.sock"),
         "--containerd-socket",
         &p("containerd.sock"),
+        // The real cgroup filesystem: the housekeeper refuses a root without one.
         "--cgroup-root",
-        &p("cgroup"),
+        "/sys/fs/cgroup",
         "--kubelet-root",
         &p("kubelet"),
         "--log-root",
         &p("logs"),
-        "--dry-run",
-        "true",
+        "--dry-run=true",
     ];
     let owned = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
     healthy_then_clean_exit("podward-shim", &owned(&shim)).await;

@@ -18,7 +18,7 @@ use podward_e2e::{ContainerSpec, Driver, PodSpec, RestartPolicy, TestNode};
 use podward_housekeeper::reconcile::Mode;
 use podward_housekeeper::run::node_reconciler;
 
-const ORPHAN: &str = "0rphan00-aaaa-4bbb-8ccc-000000000001";
+const ORPHAN: &str = "0bad0000-aaaa-4bbb-8ccc-000000000001";
 
 #[tokio::test]
 async fn containerd_down_means_no_action_then_the_orphan_goes() {

@@ -74,7 +74,7 @@ async fn undelivered_unused_sandbox_is_removed_and_a_normal_one_is_not() {
     // kubelet's RunPodSandbox, with kubelet's kind of deadline (grpc-timeout): containerd creates
     // the sandbox, the shim holds the answer past the deadline, the caller gives up, then the
     // answer is let go to nobody.
-    let leaked_uid = "1eaked00-aaaa-4bbb-8ccc-000000000001";
+    let leaked_uid = "1ea0ed00-aaaa-4bbb-8ccc-000000000001";
     let mut via_shim = RuntimeServiceClient::new(podward_api::socket::channel(cri_sock.clone()));
     let mut req = tonic::Request::new(RunPodSandboxRequest {
         config: Some(sandbox_config(&node, "leaky", leaked_uid)),

@@ -1,5 +1,6 @@
-//! `podward.housekeeper.v1.Housekeeper`: `Plan` (what the next pass would do, and why; changes
-//! nothing), `Reconcile` (a pass now; dry-run if the request or the daemon says so) and `Status`.
+//! `podward.housekeeper.v1.Housekeeper`: `Plan` (what the next pass would do, and why, and whether
+//! the daemon will act on it; changes nothing), `Reconcile` (a pass now; dry-run if the request or
+//! the daemon says so) and `Status`.
 
 use std::sync::Arc;
 
@@ -32,7 +33,10 @@ impl<S, A> Api<S, A> {
 #[tonic::async_trait]
 impl<S: Sources, A: Actuator> Housekeeper for Api<S, A> {
     async fn plan(&self, _req: Request<PlanRequest>) -> Result<Response<PlanResponse>, Status> {
-        let (plan, _) = self.reconciler.pass(Mode::Preview).await;
+        let (mut plan, _) = self.reconciler.pass(Mode::Preview).await;
+        // A preview never acts, but the question is what the daemon's next pass will do.
+        plan.dry_run = self.dry_run;
+        plan.preview = true;
         Ok(Response::new(PlanResponse { plan: Some(plan) }))
     }
 

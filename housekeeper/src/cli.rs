@@ -58,7 +58,7 @@ mod tests {
             "--local",
         ])
         .expect("parse");
-        let c: Config = podward_api::daemon::config::load(None, &cli.args).expect("load");
+        let c = Config::load(&cli.args).expect("load");
         assert_eq!(c.interval, std::time::Duration::from_secs(3));
         assert!(c.dry_run);
         assert_eq!(c.cgroup_driver, DriverName::Systemd);
@@ -69,6 +69,42 @@ mod tests {
                 json: false
             })
         ));
+    }
+
+    fn dry_run_of(args: &[&str]) -> Result<bool, String> {
+        let cli =
+            Cli::try_parse_from(std::iter::once("podward-housekeeper").chain(args.iter().copied()))
+                .map_err(|e| e.to_string())?;
+        Config::load(&cli.args)
+            .map(|c| c.dry_run)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn dry_run_is_the_default_and_act_or_dry_run_false_turn_it_off() {
+        assert_eq!(dry_run_of(&[]), Ok(true));
+        assert_eq!(dry_run_of(&["--dry-run"]), Ok(true));
+        assert_eq!(dry_run_of(&["--act"]), Ok(false));
+        assert_eq!(dry_run_of(&["--act=false"]), Ok(true));
+        assert_eq!(dry_run_of(&["--dry-run=false"]), Ok(false));
+        assert_eq!(dry_run_of(&["--act", "plan", "--local"]), Ok(false));
+        assert_eq!(dry_run_of(&["--dry-run", "plan", "--local"]), Ok(true));
+        let both = dry_run_of(&["--act", "--dry-run=true"]).expect_err("conflict");
+        assert!(both.contains("cannot be used with"), "{both}");
+        // A value needs `=`: `--dry-run false` must not quietly mean "act".
+        assert!(dry_run_of(&["--dry-run", "false"]).is_err());
+    }
+
+    #[test]
+    fn flags_override_the_config_files_dry_run() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("hk.toml");
+        std::fs::write(&file, "dry_run = false\n").expect("write");
+        let f = file.to_str().expect("utf-8");
+        assert_eq!(dry_run_of(&["--config", f]), Ok(false), "the file acts");
+        assert_eq!(dry_run_of(&["--config", f, "--dry-run"]), Ok(true));
+        std::fs::write(&file, "dry_run = true\n").expect("write");
+        assert_eq!(dry_run_of(&["--config", f, "--act"]), Ok(false));
     }
 
     #[test]

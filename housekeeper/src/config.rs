@@ -2,15 +2,25 @@
 //! environment (`PODWARD_HOUSEKEEPER_*`) and flags by `podward_api::daemon::config::load`.
 //!
 //! Every path the housekeeper reads or deletes under is a field here, so tests and the benchmark
-//! run the real code on temporary trees.
+//! run the real code on temporary trees. [`check_roots`] refuses roots that cannot be right (`/`,
+//! not a directory, no cgroup filesystem, overlapping) before the daemon or `plan --local` reads
+//! anything.
+//!
+//! The housekeeper is in dry run unless told otherwise (`--act`, or `--dry-run=false`): a binary
+//! started by hand with a wrong flag must not delete, whatever the chart's default is.
+
+mod roots;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use podward_api::daemon::config::ConfigError;
 use podward_api::daemon::telemetry::LogFormat;
 use podward_api::paths;
 use serde::{Deserialize, Serialize};
+
+pub use self::roots::{RootError, check_roots};
 
 /// How kubelet names pod cgroups (its `--cgroup-driver`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -67,7 +77,7 @@ pub struct Config {
     /// How long a UID must be absent from the runtime, in every pass, before it is an orphan.
     #[serde(with = "humantime_serde")]
     pub orphan_grace: Duration,
-    /// Plan and report, never act.
+    /// Plan and report, never act. True unless set to false (`--act`, `--dry-run=false`).
     pub dry_run: bool,
     /// Remove exited containers beyond kubelet's GC policy (otherwise only reported).
     pub remove_exited_containers: bool,
@@ -96,7 +106,7 @@ impl Default for Config {
             proc_root: "/proc".into(),
             interval: Duration::from_secs(10),
             orphan_grace: Duration::from_secs(120),
-            dry_run: false,
+            dry_run: true,
             remove_exited_containers: false,
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9643)),
             log_format: LogFormat::Text,
@@ -187,11 +197,19 @@ pub struct Args {
     #[arg(long, env = "PODWARD_HOUSEKEEPER_ORPHAN_GRACE", value_parser = duration, global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub orphan_grace: Option<String>,
-    /// Plan and report only; never act. [default: false]
-    #[arg(long, env = "PODWARD_HOUSEKEEPER_DRY_RUN", num_args = 0..=1,
+    /// Plan and report only; never act. This is the default: the housekeeper deletes nothing
+    /// until started with --act (or --dry-run=false; a value needs the `=`). [default: true]
+    #[arg(long, env = "PODWARD_HOUSEKEEPER_DRY_RUN", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", global = true)]
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip)]
     pub dry_run: Option<bool>,
+    /// Act on the plan: kill and remove orphaned pod cgroups, remove orphaned pod and log
+    /// directories and leaked sandboxes. Same as --dry-run=false; conflicts with --dry-run.
+    /// Read `podward-housekeeper plan` first. [default: false]
+    #[arg(long, env = "PODWARD_HOUSEKEEPER_ACT", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", conflicts_with = "dry_run", global = true)]
+    #[serde(skip)]
+    pub act: Option<bool>,
     /// Remove exited containers beyond kubelet's GC policy (1 per pod and container name,
     /// newest kept) instead of only reporting them. [default: false]
     #[arg(long, env = "PODWARD_HOUSEKEEPER_REMOVE_EXITED_CONTAINERS", num_args = 0..=1,
@@ -215,6 +233,34 @@ pub struct Args {
     #[arg(long, env = "PODWARD_HOUSEKEEPER_LOG_LEVEL", global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_level: Option<String>,
+}
+
+impl Args {
+    /// The dry-run setting these flags ask for, if any: `--dry-run[=B]`, or `--act[=B]` (its
+    /// opposite). clap refuses both at once, from flags or environment alike.
+    pub fn dry_run(&self) -> Option<bool> {
+        self.dry_run.or(self.act.map(|act| !act))
+    }
+}
+
+/// The layer of settings that flags and environment lay over the config file.
+#[derive(Serialize)]
+struct Overrides<'a> {
+    #[serde(flatten)]
+    args: &'a Args,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dry_run: Option<bool>,
+}
+
+impl Config {
+    /// Defaults < `--config` file < environment < flags, with `--act` folded into `dry_run`.
+    pub fn load(args: &Args) -> Result<Self, ConfigError> {
+        let overrides = Overrides {
+            args,
+            dry_run: args.dry_run(),
+        };
+        podward_api::daemon::config::load(args.config.as_deref(), &overrides)
+    }
 }
 
 #[cfg(test)]

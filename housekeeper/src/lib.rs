@@ -1,5 +1,5 @@
 //! podward-housekeeper: does out of process what kubelet's `HandlePodCleanups` and container GC
-//! do, with the safety rules kubelet learned the hard way (design.md §3).
+//! do, with the safety rules kubelet learned the hard way (`docs/housekeeper.md`).
 //!
 //! A pass reads its sources in kubelet's order ([`sources`]), folds the runtime's answer into the
 //! per-UID absence history ([`orphan`]), builds a sorted plan with reasons and evidence
@@ -7,7 +7,8 @@
 //! per-UID backoff ([`gate`]). [`api`] serves Plan/Reconcile/Status; [`run`] is the daemon.
 //!
 //! The node-side modules ([`cgroup`], [`mounts`], [`pod_dir`], [`log_dir`], [`procs`]) find and
-//! remove things on the filesystem; everything above them only decides.
+//! remove things on the filesystem; everything above them only decides. [`kubelet_names`] is the
+//! one place that says which outside names are kubelet's: nothing else is ever acted on.
 
 pub mod act;
 pub mod api;
@@ -17,6 +18,7 @@ pub mod clock;
 pub mod config;
 pub mod container_gc;
 pub mod gate;
+pub mod kubelet_names;
 pub mod log_dir;
 pub mod metrics;
 pub mod mounts;

@@ -1,9 +1,15 @@
 //! Pod log directories `<log-root>/<namespace>_<name>_<uid>` (kubelet's `BuildPodLogsDirectory`).
+//!
+//! Only names in that exact shape (a DNS-1123 namespace and pod name, a pod UID in kubelet's shape;
+//! or the legacy `<uid>`) are log dirs; everything else under the root is foreign and never
+//! touched (`crate::kubelet_names`). kubelet's own `evictPodLogsDirectories` `RemoveAll`s any
+//! entry whose last `_` field is an unknown "UID", which with a wrong `--log-root` is everything.
 
 use std::path::{Path, PathBuf};
 
+use crate::kubelet_names::{self, NameError};
 use crate::mounts::MountTable;
-use crate::pod_dir::{PodDirError, Scope, Walk};
+use crate::pod_dir::{DirScan, PodDirError, Scope, Walk, scan_root};
 
 /// One pod log directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,63 +55,69 @@ pub enum LogDirError {
     /// The removal walk failed or stopped.
     #[error(transparent)]
     Remove(#[from] PodDirError),
+    /// The path's name is not a kubelet log dir name (or not the one it was given for); nothing
+    /// was read or removed.
+    #[error("{path}: not a kubelet pod log directory: {reason}")]
+    NotALogDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
 }
 
-/// Parses a log dir name. kubelet's `parsePodUIDFromLogsDirectory` takes the last `_`-separated
-/// field as the UID (namespaces and pod names are DNS names, so they hold no `_`); a name without
-/// `_` is the legacy `<uid>` layout. Anything else (two fields, four or more, an empty field, `.`,
-/// `..`) is not a pod log dir and is left alone.
-pub fn parse_log_dir_name(name: &str) -> Option<(String, String, String)> {
-    let parts: Vec<&str> = name.split('_').collect();
-    if parts
-        .iter()
-        .any(|p| p.is_empty() || *p == "." || *p == "..")
-    {
-        return None;
-    }
-    match parts.as_slice() {
-        [uid] => Some((String::new(), String::new(), (*uid).to_owned())),
-        [ns, pod, uid] => Some(((*ns).to_owned(), (*pod).to_owned(), (*uid).to_owned())),
-        _ => None,
-    }
+/// Pod log directories found under the log root.
+pub type LogDirScan = DirScan<LogDir>;
+
+/// Parses a log dir name into `(namespace, name, uid)`; see [`kubelet_names::parse_log_dir_name`].
+pub fn parse_log_dir_name(name: &str) -> Result<(String, String, String), NameError> {
+    let n = kubelet_names::parse_log_dir_name(name)?;
+    Ok((n.namespace, n.name, n.uid.into()))
 }
 
-/// Lists the pod log dirs under `log_root` (directories only, by `d_type`; symlinks and non-UTF-8
-/// names skipped). A missing or unreadable root is an error.
-pub fn scan_log_dirs(log_root: &Path) -> Result<Vec<LogDir>, LogDirError> {
-    let read_err = |source| LogDirError::Read {
-        path: log_root.to_path_buf(),
-        source,
+/// Lists the log root: directories named in kubelet's shape are log dirs (sorted by path);
+/// everything else (symlinks, files, other names) is foreign. A missing or unreadable root is an
+/// error.
+pub fn scan_log_dirs(log_root: &Path) -> Result<LogDirScan, LogDirError> {
+    let mut scan = scan_root(log_root, |name, path| {
+        let (namespace, name, uid) = parse_log_dir_name(name)?;
+        Ok(LogDir {
+            namespace,
+            name,
+            uid,
+            path,
+        })
+    })
+    .map_err(|(_, path, source)| LogDirError::Read { path, source })?;
+    scan.found.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(scan)
+}
+
+/// Checks that `dir`'s name is a kubelet log dir name for its UID: the last line of defence for
+/// every caller of [`remove_log_dir`], whatever built the `LogDir`.
+fn check_log_dir(dir: &LogDir) -> Result<(), LogDirError> {
+    let refuse = |reason: String| {
+        Err(LogDirError::NotALogDir {
+            path: dir.path.clone(),
+            reason,
+        })
     };
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(log_root).map_err(read_err)? {
-        let entry = entry.map_err(read_err)?;
-        match entry.file_type() {
-            Ok(ft) if ft.is_dir() => {}
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(read_err(e)),
-        }
-        let Some(file_name) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        if let Some((namespace, name, uid)) = parse_log_dir_name(&file_name) {
-            out.push(LogDir {
-                namespace,
-                name,
-                uid,
-                path: entry.path(),
-            });
-        }
+    let Some(name) = dir.path.file_name().and_then(|n| n.to_str()) else {
+        return refuse("no UTF-8 final component".to_owned());
+    };
+    match parse_log_dir_name(name) {
+        Ok((_, _, uid)) if uid == dir.uid => Ok(()),
+        Ok((_, _, uid)) => refuse(format!("its UID is {uid}, not {}", dir.uid)),
+        Err(e) => refuse(e.to_string()),
     }
-    out.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(out)
 }
 
-/// Removes a log dir and everything in it, on one filesystem, links as links, refusing if anything
-/// is mounted at or under it (by the mount table, then by a read-only walk, then per entry again
+/// Removes a log dir and everything in it, on one filesystem, links as links, refusing a path whose
+/// name is not a kubelet log dir name (`NotALogDir`) and refusing if anything is mounted at or under
+/// it (by the mount table, then by a read-only walk, then per entry again
 /// while removing). Returns the number of entries removed (the dir included).
 pub fn remove_log_dir(dir: &LogDir, mounts: &MountTable) -> Result<u64, LogDirError> {
+    check_log_dir(dir)?;
     let mounted = mounts.mounts_at_or_under_resolved(&dir.path);
     if !mounted.is_empty() {
         return Err(LogDirError::Mounted {

@@ -8,8 +8,7 @@ use podward_housekeeper::{Config, report};
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let config: Config = podward_api::daemon::config::load(cli.args.config.as_deref(), &cli.args)
-        .context("configuration")?;
+    let config = Config::load(&cli.args).context("configuration")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

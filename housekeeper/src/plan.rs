@@ -1,6 +1,7 @@
 //! From one pass's reads (and the orphan history) to a plan: the actions to take, each with its
 //! kind, target, reason and evidence, and the findings that are reported instead (waiting,
-//! blocked, backing off, kubelet's job).
+//! blocked, backing off, kubelet's job, and foreign: what is not in kubelet's name shapes, which
+//! is never acted on).
 //!
 //! Planning reads the filesystem only to assess pod dirs (read-only) and never acts. The plan is
 //! sorted, so a dry run and the real pass that follows produce the same list.
@@ -14,10 +15,12 @@ use podward_api::housekeeper::v1::{Action, ActionKind, Finding, FindingKind, Out
 
 use crate::cgroup::{CgroupLayout, PodCgroup};
 use crate::gate::{Closed, UidGate};
+use crate::kubelet_names::{self, Foreign};
 use crate::log_dir::LogDir;
 use crate::mounts::MountTable;
 use crate::orphan::{OrphanTracker, Verdict, human};
-use crate::pod_dir::{PodDir, Removal, assess_removal, mounted_volumes};
+use crate::pod_dir::{DirScan, PodDir, Removal, assess_removal, mounted_volumes};
+use crate::runtime::RuntimeView;
 use crate::sources::Snapshot;
 use crate::{container_gc, sandbox};
 
@@ -176,6 +179,32 @@ impl Builder<'_> {
         }
         self.findings
             .push(finding(kind, category, uid, target, reason()));
+    }
+
+    /// Lists what a scan found that is not kubelet's. Never counted as found (nothing of a pod's
+    /// is there), only listed, within [`MAX_FINDINGS`].
+    fn foreign<T>(&mut self, category: &str, scan: &DirScan<T>) {
+        for Foreign { path, reason } in &scan.foreign {
+            self.list_foreign(category, path.display().to_string(), reason);
+        }
+        if scan.foreign_unlisted > 0 {
+            let reason = format!(
+                "{} more entries not in kubelet's shapes (at most {} listed per root)",
+                scan.foreign_unlisted,
+                crate::pod_dir::MAX_FOREIGN
+            );
+            self.list_foreign(category, String::new(), &reason);
+        }
+    }
+
+    fn list_foreign(&mut self, category: &str, target: String, why: &str) {
+        if self.findings.len() >= MAX_FINDINGS {
+            self.unlisted += 1;
+            return;
+        }
+        let reason = format!("not kubelet's, never touched: {why}");
+        self.findings
+            .push(finding(FindingKind::Foreign, category, "", target, reason));
     }
 
     /// The orphan verdict and gate check for one candidate; `None` when it is not actionable now
@@ -369,8 +398,25 @@ impl Builder<'_> {
         }
     }
 
-    fn sandboxes(&mut self, leaks: Vec<sandbox::Leak>) {
+    fn sandboxes(&mut self, leaks: Vec<sandbox::Leak>, runtime: &RuntimeView) {
         for leak in leaks {
+            // Only a sandbox kubelet made: its metadata comes from a validated pod. Another CRI
+            // client's sandbox (crictl, a CI tool) is not ours to stop, leaked or not.
+            let live = runtime.sandboxes.iter().find(|s| s.id == leak.sandbox_id);
+            let kubelets = match live {
+                Some(s) if s.uid != leak.uid => Err(format!(
+                    "the shim's pod UID {:?} differs from the runtime's {:?}",
+                    leak.uid, s.uid
+                )),
+                Some(s) => kubelet_names::check_pod(&s.namespace, &s.name, &s.uid)
+                    .map(drop)
+                    .map_err(|e| format!("sandbox metadata: {e}")),
+                None => Err("not in the runtime's list".to_owned()),
+            };
+            if let Err(why) = kubelets {
+                self.list_foreign(category::SANDBOX, leak.sandbox_id, &why);
+                continue;
+            }
             if self.gated(category::SANDBOX, &leak.uid, &leak.sandbox_id) {
                 continue;
             }
@@ -389,6 +435,13 @@ impl Builder<'_> {
 
     fn containers(&mut self, excess: Vec<container_gc::Excess>) {
         for e in excess {
+            // kubelet's containers carry a pod UID label and a DNS-1123 name from a validated pod.
+            let kubelets = kubelet_names::PodUid::parse(&e.uid)
+                .and_then(|_| kubelet_names::check_container_name(&e.name));
+            if let Err(why) = kubelets {
+                self.list_foreign(category::CONTAINER, e.container_id, &why.to_string());
+                continue;
+            }
             if !self.settings.remove_exited_containers {
                 let reason = format!(
                     "{} (kubelet's container GC removes it; not enabled here)",
@@ -440,10 +493,10 @@ pub fn candidates(snapshot: &Snapshot) -> Vec<&str> {
         uids.extend(c.pods.iter().map(|p| p.uid.as_str()));
     }
     if let Some(d) = &snapshot.pod_dirs {
-        uids.extend(d.iter().map(|p| p.uid.as_str()));
+        uids.extend(d.found.iter().map(|p| p.uid.as_str()));
     }
     if let Some(d) = &snapshot.log_dirs {
-        uids.extend(d.iter().map(|p| p.uid.as_str()));
+        uids.extend(d.found.iter().map(|p| p.uid.as_str()));
     }
     uids
 }
@@ -500,8 +553,8 @@ pub fn build(
         .pods
         .iter()
         .map(|p| p.uid.as_str())
-        .chain(pod_dirs.iter().map(|d| d.uid.as_str()))
-        .chain(log_dirs.iter().map(|d| d.uid.as_str()))
+        .chain(pod_dirs.found.iter().map(|d| d.uid.as_str()))
+        .chain(log_dirs.found.iter().map(|d| d.uid.as_str()))
         .filter(|u| matches!(tracker.verdict(u, now), Verdict::Orphaned { .. }))
         .filter(|u| gate.check(u, now).is_ok())
         .collect();
@@ -526,10 +579,12 @@ pub fn build(
         unlisted: 0,
     };
     b.cgroups(&cgroups.layout, cgroups.pods, &mounts);
-    b.pod_dirs(pod_dirs, &mounts);
-    b.log_dirs(log_dirs);
+    b.foreign(category::POD_DIR, &pod_dirs);
+    b.pod_dirs(pod_dirs.found, &mounts);
+    b.foreign(category::LOG_DIR, &log_dirs);
+    b.log_dirs(log_dirs.found);
     if let Some(shim) = &shim {
-        b.sandboxes(sandbox::leaked_sandboxes(&runtime, shim));
+        b.sandboxes(sandbox::leaked_sandboxes(&runtime, shim), &runtime);
     }
     b.containers(container_gc::exited_beyond_policy(&runtime));
 

@@ -4,6 +4,8 @@
 //! The rules come from kubelet's `cleanupOrphanedPodDirs` and the incidents that shaped it
 //! (kubernetes #72257: a one-filesystem check blind to same-device bind mounts wiped volume subpaths
 //! on 26 of 29 nodes; #60987: `rm -rf` of pod dirs with live volumes):
+//! - only `<root>/pods/<uid>` with a UID in kubelet's shape is a pod dir (`crate::kubelet_names`):
+//!   other entries are foreign, and removal re-checks the name before reading anything;
 //! - nothing may be mounted at or under the dir (mount table prefix scan, checked again during the
 //!   walk with `statx` mount-root, mount-id and device numbers);
 //! - under `volumes/` and `volume-subpaths/` only empty directories are removed; any file there blocks
@@ -15,9 +17,11 @@
 mod fd;
 mod walk;
 
+use std::collections::BinaryHeap;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
+use crate::kubelet_names::{Foreign, NameError, PodUid};
 use crate::mounts::MountTable;
 
 pub(crate) use self::walk::{Scope, Walk};
@@ -25,7 +29,8 @@ pub(crate) use self::walk::{Scope, Walk};
 /// One pod directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodDir {
-    /// The directory name, which kubelet makes the pod UID (not validated further by kubelet).
+    /// The directory name: the pod UID, in one of kubelet's shapes ([`PodUid`]). kubelet itself
+    /// takes any name here; [`scan_pod_dirs`] does not, and removal checks it again.
     pub uid: String,
     /// `<kubelet-root>/pods/<uid>`.
     pub path: PathBuf,
@@ -89,49 +94,150 @@ pub enum PodDirError {
     /// The path has no parent or no final component (e.g. `/` or `..`).
     #[error("{0}: not a removable directory path")]
     BadPath(PathBuf),
+    /// The path is not `<root>/pods/<uid>` with a UID in kubelet's shape (or does not match the
+    /// UID it was given for); nothing was read or removed.
+    #[error("{path}: not a kubelet pod directory: {reason}")]
+    NotAPodDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
 }
 
-/// Lists `<kubelet_root>/pods`: directories only (by `d_type`, no stat per entry), symlinks skipped,
-/// non-UTF-8 names skipped (not a UID). A missing `pods/` dir is an error, as in kubelet's
-/// `TestCleanupOrphanedPodDirs` `pods-dir-not-found`: a pass must not conclude "no pods" from it.
-pub fn scan_pod_dirs(kubelet_root: &Path) -> Result<Vec<PodDir>, PodDirError> {
-    let pods = kubelet_root.join("pods");
-    let entries = std::fs::read_dir(&pods).map_err(|source| PodDirError::Io {
-        op: "read dir",
-        path: pods.clone(),
-        source,
-    })?;
-    let mut out = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|source| PodDirError::Io {
-            op: "read dir",
-            path: pods.clone(),
-            source,
-        })?;
-        let ft = match entry.file_type() {
-            Ok(ft) => ft,
-            // Removed between readdir and the fallback lstat: not a pod dir any more.
-            Err(e) if e.kind() == ErrorKind::NotFound => continue,
-            Err(source) => {
-                return Err(PodDirError::Io {
-                    op: "stat",
-                    path: entry.path(),
-                    source,
-                });
-            }
-        };
-        if !ft.is_dir() {
-            continue;
-        }
-        if let Some(uid) = entry.file_name().to_str() {
-            out.push(PodDir {
-                uid: uid.to_owned(),
-                path: entry.path(),
-            });
+/// At most this many foreign entries are kept per scan (the lowest paths); the rest are counted.
+/// A root flag pointing at a busy directory must not turn into an unbounded list.
+pub const MAX_FOREIGN: usize = 256;
+
+/// What a scan of a root found: kubelet's entries, and everything else (never acted on).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirScan<T> {
+    /// Entries in kubelet's shape.
+    pub found: Vec<T>,
+    /// Entries that are not, sorted by path, at most [`MAX_FOREIGN`].
+    pub foreign: Vec<Foreign>,
+    /// Foreign entries beyond [`MAX_FOREIGN`], counted only.
+    pub foreign_unlisted: u64,
+}
+
+impl<T> Default for DirScan<T> {
+    fn default() -> Self {
+        Self {
+            found: Vec::new(),
+            foreign: Vec::new(),
+            foreign_unlisted: 0,
         }
     }
-    out.sort_by(|a, b| a.uid.cmp(&b.uid));
-    Ok(out)
+}
+
+impl<T> DirScan<T> {
+    /// The number of entries in kubelet's shape.
+    pub fn len(&self) -> usize {
+        self.found.len()
+    }
+
+    /// Whether no entry in kubelet's shape was found.
+    pub fn is_empty(&self) -> bool {
+        self.found.is_empty()
+    }
+}
+
+/// Pod directories found under `<kubelet-root>/pods`.
+pub type PodDirScan = DirScan<PodDir>;
+
+/// Why a root could not be listed: the operation, the path and the OS error.
+pub(crate) type ListError = (&'static str, PathBuf, std::io::Error);
+
+/// Lists the directory `root` and sorts every entry into kubelet's (`classify` returns `Ok`) or
+/// foreign: a symlink (never followed), a non-directory, a non-UTF-8 name, a name `classify`
+/// rejects. Directories only by `d_type` (no stat per entry unless the file system has none).
+pub(crate) fn scan_root<T>(
+    root: &Path,
+    classify: impl Fn(&str, PathBuf) -> Result<T, NameError>,
+) -> Result<DirScan<T>, ListError> {
+    let entries = std::fs::read_dir(root).map_err(|e| ("read dir", root.to_path_buf(), e))?;
+    let mut found = Vec::new();
+    // The lowest MAX_FOREIGN paths, kept in a max-heap so the biggest is evicted first.
+    let mut foreign: BinaryHeap<Foreign> = BinaryHeap::new();
+    let mut unlisted = 0u64;
+    let mut note = |path: PathBuf, reason: String| {
+        foreign.push(Foreign { path, reason });
+        if foreign.len() > MAX_FOREIGN {
+            foreign.pop();
+            unlisted += 1;
+        }
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| ("read dir", root.to_path_buf(), e))?;
+        let ft = match entry.file_type() {
+            Ok(ft) => ft,
+            // Removed between readdir and the fallback lstat: gone, nothing to report.
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(("stat", entry.path(), e)),
+        };
+        if ft.is_symlink() {
+            note(entry.path(), "a symlink (never followed)".to_owned());
+            continue;
+        }
+        if !ft.is_dir() {
+            note(entry.path(), "not a directory".to_owned());
+            continue;
+        }
+        let file_name = entry.file_name();
+        let Some(name) = file_name.to_str() else {
+            note(entry.path(), "name is not valid UTF-8".to_owned());
+            continue;
+        };
+        match classify(name, entry.path()) {
+            Ok(t) => found.push(t),
+            Err(e) => note(entry.path(), e.to_string()),
+        }
+    }
+    Ok(DirScan {
+        found,
+        foreign: foreign.into_sorted_vec(),
+        foreign_unlisted: unlisted,
+    })
+}
+
+/// Checks that `dir` is `<...>/pods/<uid>` with `uid` in kubelet's shape: the last line of defence
+/// for every caller of [`assess_removal`] and [`remove_pod_dir`], whatever built the `PodDir`.
+fn check_pod_dir(dir: &PodDir) -> Result<(), PodDirError> {
+    let refuse = |reason: String| {
+        Err(PodDirError::NotAPodDir {
+            path: dir.path.clone(),
+            reason,
+        })
+    };
+    if let Err(e) = PodUid::parse(&dir.uid) {
+        return refuse(e.to_string());
+    }
+    if dir.path.file_name().and_then(|n| n.to_str()) != Some(dir.uid.as_str()) {
+        return refuse(format!("its name is not the UID {}", dir.uid));
+    }
+    let parent = dir.path.parent().and_then(Path::file_name);
+    if parent.and_then(|n| n.to_str()) != Some("pods") {
+        return refuse("it is not inside a `pods` directory".to_owned());
+    }
+    Ok(())
+}
+
+/// Lists `<kubelet_root>/pods`: directories whose name is a pod UID in kubelet's shape
+/// ([`PodUid`]) are pod dirs (sorted by UID); everything else (symlinks, files, other names) is
+/// foreign. A missing `pods/` dir is an error, as in kubelet's `TestCleanupOrphanedPodDirs`
+/// `pods-dir-not-found`: a pass must not conclude "no pods" from it.
+pub fn scan_pod_dirs(kubelet_root: &Path) -> Result<PodDirScan, PodDirError> {
+    let pods = kubelet_root.join("pods");
+    let mut scan = scan_root(&pods, |name, path| {
+        let uid = PodUid::parse(name)?;
+        Ok(PodDir {
+            uid: uid.into(),
+            path,
+        })
+    })
+    .map_err(|(op, path, source)| PodDirError::Io { op, path, source })?;
+    scan.found.sort_by(|a, b| a.uid.cmp(&b.uid));
+    Ok(scan)
 }
 
 /// Every mount point at or under the pod dir — under its path as given and, when the kubelet root
@@ -142,8 +248,9 @@ pub fn mounted_volumes(dir: &PodDir, mounts: &MountTable) -> Vec<PathBuf> {
 }
 
 /// Read-only: walks the pod dir and says whether [`remove_pod_dir`] would remove it, and if not, why.
-/// A pod dir that is gone is `Clean`.
+/// A pod dir that is gone is `Clean`. A path that is not a kubelet pod dir is `NotAPodDir`.
 pub fn assess_removal(dir: &PodDir, mounts: &MountTable) -> Result<Removal, PodDirError> {
+    check_pod_dir(dir)?;
     let mounted = mounted_volumes(dir, mounts);
     if !mounted.is_empty() {
         let reasons = mounted

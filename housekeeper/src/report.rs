@@ -4,7 +4,7 @@
 use podward_api::housekeeper::v1::housekeeper_client::HousekeeperClient;
 use podward_api::housekeeper::v1::{ActionKind, FindingKind, Outcome, Plan, PlanRequest};
 
-use crate::config::Config;
+use crate::config::{Config, RootError, check_roots};
 use crate::reconcile::Mode;
 
 /// Why `plan` could not print a plan.
@@ -25,15 +25,24 @@ pub enum ReportError {
     /// JSON encoding failed.
     #[error("JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// `--local` with a root the housekeeper must not read as one.
+    #[error(transparent)]
+    Roots(#[from] RootError),
 }
 
-/// Gets the plan and renders it (`json` or a table).
+/// Gets the plan and renders it (`json` or a table). The daemon's plan says whether the daemon
+/// will act on it; a `local` plan is never acted on (it is a dry run), and refuses the same roots
+/// the daemon refuses.
 pub async fn plan_command(config: &Config, json: bool, local: bool) -> Result<String, ReportError> {
     let plan = if local {
-        crate::run::node_reconciler(config)
+        check_roots(config)?;
+        let mut plan = crate::run::node_reconciler(config)
             .pass(Mode::Preview)
             .await
-            .0
+            .0;
+        plan.dry_run = true;
+        plan.preview = true;
+        plan
     } else {
         let channel = podward_api::socket::connect(config.socket.clone())
             .await
@@ -118,12 +127,24 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// The plan as text tables: sources, actions (kind, pod uid, target, reason, evidence), findings.
+/// The header's first words: the pass, and what the daemon does with the plan (a preview says
+/// what the daemon's next pass will do).
+fn pass_words(plan: &Plan) -> String {
+    let n = plan.pass;
+    match (plan.preview, plan.dry_run) {
+        (true, true) => format!("next pass {n} (dry run: nothing will be changed)"),
+        (true, false) => format!("next pass {n} (ACTS: the daemon will execute these actions)"),
+        (false, true) => format!("pass {n} (dry run)"),
+        (false, false) => format!("pass {n} (acted)"),
+    }
+}
+
+/// The plan as text tables: a header (the pass, whether it acts, whether every source was read),
+/// sources, actions (kind, pod uid, target, reason, evidence), findings.
 pub fn render_table(plan: &Plan) -> String {
     let mut out = format!(
-        "pass {}{}: sources {}\n",
-        plan.pass,
-        if plan.dry_run { " (dry run)" } else { "" },
+        "{}: sources {}\n",
+        pass_words(plan),
         if plan.sources_ok {
             "ok"
         } else {
@@ -202,6 +223,34 @@ mod tests {
     use podward_api::housekeeper::v1::{Action, ActionKind, Finding, FindingKind};
 
     use super::*;
+
+    #[test]
+    fn the_header_says_what_the_daemon_will_do() {
+        let header = |preview, dry_run| {
+            let plan = Plan {
+                pass: 7,
+                preview,
+                dry_run,
+                sources_ok: true,
+                ..Default::default()
+            };
+            render_table(&plan)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert_eq!(
+            header(true, false),
+            "next pass 7 (ACTS: the daemon will execute these actions): sources ok"
+        );
+        assert_eq!(
+            header(true, true),
+            "next pass 7 (dry run: nothing will be changed): sources ok"
+        );
+        assert_eq!(header(false, true), "pass 7 (dry run): sources ok");
+        assert_eq!(header(false, false), "pass 7 (acted): sources ok");
+    }
 
     #[test]
     fn table_lists_kind_uid_target_reason_evidence() {

@@ -12,7 +12,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 use crate::act::NodeActuator;
 use crate::api::Api;
 use crate::clock::MonotonicClock;
-use crate::config::Config;
+use crate::config::{Config, RootError, check_roots};
 use crate::metrics::{Metrics, MetricsError};
 use crate::plan::PlanSettings;
 use crate::prober_link::ProberLink;
@@ -22,6 +22,9 @@ use crate::sources::NodeSources;
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// A root flag points at something the housekeeper must not clean under.
+    #[error(transparent)]
+    Roots(#[from] RootError),
     /// The API socket could not be served.
     #[error("API socket: {0}")]
     Socket(#[from] SocketError),
@@ -58,13 +61,15 @@ pub fn node_reconciler(config: &Config) -> Reconciler<NodeSources, NodeActuator>
 }
 
 /// Runs the housekeeper until `shutdown` resolves. Never installs signal handlers (the caller
-/// passes `podward_api::daemon::signal::shutdown()`), so tests run it in-process. Peers
-/// (containerd, shim, prober) may be down: passes then report the failed source and act on
-/// nothing, and the clients reconnect by themselves.
+/// passes `podward_api::daemon::signal::shutdown()`), so tests run it in-process. Refuses to
+/// start, before serving anything, when a root is unusable ([`check_roots`]). Peers (containerd,
+/// shim, prober) may be down: passes then report the failed source and act on nothing, and the
+/// clients reconnect by themselves.
 pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), RunError> {
+    check_roots(&config)?;
     let admin = Admin::new();
     podward_api::daemon::build_info::register(
         &admin.registry,
@@ -89,6 +94,19 @@ pub async fn run(
         dry_run = config.dry_run,
         "podward-housekeeper serving"
     );
+    if config.dry_run {
+        tracing::info!(
+            "dry run: passes plan and report, and change nothing; start with --act to let them act"
+        );
+    } else {
+        tracing::warn!(
+            kubelet_root = %config.kubelet_root.display(),
+            log_root = %config.log_root.display(),
+            cgroup_root = %config.cgroup_root.display(),
+            "acting (--act): passes kill and remove orphaned pod cgroups, pod and log directories \
+             and leaked sandboxes"
+        );
+    }
 
     let stop = Stop::new();
     let readiness = admin.readiness.clone();

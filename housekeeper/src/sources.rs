@@ -17,9 +17,9 @@ use podward_api::shim::v1::Snapshot as ShimIndex;
 
 pub use self::node::NodeSources;
 use crate::cgroup::{CgroupError, CgroupLayout, PodCgroup};
-use crate::log_dir::{LogDir, LogDirError};
+use crate::log_dir::{LogDirError, LogDirScan};
 use crate::mounts::{MountError, MountTable};
-use crate::pod_dir::{PodDir, PodDirError};
+use crate::pod_dir::{PodDirError, PodDirScan};
 use crate::runtime::{RuntimeError, RuntimeView};
 use crate::shim_source::ShimError;
 
@@ -70,10 +70,10 @@ pub trait Sources: Send + Sync + 'static {
     fn runtime(&self) -> impl Future<Output = Result<RuntimeView, SourceError>> + Send;
     /// The shim's index (optional source).
     fn shim(&self) -> impl Future<Output = Result<ShimIndex, SourceError>> + Send;
-    /// `<kubelet-root>/pods/<uid>` directories.
-    fn pod_dirs(&self) -> impl Future<Output = Result<Vec<PodDir>, SourceError>> + Send;
-    /// `<log-root>/<ns>_<name>_<uid>` directories.
-    fn log_dirs(&self) -> impl Future<Output = Result<Vec<LogDir>, SourceError>> + Send;
+    /// `<kubelet-root>/pods/<uid>` directories (and the foreign entries beside them).
+    fn pod_dirs(&self) -> impl Future<Output = Result<PodDirScan, SourceError>> + Send;
+    /// `<log-root>/<ns>_<name>_<uid>` directories (and the foreign entries beside them).
+    fn log_dirs(&self) -> impl Future<Output = Result<LogDirScan, SourceError>> + Send;
     /// The host's mount table.
     fn mounts(&self) -> impl Future<Output = Result<MountTable, SourceError>> + Send;
 }
@@ -104,9 +104,9 @@ pub struct Snapshot {
     /// The shim's index (optional).
     pub shim: Option<ShimIndex>,
     /// Pod directories.
-    pub pod_dirs: Option<Vec<PodDir>>,
+    pub pod_dirs: Option<PodDirScan>,
     /// Log directories.
-    pub log_dirs: Option<Vec<LogDir>>,
+    pub log_dirs: Option<LogDirScan>,
     /// The mount table.
     pub mounts: Option<MountTable>,
     /// One report per source, in reading order.
@@ -191,7 +191,7 @@ pub async fn read_all<S: Sources>(sources: &S) -> Snapshot {
         &mut reports,
         names::POD_DIRS,
         false,
-        Vec::len,
+        PodDirScan::len,
         sources.pod_dirs(),
     )
     .await;
@@ -199,7 +199,7 @@ pub async fn read_all<S: Sources>(sources: &S) -> Snapshot {
         &mut reports,
         names::LOG_DIRS,
         false,
-        Vec::len,
+        LogDirScan::len,
         sources.log_dirs(),
     )
     .await;

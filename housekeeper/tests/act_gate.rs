@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use fake::{FakeNode, RecordingActuator, planned, reconciler, sandbox};
+use fake::{FakeNode, RecordingActuator, U1, U2, planned, reconciler, sandbox};
 use podward_api::housekeeper::v1::{ActionKind, FindingKind, Outcome};
 use podward_api::test_util::eventually;
 use podward_housekeeper::act;
@@ -21,10 +21,14 @@ use podward_housekeeper::reconcile::Mode;
 use podward_housekeeper::runtime::RuntimeView;
 use podward_housekeeper::sources::read_all;
 
+const BAD: &str = "00000000-0000-4000-8000-0000000000ba";
+const GOOD: &str = "00000000-0000-4000-8000-000000000009";
+const STUCK: &str = "00000000-0000-4000-8000-00000000000d";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_action_per_uid_at_a_time() {
     let node = FakeNode::new();
-    node.leave_pod("u1");
+    node.leave_pod(U1);
     let act = Arc::new(RecordingActuator::default());
     *act.hold.lock() = true;
     let gate = UidGate::new();
@@ -101,14 +105,14 @@ async fn one_action_per_uid_at_a_time() {
 #[tokio::test]
 async fn a_failure_backs_off_that_uid_only() {
     let node = FakeNode::new();
-    node.leave_pod("bad");
-    node.leave_pod("good");
+    node.leave_pod(BAD);
+    node.leave_pod(GOOD);
     let act = Arc::new(RecordingActuator::default());
-    act.failing.lock().insert("bad".into());
+    act.failing.lock().insert(BAD.into());
     let (r, clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
     r.pass(Mode::Act).await;
     let (p, _) = r.pass(Mode::Act).await;
-    let bad: Vec<_> = p.actions.iter().filter(|a| a.pod_uid == "bad").collect();
+    let bad: Vec<_> = p.actions.iter().filter(|a| a.pod_uid == BAD).collect();
     assert!(
         bad.iter().any(|a| a.outcome() == Outcome::Failed),
         "{bad:?}"
@@ -118,7 +122,7 @@ async fn a_failure_backs_off_that_uid_only() {
     clock.advance(Duration::from_secs(1));
     let (p, _) = r.pass(Mode::Act).await;
     assert!(
-        p.actions.iter().all(|a| a.pod_uid != "bad"),
+        p.actions.iter().all(|a| a.pod_uid != BAD),
         "backing off: {:?}",
         p.actions
     );
@@ -128,21 +132,21 @@ async fn a_failure_backs_off_that_uid_only() {
         .filter(|f| f.kind() == FindingKind::Backoff)
         .collect();
     assert!(
-        !backoff.is_empty() && backoff.iter().all(|f| f.pod_uid == "bad"),
+        !backoff.is_empty() && backoff.iter().all(|f| f.pod_uid == BAD),
         "{:?}",
         p.findings
     );
     assert!(
         act.calls()[calls_after_failure..]
             .iter()
-            .all(|c| !c.contains(" bad "))
+            .all(|c| !c.contains(&format!(" {BAD} ")))
     );
 
     // After the delay (10s ± 10%) it is tried again.
     clock.advance(Duration::from_secs(12));
     let (p, _) = r.pass(Mode::Act).await;
     assert!(
-        p.actions.iter().any(|a| a.pod_uid == "bad"),
+        p.actions.iter().any(|a| a.pod_uid == BAD),
         "{:?}",
         p.findings
     );
@@ -151,9 +155,9 @@ async fn a_failure_backs_off_that_uid_only() {
 #[tokio::test]
 async fn d_state_processes_are_reported_and_not_retried_tightly() {
     let node = FakeNode::new();
-    node.leave_pod("stuck");
+    node.leave_pod(STUCK);
     let act = Arc::new(RecordingActuator::default());
-    act.busy.lock().insert("stuck".into(), vec![4242]);
+    act.busy.lock().insert(STUCK.into(), vec![4242]);
     let (r, clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
     r.pass(Mode::Act).await;
     let (p, _) = r.pass(Mode::Act).await;
@@ -192,13 +196,13 @@ async fn d_state_processes_are_reported_and_not_retried_tightly() {
 #[tokio::test]
 async fn a_uid_that_reappears_before_the_act_is_left_alone() {
     let node = FakeNode::new();
-    node.leave_pod("u1");
+    node.leave_pod(U1);
     let act = Arc::new(RecordingActuator::default());
     let (r, _clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
     r.pass(Mode::Act).await;
     // This pass's planning read sees no sandbox; the re-read right before acting sees one.
     let back = RuntimeView {
-        sandboxes: vec![sandbox("s1", "u1", 0, true)],
+        sandboxes: vec![sandbox("s1", U1, 0, true)],
         containers: vec![],
     };
     node.script_runtime(vec![RuntimeView::default(), back]);
@@ -214,11 +218,11 @@ async fn a_uid_that_reappears_before_the_act_is_left_alone() {
 #[tokio::test]
 async fn dry_run_acts_on_nothing_and_its_plan_is_what_the_real_pass_does() {
     let node = FakeNode::new();
-    node.leave_pod("u1");
-    node.leave_pod("u2");
+    node.leave_pod(U1);
+    node.leave_pod(U2);
     node.mount(
         &node
-            .pod_dir("u2")
+            .pod_dir(U2)
             .join("volumes/kubernetes.io~empty-dir/data"),
     );
     let act = Arc::new(RecordingActuator::default());
@@ -228,28 +232,28 @@ async fn dry_run_acts_on_nothing_and_its_plan_is_what_the_real_pass_does() {
     assert!(dry.dry_run);
     assert!(act.calls().is_empty());
     assert!(dry.actions.iter().all(|a| a.outcome() == Outcome::Planned));
-    // u2 has a mount: its cgroup only gets REDUCE_CPU and its pod dir is BLOCKED.
+    // U2 has a mount: its cgroup only gets REDUCE_CPU and its pod dir is BLOCKED.
     let kinds: Vec<_> = dry
         .actions
         .iter()
         .map(|a| (a.pod_uid.as_str(), a.kind()))
         .collect();
-    assert!(kinds.contains(&("u2", ActionKind::ReduceCpu)), "{kinds:?}");
+    assert!(kinds.contains(&(U2, ActionKind::ReduceCpu)), "{kinds:?}");
     assert!(
-        !kinds.contains(&("u2", ActionKind::RemovePodDir)),
+        !kinds.contains(&(U2, ActionKind::RemovePodDir)),
         "{kinds:?}"
     );
     assert!(
         dry.findings
             .iter()
-            .any(|f| f.pod_uid == "u2" && f.kind() == FindingKind::Blocked)
+            .any(|f| f.pod_uid == U2 && f.kind() == FindingKind::Blocked)
     );
 
     let (real, _) = r.pass(Mode::Act).await;
     assert!(!real.dry_run);
     assert_eq!(planned(&dry), planned(&real));
     // Pods run in parallel, so compare per pod: each pod's calls are its planned actions, in order.
-    for uid in ["u1", "u2"] {
+    for uid in [U1, U2] {
         let mine = |v: Vec<String>| {
             v.into_iter()
                 .filter(|c| c.contains(&format!(" {uid} ")))

@@ -101,7 +101,7 @@ async fn gone_pods_are_sent_to_the_prober_after_an_acting_pass() {
 #[tokio::test]
 async fn a_prober_that_is_down_changes_nothing() {
     let node = FakeNode::new();
-    node.leave_pod("u1");
+    node.leave_pod(fake::U1);
     let act = Arc::new(RecordingActuator::default());
     let (r, _clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
     let r = r.with_prober(ProberLink::new(&node.root().join("nobody.sock")));

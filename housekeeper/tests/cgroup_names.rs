@@ -217,11 +217,17 @@ fn is_cgroup_pod_cases() {
 fn scan_finds_all_qos_in_both_drivers_and_dedupes() {
     let tmp = hybrid_root();
     let r = tmp.path();
+    // Pod UIDs in kubelet's shape (anything else is never a pod cgroup).
+    let (g, b, e) = (
+        "0000000f-0000-4000-8000-000000000001",
+        "0000000b-0000-4000-8000-000000000002",
+        "0000000e-0000-4000-8000-000000000003",
+    );
     // cgroupfs: guaranteed in cpu + unified, burstable only in memory, besteffort in pids; noise next to them.
-    mkcg(r, "cpu,cpuacct", "kubepods/podg-1/ctr1");
-    mkcg(r, "unified", "kubepods/podg-1");
-    mkcg(r, "memory", "kubepods/burstable/podb-2/ctr");
-    mkcg(r, "pids", "kubepods/besteffort/pode-3");
+    mkcg(r, "cpu,cpuacct", &format!("kubepods/pod{g}/ctr1"));
+    mkcg(r, "unified", &format!("kubepods/pod{g}"));
+    mkcg(r, "memory", &format!("kubepods/burstable/pod{b}/ctr"));
+    mkcg(r, "pids", &format!("kubepods/besteffort/pod{e}"));
     mkcg(r, "cpu,cpuacct", "kubepods/burstable");
     mkcg(r, "cpu,cpuacct", "kubepods/besteffort");
     mkcg(r, "memory", "kubepods/burstable/podx-pod-y");
@@ -233,44 +239,56 @@ fn scan_finds_all_qos_in_both_drivers_and_dedupes() {
     assert_eq!(
         uids,
         [
-            ("b-2", Qos::Burstable),
-            ("e-3", Qos::BestEffort),
-            ("g-1", Qos::Guaranteed)
+            (b, Qos::Burstable),
+            (e, Qos::BestEffort),
+            (g, Qos::Guaranteed)
         ]
     );
-    let g = &pods[2];
-    assert_eq!(g.name, "kubepods/podg-1");
-    let mut paths = g.paths.clone();
+    let gp = &pods[2];
+    assert_eq!(gp.name, format!("kubepods/pod{g}"));
+    let mut paths = gp.paths.clone();
     paths.sort();
     assert_eq!(
         paths,
         [
-            r.join("cpu,cpuacct/kubepods/podg-1"),
-            r.join("unified/kubepods/podg-1")
+            r.join(format!("cpu,cpuacct/kubepods/pod{g}")),
+            r.join(format!("unified/kubepods/pod{g}"))
         ]
     );
 
     // systemd naming in the same tree is invisible to the cgroupfs layout and vice versa.
+    let (aa, cc, ee) = (
+        "000000aa-0000-4000-8000-0000000000bb",
+        "000000cc-0000-4000-8000-0000000000dd",
+        "000000ee-0000-4000-8000-0000000000ff",
+    );
+    let sd_ = |uid: &str| uid.replace('-', "_");
     mkcg(
         r,
         "unified",
-        "kubepods.slice/kubepods-podaa_bb.slice/cri-containerd-1.scope",
+        &format!(
+            "kubepods.slice/kubepods-pod{}.slice/cri-containerd-1.scope",
+            sd_(aa)
+        ),
     );
     mkcg(
         r,
         "memory",
-        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podcc_dd.slice",
+        &format!(
+            "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+            sd_(cc)
+        ),
     );
-    mkcg(
-        r,
-        "systemd",
-        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podee_ff.slice",
-    );
-    mkcg(
-        r,
-        "unified",
-        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podee_ff.slice",
-    );
+    for h in ["systemd", "unified"] {
+        mkcg(
+            r,
+            h,
+            &format!(
+                "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
+                sd_(ee)
+            ),
+        );
+    }
     let sd = CgroupLayout::detect(r, CgroupDriver::Systemd, "/").expect("detect");
     let pods: Vec<PodCgroup> = scan_pod_cgroups(&sd).expect("scan systemd");
     let uids: Vec<_> = pods
@@ -280,14 +298,17 @@ fn scan_finds_all_qos_in_both_drivers_and_dedupes() {
     assert_eq!(
         uids,
         [
-            ("aa-bb", Qos::Guaranteed, 1),
-            ("cc-dd", Qos::Burstable, 1),
-            ("ee-ff", Qos::BestEffort, 2)
+            (aa, Qos::Guaranteed, 1),
+            (cc, Qos::Burstable, 1),
+            (ee, Qos::BestEffort, 2)
         ]
     );
     assert_eq!(
         pods[1].name,
-        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podcc_dd.slice"
+        format!(
+            "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+            sd_(cc)
+        )
     );
     assert_eq!(scan_pod_cgroups(&layout).expect("scan").len(), 3);
 }
@@ -312,9 +333,10 @@ fn scan_read_error_fails_the_scan() {
 #[test]
 fn reduce_cpu_writes_shares_and_weight_on_fake_tree() {
     let tmp = hybrid_root();
-    let cpu = mkcg(tmp.path(), "cpu,cpuacct", "kubepods/burstable/podu1");
-    let mem = mkcg(tmp.path(), "memory", "kubepods/burstable/podu1");
-    let v2 = mkcg(tmp.path(), "unified", "kubepods/burstable/podu1");
+    let pod = "kubepods/burstable/pod00000000-0000-4000-8000-000000000001";
+    let cpu = mkcg(tmp.path(), "cpu,cpuacct", pod);
+    let mem = mkcg(tmp.path(), "memory", pod);
+    let v2 = mkcg(tmp.path(), "unified", pod);
     fs::write(cpu.join("cpu.shares"), "1024").expect("shares");
     fs::write(v2.join("cpu.weight"), "100").expect("weight");
     let layout = CgroupLayout::detect(tmp.path(), CgroupDriver::Cgroupfs, "/").expect("detect");
@@ -405,13 +427,18 @@ fn hostile_cgroup_names_are_skipped_or_parsed_safely() {
     fs::create_dir(qos.join(std::ffi::OsStr::from_bytes(b"pod\xff\xfe"))).expect("non-utf8");
     let long_uid = "u".repeat(252);
     fs::create_dir(qos.join(format!("pod{long_uid}"))).expect("255-byte name");
+    let uid = "6b1aa4d4-6d1f-4f65-ae2b-0e0ad1dc5b1b";
+    fs::create_dir(qos.join(format!("pod{uid}"))).expect("a pod");
+    fs::create_dir(qos.join(format!("pod{}", uid.to_uppercase()))).expect("upper case");
+    fs::create_dir(qos.join(format!("pod{uid}0"))).expect("one too long");
     fs::create_dir(qos.join("pod..")).expect("dots");
     fs::create_dir(qos.join("pod.")).expect("dot");
     fs::create_dir(qos.join("pod pod")).expect("space");
     let layout = CgroupLayout::detect(tmp.path(), CgroupDriver::Cgroupfs, "/").expect("detect");
     let pods = scan_pod_cgroups(&layout).expect("scan");
     let uids: Vec<_> = pods.iter().map(|p| p.uid.as_str()).collect();
-    // `pod.` / `pod..` would give the UIDs `.` / `..`: rejected, like a UID containing "pod".
-    assert_eq!(uids, [long_uid.as_str()]);
+    // `pod.` / `pod..` would give the UIDs `.` / `..`: rejected, like a UID containing "pod" and
+    // anything else that is not one of kubelet's UID shapes.
+    assert_eq!(uids, [uid]);
     assert_eq!(parse_pod_cgroup_name(CgroupDriver::Cgroupfs, "pod.."), None);
 }

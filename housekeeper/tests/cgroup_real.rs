@@ -273,7 +273,8 @@ fn orphan_is_killed_and_removed_in_every_hierarchy() {
 #[test]
 fn destroy_refuses_paths_that_are_not_this_pod() {
     let t = TestCgroups::new();
-    t.mkcg("kubepods/burstable/podu1");
+    let rel = "kubepods/burstable/pod00000000-0000-4000-8000-000000000001";
+    t.mkcg(rel);
     let layout = t.layout(CgroupDriver::Cgroupfs);
     let mut pod = scan_pod_cgroups(&layout).expect("scan").remove(0);
     pod.paths.push(t.root().join("memory/kubepods/burstable"));
@@ -281,22 +282,18 @@ fn destroy_refuses_paths_that_are_not_this_pod() {
         destroy(&layout, &pod),
         Err(CgroupError::NotAPodCgroup(_))
     ));
-    pod.paths = vec![PathBuf::from("/elsewhere/podu1")];
+    pod.paths = vec![PathBuf::from("/elsewhere").join(rel)];
     assert!(matches!(
         destroy(&layout, &pod),
         Err(CgroupError::NotAPodCgroup(_))
     ));
-    assert_eq!(
-        t.exists_anywhere("kubepods/burstable/podu1").len(),
-        5,
-        "nothing removed"
-    );
+    assert_eq!(t.exists_anywhere(rel).len(), 5, "nothing removed");
 }
 
 #[test]
 fn reduce_cpu_sets_minimum_shares() {
     let mut t = TestCgroups::new();
-    let rel = "kubepods/burstable/podu1";
+    let rel = "kubepods/burstable/pod00000000-0000-4000-8000-000000000001";
     t.mkcg(rel);
     let pid = t.spawn_in(rel);
     let layout = t.layout(CgroupDriver::Cgroupfs);
@@ -328,7 +325,7 @@ fn reduce_cpu_sets_minimum_shares() {
 #[test]
 fn d_state_process_makes_destroy_busy_without_spinning() {
     let mut t = TestCgroups::new();
-    let pod_rel = "kubepods/besteffort/podstuck";
+    let pod_rel = "kubepods/besteffort/pod00000000-0000-4000-8000-00000000000d";
     let rel = format!("{pod_rel}/c");
     t.mkcg(&rel);
     let pid = t.spawn_in(&rel);
@@ -374,10 +371,23 @@ fn d_state_process_makes_destroy_busy_without_spinning() {
 #[test]
 fn systemd_names_on_real_hierarchy() {
     let mut t = TestCgroups::new();
-    let burstable = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda1_b2.slice";
+    // Pod UIDs in kubelet's shape; systemd names write their `-` as `_`.
+    let (a1, c3, e5) = (
+        "000000a1-0000-4000-8000-0000000000b2",
+        "000000c3-0000-4000-8000-0000000000d4",
+        "000000e5-0000-4000-8000-0000000000f6",
+    );
+    let sd_ = |uid: &str| uid.replace('-', "_");
+    let burstable = format!(
+        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+        sd_(a1)
+    );
     t.mkcg(&format!("{burstable}/cri-containerd-0123.scope"));
-    t.mkcg("kubepods.slice/kubepods-podc3_d4.slice");
-    t.mkcg("kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pode5_f6.slice");
+    t.mkcg(&format!("kubepods.slice/kubepods-pod{}.slice", sd_(c3)));
+    t.mkcg(&format!(
+        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
+        sd_(e5)
+    ));
     t.mkcg("kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podx_pod_y.slice");
     let pid = t.spawn_in(&format!("{burstable}/cri-containerd-0123.scope"));
     let layout = t.layout(CgroupDriver::Systemd);
@@ -386,9 +396,9 @@ fn systemd_names_on_real_hierarchy() {
     assert_eq!(
         uids,
         [
-            ("a1-b2", Qos::Burstable),
-            ("c3-d4", Qos::Guaranteed),
-            ("e5-f6", Qos::BestEffort)
+            (a1, Qos::Burstable),
+            (c3, Qos::Guaranteed),
+            (e5, Qos::BestEffort)
         ]
     );
     assert!(
@@ -396,12 +406,12 @@ fn systemd_names_on_real_hierarchy() {
             .expect("cgroupfs scan")
             .is_empty()
     );
-    let report = destroy(&layout, find(&pods, "a1-b2")).expect("destroy");
+    let report = destroy(&layout, find(&pods, a1)).expect("destroy");
     assert_eq!(t.wait_signal(pid), Some(9));
     assert_eq!(report.removed.len(), 10);
-    assert_eq!(t.exists_anywhere(burstable), Vec::<&str>::new());
+    assert_eq!(t.exists_anywhere(&burstable), Vec::<&str>::new());
     assert_eq!(
-        t.exists_anywhere("kubepods.slice/kubepods-podc3_d4.slice")
+        t.exists_anywhere(&format!("kubepods.slice/kubepods-pod{}.slice", sd_(c3)))
             .len(),
         5
     );

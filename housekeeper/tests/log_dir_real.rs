@@ -31,7 +31,9 @@ fn mounted_log_dir_is_not_removed() {
     )
     .expect("make / private");
     let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("default_web-0_u1");
+    let dir = tmp
+        .path()
+        .join("default_web-0_6b1aa4d4-6d1f-4f65-ae2b-0e0ad1dc5b1b");
     let mnt = dir.join("web");
     fs::create_dir_all(&mnt).expect("mkdir");
     fs::write(dir.join("top.log"), "top").expect("write");
@@ -45,7 +47,7 @@ fn mounted_log_dir_is_not_removed() {
     .expect("tmpfs");
     let _guard = Unmount(mnt.clone());
     fs::write(mnt.join("0.log"), "kept").expect("write");
-    let log = scan_log_dirs(tmp.path()).expect("scan").remove(0);
+    let log = scan_log_dirs(tmp.path()).expect("scan").found.remove(0);
 
     // thread-self: this test thread has its own mount namespace.
     let table = MountTable::read(Path::new("/proc/thread-self/mountinfo")).expect("mountinfo");

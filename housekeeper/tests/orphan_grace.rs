@@ -8,17 +8,20 @@ mod fake;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fake::{FakeNode, RecordingActuator, planned, reconciler, sandbox};
+use fake::{FakeNode, RecordingActuator, U1, planned, reconciler, sandbox};
 use podward_api::housekeeper::v1::FindingKind;
 use podward_housekeeper::reconcile::Mode;
 use podward_housekeeper::runtime::RuntimeView;
 
 const GRACE: Duration = Duration::from_secs(120);
+const READY: &str = "00000000-0000-4000-8000-00000000000a";
+const NOTREADY: &str = "00000000-0000-4000-8000-00000000000b";
+const GONE: &str = "00000000-0000-4000-8000-00000000000c";
 
 #[tokio::test]
 async fn orphan_only_after_the_grace_counted_on_the_injected_clock() {
     let node = FakeNode::new();
-    node.leave_pod("u1");
+    node.leave_pod(U1);
     let act = Arc::new(RecordingActuator::default());
     let (r, clock) = reconciler(&node, &act, node.settings(GRACE));
 
@@ -38,7 +41,7 @@ async fn orphan_only_after_the_grace_counted_on_the_injected_clock() {
     assert!(
         waiting[0]
             .reason
-            .contains("no sandbox for uid u1 in 1 pass over 0s"),
+            .contains(&format!("no sandbox for uid {U1} in 1 pass over 0s")),
         "{}",
         waiting[0].reason
     );
@@ -58,7 +61,7 @@ async fn orphan_only_after_the_grace_counted_on_the_injected_clock() {
         assert!(
             a.evidence
                 .iter()
-                .any(|e| e == "no sandbox for uid u1 in 4 passes over 2m 10s"),
+                .any(|e| *e == format!("no sandbox for uid {U1} in 4 passes over 2m 10s")),
             "{:?}",
             a.evidence
         );
@@ -69,7 +72,7 @@ async fn orphan_only_after_the_grace_counted_on_the_injected_clock() {
 #[tokio::test]
 async fn a_sighting_in_the_runtime_resets_the_count() {
     let node = FakeNode::new();
-    node.leave_pod("u1");
+    node.leave_pod(U1);
     let act = Arc::new(RecordingActuator::default());
     let (r, clock) = reconciler(&node, &act, node.settings(GRACE));
     r.pass(Mode::Act).await;
@@ -77,7 +80,7 @@ async fn a_sighting_in_the_runtime_resets_the_count() {
     r.pass(Mode::Act).await;
     // The sandbox shows up (NotReady) for one pass.
     node.set_runtime(RuntimeView {
-        sandboxes: vec![sandbox("s1", "u1", 0, false)],
+        sandboxes: vec![sandbox("s1", U1, 0, false)],
         containers: vec![],
     });
     clock.advance(Duration::from_secs(10));
@@ -104,13 +107,13 @@ async fn a_sighting_in_the_runtime_resets_the_count() {
 #[tokio::test]
 async fn a_pod_whose_sandbox_exists_in_any_state_is_never_touched() {
     let node = FakeNode::new();
-    node.leave_pod("ready");
-    node.leave_pod("notready");
-    node.leave_pod("gone");
+    node.leave_pod(READY);
+    node.leave_pod(NOTREADY);
+    node.leave_pod(GONE);
     node.set_runtime(RuntimeView {
         sandboxes: vec![
-            sandbox("s1", "ready", 0, true),
-            sandbox("s2", "notready", 3, false),
+            sandbox("s1", READY, 0, true),
+            sandbox("s2", NOTREADY, 3, false),
         ],
         containers: vec![],
     });
@@ -120,18 +123,18 @@ async fn a_pod_whose_sandbox_exists_in_any_state_is_never_touched() {
         clock.advance(Duration::from_secs(600));
         let (p, _) = r.pass(Mode::Act).await;
         assert!(
-            p.actions.iter().all(|a| a.pod_uid == "gone"),
+            p.actions.iter().all(|a| a.pod_uid == GONE),
             "{:?}",
             p.actions
         );
         assert!(
-            p.findings.iter().all(|f| f.pod_uid == "gone"),
+            p.findings.iter().all(|f| f.pod_uid == GONE),
             "{:?}",
             p.findings
         );
     }
     assert!(
-        act.calls().iter().all(|c| c.contains(" gone ")),
+        act.calls().iter().all(|c| c.contains(&format!(" {GONE} "))),
         "{:?}",
         act.calls()
     );
@@ -141,7 +144,7 @@ async fn a_pod_whose_sandbox_exists_in_any_state_is_never_touched() {
 #[tokio::test]
 async fn preview_changes_no_history() {
     let node = FakeNode::new();
-    node.leave_pod("u1");
+    node.leave_pod(U1);
     let act = Arc::new(RecordingActuator::default());
     let (r, _clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
     for _ in 0..3 {

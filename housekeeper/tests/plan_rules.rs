@@ -8,11 +8,14 @@ mod fake;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fake::{FakeNode, RecordingActuator, container, planned, reconciler, sandbox};
+use fake::{FakeNode, RecordingActuator, U1, container, nth_uid, planned, reconciler, sandbox};
 use podward_api::housekeeper::v1::{FindingKind, Outcome};
 use podward_api::shim::v1::{Delivery, Sandbox, Snapshot};
 use podward_housekeeper::reconcile::Mode;
 use podward_housekeeper::runtime::{ContainerPhase, RuntimeView};
+
+const P1: &str = "00000000-0000-4000-8000-0000000000f1";
+const P2: &str = "00000000-0000-4000-8000-0000000000f2";
 
 fn shim_sandbox(id: &str, uid: &str, attempt: u32, delivery: Delivery) -> Sandbox {
     Sandbox {
@@ -29,20 +32,20 @@ async fn undelivered_superseded_sandbox_is_removed_and_a_normal_one_is_not() {
     let node = FakeNode::new();
     node.set_runtime(RuntimeView {
         sandboxes: vec![
-            sandbox("leaked", "p1", 0, true),
-            sandbox("current", "p1", 1, true),
-            sandbox("normal", "p2", 0, true),
+            sandbox("leaked", P1, 0, true),
+            sandbox("current", P1, 1, true),
+            sandbox("normal", P2, 0, true),
         ],
         containers: vec![
-            container("c1", "current", "p1", "app", 0, ContainerPhase::Running),
-            container("c2", "normal", "p2", "app", 0, ContainerPhase::Running),
+            container("c1", "current", P1, "app", 0, ContainerPhase::Running),
+            container("c2", "normal", P2, "app", 0, ContainerPhase::Running),
         ],
     });
     *node.shim.lock() = Some(Snapshot {
         sandboxes: vec![
-            shim_sandbox("leaked", "p1", 0, Delivery::Undelivered),
-            shim_sandbox("current", "p1", 1, Delivery::Delivered),
-            shim_sandbox("normal", "p2", 0, Delivery::Delivered),
+            shim_sandbox("leaked", P1, 0, Delivery::Undelivered),
+            shim_sandbox("current", P1, 1, Delivery::Delivered),
+            shim_sandbox("normal", P2, 0, Delivery::Delivered),
         ],
         ..Default::default()
     });
@@ -70,11 +73,11 @@ async fn undelivered_superseded_sandbox_is_removed_and_a_normal_one_is_not() {
 async fn exited_containers_beyond_policy_are_reported_unless_enabled() {
     let node = FakeNode::new();
     node.set_runtime(RuntimeView {
-        sandboxes: vec![sandbox("s", "p1", 0, true)],
+        sandboxes: vec![sandbox("s", P1, 0, true)],
         containers: vec![
-            container("old", "s", "p1", "app", 0, ContainerPhase::Exited),
-            container("prev", "s", "p1", "app", 1, ContainerPhase::Exited),
-            container("now", "s", "p1", "app", 2, ContainerPhase::Running),
+            container("old", "s", P1, "app", 0, ContainerPhase::Exited),
+            container("prev", "s", P1, "app", 1, ContainerPhase::Exited),
+            container("now", "s", P1, "app", 2, ContainerPhase::Running),
         ],
     });
     let act = Arc::new(RecordingActuator::default());
@@ -101,9 +104,9 @@ async fn exited_containers_beyond_policy_are_reported_unless_enabled() {
 #[tokio::test]
 async fn a_regular_file_in_a_volume_blocks_the_pod_dir_and_is_reported() {
     let node = FakeNode::new();
-    node.leave_pod("u1");
+    node.leave_pod(U1);
     let data = node
-        .pod_dir("u1")
+        .pod_dir(U1)
         .join("volumes/kubernetes.io~empty-dir/data/precious.db");
     std::fs::write(&data, b"user data").expect("write");
     let act = Arc::new(RecordingActuator {
@@ -118,7 +121,7 @@ async fn a_regular_file_in_a_volume_blocks_the_pod_dir_and_is_reported() {
         .iter()
         .find(|f| f.kind() == FindingKind::Blocked)
         .expect("blocked finding");
-    assert_eq!(blocked.pod_uid, "u1");
+    assert_eq!(blocked.pod_uid, U1);
     assert!(blocked.reason.contains("precious.db"), "{}", blocked.reason);
     assert!(
         !act.calls().iter().any(|c| c.starts_with("REMOVE_POD_DIR")),
@@ -127,15 +130,20 @@ async fn a_regular_file_in_a_volume_blocks_the_pod_dir_and_is_reported() {
     );
     assert_eq!(std::fs::read(&data).expect("still there"), b"user data");
     // The cgroup and log dir (nothing mounted) were removed for real.
-    assert!(!node.root().join("cgroup/kubepods/burstable/podu1").exists());
-    assert!(!node.root().join("logs/ns_web-u1_u1").exists());
+    assert!(
+        !node
+            .root()
+            .join(format!("cgroup/kubepods/burstable/pod{U1}"))
+            .exists()
+    );
+    assert!(!node.root().join(format!("logs/ns_web-{U1}_{U1}")).exists());
 }
 
 #[tokio::test]
 async fn a_backlog_is_acted_on_in_bounded_batches_lowest_uids_first() {
     let node = FakeNode::new();
     let n = podward_housekeeper::plan::MAX_UIDS_PER_PASS + 10;
-    let uids: Vec<String> = (0..n).map(|i| format!("u{i:04}")).collect();
+    let uids: Vec<String> = (0..n).map(nth_uid).collect();
     for u in &uids {
         std::fs::create_dir_all(node.pod_dir(u)).expect("pod dir");
     }

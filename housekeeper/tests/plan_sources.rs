@@ -7,7 +7,7 @@ mod fake;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fake::{FakeNode, RecordingActuator, reconciler};
+use fake::{FakeNode, RecordingActuator, U1, reconciler};
 use podward_housekeeper::reconcile::Mode;
 use podward_housekeeper::sources::names;
 
@@ -47,10 +47,10 @@ async fn a_pass_where_any_required_source_failed_acts_on_nothing() {
         names::MOUNTS,
     ] {
         let node = FakeNode::new();
-        node.leave_pod("u1");
+        node.leave_pod(U1);
         let act = Arc::new(RecordingActuator::default());
         let (r, _clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
-        // Two dry-run passes make u1 an orphan (zero grace, two passes).
+        // Two dry-run passes make U1 an orphan (zero grace, two passes).
         r.pass(Mode::DryRun).await;
         let (ready, _) = r.pass(Mode::DryRun).await;
         assert_eq!(
@@ -95,7 +95,7 @@ async fn a_pass_where_any_required_source_failed_acts_on_nothing() {
 #[tokio::test]
 async fn without_the_shim_orphans_are_still_handled() {
     let node = FakeNode::new();
-    node.leave_pod("u1");
+    node.leave_pod(U1);
     node.fail(names::SHIM, true);
     let act = Arc::new(RecordingActuator::default());
     let (r, _clock) = reconciler(&node, &act, node.settings(Duration::ZERO));

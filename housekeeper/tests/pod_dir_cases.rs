@@ -1,5 +1,9 @@
 //! Pod dir rules on plain temp trees (no mounts needed): kubelet's TestCleanupOrphanedPodDirs cases,
-//! the CSI `vol_data.json` cases of PR #140681, symlinks, hostile names, and a 10,000-dir scan.
+//! the CSI `vol_data.json` cases of PR #140681, symlinks, hostile names, names that are not pod
+//! UIDs, and a 10,000-dir scan.
+
+#[path = "support/uids.rs"]
+mod uids;
 
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -10,6 +14,7 @@ use podward_housekeeper::mounts::MountTable;
 use podward_housekeeper::pod_dir::{
     PodDir, PodDirError, Removal, assess_removal, remove_pod_dir, scan_pod_dirs,
 };
+use uids::uid_of;
 
 fn kubelet_root() -> tempfile::TempDir {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -17,13 +22,12 @@ fn kubelet_root() -> tempfile::TempDir {
     tmp
 }
 
-fn pod(root: &Path, uid: &str) -> PodDir {
-    let path = root.join("pods").join(uid);
+/// The pod dir of the test pod called `name` (its UID is `uid_of(name)`).
+fn pod(root: &Path, name: &str) -> PodDir {
+    let uid = uid_of(name);
+    let path = root.join("pods").join(&uid);
     fs::create_dir_all(&path).expect("mkdir pod");
-    PodDir {
-        uid: uid.to_owned(),
-        path,
-    }
+    PodDir { uid, path }
 }
 
 fn mk(p: &Path) {
@@ -49,28 +53,37 @@ fn pods_dir_not_found_is_an_error() {
         Err(PodDirError::Io { .. })
     ));
     let root = kubelet_root();
-    assert_eq!(scan_pod_dirs(root.path()).expect("nothing-to-do"), []);
+    let scan = scan_pod_dirs(root.path()).expect("nothing-to-do");
+    assert!(scan.found.is_empty() && scan.foreign.is_empty(), "{scan:?}");
 }
 
 #[test]
-fn scan_lists_dirs_only() {
+fn scan_lists_pod_uid_dirs_and_reports_everything_else_as_foreign() {
     let root = kubelet_root();
-    pod(root.path(), "u2");
-    pod(root.path(), "u1");
+    let u2 = pod(root.path(), "u2");
+    let u1 = pod(root.path(), "u1");
+    let hash = "0123456789abcdef0123456789abcdef";
+    mk(&root.path().join("pods").join(hash));
     fs::write(root.path().join("pods/file"), "").expect("file");
-    std::os::unix::fs::symlink("/etc", root.path().join("pods/link")).expect("symlink");
+    std::os::unix::fs::symlink("/etc", root.path().join("pods").join(uid_of("link")))
+        .expect("symlink");
     fs::create_dir(
         root.path()
             .join("pods")
             .join(std::ffi::OsStr::from_bytes(b"\xff")),
     )
     .expect("non-utf8");
-    let uids: Vec<_> = scan_pod_dirs(root.path())
-        .expect("scan")
-        .into_iter()
-        .map(|d| d.uid)
-        .collect();
-    assert_eq!(uids, ["u1", "u2"]);
+    for name in ["config", "not-a-uid", "..."] {
+        mk(&root.path().join("pods").join(name));
+    }
+    mk(&root.path().join("pods").join(u1.uid.to_uppercase()));
+    let scan = scan_pod_dirs(root.path()).expect("scan");
+    let mut want = vec![u1.uid.clone(), u2.uid.clone(), hash.to_owned()];
+    want.sort();
+    let uids: Vec<_> = scan.found.iter().map(|d| d.uid.clone()).collect();
+    assert_eq!(uids, want);
+    assert_eq!(scan.foreign.len(), 7, "{:?}", scan.foreign);
+    assert_eq!(scan.foreign_unlisted, 0);
 }
 
 #[test]
@@ -188,10 +201,11 @@ fn pod_dir_that_is_a_symlink_is_never_followed() {
     let outside = root.path().join("outside");
     mk(&outside);
     fs::write(outside.join("data"), "precious").expect("data");
-    let link = root.path().join("pods/u");
+    let uid = uid_of("u");
+    let link = root.path().join("pods").join(&uid);
     std::os::unix::fs::symlink(&outside, &link).expect("symlink");
     let p = PodDir {
-        uid: "u".into(),
+        uid,
         path: link.clone(),
     };
     assert!(blocked(&p)[0].contains("not a directory"));
@@ -272,7 +286,7 @@ fn mount_table_entries_block() {
     mk(&p.path.join("volumes/kubernetes.io~secret/token"));
     let table = MountTable::from_points(vec![
         p.path.join("volumes/kubernetes.io~secret/token"),
-        root.path().join("pods/u0"),
+        root.path().join("pods").join(format!("{}0", p.uid)),
     ]);
     let reasons = match assess_removal(&p, &table).expect("assess") {
         Removal::Blocked { reasons } => reasons,
@@ -294,15 +308,17 @@ fn mount_table_entries_block() {
 fn mounts_through_a_symlinked_kubelet_root_are_seen() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let real = tmp.path().join("real");
-    mk(&real.join("pods/u/volumes/x/v"));
+    let uid = uid_of("u");
+    mk(&real.join("pods").join(&uid).join("volumes/x/v"));
     std::os::unix::fs::symlink(&real, tmp.path().join("kubelet")).expect("symlink");
     let p = PodDir {
-        uid: "u".into(),
-        path: tmp.path().join("kubelet/pods/u"),
+        uid: uid.clone(),
+        path: tmp.path().join("kubelet/pods").join(&uid),
     };
     // The mount table only knows the resolved path.
     let real_canon = fs::canonicalize(&real).expect("canon");
-    let table = MountTable::from_points(vec![real_canon.join("pods/u/volumes/x/v")]);
+    let table =
+        MountTable::from_points(vec![real_canon.join("pods").join(&uid).join("volumes/x/v")]);
     assert!(matches!(
         assess_removal(&p, &table).expect("assess"),
         Removal::Blocked { .. }
@@ -344,8 +360,43 @@ fn hostile_names_and_many_reasons() {
             },
             &none()
         ),
-        Err(PodDirError::BadPath(_))
+        Err(PodDirError::NotAPodDir { .. })
     ));
+}
+
+#[test]
+fn remove_pod_dir_refuses_a_dir_whose_name_is_not_a_pod_uid() {
+    let root = kubelet_root();
+    let uid = uid_of("real");
+    // A caller that built the PodDir by hand, from a wrong root or a stale scan.
+    let cases = [
+        ("pods/config", "config"),
+        ("pods/not-a-uid", "not-a-uid"),
+        // The right UID shape, but the path is not that UID's dir.
+        ("pods/not-a-uid", uid.as_str()),
+        // The right UID and name, but not under a `pods` directory.
+        (&format!("etc/{uid}") as &str, uid.as_str()),
+    ];
+    for (rel, claimed) in cases {
+        let path = root.path().join(rel);
+        mk(&path.join("containers/app"));
+        fs::write(path.join("containers/app/keep"), "keep me").expect("write");
+        let dir = PodDir {
+            uid: claimed.to_owned(),
+            path: path.clone(),
+        };
+        assert!(
+            assess_removal(&dir, &none()).is_err(),
+            "{rel} ({claimed}) assessed as a pod dir"
+        );
+        let res = remove_pod_dir(&dir, &none());
+        assert!(res.is_err(), "{rel} ({claimed}): removed: {res:?}");
+        assert_eq!(
+            fs::read_to_string(path.join("containers/app/keep")).expect("still there"),
+            "keep me",
+            "{rel}"
+        );
+    }
 }
 
 #[test]
@@ -359,7 +410,7 @@ fn scan_10k_pod_dirs_is_fast() {
         .expect("mkdir");
     }
     let start = Instant::now();
-    let dirs = scan_pod_dirs(root.path()).expect("scan");
+    let dirs = scan_pod_dirs(root.path()).expect("scan").found;
     let took = start.elapsed();
     assert_eq!(dirs.len(), 10_000);
     assert!(took.as_millis() < budget_ms(40), "scan took {took:?}");

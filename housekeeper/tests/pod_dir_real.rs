@@ -17,6 +17,10 @@ use podward_housekeeper::pod_dir::{
     PodDir, PodDirError, Removal, assess_removal, mounted_volumes, remove_pod_dir, scan_pod_dirs,
 };
 use sha2::{Digest, Sha256};
+use uids::uid_of;
+
+#[path = "support/uids.rs"]
+mod uids;
 
 /// A temp dir with mounts under it, all unmounted (deepest first) on drop.
 struct Fixture {
@@ -47,13 +51,12 @@ impl Fixture {
         self.tmp.path()
     }
 
-    fn pod(&self, uid: &str) -> PodDir {
-        let path = self.root().join("pods").join(uid);
+    /// The pod dir of the test pod called `name` (its UID is `uid_of(name)`).
+    fn pod(&self, name: &str) -> PodDir {
+        let uid = uid_of(name);
+        let path = self.root().join("pods").join(&uid);
         fs::create_dir_all(&path).expect("mkdir pod");
-        PodDir {
-            uid: uid.to_owned(),
-            path,
-        }
+        PodDir { uid, path }
     }
 
     fn tmpfs(&mut self, at: &Path) {
@@ -315,10 +318,11 @@ fn clean_orphan_is_removed_completely_and_neighbours_stay() {
     assert!(!orphan.path.exists());
     let left: Vec<_> = scan_pod_dirs(f.root())
         .expect("scan")
+        .found
         .into_iter()
         .map(|d| d.uid)
         .collect();
-    assert_eq!(left, ["live"]);
+    assert_eq!(left, [uid_of("live")]);
     assert_eq!(tree_hash(&live.path), before_live);
 }
 

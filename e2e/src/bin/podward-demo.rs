@@ -111,7 +111,7 @@ async fn main() -> Result<()> {
             &s(&log_root),
             "--interval",
             "5s",
-            "--dry-run",
+            // No --act: the housekeeper's default is a dry run (it plans and deletes nothing).
             "--admin-addr",
             &hk_admin,
             "--log-level",
@@ -223,13 +223,16 @@ async fn main() -> Result<()> {
         {
             Ok(st) => {
                 let st = st.into_inner();
-                let (actions, findings) = st
+                let (actions, findings, dry_run) = st
                     .last_pass
-                    .map(|p| (p.actions.len(), p.findings.len()))
-                    .unwrap_or_default();
+                    .map(|p| (p.actions.len(), p.findings.len(), p.dry_run))
+                    .unwrap_or((0, 0, true));
                 println!(
-                    "   housekeeper: {} passes, last plan {} actions / {} findings (dry-run)",
-                    st.passes, actions, findings
+                    "   housekeeper: {} passes, last plan {} actions / {} findings ({})",
+                    st.passes,
+                    actions,
+                    findings,
+                    if dry_run { "dry run" } else { "ACTING" }
                 );
             }
             Err(e) => println!("   housekeeper: {}", e.message()),

@@ -15,8 +15,8 @@ use podward_housekeeper::Config;
 pub const HIERARCHIES: [&str; 5] = ["cpu", "memory", "pids", "freezer", "unified"];
 
 /// A housekeeper config for `node`: its containerd, temp kubelet and log roots, the real cgroup
-/// filesystem under the node's unique cgroup parent, zero grace, and a timer that never fires
-/// again after the first pass (tests drive passes themselves).
+/// filesystem under the node's unique cgroup parent, zero grace, acting (not the dry-run default),
+/// and a timer that never fires again after the first pass (tests drive passes themselves).
 pub fn config(node: &TestNode) -> Config {
     let dir = node.dir();
     std::fs::create_dir_all(dir.join("kubelet/pods")).expect("kubelet pods dir");
@@ -33,6 +33,7 @@ pub fn config(node: &TestNode) -> Config {
         mountinfo: "/proc/self/mountinfo".into(),
         interval: Duration::from_secs(3600),
         orphan_grace: Duration::ZERO,
+        dry_run: false,
         admin_addr: "127.0.0.1:0".parse().expect("addr"),
         ..Config::default()
     }

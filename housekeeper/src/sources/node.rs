@@ -10,9 +10,9 @@ use podward_api::shim::v1::Snapshot as ShimIndex;
 use super::{CgroupScan, SourceError, Sources};
 use crate::cgroup::{CgroupDriver, CgroupLayout, scan_pod_cgroups};
 use crate::config::Config;
-use crate::log_dir::{LogDir, scan_log_dirs};
+use crate::log_dir::{LogDirScan, scan_log_dirs};
 use crate::mounts::MountTable;
-use crate::pod_dir::{PodDir, scan_pod_dirs};
+use crate::pod_dir::{PodDirScan, scan_pod_dirs};
 use crate::runtime::{RuntimeClient, RuntimeView};
 use crate::shim_source::ShimClient;
 
@@ -85,12 +85,12 @@ impl Sources for NodeSources {
         Ok(self.shim.snapshot().await?)
     }
 
-    async fn pod_dirs(&self) -> Result<Vec<PodDir>, SourceError> {
+    async fn pod_dirs(&self) -> Result<PodDirScan, SourceError> {
         let root = self.kubelet_root.clone();
         Ok(tokio::task::spawn_blocking(move || scan_pod_dirs(&root)).await??)
     }
 
-    async fn log_dirs(&self) -> Result<Vec<LogDir>, SourceError> {
+    async fn log_dirs(&self) -> Result<LogDirScan, SourceError> {
         let root = self.log_root.clone();
         Ok(tokio::task::spawn_blocking(move || scan_log_dirs(&root)).await??)
     }

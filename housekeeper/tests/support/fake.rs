@@ -18,15 +18,24 @@ use podward_housekeeper::cgroup::{
     self, CgroupDriver, CgroupError, CgroupLayout, DestroyReport, PodCgroup,
 };
 use podward_housekeeper::clock::ManualClock;
-use podward_housekeeper::log_dir::{self, LogDir, LogDirError};
+use podward_housekeeper::log_dir::{self, LogDir, LogDirError, LogDirScan};
 use podward_housekeeper::mounts::MountTable;
 use podward_housekeeper::plan::PlanSettings;
-use podward_housekeeper::pod_dir::{self, PodDir, PodDirError, RemovalReport};
+use podward_housekeeper::pod_dir::{self, PodDir, PodDirError, PodDirScan, RemovalReport};
 use podward_housekeeper::reconcile::Reconciler;
 use podward_housekeeper::runtime::{
     ContainerInfo, ContainerPhase, RuntimeError, RuntimeView, SandboxInfo,
 };
 use podward_housekeeper::sources::{CgroupScan, SourceError, Sources, names};
+
+/// Pod UIDs in kubelet's shape (an API server UUID) for tests that need one or two pods.
+pub const U1: &str = "00000000-0000-4000-8000-000000000001";
+pub const U2: &str = "00000000-0000-4000-8000-000000000002";
+
+/// The `i`-th of many pod UIDs, in ascending order of `i`.
+pub fn nth_uid(i: usize) -> String {
+    format!("{i:08x}-0000-4000-8000-000000000000")
+}
 
 /// A node in a temp dir: `cgroup/` (a v2-looking tree), `kubelet/pods/`, `logs/`.
 pub struct FakeNode {
@@ -72,7 +81,8 @@ impl FakeNode {
         self.kubelet_root().join("pods").join(uid)
     }
 
-    /// A pod that left a cgroup, a pod dir and a log dir behind.
+    /// A pod that left a cgroup, a pod dir and a log dir behind (`uid` in kubelet's shape, e.g.
+    /// [`U1`], or the housekeeper rightly ignores it).
     pub fn leave_pod(&self, uid: &str) {
         std::fs::create_dir_all(
             self.root()
@@ -195,12 +205,12 @@ impl Sources for FakeNode {
             .ok_or(SourceError::Unavailable("shim"))
     }
 
-    async fn pod_dirs(&self) -> Result<Vec<PodDir>, SourceError> {
+    async fn pod_dirs(&self) -> Result<PodDirScan, SourceError> {
         self.check(names::POD_DIRS)?;
         Ok(pod_dir::scan_pod_dirs(&self.kubelet_root())?)
     }
 
-    async fn log_dirs(&self) -> Result<Vec<LogDir>, SourceError> {
+    async fn log_dirs(&self) -> Result<LogDirScan, SourceError> {
         self.check(names::LOG_DIRS)?;
         Ok(log_dir::scan_log_dirs(&self.root().join("logs"))?)
     }
