@@ -130,6 +130,7 @@ pub fn render_table(plan: &Plan) -> String {
             "FAILED: nothing is planned"
         }
     );
+    out.push_str(&driver_line(plan));
     for s in &plan.sources {
         let state = if s.ok {
             format!("ok, {} items", s.items)
@@ -195,6 +196,30 @@ pub fn render_table(plan: &Plan) -> String {
         ));
     }
     out
+}
+
+/// The header's cgroup driver line: which driver the cgroups source used, what decided it, and
+/// what it saw (docs/housekeeper.md, "Which cgroup driver").
+fn driver_line(plan: &Plan) -> String {
+    let Some(d) = &plan.cgroup_driver else {
+        return "  cgroup driver: not decided (the cgroups source failed; see below)\n".to_owned();
+    };
+    let driver = if d.driver.is_empty() {
+        "not decided"
+    } else {
+        &d.driver
+    };
+    let by = match d.found_by.as_str() {
+        "runtime-config" => " (from containerd's CRI RuntimeConfig)",
+        "layout" => " (from the layout on disk)",
+        "flag" => " (from --cgroup-driver)",
+        _ => "",
+    };
+    format!(
+        "  cgroup driver: {driver}{by}, cgroup {}: {}\n",
+        d.cgroup_version,
+        d.evidence.join("; ")
+    )
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use podward_api::socket::{SocketError, SocketPerms, serve_unix};
 use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::act::NodeActuator;
+use crate::cgroup::systemd::SystemdClient;
 use crate::api::Api;
 use crate::clock::MonotonicClock;
 use crate::config::Config;
@@ -48,7 +49,8 @@ pub fn plan_settings(config: &Config) -> PlanSettings {
 /// The real reconciler for `config` (also used by `plan --local`).
 pub fn node_reconciler(config: &Config) -> Reconciler<NodeSources, NodeActuator> {
     let sources = NodeSources::new(config);
-    let actuator = NodeActuator::new(sources.runtime_client().clone());
+    let systemd = SystemdClient::new(config.systemd_bus.clone());
+    let actuator = NodeActuator::new(sources.runtime_client().clone(), Arc::new(systemd));
     Reconciler::new(
         Arc::new(sources),
         Arc::new(actuator),
