@@ -74,8 +74,10 @@ pub fn destroy(layout: &CgroupLayout, cg: &PodCgroup) -> Result<DestroyReport, C
 /// files and `memory.events` are never touched.
 pub fn kill_processes(layout: &CgroupLayout, cg: &PodCgroup) -> Result<Vec<i32>, CgroupError> {
     let trees = collect_trees(layout, cg)?;
+    // Listed before `cgroup.kill` empties the lists, so the report names what was killed; only
+    // pids listed again after the freeze are signalled (a pid read earlier may have been reused).
+    let mut killed = listed_pids(&trees)?;
     let frozen = freeze(&trees)?;
-    let mut killed = BTreeSet::new();
     let signalled = kill_listed(&trees, &mut killed);
     thaw(&frozen)?;
     signalled?;
@@ -257,9 +259,8 @@ fn thaw(frozen: &[(PathBuf, &'static str)]) -> Result<(), CgroupError> {
 /// SIGKILLs every pid listed in any `cgroup.procs` of the trees.
 fn kill_listed(trees: &[Tree<'_>], killed: &mut BTreeSet<i32>) -> Result<(), CgroupError> {
     for pid in listed_pids(trees)? {
-        if killed.insert(pid) {
-            signal(pid)?;
-        }
+        killed.insert(pid);
+        signal(pid)?;
     }
     Ok(())
 }
