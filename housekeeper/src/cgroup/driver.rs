@@ -212,7 +212,7 @@ pub fn decide_driver(
                 flag: f,
                 found: *found,
                 found_by: FoundBy::RuntimeConfig,
-                evidence: runtime.describe(),
+                evidence: format!("linux.cgroup_driver={found}"),
             });
         }
         (RuntimeAnswer::Driver(d), _) => {
