@@ -229,8 +229,16 @@ impl<S: Sources, A: Actuator> Ctx<S, A> {
                 tokio::task::spawn_blocking(move || a.remove_log_dir(&dir, &mounts)).await??;
                 Ok(Vec::new())
             }
-            Op::RemoveSandbox(id) => a.remove_sandbox(&id).await.map(|()| Vec::new()).map_err(Into::into),
-            Op::RemoveContainer(id) => a.remove_container(&id).await.map(|()| Vec::new()).map_err(Into::into),
+            Op::RemoveSandbox(id) => a
+                .remove_sandbox(&id)
+                .await
+                .map(|()| Vec::new())
+                .map_err(Into::into),
+            Op::RemoveContainer(id) => a
+                .remove_container(&id)
+                .await
+                .map(|()| Vec::new())
+                .map_err(Into::into),
         }
     }
 }

@@ -10,8 +10,8 @@ use podward_api::socket::{SocketError, SocketPerms, serve_unix};
 use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::act::NodeActuator;
-use crate::cgroup::systemd::SystemdClient;
 use crate::api::Api;
+use crate::cgroup::systemd::SystemdClient;
 use crate::clock::MonotonicClock;
 use crate::config::Config;
 use crate::metrics::{Metrics, MetricsError};

@@ -188,7 +188,9 @@ impl RuntimeClient {
             .await
         {
             Ok(r) => answer_from(r.linux.map(|l| l.cgroup_driver)),
-            Err(RuntimeError::Rpc { status, .. }) if status.code() == tonic::Code::Unimplemented => {
+            Err(RuntimeError::Rpc { status, .. })
+                if status.code() == tonic::Code::Unimplemented =>
+            {
                 RuntimeAnswer::Unimplemented
             }
             Err(e) => RuntimeAnswer::Unavailable(e.to_string()),

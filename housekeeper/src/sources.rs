@@ -99,8 +99,9 @@ fn blind_scan(scan: &CgroupScan, runtime: &RuntimeView) -> Option<String> {
     let layout = &scan.layout;
     let expected = match scan.detection.driver {
         Some(_) => format!("no {} in any hierarchy", layout.pod_root()),
-        None => "neither kubepods (cgroupfs) nor kubepods.slice (systemd) in any hierarchy"
-            .to_owned(),
+        None => {
+            "neither kubepods (cgroupfs) nor kubepods.slice (systemd) in any hierarchy".to_owned()
+        }
     };
     Some(format!(
         "no pod cgroup root found ({expected} under {}, --kubelet-cgroup-root={}) while the \

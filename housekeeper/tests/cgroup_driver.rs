@@ -173,7 +173,10 @@ fn the_layout_decides_when_containerd_does_not_and_a_flag_against_it_is_refused(
         }
         let err = decide_driver(fs_tree.path(), "/", SYSTEMD, answer).expect_err("refused");
         let (flag, found, _, text) = mismatch(err);
-        assert_eq!((flag, found), (CgroupDriver::Systemd, CgroupDriver::Cgroupfs));
+        assert_eq!(
+            (flag, found),
+            (CgroupDriver::Systemd, CgroupDriver::Cgroupfs)
+        );
         assert!(text.contains("no kubepods.slice on disk"), "{text}");
     }
 }
@@ -210,15 +213,23 @@ fn both_layouts_need_the_flag_and_no_layout_leaves_it_to_the_flag() {
 #[test]
 fn kubelet_cgroup_root_is_honoured_for_both_layouts() {
     let fs_tree = v2_tree(&["custom/kubepods/burstable"]);
-    let (_, d) =
-        decide_driver(fs_tree.path(), "/custom", DriverFlag::Auto, &RuntimeAnswer::Unimplemented)
-            .expect("decide");
+    let (_, d) = decide_driver(
+        fs_tree.path(),
+        "/custom",
+        DriverFlag::Auto,
+        &RuntimeAnswer::Unimplemented,
+    )
+    .expect("decide");
     assert_eq!(d.driver, Some(CgroupDriver::Cgroupfs));
     assert_eq!(d.pod_roots, [fs_tree.path().join("custom/kubepods")]);
     let sd_tree = v2_tree(&["custom.slice/custom-kubepods.slice"]);
-    let (_, d) =
-        decide_driver(sd_tree.path(), "/custom", DriverFlag::Auto, &RuntimeAnswer::Unimplemented)
-            .expect("decide");
+    let (_, d) = decide_driver(
+        sd_tree.path(),
+        "/custom",
+        DriverFlag::Auto,
+        &RuntimeAnswer::Unimplemented,
+    )
+    .expect("decide");
     assert_eq!(d.driver, Some(CgroupDriver::Systemd));
     // A `kubepods` at the top is not under this --kubelet-cgroup-root: it decides nothing.
     let elsewhere = v2_tree(&["kubepods/burstable"]);
@@ -436,6 +447,9 @@ async fn no_pod_cgroup_root_while_pods_run_fails_the_source_instead_of_0_items()
     );
     let (json, table) = idle.plan(DriverName::Auto).await;
     assert!(cgroups_line(&table).ends_with("ok, 0 items"), "{table}");
-    assert!(table.contains("cgroup driver: not decided, cgroup v2"), "{table}");
+    assert!(
+        table.contains("cgroup driver: not decided, cgroup v2"),
+        "{table}"
+    );
     assert_eq!(json["sources_ok"], true, "{json}");
 }

@@ -42,10 +42,7 @@ fn slice(qos: &str, uid: &str) -> String {
 
 /// The slice's directory relative to the manager's cgroup.
 fn slice_rel(qos: &str, uid: &str) -> String {
-    format!(
-        "kubepods.slice/kubepods-{qos}.slice/{}",
-        slice(qos, uid)
-    )
+    format!("kubepods.slice/kubepods-{qos}.slice/{}", slice(qos, uid))
 }
 
 fn dirs(sd: &UserSystemd, rel: &str) -> Vec<PathBuf> {
@@ -56,10 +53,18 @@ fn dirs(sd: &UserSystemd, rel: &str) -> Vec<PathBuf> {
 }
 
 fn layout_of(sd: &UserSystemd) -> CgroupLayout {
-    let (mut layout, detection) =
-        decide_driver(&sd.unified, "/", DriverFlag::Auto, &RuntimeAnswer::Unimplemented)
-            .expect("decide");
-    assert_eq!(detection.driver, Some(CgroupDriver::Systemd), "{detection:?}");
+    let (mut layout, detection) = decide_driver(
+        &sd.unified,
+        "/",
+        DriverFlag::Auto,
+        &RuntimeAnswer::Unimplemented,
+    )
+    .expect("decide");
+    assert_eq!(
+        detection.driver,
+        Some(CgroupDriver::Systemd),
+        "{detection:?}"
+    );
     assert_eq!(detection.found_by, FoundBy::Layout);
     layout.kill_wait = Duration::from_secs(5);
     layout
@@ -74,7 +79,10 @@ fn pod(layout: &CgroupLayout, uid: &str) -> PodCgroup {
 
 fn actuator(bus: &str) -> Arc<NodeActuator> {
     Arc::new(NodeActuator::new(
-        RuntimeClient::new(Path::new("/nonexistent/containerd.sock"), Duration::from_secs(1)),
+        RuntimeClient::new(
+            Path::new("/nonexistent/containerd.sock"),
+            Duration::from_secs(1),
+        ),
         Arc::new(SystemdClient::new(bus)),
     ))
 }
@@ -187,10 +195,17 @@ async fn without_the_bus_nothing_is_killed_or_removed() {
         "{err:?}"
     );
     assert!(err.to_string().contains(&bus), "{err}");
-    assert!(sd.alive(pa), "a process was killed although the slice could not be stopped");
+    assert!(
+        sd.alive(pa),
+        "a process was killed although the slice could not be stopped"
+    );
     assert!(sd.knows(&slice_a).await);
     for d in dirs(&sd, &slice_rel("burstable", A)) {
-        assert!(d.exists(), "{} was removed behind systemd's back", d.display());
+        assert!(
+            d.exists(),
+            "{} was removed behind systemd's back",
+            d.display()
+        );
     }
 }
 
@@ -265,20 +280,28 @@ async fn a_pass_on_a_systemd_node_acts_through_dbus_and_says_so() {
     };
     let rec = podward_housekeeper::run::node_reconciler(&cfg);
     let mut acted = None;
-    eventually("a pass that acts on A", Duration::from_secs(30), async || {
-        let (p, _) = rec.pass(Mode::Act).await;
-        assert!(p.sources_ok, "{:?}", p.sources);
-        let done = p.actions.iter().any(|a| a.pod_uid == A);
-        if done {
-            acted = Some(p);
-        }
-        done
-    })
+    eventually(
+        "a pass that acts on A",
+        Duration::from_secs(30),
+        async || {
+            let (p, _) = rec.pass(Mode::Act).await;
+            assert!(p.sources_ok, "{:?}", p.sources);
+            let done = p.actions.iter().any(|a| a.pod_uid == A);
+            if done {
+                acted = Some(p);
+            }
+            done
+        },
+    )
     .await;
     let plan = acted.expect("plan");
     let driver = plan.cgroup_driver.clone().expect("driver in the plan");
     assert_eq!(
-        (driver.driver.as_str(), driver.found_by.as_str(), driver.cgroup_version.as_str()),
+        (
+            driver.driver.as_str(),
+            driver.found_by.as_str(),
+            driver.cgroup_version.as_str()
+        ),
         ("systemd", "runtime-config", "v2")
     );
     let table = podward_housekeeper::report::render_table(&plan);
@@ -300,7 +323,11 @@ async fn a_pass_on_a_systemd_node_acts_through_dbus_and_says_so() {
         "{:?}",
         action.evidence
     );
-    assert!(plan.actions.iter().all(|a| a.pod_uid == A), "{:?}", plan.actions);
+    assert!(
+        plan.actions.iter().all(|a| a.pod_uid == A),
+        "{:?}",
+        plan.actions
+    );
     assert_eq!(sd.wait_signal(pa), Some(9));
     for d in dirs(&sd, &slice_rel("burstable", A)) {
         assert!(!d.exists(), "{} still exists", d.display());

@@ -136,7 +136,10 @@ impl Detection {
     /// The decision as the plan reports it.
     pub fn report(&self) -> CgroupDriverReport {
         CgroupDriverReport {
-            driver: self.driver.map(|d| d.as_str().to_owned()).unwrap_or_default(),
+            driver: self
+                .driver
+                .map(|d| d.as_str().to_owned())
+                .unwrap_or_default(),
             found_by: self.found_by.as_str().to_owned(),
             cgroup_version: self.version.as_str().to_owned(),
             evidence: self.evidence.clone(),
@@ -174,7 +177,11 @@ fn seen(paths: &[PathBuf]) -> String {
     match paths {
         [] => "nothing".to_owned(),
         [one] => format!("{} exists", one.display()),
-        [first, rest @ ..] => format!("{} exists (and in {} more hierarchies)", first.display(), rest.len()),
+        [first, rest @ ..] => format!(
+            "{} exists (and in {} more hierarchies)",
+            first.display(),
+            rest.len()
+        ),
     }
 }
 

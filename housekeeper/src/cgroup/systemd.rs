@@ -56,8 +56,13 @@ trait Manager {
     fn subscribe(&self) -> zbus::Result<()>;
     /// A job finished; `result` is `done`, `canceled`, `timeout`, `failed`, `dependency` or `skipped`.
     #[zbus(signal)]
-    fn job_removed(&self, id: u32, job: OwnedObjectPath, unit: String, result: String)
-    -> zbus::Result<()>;
+    fn job_removed(
+        &self,
+        id: u32,
+        job: OwnedObjectPath,
+        unit: String,
+        result: String,
+    ) -> zbus::Result<()>;
 }
 
 /// Why a systemd call failed.
@@ -234,7 +239,10 @@ impl SystemdClient {
 
     /// Whether systemd has `unit` loaded (`GetUnit`).
     pub async fn knows(&self, unit: &str) -> Result<bool, SystemdError> {
-        match self.call("GetUnit", unit, async |p| p.get_unit(unit).await).await {
+        match self
+            .call("GetUnit", unit, async |p| p.get_unit(unit).await)
+            .await
+        {
             Ok(_) => Ok(true),
             Err(SystemdError::Call { source, .. }) if is_no_such_unit(&source) => Ok(false),
             Err(e) => Err(e),

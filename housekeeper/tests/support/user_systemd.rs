@@ -109,7 +109,16 @@ impl UserSystemd {
         procs.extend(named.iter().map(|n| n.join("cgroup.procs")));
         let log = std::fs::File::create(dir.path().join("systemd.log")).expect("log");
         let manager = Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "--", "sh", "-c", START, "sh"])
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                "sh",
+                "-c",
+                START,
+                "sh",
+            ])
             .args(&procs)
             .env("XDG_RUNTIME_DIR", &run)
             .env("HOME", &home)
