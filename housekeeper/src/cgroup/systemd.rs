@@ -78,7 +78,7 @@ pub enum SystemdError {
         address: String,
         /// What zbus said.
         #[source]
-        source: zbus::Error,
+        source: Box<zbus::Error>,
     },
     /// A method call failed.
     #[error("systemd {call}({unit}): {source}")]
@@ -89,7 +89,7 @@ pub enum SystemdError {
         unit: String,
         /// What systemd (or the bus) said.
         #[source]
-        source: zbus::Error,
+        source: Box<zbus::Error>,
     },
     /// A call or the stop job did not finish in time (runc: "Timed out while waiting for systemd
     /// to remove ...").
@@ -179,7 +179,7 @@ impl SystemdClient {
         }
         let connect = |source| SystemdError::Connect {
             address: self.address.clone(),
-            source,
+            source: Box::new(source),
         };
         let proxy = timed(
             || format!("connecting to {}", self.address),
@@ -225,7 +225,7 @@ impl SystemdClient {
                     return r.map_err(|source| SystemdError::Call {
                         call,
                         unit: unit.to_owned(),
-                        source,
+                        source: Box::new(source),
                     });
                 }
             }
@@ -288,7 +288,9 @@ impl SystemdClient {
             return Err(SystemdError::Call {
                 call: "StopUnit",
                 unit: unit.to_owned(),
-                source: zbus::Error::Failure("the bus closed before the stop job finished".into()),
+                source: Box::new(zbus::Error::Failure(
+                    "the bus closed before the stop job finished".into(),
+                )),
             });
         };
         if result != "done" {
