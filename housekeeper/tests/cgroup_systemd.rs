@@ -10,6 +10,8 @@
 #[path = "../benches/support/fake_cri.rs"]
 #[allow(dead_code)]
 mod fake_cri;
+#[path = "support/real_cgroups.rs"]
+mod real_cgroups;
 #[path = "support/user_systemd.rs"]
 mod user_systemd;
 

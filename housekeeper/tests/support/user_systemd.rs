@@ -19,6 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use podward_api::test_util::eventually;
+
+use super::real_cgroups::{dirs_deepest_first, v2_mount};
 use zbus::zvariant::{OwnedObjectPath, OwnedValue, Value};
 
 const MANAGER: &str = "org.freedesktop.systemd1.Manager";
@@ -51,16 +53,6 @@ struct Procs {
     manager: Child,
     sleepers: Vec<Child>,
     cgroups: Vec<PathBuf>,
-}
-
-/// Where the host's v2 hierarchy is: `/sys/fs/cgroup` itself (pure v2) or its `unified` mount.
-pub fn v2_mount() -> PathBuf {
-    let root = Path::new("/sys/fs/cgroup");
-    if root.join("cgroup.controllers").exists() {
-        root.to_path_buf()
-    } else {
-        root.join("unified")
-    }
 }
 
 impl UserSystemd {
@@ -305,15 +297,18 @@ impl UserSystemd {
         u64::try_from(v).expect("u64 property")
     }
 
-    /// Reaps `pid` if it was one of ours and returns the signal that ended it, waiting (bounded).
-    pub fn wait_signal(&mut self, pid: i32) -> Option<i32> {
-        use std::os::unix::process::ExitStatusExt;
-        let child = self
-            .procs
+    fn sleeper(&mut self, pid: i32) -> &mut Child {
+        self.procs
             .sleepers
             .iter_mut()
             .find(|c| c.id() as i32 == pid)
-            .expect("one of our sleepers");
+            .expect("one of our sleepers")
+    }
+
+    /// Reaps `pid` if it was one of ours and returns the signal that ended it, waiting (bounded).
+    pub fn wait_signal(&mut self, pid: i32) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
+        let child = self.sleeper(pid);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while std::time::Instant::now() < deadline {
             if let Some(status) = child.try_wait().expect("try_wait") {
@@ -326,29 +321,8 @@ impl UserSystemd {
 
     /// Whether our sleeper `pid` still runs.
     pub fn alive(&mut self, pid: i32) -> bool {
-        self.procs
-            .sleepers
-            .iter_mut()
-            .find(|c| c.id() as i32 == pid)
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        matches!(self.sleeper(pid).try_wait(), Ok(None))
     }
-}
-
-fn dirs_deepest_first(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        if let Ok(entries) = std::fs::read_dir(&d) {
-            for e in entries.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(e.path());
-                }
-            }
-        }
-        out.push(d);
-    }
-    out.reverse();
-    out
 }
 
 impl Drop for Procs {
