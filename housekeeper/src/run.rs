@@ -81,6 +81,7 @@ pub async fn run(
         admin = %config.admin_addr,
         containerd = %config.containerd_socket.display(),
         namespace = %config.containerd_namespace,
+        cgroup_driver = ?config.cgroup_driver,
         interval = ?config.interval,
         orphan_grace = ?config.orphan_grace,
         dry_run = config.dry_run,
