@@ -324,6 +324,13 @@ async fn the_driver_comes_from_the_node_and_a_hidden_pod_root_is_never_0_items()
     let pid = orphan_cg.spawn_sleeper();
     let (p, _) = rec.pass(Mode::DryRun).await;
     assert!(p.sources_ok, "{:?}", p.sources);
+    eprintln!(
+        "cgroups source on real containerd (RuntimeConfig call, layout probe, scan): {:?}",
+        p.sources
+            .iter()
+            .find(|s| s.name == "cgroups")
+            .map(|s| Duration::from_nanos(s.duration_ns as u64))
+    );
     let d = p.cgroup_driver.clone().expect("driver");
     assert_eq!(
         (

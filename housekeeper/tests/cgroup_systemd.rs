@@ -110,9 +110,15 @@ async fn systemd_stops_the_orphans_slice_and_nothing_else() {
     let orphan = pod(&layout, A);
     assert_eq!(orphan.paths, [sd.unified.join(slice_rel("burstable", A))]);
 
+    let started = std::time::Instant::now();
     let report = destroy(&actuator(&sd.bus), &layout, orphan)
         .await
         .unwrap_or_else(|e| panic!("destroy: {e}\n{}", sd.log()));
+    eprintln!(
+        "systemd destroy (connect, kill, StopUnit + JobRemoved, ResetFailedUnit, cgroupfs \
+         leftovers): {:?}",
+        started.elapsed()
+    );
 
     // Killed by us first (SIGKILL), not by systemd's stop (SIGTERM).
     assert!(report.killed.contains(&pa), "{report:?}");
