@@ -297,3 +297,39 @@ mod json_tests {
         assert_eq!(v["findings"][0]["kind"], "BLOCKED");
     }
 }
+
+#[cfg(test)]
+mod driver_line_tests {
+    use podward_api::housekeeper::v1::CgroupDriverReport;
+
+    use super::*;
+
+    #[test]
+    fn the_header_names_the_driver_what_decided_it_and_what_was_seen() {
+        let mut plan = Plan {
+            cgroup_driver: Some(CgroupDriverReport {
+                driver: "cgroupfs".into(),
+                found_by: "flag".into(),
+                cgroup_version: "v1".into(),
+                evidence: vec!["a".into(), "b".into()],
+            }),
+            ..Default::default()
+        };
+        let line = |p: &Plan| {
+            render_table(p)
+                .lines()
+                .nth(1)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert_eq!(
+            line(&plan),
+            "  cgroup driver: cgroupfs (from --cgroup-driver), cgroup v1: a; b"
+        );
+        plan.cgroup_driver = None;
+        assert_eq!(
+            line(&plan),
+            "  cgroup driver: not decided (the cgroups source failed; see below)"
+        );
+    }
+}
