@@ -12,7 +12,9 @@ APT_PACKAGES=(
   containernetworking-plugins # bridge + host-local CNI for pod-network sandboxes in e2e
   docker-registry skopeo      # loopback registry so CRI PullImage is exercised
   buildah                     # builds the container images (deploy/build-images.sh) without a daemon
-  systemd                     # systemd-analyze verify for the shim's units (systemd is not run)
+  systemd                     # systemd-analyze verify for the shim's units; a private systemd --user
+                              # manager for the housekeeper's systemd-driver tests (not as PID 1)
+  dbus-daemon                 # that manager's own bus
 )
 PIP_PACKAGES=(grpcio grpcio-health-checking)   # a gRPC health server nobody here wrote
 

@@ -323,6 +323,18 @@ fn chart_defaults_render_match_the_daemons_and_keep_their_promises() {
     let cg = arg_value(hk, "--cgroup-root").expect("--cgroup-root");
     assert_eq!(hm[&cg].0, "/sys/fs/cgroup");
     assert_eq!(hm[&cg].1, "HostToContainer");
+    // The cgroup driver is decided from the node (docs/housekeeper.md); for the systemd driver the
+    // host's system bus directory is mounted read-only and the flag points at its socket.
+    assert_eq!(arg_value(hk, "--cgroup-driver").as_deref(), Some("auto"));
+    let bus = arg_value(hk, "--systemd-bus").expect("--systemd-bus");
+    let bus_dir = bus
+        .strip_prefix("unix:path=")
+        .and_then(|p| p.strip_suffix("/system_bus_socket"))
+        .unwrap_or_else(|| panic!("a socket path in the mounted directory: {bus}"));
+    assert_eq!(
+        hm[bus_dir],
+        ("/run/dbus".to_owned(), "None".to_owned(), true)
+    );
     let logs = arg_value(hk, "--log-root").expect("--log-root");
     assert_eq!(
         hm[&logs].0, "/var/log/pods",

@@ -2,7 +2,10 @@
 //! real process: with containerd stopped a pass plans nothing and acts on nothing; once it is
 //! back, an orphaned pod cgroup with a running process is emptied and removed, with its pod and
 //! log dirs; the cgroup of a pod whose sandbox exists (NotReady included) is never touched; a
-//! dry run acts on nothing and its plan is what the real pass then does (through the API).
+//! dry run acts on nothing and its plan is what the real pass then does (through the API); and on
+//! real containerd 1.6 (no CRI RuntimeConfig) the cgroup driver comes from the layout, a running
+//! pod whose cgroups are nowhere under the pod cgroup root fails the cgroups source instead of
+//! "ok, 0 items", and a flag that contradicts the layout is refused naming both.
 
 #[path = "housekeeper_support/common.rs"]
 mod common;
@@ -15,6 +18,7 @@ use podward_api::housekeeper::v1::housekeeper_client::HousekeeperClient;
 use podward_api::housekeeper::v1::{ActionKind, Outcome, ReconcileRequest};
 use podward_api::test_util::eventually;
 use podward_e2e::{ContainerSpec, Driver, PodSpec, RestartPolicy, TestNode};
+use podward_housekeeper::config::DriverName;
 use podward_housekeeper::reconcile::Mode;
 use podward_housekeeper::run::node_reconciler;
 
@@ -264,4 +268,100 @@ async fn a_pod_with_a_notready_sandbox_is_untouched_and_dry_run_equals_the_real_
     daemon.await.expect("daemon task").expect("daemon result");
     assert!(!cfg.socket.exists(), "socket removed on shutdown");
     pod.delete().await.expect("delete pod");
+}
+
+#[tokio::test]
+async fn the_driver_comes_from_the_node_and_a_hidden_pod_root_is_never_0_items() {
+    podward_e2e::init_test_logging();
+    let node = TestNode::start().await.expect("start node");
+    let cfg = config(&node);
+    assert_eq!(cfg.cgroup_driver, DriverName::Auto);
+    // A running pod whose cgroup sits directly under the node's parent, where kubelet would have
+    // made `kubepods`: nothing the housekeeper scans, the way a wrong --cgroup-root hides pods.
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
+    let spec = PodSpec::new("hidden")
+        .uid("22222222-aaaa-4bbb-8ccc-000000000003")
+        .grace_period(1)
+        .restart_policy(RestartPolicy::Never)
+        .container(ContainerSpec::new("app", &["sleep", "3600"]));
+    let _pod = driver.run_pod(&node, spec).await.expect("run pod");
+    let (orphan_dir, _) = leave_dirs(&cfg, ORPHAN);
+    let rec = node_reconciler(&cfg);
+    for _ in 0..3 {
+        let (p, _) = rec.pass(Mode::Act).await;
+        assert!(!p.sources_ok, "{:?}", p.sources);
+        let cg = p
+            .sources
+            .iter()
+            .find(|s| s.name == "cgroups")
+            .expect("cgroups report");
+        assert!(!cg.ok, "{cg:?}");
+        assert!(
+            cg.error.contains("no pod cgroup root found")
+                && cg
+                    .error
+                    .contains("while the runtime reports 1 running pod sandbox(es)"),
+            "{cg:?}"
+        );
+        assert!(p.actions.is_empty(), "{:?}", p.actions);
+        let d = p.cgroup_driver.expect("the decision is still reported");
+        assert!(
+            d.evidence
+                .iter()
+                .any(|e| e.contains("does not implement CRI RuntimeConfig")),
+            "containerd 1.6: {d:?}"
+        );
+    }
+    assert!(
+        orphan_dir.exists(),
+        "a pass acted although it could not see the cgroups"
+    );
+
+    // Once the pod cgroup root exists, the layout names the driver and passes go on.
+    let mut orphan_cg = PodCgroup::create(&node, ORPHAN);
+    let pid = orphan_cg.spawn_sleeper();
+    let (p, _) = rec.pass(Mode::DryRun).await;
+    assert!(p.sources_ok, "{:?}", p.sources);
+    eprintln!(
+        "cgroups source on real containerd (RuntimeConfig call, layout probe, scan): {:?}",
+        p.sources
+            .iter()
+            .find(|s| s.name == "cgroups")
+            .map(|s| Duration::from_nanos(s.duration_ns as u64))
+    );
+    let d = p.cgroup_driver.clone().expect("driver");
+    assert_eq!(
+        (
+            d.driver.as_str(),
+            d.found_by.as_str(),
+            d.cgroup_version.as_str()
+        ),
+        ("cgroupfs", "layout", "hybrid")
+    );
+    let table = podward_housekeeper::report::plan_command(&cfg, false, true)
+        .await
+        .expect("plan --local");
+    assert!(
+        table.contains("cgroup driver: cgroupfs (from the layout on disk), cgroup hybrid"),
+        "{table}"
+    );
+
+    // The mistake the other way round: the flag says systemd on a cgroupfs node.
+    let mut wrong = cfg.clone();
+    wrong.cgroup_driver = DriverName::Systemd;
+    let (p, _) = node_reconciler(&wrong).pass(Mode::Act).await;
+    let cg = p
+        .sources
+        .iter()
+        .find(|s| s.name == "cgroups")
+        .expect("cgroups report");
+    assert!(
+        cg.error.contains(
+            "--cgroup-driver=systemd contradicts the node: the layout on disk says cgroupfs"
+        ),
+        "{cg:?}"
+    );
+    assert!(p.actions.is_empty() && orphan_cg.alive(pid));
 }

@@ -38,6 +38,9 @@ async fn undelivered_unused_sandbox_is_removed_and_a_normal_one_is_not() {
     podward_e2e::init_test_logging();
     let node = TestNode::start().await.expect("start node");
     let cfg = config(&node);
+    // The test's pods are not in kubelet-style cgroups; the pod cgroup root kubelet makes at start
+    // must exist, or the cgroups source rightly refuses to call this node "0 items".
+    common::kubelet_pod_root(&node);
     let cri_sock = node.dir().join("cri.sock");
 
     // The shim in-process, with a hold armed on the next RunPodSandbox response.

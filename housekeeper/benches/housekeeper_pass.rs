@@ -136,7 +136,14 @@ fn one_size(n: usize) {
         .expect("runtime");
     rt.block_on(async {
         let sock = root.join("containerd.sock");
-        let _server = fake_cri::serve(fake_cri::FakeCri { sandboxes, containers }, &sock);
+        let _server = fake_cri::serve(
+            fake_cri::FakeCri {
+                sandboxes,
+                containers,
+                ..Default::default()
+            },
+            &sock,
+        );
         let config = Config {
             containerd_socket: sock,
             shim_socket: root.join("no-shim.sock"),

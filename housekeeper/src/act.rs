@@ -118,7 +118,8 @@ impl<S: Sources> Fresh<S> {
 
 /// What happened to one action.
 enum Step {
-    Done,
+    /// Done; the notes (how it was done) are appended to the action's evidence.
+    Done(Vec<String>),
     /// Not executed: a re-verified fact changed (no backoff: nothing failed).
     Skipped(String),
     Failed(ActError),
@@ -138,7 +139,7 @@ impl<S: Sources, A: Actuator> Ctx<S, A> {
             Err(e) => return Step::Failed(e),
         }
         match self.apply(op, reported).await {
-            Ok(()) => Step::Done,
+            Ok(notes) => Step::Done(notes),
             Err(e) => Step::Failed(e),
         }
     }
@@ -188,7 +189,7 @@ impl<S: Sources, A: Actuator> Ctx<S, A> {
         Ok(None)
     }
 
-    async fn apply(&self, op: Op, reported: &mut Vec<Finding>) -> Result<(), ActError> {
+    async fn apply(&self, op: Op, reported: &mut Vec<Finding>) -> Result<Vec<String>, ActError> {
         let a = self.actuator.clone();
         match op {
             Op::DestroyCgroup { layout, cgroup } => {
@@ -212,23 +213,32 @@ impl<S: Sources, A: Actuator> Ctx<S, A> {
                         ),
                     });
                 }
-                res.map(drop).map_err(ActError::from)
+                res.map(|r| r.notes).map_err(ActError::from)
             }
             Op::ReduceCpu { layout, cgroup } => {
-                Ok(tokio::task::spawn_blocking(move || a.reduce_cpu(&layout, &cgroup)).await??)
+                tokio::task::spawn_blocking(move || a.reduce_cpu(&layout, &cgroup)).await??;
+                Ok(Vec::new())
             }
             Op::RemovePodDir(dir) => {
                 let mounts = self.fresh.mounts().await?;
                 tokio::task::spawn_blocking(move || a.remove_pod_dir(&dir, &mounts)).await??;
-                Ok(())
+                Ok(Vec::new())
             }
             Op::RemoveLogDir(dir) => {
                 let mounts = self.fresh.mounts().await?;
                 tokio::task::spawn_blocking(move || a.remove_log_dir(&dir, &mounts)).await??;
-                Ok(())
+                Ok(Vec::new())
             }
-            Op::RemoveSandbox(id) => Ok(a.remove_sandbox(&id).await?),
-            Op::RemoveContainer(id) => Ok(a.remove_container(&id).await?),
+            Op::RemoveSandbox(id) => a
+                .remove_sandbox(&id)
+                .await
+                .map(|()| Vec::new())
+                .map_err(Into::into),
+            Op::RemoveContainer(id) => a
+                .remove_container(&id)
+                .await
+                .map(|()| Vec::new())
+                .map_err(Into::into),
         }
     }
 }
@@ -306,7 +316,10 @@ pub async fn execute<S: Sources, A: Actuator>(
         for (i, r) in outs {
             let a = &mut pass.plan.actions[i];
             match r {
-                Step::Done => a.outcome = Outcome::Done as i32,
+                Step::Done(notes) => {
+                    a.outcome = Outcome::Done as i32;
+                    a.evidence.extend(notes);
+                }
                 Step::Skipped(why) => a.error = why,
                 Step::Failed(e) => {
                     a.outcome = Outcome::Failed as i32;

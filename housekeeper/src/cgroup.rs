@@ -1,22 +1,28 @@
 //! Pod cgroups on the node: find them (both drivers, all QoS classes, cgroup v1 and v2), destroy an
-//! orphan's tree (kill every process, then rmdir bottom-up) and lower an orphan's CPU to the minimum.
+//! orphan's tree (kill every process, then remove it) and lower an orphan's CPU to the minimum.
 //!
 //! Everything takes the cgroup filesystem root as a parameter ([`CgroupLayout::root`]), so tests run
 //! against a temporary tree or a private test hierarchy and never touch the host's `kubepods`.
-//! With the systemd driver, removal also goes through cgroupfs (rmdir), not D-Bus: there is no systemd
-//! bus in the housekeeper's container, and an emptied slice rmdir'ed through cgroupfs is what
-//! `systemctl` would do last anyway (see `docs/housekeeper.md`).
+//! Which driver kubelet uses is decided from the node ([`decide_driver`]), not assumed. With the
+//! systemd driver an orphan's slice is stopped over systemd's D-Bus API ([`systemd`]), as kubelet
+//! does through libcontainer's systemd manager; cgroupfs removal (rmdir) is then only for what
+//! systemd leaves behind, or for a slice systemd does not know (see `docs/housekeeper.md`).
 
 mod cpu;
+mod driver;
 mod kill;
 mod layout;
 mod name;
 mod scan;
+pub mod systemd;
 
 use std::path::PathBuf;
 
 pub use self::cpu::reduce_cpu;
-pub use self::kill::{DestroyReport, destroy};
+pub use self::driver::{
+    CgroupVersion, Detection, DriverFlag, FoundBy, RuntimeAnswer, decide_driver,
+};
+pub use self::kill::{DestroyReport, destroy, kill_processes, remove_dirs};
 pub use self::layout::{CgroupLayout, Hierarchy, HierarchyKind};
 pub use self::name::parse_pod_cgroup_name;
 pub use self::scan::scan_pod_cgroups;
@@ -29,6 +35,22 @@ pub enum CgroupDriver {
     Cgroupfs,
     /// Slices: `kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice`.
     Systemd,
+}
+
+impl CgroupDriver {
+    /// kubelet's name for the driver (`--cgroup-driver` value).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cgroupfs => "cgroupfs",
+            Self::Systemd => "systemd",
+        }
+    }
+}
+
+impl std::fmt::Display for CgroupDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A pod's QoS class, which decides the parent cgroup of its pod cgroup.
@@ -101,6 +123,35 @@ pub enum CgroupError {
     /// No cpu.shares (v1) or cpu.weight (v2) file exists for the pod cgroup.
     #[error("no cpu controller file for {0}")]
     NoCpuController(String),
+    /// `--cgroup-driver` names one driver and the node shows the other.
+    #[error(
+        "--cgroup-driver={flag} contradicts the node: {found_by} says {found} ({evidence}); \
+         fix the flag or set it to auto"
+    )]
+    DriverMismatch {
+        /// The flag's driver.
+        flag: CgroupDriver,
+        /// What the node shows.
+        found: CgroupDriver,
+        /// Where it was found.
+        found_by: FoundBy,
+        /// What was seen, in plain words.
+        evidence: String,
+    },
+    /// Both pod cgroup roots are on disk, and neither containerd nor the flag decides.
+    #[error(
+        "both pod cgroup roots are on disk ({cgroupfs} and {systemd}) and containerd does not \
+         report the driver: set --cgroup-driver"
+    )]
+    AmbiguousLayout {
+        /// The cgroupfs root found (`.../kubepods`).
+        cgroupfs: PathBuf,
+        /// The systemd root found (`.../kubepods.slice`).
+        systemd: PathBuf,
+    },
+    /// systemd's D-Bus API failed (systemd driver).
+    #[error(transparent)]
+    Systemd(#[from] systemd::SystemdError),
 }
 
 impl CgroupError {

@@ -22,23 +22,27 @@ use serde::{Deserialize, Serialize};
 
 pub use self::roots::{RootError, check_roots};
 
-/// How kubelet names pod cgroups (its `--cgroup-driver`).
+/// How kubelet names pod cgroups (its `--cgroup-driver`), or `auto` to find out from the node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum DriverName {
-    /// `kubepods/burstable/pod<uid>`.
+    /// Decide from containerd's CRI RuntimeConfig, else from the pod cgroup root on disk.
     #[default]
+    Auto,
+    /// `kubepods/burstable/pod<uid>`.
     Cgroupfs,
     /// `kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice`.
     Systemd,
 }
 
 impl DriverName {
-    /// The node-side driver value this name stands for.
-    pub fn driver(self) -> crate::cgroup::CgroupDriver {
+    /// What the flag asks of driver detection.
+    pub fn flag(self) -> crate::cgroup::DriverFlag {
+        use crate::cgroup::{CgroupDriver, DriverFlag};
         match self {
-            Self::Cgroupfs => crate::cgroup::CgroupDriver::Cgroupfs,
-            Self::Systemd => crate::cgroup::CgroupDriver::Systemd,
+            Self::Auto => DriverFlag::Auto,
+            Self::Cgroupfs => DriverFlag::Set(CgroupDriver::Cgroupfs),
+            Self::Systemd => DriverFlag::Set(CgroupDriver::Systemd),
         }
     }
 }
@@ -59,8 +63,10 @@ pub struct Config {
     pub containerd_namespace: String,
     /// Mount point of the cgroup filesystems (v1 controllers below it, or the v2 hierarchy).
     pub cgroup_root: PathBuf,
-    /// kubelet's cgroup driver.
+    /// kubelet's cgroup driver, or `auto` (docs/housekeeper.md: how it is decided).
     pub cgroup_driver: DriverName,
+    /// D-Bus address of the bus systemd is on (systemd driver: slices are stopped through it).
+    pub systemd_bus: String,
     /// kubelet's `--cgroup-root` (the parent of `kubepods`).
     pub kubelet_cgroup_root: String,
     /// kubelet's `--root-dir`; pod directories are `<kubelet_root>/pods/<uid>`.
@@ -98,7 +104,8 @@ impl Default for Config {
             containerd_socket: paths::CONTAINERD_SOCKET.into(),
             containerd_namespace: podward_api::labels::CONTAINERD_K8S_NAMESPACE.into(),
             cgroup_root: "/sys/fs/cgroup".into(),
-            cgroup_driver: DriverName::Cgroupfs,
+            cgroup_driver: DriverName::Auto,
+            systemd_bus: crate::cgroup::systemd::SYSTEM_BUS.into(),
             kubelet_cgroup_root: "/".into(),
             kubelet_root: "/var/lib/kubelet".into(),
             log_root: "/var/log/pods".into(),
@@ -158,7 +165,10 @@ pub struct Args {
     #[arg(long, env = "PODWARD_HOUSEKEEPER_CGROUP_ROOT", global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup_root: Option<PathBuf>,
-    /// kubelet's cgroup driver: how pod cgroups are named. [default: cgroupfs]
+    /// kubelet's cgroup driver: how pod cgroups are named. `auto` asks containerd (CRI
+    /// RuntimeConfig), then looks for kubepods / kubepods.slice on disk; `cgroupfs` or `systemd`
+    /// is used only when neither answers, and is an error when it contradicts them. The plan's
+    /// header shows the driver and what decided it. [default: auto]
     #[arg(
         long,
         env = "PODWARD_HOUSEKEEPER_CGROUP_DRIVER",
@@ -167,6 +177,11 @@ pub struct Args {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup_driver: Option<DriverName>,
+    /// D-Bus address of the system bus, where systemd is asked to stop an orphan's pod slice
+    /// (systemd driver only). [default: unix:path=/run/dbus/system_bus_socket]
+    #[arg(long, env = "PODWARD_HOUSEKEEPER_SYSTEMD_BUS", global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub systemd_bus: Option<String>,
     /// kubelet's --cgroup-root, the parent of `kubepods`. [default: /]
     #[arg(long, env = "PODWARD_HOUSEKEEPER_KUBELET_CGROUP_ROOT", global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -526,6 +526,7 @@ pub fn build(
     };
     let Snapshot {
         cgroups,
+        cgroup_driver,
         runtime,
         shim,
         pod_dirs,
@@ -534,6 +535,7 @@ pub fn build(
         reports,
     } = snapshot;
     plan.sources = reports;
+    plan.cgroup_driver = cgroup_driver;
     let (Some(cgroups), Some(runtime), Some(pod_dirs), Some(log_dirs), Some(mounts), true) = (
         cgroups,
         runtime,

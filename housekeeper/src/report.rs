@@ -151,6 +151,7 @@ pub fn render_table(plan: &Plan) -> String {
             "FAILED: nothing is planned"
         }
     );
+    out.push_str(&driver_line(plan));
     for s in &plan.sources {
         let state = if s.ok {
             format!("ok, {} items", s.items)
@@ -216,6 +217,30 @@ pub fn render_table(plan: &Plan) -> String {
         ));
     }
     out
+}
+
+/// The header's cgroup driver line: which driver the cgroups source used, what decided it, and
+/// what it saw (docs/housekeeper.md, "Which cgroup driver").
+fn driver_line(plan: &Plan) -> String {
+    let Some(d) = &plan.cgroup_driver else {
+        return "  cgroup driver: not decided (the cgroups source failed; see below)\n".to_owned();
+    };
+    let driver = if d.driver.is_empty() {
+        "not decided"
+    } else {
+        &d.driver
+    };
+    let by = match d.found_by.as_str() {
+        "runtime-config" => " (from containerd's CRI RuntimeConfig)",
+        "layout" => " (from the layout on disk)",
+        "flag" => " (from --cgroup-driver)",
+        _ => "",
+    };
+    format!(
+        "  cgroup driver: {driver}{by}, cgroup {}: {}\n",
+        d.cgroup_version,
+        d.evidence.join("; ")
+    )
 }
 
 #[cfg(test)]
@@ -319,5 +344,41 @@ mod json_tests {
         assert_eq!(v["actions"][0]["kind"], "REMOVE_CGROUP");
         assert_eq!(v["actions"][0]["outcome"], "PLANNED");
         assert_eq!(v["findings"][0]["kind"], "BLOCKED");
+    }
+}
+
+#[cfg(test)]
+mod driver_line_tests {
+    use podward_api::housekeeper::v1::CgroupDriverReport;
+
+    use super::*;
+
+    #[test]
+    fn the_header_names_the_driver_what_decided_it_and_what_was_seen() {
+        let mut plan = Plan {
+            cgroup_driver: Some(CgroupDriverReport {
+                driver: "cgroupfs".into(),
+                found_by: "flag".into(),
+                cgroup_version: "v1".into(),
+                evidence: vec!["a".into(), "b".into()],
+            }),
+            ..Default::default()
+        };
+        let line = |p: &Plan| {
+            render_table(p)
+                .lines()
+                .nth(1)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert_eq!(
+            line(&plan),
+            "  cgroup driver: cgroupfs (from --cgroup-driver), cgroup v1: a; b"
+        );
+        plan.cgroup_driver = None;
+        assert_eq!(
+            line(&plan),
+            "  cgroup driver: not decided (the cgroups source failed; see below)"
+        );
     }
 }

@@ -11,6 +11,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::act::NodeActuator;
 use crate::api::Api;
+use crate::cgroup::systemd::SystemdClient;
 use crate::clock::MonotonicClock;
 use crate::config::{Config, RootError, check_roots};
 use crate::metrics::{Metrics, MetricsError};
@@ -51,7 +52,8 @@ pub fn plan_settings(config: &Config) -> PlanSettings {
 /// The real reconciler for `config` (also used by `plan --local`).
 pub fn node_reconciler(config: &Config) -> Reconciler<NodeSources, NodeActuator> {
     let sources = NodeSources::new(config);
-    let actuator = NodeActuator::new(sources.runtime_client().clone());
+    let systemd = SystemdClient::new(config.systemd_bus.clone());
+    let actuator = NodeActuator::new(sources.runtime_client().clone(), Arc::new(systemd));
     Reconciler::new(
         Arc::new(sources),
         Arc::new(actuator),
@@ -89,6 +91,7 @@ pub async fn run(
         admin = %config.admin_addr,
         containerd = %config.containerd_socket.display(),
         namespace = %config.containerd_namespace,
+        cgroup_driver = ?config.cgroup_driver,
         interval = ?config.interval,
         orphan_grace = ?config.orphan_grace,
         dry_run = config.dry_run,

@@ -1,6 +1,6 @@
 //! The runtime as containerd's CRI plugin reports it (read directly, not through the shim): every
-//! sandbox and container in every state, and the two CRI calls the housekeeper makes to remove
-//! what leaked.
+//! sandbox and container in every state, the cgroup driver it runs containers with
+//! (`RuntimeConfig`), and the two CRI calls the housekeeper makes to remove what leaked.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -8,12 +8,15 @@ use std::time::Duration;
 
 use podward_api::cri::runtime_service_client::RuntimeServiceClient;
 use podward_api::cri::{
-    ContainerState, ListContainersRequest, ListPodSandboxRequest, PodSandboxState,
-    RemoveContainerRequest, RemovePodSandboxRequest, StopPodSandboxRequest,
+    CgroupDriver as CriCgroupDriver, ContainerState, ListContainersRequest, ListPodSandboxRequest,
+    PodSandboxState, RemoveContainerRequest, RemovePodSandboxRequest, RuntimeConfigRequest,
+    StopPodSandboxRequest,
 };
 use podward_api::labels;
 use podward_api::limits::CRI_MESSAGE_BYTES;
 use tonic::transport::Channel;
+
+use crate::cgroup::{CgroupDriver, RuntimeAnswer};
 
 /// A sandbox, reduced to what the housekeeper decides on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,6 +100,11 @@ impl RuntimeView {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Sandboxes in the READY state: pods the runtime reports running.
+    pub fn ready_sandboxes(&self) -> usize {
+        self.sandboxes.iter().filter(|s| s.ready).count()
+    }
 }
 
 /// Errors from CRI calls.
@@ -170,6 +178,25 @@ impl RuntimeClient {
         Ok(view_from(sandboxes.items, containers.containers))
     }
 
+    /// CRI `RuntimeConfig`: the cgroup driver containerd runs containers with, read the way
+    /// kubelet's `getCgroupDriverFromCRI` does (UNIMPLEMENTED or no `linux` section: the runtime
+    /// does not say). Never fails: a failed call is [`RuntimeAnswer::Unavailable`].
+    pub async fn cgroup_driver(&self) -> RuntimeAnswer {
+        let mut c = self.client.clone();
+        match self
+            .call("RuntimeConfig", c.runtime_config(RuntimeConfigRequest {}))
+            .await
+        {
+            Ok(r) => answer_from(r.linux.map(|l| l.cgroup_driver)),
+            Err(RuntimeError::Rpc { status, .. })
+                if status.code() == tonic::Code::Unimplemented =>
+            {
+                RuntimeAnswer::Unimplemented
+            }
+            Err(e) => RuntimeAnswer::Unavailable(e.to_string()),
+        }
+    }
+
     /// StopPodSandbox then RemovePodSandbox, as kubelet's sandbox GC does (remove is skipped
     /// when stop fails). A sandbox that is already gone counts as removed.
     pub async fn stop_and_remove_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
@@ -209,6 +236,19 @@ impl RuntimeClient {
             }
             r => r.map(drop),
         }
+    }
+}
+
+/// `RuntimeConfig`'s `linux.cgroup_driver` (`None`: no `linux` section) as a driver answer. An
+/// enum value this build does not know says nothing about the driver (kubelet refuses it too).
+pub fn answer_from(linux_cgroup_driver: Option<i32>) -> RuntimeAnswer {
+    match linux_cgroup_driver.map(CriCgroupDriver::try_from) {
+        None => RuntimeAnswer::NoLinuxConfig,
+        Some(Ok(CriCgroupDriver::Systemd)) => RuntimeAnswer::Driver(CgroupDriver::Systemd),
+        Some(Ok(CriCgroupDriver::Cgroupfs)) => RuntimeAnswer::Driver(CgroupDriver::Cgroupfs),
+        Some(Err(e)) => RuntimeAnswer::Unavailable(format!(
+            "RuntimeConfig reports an unknown cgroup driver ({e})"
+        )),
     }
 }
 
@@ -305,5 +345,22 @@ mod tests {
         let uids = v.uids();
         assert_eq!(uids.len(), 3);
         assert!(uids.contains("u1") && uids.contains("u2") && uids.contains("u3"));
+    }
+
+    #[test]
+    fn runtime_config_answers_as_kubelet_reads_them() {
+        assert_eq!(
+            answer_from(Some(CriCgroupDriver::Systemd as i32)),
+            RuntimeAnswer::Driver(CgroupDriver::Systemd)
+        );
+        assert_eq!(
+            answer_from(Some(CriCgroupDriver::Cgroupfs as i32)),
+            RuntimeAnswer::Driver(CgroupDriver::Cgroupfs)
+        );
+        assert_eq!(answer_from(None), RuntimeAnswer::NoLinuxConfig);
+        assert!(matches!(
+            answer_from(Some(7)),
+            RuntimeAnswer::Unavailable(e) if e.contains("unknown cgroup driver")
+        ));
     }
 }

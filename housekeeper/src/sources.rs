@@ -4,19 +4,25 @@
 //! then the runtime, the shim's index, pod directories, log directories and the mount table.
 //!
 //! Each read is timed and reported ([`SourceReport`]); a required source that fails makes the
-//! whole pass plan nothing.
+//! whole pass plan nothing. The cgroups source also fails when it found no pod cgroup root at all
+//! while the runtime reports running pods: it would otherwise say "ok, 0 items" on a node whose
+//! cgroups it simply cannot see (a wrong driver, root or mount), and the plan says why instead.
 
 mod node;
 
 use std::future::Future;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use podward_api::housekeeper::v1::SourceReport;
+use podward_api::housekeeper::v1::{CgroupDriverReport, SourceReport};
 use podward_api::shim::v1::Snapshot as ShimIndex;
 
 pub use self::node::NodeSources;
-use crate::cgroup::{CgroupError, CgroupLayout, PodCgroup};
+use crate::cgroup::{
+    CgroupError, CgroupLayout, Detection, DriverFlag, PodCgroup, RuntimeAnswer, decide_driver,
+    scan_pod_cgroups,
+};
 use crate::log_dir::{LogDirError, LogDirScan};
 use crate::mounts::{MountError, MountTable};
 use crate::pod_dir::{PodDirError, PodDirScan};
@@ -59,6 +65,51 @@ pub struct CgroupScan {
     pub layout: Arc<CgroupLayout>,
     /// Pod cgroups, one per UID.
     pub pods: Vec<PodCgroup>,
+    /// How the driver was decided, and where the pod cgroup root was found.
+    pub detection: Detection,
+}
+
+/// The cgroups source on the tree under `root`: decide the driver ([`decide_driver`]: containerd's
+/// answer, the layout, the flag), then scan every pod cgroup with it. `proc_root` is where the
+/// pids in `cgroup.procs` can be looked up (D-state reports). Blocking.
+pub fn read_cgroups(
+    root: &Path,
+    kubelet_cgroup_root: &str,
+    flag: DriverFlag,
+    runtime: &RuntimeAnswer,
+    proc_root: &Path,
+) -> Result<CgroupScan, SourceError> {
+    let (mut layout, detection) = decide_driver(root, kubelet_cgroup_root, flag, runtime)?;
+    layout.proc_root = proc_root.to_path_buf();
+    let pods = scan_pod_cgroups(&layout)?;
+    Ok(CgroupScan {
+        layout: Arc::new(layout),
+        pods,
+        detection,
+    })
+}
+
+/// Why a cgroup scan that found no pod cgroup root cannot be trusted, if the runtime says pods
+/// run: their cgroups exist somewhere this source does not look.
+fn blind_scan(scan: &CgroupScan, runtime: &RuntimeView) -> Option<String> {
+    let running = runtime.ready_sandboxes();
+    if !scan.detection.pod_roots.is_empty() || running == 0 {
+        return None;
+    }
+    let layout = &scan.layout;
+    let expected = match scan.detection.driver {
+        Some(_) => format!("no {} in any hierarchy", layout.pod_root()),
+        None => {
+            "neither kubepods (cgroupfs) nor kubepods.slice (systemd) in any hierarchy".to_owned()
+        }
+    };
+    Some(format!(
+        "no pod cgroup root found ({expected} under {}, --kubelet-cgroup-root={}) while the \
+         runtime reports {running} running pod sandbox(es): their cgroups are somewhere this \
+         source does not look; check --cgroup-root, --kubelet-cgroup-root and --cgroup-driver",
+        layout.root.display(),
+        layout.cgroup_root,
+    ))
 }
 
 /// The node's state as read by one pass's sources. The actor also re-reads the runtime and the
@@ -99,6 +150,8 @@ pub mod names {
 pub struct Snapshot {
     /// Pod cgroups.
     pub cgroups: Option<CgroupScan>,
+    /// The cgroup driver and how it was decided (`None` if the cgroups source failed before).
+    pub cgroup_driver: Option<CgroupDriverReport>,
     /// The runtime.
     pub runtime: Option<RuntimeView>,
     /// The shim's index (optional).
@@ -163,7 +216,7 @@ async fn timed<T>(
 /// cgroup snapshot must predate the runtime list).
 pub async fn read_all<S: Sources>(sources: &S) -> Snapshot {
     let mut reports = Vec::with_capacity(6);
-    let cgroups = timed(
+    let mut cgroups = timed(
         &mut reports,
         names::CGROUPS,
         false,
@@ -179,6 +232,16 @@ pub async fn read_all<S: Sources>(sources: &S) -> Snapshot {
         sources.runtime(),
     )
     .await;
+    let cgroup_driver = cgroups.as_ref().map(|c| c.detection.report());
+    if let (Some(scan), Some(rt)) = (&cgroups, &runtime)
+        && let Some(why) = blind_scan(scan, rt)
+        && let Some(report) = reports.iter_mut().find(|r| r.name == names::CGROUPS)
+    {
+        report.ok = false;
+        report.items = 0;
+        report.error = why;
+        cgroups = None;
+    }
     let shim = timed(
         &mut reports,
         names::SHIM,
@@ -213,6 +276,7 @@ pub async fn read_all<S: Sources>(sources: &S) -> Snapshot {
     .await;
     Snapshot {
         cgroups,
+        cgroup_driver,
         runtime,
         shim,
         pod_dirs,

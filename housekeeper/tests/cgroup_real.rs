@@ -1,192 +1,18 @@
-//! Pod cgroups on real kernel hierarchies with real processes.
-//!
-//! Each test builds a private test hierarchy `podward-test-<id>` under `/sys/fs/cgroup/{cpu,memory,
-//! pids,freezer,unified}` and bind-mounts those directories into a temp dir that becomes the
-//! layout's root (in a private mount namespace), so detection sees exactly the test hierarchies and
-//! the host's own `kubepods` can never be touched. Needs root and cgroup v1 controllers plus a v2
-//! mount, as on the dev machines (design.md §7). Everything is killed, thawed, removed and unmounted
-//! in `Drop`, even when an assertion fails.
+//! Pod cgroups on real kernel hierarchies with real processes: the hybrid set (v1 `cpu`, `memory`,
+//! `pids`, `freezer` beside the v2 `unified` mount) of the development machines, each test in its
+//! own private test hierarchy (support/real_cgroups.rs). Pure cgroup v2 is in cgroup_v2_real.rs.
+
+#[path = "support/real_cgroups.rs"]
+mod real_cgroups;
 
 use std::fs;
-use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use nix::mount::{MntFlags, MsFlags, mount, umount2};
-use nix::sched::{CloneFlags, unshare};
 use podward_housekeeper::cgroup::{
-    CgroupDriver, CgroupError, CgroupLayout, PodCgroup, Qos, destroy, reduce_cpu, scan_pod_cgroups,
+    CgroupDriver, CgroupError, PodCgroup, Qos, destroy, reduce_cpu, scan_pod_cgroups,
 };
-
-const HIERARCHIES: [&str; 5] = ["cpu", "memory", "pids", "freezer", "unified"];
-
-/// A test hierarchy in every controller, bind-mounted under one temp root.
-struct TestCgroups {
-    root: tempfile::TempDir,
-    bases: Vec<PathBuf>,
-    children: Vec<Child>,
-}
-
-impl TestCgroups {
-    fn new() -> Self {
-        // A private mount namespace for this test thread: bind mounts vanish with it at the latest.
-        unshare(CloneFlags::CLONE_NEWNS).expect("unshare mount ns (needs root)");
-        mount(
-            None::<&str>,
-            "/",
-            None::<&str>,
-            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-            None::<&str>,
-        )
-        .expect("make / private");
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock")
-            .subsec_nanos();
-        let id = format!("{}-{nanos}", std::process::id());
-        let root = tempfile::tempdir().expect("tempdir");
-        let mut me = TestCgroups {
-            root,
-            bases: Vec::new(),
-            children: Vec::new(),
-        };
-        for h in HIERARCHIES {
-            let base = Path::new("/sys/fs/cgroup")
-                .join(h)
-                .join(format!("podward-test-{id}"));
-            fs::create_dir(&base).expect("mkdir test hierarchy");
-            me.bases.push(base.clone());
-            let target = me.root.path().join(h);
-            fs::create_dir(&target).expect("mkdir mount point");
-            mount(
-                Some(&base),
-                &target,
-                None::<&str>,
-                MsFlags::MS_BIND,
-                None::<&str>,
-            )
-            .expect("bind test hierarchy");
-        }
-        me
-    }
-
-    fn root(&self) -> &Path {
-        self.root.path()
-    }
-
-    fn layout(&self, driver: CgroupDriver) -> CgroupLayout {
-        let mut layout = CgroupLayout::detect(self.root(), driver, "/").expect("detect");
-        layout.kill_wait = Duration::from_secs(5);
-        layout
-    }
-
-    /// Creates `rel` in every hierarchy.
-    fn mkcg(&self, rel: &str) {
-        for h in HIERARCHIES {
-            fs::create_dir_all(self.root().join(h).join(rel)).expect("mkdir cgroup");
-        }
-    }
-
-    /// Starts a `sleep` and moves it into `rel` in every hierarchy.
-    fn spawn_in(&mut self, rel: &str) -> i32 {
-        let child = Command::new("sleep")
-            .arg("1000")
-            .spawn()
-            .expect("spawn sleep");
-        let pid = i32::try_from(child.id()).expect("pid");
-        self.children.push(child);
-        for h in HIERARCHIES {
-            fs::write(
-                self.root().join(h).join(rel).join("cgroup.procs"),
-                pid.to_string(),
-            )
-            .expect("move pid");
-        }
-        pid
-    }
-
-    fn exists_anywhere(&self, rel: &str) -> Vec<&str> {
-        HIERARCHIES
-            .iter()
-            .copied()
-            .filter(|h| self.root().join(h).join(rel).exists())
-            .collect()
-    }
-
-    /// Waits (bounded) for the child with `pid` to exit and returns its signal.
-    fn wait_signal(&mut self, pid: i32) -> Option<i32> {
-        let child = self
-            .children
-            .iter_mut()
-            .find(|c| c.id() as i32 == pid)
-            .expect("child");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                return status.signal();
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        None
-    }
-
-    fn alive(&mut self, pid: i32) -> bool {
-        let child = self
-            .children
-            .iter_mut()
-            .find(|c| c.id() as i32 == pid)
-            .expect("child");
-        child.try_wait().expect("try_wait").is_none()
-    }
-}
-
-impl Drop for TestCgroups {
-    fn drop(&mut self) {
-        // Thaw first: a frozen task cannot die.
-        if let Some(freezer) = self
-            .bases
-            .iter()
-            .find(|b| b.starts_with("/sys/fs/cgroup/freezer"))
-        {
-            for dir in dirs_deepest_first(freezer).iter().rev() {
-                let _ = fs::write(dir.join("freezer.state"), "THAWED");
-            }
-        }
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for base in &self.bases {
-            for dir in dirs_deepest_first(base) {
-                let deadline = Instant::now() + Duration::from_secs(2);
-                while fs::remove_dir(&dir).is_err() && dir.exists() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
-        }
-        for h in HIERARCHIES {
-            let _ = umount2(&self.root.path().join(h), MntFlags::MNT_DETACH);
-        }
-    }
-}
-
-fn dirs_deepest_first(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        if let Ok(entries) = fs::read_dir(&d) {
-            for e in entries.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(e.path());
-                }
-            }
-        }
-        out.push(d);
-    }
-    out.reverse();
-    out
-}
+use real_cgroups::TestCgroups;
 
 fn find<'a>(pods: &'a [PodCgroup], uid: &str) -> &'a PodCgroup {
     pods.iter()
@@ -196,7 +22,7 @@ fn find<'a>(pods: &'a [PodCgroup], uid: &str) -> &'a PodCgroup {
 
 #[test]
 fn orphan_is_killed_and_removed_in_every_hierarchy() {
-    let mut t = TestCgroups::new();
+    let mut t = TestCgroups::hybrid();
     let (u1, u2, u3) = (
         "11111111-aaaa-4000-8000-000000000001",
         "22222222-bbbb-4000-8000-000000000002",
@@ -253,7 +79,7 @@ fn orphan_is_killed_and_removed_in_every_hierarchy() {
         "pod, c1, c1/nested, c2 in 5 hierarchies: {:?}",
         report.removed
     );
-    assert_eq!(t.exists_anywhere(&b1), Vec::<&str>::new());
+    assert_eq!(t.exists_anywhere(&b1), Vec::<String>::new());
     // The other pods and the parents are untouched.
     assert!(t.alive(p_other));
     assert_eq!(t.exists_anywhere(&format!("{g2}/c")).len(), 5);
@@ -272,7 +98,7 @@ fn orphan_is_killed_and_removed_in_every_hierarchy() {
 
 #[test]
 fn destroy_refuses_paths_that_are_not_this_pod() {
-    let t = TestCgroups::new();
+    let t = TestCgroups::hybrid();
     let rel = "kubepods/burstable/pod00000000-0000-4000-8000-000000000001";
     t.mkcg(rel);
     let layout = t.layout(CgroupDriver::Cgroupfs);
@@ -292,7 +118,7 @@ fn destroy_refuses_paths_that_are_not_this_pod() {
 
 #[test]
 fn reduce_cpu_sets_minimum_shares() {
-    let mut t = TestCgroups::new();
+    let mut t = TestCgroups::hybrid();
     let rel = "kubepods/burstable/pod00000000-0000-4000-8000-000000000001";
     t.mkcg(rel);
     let pid = t.spawn_in(rel);
@@ -324,7 +150,7 @@ fn reduce_cpu_sets_minimum_shares() {
 
 #[test]
 fn d_state_process_makes_destroy_busy_without_spinning() {
-    let mut t = TestCgroups::new();
+    let mut t = TestCgroups::hybrid();
     let pod_rel = "kubepods/besteffort/pod00000000-0000-4000-8000-00000000000d";
     let rel = format!("{pod_rel}/c");
     t.mkcg(&rel);
@@ -365,12 +191,12 @@ fn d_state_process_makes_destroy_busy_without_spinning() {
     let report = destroy(&layout, &pod).expect("destroy after thaw");
     assert_eq!(t.wait_signal(pid), Some(9));
     assert_eq!(report.removed.len(), 10);
-    assert_eq!(t.exists_anywhere(pod_rel), Vec::<&str>::new());
+    assert_eq!(t.exists_anywhere(pod_rel), Vec::<String>::new());
 }
 
 #[test]
 fn systemd_names_on_real_hierarchy() {
-    let mut t = TestCgroups::new();
+    let mut t = TestCgroups::hybrid();
     // Pod UIDs in kubelet's shape; systemd names write their `-` as `_`.
     let (a1, c3, e5) = (
         "000000a1-0000-4000-8000-0000000000b2",
@@ -409,7 +235,7 @@ fn systemd_names_on_real_hierarchy() {
     let report = destroy(&layout, find(&pods, a1)).expect("destroy");
     assert_eq!(t.wait_signal(pid), Some(9));
     assert_eq!(report.removed.len(), 10);
-    assert_eq!(t.exists_anywhere(&burstable), Vec::<&str>::new());
+    assert_eq!(t.exists_anywhere(&burstable), Vec::<String>::new());
     assert_eq!(
         t.exists_anywhere(&format!("kubepods.slice/kubepods-pod{}.slice", sd_(c3)))
             .len(),

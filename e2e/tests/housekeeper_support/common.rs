@@ -39,6 +39,18 @@ pub fn config(node: &TestNode) -> Config {
     }
 }
 
+/// `kubepods` under the node's cgroup parent in every test hierarchy, as kubelet creates it at
+/// start. A node that runs pods without it fails the housekeeper's cgroups source ("no pod cgroup
+/// root", docs/housekeeper.md); tests whose pods are not in kubelet-style cgroups create it. The
+/// node's cleanup removes it with the parent's tree.
+pub fn kubelet_pod_root(node: &TestNode) {
+    let rel = format!("{}/kubepods", node.cgroup_parent().trim_start_matches('/'));
+    for h in HIERARCHIES {
+        let p = Path::new("/sys/fs/cgroup").join(h).join(&rel);
+        std::fs::create_dir_all(&p).unwrap_or_else(|e| panic!("mkdir {}: {e}", p.display()));
+    }
+}
+
 /// `kubepods/burstable/pod<uid>` under the node's cgroup parent, as kubelet names it.
 pub fn pod_cgroup_rel(node: &TestNode, uid: &str) -> String {
     format!(

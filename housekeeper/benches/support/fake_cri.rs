@@ -1,6 +1,6 @@
-//! A fake CRI runtime for the benchmark: a real tonic server on a unix socket that implements
-//! the k8s-cri `RuntimeService` trait, answering `ListPodSandbox` and `ListContainers` from
-//! memory and `UNIMPLEMENTED` to everything else.
+//! A fake CRI runtime for the benchmark and the cgroup driver tests: a real tonic server on a
+//! unix socket that implements the k8s-cri `RuntimeService` trait, answering `ListPodSandbox`,
+//! `ListContainers` and `RuntimeConfig` from memory and `UNIMPLEMENTED` to everything else.
 
 use std::path::Path;
 use std::pin::Pin;
@@ -11,9 +11,13 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 
 /// What the fake runtime lists.
+#[derive(Default)]
 pub(crate) struct FakeCri {
     pub(crate) sandboxes: Vec<PodSandbox>,
     pub(crate) containers: Vec<Container>,
+    /// `RuntimeConfig`'s `linux.cgroup_driver` (a `CgroupDriver` value); `None` answers
+    /// UNIMPLEMENTED, as containerd 1.6 does.
+    pub(crate) cgroup_driver: Option<i32>,
 }
 
 type Events =
@@ -36,6 +40,18 @@ macro_rules! fake_runtime {
                 _r: Request<ListContainersRequest>,
             ) -> Result<Response<ListContainersResponse>, Status> {
                 Ok(Response::new(ListContainersResponse { containers: self.containers.clone() }))
+            }
+
+            async fn runtime_config(
+                &self,
+                _r: Request<RuntimeConfigRequest>,
+            ) -> Result<Response<RuntimeConfigResponse>, Status> {
+                match self.cgroup_driver {
+                    Some(d) => Ok(Response::new(RuntimeConfigResponse {
+                        linux: Some(LinuxRuntimeConfiguration { cgroup_driver: d }),
+                    })),
+                    None => Err(Status::unimplemented("runtime_config")),
+                }
             }
 
             type GetContainerEventsStream = Events;
@@ -82,7 +98,6 @@ fake_runtime!(
     checkpoint_container CheckpointContainerRequest CheckpointContainerResponse,
     list_metric_descriptors ListMetricDescriptorsRequest ListMetricDescriptorsResponse,
     list_pod_sandbox_metrics ListPodSandboxMetricsRequest ListPodSandboxMetricsResponse,
-    runtime_config RuntimeConfigRequest RuntimeConfigResponse
 );
 
 /// Serves `cri` on `socket` in a background task.

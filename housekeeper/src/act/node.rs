@@ -1,7 +1,11 @@
-//! The real actuator: the node-side removal functions and containerd's CRI.
+//! The real actuator: the node-side removal functions, containerd's CRI, and systemd's D-Bus API
+//! for pod slices when kubelet uses the systemd cgroup driver.
+
+use std::sync::Arc;
 
 use super::Actuator;
-use crate::cgroup::{self, CgroupError, CgroupLayout, DestroyReport, PodCgroup};
+use crate::cgroup::systemd::{self, SystemdClient};
+use crate::cgroup::{self, CgroupDriver, CgroupError, CgroupLayout, DestroyReport, PodCgroup};
 use crate::log_dir::{self, LogDir, LogDirError};
 use crate::mounts::MountTable;
 use crate::pod_dir::{self, PodDir, PodDirError, RemovalReport};
@@ -11,12 +15,14 @@ use crate::runtime::{RuntimeClient, RuntimeError};
 #[derive(Clone, Debug)]
 pub struct NodeActuator {
     runtime: RuntimeClient,
+    systemd: Arc<SystemdClient>,
 }
 
 impl NodeActuator {
-    /// An actuator that removes sandboxes and containers through `runtime`.
-    pub fn new(runtime: RuntimeClient) -> Self {
-        Self { runtime }
+    /// An actuator that removes sandboxes and containers through `runtime`, and stops pod slices
+    /// through `systemd` when the layout's driver is systemd (connected on first use only).
+    pub fn new(runtime: RuntimeClient, systemd: Arc<SystemdClient>) -> Self {
+        Self { runtime, systemd }
     }
 }
 
@@ -26,11 +32,17 @@ impl Actuator for NodeActuator {
         layout: &CgroupLayout,
         cg: &PodCgroup,
     ) -> Result<DestroyReport, CgroupError> {
-        cgroup::destroy(layout, cg)
+        match layout.driver {
+            CgroupDriver::Cgroupfs => cgroup::destroy(layout, cg),
+            CgroupDriver::Systemd => systemd::destroy_slice(layout, cg, &self.systemd),
+        }
     }
 
     fn reduce_cpu(&self, layout: &CgroupLayout, cg: &PodCgroup) -> Result<(), CgroupError> {
-        cgroup::reduce_cpu(layout, cg)
+        match layout.driver {
+            CgroupDriver::Cgroupfs => cgroup::reduce_cpu(layout, cg),
+            CgroupDriver::Systemd => systemd::reduce_slice_cpu(layout, cg, &self.systemd),
+        }
     }
 
     fn remove_pod_dir(

@@ -1,5 +1,8 @@
 //! Destroying an orphan's pod cgroup: stop it from forking, kill every process in it and in every
 //! descendant in every hierarchy, wait (bounded) for them to leave, then rmdir the tree bottom-up.
+//!
+//! The two halves are public on their own ([`kill_processes`], [`remove_dirs`]) because the
+//! systemd driver puts `StopUnit` between them (see `super::systemd`).
 
 use std::collections::BTreeSet;
 use std::io::ErrorKind;
@@ -21,8 +24,11 @@ pub struct DestroyReport {
     /// Pids found in uninterruptible sleep; always empty in a successful report (they make
     /// `destroy` fail with [`CgroupError::Busy`], which carries them).
     pub d_state: Vec<i32>,
-    /// Cgroup directories removed, children before parents.
+    /// Cgroup directories removed through cgroupfs, children before parents.
     pub removed: Vec<PathBuf>,
+    /// How it was removed, in plain words, when that is worth telling an operator (the systemd
+    /// driver's path); appended to the action's evidence.
+    pub notes: Vec<String>,
 }
 
 /// How long to wait for a v1 freezer to reach FROZEN; a task in D state can hold it in FREEZING,
@@ -42,18 +48,36 @@ struct Tree<'a> {
 }
 
 /// Kills every process of the pod cgroup (all descendants, all hierarchies) and removes the cgroup
-/// directories bottom-up.
+/// directories bottom-up: [`kill_processes`], then [`remove_dirs`]. This is the cgroupfs driver's
+/// destroy (kubelet's `podContainerManagerImpl.Destroy` with runc's fs managers).
+pub fn destroy(layout: &CgroupLayout, cg: &PodCgroup) -> Result<DestroyReport, CgroupError> {
+    let killed = kill_processes(layout, cg)?;
+    let removed = remove_dirs(layout, cg)?;
+    Ok(DestroyReport {
+        killed,
+        d_state: Vec::new(),
+        removed,
+        notes: Vec::new(),
+    })
+}
+
+/// Kills every process of the pod cgroup (all descendants, all hierarchies) and waits until none
+/// is left; returns the pids signalled. Removes nothing.
 ///
 /// v2: writes `1` to `cgroup.kill` when the file exists (else freezes with `cgroup.freeze`); v1:
 /// freezes through the freezer hierarchy, SIGKILLs each pid listed in `cgroup.procs` anywhere in the
-/// tree, then thaws so the signals are delivered. It waits up to `layout.kill_wait` for the
-/// `cgroup.procs` files to empty; survivors make it fail with [`CgroupError::Busy`], listing the ones
-/// in D state, without retrying in a loop (the caller backs off). rmdir retries EBUSY with runc's
-/// schedule; ENOENT counts as done.
-pub fn destroy(layout: &CgroupLayout, cg: &PodCgroup) -> Result<DestroyReport, CgroupError> {
+/// tree, then thaws so the signals are delivered. It waits up to `layout.kill_wait` until every
+/// `cgroup.procs` is empty and, on v2, the pod cgroup's `cgroup.events` says `populated 0` (the
+/// kernel's own word that no live task is left below it). Survivors make it fail with
+/// [`CgroupError::Busy`], listing the ones in D state, without retrying in a loop (the caller
+/// backs off). Only `cgroup.kill`, `cgroup.freeze` and `freezer.state` are written: pressure
+/// files and `memory.events` are never touched.
+pub fn kill_processes(layout: &CgroupLayout, cg: &PodCgroup) -> Result<Vec<i32>, CgroupError> {
     let trees = collect_trees(layout, cg)?;
+    // Listed before `cgroup.kill` empties the lists, so the report names what was killed; only
+    // pids listed again after the freeze are signalled (a pid read earlier may have been reused).
+    let mut killed = listed_pids(&trees)?;
     let frozen = freeze(&trees)?;
-    let mut killed = BTreeSet::new();
     let signalled = kill_listed(&trees, &mut killed);
     thaw(&frozen)?;
     signalled?;
@@ -62,7 +86,7 @@ pub fn destroy(layout: &CgroupLayout, cg: &PodCgroup) -> Result<DestroyReport, C
     let mut delay = Duration::from_millis(1);
     loop {
         let remaining = listed_pids(&trees)?;
-        if remaining.is_empty() {
+        if remaining.is_empty() && !v2_populated(&trees)? {
             break;
         }
         let now = Instant::now();
@@ -88,20 +112,44 @@ pub fn destroy(layout: &CgroupLayout, cg: &PodCgroup) -> Result<DestroyReport, C
         std::thread::sleep(delay.min(deadline - now));
         delay = (delay * 2).min(MAX_POLL);
     }
+    Ok(killed.into_iter().collect())
+}
 
+/// Removes the pod cgroup's directories in every hierarchy, children first, with runc's EBUSY
+/// retry; a directory already gone counts as done. Returns what it removed. Call it after
+/// [`kill_processes`]: a cgroup with tasks cannot be removed.
+pub fn remove_dirs(layout: &CgroupLayout, cg: &PodCgroup) -> Result<Vec<PathBuf>, CgroupError> {
     let mut removed = Vec::new();
-    for tree in &trees {
+    for tree in &collect_trees(layout, cg)? {
         for dir in &tree.dirs {
             if rmdir_retry(dir)? {
                 removed.push(dir.clone());
             }
         }
     }
-    Ok(DestroyReport {
-        killed: killed.into_iter().collect(),
-        d_state: Vec::new(),
-        removed,
-    })
+    Ok(removed)
+}
+
+/// Whether any v2 pod cgroup still reports `populated 1` in its `cgroup.events` (which covers
+/// every descendant). A missing file (the cgroup is gone, or a fake tree without it) says nothing
+/// is left.
+fn v2_populated(trees: &[Tree<'_>]) -> Result<bool, CgroupError> {
+    for tree in trees
+        .iter()
+        .filter(|t| t.hierarchy.kind == HierarchyKind::V2)
+    {
+        let file = tree.pod.join("cgroup.events");
+        match std::fs::read_to_string(&file) {
+            Ok(s) => {
+                if s.lines().any(|l| l.trim() == "populated 1") {
+                    return Ok(true);
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(CgroupError::io("read", file, e)),
+        }
+    }
+    Ok(false)
 }
 
 /// Checks every path belongs to this pod under the layout and lists its descendants.
@@ -211,9 +259,8 @@ fn thaw(frozen: &[(PathBuf, &'static str)]) -> Result<(), CgroupError> {
 /// SIGKILLs every pid listed in any `cgroup.procs` of the trees.
 fn kill_listed(trees: &[Tree<'_>], killed: &mut BTreeSet<i32>) -> Result<(), CgroupError> {
     for pid in listed_pids(trees)? {
-        if killed.insert(pid) {
-            signal(pid)?;
-        }
+        killed.insert(pid);
+        signal(pid)?;
     }
     Ok(())
 }

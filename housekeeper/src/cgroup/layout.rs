@@ -57,59 +57,32 @@ pub struct CgroupLayout {
 }
 
 impl CgroupLayout {
-    /// Finds the hierarchies under `root`: pure v2 when `root/cgroup.controllers` exists; otherwise
-    /// every real (non-symlink) subdirectory holding `cgroup.controllers` is v2 (the hybrid `unified`
-    /// mount) and every one holding `cgroup.procs` is a v1 controller hierarchy.
+    /// Finds the hierarchies under `root` (pure v2 when `root/cgroup.controllers` exists, else
+    /// every v1 controller directory and the hybrid `unified` mount below it) and names pod
+    /// cgroups the way `driver` does under `cgroup_root` (kubelet's `--cgroup-root`).
     pub fn detect(
         root: &Path,
         driver: CgroupDriver,
         cgroup_root: &str,
     ) -> Result<Self, CgroupError> {
         let root_components = super::name::parse_cgroup_root(driver, cgroup_root)?;
-        let mut hierarchies = Vec::new();
-        if root.join("cgroup.controllers").exists() {
-            hierarchies.push(Hierarchy {
-                kind: HierarchyKind::V2,
-                path: root.to_path_buf(),
-            });
-        } else {
-            let entries =
-                std::fs::read_dir(root).map_err(|e| CgroupError::io("read dir", root, e))?;
-            for entry in entries {
-                let entry = entry.map_err(|e| CgroupError::io("read dir", root, e))?;
-                let ft = entry
-                    .file_type()
-                    .map_err(|e| CgroupError::io("stat", entry.path(), e))?;
-                // Symlinks like `cpu -> cpu,cpuacct` name a hierarchy already listed under its real name.
-                if !ft.is_dir() {
-                    continue;
-                }
-                let path = entry.path();
-                if path.join("cgroup.controllers").exists() {
-                    hierarchies.push(Hierarchy {
-                        kind: HierarchyKind::V2,
-                        path,
-                    });
-                } else if path.join("cgroup.procs").exists() {
-                    let name = entry.file_name().to_string_lossy().into_owned();
-                    let controllers = name
-                        .split(',')
-                        .filter(|c| !c.is_empty() && !c.starts_with("name="))
-                        .filter(|c| *c != "systemd")
-                        .map(str::to_owned)
-                        .collect();
-                    hierarchies.push(Hierarchy {
-                        kind: HierarchyKind::V1 { controllers },
-                        path,
-                    });
-                }
-            }
-        }
-        if hierarchies.is_empty() {
-            return Err(CgroupError::NoHierarchy(root.to_path_buf()));
-        }
-        hierarchies.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(CgroupLayout {
+        Ok(Self::with_hierarchies(
+            root,
+            driver,
+            cgroup_root,
+            find_hierarchies(root)?,
+            root_components,
+        ))
+    }
+
+    pub(crate) fn with_hierarchies(
+        root: &Path,
+        driver: CgroupDriver,
+        cgroup_root: &str,
+        hierarchies: Vec<Hierarchy>,
+        root_components: Vec<String>,
+    ) -> Self {
+        CgroupLayout {
             root: root.to_path_buf(),
             driver,
             cgroup_root: cgroup_root.to_owned(),
@@ -117,7 +90,14 @@ impl CgroupLayout {
             proc_root: PathBuf::from("/proc"),
             kill_wait: Duration::from_secs(2),
             root_components,
-        })
+        }
+    }
+
+    /// cgroup v1, v2 or hybrid, from the hierarchies found: v2 when the root itself is the
+    /// unified hierarchy (or only v2 hierarchies exist), hybrid when v1 controllers sit beside a
+    /// v2 mount (kubelet then works in v1 mode), v1 otherwise.
+    pub fn version(&self) -> super::CgroupVersion {
+        version_of(&self.hierarchies)
     }
 
     /// The hierarchy that contains `path`, if any.
@@ -129,7 +109,74 @@ impl CgroupLayout {
     }
 }
 
+/// Finds the hierarchies under `root`: pure v2 when `root/cgroup.controllers` exists; otherwise
+/// every real (non-symlink) subdirectory holding `cgroup.controllers` is v2 (the hybrid `unified`
+/// mount) and every one holding `cgroup.procs` is a v1 controller hierarchy. Sorted by path.
+pub(crate) fn find_hierarchies(root: &Path) -> Result<Vec<Hierarchy>, CgroupError> {
+    let mut hierarchies = Vec::new();
+    if root.join("cgroup.controllers").exists() {
+        hierarchies.push(Hierarchy {
+            kind: HierarchyKind::V2,
+            path: root.to_path_buf(),
+        });
+        return Ok(hierarchies);
+    }
+    let entries = std::fs::read_dir(root).map_err(|e| CgroupError::io("read dir", root, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| CgroupError::io("read dir", root, e))?;
+        let ft = entry
+            .file_type()
+            .map_err(|e| CgroupError::io("stat", entry.path(), e))?;
+        // Symlinks like `cpu -> cpu,cpuacct` name a hierarchy already listed under its real name.
+        if !ft.is_dir() {
+            continue;
+        }
+        let path = entry.path();
+        if path.join("cgroup.controllers").exists() {
+            hierarchies.push(Hierarchy {
+                kind: HierarchyKind::V2,
+                path,
+            });
+        } else if path.join("cgroup.procs").exists() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let controllers = name
+                .split(',')
+                .filter(|c| !c.is_empty() && !c.starts_with("name="))
+                .filter(|c| *c != "systemd")
+                .map(str::to_owned)
+                .collect();
+            hierarchies.push(Hierarchy {
+                kind: HierarchyKind::V1 { controllers },
+                path,
+            });
+        }
+    }
+    if hierarchies.is_empty() {
+        return Err(CgroupError::NoHierarchy(root.to_path_buf()));
+    }
+    hierarchies.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(hierarchies)
+}
+
+pub(crate) fn version_of(hierarchies: &[Hierarchy]) -> super::CgroupVersion {
+    let v2 = hierarchies.iter().any(|h| h.kind == HierarchyKind::V2);
+    let v1 = hierarchies
+        .iter()
+        .any(|h| matches!(h.kind, HierarchyKind::V1 { .. }));
+    match (v1, v2) {
+        (true, true) => super::CgroupVersion::Hybrid,
+        (false, true) => super::CgroupVersion::V2,
+        _ => super::CgroupVersion::V1,
+    }
+}
+
 impl CgroupLayout {
+    /// The pod cgroup root relative to a hierarchy root: `kubepods` (cgroupfs) or
+    /// `kubepods.slice` (systemd), with `--cgroup-root` in front. Guaranteed pods sit directly in it.
+    pub fn pod_root(&self) -> String {
+        self.qos_dir(super::Qos::Guaranteed)
+    }
+
     /// The QoS parent relative to a hierarchy root, e.g. `kubepods/burstable` or
     /// `kubepods.slice/kubepods-burstable.slice` (with `--cgroup-root` in front).
     pub fn qos_dir(&self, qos: super::Qos) -> String {

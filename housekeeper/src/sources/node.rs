@@ -2,13 +2,12 @@
 //! CRI and the shim's Lifecycle API. Blocking filesystem walks run on tokio's blocking pool.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use podward_api::shim::v1::Snapshot as ShimIndex;
 
 use super::{CgroupScan, SourceError, Sources};
-use crate::cgroup::{CgroupDriver, CgroupLayout, scan_pod_cgroups};
+use crate::cgroup::DriverFlag;
 use crate::config::Config;
 use crate::log_dir::{LogDirScan, scan_log_dirs};
 use crate::mounts::MountTable;
@@ -25,7 +24,7 @@ pub(crate) const SHIM_TIMEOUT: Duration = Duration::from_secs(3);
 #[derive(Clone, Debug)]
 pub struct NodeSources {
     cgroup_root: PathBuf,
-    driver: CgroupDriver,
+    driver: DriverFlag,
     kubelet_cgroup_root: String,
     proc_root: PathBuf,
     kubelet_root: PathBuf,
@@ -40,7 +39,7 @@ impl NodeSources {
     pub fn new(config: &Config) -> Self {
         Self {
             cgroup_root: config.cgroup_root.clone(),
-            driver: config.cgroup_driver.driver(),
+            driver: config.cgroup_driver.flag(),
             kubelet_cgroup_root: config.kubelet_cgroup_root.clone(),
             proc_root: config.proc_root.clone(),
             kubelet_root: config.kubelet_root.clone(),
@@ -59,20 +58,17 @@ impl NodeSources {
 
 impl Sources for NodeSources {
     async fn cgroups(&self) -> Result<CgroupScan, SourceError> {
-        let (root, driver, cg_root, proc_root) = (
+        // Asked every pass (one small call): containerd may have been restarted with another
+        // runtime configuration.
+        let answer = self.runtime.cgroup_driver().await;
+        let (root, flag, cg_root, proc_root) = (
             self.cgroup_root.clone(),
             self.driver,
             self.kubelet_cgroup_root.clone(),
             self.proc_root.clone(),
         );
         tokio::task::spawn_blocking(move || {
-            let mut layout = CgroupLayout::detect(&root, driver, &cg_root)?;
-            layout.proc_root = proc_root;
-            let pods = scan_pod_cgroups(&layout)?;
-            Ok(CgroupScan {
-                layout: Arc::new(layout),
-                pods,
-            })
+            super::read_cgroups(&root, &cg_root, flag, &answer, &proc_root)
         })
         .await?
     }

@@ -15,7 +15,7 @@ use podward_api::housekeeper::v1::ActionKind;
 use podward_api::shim::v1::Snapshot as ShimIndex;
 use podward_housekeeper::act::Actuator;
 use podward_housekeeper::cgroup::{
-    self, CgroupDriver, CgroupError, CgroupLayout, DestroyReport, PodCgroup,
+    CgroupError, CgroupLayout, DestroyReport, DriverFlag, PodCgroup, RuntimeAnswer,
 };
 use podward_housekeeper::clock::ManualClock;
 use podward_housekeeper::log_dir::{self, LogDir, LogDirError, LogDirScan};
@@ -26,7 +26,7 @@ use podward_housekeeper::reconcile::Reconciler;
 use podward_housekeeper::runtime::{
     ContainerInfo, ContainerPhase, RuntimeError, RuntimeView, SandboxInfo,
 };
-use podward_housekeeper::sources::{CgroupScan, SourceError, Sources, names};
+use podward_housekeeper::sources::{self, CgroupScan, SourceError, Sources, names};
 
 /// Pod UIDs in kubelet's shape (an API server UUID) for tests that need one or two pods.
 pub const U1: &str = "00000000-0000-4000-8000-000000000001";
@@ -177,13 +177,13 @@ pub fn container(
 impl Sources for FakeNode {
     async fn cgroups(&self) -> Result<CgroupScan, SourceError> {
         self.check(names::CGROUPS)?;
-        let layout =
-            CgroupLayout::detect(&self.root().join("cgroup"), CgroupDriver::Cgroupfs, "/")?;
-        let pods = cgroup::scan_pod_cgroups(&layout)?;
-        Ok(CgroupScan {
-            layout: Arc::new(layout),
-            pods,
-        })
+        sources::read_cgroups(
+            &self.root().join("cgroup"),
+            "/",
+            DriverFlag::Auto,
+            &RuntimeAnswer::Unimplemented,
+            Path::new("/proc"),
+        )
     }
 
     async fn runtime(&self) -> Result<RuntimeView, SourceError> {
