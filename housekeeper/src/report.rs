@@ -57,10 +57,15 @@ pub async fn plan_command(config: &Config, json: bool, local: bool) -> Result<St
             .plan
             .unwrap_or_default()
     };
+    render(&plan, json)
+}
+
+/// Renders a plan as `plan` prints it: JSON for tools, or the operator's table.
+pub fn render(plan: &Plan, json: bool) -> Result<String, ReportError> {
     if json {
-        Ok(serde_json::to_string_pretty(&plan_json(&plan)?)? + "\n")
+        Ok(serde_json::to_string_pretty(&plan_json(plan)?)? + "\n")
     } else {
-        Ok(render_table(&plan))
+        Ok(render_table(plan))
     }
 }
 

@@ -26,7 +26,7 @@ use podward_housekeeper::config::{Config, DriverName};
 
 const SYSTEMD: DriverFlag = DriverFlag::Set(CgroupDriver::Systemd);
 const CGROUPFS: DriverFlag = DriverFlag::Set(CgroupDriver::Cgroupfs);
-const SLICE: &str = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda1_b2.slice";
+const SLICE: &str = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod000000a1_0000_4000_8000_0000000000b2.slice";
 
 /// A pure v2 fake tree with `dirs` in it.
 fn v2_tree(dirs: &[&str]) -> tempfile::TempDir {
@@ -93,7 +93,7 @@ fn runtime_config_decides_and_a_flag_against_it_is_refused_naming_both() {
             .into_iter()
             .map(|p| p.uid)
             .collect();
-        assert_eq!(uids, ["a1-b2"]);
+        assert_eq!(uids, ["000000a1-0000-4000-8000-0000000000b2"]);
     }
     let err = decide_driver(tree.path(), "/", CGROUPFS, &says_systemd).expect_err("refused");
     let (flag, found, by, text) = mismatch(err);
@@ -114,7 +114,7 @@ fn runtime_config_decides_and_a_flag_against_it_is_refused_naming_both() {
 
     // containerd outranks the disk: what it names is scanned, the other layout only noted (and
     // its missing root is what the "no pod cgroup root" rule then catches).
-    let old = v2_tree(&["kubepods/burstable/poda1"]);
+    let old = v2_tree(&["kubepods/burstable/pod000000a1-0000-4000-8000-0000000000b2"]);
     let (_, d) = decide_driver(old.path(), "/", DriverFlag::Auto, &says_systemd).expect("decide");
     assert_eq!(d.driver, Some(CgroupDriver::Systemd));
     assert!(d.pod_roots.is_empty(), "{d:?}");
@@ -134,7 +134,7 @@ fn the_layout_decides_when_containerd_does_not_and_a_flag_against_it_is_refused(
         RuntimeAnswer::Unavailable("connection refused".into()),
     ];
     let sd_tree = hybrid_tree(&[SLICE]);
-    let fs_tree = hybrid_tree(&["kubepods/burstable/poda1"]);
+    let fs_tree = hybrid_tree(&["kubepods/burstable/pod000000a1-0000-4000-8000-0000000000b2"]);
     for answer in &silent {
         let (_, d) = decide_driver(sd_tree.path(), "/", DriverFlag::Auto, answer).expect("sd");
         assert_eq!(
@@ -323,15 +323,16 @@ impl Node {
         }
     }
 
-    /// `plan --local` as JSON and as the operator's table.
+    /// A previewed pass rendered as `plan --local` prints it, JSON and the operator's table.
+    /// (`plan --local` itself refuses this fake tree: it has no cgroup filesystem.)
     async fn plan(&self, flag: DriverName) -> (serde_json::Value, String) {
         let cfg = self.config(flag);
-        let json = podward_housekeeper::report::plan_command(&cfg, true, true)
+        let plan = podward_housekeeper::run::node_reconciler(&cfg)
+            .pass(podward_housekeeper::reconcile::Mode::Preview)
             .await
-            .expect("plan --json --local");
-        let table = podward_housekeeper::report::plan_command(&cfg, false, true)
-            .await
-            .expect("plan --local");
+            .0;
+        let json = podward_housekeeper::report::render(&plan, true).expect("plan as JSON");
+        let table = podward_housekeeper::report::render(&plan, false).expect("plan as a table");
         (serde_json::from_str(&json).expect("json"), table)
     }
 }
@@ -369,7 +370,11 @@ async fn the_plan_header_says_which_driver_and_how_it_was_found() {
     );
     assert_eq!(json["cgroup_driver"]["found_by"], "layout");
 
-    let cgroupfs = Node::new(&["kubepods/burstable/poda1"], running, None);
+    let cgroupfs = Node::new(
+        &["kubepods/burstable/pod000000a1-0000-4000-8000-0000000000b2"],
+        running,
+        None,
+    );
     let (_, table) = cgroupfs.plan(DriverName::Cgroupfs).await;
     assert!(
         table.contains("cgroup driver: cgroupfs (from the layout on disk), cgroup v2"),

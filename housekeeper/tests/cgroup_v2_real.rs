@@ -125,7 +125,7 @@ fn v2_orphan_is_killed_through_cgroup_kill_and_removed_once_unpopulated() {
 #[test]
 fn v2_systemd_names_and_a_child_cgroup_frozen_by_its_own_freeze_still_die() {
     let mut t = TestCgroups::v2();
-    let slice = "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poda1_b2.slice";
+    let slice = "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod44444444_dddd_4000_8000_000000000004.slice";
     let scope = format!("{slice}/cri-containerd-01.scope");
     t.mkcg(&scope);
     let pid = t.spawn_in(&scope);
@@ -133,7 +133,7 @@ fn v2_systemd_names_and_a_child_cgroup_frozen_by_its_own_freeze_still_die() {
     fs::write(t.root().join(&scope).join("cgroup.freeze"), "1").expect("freeze");
     let layout = t.layout(CgroupDriver::Systemd);
     let pods = scan_pod_cgroups(&layout).expect("scan");
-    let report = destroy(&layout, &find(&pods, "a1-b2")).expect("destroy");
+    let report = destroy(&layout, &find(&pods, "44444444-dddd-4000-8000-000000000004")).expect("destroy");
     assert_eq!(t.wait_signal(pid), Some(9));
     assert_eq!(report.removed.len(), 2, "{report:?}");
     assert!(t.exists_anywhere(slice).is_empty());
@@ -147,7 +147,7 @@ fn v2_systemd_names_and_a_child_cgroup_frozen_by_its_own_freeze_still_die() {
 #[test]
 fn v2_reduce_cpu_is_cpu_weight_1_and_kills_nothing() {
     let mut t = TestCgroups::v2();
-    let rel = "kubepods/burstable/podu1";
+    let rel = "kubepods/burstable/pod33333333-cccc-4000-8000-000000000003";
     let controllers = fs::read_to_string(t.root().join("cgroup.controllers")).expect("read");
     let has_cpu = controllers.split_whitespace().any(|c| c == "cpu");
     if has_cpu {
@@ -200,7 +200,7 @@ fn fake_v2_pod(events: &str) -> (tempfile::TempDir, PathBuf) {
         "cpu memory pids io\n",
     )
     .expect("write");
-    let pod = tmp.path().join("kubepods/burstable/podu1");
+    let pod = tmp.path().join("kubepods/burstable/pod33333333-cccc-4000-8000-000000000003");
     fs::create_dir_all(&pod).expect("mkdir");
     for (file, content) in [
         ("cgroup.procs", ""),
