@@ -33,10 +33,11 @@ use std::time::{Duration, Instant};
 use futures_free::BoxFuture;
 use podward_prober::api::Hub;
 use podward_prober::clock::Clock;
+use podward_prober::handler::exec::cri::CriExec;
 use podward_prober::kill::Killer;
 use podward_prober::manager::Manager;
 use podward_prober::metrics::{FineHistogram, Metrics};
-use podward_prober::probe::{CriExec, Prober, ProberOptions};
+use podward_prober::probe::{Prober, ProberOptions};
 use podward_prober::source::{SourceConfig, follow};
 
 /// `BoxFuture` without a `futures` dependency in this crate.

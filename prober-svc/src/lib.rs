@@ -25,14 +25,9 @@ pub mod worker;
 #[cfg(test)]
 mod test_fakes;
 
-pub mod dialer;
-pub mod exec_probe;
-pub mod grpc_probe;
-pub mod http_probe;
-pub mod port;
+pub mod handler;
 pub mod probe;
 pub mod spec;
-pub mod tcp_probe;
 
 pub use config::{Args, Config};
 pub use run::{RunError, run};

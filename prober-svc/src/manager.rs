@@ -14,16 +14,14 @@ use podward_api::prober::v1 as api;
 
 use crate::api::Hub;
 use crate::clock::Clock;
+use crate::handler::output::capped;
 use crate::kill::{Killer, grace_seconds};
 use crate::metrics::Metrics;
 use crate::model::{ContainerInfo, PodInfo, RunState};
-use crate::results::{Outcome, Results};
+use crate::results::{ProbeResult, Results};
 use crate::runner::ProbeRunner;
 use crate::spec::{ProbeSpec, ProbeType, SpecError, parse_pod_probes};
-use crate::worker::{
-    Ctx, SharedPod, Sink, Worker, WorkerCtl, WorkerKey, WorkerStatus, type_from_index, type_index,
-    type_name,
-};
+use crate::worker::{Ctx, SharedPod, Sink, Worker, WorkerCtl, WorkerKey, WorkerStatus};
 
 mod status;
 
@@ -196,7 +194,7 @@ impl Manager {
                 let key = WorkerKey {
                     pod_uid: uid.clone(),
                     container: name.clone(),
-                    ty: type_index(ty),
+                    ty,
                 };
                 if workers.contains_key(&key) {
                     continue;
@@ -218,7 +216,7 @@ impl Manager {
                 self.state
                     .metrics
                     .workers
-                    .with_label_values(&[type_name(ty)])
+                    .with_label_values(&[ty.name()])
                     .inc();
                 tokio::spawn(w.run());
             }
@@ -242,7 +240,7 @@ impl Manager {
                 self.state
                     .metrics
                     .workers
-                    .with_label_values(&[type_name(type_from_index(k.ty))])
+                    .with_label_values(&[k.ty.name()])
                     .dec();
             }
         }
@@ -278,7 +276,7 @@ impl Manager {
         let key = WorkerKey {
             pod_uid: uid.to_owned(),
             container: container.to_owned(),
-            ty: type_index(ty),
+            ty,
         };
         if let Some(w) = self.state.workers.lock().get(&key) {
             w.ctl.trigger();
@@ -312,15 +310,15 @@ impl Sink for ManagerSink {
         key: &WorkerKey,
         pod: &PodInfo,
         c: &ContainerInfo,
-        outcome: Outcome,
+        result: ProbeResult,
         output: &str,
     ) {
         let Some(state) = self.state.upgrade() else {
             return;
         };
-        let ty = type_from_index(key.ty);
+        let ty = key.ty;
         tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
-            container_id = %c.id, probe = type_name(ty), result = ?outcome, "probe result changed");
+            container_id = %c.id, probe = ty.name(), result = ?result, "probe result changed");
         state.hub.publish(api::ProbeEvent {
             pod_uid: pod.uid.clone(),
             pod_name: pod.name.clone(),
@@ -330,9 +328,9 @@ impl Sink for ManagerSink {
             probe_type: status::api_type(ty) as i32,
             at_ns: state.clock.now_ns(),
             event: Some(api::probe_event::Event::Result(
-                status::api_result(Some(outcome)) as i32,
+                status::api_result(Some(result)) as i32,
             )),
-            output: crate::worker::cap_output(output),
+            output: capped(output).to_owned(),
             ..Default::default()
         });
     }
@@ -356,7 +354,7 @@ impl Sink for ManagerSink {
         {
             return; // never kill the same instance twice
         }
-        let ty = type_from_index(key.ty);
+        let ty = key.ty;
         let grace = grace_seconds(spec, c.pod_grace_seconds);
         let reason = match ty {
             ProbeType::Startup => format!(
@@ -369,17 +367,17 @@ impl Sink for ManagerSink {
             ),
         };
         tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
-            container_id = %c.id, probe = type_name(ty), grace_seconds = grace, output = %output,
+            container_id = %c.id, probe = ty.name(), grace_seconds = grace, output = %output,
             "{reason}");
         state
             .metrics
             .kills
-            .with_label_values(&[type_name(ty), &c.name, &pod.name, &pod.namespace])
+            .with_label_values(&[ty.name(), &c.name, &pod.name, &pod.namespace])
             .inc();
         let pod = pod.clone();
         let container_name = c.name.clone();
         let container_id = c.id.to_string();
-        let output = crate::worker::cap_output(output);
+        let output = capped(output).to_owned();
         tokio::spawn(async move {
             // The record carries when the kill was issued; it is published once StopContainer
             // returns (after up to `grace` seconds), with its error if any.
@@ -430,7 +428,7 @@ impl Sink for ManagerSink {
             return;
         };
         let rkey = WorkerKey {
-            ty: type_index(ProbeType::Readiness),
+            ty: ProbeType::Readiness,
             ..key.clone()
         };
         if let Some(w) = state.workers.lock().get(&rkey) {
@@ -448,7 +446,7 @@ impl Sink for ManagerSink {
             state
                 .metrics
                 .workers
-                .with_label_values(&[type_name(type_from_index(key.ty))])
+                .with_label_values(&[key.ty.name()])
                 .dec();
         }
     }

@@ -14,10 +14,11 @@ use tokio_stream::wrappers::UnixListenerStream;
 use crate::api::{Hub, ProberService};
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::handler::exec::cri::CriExec;
 use crate::kill::CriKiller;
 use crate::manager::Manager;
 use crate::metrics::{Metrics, MetricsError};
-use crate::probe::{CriExec, Prober, ProberOptions};
+use crate::probe::{Prober, ProberOptions};
 use crate::source::{SourceConfig, follow};
 
 /// Why the prober could not run.

@@ -6,8 +6,7 @@ use futures::future::BoxFuture;
 
 use crate::kill::Killer;
 use crate::model::ContainerInfo;
-use crate::probe::ProbeVerdict;
-use crate::runner::ProbeRunner;
+use crate::runner::{ProbeRunner, ProbeVerdict};
 use crate::spec::{ProbeSpec, ProbeType};
 
 /// A probe runner whose probes never finish and a killer that accepts every stop: for tests of

@@ -7,9 +7,9 @@ use podward_api::prober::v1 as api;
 
 use super::Manager;
 use crate::model::{ContainerInfo, RunState};
-use crate::results::Outcome;
+use crate::results::ProbeResult;
 use crate::spec::ProbeType;
-use crate::worker::{RESTART_GRACE, WorkerKey, type_index};
+use crate::worker::{RESTART_GRACE, WorkerKey};
 
 /// Our probe type on the wire.
 pub(crate) fn api_type(ty: ProbeType) -> api::ProbeType {
@@ -21,11 +21,11 @@ pub(crate) fn api_type(ty: ProbeType) -> api::ProbeType {
 }
 
 /// A result on the wire.
-pub(crate) fn api_result(r: Option<Outcome>) -> api::ProbeResult {
+pub(crate) fn api_result(r: Option<ProbeResult>) -> api::ProbeResult {
     match r {
-        Some(Outcome::Success) => api::ProbeResult::Success,
-        Some(Outcome::Failure) => api::ProbeResult::Failure,
-        Some(Outcome::Unknown) | None => api::ProbeResult::Unknown,
+        Some(ProbeResult::Success) => api::ProbeResult::Success,
+        Some(ProbeResult::Failure) => api::ProbeResult::Failure,
+        Some(ProbeResult::Unknown) | None => api::ProbeResult::Unknown,
     }
 }
 
@@ -53,7 +53,7 @@ impl Manager {
             let first = WorkerKey {
                 pod_uid: pod.uid.clone(),
                 container: String::new(),
-                ty: 0,
+                ty: ProbeType::Liveness,
             };
             let names: BTreeSet<String> = workers
                 .range(first..)
@@ -68,7 +68,7 @@ impl Manager {
                     let key = WorkerKey {
                         pod_uid: pod.uid.clone(),
                         container: name.clone(),
-                        ty: type_index(ty),
+                        ty,
                     };
                     let Some(w) = workers.get(&key) else { continue };
                     has_readiness |= ty == ProbeType::Readiness;
@@ -142,17 +142,17 @@ impl Manager {
         let started = running
             && (!has_startup
                 || match results.get(&c.id, ProbeType::Startup) {
-                    Some(r) => r == Outcome::Success,
+                    Some(r) => r == ProbeResult::Success,
                     None => before_restart,
                 });
         let ready = started
             && match results.get(&c.id, ProbeType::Readiness) {
-                Some(r) => r == Outcome::Success,
+                Some(r) => r == ProbeResult::Success,
                 // No result: ready only without a readiness worker, or (kubelet's restart rule)
                 // for a container that ran before this prober started.
                 None => !has_readiness || before_restart,
             };
-        let live = results.get(&c.id, ProbeType::Liveness) != Some(Outcome::Failure);
+        let live = results.get(&c.id, ProbeType::Liveness) != Some(ProbeResult::Failure);
         (started, ready, live)
     }
 }

@@ -16,9 +16,8 @@ use crate::kill::Killer;
 use crate::manager::Manager;
 use crate::metrics::Metrics;
 use crate::model::{ContainerInfo, PodInfo, RunState};
-use crate::probe::{ProbeResult, ProbeVerdict};
-use crate::results::Outcome;
-use crate::runner::ProbeRunner;
+use crate::results::ProbeResult;
+use crate::runner::{ProbeRunner, ProbeVerdict};
 use crate::spec::{ProbeSpec, ProbeType};
 
 /// Wall time of the test clock's start.
@@ -186,7 +185,7 @@ impl Node {
         Self::started(Duration::from_secs(1000)).await
     }
 
-    pub(super) fn result(&self, id: &str, ty: ProbeType) -> Option<Outcome> {
+    pub(super) fn result(&self, id: &str, ty: ProbeType) -> Option<ProbeResult> {
         self.manager.results().get(id, ty)
     }
 
