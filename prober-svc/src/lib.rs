@@ -12,6 +12,8 @@
 pub mod api;
 pub mod clock;
 pub mod config;
+pub mod event;
+pub mod hub;
 pub mod kill;
 pub mod manager;
 pub mod metrics;
@@ -20,6 +22,7 @@ pub mod results;
 pub mod run;
 pub mod runner;
 pub mod source;
+pub mod wire;
 pub mod worker;
 
 #[cfg(test)]
@@ -30,4 +33,4 @@ pub mod probe;
 pub mod spec;
 
 pub use config::{Args, Config};
-pub use run::{RunError, run};
+pub use run::{Options, Parts, RunError, run, run_with};

@@ -9,25 +9,8 @@ use super::Manager;
 use crate::model::{ContainerInfo, RunState};
 use crate::results::ProbeResult;
 use crate::spec::ProbeType;
+use crate::wire;
 use crate::worker::{RESTART_GRACE, WorkerKey};
-
-/// Our probe type on the wire.
-pub(crate) fn api_type(ty: ProbeType) -> api::ProbeType {
-    match ty {
-        ProbeType::Liveness => api::ProbeType::Liveness,
-        ProbeType::Readiness => api::ProbeType::Readiness,
-        ProbeType::Startup => api::ProbeType::Startup,
-    }
-}
-
-/// A result on the wire.
-pub(crate) fn api_result(r: Option<ProbeResult>) -> api::ProbeResult {
-    match r {
-        Some(ProbeResult::Success) => api::ProbeResult::Success,
-        Some(ProbeResult::Failure) => api::ProbeResult::Failure,
-        Some(ProbeResult::Unknown) | None => api::ProbeResult::Unknown,
-    }
-}
 
 impl Manager {
     /// Status of every probed pod, or of `uid` only.
@@ -74,10 +57,10 @@ impl Manager {
                     has_readiness |= ty == ProbeType::Readiness;
                     let st = w.status.lock().clone();
                     probes.push(api::ProbeStatus {
-                        r#type: api_type(ty) as i32,
-                        result: api_result(st.result) as i32,
+                        r#type: wire::probe_type(ty) as i32,
+                        result: wire::probe_result(st.result) as i32,
                         last_output: st.last_output,
-                        last_probe_result: api_result(st.last_probe_result) as i32,
+                        last_probe_result: wire::probe_result(st.last_probe_result) as i32,
                         consecutive_successes: st.consecutive_successes,
                         consecutive_failures: st.consecutive_failures,
                         last_probe_at_ns: st.last_probe_at_ns,
@@ -90,13 +73,7 @@ impl Manager {
                     Some(c) => self.flags(c, has_startup.contains(&name), has_readiness),
                     None => (false, false, true),
                 };
-                let kill = self
-                    .state
-                    .kills
-                    .lock()
-                    .get(&(pod.uid.clone(), name.clone()))
-                    .cloned()
-                    .unwrap_or_default();
+                let kills = self.state.killer.log(&pod.uid, &name);
                 containers.push(api::ContainerStatus {
                     name,
                     container_id: c.map(|c| c.id.to_string()).unwrap_or_default(),
@@ -104,8 +81,8 @@ impl Manager {
                     ready,
                     live,
                     probes,
-                    kills: kill.count,
-                    last_kill: kill.last,
+                    kills: kills.count,
+                    last_kill: kills.last.as_ref().map(wire::kill),
                 });
             }
             drop(workers);
