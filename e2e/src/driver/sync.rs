@@ -15,8 +15,8 @@ use podward_api::labels;
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
-use super::pod::PodState;
 use super::spec::{ContainerSpec, PodSpec};
+use super::state::PodState;
 use crate::HarnessError;
 
 /// Relist period (kubelet's PLEG relists every second; tests want faster reactions).
