@@ -9,10 +9,10 @@
 
 use std::sync::Arc;
 
-use crate::kill::stopper::StopError;
 use crate::model::{ContainerInfo, PodInfo};
 use crate::results::ProbeResult;
 use crate::spec::ProbeType;
+use crate::stopper::StopError;
 
 /// kubelet's event reason for a container it stops (`events.KillingContainer`).
 pub const REASON_KILLING: &str = "Killing";

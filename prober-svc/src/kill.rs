@@ -5,20 +5,18 @@
 //!
 //! Workers only decide that a kill is due; the manager only forwards that decision here.
 
-pub mod stopper;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use self::stopper::Stopper;
 use crate::clock::Clock;
 use crate::event::{Event, Events, Kill, killing_message};
 use crate::handler::output::capped;
 use crate::metrics::Metrics;
 use crate::model::{ContainerInfo, PodInfo};
 use crate::spec::{ProbeSpec, ProbeType};
+use crate::stopper::Stopper;
 
 /// kubelet's `minimumGracePeriodInSeconds`: a kill never gets less than this.
 pub const MIN_GRACE_SECONDS: i64 = 2;

@@ -21,7 +21,8 @@ use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::results::{ProbeResult, Results};
 use crate::runner::ProbeRunner;
 use crate::spec::{ProbeSpec, ProbeType, SpecError, parse_pod_probes};
-use crate::worker::{Ctx, SharedPod, Sink, Worker, WorkerCtl, WorkerKey, WorkerStatus};
+use crate::worker::handle::{WorkerCtl, WorkerKey, WorkerStatus};
+use crate::worker::{Ctx, SharedPod, Sink, Worker};
 
 mod status;
 

@@ -19,11 +19,11 @@ use crate::event::Events;
 use crate::handler::exec::cri::CriExec;
 use crate::hub::Hub;
 use crate::kill::Killer;
-use crate::kill::stopper::{CriStopper, Stopper};
 use crate::manager::Manager;
 use crate::metrics::{Metrics, MetricsError};
 use crate::probe::{Prober, ProberOptions};
 use crate::source::{SourceConfig, follow};
+use crate::stopper::{CriStopper, Stopper};
 
 /// Why the prober could not run.
 #[derive(Debug, thiserror::Error)]

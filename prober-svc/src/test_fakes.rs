@@ -9,12 +9,12 @@ use crate::clock::Clock;
 use crate::event::Events;
 use crate::hub::Hub;
 use crate::kill::Killer;
-use crate::kill::stopper::{StopError, Stopper};
 use crate::manager::Manager;
 use crate::metrics::Metrics;
 use crate::model::ContainerInfo;
 use crate::runner::{ProbeRunner, ProbeVerdict};
 use crate::spec::{ProbeSpec, ProbeType};
+use crate::stopper::{StopError, Stopper};
 
 /// A probe runner whose probes never finish and a stopper that accepts every stop: for tests of
 /// the plumbing around workers (API, sources), where no verdict must ever arrive.

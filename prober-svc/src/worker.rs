@@ -14,14 +14,13 @@
 //!   keeps probing.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use rand::Rng;
-use tokio::sync::Notify;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use self::handle::{WorkerCtl, WorkerKey, WorkerStatus};
 use crate::clock::Clock;
 use crate::handler::output::capped;
 use crate::metrics::{Metrics, WorkerMetrics};
@@ -29,6 +28,8 @@ use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::results::{ProbeResult, Results};
 use crate::runner::{ProbeRunner, ProbeVerdict};
 use crate::spec::{ProbeSpec, ProbeType};
+
+pub mod handle;
 
 #[cfg(test)]
 mod tests;
@@ -41,15 +42,12 @@ pub type SharedPod = Arc<RwLock<Arc<PodInfo>>>;
 /// treated as having run under a previous prober instance.
 pub const RESTART_GRACE: Duration = Duration::from_secs(10);
 
-/// Identity of a worker.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct WorkerKey {
-    /// Pod UID.
-    pub pod_uid: String,
-    /// Container name.
-    pub container: String,
-    /// Probe type.
-    pub ty: ProbeType,
+/// kubelet's restart rule: whether `c` started more than [`RESTART_GRACE`] before this prober
+/// (whose start is `clock`'s), i.e. under a previous prober instance. Such a container gets no
+/// initial value and keeps being started and ready until a real verdict.
+pub fn started_before_restart(c: &ContainerInfo, clock: &Clock) -> bool {
+    let grace = i64::try_from(RESTART_GRACE.as_nanos()).unwrap_or(i64::MAX);
+    c.started_at_ns > 0 && c.started_at_ns < clock.start_ns().saturating_sub(grace)
 }
 
 /// kubelet's `initialValue` per probe type.
@@ -99,59 +97,6 @@ pub struct Ctx {
     pub sink: Arc<dyn Sink>,
     /// Prometheus metrics.
     pub metrics: Arc<Metrics>,
-}
-
-/// Control handle of a running worker.
-#[derive(Debug, Default)]
-pub struct WorkerCtl {
-    stop: AtomicBool,
-    trigger: AtomicBool,
-    wake: Notify,
-}
-
-impl WorkerCtl {
-    /// Asks the worker to stop (idempotent; an in-flight probe finishes first, as in kubelet).
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-        self.wake.notify_one();
-    }
-
-    /// Requests one immediate probe and a ticker reset (non-blocking; extra requests coalesce,
-    /// like kubelet's 1-slot `manualTriggerCh`).
-    pub fn trigger(&self) {
-        self.trigger.store(true, Ordering::Release);
-        self.wake.notify_one();
-    }
-
-    /// Whether stop was requested.
-    pub fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Acquire)
-    }
-}
-
-/// A worker's state as `Status` reports it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct WorkerStatus {
-    /// The container instance probed.
-    pub container_id: String,
-    /// The published result for that instance.
-    pub result: Option<ProbeResult>,
-    /// The last probe's own result, before thresholds.
-    pub last_probe_result: Option<ProbeResult>,
-    /// The last probe's output (capped at `handler::output::MAX_OUTPUT_BYTES`).
-    pub last_output: String,
-    /// Consecutive successes so far.
-    pub consecutive_successes: u32,
-    /// Consecutive failures so far.
-    pub consecutive_failures: u32,
-    /// When the last probe ran (Unix ns).
-    pub last_probe_at_ns: i64,
-    /// When the published result last changed (Unix ns).
-    pub last_transition_at_ns: i64,
-    /// Verdict reached; no probes until the container ID changes.
-    pub on_hold: bool,
-    /// Probes run by this worker.
-    pub probes_run: u64,
 }
 
 /// One worker. Built by the manager, consumed by [`Worker::run`].
@@ -232,11 +177,11 @@ impl Worker {
             }
             tokio::select! {
                 biased;
-                () = self.ctl.wake.notified() => {
+                () = self.ctl.woken() => {
                     if self.ctl.stopped() {
                         break;
                     }
-                    if self.ctl.trigger.swap(false, Ordering::AcqRel) {
+                    if self.ctl.take_trigger() {
                         ticker.reset();
                     }
                 }
@@ -255,7 +200,7 @@ impl Worker {
         loop {
             tokio::select! {
                 () = &mut sleep => return self.ctl.stopped(),
-                () = self.ctl.wake.notified() => {
+                () = self.ctl.woken() => {
                     if self.ctl.stopped() {
                         return true;
                     }
@@ -300,8 +245,7 @@ impl Worker {
     }
 
     fn started_before_restart(&self, c: &ContainerInfo) -> bool {
-        let grace = i64::try_from(RESTART_GRACE.as_nanos()).unwrap_or(i64::MAX);
-        c.started_at_ns > 0 && c.started_at_ns < self.ctx.clock.start_ns().saturating_sub(grace)
+        started_before_restart(c, &self.ctx.clock)
     }
 
     /// One step of the state machine; false ends the worker.

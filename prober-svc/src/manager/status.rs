@@ -10,7 +10,8 @@ use crate::model::{ContainerInfo, RunState};
 use crate::results::ProbeResult;
 use crate::spec::ProbeType;
 use crate::wire;
-use crate::worker::{RESTART_GRACE, WorkerKey};
+use crate::worker::handle::WorkerKey;
+use crate::worker::started_before_restart;
 
 impl Manager {
     /// Status of every probed pod, or of `uid` only.
@@ -113,9 +114,7 @@ impl Manager {
     ) -> (bool, bool, bool) {
         let results = &self.ctx.results;
         let running = c.state == RunState::Running;
-        let grace = i64::try_from(RESTART_GRACE.as_nanos()).unwrap_or(i64::MAX);
-        let before_restart = c.started_at_ns > 0
-            && c.started_at_ns < self.state.clock.start_ns().saturating_sub(grace);
+        let before_restart = started_before_restart(c, &self.state.clock);
         let started = running
             && (!has_startup
                 || match results.get(&c.id, ProbeType::Startup) {

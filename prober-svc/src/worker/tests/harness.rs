@@ -12,12 +12,12 @@ use tokio::time::Instant;
 
 use crate::clock::Clock;
 use crate::hub::Hub;
-use crate::kill::stopper::{StopError, Stopper};
 use crate::manager::Manager;
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::results::ProbeResult;
 use crate::runner::{ProbeRunner, ProbeVerdict};
 use crate::spec::{ProbeSpec, ProbeType};
+use crate::stopper::{StopError, Stopper};
 use crate::test_fakes;
 
 /// Wall time of the test clock's start.
