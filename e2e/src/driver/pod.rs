@@ -5,9 +5,8 @@ use std::time::{Duration, Instant};
 
 use podward_api::cri::runtime_service_client::RuntimeServiceClient;
 use podward_api::cri::{
-    ContainerFilter, ExecSyncRequest, ExecSyncResponse, ListContainersRequest, PodSandboxConfig,
-    PodSandboxStatusRequest, RemoveContainerRequest, RemovePodSandboxRequest, StopContainerRequest,
-    StopPodSandboxRequest,
+    ExecSyncRequest, ExecSyncResponse, PodSandboxConfig, PodSandboxStatusRequest,
+    RemoveContainerRequest, RemovePodSandboxRequest, StopContainerRequest, StopPodSandboxRequest,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -15,7 +14,7 @@ use tonic::transport::Channel;
 
 use super::spec::PodSpec;
 use super::state::PodState;
-use super::sync::SyncLoop;
+use super::sync::{SyncLoop, sandbox_containers};
 use crate::{HarnessError, TestNode};
 
 /// A pod run by the [`crate::Driver`]. Dropping it stops its sync loop (the node's teardown
@@ -177,17 +176,7 @@ impl Pod {
             let _ = task.await;
         }
         let mut client = self.client.clone();
-        let containers = client
-            .list_containers(ListContainersRequest {
-                filter: Some(ContainerFilter {
-                    pod_sandbox_id: self.sandbox_id.clone(),
-                    ..Default::default()
-                }),
-            })
-            .await
-            .map_err(HarnessError::grpc("ListContainers"))?
-            .into_inner()
-            .containers;
+        let containers = sandbox_containers(&mut client, &self.sandbox_id).await?;
         for c in &containers {
             let req = StopContainerRequest {
                 container_id: c.id.clone(),
