@@ -5,7 +5,8 @@
 //! overruns its period is followed immediately by one more and the schedule then realigns) or for
 //! a manual trigger (readiness right after startup succeeds), which resets the ticker.
 //!
-//! `do_probe` is a line-by-line port of kubelet's `doProbe`; see `reference/kubelet-probes.md`.
+//! `do_probe` is a line-by-line port of kubelet's `doProbe` (`pkg/kubelet/prober/worker.go`);
+//! `docs/prober.md` lists the semantics and the tests that hold them.
 //! Deviations, each because the prober cannot know what kubelet knows:
 //! - pod phase and restart policy are unknown: a worker of an exited container keeps waiting for
 //!   a new instance and stops only when its pod goes;

@@ -51,10 +51,14 @@ fn text_logs_to_a_pipe_carry_no_colour_codes() {
     assert!(started, "no start-up line in {seen:#?}");
     // The start-up line has fields and a level, which the text format colours on a terminal.
     for line in &seen {
-        assert!(!line.contains('\u{1b}'), "ANSI escape in a piped log line: {line:?}");
+        assert!(
+            !line.contains('\u{1b}'),
+            "ANSI escape in a piped log line: {line:?}"
+        );
     }
     assert!(
-        seen.iter().any(|l| l.contains(" INFO ") && l.contains("socket=")),
+        seen.iter()
+            .any(|l| l.contains(" INFO ") && l.contains("socket=")),
         "the level and fields are still written: {seen:#?}"
     );
 }
