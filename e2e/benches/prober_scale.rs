@@ -57,6 +57,23 @@ struct Opts {
     threads: Option<usize>,
 }
 
+/// `--help`.
+const USAGE: &str = "\
+prober scale benchmark: the prober (run_with) against a synthetic node, then exec overhead
+
+cargo bench -p podward-e2e --bench prober_scale -- [FLAGS]
+
+  --containers N   pods of one container each (default 10000)
+  --period S       probe period in seconds (default 1)
+  --window S       measurement window in seconds, after a warm-up (default 30)
+  --mix slr|lr     startup+liveness+readiness, or liveness+readiness (default slr)
+  --exec-runs N    exec probes timed against direct ExecSync on a real containerd; 0 skips
+                   (default 200)
+  --floor          also run the same connections from bare tokio tasks and print the ratio
+  --threads N      runtime worker threads (default: one per core, as the prober's)
+  --help           this text
+";
+
 fn opts() -> Opts {
     let mut o = Opts {
         containers: 10_000,
@@ -84,6 +101,10 @@ fn opts() -> Opts {
             }
             "--exec-runs" => o.exec_runs = v.parse().unwrap_or(o.exec_runs),
             "--threads" => o.threads = v.parse().ok(),
+            "--help" | "-h" => {
+                print!("{USAGE}");
+                std::process::exit(0);
+            }
             "--floor" => {
                 o.floor = true;
                 i += 1;
