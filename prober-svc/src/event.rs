@@ -113,6 +113,14 @@ impl Event {
         }
     }
 
+    /// kubelet's message for the event, where [`Event::reason`] names one.
+    pub fn message(&self) -> Option<&str> {
+        match &self.kind {
+            EventKind::Result { .. } => None,
+            EventKind::Kill(k) => Some(&k.message),
+        }
+    }
+
     /// The probe output this event carries.
     pub fn output(&self) -> &str {
         match &self.kind {
@@ -159,5 +167,56 @@ impl Events {
         for sink in self.sinks.iter() {
             sink.publish(&event);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: EventKind) -> Event {
+        Event {
+            pod_uid: "u".into(),
+            pod_name: "p".into(),
+            pod_namespace: "ns".into(),
+            container_name: "web".into(),
+            container_id: "c1".into(),
+            probe: ProbeType::Liveness,
+            at_ns: 1,
+            kind,
+        }
+    }
+
+    #[test]
+    fn kills_carry_kubelets_reason_and_message_and_results_none() {
+        assert_eq!(
+            killing_message("web", ProbeType::Liveness),
+            "Container web failed liveness probe, will be restarted"
+        );
+        assert_eq!(
+            killing_message("web", ProbeType::Startup),
+            "Container web failed startup probe, will be restarted"
+        );
+        let kill = event(EventKind::Kill(Kill {
+            container_id: "c1".into(),
+            probe: ProbeType::Liveness,
+            message: killing_message("web", ProbeType::Liveness),
+            output: "HTTP probe failed with statuscode: 500".into(),
+            grace_seconds: 30,
+            issued_at_ns: 1,
+            error: None,
+        }));
+        assert_eq!(kill.reason(), Some("Killing"));
+        assert_eq!(
+            kill.message(),
+            Some("Container web failed liveness probe, will be restarted")
+        );
+        assert_eq!(kill.output(), "HTTP probe failed with statuscode: 500");
+        let result = event(EventKind::Result {
+            result: ProbeResult::Failure,
+            output: "refused".into(),
+        });
+        assert_eq!((result.reason(), result.message()), (None, None));
+        assert_eq!(result.output(), "refused");
     }
 }
