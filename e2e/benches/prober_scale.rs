@@ -8,9 +8,10 @@
 //! `--floor` then runs the same connections from bare tokio tasks (see `floor.rs`) over the
 //! same window and prints the prober's CPU as a ratio of that floor.
 //!
-//! The prober's manager, workers and real probe handlers run in this process; the HTTP/TCP
-//! targets and a fake shim Lifecycle server (tonic, unix socket) with a synthetic snapshot run in
-//! a child process (this binary re-executed) so CPU and RSS below are the prober's own.
+//! The prober runs in this process, wired as the daemon wires it (`podward_prober::run_with`, with
+//! a stopper that counts kills instead of stopping containers); the HTTP/TCP targets and a fake
+//! shim Lifecycle server (tonic, unix socket) with a synthetic snapshot run in a child process
+//! (this binary re-executed) so CPU and RSS below are the prober's own.
 //! Reports probes/s, CPU cores, RSS (now and peak, after one full `/metrics` render), scheduling
 //! lateness p50/p99 and false failures; then exec overhead (prober exec probe vs direct ExecSync)
 //! on a real containerd.
@@ -31,13 +32,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_free::BoxFuture;
-use podward_prober::api::Hub;
+use podward_api::daemon::admin::Admin;
 use podward_prober::clock::Clock;
-use podward_prober::kill::Killer;
-use podward_prober::manager::Manager;
-use podward_prober::metrics::{FineHistogram, Metrics};
-use podward_prober::probe::{CriExec, Prober, ProberOptions};
-use podward_prober::source::{SourceConfig, follow};
+use podward_prober::metrics::FineHistogram;
+use podward_prober::stopper::{StopError, Stopper};
+use podward_prober::{Config, Options, Parts};
 
 /// `BoxFuture` without a `futures` dependency in this crate.
 mod futures_free {
@@ -57,6 +56,23 @@ struct Opts {
     floor: bool,
     threads: Option<usize>,
 }
+
+/// `--help`.
+const USAGE: &str = "\
+prober scale benchmark: the prober (run_with) against a synthetic node, then exec overhead
+
+cargo bench -p podward-e2e --bench prober_scale -- [FLAGS]
+
+  --containers N   pods of one container each (default 10000)
+  --period S       probe period in seconds (default 1)
+  --window S       measurement window in seconds, after a warm-up (default 30)
+  --mix slr|lr     startup+liveness+readiness, or liveness+readiness (default slr)
+  --exec-runs N    exec probes timed against direct ExecSync on a real containerd; 0 skips
+                   (default 200)
+  --floor          also run the same connections from bare tokio tasks and print the ratio
+  --threads N      runtime worker threads (default: one per core, as the prober's)
+  --help           this text
+";
 
 fn opts() -> Opts {
     let mut o = Opts {
@@ -85,6 +101,10 @@ fn opts() -> Opts {
             }
             "--exec-runs" => o.exec_runs = v.parse().unwrap_or(o.exec_runs),
             "--threads" => o.threads = v.parse().ok(),
+            "--help" | "-h" => {
+                print!("{USAGE}");
+                std::process::exit(0);
+            }
             "--floor" => {
                 o.floor = true;
                 i += 1;
@@ -104,8 +124,8 @@ fn opts() -> Opts {
 #[derive(Default)]
 struct CountKills(AtomicU64);
 
-impl Killer for CountKills {
-    fn stop_container(&self, _: String, _: i64) -> BoxFuture<'_, Result<(), String>> {
+impl Stopper for CountKills {
+    fn stop_container(&self, _: String, _: i64) -> BoxFuture<'_, Result<(), StopError>> {
         self.0.fetch_add(1, Ordering::Relaxed);
         Box::pin(async { Ok(()) })
     }
@@ -129,22 +149,12 @@ fn status_kib(key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Renders `/metrics` as the admin endpoint does (registry text, then the streamed series in
-/// chunks, each dropped once "sent"); returns the bytes and the time it took.
-fn render_metrics(registry: &prometheus::Registry, metrics: &Metrics) -> (usize, Duration) {
-    use podward_api::daemon::admin::TextMetrics;
-    use prometheus::Encoder;
+/// Renders `/metrics` with the admin endpoint's own renderer (registry text, then the streamed
+/// series in chunks, each dropped once "sent"); returns the bytes and the time it took.
+fn render_metrics(admin: &Admin) -> Result<(usize, Duration), prometheus::Error> {
     let t = Instant::now();
-    let mut head = Vec::new();
-    let _ = prometheus::TextEncoder::new().encode(&registry.gather(), &mut head);
-    let mut bytes = head.len();
-    let mut pos = Some(0);
-    while let Some(p) = pos {
-        let mut chunk = String::new();
-        pos = metrics.series().render(p, &mut chunk);
-        bytes += chunk.len();
-    }
-    (bytes, t.elapsed())
+    let bytes = admin.render_metrics()?.map(|chunk| chunk.len()).sum();
+    Ok((bytes, t.elapsed()))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -243,40 +253,40 @@ async fn floor_run(
 /// Runs the prober over the window and prints its figures; returns its CPU cores.
 async fn scale(o: &Opts, shim_sock: &std::path::Path) -> Result<f64, Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    let clock = Clock::system();
-    let registry = prometheus::Registry::new();
-    let metrics = Metrics::new(&registry)?;
-    // No exec probes here: the CRI channel points at nothing.
-    let nowhere = podward_api::socket::channel(dir.path().join("no-containerd.sock"));
-    let prober = Prober::new(
-        ProberOptions {
-            kube_version: "1.33".into(),
-        },
-        Arc::new(CriExec::new(nowhere.clone())),
-    );
+    let config = Config {
+        socket: dir.path().join("prober.sock"),
+        shim_socket: shim_sock.to_owned(),
+        // No exec probes here: containerd's socket points at nothing.
+        containerd_socket: dir.path().join("no-containerd.sock"),
+        node_ip: Some("127.0.0.1".parse()?),
+        admin_addr: "127.0.0.1:0".parse()?,
+        poll_interval_seconds: 3600,
+        ..Config::default()
+    };
     let kills = Arc::new(CountKills::default());
-    let manager = Manager::new(
-        Arc::new(prober),
-        kills.clone(),
-        Arc::new(metrics.clone()),
-        Hub::default(),
-        clock,
-    );
-    let rss0 = status_kib("VmRSS:");
+    // The prober's parts, and the RSS before any worker (the source starts after `on_start`).
+    let (parts_tx, parts_rx) = tokio::sync::oneshot::channel::<(Parts, u64)>();
+    let options = Options {
+        stopper: Some(kills.clone()),
+        on_start: Some(Box::new(move |parts| {
+            let _ = parts_tx.send((parts, status_kib("VmRSS:")));
+        })),
+        ..Options::default()
+    };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let source = tokio::spawn(follow(
-        SourceConfig {
-            shim_socket: shim_sock.to_owned(),
-            containerd: nowhere,
-            node_ip: "127.0.0.1".parse()?,
-            poll_interval: Duration::from_secs(3600),
-        },
-        manager.clone(),
-        metrics.clone(),
-        async move {
-            let _ = stop_rx.await;
-        },
-    ));
+    let prober = tokio::spawn(podward_prober::run_with(config, options, async move {
+        let _ = stop_rx.await;
+    }));
+    let Ok((parts, rss0)) = parts_rx.await else {
+        // It failed before it started: its error says why.
+        prober.await??;
+        return Err("the prober ended before it started".into());
+    };
+    let Parts {
+        manager,
+        metrics,
+        admin,
+    } = parts;
     let per = if o.mix == lifecycle::Mix::LivenessReadiness {
         2
     } else {
@@ -323,7 +333,7 @@ async fn scale(o: &Opts, shim_sock: &std::path::Path) -> Result<f64, Box<dyn std
             .unwrap_or(f64::NAN)
     };
     let probes = ((ok1 - ok0) + (failed1 - failed0)) as f64;
-    let scrape = render_metrics(&registry, &metrics);
+    let scrape = render_metrics(&admin)?;
     println!(
         "containers {} mix {:?} period {} s window {:.1} s: workers {want}, probes/s {:.0} (expected {:.0}), CPU {:.2} cores, RSS {} MiB (max {} MiB, before workers {} MiB, peak after a scrape {} MiB; scrape {:.1} MB in {:.0} ms), lateness p50 {:.1} ms p99 {:.1} ms, failed probes {}, kills {}",
         o.containers,
@@ -363,8 +373,7 @@ async fn scale(o: &Opts, shim_sock: &std::path::Path) -> Result<f64, Box<dyn std
         }
     }
     let _ = stop_tx.send(());
-    let _ = source.await;
-    manager.stop_all();
+    prober.await??;
     // Let the stopped workers' last probes finish before a floor run measures CPU.
     tokio::time::sleep(Duration::from_secs(2)).await;
     Ok(cpu / wall)

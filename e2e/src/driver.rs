@@ -3,6 +3,7 @@
 mod cri_config;
 mod pod;
 mod spec;
+mod state;
 mod sync;
 
 use std::path::{Path, PathBuf};
@@ -84,7 +85,7 @@ impl Driver {
             .map_err(HarnessError::grpc("RunPodSandbox"))?
             .into_inner()
             .pod_sandbox_id;
-        let state = Arc::new(pod::PodState::default());
+        let state = Arc::new(state::PodState::default());
         for c in &spec.containers {
             let id = create_and_start(&mut client, &sandbox_id, &config, &spec, c, 0).await?;
             state.started(&c.name, id, 0);

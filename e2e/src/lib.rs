@@ -64,8 +64,11 @@ pub fn init_test_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // A second call fails because a subscriber is already set: that is the point of "once".
+    // Colour only on a terminal: captured test output and the demo redirected to a file stay
+    // plain text.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_test_writer()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .try_init();
 }

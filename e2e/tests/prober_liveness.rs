@@ -1,5 +1,6 @@
-//! Upstream "Probing container" liveness scenarios (#3–#9, #11–#13 of the list in
-//! `reference/kubelet-probes.md`) on a real containerd, shim and prober, with upstream's probe
+//! Upstream "Probing container" liveness scenarios (#3–#9, #11–#13 of upstream's
+//! `test/e2e/common/node/container_probe.go`, numbered in `docs/prober.md`) on a real
+//! containerd, shim and prober, with upstream's probe
 //! parameters. They run concurrently on one node (distinct ports); observation windows are
 //! shortened from 4 min to 60 s, which still covers the initial delay, the failure point and
 //! several periods.

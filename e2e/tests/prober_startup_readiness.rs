@@ -1,5 +1,6 @@
 //! Upstream readiness, startup, grace-override and termination scenarios (#1, #2, #10, #14–#19,
-//! #22, #23 of the list in `reference/kubelet-probes.md`) on a real containerd, shim and prober,
+//! #22, #23 of upstream's `test/e2e/common/node/container_probe.go`, numbered in
+//! `docs/prober.md`) on a real containerd, shim and prober,
 //! with upstream's probe parameters, run concurrently on one node. "Never ready / never
 //! restarted" windows are 60 s instead of 1–4 min: still several periods past the initial delay.
 

@@ -133,7 +133,11 @@ fn v2_systemd_names_and_a_child_cgroup_frozen_by_its_own_freeze_still_die() {
     fs::write(t.root().join(&scope).join("cgroup.freeze"), "1").expect("freeze");
     let layout = t.layout(CgroupDriver::Systemd);
     let pods = scan_pod_cgroups(&layout).expect("scan");
-    let report = destroy(&layout, &find(&pods, "44444444-dddd-4000-8000-000000000004")).expect("destroy");
+    let report = destroy(
+        &layout,
+        &find(&pods, "44444444-dddd-4000-8000-000000000004"),
+    )
+    .expect("destroy");
     assert_eq!(t.wait_signal(pid), Some(9));
     assert_eq!(report.removed.len(), 2, "{report:?}");
     assert!(t.exists_anywhere(slice).is_empty());
@@ -200,7 +204,9 @@ fn fake_v2_pod(events: &str) -> (tempfile::TempDir, PathBuf) {
         "cpu memory pids io\n",
     )
     .expect("write");
-    let pod = tmp.path().join("kubepods/burstable/pod33333333-cccc-4000-8000-000000000003");
+    let pod = tmp
+        .path()
+        .join("kubepods/burstable/pod33333333-cccc-4000-8000-000000000003");
     fs::create_dir_all(&pod).expect("mkdir");
     for (file, content) in [
         ("cgroup.procs", ""),

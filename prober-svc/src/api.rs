@@ -1,64 +1,20 @@
 //! `podward.prober.v1.Prober`: `Status`, `Watch` (de-duplicated result changes and kills) and
 //! `CleanupPods`.
 //!
-//! Watch subscribers share one bounded ring (`tokio::sync::broadcast`): publishing never waits
-//! for a subscriber, and one that falls more than the ring's size behind gets a `resync` event
-//! (call `Status` again) instead of a silent gap, as the shim's Watch does.
+//! `Watch` subscribes to the [`Hub`]; a subscriber that falls behind its ring gets one `resync`
+//! event (call `Status` again) instead of a silent gap, as the shim's Watch does.
 
 use std::pin::Pin;
-use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
-use parking_lot::Mutex;
 use podward_api::prober::v1 as api;
 use podward_api::prober::v1::prober_server::Prober as ProberApi;
-use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tonic::{Request, Response, Status};
 
+use crate::hub::Hub;
 use crate::manager::Manager;
-
-/// Events a Watch subscriber may fall behind before it is resynced.
-pub const WATCH_QUEUE: usize = 4096;
-
-/// The event fan-out behind `Watch`.
-#[derive(Clone)]
-pub struct Hub {
-    tx: broadcast::Sender<api::ProbeEvent>,
-    seq: Arc<Mutex<u64>>,
-}
-
-impl Default for Hub {
-    fn default() -> Self {
-        Self::new(WATCH_QUEUE)
-    }
-}
-
-impl Hub {
-    /// A hub whose subscribers may lag `capacity` events.
-    pub fn new(capacity: usize) -> Self {
-        let (tx, _) = broadcast::channel(capacity.max(1));
-        Self {
-            tx,
-            seq: Arc::new(Mutex::new(0)),
-        }
-    }
-
-    /// Publishes `ev` with the next sequence number (never blocks; no subscriber is fine).
-    pub fn publish(&self, mut ev: api::ProbeEvent) {
-        // The lock keeps sequence numbers in send order across concurrent publishers.
-        let mut seq = self.seq.lock();
-        *seq += 1;
-        ev.seq = *seq;
-        let _ = self.tx.send(ev);
-    }
-
-    /// A new subscription, from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<api::ProbeEvent> {
-        self.tx.subscribe()
-    }
-}
 
 /// The gRPC service.
 pub struct ProberService {
@@ -124,74 +80,18 @@ impl ProberApi for ProberService {
 
 #[cfg(test)]
 mod tests {
-    use futures::StreamExt;
-
-    use super::*;
-
-    fn ev(uid: &str) -> api::ProbeEvent {
-        api::ProbeEvent {
-            pod_uid: uid.to_owned(),
-            event: Some(api::probe_event::Event::Result(
-                api::ProbeResult::Success as i32,
-            )),
-            ..Default::default()
-        }
-    }
-
-    #[tokio::test]
-    async fn a_lagging_subscriber_gets_resync_instead_of_a_gap_and_memory_stays_bounded() {
-        let hub = Hub::new(4);
-        let mut slow = BroadcastStream::new(hub.subscribe());
-        for _ in 0..10 {
-            hub.publish(ev("u"));
-        }
-        let first = slow.next().await.expect("item");
-        assert!(
-            matches!(first, Err(BroadcastStreamRecvError::Lagged(6))),
-            "{first:?}"
-        );
-        // The 4 newest remain, in order, with consecutive sequence numbers.
-        let mut rest = Vec::new();
-        for _ in 0..4 {
-            rest.push(slow.next().await.expect("item").expect("event").seq);
-        }
-        assert_eq!(rest, vec![7, 8, 9, 10]);
-    }
-
-    #[tokio::test]
-    async fn publishing_without_subscribers_never_blocks_or_fails() {
-        let hub = Hub::new(1);
-        for _ in 0..1000 {
-            hub.publish(ev("u"));
-        }
-        let mut rx = hub.subscribe();
-        hub.publish(ev("v"));
-        assert_eq!(rx.recv().await.expect("event").seq, 1001);
-    }
-}
-
-#[cfg(test)]
-mod service_tests {
     use std::sync::Arc;
 
     use futures::StreamExt;
 
     use super::*;
     use crate::clock::Clock;
-    use crate::metrics::Metrics;
-
-    use crate::test_fakes::Never;
+    use crate::test_fakes::{self, Never};
 
     #[tokio::test]
     async fn watch_turns_a_lag_into_one_resync_event_and_filters_by_pod() {
         let hub = Hub::new(2);
-        let manager = Manager::new(
-            Arc::new(Never),
-            Arc::new(Never),
-            Arc::new(Metrics::unregistered().expect("metrics")),
-            hub.clone(),
-            Clock::system(),
-        );
+        let manager = test_fakes::manager(Arc::new(Never), Arc::new(Never), &hub, Clock::system());
         let svc = ProberService::new(manager, hub.clone());
         let mut stream = svc
             .watch(Request::new(api::WatchRequest {
@@ -201,7 +101,7 @@ mod service_tests {
             .expect("watch")
             .into_inner();
         for uid in ["mine", "other", "mine", "mine", "other"] {
-            hub.publish(api::ProbeEvent {
+            hub.send(api::ProbeEvent {
                 pod_uid: uid.to_owned(),
                 ..Default::default()
             });

@@ -1,13 +1,22 @@
-//! Killing a container after a liveness or startup failure: CRI `StopContainer` sent straight to
-//! containerd (not through the shim, which may be the thing that is down), with the grace period
-//! kubelet would use. kubelet then restarts the container by its restart policy.
+//! The whole kill: when a liveness or startup probe fails at threshold on a running container,
+//! [`Killer::kill`] stops it once per container ID, with the grace period kubelet would use,
+//! and logs, counts, records (for `Status`) and publishes (an [`Event`]) what it did. kubelet then
+//! restarts the container by its restart policy.
+//!
+//! Workers only decide that a kill is due; the manager only forwards that decision here.
 
-use futures::future::BoxFuture;
-use podward_api::cri::StopContainerRequest;
-use podward_api::cri::runtime_service_client::RuntimeServiceClient;
-use tonic::transport::Channel;
+use std::collections::HashMap;
+use std::sync::Arc;
 
-use crate::spec::ProbeSpec;
+use parking_lot::Mutex;
+
+use crate::clock::Clock;
+use crate::event::{Event, Events, Kill, killing_message};
+use crate::handler::output::capped;
+use crate::metrics::Metrics;
+use crate::model::{ContainerInfo, PodInfo};
+use crate::spec::{ProbeSpec, ProbeType};
+use crate::stopper::Stopper;
 
 /// kubelet's `minimumGracePeriodInSeconds`: a kill never gets less than this.
 pub const MIN_GRACE_SECONDS: i64 = 2;
@@ -24,46 +33,129 @@ pub fn grace_seconds(spec: &ProbeSpec, pod_grace: Option<i64>) -> i64 {
         .max(MIN_GRACE_SECONDS)
 }
 
-/// Stops containers.
-pub trait Killer: Send + Sync + 'static {
-    /// Stops `container_id`, giving it `grace_seconds` between SIGTERM and SIGKILL.
-    fn stop_container(
-        &self,
-        container_id: String,
-        grace_seconds: i64,
-    ) -> BoxFuture<'_, Result<(), String>>;
+/// The kills of one container (by name) of a pod, as `Status` shows them.
+#[derive(Debug, Default, Clone)]
+pub struct KillLog {
+    /// Kills so far.
+    pub count: u32,
+    /// The latest.
+    pub last: Option<Kill>,
 }
 
-/// The real one: CRI `StopContainer` on containerd.
-pub struct CriKiller {
-    client: RuntimeServiceClient<Channel>,
+/// The kill path. Cheap to clone.
+#[derive(Clone)]
+pub struct Killer {
+    inner: Arc<Inner>,
 }
 
-impl CriKiller {
-    /// A killer over `channel` (a lazily connecting channel to containerd's socket).
-    pub fn new(channel: Channel) -> Self {
+struct Inner {
+    stopper: Arc<dyn Stopper>,
+    metrics: Arc<Metrics>,
+    events: Events,
+    clock: Clock,
+    /// Container IDs already killed (never twice), with their pod UID: an entry also means
+    /// "the pod is still followed" when a stop returns.
+    killed: Mutex<HashMap<String, String>>,
+    /// Kills per (pod UID, container name).
+    log: Mutex<HashMap<(String, String), KillLog>>,
+}
+
+impl Killer {
+    /// Kills through `stopper`, counting in `metrics` and publishing to `events`.
+    pub fn new(
+        stopper: Arc<dyn Stopper>,
+        metrics: Arc<Metrics>,
+        events: Events,
+        clock: Clock,
+    ) -> Self {
         Self {
-            client: RuntimeServiceClient::new(channel),
+            inner: Arc::new(Inner {
+                stopper,
+                metrics,
+                events,
+                clock,
+                killed: Mutex::new(HashMap::new()),
+                log: Mutex::new(HashMap::new()),
+            }),
         }
     }
-}
 
-impl Killer for CriKiller {
-    fn stop_container(
+    /// The `ty` probe of container `c` failed at threshold with `output`: stop the container,
+    /// unless this instance was killed already. Returns at once; the stop (up to the grace
+    /// period) runs in its own task, and is recorded and published when it returns.
+    pub fn kill(
         &self,
-        container_id: String,
-        grace_seconds: i64,
-    ) -> BoxFuture<'_, Result<(), String>> {
-        let mut client = self.client.clone();
-        Box::pin(async move {
-            client
-                .stop_container(StopContainerRequest {
-                    container_id,
-                    timeout: grace_seconds,
-                })
-                .await
-                .map(|_| ())
-                .map_err(|s| format!("StopContainer: {}: {}", s.code(), s.message()))
-        })
+        pod: &PodInfo,
+        c: &ContainerInfo,
+        ty: ProbeType,
+        spec: &ProbeSpec,
+        output: &str,
+    ) {
+        let inner = &self.inner;
+        if inner
+            .killed
+            .lock()
+            .insert(c.id.to_string(), pod.uid.clone())
+            .is_some()
+        {
+            return; // never kill the same instance twice
+        }
+        let grace = grace_seconds(spec, c.pod_grace_seconds);
+        let message = killing_message(&c.name, ty);
+        tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
+            container_id = %c.id, probe = ty.name(), grace_seconds = grace, output = %output,
+            "{message}");
+        inner
+            .metrics
+            .kills
+            .with_label_values(&[ty.name(), &c.name, &pod.name, &pod.namespace])
+            .inc();
+        let inner = self.inner.clone();
+        let pod = pod.clone();
+        let c = c.clone();
+        let output = capped(output).to_owned();
+        tokio::spawn(async move {
+            // The record carries when the kill was issued; it is published once StopContainer
+            // returns (after up to `grace` seconds), with its error if any.
+            let issued_at_ns = inner.clock.now_ns();
+            let res = inner.stopper.stop_container(c.id.to_string(), grace).await;
+            if let Err(e) = &res {
+                tracing::error!(pod = %pod.name, container = %c.name, container_id = %c.id,
+                    error = %e, "cannot stop the container");
+            }
+            let kill = Kill {
+                container_id: c.id.to_string(),
+                probe: ty,
+                message,
+                output,
+                grace_seconds: grace,
+                issued_at_ns,
+                error: res.err(),
+            };
+            // Record only while the pod is still followed (a late kill must not resurrect it).
+            if inner.killed.lock().contains_key(&*c.id) {
+                let mut log = inner.log.lock();
+                let entry = log.entry((pod.uid.clone(), c.name.clone())).or_default();
+                entry.count += 1;
+                entry.last = Some(kill.clone());
+            }
+            inner.events.publish(Event::kill(&pod, &c, kill));
+        });
+    }
+
+    /// The kills of container `name` of pod `uid`.
+    pub fn log(&self, uid: &str, name: &str) -> KillLog {
+        self.inner
+            .log
+            .lock()
+            .get(&(uid.to_owned(), name.to_owned()))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Forgets pod `uid` (it is no longer followed): its kills and the instances killed.
+    pub fn forget_pod(&self, uid: &str) {
+        self.inner.killed.lock().retain(|_, u| u != uid);
+        self.inner.log.lock().retain(|(u, _), _| u != uid);
     }
 }

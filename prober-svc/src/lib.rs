@@ -1,38 +1,41 @@
 //! podward-prober: liveness, readiness and startup probes with kubelet-exact semantics, outside
-//! the kubelet.
+//! the kubelet. From the `podward.io/probes` annotation to a `StopContainer` call:
 //!
 //! - [`source`] follows the shim's Lifecycle stream (or polls containerd's CRI when the shim is
-//!   down) and keeps the [`manager`] told which pods and containers exist;
-//! - [`manager`] runs one [`worker`] per (pod, container, probe type), as kubelet does;
-//! - workers call the probe handlers ([`probe`], via the [`runner`] seam) and publish into the
-//!   [`results`] cache; the manager fans changes out to [`api`] (Status/Watch) and [`kill`]
-//!   (CRI StopContainer on liveness/startup failure);
-//! - [`metrics`] keeps kubelet's metric names; [`config`] is the daemon's typed configuration.
+//!   down) and tells the [`manager`] which pods ([`model`]) exist;
+//! - [`manager`] parses each new pod's annotation ([`spec`]) and runs one [`worker`] per (pod,
+//!   container, probe type), as kubelet does;
+//! - a worker probes through the [`runner`] seam, whose real side is [`probe`] (retries and
+//!   mapping) over the [`handler`]s (exec, HTTP, TCP, gRPC), counts the verdicts and publishes
+//!   results into the [`results`] cache;
+//! - result changes become [`event`]s, delivered to every sink: the [`hub`] behind [`api`]'s
+//!   `Watch` (with `Status` read from the manager, through [`wire`]);
+//! - a liveness or startup failure at threshold goes to [`kill`], which stops the container
+//!   through the [`stopper`] seam (CRI `StopContainer`), records it and publishes its event;
+//! - [`metrics`] keeps kubelet's metric names; [`config`], [`clock`] and [`run`] are the daemon.
 
 pub mod api;
 pub mod clock;
 pub mod config;
+pub mod event;
+pub mod handler;
+pub mod hub;
 pub mod kill;
 pub mod manager;
 pub mod metrics;
 pub mod model;
+pub mod probe;
 pub mod results;
 pub mod run;
 pub mod runner;
 pub mod source;
+pub mod spec;
+pub mod stopper;
+pub mod wire;
 pub mod worker;
 
 #[cfg(test)]
 mod test_fakes;
 
-pub mod dialer;
-pub mod exec_probe;
-pub mod grpc_probe;
-pub mod http_probe;
-pub mod port;
-pub mod probe;
-pub mod spec;
-pub mod tcp_probe;
-
 pub use config::{Args, Config};
-pub use run::{RunError, run};
+pub use run::{Options, Parts, RunError, run, run_with};

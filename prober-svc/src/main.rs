@@ -9,7 +9,7 @@ use podward_prober::{Args, Config};
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let cfg: Config = config::load(args.config.as_deref(), &args).context("configuration")?;
-    telemetry::init(cfg.log_format, &cfg.log_level).map_err(anyhow::Error::msg)?;
+    telemetry::init(cfg.log_format, &cfg.log_level)?;
     podward_prober::run(cfg, signal::shutdown())
         .await
         .context("podward-prober")

@@ -1,6 +1,7 @@
-//! kubelet's probe manager: workers per (pod, container, probe type) appear when a pod with a
-//! `podward.io/probes` annotation appears and go with it; what workers publish fans out to the
-//! API, kills and readiness triggers.
+//! kubelet's probe manager: it tracks pods and their workers. Workers per (pod, container, probe
+//! type) appear when a pod with a `podward.io/probes` annotation appears and go with it; what a
+//! worker reports goes on as an event (result changes), to the kill path (failures at threshold)
+//! or back to a worker (readiness trigger after startup).
 //!
 //! Like kubelet, adding a pod is idempotent and later spec changes of a known pod are ignored
 //! (a worker key that exists is skipped *per key*, not for the rest of the pod: kubelet's
@@ -10,20 +11,18 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Weak};
 
 use parking_lot::{Mutex, RwLock};
-use podward_api::prober::v1 as api;
 
-use crate::api::Hub;
 use crate::clock::Clock;
-use crate::kill::{Killer, grace_seconds};
+use crate::event::{Event, Events};
+use crate::handler::output::capped;
+use crate::kill::Killer;
 use crate::metrics::Metrics;
 use crate::model::{ContainerInfo, PodInfo, RunState};
-use crate::results::{Outcome, Results};
+use crate::results::{ProbeResult, Results};
 use crate::runner::ProbeRunner;
 use crate::spec::{ProbeSpec, ProbeType, SpecError, parse_pod_probes};
-use crate::worker::{
-    Ctx, SharedPod, Sink, Worker, WorkerCtl, WorkerKey, WorkerStatus, type_from_index, type_index,
-    type_name,
-};
+use crate::worker::handle::{WorkerCtl, WorkerKey, WorkerStatus};
+use crate::worker::{Ctx, SharedPod, Sink, Worker};
 
 mod status;
 
@@ -41,21 +40,11 @@ struct WorkerEntry {
     status: Arc<Mutex<WorkerStatus>>,
 }
 
-/// Kills per container name of a pod.
-#[derive(Default, Clone)]
-struct KillLog {
-    count: u32,
-    last: Option<api::Kill>,
-}
-
 struct State {
     pods: Mutex<HashMap<String, PodEntry>>,
     workers: Mutex<BTreeMap<WorkerKey, WorkerEntry>>,
-    /// Container IDs already killed (never twice), with their pod UID for cleanup.
-    killed: Mutex<HashMap<String, String>>,
-    kills: Mutex<HashMap<(String, String), KillLog>>,
-    hub: Hub,
-    killer: Arc<dyn Killer>,
+    killer: Killer,
+    events: Events,
     metrics: Arc<Metrics>,
     clock: Clock,
 }
@@ -68,21 +57,20 @@ pub struct Manager {
 }
 
 impl Manager {
-    /// A manager with no pods.
+    /// A manager with no pods: workers probe through `runner`, failures at threshold go to
+    /// `killer`, result changes to `events`.
     pub fn new(
         runner: Arc<dyn ProbeRunner>,
-        killer: Arc<dyn Killer>,
+        killer: Killer,
+        events: Events,
         metrics: Arc<Metrics>,
-        hub: Hub,
         clock: Clock,
     ) -> Self {
         let state = Arc::new(State {
             pods: Mutex::new(HashMap::new()),
             workers: Mutex::new(BTreeMap::new()),
-            killed: Mutex::new(HashMap::new()),
-            kills: Mutex::new(HashMap::new()),
-            hub,
             killer,
+            events,
             metrics: metrics.clone(),
             clock,
         });
@@ -196,7 +184,7 @@ impl Manager {
                 let key = WorkerKey {
                     pod_uid: uid.clone(),
                     container: name.clone(),
-                    ty: type_index(ty),
+                    ty,
                 };
                 if workers.contains_key(&key) {
                     continue;
@@ -218,7 +206,7 @@ impl Manager {
                 self.state
                     .metrics
                     .workers
-                    .with_label_values(&[type_name(ty)])
+                    .with_label_values(&[ty.name()])
                     .inc();
                 tokio::spawn(w.run());
             }
@@ -242,7 +230,7 @@ impl Manager {
                 self.state
                     .metrics
                     .workers
-                    .with_label_values(&[type_name(type_from_index(k.ty))])
+                    .with_label_values(&[k.ty.name()])
                     .dec();
             }
         }
@@ -253,8 +241,7 @@ impl Manager {
                 .metrics
                 .spec_errors
                 .remove_label_values(&[&p.name, &p.namespace, &p.uid]);
-        self.state.killed.lock().retain(|_, u| u != uid);
-        self.state.kills.lock().retain(|(u, _), _| u != uid);
+        self.state.killer.forget_pod(uid);
         true
     }
 
@@ -278,7 +265,7 @@ impl Manager {
         let key = WorkerKey {
             pod_uid: uid.to_owned(),
             container: container.to_owned(),
-            ty: type_index(ty),
+            ty,
         };
         if let Some(w) = self.state.workers.lock().get(&key) {
             w.ctl.trigger();
@@ -312,29 +299,19 @@ impl Sink for ManagerSink {
         key: &WorkerKey,
         pod: &PodInfo,
         c: &ContainerInfo,
-        outcome: Outcome,
+        result: ProbeResult,
         output: &str,
     ) {
         let Some(state) = self.state.upgrade() else {
             return;
         };
-        let ty = type_from_index(key.ty);
         tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
-            container_id = %c.id, probe = type_name(ty), result = ?outcome, "probe result changed");
-        state.hub.publish(api::ProbeEvent {
-            pod_uid: pod.uid.clone(),
-            pod_name: pod.name.clone(),
-            pod_namespace: pod.namespace.clone(),
-            container_name: c.name.clone(),
-            container_id: c.id.to_string(),
-            probe_type: status::api_type(ty) as i32,
-            at_ns: state.clock.now_ns(),
-            event: Some(api::probe_event::Event::Result(
-                status::api_result(Some(outcome)) as i32,
-            )),
-            output: crate::worker::cap_output(output),
-            ..Default::default()
-        });
+            container_id = %c.id, probe = key.ty.name(), result = ?result, "probe result changed");
+        let output = capped(output).to_owned();
+        let at_ns = state.clock.now_ns();
+        state
+            .events
+            .publish(Event::result(pod, c, key.ty, result, output, at_ns));
     }
 
     fn threshold_failure(
@@ -345,84 +322,9 @@ impl Sink for ManagerSink {
         spec: &ProbeSpec,
         output: &str,
     ) {
-        let Some(state) = self.state.upgrade() else {
-            return;
-        };
-        if state
-            .killed
-            .lock()
-            .insert(c.id.to_string(), pod.uid.clone())
-            .is_some()
-        {
-            return; // never kill the same instance twice
+        if let Some(state) = self.state.upgrade() {
+            state.killer.kill(pod, c, key.ty, spec, output);
         }
-        let ty = type_from_index(key.ty);
-        let grace = grace_seconds(spec, c.pod_grace_seconds);
-        let reason = match ty {
-            ProbeType::Startup => format!(
-                "Container {} failed startup probe, will be restarted",
-                c.name
-            ),
-            _ => format!(
-                "Container {} failed liveness probe, will be restarted",
-                c.name
-            ),
-        };
-        tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
-            container_id = %c.id, probe = type_name(ty), grace_seconds = grace, output = %output,
-            "{reason}");
-        state
-            .metrics
-            .kills
-            .with_label_values(&[type_name(ty), &c.name, &pod.name, &pod.namespace])
-            .inc();
-        let pod = pod.clone();
-        let container_name = c.name.clone();
-        let container_id = c.id.to_string();
-        let output = crate::worker::cap_output(output);
-        tokio::spawn(async move {
-            // The record carries when the kill was issued; it is published once StopContainer
-            // returns (after up to `grace` seconds), with its error if any.
-            let issued_at_ns = state.clock.now_ns();
-            let res = state
-                .killer
-                .stop_container(container_id.clone(), grace)
-                .await;
-            if let Err(e) = &res {
-                tracing::error!(pod = %pod.name, container = %container_name, container_id = %container_id,
-                    error = %e, "cannot stop the container");
-            }
-            let kill = api::Kill {
-                container_id: container_id.clone(),
-                probe_type: status::api_type(ty) as i32,
-                reason,
-                output: output.clone(),
-                grace_period_seconds: grace,
-                at_ns: issued_at_ns,
-                error: res.err().unwrap_or_default(),
-            };
-            // Record only while the pod is still followed (a late kill must not resurrect it).
-            if state.pods.lock().contains_key(&pod.uid) {
-                let mut kills = state.kills.lock();
-                let log = kills
-                    .entry((pod.uid.clone(), container_name.clone()))
-                    .or_default();
-                log.count += 1;
-                log.last = Some(kill.clone());
-            }
-            state.hub.publish(api::ProbeEvent {
-                pod_uid: pod.uid.clone(),
-                pod_name: pod.name.clone(),
-                pod_namespace: pod.namespace.clone(),
-                container_name,
-                container_id,
-                probe_type: status::api_type(ty) as i32,
-                at_ns: kill.at_ns,
-                output,
-                event: Some(api::probe_event::Event::Kill(kill)),
-                ..Default::default()
-            });
-        });
     }
 
     fn started(&self, key: &WorkerKey) {
@@ -430,7 +332,7 @@ impl Sink for ManagerSink {
             return;
         };
         let rkey = WorkerKey {
-            ty: type_index(ProbeType::Readiness),
+            ty: ProbeType::Readiness,
             ..key.clone()
         };
         if let Some(w) = state.workers.lock().get(&rkey) {
@@ -448,7 +350,7 @@ impl Sink for ManagerSink {
             state
                 .metrics
                 .workers
-                .with_label_values(&[type_name(type_from_index(key.ty))])
+                .with_label_values(&[key.ty.name()])
                 .dec();
         }
     }

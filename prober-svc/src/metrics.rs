@@ -13,7 +13,6 @@ use prometheus::{
 };
 
 use crate::spec::ProbeType;
-use crate::worker::type_name;
 
 pub mod series;
 
@@ -108,7 +107,7 @@ impl Metrics {
         uid: &str,
     ) -> WorkerMetrics {
         self.series.add(series::SeriesLabels {
-            probe_type: type_name(ty),
+            probe_type: ty.name(),
             container: container.into(),
             pod: pod.into(),
             namespace: ns.into(),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::port::ContainerPort;
+use crate::handler::port::ContainerPort;
 
 /// Container states that matter to a worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,104 +1,27 @@
 //! The one entry point workers call, as kubelet's `prober.go`: pick the handler, retry it while it
-//! *errors* (up to three back-to-back attempts), and map its result to what the worker counts.
+//! *errors* (up to three back-to-back attempts), and map its answer to what the worker counts.
 //!
-//! Result mapping (kubelet `prober.probe`): Success → Success; Warning (an HTTP redirect to another
-//! host) → Success with `warning`; Failure → Failure; Unknown without error → Failure; an error on
-//! all three attempts → [`ProbeVerdict::Errored`], which the worker discards without touching its
-//! counters.
+//! Answer mapping (kubelet `prober.probe`): Success → Success; Warning (an HTTP redirect to
+//! another host) → Success with `warning`; Failure → Failure; an error on all three attempts →
+//! [`ProbeVerdict::Errored`], which the worker discards without touching its counters.
 
-pub mod expand;
-
-use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::http_probe::HttpProber;
-use crate::port::ContainerPort;
+use crate::handler::attempt::{Answer, ProbeTarget};
+use crate::handler::exec::runner::{ExecError, ExecRunner};
+use crate::handler::http::{HttpError, HttpProber};
+use crate::handler::output::capped;
+use crate::handler::port::PortError;
+use crate::handler::{exec, grpc, tcp};
+use crate::model::ContainerInfo;
+use crate::results::ProbeResult;
+use crate::runner::{ProbeRunner, ProbeVerdict};
 use crate::spec::{Handler, ProbeSpec, ProbeType};
-
-pub use crate::exec_probe::CriExec;
 
 /// kubelet's `maxProbeRetries`.
 pub const MAX_PROBE_RETRIES: usize = 3;
-
-/// Largest probe output kept (kubelet's 10 KiB read limit for exec output and HTTP bodies).
-pub const MAX_OUTPUT_BYTES: usize = 10 * 1024;
-
-/// The result a worker counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ProbeResult {
-    /// Counts towards the success threshold.
-    Success,
-    /// Counts towards the failure threshold.
-    Failure,
-}
-
-/// What one probe produced.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProbeVerdict {
-    /// A result to count.
-    Result {
-        /// Success or Failure after kubelet's mapping.
-        result: ProbeResult,
-        /// Handler output (exec output, HTTP body or error text), at most [`MAX_OUTPUT_BYTES`].
-        output: String,
-        /// A Success that kubelet reports as a `ProbeWarning` event (non-local HTTP redirect).
-        warning: bool,
-    },
-    /// The handler errored on every attempt; the worker must discard this probe.
-    Errored {
-        /// The last attempt's error (kubelet: "probe errored and resulted in unknown state: ...").
-        message: String,
-    },
-}
-
-/// Where a probe runs.
-#[derive(Debug, Clone, Copy)]
-pub struct ProbeTarget<'a> {
-    /// The pod IP (or the node IP for a host-network pod), used when the probe gives no host.
-    pub host_ip: IpAddr,
-    /// The CRI container ID, for exec.
-    pub container_id: &'a str,
-    /// The container's declared ports, for named ports.
-    pub ports: &'a [ContainerPort],
-    /// The container's static environment, for `$(VAR)` expansion of exec commands.
-    pub env: &'a [(String, String)],
-}
-
-/// Runs a command in a container; the seam between the exec probe and CRI.
-pub trait ExecRunner: Send + Sync + 'static {
-    /// Runs `cmd` in `container_id`, giving up after `timeout`.
-    fn exec_sync(
-        &self,
-        container_id: &str,
-        cmd: Vec<String>,
-        timeout: Duration,
-    ) -> BoxFuture<'_, Result<ExecOutput, ExecError>>;
-}
-
-/// A finished command.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ExecOutput {
-    /// Standard output.
-    pub stdout: Vec<u8>,
-    /// Standard error.
-    pub stderr: Vec<u8>,
-    /// Exit code (0 = success).
-    pub exit_code: i32,
-}
-
-/// Why a command did not finish.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ExecError {
-    /// It ran out of time; the text becomes the failure output ("command ... timed out").
-    #[error("{0}")]
-    Timeout(String),
-    /// Anything else (container gone, runtime down...): the probe errors and is retried.
-    #[error("{0}")]
-    Other(String),
-}
 
 /// Settings of the prober's handlers.
 #[derive(Debug, Clone)]
@@ -115,15 +38,18 @@ impl Default for ProberOptions {
     }
 }
 
-/// What a handler attempt produced before kubelet's mapping; `Err` is the retried error path.
-pub(crate) type Attempt = Result<Outcome, String>;
-
-/// A handler's own result (kubelet's `probe.Result` minus Unknown, which maps to Failure or Err).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    Success(String),
-    Warning(String),
-    Failure(String),
+/// Why one handler attempt errored (kubelet: Unknown with an error); retried, then discarded.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AttemptError {
+    /// The exec runner failed (not a timeout, which is a Failure).
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// The HTTP probe's port did not resolve or its body could not be read.
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    /// The TCP probe's port did not resolve.
+    #[error(transparent)]
+    Tcp(#[from] PortError),
 }
 
 /// Runs probes; shared by all workers (cheap to call concurrently).
@@ -153,39 +79,36 @@ impl Prober {
     ) -> ProbeVerdict {
         let mut message = String::new();
         for attempt in 1..=MAX_PROBE_RETRIES {
-            match self.run_once(spec, target).await {
-                Ok(outcome) => return verdict(outcome),
+            match self.attempt(spec, target).await {
+                Ok(answer) => return verdict(answer),
                 Err(e) => {
                     tracing::debug!(probe = %ty, attempt, error = %e, "probe errored");
-                    message = e;
+                    message = e.to_string();
                 }
             }
         }
-        ProbeVerdict::Errored {
-            message: cap_output(message),
-        }
+        message.truncate(capped(&message).len());
+        ProbeVerdict::Errored { message }
     }
 
-    async fn run_once(&self, spec: &ProbeSpec, target: &ProbeTarget<'_>) -> Attempt {
-        match &spec.handler {
+    async fn attempt(
+        &self,
+        spec: &ProbeSpec,
+        target: &ProbeTarget<'_>,
+    ) -> Result<Answer, AttemptError> {
+        Ok(match &spec.handler {
             // Exec and gRPC are boxed: their states (a CRI call, a tonic channel) are far larger
             // than an HTTP or TCP probe's, and the worker boxes every probe's future, so inline they
             // would make every HTTP/TCP probe allocate and copy their size too.
             Handler::Exec { command } => {
-                Box::pin(crate::exec_probe::probe(
-                    &*self.exec,
-                    command,
-                    spec.timeout,
-                    target,
-                ))
-                .await
+                Box::pin(exec::probe(&*self.exec, command, spec.timeout, target)).await?
             }
-            Handler::HttpGet(get) => self.http.probe(get, spec.timeout, target).await,
+            Handler::HttpGet(get) => self.http.probe(get, spec.timeout, target).await?,
             Handler::TcpSocket { host, port } => {
-                crate::tcp_probe::probe(host.as_deref(), port, spec.timeout, target).await
+                tcp::probe(host.as_deref(), port, spec.timeout, target).await?
             }
             Handler::Grpc { port, service } => {
-                Box::pin(crate::grpc_probe::probe(
+                Box::pin(grpc::probe(
                     target.host_ip,
                     *port,
                     service.as_deref().unwrap_or(""),
@@ -194,49 +117,40 @@ impl Prober {
                 ))
                 .await
             }
-        }
+        })
     }
 }
 
-fn verdict(outcome: Outcome) -> ProbeVerdict {
-    let (result, output, warning) = match outcome {
-        Outcome::Success(o) => (ProbeResult::Success, o, false),
-        Outcome::Warning(o) => (ProbeResult::Success, o, true),
-        Outcome::Failure(o) => (ProbeResult::Failure, o, false),
+impl ProbeRunner for Prober {
+    fn run<'a>(
+        &'a self,
+        ty: ProbeType,
+        spec: &'a ProbeSpec,
+        host_ip: std::net::IpAddr,
+        container: &'a ContainerInfo,
+    ) -> BoxFuture<'a, ProbeVerdict> {
+        Box::pin(async move {
+            let target = ProbeTarget {
+                host_ip,
+                container_id: &container.id,
+                ports: &container.ports,
+                env: &container.env,
+            };
+            self.probe(ty, spec, &target).await
+        })
+    }
+}
+
+fn verdict(answer: Answer) -> ProbeVerdict {
+    let (result, mut output, warning) = match answer {
+        Answer::Success(o) => (ProbeResult::Success, o, false),
+        Answer::Warning(o) => (ProbeResult::Success, o, true),
+        Answer::Failure(o) => (ProbeResult::Failure, o, false),
     };
+    output.truncate(capped(&output).len());
     ProbeVerdict::Result {
         result,
-        output: cap_output(output),
+        output,
         warning,
-    }
-}
-
-/// Cuts `s` to at most [`MAX_OUTPUT_BYTES`], on a character boundary.
-pub(crate) fn cap_output(mut s: String) -> String {
-    if s.len() > MAX_OUTPUT_BYTES {
-        let mut end = MAX_OUTPUT_BYTES;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-    }
-    s
-}
-
-/// Go's `time.Duration.String()` for whole seconds ("1s", "1m30s", "1h0m0s"), as kubelet's
-/// messages print timeouts.
-pub(crate) fn go_duration(d: Duration) -> String {
-    let total = d.as_secs();
-    let frac = d.subsec_millis();
-    let (h, m, s) = (total / 3600, (total / 60) % 60, total % 60);
-    let secs = if frac == 0 {
-        format!("{s}s")
-    } else {
-        format!("{s}.{}s", format!("{frac:03}").trim_end_matches('0'))
-    };
-    match (h, m) {
-        (0, 0) => secs,
-        (0, _) => format!("{m}m{secs}"),
-        _ => format!("{h}h{m}m{secs}"),
     }
 }

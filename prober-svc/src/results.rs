@@ -10,16 +10,17 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::spec::ProbeType;
-use crate::worker::type_index;
 
-/// A published probe result (kubelet's `results.Result`).
+/// A probe's result, kubelet's `results.Result`: what a probe yields (Success or Failure), what
+/// a worker counts towards its thresholds, and what it caches and publishes once a threshold is
+/// reached (where Unknown is startup's initial value).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// Not determined yet (startup's initial value).
+pub enum ProbeResult {
+    /// Not determined yet (startup's initial value); never the result of a probe.
     Unknown,
-    /// The probe passed (at threshold).
+    /// The probe passed.
     Success,
-    /// The probe failed (at threshold).
+    /// The probe failed.
     Failure,
 }
 
@@ -27,11 +28,7 @@ pub enum Outcome {
 /// path allocates nothing; a key is made only when a container is first seen.
 #[derive(Debug, Default)]
 pub struct Results {
-    cache: Mutex<HashMap<Arc<str>, [Option<Outcome>; 3]>>,
-}
-
-fn slot(ty: ProbeType) -> usize {
-    usize::from(type_index(ty))
+    cache: Mutex<HashMap<Arc<str>, [Option<ProbeResult>; 3]>>,
 }
 
 impl Results {
@@ -40,28 +37,28 @@ impl Results {
         Self::default()
     }
 
-    /// Records `outcome`; true when it is new or differs from the cached value (kubelet sends an
+    /// Records `result`; true when it is new or differs from the cached value (kubelet sends an
     /// update only then).
-    pub fn set(&self, container_id: &str, ty: ProbeType, outcome: Outcome) -> bool {
+    pub fn set(&self, container_id: &str, ty: ProbeType, result: ProbeResult) -> bool {
         let mut cache = self.cache.lock();
         let slots = match cache.get_mut(container_id) {
             Some(slots) => slots,
             None => cache.entry(Arc::from(container_id)).or_default(),
         };
-        let old = slots[slot(ty)].replace(outcome);
-        old != Some(outcome)
+        let old = slots[ty.index()].replace(result);
+        old != Some(result)
     }
 
     /// The cached result, if any.
-    pub fn get(&self, container_id: &str, ty: ProbeType) -> Option<Outcome> {
-        self.cache.lock().get(container_id)?[slot(ty)]
+    pub fn get(&self, container_id: &str, ty: ProbeType) -> Option<ProbeResult> {
+        self.cache.lock().get(container_id)?[ty.index()]
     }
 
     /// Forgets a result without publishing anything (kubelet's `Remove`).
     pub fn remove(&self, container_id: &str, ty: ProbeType) {
         let mut cache = self.cache.lock();
         if let Some(slots) = cache.get_mut(container_id) {
-            slots[slot(ty)] = None;
+            slots[ty.index()] = None;
             if slots.iter().all(Option::is_none) {
                 cache.remove(container_id);
             }
@@ -91,25 +88,25 @@ mod tests {
     fn publishes_only_changes_and_remove_is_silent() {
         let r = Results::new();
         assert!(
-            r.set("c1", ProbeType::Readiness, Outcome::Failure),
+            r.set("c1", ProbeType::Readiness, ProbeResult::Failure),
             "new value"
         );
         assert!(
-            !r.set("c1", ProbeType::Readiness, Outcome::Failure),
+            !r.set("c1", ProbeType::Readiness, ProbeResult::Failure),
             "same value"
         );
         assert!(
-            r.set("c1", ProbeType::Readiness, Outcome::Success),
+            r.set("c1", ProbeType::Readiness, ProbeResult::Success),
             "changed"
         );
         assert!(
-            r.set("c1", ProbeType::Liveness, Outcome::Success),
+            r.set("c1", ProbeType::Liveness, ProbeResult::Success),
             "other type is its own key"
         );
         r.remove("c1", ProbeType::Readiness);
         assert_eq!(r.get("c1", ProbeType::Readiness), None);
         assert!(
-            r.set("c1", ProbeType::Readiness, Outcome::Success),
+            r.set("c1", ProbeType::Readiness, ProbeResult::Success),
             "new again after remove"
         );
         assert_eq!(r.len(), 2);

@@ -1,5 +1,6 @@
 //! The daemon: API socket, admin endpoint, source and workers, until the shutdown future resolves.
-//! No signal handling here (main installs it), so tests run the prober in-process.
+//! No signal handling here (main installs it), so tests and the benchmark run the prober
+//! in-process, through [`run_with`] when they need to see or replace a part.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,14 +12,18 @@ use podward_api::prober::v1::prober_server::ProberServer;
 use podward_api::socket::{SocketError, SocketPerms, serve_unix};
 use tokio_stream::wrappers::UnixListenerStream;
 
-use crate::api::{Hub, ProberService};
+use crate::api::ProberService;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::kill::CriKiller;
+use crate::event::Events;
+use crate::handler::exec::cri::CriExec;
+use crate::hub::Hub;
+use crate::kill::Killer;
 use crate::manager::Manager;
 use crate::metrics::{Metrics, MetricsError};
-use crate::probe::{CriExec, Prober, ProberOptions};
+use crate::probe::{Prober, ProberOptions};
 use crate::source::{SourceConfig, follow};
+use crate::stopper::{CriStopper, Stopper};
 
 /// Why the prober could not run.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +42,39 @@ pub enum RunError {
     Serve(#[from] tonic::transport::Error),
 }
 
+/// What an embedding (a test, the benchmark) can set besides the [`Config`].
+pub struct Options {
+    /// Admin endpoint state (registry, readiness, self-rendered families).
+    pub admin: Admin,
+    /// How containers are stopped; `None` is CRI `StopContainer` on containerd.
+    pub stopper: Option<Arc<dyn Stopper>>,
+    /// The prober's clock; its start is the prober's start (restart jitter and grace).
+    pub clock: Clock,
+    /// Called once with the prober's parts, before it serves.
+    pub on_start: Option<Box<dyn FnOnce(Parts) + Send>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            admin: Admin::new(),
+            stopper: None,
+            clock: Clock::system(),
+            on_start: None,
+        }
+    }
+}
+
+/// The running prober's parts, for an embedding to watch.
+pub struct Parts {
+    /// The probe manager (pods, workers, `Status`).
+    pub manager: Manager,
+    /// The prober's metrics.
+    pub metrics: Metrics,
+    /// The admin endpoint's state, with the prober's families added (renders `/metrics`).
+    pub admin: Admin,
+}
+
 /// Raises the soft limit on open files to the hard limit, as every Go program (kubelet included)
 /// does at start since Go 1.19: each in-flight network probe holds a socket, and at tens of
 /// thousands of workers the common soft default of 1,024 would turn into "too many open files"
@@ -53,8 +91,22 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), RunError> {
+    run_with(config, Options::default(), shutdown).await
+}
+
+/// Runs the prober with `config` and `options` until `shutdown` resolves.
+pub async fn run_with(
+    config: Config,
+    options: Options,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), RunError> {
+    let Options {
+        mut admin,
+        stopper,
+        clock,
+        on_start,
+    } = options;
     raise_open_files();
-    let mut admin = Admin::new();
     podward_api::daemon::build_info::register(&admin.registry, "prober", env!("CARGO_PKG_VERSION"));
     let metrics = Metrics::new(&admin.registry)?;
     admin.add_text(metrics.series().clone());
@@ -79,13 +131,18 @@ pub async fn run(
         Arc::new(CriExec::new(containerd.clone())),
     );
     let hub = Hub::default();
-    let manager = Manager::new(
-        Arc::new(prober),
-        Arc::new(CriKiller::new(containerd.clone())),
-        Arc::new(metrics.clone()),
-        hub.clone(),
-        Clock::system(),
-    );
+    let events = Events::new(vec![Arc::new(hub.clone())]);
+    let stopper = stopper.unwrap_or_else(|| Arc::new(CriStopper::new(containerd.clone())));
+    let metrics_shared = Arc::new(metrics.clone());
+    let killer = Killer::new(stopper, metrics_shared.clone(), events.clone(), clock);
+    let manager = Manager::new(Arc::new(prober), killer, events, metrics_shared, clock);
+    if let Some(f) = on_start {
+        f(Parts {
+            manager: manager.clone(),
+            metrics: metrics.clone(),
+            admin: admin.clone(),
+        });
+    }
 
     let stop = Stop::new();
     let readiness = admin.readiness.clone();

@@ -1,12 +1,13 @@
-//! The seam between workers and probe handlers: workers call a [`ProbeRunner`]; the real one is
-//! the handlers' [`Prober`], tests script their own.
+//! The seam between workers and probe handlers: workers call a [`ProbeRunner`] and count the
+//! [`ProbeVerdict`] it returns; the real runner is the handlers' `crate::probe::Prober`, tests
+//! script their own.
 
 use std::net::IpAddr;
 
 use futures::future::BoxFuture;
 
 use crate::model::ContainerInfo;
-use crate::probe::{ProbeTarget, ProbeVerdict, Prober};
+use crate::results::ProbeResult;
 use crate::spec::{ProbeSpec, ProbeType};
 
 /// Runs one probe (with kubelet's retries on error) and returns its verdict.
@@ -21,22 +22,22 @@ pub trait ProbeRunner: Send + Sync + 'static {
     ) -> BoxFuture<'a, ProbeVerdict>;
 }
 
-impl ProbeRunner for Prober {
-    fn run<'a>(
-        &'a self,
-        ty: ProbeType,
-        spec: &'a ProbeSpec,
-        host_ip: IpAddr,
-        container: &'a ContainerInfo,
-    ) -> BoxFuture<'a, ProbeVerdict> {
-        Box::pin(async move {
-            let target = ProbeTarget {
-                host_ip,
-                container_id: &container.id,
-                ports: &container.ports,
-                env: &container.env,
-            };
-            self.probe(ty, spec, &target).await
-        })
-    }
+/// What one probe produced, after kubelet's retries and mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeVerdict {
+    /// A result to count.
+    Result {
+        /// Success or Failure (a probe never yields Unknown).
+        result: ProbeResult,
+        /// Handler output (exec output, HTTP body or failure text), at most
+        /// `handler::output::MAX_OUTPUT_BYTES`.
+        output: String,
+        /// A Success that kubelet reports as a `ProbeWarning` event (non-local HTTP redirect).
+        warning: bool,
+    },
+    /// The handler errored on every attempt; the worker must discard this probe.
+    Errored {
+        /// The last attempt's error (kubelet: "probe errored and resulted in unknown state: ...").
+        message: String,
+    },
 }

@@ -115,18 +115,29 @@ pub async fn follow(
     }
 }
 
+/// Why the shim's Watch stream stopped.
+#[derive(Debug, thiserror::Error)]
+enum StreamEnd {
+    /// The shim closed it.
+    #[error("stream ended")]
+    Closed,
+    /// It failed (the shim went away, or a message was refused).
+    #[error("{0}")]
+    Failed(tonic::Status),
+}
+
 /// Applies a Watch stream until it ends; returns why it ended.
 async fn consume(
     mut stream: tonic::Streaming<shim::WatchEvent>,
     manager: &Manager,
     node_ip: IpAddr,
     backoff: &mut Backoff,
-) -> String {
+) -> StreamEnd {
     let mut index = NodeIndex::new();
     loop {
         let ev = match stream.next().await {
-            None => return "stream ended".to_owned(),
-            Some(Err(e)) => return e.to_string(),
+            None => return StreamEnd::Closed,
+            Some(Err(e)) => return StreamEnd::Failed(e),
             Some(Ok(ev)) => ev,
         };
         backoff.reset();

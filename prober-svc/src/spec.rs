@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-/// Which of the three probes a spec is; its `Display` is kubelet's (`"Liveness"`...), used in
-/// event-like messages such as "Liveness probe failed: ...".
+/// Which of the three probes a spec is. It knows its kubelet name ([`ProbeType::name`], also its
+/// `Display`) and its slot index ([`ProbeType::index`]); the order of the variants is the order
+/// of worker keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ProbeType {
     /// `livenessProbe`: failure at threshold restarts the container.
@@ -36,6 +37,25 @@ impl ProbeType {
         ProbeType::Liveness,
     ];
 
+    /// kubelet's name of the type (`"Liveness"`...): the `probe_type` label of its metrics and
+    /// the word that starts its messages ("Liveness probe failed: ...").
+    pub fn name(self) -> &'static str {
+        match self {
+            ProbeType::Liveness => "Liveness",
+            ProbeType::Readiness => "Readiness",
+            ProbeType::Startup => "Startup",
+        }
+    }
+
+    /// A small index, 0 to 2, for per-type slots (the results cache keeps one per type).
+    pub fn index(self) -> usize {
+        match self {
+            ProbeType::Liveness => 0,
+            ProbeType::Readiness => 1,
+            ProbeType::Startup => 2,
+        }
+    }
+
     /// The JSON key of this probe in a container spec (`"livenessProbe"`...).
     pub fn field_name(self) -> &'static str {
         match self {
@@ -48,11 +68,7 @@ impl ProbeType {
 
 impl fmt::Display for ProbeType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ProbeType::Liveness => "Liveness",
-            ProbeType::Readiness => "Readiness",
-            ProbeType::Startup => "Startup",
-        })
+        f.write_str(self.name())
     }
 }
 

@@ -1,16 +1,22 @@
-//! Test doubles shared by the crate's unit tests.
+//! Test doubles shared by the crate's unit tests, and the manager wired as `run` wires it.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
+use crate::clock::Clock;
+use crate::event::Events;
+use crate::hub::Hub;
 use crate::kill::Killer;
+use crate::manager::Manager;
+use crate::metrics::Metrics;
 use crate::model::ContainerInfo;
-use crate::probe::ProbeVerdict;
-use crate::runner::ProbeRunner;
+use crate::runner::{ProbeRunner, ProbeVerdict};
 use crate::spec::{ProbeSpec, ProbeType};
+use crate::stopper::{StopError, Stopper};
 
-/// A probe runner whose probes never finish and a killer that accepts every stop: for tests of
+/// A probe runner whose probes never finish and a stopper that accepts every stop: for tests of
 /// the plumbing around workers (API, sources), where no verdict must ever arrive.
 pub(crate) struct Never;
 
@@ -26,8 +32,21 @@ impl ProbeRunner for Never {
     }
 }
 
-impl Killer for Never {
-    fn stop_container(&self, _: String, _: i64) -> BoxFuture<'_, Result<(), String>> {
+impl Stopper for Never {
+    fn stop_container(&self, _: String, _: i64) -> BoxFuture<'_, Result<(), StopError>> {
         Box::pin(async { Ok(()) })
     }
+}
+
+/// A manager over `runner` and `stopper` whose events go to `hub`, with unregistered metrics.
+pub(crate) fn manager(
+    runner: Arc<dyn ProbeRunner>,
+    stopper: Arc<dyn Stopper>,
+    hub: &Hub,
+    clock: Clock,
+) -> Manager {
+    let metrics = Arc::new(Metrics::unregistered().expect("metrics"));
+    let events = Events::new(vec![Arc::new(hub.clone())]);
+    let killer = Killer::new(stopper, metrics.clone(), events.clone(), clock);
+    Manager::new(runner, killer, events, metrics, clock)
 }

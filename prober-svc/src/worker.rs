@@ -5,7 +5,8 @@
 //! overruns its period is followed immediately by one more and the schedule then realigns) or for
 //! a manual trigger (readiness right after startup succeeds), which resets the ticker.
 //!
-//! `do_probe` is a line-by-line port of kubelet's `doProbe`; see `reference/kubelet-probes.md`.
+//! `do_probe` is a line-by-line port of kubelet's `doProbe` (`pkg/kubelet/prober/worker.go`);
+//! `docs/prober.md` lists the semantics and the tests that hold them.
 //! Deviations, each because the prober cannot know what kubelet knows:
 //! - pod phase and restart policy are unknown: a worker of an exited container keeps waiting for
 //!   a new instance and stops only when its pod goes;
@@ -14,21 +15,22 @@
 //!   keeps probing.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use rand::Rng;
-use tokio::sync::Notify;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use self::handle::{WorkerCtl, WorkerKey, WorkerStatus};
 use crate::clock::Clock;
+use crate::handler::output::capped;
 use crate::metrics::{Metrics, WorkerMetrics};
 use crate::model::{ContainerInfo, PodInfo, RunState};
-use crate::probe::{ProbeResult, ProbeVerdict};
-use crate::results::{Outcome, Results};
-use crate::runner::ProbeRunner;
+use crate::results::{ProbeResult, Results};
+use crate::runner::{ProbeRunner, ProbeVerdict};
 use crate::spec::{ProbeSpec, ProbeType};
+
+pub mod handle;
 
 #[cfg(test)]
 mod tests;
@@ -41,53 +43,20 @@ pub type SharedPod = Arc<RwLock<Arc<PodInfo>>>;
 /// treated as having run under a previous prober instance.
 pub const RESTART_GRACE: Duration = Duration::from_secs(10);
 
-/// Largest probe output kept for `Status` (kubelet's 10 KiB limit).
-pub const MAX_OUTPUT: usize = 10 * 1024;
-
-/// Identity of a worker.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct WorkerKey {
-    /// Pod UID.
-    pub pod_uid: String,
-    /// Container name.
-    pub container: String,
-    /// Probe type, as an index (see [`type_index`]).
-    pub ty: u8,
-}
-
-/// Stable small index of a probe type (for keys and maps).
-pub fn type_index(ty: ProbeType) -> u8 {
-    match ty {
-        ProbeType::Liveness => 0,
-        ProbeType::Readiness => 1,
-        ProbeType::Startup => 2,
-    }
-}
-
-/// The probe type behind [`type_index`].
-pub fn type_from_index(i: u8) -> ProbeType {
-    match i {
-        0 => ProbeType::Liveness,
-        1 => ProbeType::Readiness,
-        _ => ProbeType::Startup,
-    }
-}
-
-/// kubelet's label value / log name for a probe type.
-pub fn type_name(ty: ProbeType) -> &'static str {
-    match ty {
-        ProbeType::Liveness => "Liveness",
-        ProbeType::Readiness => "Readiness",
-        ProbeType::Startup => "Startup",
-    }
+/// kubelet's restart rule: whether `c` started more than [`RESTART_GRACE`] before this prober
+/// (whose start is `clock`'s), i.e. under a previous prober instance. Such a container gets no
+/// initial value and keeps being started and ready until a real verdict.
+pub fn started_before_restart(c: &ContainerInfo, clock: &Clock) -> bool {
+    let grace = i64::try_from(RESTART_GRACE.as_nanos()).unwrap_or(i64::MAX);
+    c.started_at_ns > 0 && c.started_at_ns < clock.start_ns().saturating_sub(grace)
 }
 
 /// kubelet's `initialValue` per probe type.
-pub fn initial_value(ty: ProbeType) -> Outcome {
+pub fn initial_value(ty: ProbeType) -> ProbeResult {
     match ty {
-        ProbeType::Liveness => Outcome::Success,
-        ProbeType::Readiness => Outcome::Failure,
-        ProbeType::Startup => Outcome::Unknown,
+        ProbeType::Liveness => ProbeResult::Success,
+        ProbeType::Readiness => ProbeResult::Failure,
+        ProbeType::Startup => ProbeResult::Unknown,
     }
 }
 
@@ -99,7 +68,7 @@ pub trait Sink: Send + Sync + 'static {
         key: &WorkerKey,
         pod: &PodInfo,
         container: &ContainerInfo,
-        outcome: Outcome,
+        result: ProbeResult,
         output: &str,
     );
     /// A liveness or startup probe reached its failure threshold on a running container: kill it.
@@ -131,63 +100,9 @@ pub struct Ctx {
     pub metrics: Arc<Metrics>,
 }
 
-/// Control handle of a running worker.
-#[derive(Debug, Default)]
-pub struct WorkerCtl {
-    stop: AtomicBool,
-    trigger: AtomicBool,
-    wake: Notify,
-}
-
-impl WorkerCtl {
-    /// Asks the worker to stop (idempotent; an in-flight probe finishes first, as in kubelet).
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-        self.wake.notify_one();
-    }
-
-    /// Requests one immediate probe and a ticker reset (non-blocking; extra requests coalesce,
-    /// like kubelet's 1-slot `manualTriggerCh`).
-    pub fn trigger(&self) {
-        self.trigger.store(true, Ordering::Release);
-        self.wake.notify_one();
-    }
-
-    /// Whether stop was requested.
-    pub fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Acquire)
-    }
-}
-
-/// A worker's state as `Status` reports it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct WorkerStatus {
-    /// The container instance probed.
-    pub container_id: String,
-    /// The published result for that instance.
-    pub result: Option<Outcome>,
-    /// The last probe's own result, before thresholds.
-    pub last_probe_result: Option<Outcome>,
-    /// The last probe's output (capped at [`MAX_OUTPUT`]).
-    pub last_output: String,
-    /// Consecutive successes so far.
-    pub consecutive_successes: u32,
-    /// Consecutive failures so far.
-    pub consecutive_failures: u32,
-    /// When the last probe ran (Unix ns).
-    pub last_probe_at_ns: i64,
-    /// When the published result last changed (Unix ns).
-    pub last_transition_at_ns: i64,
-    /// Verdict reached; no probes until the container ID changes.
-    pub on_hold: bool,
-    /// Probes run by this worker.
-    pub probes_run: u64,
-}
-
 /// One worker. Built by the manager, consumed by [`Worker::run`].
 pub struct Worker {
     key: WorkerKey,
-    ty: ProbeType,
     spec: Arc<ProbeSpec>,
     has_startup: bool,
     pod: SharedPod,
@@ -211,15 +126,13 @@ impl Worker {
         pod: SharedPod,
         ctx: Arc<Ctx>,
     ) -> Self {
-        let ty = type_from_index(key.ty);
         let metrics = {
             let p = pod.read();
             ctx.metrics
-                .worker(ty, &key.container, &p.name, &p.namespace, &p.uid)
+                .worker(key.ty, &key.container, &p.name, &p.namespace, &p.uid)
         };
         Self {
             key,
-            ty,
             spec,
             has_startup,
             pod,
@@ -265,11 +178,11 @@ impl Worker {
             }
             tokio::select! {
                 biased;
-                () = self.ctl.wake.notified() => {
+                () = self.ctl.woken() => {
                     if self.ctl.stopped() {
                         break;
                     }
-                    if self.ctl.trigger.swap(false, Ordering::AcqRel) {
+                    if self.ctl.take_trigger() {
                         ticker.reset();
                     }
                 }
@@ -288,7 +201,7 @@ impl Worker {
         loop {
             tokio::select! {
                 () = &mut sleep => return self.ctl.stopped(),
-                () = self.ctl.wake.notified() => {
+                () = self.ctl.woken() => {
                     if self.ctl.stopped() {
                         return true;
                     }
@@ -299,20 +212,20 @@ impl Worker {
 
     fn exit(self) {
         if let Some(id) = &self.container_id {
-            self.ctx.results.remove(id, self.ty);
+            self.ctx.results.remove(id, self.key.ty);
         }
         self.metrics.remove();
         self.ctx.sink.exited(&self.key, &self.ctl);
     }
 
-    fn set(&self, pod: &PodInfo, c: &ContainerInfo, outcome: Outcome, output: &str) {
-        if self.ctx.results.set(&c.id, self.ty, outcome) {
+    fn set(&self, pod: &PodInfo, c: &ContainerInfo, result: ProbeResult, output: &str) {
+        if self.ctx.results.set(&c.id, self.key.ty, result) {
             {
                 let mut st = self.status.lock();
-                st.result = Some(outcome);
+                st.result = Some(result);
                 st.last_transition_at_ns = self.ctx.clock.now_ns();
             }
-            self.ctx.sink.changed(&self.key, pod, c, outcome, output);
+            self.ctx.sink.changed(&self.key, pod, c, result, output);
         }
     }
 
@@ -325,7 +238,7 @@ impl Worker {
             return true;
         }
         match self.ctx.results.get(&c.id, ProbeType::Startup) {
-            Some(r) => r == Outcome::Success,
+            Some(r) => r == ProbeResult::Success,
             // No startup result: a container that ran before the prober started is taken as
             // started (kubelet keeps Started across its own restart).
             None => self.started_before_restart(c),
@@ -333,8 +246,7 @@ impl Worker {
     }
 
     fn started_before_restart(&self, c: &ContainerInfo) -> bool {
-        let grace = i64::try_from(RESTART_GRACE.as_nanos()).unwrap_or(i64::MAX);
-        c.started_at_ns > 0 && c.started_at_ns < self.ctx.clock.start_ns().saturating_sub(grace)
+        started_before_restart(c, &self.ctx.clock)
     }
 
     /// One step of the state machine; false ends the worker.
@@ -345,7 +257,7 @@ impl Worker {
         };
         if self.container_id.as_deref() != Some(&*c.id) {
             if let Some(old) = self.container_id.take() {
-                self.ctx.results.remove(&old, self.ty);
+                self.ctx.results.remove(&old, self.key.ty);
             }
             self.container_id = Some(c.id.clone());
             {
@@ -359,7 +271,7 @@ impl Worker {
             // After a prober restart, leave containers that ran before it without a result, so
             // they keep their readiness until a real verdict (kubelet's restart grace rule).
             if !self.started_before_restart(&c) {
-                self.set(&pod, &c, initial_value(self.ty), "");
+                self.set(&pod, &c, initial_value(self.key.ty), "");
             }
             self.on_hold = false;
             self.last_result = None;
@@ -369,14 +281,14 @@ impl Worker {
             return true;
         }
         if c.state != RunState::Running {
-            self.set(&pod, &c, Outcome::Failure, "");
+            self.set(&pod, &c, ProbeResult::Failure, "");
             // The restart policy is unknown here: keep waiting for a new instance until the pod
             // goes (kubelet stops only for restartPolicy Never).
             return true;
         }
         let terminating = pod.stop_requested_at_ns != 0 || c.stop_requested_at_ns != 0;
-        if terminating && matches!(self.ty, ProbeType::Liveness | ProbeType::Startup) {
-            self.set(&pod, &c, Outcome::Success, "");
+        if terminating && matches!(self.key.ty, ProbeType::Liveness | ProbeType::Startup) {
+            self.set(&pod, &c, ProbeResult::Success, "");
             self.on_hold = true;
             self.status.lock().on_hold = true;
             return true;
@@ -386,10 +298,10 @@ impl Worker {
             return true;
         }
         if self.is_started(&c) {
-            if self.ty == ProbeType::Startup {
+            if self.key.ty == ProbeType::Startup {
                 return true;
             }
-        } else if self.ty != ProbeType::Startup {
+        } else if self.key.ty != ProbeType::Startup {
             return true;
         }
         let Some(ip) = pod.ip else {
@@ -397,11 +309,11 @@ impl Worker {
             return true;
         };
         let began = Instant::now();
-        let verdict = self.ctx.runner.run(self.ty, &self.spec, ip, &c).await;
+        let verdict = self.ctx.runner.run(self.key.ty, &self.spec, ip, &c).await;
         let (result, output) = match verdict {
             ProbeVerdict::Errored { message } => {
                 tracing::debug!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
-                    probe = type_name(self.ty), error = %message,
+                    probe = self.key.ty.name(), error = %message,
                     "probe errored and resulted in unknown state; result discarded");
                 return true;
             }
@@ -411,41 +323,36 @@ impl Worker {
                 warning,
             } => {
                 if warning {
-                    tracing::debug!(pod = %pod.name, container = %c.name, probe = type_name(self.ty),
+                    tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
                         output = %output, "probe warning");
                 }
                 (result, output)
             }
         };
-        let outcome = match result {
-            ProbeResult::Success => {
-                self.metrics.success(began.elapsed());
-                Outcome::Success
-            }
-            ProbeResult::Failure => {
-                self.metrics.failed();
-                tracing::debug!(pod = %pod.name, container = %c.name, probe = type_name(self.ty),
-                    output = %output, "probe failed");
-                Outcome::Failure
-            }
-        };
+        if result == ProbeResult::Success {
+            self.metrics.success(began.elapsed());
+        } else {
+            self.metrics.failed();
+            tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
+                output = %output, "probe failed");
+        }
         if self.last_result == Some(result) {
             self.result_run = self.result_run.saturating_add(1);
         } else {
             self.last_result = Some(result);
             self.result_run = 1;
         }
-        self.record(outcome, &output);
+        self.record(result, &output);
         let below = match result {
-            ProbeResult::Failure => self.result_run < self.spec.failure_threshold,
             ProbeResult::Success => self.result_run < self.spec.success_threshold,
+            _ => self.result_run < self.spec.failure_threshold,
         };
         if below {
             return true;
         }
-        self.set(&pod, &c, outcome, &output);
-        if (self.ty == ProbeType::Liveness && result == ProbeResult::Failure)
-            || self.ty == ProbeType::Startup
+        self.set(&pod, &c, result, &output);
+        if (self.key.ty == ProbeType::Liveness && result == ProbeResult::Failure)
+            || self.key.ty == ProbeType::Startup
         {
             self.on_hold = true;
             self.result_run = 0;
@@ -461,17 +368,17 @@ impl Worker {
         true
     }
 
-    fn record(&self, outcome: Outcome, output: &str) {
+    fn record(&self, result: ProbeResult, output: &str) {
         let mut st = self.status.lock();
-        st.last_probe_result = Some(outcome);
+        st.last_probe_result = Some(result);
         // Steady probes repeat their output: keep the old copy rather than allocate per probe.
         if st.last_output != output {
-            st.last_output = cap_output(output);
+            st.last_output = capped(output).to_owned();
         }
         st.last_probe_at_ns = self.ctx.clock.now_ns();
         st.probes_run += 1;
-        match outcome {
-            Outcome::Success => {
+        match result {
+            ProbeResult::Success => {
                 st.consecutive_successes = self.result_run;
                 st.consecutive_failures = 0;
             }
@@ -481,16 +388,4 @@ impl Worker {
             }
         }
     }
-}
-
-/// `output` cut to at most [`MAX_OUTPUT`] bytes on a character boundary.
-pub fn cap_output(output: &str) -> String {
-    if output.len() <= MAX_OUTPUT {
-        return output.to_owned();
-    }
-    let mut end = MAX_OUTPUT;
-    while !output.is_char_boundary(end) {
-        end -= 1;
-    }
-    output[..end].to_owned()
 }

@@ -15,7 +15,9 @@ use bytes::Bytes;
 use handlers_support::{prober, spec, target};
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
-use podward_prober::probe::{ProbeResult, ProbeTarget, ProbeVerdict};
+use podward_prober::handler::attempt::ProbeTarget;
+use podward_prober::results::ProbeResult;
+use podward_prober::runner::ProbeVerdict;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 
 /// Concurrent probes in flight.

@@ -15,11 +15,13 @@ use hyper::body::Frame;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use parking_lot::Mutex;
 use podward_api::cri::{ExecSyncRequest, ExecSyncResponse};
-use podward_prober::probe::expand::expand;
-use podward_prober::probe::{
-    CriExec, ExecError, ExecOutput, ExecRunner, ProbeResult, ProbeTarget, ProbeVerdict, Prober,
-    ProberOptions,
-};
+use podward_prober::handler::attempt::ProbeTarget;
+use podward_prober::handler::exec::cri::CriExec;
+use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
+use podward_prober::handler::expand::expand;
+use podward_prober::probe::{Prober, ProberOptions};
+use podward_prober::results::ProbeResult;
+use podward_prober::runner::ProbeVerdict;
 use podward_prober::spec::{Handler, ProbeType};
 use prost::Message;
 use tokio::net::TcpListener;
@@ -128,13 +130,11 @@ async fn e1_output_capped_at_10240_bytes() {
 #[tokio::test]
 async fn e2_timeout_is_a_failure_with_the_timeout_text() {
     let text = r#"command timed out: "sh -c sleep 10" timed out after 1s"#;
-    let (v, calls) = run_with(
-        vec![Err(ExecError::Timeout(text.to_owned()))],
-        &["sh", "-c", "sleep 10"],
-        &[],
-        1,
-    )
-    .await;
+    let timeout = ExecError::Timeout {
+        command: "sh -c sleep 10".to_owned(),
+        timeout: Duration::from_secs(1),
+    };
+    let (v, calls) = run_with(vec![Err(timeout)], &["sh", "-c", "sleep 10"], &[], 1).await;
     assert_eq!(v, verdict(ProbeResult::Failure, text));
     assert_eq!(calls.len(), 1, "a timeout is a result, not retried");
 }
@@ -142,9 +142,10 @@ async fn e2_timeout_is_a_failure_with_the_timeout_text() {
 #[tokio::test]
 async fn e3_other_errors_are_retried_three_times_then_errored() {
     let err = || {
-        Err(ExecError::Other(
-            "rpc error: code = Unknown desc = container is stopping".to_owned(),
-        ))
+        Err(ExecError::Runtime {
+            code: tonic::Code::Unknown,
+            message: "container is stopping".to_owned(),
+        })
     };
     let (v, calls) = run_with(vec![err()], &["x"], &[], 1).await;
     assert_eq!(
@@ -343,11 +344,17 @@ async fn e4_deadline_exceeded_is_a_timeout_and_other_codes_are_errors() {
             Duration::from_secs(1),
         )
         .await;
+    let err = got.expect_err("a timeout");
     assert_eq!(
-        got,
-        Err(ExecError::Timeout(
-            r#"command timed out: "sh -c sleep 10" timed out after 1s"#.to_owned()
-        ))
+        err,
+        ExecError::Timeout {
+            command: "sh -c sleep 10".to_owned(),
+            timeout: Duration::from_secs(1),
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        r#"command timed out: "sh -c sleep 10" timed out after 1s"#
     );
     task.abort();
     let (addr, _seen, task) = fake_cri(Err(14)).await;
@@ -355,11 +362,17 @@ async fn e4_deadline_exceeded_is_a_timeout_and_other_codes_are_errors() {
         .await
         .exec_sync("c", vec!["true".into()], Duration::from_secs(1))
         .await;
+    let err = got.expect_err("an error");
     assert_eq!(
-        got,
-        Err(ExecError::Other(
-            "rpc error: code = Unavailable desc = scripted".to_owned()
-        ))
+        err,
+        ExecError::Runtime {
+            code: tonic::Code::Unavailable,
+            message: "scripted".to_owned(),
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "rpc error: code = Unavailable desc = scripted"
     );
     task.abort();
 }

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use handlers_support::{prober, spec, target};
 use parking_lot::Mutex;
-use podward_prober::probe::{ProbeResult, ProbeVerdict};
+use podward_prober::results::ProbeResult;
+use podward_prober::runner::ProbeVerdict;
 use podward_prober::spec::{Handler, ProbeType};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;

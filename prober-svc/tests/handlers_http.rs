@@ -6,8 +6,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use handlers_support::{RawServer, Reply, get, prober, response, result, run, spec, target};
-use podward_prober::port::ContainerPort;
-use podward_prober::probe::{ProbeResult, ProbeVerdict};
+use podward_prober::handler::port::ContainerPort;
+use podward_prober::results::ProbeResult;
+use podward_prober::runner::ProbeVerdict;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 
 // --- H1: result mapping and body limit ---
@@ -179,7 +180,7 @@ async fn h4_probe_socket_lingers_one_second() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
-    let stream = podward_prober::dialer::dial_addr(addr, deadline)
+    let stream = podward_prober::handler::dialer::dial_addr(addr, deadline)
         .await
         .expect("dial");
     let sock = socket2::SockRef::from(&stream);

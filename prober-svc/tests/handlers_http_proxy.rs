@@ -5,7 +5,8 @@
 mod handlers_support;
 
 use handlers_support::{RawServer, prober, response, spec, target};
-use podward_prober::probe::{ProbeResult, ProbeVerdict};
+use podward_prober::results::ProbeResult;
+use podward_prober::runner::ProbeVerdict;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 
 const SERVER_PORT_ENV: &str = "PODWARD_TEST_PROXY_CHILD_SERVER_PORT";

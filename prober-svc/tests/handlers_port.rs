@@ -1,6 +1,8 @@
 //! Port resolution (kubelet `ResolveContainerPort`) and the ports annotation, as a table.
 
-use podward_prober::port::{ContainerPort, PortError, parse_ports_annotation, resolve_port};
+use podward_prober::handler::port::{
+    ContainerPort, PortError, parse_ports_annotation, resolve_port,
+};
 use podward_prober::spec::PortRef;
 use proptest::prelude::*;
 

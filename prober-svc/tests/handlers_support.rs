@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use podward_prober::probe::{
-    ExecError, ExecOutput, ExecRunner, ProbeResult, ProbeTarget, ProbeVerdict, Prober,
-    ProberOptions,
-};
+use podward_prober::handler::attempt::ProbeTarget;
+use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
+use podward_prober::probe::{Prober, ProberOptions};
+use podward_prober::results::ProbeResult;
+use podward_prober::runner::ProbeVerdict;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeSpec, ProbeType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -66,7 +67,7 @@ pub fn spec(handler: Handler, timeout_secs: u64) -> ProbeSpec {
 }
 
 pub fn target<'a>(
-    ports: &'a [podward_prober::port::ContainerPort],
+    ports: &'a [podward_prober::handler::port::ContainerPort],
     env: &'a [(String, String)],
 ) -> ProbeTarget<'a> {
     ProbeTarget {
@@ -244,10 +245,12 @@ impl ExecRunner for FakeExec {
         let answer = if answers.len() > 1 {
             answers.remove(0)
         } else {
-            answers
-                .first()
-                .cloned()
-                .unwrap_or_else(|| Err(ExecError::Other("no answer scripted".to_owned())))
+            answers.first().cloned().unwrap_or_else(|| {
+                Err(ExecError::Runtime {
+                    code: tonic::Code::Unknown,
+                    message: "no answer scripted".to_owned(),
+                })
+            })
         };
         Box::pin(async move { answer })
     }

@@ -6,8 +6,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use handlers_support::{prober, spec, target};
-use podward_prober::port::ContainerPort;
-use podward_prober::probe::{ProbeResult, ProbeTarget, ProbeVerdict};
+use podward_prober::handler::attempt::ProbeTarget;
+use podward_prober::handler::port::ContainerPort;
+use podward_prober::results::ProbeResult;
+use podward_prober::runner::ProbeVerdict;
 use podward_prober::spec::{Handler, PortRef, ProbeType};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;

@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 
 use podward_api::cri::ExecSyncRequest;
 use podward_e2e::{ContainerSpec, Driver, PodSpec, TestNode};
-use podward_prober::probe::{CriExec, ProbeTarget, ProbeVerdict, Prober, ProberOptions};
+use podward_prober::handler::attempt::ProbeTarget;
+use podward_prober::handler::exec::cri::CriExec;
+use podward_prober::probe::{Prober, ProberOptions};
+use podward_prober::runner::ProbeVerdict;
 use podward_prober::spec::{ProbeType, parse_pod_probes};
 
 /// Median and p90 of direct and prober exec times, in ms.

@@ -1,76 +1,21 @@
 //! [`Pod`]: a running pod and what the driver observed of it.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use podward_api::cri::runtime_service_client::RuntimeServiceClient;
 use podward_api::cri::{
-    ContainerFilter, ExecSyncRequest, ExecSyncResponse, ListContainersRequest, PodSandboxConfig,
-    PodSandboxStatusRequest, RemoveContainerRequest, RemovePodSandboxRequest, StopContainerRequest,
-    StopPodSandboxRequest,
+    ExecSyncRequest, ExecSyncResponse, PodSandboxConfig, PodSandboxStatusRequest,
+    RemoveContainerRequest, RemovePodSandboxRequest, StopContainerRequest, StopPodSandboxRequest,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
 use super::spec::PodSpec;
-use super::sync::SyncLoop;
+use super::state::PodState;
+use super::sync::{SyncLoop, sandbox_containers};
 use crate::{HarnessError, TestNode};
-
-/// Most restart counts remembered per container (memory stays bounded in long tests).
-const MAX_SEEN: usize = 10_000;
-
-/// What the driver knows of one container of the pod.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Tracked {
-    /// The current instance (the most recently created).
-    pub(crate) id: Option<String>,
-    /// Its attempt number (= restartCount).
-    pub(crate) attempt: u32,
-    /// Every restartCount observed, consecutive duplicates folded.
-    pub(crate) seen: Vec<u32>,
-    /// Exited for good (the restart policy said no).
-    pub(crate) finished: bool,
-}
-
-/// Per-container state shared by the [`Pod`] handle and its sync loop.
-#[derive(Debug, Default)]
-pub(crate) struct PodState {
-    containers: Mutex<BTreeMap<String, Tracked>>,
-}
-
-impl PodState {
-    /// Runs `f` on the container's entry (created if missing).
-    pub(crate) fn with<R>(&self, name: &str, f: impl FnOnce(&mut Tracked) -> R) -> R {
-        let mut map = self.containers.lock().unwrap_or_else(|p| p.into_inner());
-        f(map.entry(name.to_owned()).or_default())
-    }
-
-    /// Records that `id`, restart `attempt` of `name`, was started.
-    pub(crate) fn started(&self, name: &str, id: String, attempt: u32) {
-        self.with(name, |t| {
-            t.id = Some(id);
-            t.attempt = attempt;
-            t.finished = false;
-            t.observe(attempt);
-        });
-    }
-
-    fn get(&self, name: &str) -> Option<Tracked> {
-        let map = self.containers.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(name).cloned()
-    }
-}
-
-impl Tracked {
-    /// Records an observed restartCount.
-    pub(crate) fn observe(&mut self, count: u32) {
-        if self.seen.last() != Some(&count) && self.seen.len() < MAX_SEEN {
-            self.seen.push(count);
-        }
-    }
-}
 
 /// A pod run by the [`crate::Driver`]. Dropping it stops its sync loop (the node's teardown
 /// removes the sandbox); [`Pod::delete`] removes it the way kubelet does.
@@ -231,17 +176,7 @@ impl Pod {
             let _ = task.await;
         }
         let mut client = self.client.clone();
-        let containers = client
-            .list_containers(ListContainersRequest {
-                filter: Some(ContainerFilter {
-                    pod_sandbox_id: self.sandbox_id.clone(),
-                    ..Default::default()
-                }),
-            })
-            .await
-            .map_err(HarnessError::grpc("ListContainers"))?
-            .into_inner()
-            .containers;
+        let containers = sandbox_containers(&mut client, &self.sandbox_id).await?;
         for c in &containers {
             let req = StopContainerRequest {
                 container_id: c.id.clone(),

@@ -15,8 +15,8 @@ use podward_api::labels;
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
-use super::pod::PodState;
 use super::spec::{ContainerSpec, PodSpec};
+use super::state::PodState;
 use crate::HarnessError;
 
 /// Relist period (kubelet's PLEG relists every second; tests want faster reactions).
@@ -74,18 +74,7 @@ impl SyncLoop {
 
     /// One relist; `Ok(false)` when the sandbox no longer exists.
     async fn tick(&mut self) -> Result<bool, HarnessError> {
-        let listed = self
-            .client
-            .list_containers(ListContainersRequest {
-                filter: Some(ContainerFilter {
-                    pod_sandbox_id: self.sandbox_id.clone(),
-                    ..Default::default()
-                }),
-            })
-            .await
-            .map_err(HarnessError::grpc("ListContainers"))?
-            .into_inner()
-            .containers;
+        let listed = sandbox_containers(&mut self.client, &self.sandbox_id).await?;
         let by_id: HashMap<&str, &Container> = listed.iter().map(|c| (c.id.as_str(), c)).collect();
         let containers = self.spec.containers.clone();
         for c in &containers {
@@ -226,4 +215,22 @@ impl SyncLoop {
             }),
         }
     }
+}
+
+/// Every container of sandbox `sandbox_id` (CRI `ListContainers` with a sandbox filter).
+pub(crate) async fn sandbox_containers(
+    client: &mut RuntimeServiceClient<Channel>,
+    sandbox_id: &str,
+) -> Result<Vec<Container>, HarnessError> {
+    Ok(client
+        .list_containers(ListContainersRequest {
+            filter: Some(ContainerFilter {
+                pod_sandbox_id: sandbox_id.to_owned(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .map_err(HarnessError::grpc("ListContainers"))?
+        .into_inner()
+        .containers)
 }

@@ -87,7 +87,8 @@ disabled_plugins = [
 
 [{cri}]
   sandbox_image = {pause}
-  # The sandbox's oom_score_adj cannot be lowered on these machines (design.md §7).
+  # The sandbox's oom_score_adj cannot be lowered on the machines the tests run on: without
+  # this, RunPodSandbox fails with "can't get final child's PID from pipe".
   restrict_oom_score_adj = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"

@@ -7,27 +7,11 @@ use podward_api::prober::v1 as api;
 
 use super::Manager;
 use crate::model::{ContainerInfo, RunState};
-use crate::results::Outcome;
+use crate::results::ProbeResult;
 use crate::spec::ProbeType;
-use crate::worker::{RESTART_GRACE, WorkerKey, type_index};
-
-/// Our probe type on the wire.
-pub(crate) fn api_type(ty: ProbeType) -> api::ProbeType {
-    match ty {
-        ProbeType::Liveness => api::ProbeType::Liveness,
-        ProbeType::Readiness => api::ProbeType::Readiness,
-        ProbeType::Startup => api::ProbeType::Startup,
-    }
-}
-
-/// A result on the wire.
-pub(crate) fn api_result(r: Option<Outcome>) -> api::ProbeResult {
-    match r {
-        Some(Outcome::Success) => api::ProbeResult::Success,
-        Some(Outcome::Failure) => api::ProbeResult::Failure,
-        Some(Outcome::Unknown) | None => api::ProbeResult::Unknown,
-    }
-}
+use crate::wire;
+use crate::worker::handle::WorkerKey;
+use crate::worker::started_before_restart;
 
 impl Manager {
     /// Status of every probed pod, or of `uid` only.
@@ -53,7 +37,7 @@ impl Manager {
             let first = WorkerKey {
                 pod_uid: pod.uid.clone(),
                 container: String::new(),
-                ty: 0,
+                ty: ProbeType::Liveness,
             };
             let names: BTreeSet<String> = workers
                 .range(first..)
@@ -68,16 +52,16 @@ impl Manager {
                     let key = WorkerKey {
                         pod_uid: pod.uid.clone(),
                         container: name.clone(),
-                        ty: type_index(ty),
+                        ty,
                     };
                     let Some(w) = workers.get(&key) else { continue };
                     has_readiness |= ty == ProbeType::Readiness;
                     let st = w.status.lock().clone();
                     probes.push(api::ProbeStatus {
-                        r#type: api_type(ty) as i32,
-                        result: api_result(st.result) as i32,
+                        r#type: wire::probe_type(ty) as i32,
+                        result: wire::probe_result(st.result) as i32,
                         last_output: st.last_output,
-                        last_probe_result: api_result(st.last_probe_result) as i32,
+                        last_probe_result: wire::probe_result(st.last_probe_result) as i32,
                         consecutive_successes: st.consecutive_successes,
                         consecutive_failures: st.consecutive_failures,
                         last_probe_at_ns: st.last_probe_at_ns,
@@ -90,13 +74,7 @@ impl Manager {
                     Some(c) => self.flags(c, has_startup.contains(&name), has_readiness),
                     None => (false, false, true),
                 };
-                let kill = self
-                    .state
-                    .kills
-                    .lock()
-                    .get(&(pod.uid.clone(), name.clone()))
-                    .cloned()
-                    .unwrap_or_default();
+                let kills = self.state.killer.log(&pod.uid, &name);
                 containers.push(api::ContainerStatus {
                     name,
                     container_id: c.map(|c| c.id.to_string()).unwrap_or_default(),
@@ -104,8 +82,8 @@ impl Manager {
                     ready,
                     live,
                     probes,
-                    kills: kill.count,
-                    last_kill: kill.last,
+                    kills: kills.count,
+                    last_kill: kills.last.as_ref().map(wire::kill),
                 });
             }
             drop(workers);
@@ -136,23 +114,21 @@ impl Manager {
     ) -> (bool, bool, bool) {
         let results = &self.ctx.results;
         let running = c.state == RunState::Running;
-        let grace = i64::try_from(RESTART_GRACE.as_nanos()).unwrap_or(i64::MAX);
-        let before_restart = c.started_at_ns > 0
-            && c.started_at_ns < self.state.clock.start_ns().saturating_sub(grace);
+        let before_restart = started_before_restart(c, &self.state.clock);
         let started = running
             && (!has_startup
                 || match results.get(&c.id, ProbeType::Startup) {
-                    Some(r) => r == Outcome::Success,
+                    Some(r) => r == ProbeResult::Success,
                     None => before_restart,
                 });
         let ready = started
             && match results.get(&c.id, ProbeType::Readiness) {
-                Some(r) => r == Outcome::Success,
+                Some(r) => r == ProbeResult::Success,
                 // No result: ready only without a readiness worker, or (kubelet's restart rule)
                 // for a container that ran before this prober started.
                 None => !has_readiness || before_restart,
             };
-        let live = results.get(&c.id, ProbeType::Liveness) != Some(Outcome::Failure);
+        let live = results.get(&c.id, ProbeType::Liveness) != Some(ProbeResult::Failure);
         (started, ready, live)
     }
 }

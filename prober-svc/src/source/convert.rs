@@ -9,8 +9,8 @@ use podward_api::labels;
 use podward_api::shim::v1 as shim;
 
 use super::index::SandboxRec;
+use crate::handler::port::{ContainerPort, parse_ports_annotation};
 use crate::model::{ContainerInfo, RunState};
-use crate::port::{ContainerPort, parse_ports_annotation};
 
 /// The probe address of a sandbox: its pod IP, or `node_ip` for a host-network sandbox.
 pub fn probe_ip(pod_ip: &str, host_network: bool, node_ip: IpAddr) -> Option<IpAddr> {

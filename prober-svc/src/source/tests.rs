@@ -10,12 +10,9 @@ use podward_api::shim::v1 as shim;
 
 use super::apply;
 use super::index::NodeIndex;
-use crate::api::Hub;
 use crate::clock::Clock;
-use crate::manager::Manager;
-use crate::metrics::Metrics;
-
-use crate::test_fakes::Never;
+use crate::hub::Hub;
+use crate::test_fakes::{self, Never};
 
 const PROBES: &str = r#"{"app":{"readinessProbe":{"exec":{"command":["true"]}}}}"#;
 
@@ -77,11 +74,10 @@ fn snapshot(sandboxes: Vec<shim::Sandbox>, containers: Vec<shim::Container>) -> 
 
 #[tokio::test]
 async fn snapshot_events_and_resync_drive_the_manager() {
-    let m = Manager::new(
+    let m = test_fakes::manager(
         Arc::new(Never),
         Arc::new(Never),
-        Arc::new(Metrics::unregistered().expect("metrics")),
-        Hub::default(),
+        &Hub::default(),
         Clock::system(),
     );
     let node_ip: IpAddr = "192.0.2.9".parse().expect("ip");

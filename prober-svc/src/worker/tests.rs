@@ -1,5 +1,6 @@
-//! The worker state machine (acceptance list A1–A15 of `reference/kubelet-probes.md`), driven
-//! through the real manager with a scripted probe runner and killer, in paused tokio time.
+//! The worker state machine (items A1–A15 of the test IDs in `docs/prober.md`, after kubelet's
+//! `pkg/kubelet/prober/worker_test.go`), driven through the real manager and kill path with a
+//! scripted probe runner and stopper, in paused tokio time.
 
 mod harness;
 mod lifecycle;

@@ -21,8 +21,9 @@ use tokio::net::TcpListener;
 
 mod text;
 
-use text::MetricsBody;
-pub use text::{CHUNK_BYTES, TextMetrics, write_header, write_label_value, write_labels};
+pub use text::{
+    CHUNK_BYTES, MetricsText, TextMetrics, write_header, write_label_value, write_labels,
+};
 
 /// A response body: fixed text, or the streamed metrics.
 type AdminBody = UnsyncBoxBody<Bytes, Infallible>;
@@ -94,6 +95,14 @@ impl Admin {
         self.text.push(source);
     }
 
+    /// Renders `/metrics` as the endpoint serves it: the registry's text (encoded now), then the
+    /// self-rendered families, chunk by chunk as the returned [`MetricsText`] is consumed.
+    pub fn render_metrics(&self) -> Result<MetricsText, prometheus::Error> {
+        let mut head = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut head)?;
+        Ok(MetricsText::new(head, self.text.clone()))
+    }
+
     fn respond(&self, req: &Request<Incoming>) -> Response<AdminBody> {
         let text = |code: StatusCode, body: &'static str| {
             Response::builder()
@@ -109,22 +118,19 @@ impl Admin {
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/readyz" if self.readiness.get() => text(StatusCode::OK, "ready\n"),
             "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
-            "/metrics" => {
-                let mut buf = Vec::new();
-                let enc = TextEncoder::new();
-                if let Err(e) = enc.encode(&self.registry.gather(), &mut buf) {
+            "/metrics" => match self.render_metrics() {
+                Ok(body) => Response::builder()
+                    .header("content-type", TextEncoder::new().format_type())
+                    .body(body.boxed_unsync())
+                    .unwrap_or_default(),
+                Err(e) => {
                     tracing::warn!(error = %e, "cannot encode metrics");
-                    return text(
+                    text(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         "metrics encoding failed\n",
-                    );
+                    )
                 }
-                let body = MetricsBody::new(buf, self.text.clone());
-                Response::builder()
-                    .header("content-type", enc.format_type())
-                    .body(body.boxed_unsync())
-                    .unwrap_or_default()
-            }
+            },
             _ => text(StatusCode::NOT_FOUND, "try /metrics, /healthz or /readyz\n"),
         }
     }

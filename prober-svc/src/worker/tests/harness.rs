@@ -10,16 +10,15 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::api::Hub;
 use crate::clock::Clock;
-use crate::kill::Killer;
+use crate::hub::Hub;
 use crate::manager::Manager;
-use crate::metrics::Metrics;
 use crate::model::{ContainerInfo, PodInfo, RunState};
-use crate::probe::{ProbeResult, ProbeVerdict};
-use crate::results::Outcome;
-use crate::runner::ProbeRunner;
+use crate::results::ProbeResult;
+use crate::runner::{ProbeRunner, ProbeVerdict};
 use crate::spec::{ProbeSpec, ProbeType};
+use crate::stopper::{StopError, Stopper};
+use crate::test_fakes;
 
 /// Wall time of the test clock's start.
 pub(super) const T0: i64 = 1_000_000 * 1_000_000_000;
@@ -131,18 +130,18 @@ impl ProbeRunner for Script {
     }
 }
 
-/// A killer that records (container ID, grace).
+/// A stopper that records (container ID, grace).
 #[derive(Default)]
 pub(super) struct Kills {
     pub(super) done: Mutex<Vec<(String, i64)>>,
 }
 
-impl Killer for Kills {
+impl Stopper for Kills {
     fn stop_container(
         &self,
         container_id: String,
         grace_seconds: i64,
-    ) -> BoxFuture<'_, Result<(), String>> {
+    ) -> BoxFuture<'_, Result<(), StopError>> {
         self.done.lock().push((container_id, grace_seconds));
         Box::pin(async { Ok(()) })
     }
@@ -165,13 +164,7 @@ impl Node {
         let script = Arc::new(Script::default());
         let kills = Arc::new(Kills::default());
         let hub = Hub::new(1024);
-        let manager = Manager::new(
-            script.clone(),
-            kills.clone(),
-            Arc::new(Metrics::unregistered().expect("metrics")),
-            hub.clone(),
-            clock,
-        );
+        let manager = test_fakes::manager(script.clone(), kills.clone(), &hub, clock);
         Node {
             manager,
             script,
@@ -186,7 +179,7 @@ impl Node {
         Self::started(Duration::from_secs(1000)).await
     }
 
-    pub(super) fn result(&self, id: &str, ty: ProbeType) -> Option<Outcome> {
+    pub(super) fn result(&self, id: &str, ty: ProbeType) -> Option<ProbeResult> {
         self.manager.results().get(id, ty)
     }
 

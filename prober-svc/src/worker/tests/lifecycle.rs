@@ -7,7 +7,7 @@ use podward_api::prober::v1 as api;
 
 use super::harness::*;
 use crate::model::RunState;
-use crate::results::Outcome;
+use crate::results::ProbeResult;
 use crate::spec::ProbeType;
 
 const LIVE_READY: &str = r#"{"c":{
@@ -21,8 +21,14 @@ async fn a10_a_non_running_container_is_failure_without_a_kill_and_the_worker_st
     c.state = RunState::Exited;
     n.manager.update_pod(pod("u", LIVE_READY, vec![c]));
     run_for(3 * S).await;
-    assert_eq!(n.result("c1", ProbeType::Liveness), Some(Outcome::Failure));
-    assert_eq!(n.result("c1", ProbeType::Readiness), Some(Outcome::Failure));
+    assert_eq!(
+        n.result("c1", ProbeType::Liveness),
+        Some(ProbeResult::Failure)
+    );
+    assert_eq!(
+        n.result("c1", ProbeType::Readiness),
+        Some(ProbeResult::Failure)
+    );
     assert!(
         n.script.calls.lock().is_empty(),
         "no probe of a dead container"
@@ -42,7 +48,10 @@ async fn a10_a_non_running_container_is_failure_without_a_kill_and_the_worker_st
         vec![running(&n.clock, "c2", "c", 1, Duration::ZERO)],
     ));
     run_for(2 * S).await;
-    assert_eq!(n.result("c2", ProbeType::Readiness), Some(Outcome::Success));
+    assert_eq!(
+        n.result("c2", ProbeType::Readiness),
+        Some(ProbeResult::Success)
+    );
     assert_eq!(n.flags("u", "c"), (true, true, true));
 }
 
@@ -105,10 +114,13 @@ async fn a12_termination_stops_liveness_and_keeps_readiness_probing() {
         n.kills.done.lock().is_empty(),
         "no liveness kill during termination"
     );
-    assert_eq!(n.result("c1", ProbeType::Liveness), Some(Outcome::Success));
+    assert_eq!(
+        n.result("c1", ProbeType::Liveness),
+        Some(ProbeResult::Success)
+    );
     assert_eq!(
         n.result("c1", ProbeType::Readiness),
-        Some(Outcome::Failure),
+        Some(ProbeResult::Failure),
         "readiness still probes"
     );
     assert_eq!(n.flags("u", "c"), (true, false, true));
@@ -229,7 +241,10 @@ async fn a14_a_bad_probe_is_reported_and_the_others_still_run() {
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].container, "bad");
     assert!(errs[0].field.contains("successThreshold"), "{errs:?}");
-    assert_eq!(n.result("g1", ProbeType::Readiness), Some(Outcome::Success));
+    assert_eq!(
+        n.result("g1", ProbeType::Readiness),
+        Some(ProbeResult::Success)
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::harness::*;
-use crate::probe::{ProbeResult, ProbeVerdict};
-use crate::results::Outcome;
+use crate::results::ProbeResult;
+use crate::runner::ProbeVerdict;
 use crate::spec::ProbeType;
 
 const ALL3: &str = r#"{"c":{
@@ -23,9 +23,18 @@ async fn a1_initial_values_hold_until_the_first_probe() {
         n.script.calls.lock().is_empty(),
         "no probe during initialDelay"
     );
-    assert_eq!(n.result("c1", ProbeType::Liveness), Some(Outcome::Success));
-    assert_eq!(n.result("c1", ProbeType::Readiness), Some(Outcome::Failure));
-    assert_eq!(n.result("c1", ProbeType::Startup), Some(Outcome::Unknown));
+    assert_eq!(
+        n.result("c1", ProbeType::Liveness),
+        Some(ProbeResult::Success)
+    );
+    assert_eq!(
+        n.result("c1", ProbeType::Readiness),
+        Some(ProbeResult::Failure)
+    );
+    assert_eq!(
+        n.result("c1", ProbeType::Startup),
+        Some(ProbeResult::Unknown)
+    );
     assert_eq!(n.flags("u", "c"), (false, false, true));
 }
 
@@ -50,7 +59,10 @@ async fn a2_initial_delay_uses_a_truncating_compare_against_started_at() {
         2 * S,
         "first probe at the first tick with int(since start) >= 5"
     );
-    assert_eq!(n.result("c1", ProbeType::Readiness), Some(Outcome::Success));
+    assert_eq!(
+        n.result("c1", ProbeType::Readiness),
+        Some(ProbeResult::Success)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -137,7 +149,7 @@ async fn a4_thresholds_count_consecutive_results() {
         seen.push(n.result("c1", ProbeType::Readiness));
         run_for(S - MS).await;
     }
-    use Outcome::{Failure as F, Success as Su};
+    use ProbeResult::{Failure as F, Success as Su};
     // S,S (2 < 3: stays F), F (run reset), S,S,S (3rd: Success), F,F (2 < 3: stays S), F -> F.
     let want = [F, F, F, F, F, Su, Su, Su, F].map(Some);
     assert_eq!(seen, want);
@@ -157,10 +169,16 @@ async fn a5_liveness_failure_kills_once_then_holds_until_a_new_container() {
     n.manager
         .update_pod(pod("u", spec, vec![running(&n.clock, "c1", "c", 0, S)]));
     run_for(2 * S + MS).await; // S, F, F: still Success (2 < FT3)
-    assert_eq!(n.result("c1", ProbeType::Liveness), Some(Outcome::Success));
+    assert_eq!(
+        n.result("c1", ProbeType::Liveness),
+        Some(ProbeResult::Success)
+    );
     assert!(n.kills.done.lock().is_empty());
     run_for(S).await; // third F
-    assert_eq!(n.result("c1", ProbeType::Liveness), Some(Outcome::Failure));
+    assert_eq!(
+        n.result("c1", ProbeType::Liveness),
+        Some(ProbeResult::Failure)
+    );
     assert_eq!(
         *n.kills.done.lock(),
         vec![("c1".to_owned(), 7)],
@@ -186,7 +204,10 @@ async fn a5_liveness_failure_kills_once_then_holds_until_a_new_container() {
         vec![running(&n.clock, "c2", "c", 1, Duration::ZERO)],
     ));
     run_for(3 * S).await;
-    assert_eq!(n.result("c2", ProbeType::Liveness), Some(Outcome::Success));
+    assert_eq!(
+        n.result("c2", ProbeType::Liveness),
+        Some(ProbeResult::Success)
+    );
     assert_eq!(
         n.result("c1", ProbeType::Liveness),
         None,
@@ -223,7 +244,7 @@ async fn a6_startup_gates_the_others_and_never_reruns_once_started() {
     );
     assert_eq!(
         n.result("c1", ProbeType::Startup),
-        Some(Outcome::Unknown),
+        Some(ProbeResult::Unknown),
         "below FT: still unknown"
     );
     assert!(n.kills.done.lock().is_empty());
@@ -232,7 +253,10 @@ async fn a6_startup_gates_the_others_and_never_reruns_once_started() {
     n.script
         .set("c", ProbeType::Startup, success(), Duration::ZERO);
     run_for(S + MS).await;
-    assert_eq!(n.result("c1", ProbeType::Startup), Some(Outcome::Success));
+    assert_eq!(
+        n.result("c1", ProbeType::Startup),
+        Some(ProbeResult::Success)
+    );
     let startups = n.script.calls_of(ProbeType::Startup).len();
     run_for(5 * S).await;
     assert_eq!(
@@ -256,9 +280,15 @@ async fn a6_startup_failure_at_threshold_kills_with_pod_grace() {
     n.manager
         .update_pod(pod("u", spec, vec![running(&n.clock, "c1", "c", 0, S)]));
     run_for(S + MS).await; // probes at 0 s and 1 s: 2 < FT3
-    assert_eq!(n.result("c1", ProbeType::Startup), Some(Outcome::Unknown));
+    assert_eq!(
+        n.result("c1", ProbeType::Startup),
+        Some(ProbeResult::Unknown)
+    );
     run_for(S).await; // third failure at 2 s
-    assert_eq!(n.result("c1", ProbeType::Startup), Some(Outcome::Failure));
+    assert_eq!(
+        n.result("c1", ProbeType::Startup),
+        Some(ProbeResult::Failure)
+    );
     assert_eq!(
         *n.kills.done.lock(),
         vec![("c1".to_owned(), 30)],
@@ -320,13 +350,19 @@ async fn a8_errored_probes_are_discarded_without_touching_counters() {
     n.manager
         .update_pod(pod("u", spec, vec![running(&n.clock, "c1", "c", 0, S)]));
     run_for(2 * S + MS).await; // F, E, E: run stays 1
-    assert_eq!(n.result("c1", ProbeType::Liveness), Some(Outcome::Success));
+    assert_eq!(
+        n.result("c1", ProbeType::Liveness),
+        Some(ProbeResult::Success)
+    );
     let st = n.manager.status(Some("u"));
     let probe = &st.pods[0].containers[0].probes[0];
     assert_eq!(probe.consecutive_failures, 1, "errors did not count");
     assert_eq!(probe.probes_run, 1, "errors are not results");
     run_for(S).await; // second F: consecutive with the first, errors in between ignored
-    assert_eq!(n.result("c1", ProbeType::Liveness), Some(Outcome::Failure));
+    assert_eq!(
+        n.result("c1", ProbeType::Liveness),
+        Some(ProbeResult::Failure)
+    );
     assert_eq!(n.kills.done.lock().len(), 1);
 }
 
@@ -362,6 +398,9 @@ async fn a9_a_warning_counts_as_success() {
     n.manager
         .update_pod(pod("u", spec, vec![running(&n.clock, "c1", "c", 0, S)]));
     run_for(5 * S).await;
-    assert_eq!(n.result("c1", ProbeType::Liveness), Some(Outcome::Success));
+    assert_eq!(
+        n.result("c1", ProbeType::Liveness),
+        Some(ProbeResult::Success)
+    );
     assert!(n.kills.done.lock().is_empty());
 }

@@ -62,15 +62,18 @@ pub fn write_header(out: &mut String, name: &str, help: &str, kind: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
-/// The `/metrics` body: the registry's text, then each source's, one chunk per frame.
-pub(crate) struct MetricsBody {
+/// The `/metrics` text as the admin endpoint sends it: the registry's text, then each source's,
+/// one chunk at a time. It is the response body (one chunk per frame), and an iterator of the
+/// same chunks for a caller that renders `/metrics` without serving it (the prober benchmark
+/// measures a scrape's cost this way).
+pub struct MetricsText {
     head: Option<Bytes>,
     sources: Vec<Arc<dyn TextMetrics>>,
     /// Index of the source being written and the position within it.
     at: (usize, u64),
 }
 
-impl MetricsBody {
+impl MetricsText {
     pub(crate) fn new(head: Vec<u8>, sources: Vec<Arc<dyn TextMetrics>>) -> Self {
         Self {
             head: Some(Bytes::from(head)),
@@ -80,16 +83,13 @@ impl MetricsBody {
     }
 }
 
-impl Body for MetricsBody {
-    type Data = Bytes;
-    type Error = Infallible;
+impl Iterator for MetricsText {
+    type Item = Bytes;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    /// The next chunk: the registry's text first, then about [`CHUNK_BYTES`] at a time.
+    fn next(&mut self) -> Option<Bytes> {
         if let Some(head) = self.head.take() {
-            return Poll::Ready(Some(Ok(Frame::data(head))));
+            return Some(head);
         }
         let mut out = String::with_capacity(CHUNK_BYTES + 4096);
         while out.len() < CHUNK_BYTES {
@@ -102,10 +102,19 @@ impl Body for MetricsBody {
                 None => (i + 1, 0),
             };
         }
-        if out.is_empty() {
-            return Poll::Ready(None);
-        }
-        Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))))
+        (!out.is_empty()).then(|| Bytes::from(out))
+    }
+}
+
+impl Body for MetricsText {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.next().map(|chunk| Ok(Frame::data(chunk))))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -140,7 +149,7 @@ mod tests {
 
     #[tokio::test]
     async fn body_is_the_head_then_every_source_in_bounded_frames() {
-        let body = MetricsBody::new(
+        let body = MetricsText::new(
             b"head 1\n".to_vec(),
             vec![
                 Arc::new(Lines {

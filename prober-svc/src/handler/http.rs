@@ -23,15 +23,27 @@ use http::header::HeaderValue;
 use rustls::ClientConfig;
 use tokio::time::Instant;
 
-use self::request::ProbeHeaders;
+use self::exchange::{BodyError, RawResponse};
+use self::request::{ProbeHeaders, RequestError};
 use self::url::ProbeUrl;
-use crate::dialer::ip_string;
-use crate::port::resolve_port;
-use crate::probe::{Attempt, Outcome, ProbeTarget};
+use super::attempt::{Answer, ProbeTarget};
+use super::dialer::ip_string;
+use super::port::{PortError, resolve_port};
 use crate::spec::{HttpGetSpec, HttpScheme};
 
 /// Go's `http.Client` redirect limit, as kubelet's checker enforces it.
 pub const MAX_REDIRECTS: usize = 10;
+
+/// Why an HTTP probe errored (kubelet: Unknown + err), rather than failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HttpError {
+    /// The probe's port did not resolve.
+    #[error(transparent)]
+    Port(#[from] PortError),
+    /// The final response's body could not be read.
+    #[error(transparent)]
+    Body(#[from] BodyError),
+}
 
 /// HTTP prober with its per-process state (User-Agent, TLS config) built once.
 pub(crate) struct HttpProber {
@@ -66,8 +78,8 @@ impl HttpProber {
         get: &HttpGetSpec,
         timeout: Duration,
         target: &ProbeTarget<'_>,
-    ) -> Attempt {
-        let port = resolve_port(&get.port, target.ports).map_err(|e| e.to_string())?;
+    ) -> Result<Answer, HttpError> {
+        let port = resolve_port(&get.port, target.ports)?;
         let deadline = Instant::now() + timeout;
         let host = match &get.host {
             Some(h) => h.clone(),
@@ -80,7 +92,7 @@ impl HttpProber {
         } else {
             custom = match ProbeHeaders::new(&get.headers, &self.user_agent) {
                 Ok(h) => h,
-                Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
+                Err(e) => return Ok(Answer::Failure(format!("Get \"{url}\": {e}"))),
             };
             &custom
         };
@@ -94,8 +106,9 @@ impl HttpProber {
                 None => match HeaderValue::from_maybe_shared(Bytes::from(url.authority())) {
                     Ok(v) => v,
                     Err(_) => {
-                        return Ok(Outcome::Failure(format!(
-                            "Get \"{url}\": http: invalid Host header"
+                        return Ok(Answer::Failure(format!(
+                            "Get \"{url}\": {}",
+                            RequestError::Host
                         )));
                     }
                 },
@@ -111,7 +124,7 @@ impl HttpProber {
             .await
             {
                 Ok(r) => r,
-                Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
+                Err(e) => return Ok(Answer::Failure(format!("Get \"{url}\": {e}"))),
             };
             requests += 1;
             let location = resp.location.as_deref().filter(|l| !l.is_empty());
@@ -128,7 +141,7 @@ impl HttpProber {
                 {
                     return result(resp);
                 }
-                Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
+                Err(e) => return Ok(Answer::Failure(format!("Get \"{url}\": {e}"))),
             };
             // Go compares `URL.Hostname()` with the first request's; a name differing only in
             // case is the same host (the resolver lower-cases nothing, but DNS is case-blind).
@@ -136,7 +149,7 @@ impl HttpProber {
                 return result(resp);
             }
             if requests >= MAX_REDIRECTS {
-                return Ok(Outcome::Failure(format!(
+                return Ok(Answer::Failure(format!(
                     "Get {location:?}: stopped after {MAX_REDIRECTS} redirects"
                 )));
             }
@@ -179,15 +192,15 @@ fn referer_for(last: &ProbeUrl, next: &ProbeUrl) -> Option<HeaderValue> {
 }
 
 /// kubelet's mapping of the final response.
-fn result(resp: exchange::RawResponse) -> Attempt {
+fn result(resp: RawResponse) -> Result<Answer, HttpError> {
     let body = resp.body?;
     let body = match String::from_utf8(body) {
         Ok(s) => s,
         Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
     };
     Ok(match resp.status {
-        200..=299 => Outcome::Success(body),
-        300..=399 => Outcome::Warning(format!("Probe terminated redirects, Response body: {body}")),
-        code => Outcome::Failure(format!("HTTP probe failed with statuscode: {code}")),
+        200..=299 => Answer::Success(body),
+        300..=399 => Answer::Warning(format!("Probe terminated redirects, Response body: {body}")),
+        code => Answer::Failure(format!("HTTP probe failed with statuscode: {code}")),
     })
 }

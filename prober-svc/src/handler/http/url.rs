@@ -4,8 +4,24 @@
 
 use std::fmt;
 
-use crate::dialer::join_host_port;
+use crate::handler::dialer::join_host_port;
 use crate::spec::HttpScheme;
+
+/// Why a `Location` cannot be followed, in Go's words (after `Get "<url>": `).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum LocationError {
+    /// A scheme other than http or https (lower-cased, as Go prints it).
+    #[error("unsupported protocol scheme {0:?}")]
+    Scheme(String),
+    /// The reference does not parse.
+    #[error("failed to parse Location header {location:?}: {why}")]
+    Parse {
+        /// The header as received.
+        location: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+}
 
 /// One request target.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,18 +66,18 @@ impl ProbeUrl {
     }
 
     /// Resolves a `Location` header against this URL (RFC 3986 §5.2, as Go's `URL.Parse`).
-    pub(crate) fn resolve(&self, location: &str) -> Result<ProbeUrl, String> {
+    pub(crate) fn resolve(&self, location: &str) -> Result<ProbeUrl, LocationError> {
         let (scheme, authority, rest) = split_reference(location);
-        let bad = |why: &str| format!("failed to parse Location header {location:?}: {why}");
+        let bad = |why: &'static str| LocationError::Parse {
+            location: location.to_owned(),
+            why,
+        };
         let scheme = match scheme {
             None => self.scheme,
             Some(s) if s.eq_ignore_ascii_case("http") => HttpScheme::Http,
             Some(s) if s.eq_ignore_ascii_case("https") => HttpScheme::Https,
             Some(s) => {
-                return Err(format!(
-                    "unsupported protocol scheme {:?}",
-                    s.to_ascii_lowercase()
-                ));
+                return Err(LocationError::Scheme(s.to_ascii_lowercase()));
             }
         };
         if let Some(authority) = authority {

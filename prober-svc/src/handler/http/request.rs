@@ -26,8 +26,22 @@ pub(crate) struct ProbeHeaders {
     others: Vec<(HeaderName, HeaderValue)>,
 }
 
-/// Why the request could not be built (Go's transport error text).
-pub(crate) type HeaderError = String;
+/// Why the request could not be built, in the words of Go's transport (after `Get "<url>": `).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RequestError {
+    /// A header name that is not an HTTP token.
+    #[error("net/http: invalid header field name {0:?}")]
+    FieldName(String),
+    /// A header value with bytes HTTP forbids (the name canonicalised, as Go prints it).
+    #[error("net/http: invalid header field value for {0:?}")]
+    FieldValue(String),
+    /// A `Host` header (or authority) that is not a valid header value.
+    #[error("http: invalid Host header")]
+    Host,
+    /// The request target is not a valid URI.
+    #[error("invalid URL: {0}")]
+    Url(http::uri::InvalidUri),
+}
 
 impl ProbeHeaders {
     /// The headers of a probe without `httpHeaders`: the default User-Agent and `Accept: */*`.
@@ -43,23 +57,18 @@ impl ProbeHeaders {
     pub(crate) fn new(
         spec: &[(String, String)],
         default_ua: &HeaderValue,
-    ) -> Result<Self, HeaderError> {
+    ) -> Result<Self, RequestError> {
         if spec.is_empty() {
             return Ok(Self::default_for(default_ua));
         }
         let mut parsed: Vec<(HeaderName, &str)> = Vec::with_capacity(spec.len() + 1);
         for (name, value) in spec {
             let name = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| format!("net/http: invalid header field name {name:?}"))?;
+                .map_err(|_| RequestError::FieldName(name.clone()))?;
             parsed.push((name, value));
         }
         let first = |n: &HeaderName| parsed.iter().find(|(k, _)| k == n).map(|(_, v)| *v);
-        let invalid = |n: &HeaderName| {
-            format!(
-                "net/http: invalid header field value for {:?}",
-                canonical(n.as_str())
-            )
-        };
+        let invalid = |n: &HeaderName| RequestError::FieldValue(canonical(n.as_str()));
         let user_agent = match first(&header::USER_AGENT) {
             None => Some(default_ua.clone()),
             Some("") => None,
@@ -67,9 +76,7 @@ impl ProbeHeaders {
         };
         let host_override = match first(&header::HOST) {
             None | Some("") => None,
-            Some(v) => {
-                Some(HeaderValue::from_str(v).map_err(|_| "http: invalid Host header".to_owned())?)
-            }
+            Some(v) => Some(HeaderValue::from_str(v).map_err(|_| RequestError::Host)?),
         };
         let drop_accept = first(&header::ACCEPT) == Some("");
         if first(&header::ACCEPT).is_none() {
@@ -108,7 +115,7 @@ impl ProbeHeaders {
         host: &HeaderValue,
         referer: Option<&HeaderValue>,
         h2: bool,
-    ) -> Result<Request<Empty<Bytes>>, String> {
+    ) -> Result<Request<Empty<Bytes>>, RequestError> {
         let mut req = Request::new(Empty::new());
         *req.method_mut() = Method::GET;
         if h2 {
@@ -119,14 +126,9 @@ impl ProbeHeaders {
                 host.to_str().unwrap_or_default(),
                 url.target
             );
-            *req.uri_mut() = uri
-                .parse::<Uri>()
-                .map_err(|e| format!("invalid URL: {e}"))?;
+            *req.uri_mut() = uri.parse::<Uri>().map_err(RequestError::Url)?;
         } else {
-            *req.uri_mut() = url
-                .target
-                .parse::<Uri>()
-                .map_err(|e| format!("invalid URL: {e}"))?;
+            *req.uri_mut() = url.target.parse::<Uri>().map_err(RequestError::Url)?;
             req.headers_mut().insert(header::HOST, host.clone());
         }
         let headers_ref = req.headers_mut();

@@ -15,13 +15,15 @@ use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::go_text::go_errno;
+
 pub mod closer;
 
 /// kubelet's linger time.
 pub const LINGER: Duration = Duration::from_secs(1);
 
 /// Linux's errno for a non-blocking `connect` still under way (`io::ErrorKind::InProgress` is
-/// not stable yet; the errno values in [`go_errno`] are Linux's too).
+/// not stable yet; the errno values in `go_errno` are Linux's too).
 const EINPROGRESS: i32 = 115;
 
 /// Why a dial failed, worded as Go's `net.Dial` errors ("dial tcp 1.2.3.4:80: connect: connection
@@ -393,35 +395,6 @@ impl AsyncWrite for ProbeStream {
         // (FIN, or RST if the answer was not read to its end, as in Go) when it is dropped right
         // after the exchange, so a separate shutdown would only add a syscall.
         Poll::Ready(Ok(()))
-    }
-}
-
-/// Go prints a `syscall.Errno` as libc's `strerror` in lower case ("connection refused"); Rust's
-/// `io::Error` adds a capital and "(os error N)".
-pub fn go_errno(e: &io::Error) -> String {
-    let text = match e.raw_os_error() {
-        Some(libc_code) => match libc_code {
-            111 => "connection refused",
-            113 => "no route to host",
-            101 => "network is unreachable",
-            104 => "connection reset by peer",
-            110 => "connection timed out",
-            99 => "cannot assign requested address",
-            24 => "too many open files",
-            _ => "",
-        }
-        .to_owned(),
-        None => String::new(),
-    };
-    if !text.is_empty() {
-        return text;
-    }
-    let s = e.to_string();
-    let s = s.split(" (os error").next().unwrap_or(&s).to_owned();
-    let mut chars = s.chars();
-    match chars.next() {
-        Some(c) => c.to_lowercase().chain(chars).collect(),
-        None => s,
     }
 }
 

@@ -1,23 +1,24 @@
 //! TCP probe (kubelet `pkg/probe/tcp`): connect within the timeout with the probe dialer, close at
-//! once, send and read nothing. Any dial error is a Failure with Go's error text, never an error.
+//! once, send and read nothing. Any dial error is a Failure with Go's error text, never an error;
+//! only a port that does not resolve is (kubelet: Unknown + err).
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::dialer::{self, Options};
-use crate::port::resolve_port;
-use crate::probe::{Attempt, Outcome, ProbeTarget};
+use super::attempt::{Answer, ProbeTarget};
+use super::dialer::{self, Options};
+use super::port::{PortError, resolve_port};
 use crate::spec::PortRef;
 
-/// One TCP probe; a port that does not resolve is an error (kubelet: Unknown + err).
+/// One TCP probe.
 pub(crate) async fn probe(
     host: Option<&str>,
     port: &PortRef,
     timeout: Duration,
     target: &ProbeTarget<'_>,
-) -> Attempt {
-    let port = resolve_port(port, target.ports).map_err(|e| e.to_string())?;
+) -> Result<Answer, PortError> {
+    let port = resolve_port(port, target.ports)?;
     let deadline = Instant::now() + timeout;
     // A connection that carries no data: no TCP_NODELAY (see `Options::NO_DATA`).
     let result = match host {
@@ -30,8 +31,8 @@ pub(crate) async fn probe(
         Ok(conn) => {
             // Closed at once, with the probe dialer's linger, off the runtime's threads.
             conn.close();
-            Outcome::Success(String::new())
+            Answer::Success(String::new())
         }
-        Err(e) => Outcome::Failure(e.to_string()),
+        Err(e) => Answer::Failure(e.to_string()),
     })
 }

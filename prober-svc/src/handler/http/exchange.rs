@@ -3,6 +3,7 @@
 //! The hyper connection is driven in the same task as the request (no task spawned per probe).
 
 use std::future::Future;
+use std::io;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -16,18 +17,52 @@ use rustls::pki_types::ServerName;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
-use super::request::ProbeHeaders;
+use super::request::{ProbeHeaders, RequestError};
 use super::url::ProbeUrl;
-use crate::dialer::{self, DialError, Options, ProbeStream, go_errno};
-use crate::probe::MAX_OUTPUT_BYTES;
+use crate::handler::dialer::{self, DialError, Options, ProbeStream};
+use crate::handler::go_text::go_errno;
+use crate::handler::output::MAX_OUTPUT_BYTES;
 use crate::spec::HttpScheme;
 
-/// Go's text when `Client.Timeout` fires before the response headers.
-const HEADERS_TIMEOUT: &str =
-    "context deadline exceeded (Client.Timeout exceeded while awaiting headers)";
-/// Go's text when it fires while the body is read.
-const BODY_TIMEOUT: &str =
-    "context deadline exceeded (Client.Timeout or context cancellation while reading body)";
+/// Why a GET got no response. `Display` is Go's text after `Get "<url>": `.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum GetError {
+    /// The dial failed (a dial timeout is the client's timeout, as Go words it).
+    #[error("{}", dial_text(.0))]
+    Dial(DialError),
+    /// The request could not be built.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// HTTPS without a TLS configuration (it failed to build at start-up).
+    #[error("tls: no TLS configuration available")]
+    NoTls,
+    /// The host is not a name TLS can be asked for.
+    #[error("tls: {0}")]
+    ServerName(rustls::pki_types::InvalidDnsNameError),
+    /// The TLS handshake failed.
+    #[error("{}", tls_text(.0))]
+    Tls(io::Error),
+    /// The HTTP exchange failed before the response head.
+    #[error("{}", hyper_text(.0))]
+    Http(hyper::Error),
+    /// `timeoutSeconds` passed before the response head.
+    #[error("context deadline exceeded (Client.Timeout exceeded while awaiting headers)")]
+    HeadersTimeout,
+}
+
+/// Why the body of a response could not be read (kubelet's errored path: retried, then
+/// discarded). `Display` is Go's text.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyError {
+    /// `timeoutSeconds` passed while the body was read.
+    #[error(
+        "context deadline exceeded (Client.Timeout or context cancellation while reading body)"
+    )]
+    Timeout,
+    /// The connection failed while the body was read.
+    #[error("{}", hyper_text(.0))]
+    Read(hyper::Error),
+}
 
 /// What came back.
 #[derive(Debug)]
@@ -35,11 +70,11 @@ pub(crate) struct RawResponse {
     pub(crate) status: u16,
     /// First `Location` value.
     pub(crate) location: Option<String>,
-    /// The first 10 KiB of the body, or the read error (kubelet's errored path).
-    pub(crate) body: Result<Vec<u8>, String>,
+    /// The first 10 KiB of the body, or why it could not be read.
+    pub(crate) body: Result<Vec<u8>, BodyError>,
 }
 
-/// One GET; `Err` is the text after `Get "<url>": ` in Go's error.
+/// One GET.
 pub(crate) async fn get(
     url: &ProbeUrl,
     headers: &ProbeHeaders,
@@ -47,15 +82,10 @@ pub(crate) async fn get(
     referer: Option<&HeaderValue>,
     tls: Option<&Arc<ClientConfig>>,
     deadline: Instant,
-) -> Result<RawResponse, String> {
+) -> Result<RawResponse, GetError> {
     let conn = dialer::connect(&url.host, url.port(), deadline, Options::PROBE)
         .await
-        .map_err(|e| match e {
-            DialError::Timeout(_) => {
-                format!("{e} (Client.Timeout exceeded while awaiting headers)")
-            }
-            e => e.to_string(),
-        })?;
+        .map_err(GetError::Dial)?;
     let stream = ProbeStream::new(conn);
     // One timer for the whole exchange (a timer entry per body frame cost more than the rest of
     // the body loop); `head` records how far it got, to pick Go's text when the deadline fires.
@@ -83,9 +113,9 @@ pub(crate) async fn get(
             Some(Head { status, location }) => Ok(RawResponse {
                 status,
                 location,
-                body: Err(BODY_TIMEOUT.to_owned()),
+                body: Err(BodyError::Timeout),
             }),
-            None => Err(HEADERS_TIMEOUT.to_owned()),
+            None => Err(GetError::HeadersTimeout),
         },
     }
 }
@@ -104,13 +134,13 @@ async fn send_tls(
     referer: Option<&HeaderValue>,
     tls: Option<&Arc<ClientConfig>>,
     head: &mut Option<Head>,
-) -> Result<RawResponse, String> {
-    let tls = tls.ok_or("tls: no TLS configuration available")?;
-    let name = ServerName::try_from(url.host.clone()).map_err(|e| format!("tls: {e}"))?;
+) -> Result<RawResponse, GetError> {
+    let tls = tls.ok_or(GetError::NoTls)?;
+    let name = ServerName::try_from(url.host.clone()).map_err(GetError::ServerName)?;
     let conn = TlsConnector::from(Arc::clone(tls))
         .connect(name, stream)
         .await
-        .map_err(|e| tls_error(&e))?;
+        .map_err(GetError::Tls)?;
     let h2 = conn.get_ref().1.alpn_protocol() == Some(b"h2");
     let req = headers.request(url, host, referer, h2)?;
     send(TokioIo::new(conn), h2, req, head).await
@@ -121,7 +151,7 @@ async fn send<IO>(
     h2: bool,
     req: Request<Empty<Bytes>>,
     head: &mut Option<Head>,
-) -> Result<RawResponse, String>
+) -> Result<RawResponse, GetError>
 where
     IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -132,12 +162,9 @@ where
         .title_case_headers(true)
         .handshake(io)
         .await
-        .map_err(|e| hyper_error(&e))?;
+        .map_err(GetError::Http)?;
     drive(conn, async move {
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| hyper_error(&e))?;
+        let resp = sender.send_request(req).await.map_err(GetError::Http)?;
         read(resp, head).await
     })
     .await
@@ -147,18 +174,15 @@ async fn send_h2<IO>(
     io: IO,
     req: Request<Empty<Bytes>>,
     head: &mut Option<Head>,
-) -> Result<RawResponse, String>
+) -> Result<RawResponse, GetError>
 where
     IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
         .await
-        .map_err(|e| hyper_error(&e))?;
+        .map_err(GetError::Http)?;
     drive(conn, async move {
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| hyper_error(&e))?;
+        let resp = sender.send_request(req).await.map_err(GetError::Http)?;
         read(resp, head).await
     })
     .await
@@ -166,10 +190,10 @@ where
 
 /// Polls the connection and the exchange together; once the connection is done (the server
 /// closed it after the response) the rest of the body is already buffered for `work`.
-async fn drive<C, W, T>(conn: C, work: W) -> Result<T, String>
+async fn drive<C, W, T>(conn: C, work: W) -> Result<T, GetError>
 where
     C: Future<Output = Result<(), hyper::Error>>,
-    W: Future<Output = Result<T, String>>,
+    W: Future<Output = Result<T, GetError>>,
 {
     tokio::pin!(conn);
     tokio::pin!(work);
@@ -181,7 +205,7 @@ where
 }
 
 /// Reads the status, `Location` and at most 10 KiB of body; the caller's deadline bounds it.
-async fn read(resp: Response<Incoming>, head: &mut Option<Head>) -> Result<RawResponse, String> {
+async fn read(resp: Response<Incoming>, head: &mut Option<Head>) -> Result<RawResponse, GetError> {
     let status = resp.status().as_u16();
     let location = resp
         .headers()
@@ -200,7 +224,7 @@ async fn read(resp: Response<Incoming>, head: &mut Option<Head>) -> Result<RawRe
         }
         match body.frame().await {
             None => break Ok(buf),
-            Some(Err(e)) => break Err(hyper_error(&e)),
+            Some(Err(e)) => break Err(BodyError::Read(e)),
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
                     let room = MAX_OUTPUT_BYTES - buf.len();
@@ -216,8 +240,16 @@ async fn read(resp: Response<Incoming>, head: &mut Option<Head>) -> Result<RawRe
     })
 }
 
+/// A dial error as Go's client reports it: a dial timeout is the client's timeout.
+fn dial_text(e: &DialError) -> String {
+    match e {
+        DialError::Timeout(_) => format!("{e} (Client.Timeout exceeded while awaiting headers)"),
+        e => e.to_string(),
+    }
+}
+
 /// hyper's errors in Go's words where the case is common.
-fn hyper_error(e: &hyper::Error) -> String {
+fn hyper_text(e: &hyper::Error) -> String {
     if e.is_incomplete_message() || e.is_canceled() {
         return "EOF".to_owned();
     }
@@ -228,7 +260,7 @@ fn hyper_error(e: &hyper::Error) -> String {
     }
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+        if let Some(io) = s.downcast_ref::<io::Error>() {
             return format!("read: {}", go_errno(io));
         }
         source = s.source();
@@ -236,8 +268,9 @@ fn hyper_error(e: &hyper::Error) -> String {
     e.to_string()
 }
 
-fn tls_error(e: &std::io::Error) -> String {
-    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+/// A TLS handshake error in Go's words.
+fn tls_text(e: &io::Error) -> String {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
         return "EOF".to_owned();
     }
     match e.get_ref() {

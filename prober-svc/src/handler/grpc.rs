@@ -3,7 +3,8 @@
 //!
 //! Like grpc-go's blocking dial, a refused connection is retried until the deadline, so a closed
 //! port reads "timeout: failed to connect service ... within 1s: context deadline exceeded" as in
-//! kubelet. Only `SERVING` is a Success; every error is a Failure with kubelet's text.
+//! kubelet. Only `SERVING` is a Success; every error is a Failure with kubelet's text, so this
+//! handler never errors.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -17,14 +18,32 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::dialer::{self, DialError};
-use crate::probe::{Attempt, Outcome, go_duration};
+use super::attempt::Answer;
+use super::dialer::{self, DialError};
+use super::go_text::{go_duration, go_status};
 
 /// How close to the deadline a cancellation counts as the deadline.
 const DEADLINE_SLACK: Duration = Duration::from_millis(50);
 
 /// grpc-go's first reconnect backoff.
 const REDIAL_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Why the blocking dial gave up.
+#[derive(Debug, thiserror::Error)]
+enum ConnectError {
+    /// The probe's deadline passed first (refused connections are retried until then).
+    #[error("context deadline exceeded")]
+    Deadline,
+    /// The endpoint could not be built from the address and User-Agent.
+    #[error("{0}")]
+    Endpoint(tonic::transport::Error),
+    /// The dial failed in a way that is not retried (socket or lookup errors).
+    #[error(transparent)]
+    Dial(DialError),
+    /// The HTTP/2 handshake failed.
+    #[error("{0}")]
+    Handshake(tonic::transport::Error),
+}
 
 /// One gRPC probe.
 pub(crate) async fn probe(
@@ -33,22 +52,22 @@ pub(crate) async fn probe(
     service: &str,
     timeout: Duration,
     user_agent: &str,
-) -> Attempt {
+) -> Answer {
     let addr = SocketAddr::new(host, port);
     let shown = addr.to_string();
     let deadline = Instant::now() + timeout;
     let channel = match connect(addr, user_agent, deadline).await {
         Ok(ch) => ch,
-        Err(None) => {
-            return Ok(Outcome::Failure(format!(
+        Err(ConnectError::Deadline) => {
+            return Answer::Failure(format!(
                 "timeout: failed to connect service {shown:?} within {}: context deadline exceeded",
                 go_duration(timeout)
-            )));
+            ));
         }
-        Err(Some(e)) => {
-            return Ok(Outcome::Failure(format!(
+        Err(e) => {
+            return Answer::Failure(format!(
                 "error: failed to connect service at {shown:?}: {e}"
-            )));
+            ));
         }
     };
     let mut req = tonic::Request::new(HealthCheckRequest {
@@ -56,18 +75,18 @@ pub(crate) async fn probe(
     });
     req.set_timeout(deadline.saturating_duration_since(Instant::now()));
     let timed_out = || {
-        Outcome::Failure(format!(
+        Answer::Failure(format!(
             "timeout: health rpc did not complete within {}",
             go_duration(timeout)
         ))
     };
     let resp = match tokio::time::timeout_at(deadline, HealthClient::new(channel).check(req)).await
     {
-        Err(_) => return Ok(timed_out()),
+        Err(_) => return timed_out(),
         Ok(Ok(resp)) => resp.into_inner(),
         Ok(Err(status)) => {
-            return Ok(match status.code() {
-                tonic::Code::Unimplemented => Outcome::Failure(format!(
+            return match status.code() {
+                tonic::Code::Unimplemented => Answer::Failure(format!(
                     "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): {}",
                     status.message()
                 )),
@@ -77,48 +96,48 @@ pub(crate) async fn probe(
                 tonic::Code::Cancelled if Instant::now() + DEADLINE_SLACK >= deadline => {
                     timed_out()
                 }
-                _ => Outcome::Failure(format!(
+                _ => Answer::Failure(format!(
                     "error: health rpc probe failed: {}",
-                    go_status(&status)
+                    go_status(status.code(), status.message())
                 )),
-            });
+            };
         }
     };
-    Ok(match ServingStatus::try_from(resp.status) {
-        Ok(ServingStatus::Serving) => Outcome::Success("service healthy".to_owned()),
-        Ok(other) => Outcome::Failure(format!(
+    match ServingStatus::try_from(resp.status) {
+        Ok(ServingStatus::Serving) => Answer::Success("service healthy".to_owned()),
+        Ok(other) => Answer::Failure(format!(
             "service unhealthy (responded with {:?})",
             other.as_str_name()
         )),
-        Err(_) => Outcome::Failure(format!(
+        Err(_) => Answer::Failure(format!(
             "service unhealthy (responded with \"{}\")",
             resp.status
         )),
-    })
+    }
 }
 
-/// Blocking dial: `Err(None)` is the deadline, `Err(Some)` a non-retryable error.
+/// Blocking dial, as grpc-go's `WithBlock`: refused connections are redialled until `deadline`.
 async fn connect(
     addr: SocketAddr,
     user_agent: &str,
     deadline: Instant,
-) -> Result<Channel, Option<String>> {
+) -> Result<Channel, ConnectError> {
     let endpoint = Endpoint::from_shared(format!("http://{addr}"))
         .and_then(|e| e.user_agent(user_agent))
-        .map_err(|e| Some(e.to_string()))?;
+        .map_err(ConnectError::Endpoint)?;
     let stream = loop {
         match dialer::dial_addr(addr, deadline).await {
             Ok(s) => break s,
-            Err(DialError::Timeout(_)) => return Err(None),
+            Err(DialError::Timeout(_)) => return Err(ConnectError::Deadline),
             Err(DialError::Connect { .. }) => {
                 let next = Instant::now() + REDIAL_BACKOFF;
                 if next >= deadline {
                     tokio::time::sleep_until(deadline).await;
-                    return Err(None);
+                    return Err(ConnectError::Deadline);
                 }
                 tokio::time::sleep_until(next).await;
             }
-            Err(e) => return Err(Some(e.to_string())),
+            Err(e) => return Err(ConnectError::Dial(e)),
         }
     };
     let mut slot = Some(stream);
@@ -130,41 +149,8 @@ async fn connect(
         }
     });
     match tokio::time::timeout_at(deadline, endpoint.connect_with_connector(connector)).await {
-        Err(_) => Err(None),
-        Ok(Err(e)) => Err(Some(e.to_string())),
+        Err(_) => Err(ConnectError::Deadline),
+        Ok(Err(e)) => Err(ConnectError::Handshake(e)),
         Ok(Ok(ch)) => Ok(ch),
-    }
-}
-
-/// A gRPC status as grpc-go prints it: `rpc error: code = Unavailable desc = ...`.
-pub(crate) fn go_status(status: &tonic::Status) -> String {
-    format!(
-        "rpc error: code = {} desc = {}",
-        go_code(status.code()),
-        status.message()
-    )
-}
-
-/// grpc-go's names of status codes.
-pub(crate) fn go_code(code: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match code {
-        Ok => "OK",
-        Cancelled => "Canceled",
-        Unknown => "Unknown",
-        InvalidArgument => "InvalidArgument",
-        DeadlineExceeded => "DeadlineExceeded",
-        NotFound => "NotFound",
-        AlreadyExists => "AlreadyExists",
-        PermissionDenied => "PermissionDenied",
-        ResourceExhausted => "ResourceExhausted",
-        FailedPrecondition => "FailedPrecondition",
-        Aborted => "Aborted",
-        OutOfRange => "OutOfRange",
-        Unimplemented => "Unimplemented",
-        Internal => "Internal",
-        Unavailable => "Unavailable",
-        DataLoss => "DataLoss",
-        Unauthenticated => "Unauthenticated",
     }
 }

@@ -1,0 +1,21 @@
+//! The probe handlers, one module per kind, as kubelet's `pkg/probe/{exec,http,tcp,grpc}`: each
+//! makes one attempt against a [`attempt::ProbeTarget`] and answers with an [`attempt::Answer`]
+//! (or its own typed error, which the prober retries). Retries and the mapping to what a worker
+//! counts are one floor up, in `crate::probe`; nothing here knows about workers.
+//!
+//! What the handlers share sits in leaf modules they all import and that import none of them:
+//! [`attempt`] (target and answer), [`output`] (kubelet's 10 KiB output limit) and [`go_text`]
+//! (Go's wording of durations, gRPC statuses and OS errors, so messages read as kubelet's).
+//! Network handlers dial through [`dialer`]; named ports resolve through [`port`]; exec commands
+//! are `$(VAR)`-expanded by [`expand`].
+
+pub mod attempt;
+pub mod dialer;
+pub mod exec;
+pub mod expand;
+pub mod go_text;
+pub mod grpc;
+pub mod http;
+pub mod output;
+pub mod port;
+pub mod tcp;
