@@ -109,8 +109,8 @@ struct PodPlan {
 }
 
 impl PodPlan {
-    /// Maps every hostPath of `ds` to a directory of the test: `<node>/host<path>`. The cgroup
-    /// tree too (an empty directory): the housekeeper must not see this machine's cgroups.
+    /// Maps every hostPath of `ds` to a directory of the test: `<node>/host<path>`, except the
+    /// cgroup tree: an empty cgroup2 directory of the node's own.
     fn new(node: &TestNode, ds: &Value, containerd_dir: &str, shared: &mut SharedMounts) -> Self {
         let spec = &ds["spec"]["template"]["spec"];
         let propagated: Vec<String> = spec["containers"]
@@ -125,7 +125,21 @@ impl PodPlan {
         for v in spec["volumes"].as_array().expect("volumes") {
             let name = v["name"].as_str().expect("volume name").to_owned();
             let path = v["hostPath"]["path"].as_str().expect("hostPath");
-            let dir = host_dir(node, path);
+            let dir = if path == "/sys/fs/cgroup" {
+                // A real but empty cgroup2 directory under the node's own cgroup parent (removed
+                // with the node): the housekeeper refuses a cgroup root that is no cgroup
+                // filesystem, and must not see this machine's cgroups.
+                let v2 = Path::new("/sys/fs/cgroup/unified");
+                let v2 = if v2.is_dir() {
+                    v2
+                } else {
+                    Path::new("/sys/fs/cgroup")
+                };
+                v2.join(node.cgroup_parent().trim_start_matches('/'))
+                    .join("housekeeper-view")
+            } else {
+                host_dir(node, path)
+            };
             std::fs::create_dir_all(&dir).expect("create hostPath dir");
             if path == containerd_dir {
                 // containerd's socket, hard-linked into a directory of its own: a socket inode
