@@ -1,11 +1,13 @@
-//! Observation of the watched CRI methods: which paths are watched, the raw bytes the forwarder
-//! tees off for them, and decoding those bytes (off the forwarding path, in one task) into
+//! Observation of the watched CRI methods: which paths are watched, the raw bytes the relay's
+//! reader keeps for them, and decoding those bytes (off the relay path, in one task) into
 //! [`Observation`]s for the index.
 //!
 //! Only the lifecycle calls below are ever decoded. Everything else (PullImage with its registry
-//! credentials, Exec, unknown methods) is forwarded without a copy.
+//! credentials, Exec, unknown methods) is relayed without a copy.
 
 mod decode;
+
+use std::hash::{BuildHasher, Hasher};
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
@@ -14,10 +16,6 @@ use crate::metrics::Metrics;
 use crate::publish::Publisher;
 
 pub use decode::decode;
-
-/// Largest message body teed for observation; a bigger one is forwarded but not observed
-/// (memory stays bounded). containerd's own limit is 16 MiB.
-pub const MAX_OBSERVED_BYTES: usize = 32 << 20;
 
 /// Raw observations waiting for the decoder; a full queue drops the observation (counted) rather
 /// than slow a CRI call.
@@ -103,6 +101,62 @@ pub enum Outcome {
     Abandoned,
 }
 
+/// A gRPC-framed body as it arrived: the DATA payloads, in order, not yet joined (joining is
+/// the decoder's job, off the relay path).
+#[derive(Debug, Clone, Default)]
+pub struct Body {
+    parts: Vec<Bytes>,
+    len: usize,
+}
+
+impl Body {
+    /// A body of one part.
+    pub fn from_bytes(b: Bytes) -> Self {
+        let mut body = Self::default();
+        body.push(b);
+        body
+    }
+
+    /// Appends a part.
+    pub fn push(&mut self, part: Bytes) {
+        self.len += part.len();
+        self.parts.push(part);
+    }
+
+    /// Total length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The whole body in one buffer (a copy only when it came in several parts).
+    pub fn to_bytes(&self) -> Bytes {
+        match &self.parts[..] {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => Bytes::from(many.concat()),
+        }
+    }
+
+    /// Whether the first message carries gRPC's compressed flag.
+    pub fn is_compressed(&self) -> bool {
+        self.parts
+            .iter()
+            .find(|p| !p.is_empty())
+            .is_some_and(|p| p[0] != 0)
+    }
+
+    fn hash_into(&self, h: &mut impl Hasher) {
+        for p in &self.parts {
+            h.write(p);
+        }
+    }
+}
+
 /// Raw bytes of one observed call, decoded later by [`decode`].
 #[derive(Debug)]
 pub enum Raw {
@@ -111,7 +165,7 @@ pub enum Raw {
         /// Which method.
         method: Watched,
         /// The gRPC-framed request body.
-        body: Bytes,
+        body: Body,
         /// When the request arrived (Unix ns).
         at_ns: i64,
     },
@@ -120,9 +174,9 @@ pub enum Raw {
         /// Which method.
         method: Watched,
         /// The gRPC-framed request body (as far as it was read).
-        request: Bytes,
+        request: Body,
         /// The gRPC-framed response body (empty for a trailers-only answer).
-        response: Bytes,
+        response: Body,
         /// The `grpc-status` (None when the stream ended without one).
         grpc_status: Option<i32>,
         /// Whether the caller got it.
@@ -134,7 +188,7 @@ pub enum Raw {
     },
 }
 
-/// The sending side, used by the forwarder.
+/// The sending side, used by the relay's readers.
 #[derive(Clone, Debug)]
 pub struct Observer {
     tx: mpsc::Sender<Raw>,
@@ -180,19 +234,28 @@ pub fn first_message(body: &[u8]) -> Option<&[u8]> {
     msg.get(..len)
 }
 
-/// Bytes of the last answers kept to recognise repeats, in total.
-const UNCHANGED_BYTES: usize = 64 << 20;
+/// Distinct List/Status requests remembered; past it the memory starts afresh.
+const UNCHANGED_ENTRIES: usize = 4096;
 
-/// The last answer to each distinct List/Status request. kubelet relists every second and the
-/// answer is usually byte-identical to the previous one: such a repeat carries no news and is
-/// not decoded (decoding a 100-container list costs more CPU than forwarding it).
+/// A digest of the last answer to each distinct List/Status request. kubelet relists every
+/// second and the answer is usually byte-identical to the previous one: such a repeat carries no
+/// news and is not decoded (decoding a 100-container list costs more CPU than relaying it).
+/// Digests rather than the answers themselves keep this a few hundred KiB at most; SipHash with
+/// a per-process random key means no caller can craft a collision.
 #[derive(Default)]
 struct Unchanged {
-    last: std::collections::HashMap<(Watched, Bytes), Bytes>,
-    bytes: usize,
+    keys: std::collections::hash_map::RandomState,
+    last: std::collections::HashMap<(Watched, u64), u64>,
 }
 
 impl Unchanged {
+    fn digest(&self, body: &Body) -> u64 {
+        let mut h = self.keys.build_hasher();
+        body.hash_into(&mut h);
+        h.write_usize(body.len());
+        h.finish()
+    }
+
     fn is_repeat(&mut self, raw: &Raw) -> bool {
         let Raw::Call {
             method,
@@ -207,18 +270,15 @@ impl Unchanged {
         if method.is_mutating() {
             return false;
         }
-        let key = (*method, request.clone());
-        if self.last.get(&key) == Some(response) {
+        let key = (*method, self.digest(request));
+        let answer = self.digest(response);
+        if self.last.get(&key) == Some(&answer) {
             return true;
         }
-        if self.bytes + response.len() + request.len() > UNCHANGED_BYTES {
+        if self.last.len() >= UNCHANGED_ENTRIES {
             self.last.clear();
-            self.bytes = 0;
         }
-        self.bytes += response.len() + request.len();
-        if let Some(old) = self.last.insert(key, response.clone()) {
-            self.bytes = self.bytes.saturating_sub(old.len() + request.len());
-        }
+        self.last.insert(key, answer);
         false
     }
 }
@@ -230,8 +290,8 @@ mod tests {
     fn list(resp: &'static [u8], status: Option<i32>) -> Raw {
         Raw::Call {
             method: Watched::ListContainers,
-            request: Bytes::from_static(b"\0\0\0\0\0"),
-            response: Bytes::from_static(resp),
+            request: Body::from_bytes(Bytes::from_static(b"\0\0\0\0\0")),
+            response: Body::from_bytes(Bytes::from_static(resp)),
             grpc_status: status,
             outcome: Outcome::Delivered,
             requested_at_ns: 0,
@@ -254,8 +314,8 @@ mod tests {
         );
         let run = Raw::Call {
             method: Watched::RunPodSandbox,
-            request: Bytes::new(),
-            response: Bytes::from_static(b"x"),
+            request: Body::default(),
+            response: Body::from_bytes(Bytes::from_static(b"x")),
             grpc_status: Some(0),
             outcome: Outcome::Delivered,
             requested_at_ns: 0,

@@ -127,6 +127,17 @@ impl Publisher {
         )
     }
 
+    /// A new subscriber unless `max` are already connected (the error is that count). Each
+    /// subscriber may hold a whole snapshot in its connection's buffers while it reads, so their
+    /// number is what bounds the memory they cost.
+    pub fn try_subscribe(&self, max: usize) -> Result<Subscription, usize> {
+        let connected = usize::try_from(self.metrics.subscribers.get()).unwrap_or(0);
+        if connected >= max {
+            return Err(connected);
+        }
+        Ok(self.subscribe())
+    }
+
     /// A new subscriber: its stream starts with a snapshot, then every change in order.
     pub fn subscribe(&self) -> Subscription {
         let (tx, rx) = mpsc::channel(self.queue);

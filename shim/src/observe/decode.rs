@@ -26,7 +26,9 @@ pub fn decode(raw: Raw) -> Vec<Observation> {
             method,
             body,
             at_ns,
-        } => decode_request(method, &body, at_ns).into_iter().collect(),
+        } => decode_request(method, &body.to_bytes(), at_ns)
+            .into_iter()
+            .collect(),
         Raw::Call {
             method,
             request,
@@ -37,11 +39,14 @@ pub fn decode(raw: Raw) -> Vec<Observation> {
             completed_at_ns,
         } => {
             if outcome == Outcome::Abandoned {
-                return decode_abandoned(method, &request).into_iter().collect();
+                return decode_abandoned(method, &request.to_bytes())
+                    .into_iter()
+                    .collect();
             }
             if grpc_status != Some(0) {
                 return Vec::new();
             }
+            let (request, response) = (request.to_bytes(), response.to_bytes());
             let delivery = match outcome {
                 Outcome::Delivered => Delivery::Delivered,
                 Outcome::Undelivered | Outcome::Abandoned => Delivery::Undelivered,
