@@ -22,7 +22,9 @@ use parking_lot::Mutex;
 
 pub use calls::Recorder;
 pub use frames::FrameError;
-pub(crate) use frames::graceful_goaway;
+pub(crate) use frames::{
+    FrameReader, FrameSink, goaway_frame, graceful_goaway, settings_frame, trailers_only,
+};
 
 /// Length of the client's HTTP/2 connection preface.
 pub const PREFACE_LEN: usize = frames::PREFACE.len();
@@ -30,7 +32,6 @@ pub const PREFACE_LEN: usize = frames::PREFACE.len();
 use crate::fault::Faults;
 use calls::Calls;
 use fields::HeaderDecoder;
-use frames::{FrameReader, FrameSink};
 
 /// Which peer wrote the bytes a reader reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +46,8 @@ pub enum Side {
 #[derive(Debug)]
 pub struct Conversation {
     shared: Mutex<Shared>,
+    /// Fired when the client resets a stream or leaves (a held response stops waiting).
+    caller_gone: tokio::sync::Notify,
 }
 
 #[derive(Debug)]
@@ -64,7 +67,19 @@ impl Conversation {
                 junk: false,
                 calls: Calls::new(recorder),
             }),
+            caller_gone: tokio::sync::Notify::new(),
         })
+    }
+
+    /// The client reset a stream or left.
+    pub fn note_caller_gone(&self) {
+        self.caller_gone.notify_one();
+    }
+
+    /// Resolves at the next [`note_caller_gone`](Self::note_caller_gone) (or at once if one
+    /// happened since the last wait).
+    pub async fn caller_gone(&self) {
+        self.caller_gone.notified().await;
     }
 
     /// Whether the connection is still being read.
@@ -158,8 +173,10 @@ impl SideReader {
         if !shared.observing {
             return;
         }
+        let mut caller_reset = false;
         let mut sink = Sink {
             side: self.side,
+            caller_reset: &mut caller_reset,
             hpack: &mut self.hpack,
             calls: &mut shared.calls,
             completed: &mut self.completed,
@@ -170,6 +187,15 @@ impl SideReader {
             shared.stop_observing(self.side, &e);
             self.completed.clear();
         }
+        drop(shared);
+        if caller_reset {
+            conversation.note_caller_gone();
+        }
+    }
+
+    /// The conversation this reader belongs to.
+    pub fn conversation(&self) -> &Arc<Conversation> {
+        &self.conversation
     }
 
     /// A held response's path, if the bytes just read must wait (fault injection only).
@@ -195,6 +221,7 @@ impl SideReader {
 
 struct Sink<'a> {
     side: Side,
+    caller_reset: &'a mut bool,
     hpack: &'a mut HeaderDecoder,
     calls: &'a mut Calls,
     completed: &'a mut Vec<u32>,
@@ -246,7 +273,10 @@ impl FrameSink for Sink<'_> {
 
     fn rst_stream(&mut self, stream: u32, _code: u32) {
         match self.side {
-            Side::Client => self.calls.caller_reset(stream),
+            Side::Client => {
+                *self.caller_reset = true;
+                self.calls.caller_reset(stream);
+            }
             Side::Server => self.calls.server_reset(stream),
         }
     }

@@ -10,11 +10,12 @@
 //! through the shim (gRPC C-core's `:authority` for unix sockets included), and Exec, Attach and
 //! PortForward answers pass byte for byte: their URLs are never rewritten.
 //!
-//! containerd absent: the client's connection is accepted and closed at once, which every gRPC
-//! client reports as `UNAVAILABLE`, as it does when its own dial fails.
+//! containerd absent: the client's calls are answered `UNAVAILABLE` and its connection closed
+//! (`relay/unavailable.rs`), which every gRPC client reports as it does a failed dial.
 
 mod connection;
 mod pump;
+mod unavailable;
 
 use std::path::PathBuf;
 use std::sync::Arc;

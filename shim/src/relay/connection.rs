@@ -53,9 +53,8 @@ pub(super) async fn relay(relay: Arc<Relay>, client: UnixStream, mut stop: watch
     let upstream = match UnixStream::connect(&relay.containerd).await {
         Ok(s) => s,
         Err(e) => {
-            // The client sees its connection closed before any HTTP/2 settings: UNAVAILABLE,
-            // as when its own dial of containerd's socket fails.
-            tracing::debug!(error = %e, "containerd not reachable; closing the client connection");
+            tracing::debug!(error = %e, "containerd not reachable; answering UNAVAILABLE");
+            super::unavailable::answer(client, accepted + relay.handshake_timeout).await;
             return;
         }
     };

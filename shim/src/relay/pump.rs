@@ -87,6 +87,7 @@ impl Pump {
             };
             match read {
                 Ok(0) | Err(_) => {
+                    self.reader.conversation().note_caller_gone();
                     // As the client's own FIN would: containerd ends the connection, cancelling
                     // what is still in flight, and may still answer what it finished.
                     let _ = self.dst.shutdown().await;
@@ -142,7 +143,13 @@ impl Pump {
             self.bytes.inc_by(chunk.len() as u64);
             self.reader.feed(&chunk);
             if let Some(path) = self.reader.take_hold() {
-                faults.before_response(&path).await;
+                // Until released, or until the caller gives up on it (its deadline passed):
+                // what a response stuck between containerd and kubelet looks like.
+                let conversation = self.reader.conversation().clone();
+                tokio::select! {
+                    _ = faults.before_response(&path) => {}
+                    _ = conversation.caller_gone() => {}
+                }
             }
             if !client_gone {
                 client_gone = self.dst.write_all(&chunk).await.is_err();
