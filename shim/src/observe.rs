@@ -205,6 +205,15 @@ impl Observer {
     }
 }
 
+impl Observer {
+    /// An observer whose raw observations go to the returned receiver instead of a decoder
+    /// (tests and tools that look at what the reader saw).
+    pub fn channel(metrics: Metrics) -> (Self, mpsc::Receiver<Raw>) {
+        let (tx, rx) = mpsc::channel(QUEUE_LEN);
+        (Self { tx, metrics }, rx)
+    }
+}
+
 /// Creates the observer and its decoder task, which folds decoded observations into `publisher`.
 pub fn spawn(publisher: Publisher, metrics: Metrics) -> Observer {
     let (tx, mut rx) = mpsc::channel::<Raw>(QUEUE_LEN);

@@ -3,18 +3,21 @@
 //! Every header block of a direction goes through that direction's decoder, watched or not:
 //! HPACK's dynamic table is shared by all streams, so skipping one block would garble the next.
 
-use std::borrow::Cow;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use loona_hpack::Decoder;
+use httlib_hpack::Decoder;
 
 use super::frames::FrameError;
+
+/// HPACK's initial dynamic table size (RFC 7541 §4.2, HTTP/2's SETTINGS_HEADER_TABLE_SIZE
+/// default).
+const INITIAL_TABLE: u32 = 4096;
 
 /// Largest dynamic table a peer may ask for. gRPC stacks use HPACK's default 4 KiB; a peer
 /// that advertises more may make its encoder use more, up to this. Beyond it the reader stops
 /// observing the connection (its bytes still flow).
-const MAX_TABLE: usize = 64 << 10;
+const MAX_TABLE: u32 = 64 << 10;
 
 /// What a header block says that the reader needs.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -56,27 +59,29 @@ impl std::fmt::Debug for HeaderDecoder {
 impl HeaderDecoder {
     /// A decoder with HPACK's initial table.
     pub(crate) fn new() -> Self {
-        let mut inner = Decoder::new();
-        inner.set_max_allowed_table_size(MAX_TABLE);
+        let mut inner = Decoder::with_dynamic_size(INITIAL_TABLE);
+        inner.set_max_dynamic_size(MAX_TABLE);
         Self { inner }
     }
 
     /// Decodes one complete header block.
     pub(crate) fn decode(&mut self, block: &[u8]) -> Result<Fields, FrameError> {
-        let mut fields = Fields::default();
+        let mut buf = block.to_vec();
+        let mut out = Vec::new();
         let inner = &mut self.inner;
         // The input is hostile; a decoder bug must cost the observation of one connection,
         // never the relay task that copies its bytes.
-        let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            inner.decode_with_cb(block, |n: Cow<'_, [u8]>, v: Cow<'_, [u8]>| {
-                fields.take(&n, &v)
-            })
-        }));
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| inner.decode(&mut buf, &mut out)));
         match r {
-            Ok(Ok(())) => Ok(fields),
-            Ok(Err(e)) => Err(FrameError::Hpack(format!("{e:?}"))),
-            Err(_) => Err(FrameError::Hpack("decoder panicked".to_owned())),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(FrameError::Hpack(format!("{e:?}"))),
+            Err(_) => return Err(FrameError::Hpack("decoder panicked".to_owned())),
         }
+        let mut fields = Fields::default();
+        for (name, value, _) in &out {
+            fields.take(name, value);
+        }
+        Ok(fields)
     }
 }
 
@@ -121,9 +126,28 @@ mod tests {
     #[test]
     fn garbage_blocks_are_errors_not_panics() {
         let mut d = HeaderDecoder::new();
-        // An index far past the tables, then a size update beyond the allowed maximum.
+        // An index far past the tables; a size update beyond the allowed maximum; an integer
+        // cut short (which panics inside the crate: caught).
         assert!(d.decode(&[0xff, 0xff, 0xff, 0x0f]).is_err());
         let mut d = HeaderDecoder::new();
         assert!(d.decode(&[0x3f, 0xff, 0xff, 0x7f, 0x82]).is_err());
+        let mut d = HeaderDecoder::new();
+        assert!(d.decode(&[0x7f, 0x80]).is_err());
+    }
+
+    #[test]
+    fn rfc7541_huffman_request_decodes_and_the_table_follows() {
+        // RFC 7541 C.4.1 and C.4.2: the second block refers to the first's table entry.
+        let hex = |s: &str| -> Vec<u8> {
+            (0..s.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+                .collect()
+        };
+        let mut d = HeaderDecoder::new();
+        let f = d.decode(&hex("828684418cf1e3c2e5f23a6ba0ab90f4ff")).expect("C.4.1");
+        assert_eq!(f.path.as_deref(), Some("/"));
+        let f = d.decode(&hex("828684be5886a8eb10649cbf")).expect("C.4.2");
+        assert_eq!(f.path.as_deref(), Some("/"));
     }
 }

@@ -67,7 +67,9 @@ impl FakeUpstream {
                     let svc = hyper::service::service_fn(|req| async move {
                         Ok::<_, Infallible>(answer(req).await)
                     });
+                    // Header lists as large as gRPC-Go servers take (CONTINUATION in tests).
                     let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .max_header_list_size(1 << 20)
                         .serve_connection(TokioIo::new(s), svc)
                         .await;
                 });
