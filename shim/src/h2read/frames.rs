@@ -15,7 +15,7 @@ pub(crate) const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Largest header block (HEADERS + CONTINUATIONs) kept for decoding. gRPC header blocks are a
 /// few hundred bytes; a block beyond this cannot be decoded, so the connection is no longer
 /// observed (and its bytes still flow).
-pub(crate) const MAX_HEADER_BLOCK: usize = 256 << 10;
+pub(crate) const MAX_HEADER_BLOCK: usize = 64 << 10;
 
 const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
@@ -515,4 +515,82 @@ pub(crate) fn trailers_only(stream: u32, grpc_status: &str, message: &str) -> Ve
 /// (last stream ID 2^31-1, NO_ERROR), as a server does at the start of a graceful shutdown.
 pub(crate) fn graceful_goaway() -> Bytes {
     Bytes::from(goaway_frame(0x7fff_ffff, b"podward-shim restarting"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Count {
+        blocks: usize,
+    }
+
+    impl FrameSink for Count {
+        fn headers(&mut self, _: u32, _: bool, _: &[u8]) -> Result<(), FrameError> {
+            self.blocks += 1;
+            Ok(())
+        }
+        fn push_promise(&mut self, _: &[u8]) -> Result<(), FrameError> {
+            Ok(())
+        }
+        fn data(&mut self, _: u32, _: &Bytes, _: Range<usize>, _: bool) -> Result<(), FrameError> {
+            Ok(())
+        }
+        fn rst_stream(&mut self, _: u32, _: u32) {}
+        fn goaway(&mut self, _: u32, _: u32) {}
+    }
+
+    #[test]
+    fn a_continuation_flood_is_refused_before_it_grows_the_buffer_past_the_cap() {
+        let mut r = FrameReader::client();
+        let mut sink = Count::default();
+        r.feed(&Bytes::from_static(PREFACE), &mut sink).expect("preface");
+        r.feed(&Bytes::from(frame(HEADERS, 0, 1, &[0x82])), &mut sink)
+            .expect("headers");
+        let cont = Bytes::from(frame(CONTINUATION, 0, 1, &[0x82; 16 << 10]));
+        let mut err = None;
+        for _ in 0..1024 {
+            if let Err(e) = r.feed(&cont, &mut sink) {
+                err = Some(e);
+                break;
+            }
+            assert!(r.block.len() <= MAX_HEADER_BLOCK);
+        }
+        assert_eq!(err, Some(FrameError::HeaderBlockTooLarge));
+        assert_eq!(sink.blocks, 0);
+    }
+
+    #[test]
+    fn junk_and_out_of_place_continuations_are_errors() {
+        let mut sink = Count::default();
+        let mut r = FrameReader::client();
+        let junk = Bytes::from_static(b"GET / HTTP/1.1\r\n\r\n");
+        assert_eq!(r.feed(&junk, &mut sink), Err(FrameError::Preface));
+        let mut r = FrameReader::server();
+        let cont = Bytes::from(frame(CONTINUATION, END_HEADERS, 1, &[0x82]));
+        assert_eq!(r.feed(&cont, &mut sink), Err(FrameError::Continuation));
+        let mut r = FrameReader::server();
+        let mut two = frame(HEADERS, 0, 1, &[0x82]);
+        two.extend(frame(DATA, 0, 1, b"x"));
+        assert_eq!(
+            r.feed(&Bytes::from(two), &mut sink),
+            Err(FrameError::Continuation)
+        );
+    }
+
+    #[test]
+    fn a_goaway_is_only_added_between_frames() {
+        let mut sink = Count::default();
+        let mut r = FrameReader::server();
+        assert!(!r.at_boundary(), "nothing from the server yet");
+        let settings = Bytes::from(settings_frame(false));
+        r.feed(&settings.slice(..5), &mut sink).expect("half");
+        assert!(!r.at_boundary());
+        r.feed(&settings.slice(5..), &mut sink).expect("rest");
+        assert!(r.at_boundary());
+        r.feed(&Bytes::from(frame(HEADERS, 0, 1, &[0x88])), &mut sink)
+            .expect("headers");
+        assert!(!r.at_boundary(), "inside a header block");
+    }
 }
