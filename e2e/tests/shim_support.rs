@@ -103,6 +103,15 @@ impl Drop for InProcShim {
     }
 }
 
+/// Polls a synchronous condition until it holds (fails the test after `timeout`).
+pub(crate) async fn wait_until(what: &str, timeout: Duration, cond: impl Fn() -> bool) {
+    eventually(what, timeout, || {
+        let ok = cond();
+        async move { ok }
+    })
+    .await;
+}
+
 /// A Lifecycle client on the control socket.
 pub(crate) fn lifecycle(control: &Path) -> LifecycleClient<Channel> {
     LifecycleClient::new(podward_api::socket::channel(control.to_owned()))
