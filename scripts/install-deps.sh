@@ -12,8 +12,13 @@ APT_PACKAGES=(
   containernetworking-plugins # bridge + host-local CNI for pod-network sandboxes in e2e
   docker-registry skopeo      # loopback registry so CRI PullImage is exercised
   systemd                     # systemd-analyze verify for the shim's units (systemd is not run)
+  socat                       # the plain byte relay the shim benchmark compares against
+  golang-go golang-google-grpc-dev golang-google-protobuf-dev protoc-gen-go protoc-gen-go-grpc
+                              # a grpc-go CRI client (kubelet's stack) for the shim's e2e, built offline
 )
-PIP_PACKAGES=(grpcio grpcio-health-checking)   # a gRPC health server nobody here wrote
+# grpcio: a gRPC health server nobody here wrote, and a C-core CRI client (shim e2e);
+# grpcio-tools: its CRI stubs from the k8s-cri crate's v1.proto.
+PIP_PACKAGES=(grpcio grpcio-health-checking grpcio-tools)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: must run as root (containerd, cgroups and mounts need it)" >&2
@@ -31,7 +36,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 py=python3
-if ! "$py" -c 'import grpc_health.v1' 2>/dev/null; then
+if ! "$py" -c 'import grpc_health.v1, grpc_tools.protoc' 2>/dev/null; then
   echo "install-deps: pip installing ${PIP_PACKAGES[*]}"
   "$py" -m pip install -q "${PIP_PACKAGES[@]}"
 fi
