@@ -14,7 +14,10 @@ APT_PACKAGES=(
   systemd                     # systemd-analyze verify for the shim's units (systemd is not run)
   socat                       # the plain byte relay the shim benchmark compares against
   golang-go golang-google-grpc-dev golang-google-protobuf-dev protoc-gen-go protoc-gen-go-grpc
-                              # a grpc-go CRI client (kubelet's stack) for the shim's e2e, built offline
+  golang-github-golang-protobuf-1-5-dev
+                              # a grpc-go CRI client (kubelet's stack) for the shim's e2e, built
+                              # offline; protobuf 1.5 (not 1.3): grpc's codec must take the
+                              # APIv2 messages that protoc-gen-go generates
 )
 # grpcio: a gRPC health server nobody here wrote, and a C-core CRI client (shim e2e);
 # grpcio-tools: its CRI stubs from the k8s-cri crate's v1.proto.

@@ -1,6 +1,7 @@
-//! Client stacks other than tonic/hyper through the shim: gRPC's C core (Python `grpcio`) sends
-//! `:authority` = the percent-encoded socket path, which a terminating HTTP/2 proxy rejected.
-//! The same conformance cases run directly against containerd and through the shim must give
+//! Client stacks other than tonic/hyper through the shim: gRPC's C core (Python `grpcio`; it
+//! sends `:authority` = the percent-encoded socket path, which a terminating HTTP/2 proxy
+//! rejected) and gRPC-Go (kubelet's own stack, built offline from Debian's Go packages). The
+//! same conformance cases run directly against containerd and through the shim must give
 //! identical outcomes (codes, messages, shapes; IDs masked), and with containerd down both say
 //! `UNAVAILABLE`.
 
@@ -59,6 +60,67 @@ fn python_stubs() -> PathBuf {
     out
 }
 
+/// The gRPC-Go client (`e2e/clients/go/main.go`), built once per target dir in GOPATH mode
+/// against Debian's Go packages in /usr/share/gocode (no module proxy, no network), with
+/// runtime.v1 stubs from protoc-gen-go / protoc-gen-go-grpc.
+fn go_client() -> PathBuf {
+    let work = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cri-go");
+    let bin = work.join("cri-conformance");
+    let main = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/go/main.go");
+    let fresh = |b: &Path| {
+        let (Ok(b), Ok(m)) = (std::fs::metadata(b), std::fs::metadata(&main)) else {
+            return false;
+        };
+        b.modified().ok() >= m.modified().ok()
+    };
+    if fresh(&bin) {
+        return bin;
+    }
+    let stubs = work.join("gopath/src/k8s.io/cri-api/pkg/apis/runtime/v1");
+    let pkg = work.join("gopath/src/podward-cri-client");
+    let generated = work.join("generated");
+    for d in [&stubs, &pkg, &generated] {
+        std::fs::create_dir_all(d).expect("go work dirs");
+    }
+    let proto = cri_proto();
+    let st = Command::new("protoc")
+        .current_dir(proto.parent().expect("proto dir"))
+        .arg("-I.")
+        .arg(format!("--go_out={}", generated.display()))
+        .arg(format!("--go-grpc_out={}", generated.display()))
+        .arg("v1.proto")
+        .status()
+        .expect("protoc with protoc-gen-go and protoc-gen-go-grpc (scripts/install-deps.sh)");
+    assert!(st.success(), "protoc for the Go stubs failed: {st}");
+    for f in ["v1.pb.go", "v1_grpc.pb.go"] {
+        std::fs::copy(
+            generated.join("k8s.io/cri-api/pkg/apis/runtime/v1").join(f),
+            stubs.join(f),
+        )
+        .expect("copy stub");
+    }
+    std::fs::copy(&main, pkg.join("main.go")).expect("copy main.go");
+    let out = Command::new("go")
+        .current_dir(&pkg)
+        .env("GO111MODULE", "off")
+        .env(
+            "GOPATH",
+            format!("{}:/usr/share/gocode", work.join("gopath").display()),
+        )
+        .env("GOCACHE", work.join("cache"))
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg(".")
+        .output()
+        .expect("go (Debian golang-go; scripts/install-deps.sh)");
+    assert!(
+        out.status.success(),
+        "building the gRPC-Go client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/cri_conformance.py")
 }
@@ -82,18 +144,29 @@ fn container_config() -> cri::ContainerConfig {
     }
 }
 
-/// Runs the Python cases against `socket`: (case, outcome) in order.
-fn run_python(stubs: &Path, socket: &Path, args: &[String]) -> Vec<(String, String)> {
-    let out = Command::new("python3")
-        .arg(script())
-        .arg(stubs)
-        .arg(socket)
-        .args(args)
-        .output()
-        .expect("python3");
+/// A client stack: how to run its cases against a socket.
+#[derive(Clone)]
+enum Stack {
+    /// Python grpcio with stubs in this directory.
+    Python(PathBuf),
+    /// The gRPC-Go binary.
+    Go(PathBuf),
+}
+
+/// Runs the stack's cases against `socket`: (case, outcome) in order.
+fn run_client(stack: &Stack, socket: &Path, args: &[String]) -> Vec<(String, String)> {
+    let mut cmd = match stack {
+        Stack::Python(stubs) => {
+            let mut c = Command::new("python3");
+            c.arg(script()).arg(stubs);
+            c
+        }
+        Stack::Go(bin) => Command::new(bin),
+    };
+    let out = cmd.arg(socket).args(args).output().expect("client");
     assert!(
         out.status.success(),
-        "cri_conformance.py failed: {}\n{}",
+        "conformance client failed: {}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
@@ -104,77 +177,113 @@ fn run_python(stubs: &Path, socket: &Path, args: &[String]) -> Vec<(String, Stri
         .collect()
 }
 
-#[tokio::test]
-async fn python_grpcio_c_core_gets_the_same_answers_through_the_shim_as_direct() {
-    let stubs = tokio::task::spawn_blocking(python_stubs)
-        .await
-        .expect("stubs");
+/// The stack's cases direct and through the shim, then with containerd down; asserts both
+/// agree. Returns the direct outcomes for stack-specific checks.
+async fn direct_and_through_the_shim(stack: Stack, name: &str) -> Vec<(String, String)> {
     let mut node = TestNode::start().await.expect("node");
     let shim = InProcShim::start(&node).await;
-    let sandbox = PodSpec::new("pyconf")
+    let sandbox = PodSpec::new(name)
         .namespace("conformance")
-        .uid("uid-pyconf")
+        .uid(&format!("uid-{name}"))
         .sandbox_config(&node)
         .expect("sandbox config");
     let args = vec![
         hex::encode(sandbox.encode_to_vec()),
         hex::encode(container_config().encode_to_vec()),
     ];
-    let direct_sock = node.containerd_socket();
-    let shim_sock = shim.cri.clone();
-    let (s1, a1) = (stubs.clone(), args.clone());
-    let direct = tokio::task::spawn_blocking(move || run_python(&s1, &direct_sock, &a1))
-        .await
-        .expect("direct");
-    let (s2, a2) = (stubs.clone(), args.clone());
-    let proxied = tokio::task::spawn_blocking(move || run_python(&s2, &shim_sock, &a2))
-        .await
-        .expect("via shim");
-    for ((case, d), (_, p)) in direct.iter().zip(&proxied) {
-        eprintln!("grpcio {case}:\n  direct: {d}\n  shim:   {p}");
-    }
-    assert_eq!(direct, proxied, "C-core client: direct vs through the shim");
-    let get = |c: &str| {
-        direct
-            .iter()
-            .find(|(k, _)| k == c)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default()
+    let run = |socket: PathBuf, args: Vec<String>| {
+        let stack = stack.clone();
+        async move {
+            tokio::task::spawn_blocking(move || run_client(&stack, &socket, &args))
+                .await
+                .expect("client task")
+        }
     };
-    // The runs really exercised the runtime: not two identical failures.
-    assert!(get("version").starts_with("ok:containerd"), "{direct:#?}");
-    assert!(get("exec_sync.exit_code").ends_with(" 7"), "{direct:#?}");
-    assert!(get("exec_sync.big_output").starts_with("ok:4194304 bytes"), "{direct:#?}");
-    assert!(get("exec_sync.deadline").starts_with("err:DEADLINE_EXCEEDED"), "{direct:#?}");
-    assert!(get("unknown.method").starts_with("err:UNIMPLEMENTED"), "{direct:#?}");
+    let direct = run(node.containerd_socket(), args.clone()).await;
+    let proxied = run(shim.cri.clone(), args).await;
+    for ((case, d), (_, p)) in direct.iter().zip(&proxied) {
+        eprintln!("{name} {case}:\n  direct: {d}\n  shim:   {p}");
+    }
+    assert_eq!(direct, proxied, "{name}: direct vs through the shim");
     assert!(
         shim.metrics_text()
             .contains("podward_shim_observe_errors_total 0"),
-        "the reader followed the C-core client's HTTP/2"
+        "the reader followed the client's HTTP/2"
     );
 
-    // containerd down: the same code both ways.
+    // containerd down: the same code both ways (the messages are each client's own).
     node.stop_containerd().await;
     let down = vec![String::new(), String::new(), "absent".to_owned()];
-    let direct_sock = node.containerd_socket();
-    let shim_sock = shim.cri.clone();
-    let (s1, a1) = (stubs.clone(), down.clone());
-    let direct = tokio::task::spawn_blocking(move || run_python(&s1, &direct_sock, &a1))
-        .await
-        .expect("direct");
-    let proxied = tokio::task::spawn_blocking(move || run_python(&stubs, &shim_sock, &down))
-        .await
-        .expect("via shim");
-    eprintln!("containerd down: direct {direct:?}\n  shim {proxied:?}");
+    let d = run(node.containerd_socket(), down.clone()).await;
+    let p = run(shim.cri.clone(), down).await;
+    eprintln!("{name} with containerd down: direct {d:?}\n  shim {p:?}");
     let codes = |v: &[(String, String)]| -> Vec<String> {
         v.iter()
             .map(|(c, o)| format!("{c} {}", o.split(':').take(2).collect::<Vec<_>>().join(":")))
             .collect()
     };
-    assert_eq!(codes(&direct), codes(&proxied));
+    assert_eq!(codes(&d), codes(&p));
     assert!(
-        direct.iter().all(|(_, o)| o.starts_with("err:UNAVAILABLE")),
-        "{direct:?}"
+        d.iter()
+            .all(|(_, o)| o.to_ascii_lowercase().starts_with("err:unavailable")),
+        "{d:?}"
     );
     shim.stop().await;
+    direct
+}
+
+fn get(v: &[(String, String)], case: &str) -> String {
+    v.iter()
+        .find(|(k, _)| k == case)
+        .map(|(_, o)| o.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn python_grpcio_c_core_gets_the_same_answers_through_the_shim_as_direct() {
+    let stubs = tokio::task::spawn_blocking(python_stubs)
+        .await
+        .expect("stubs");
+    let direct = direct_and_through_the_shim(Stack::Python(stubs), "grpcio").await;
+    // The runs really exercised the runtime: not two identical failures.
+    assert!(get(&direct, "version").starts_with("ok:containerd"), "{direct:#?}");
+    assert!(get(&direct, "exec_sync.exit_code").ends_with(" 7"), "{direct:#?}");
+    assert!(
+        get(&direct, "exec_sync.big_output").starts_with("ok:4194304 bytes"),
+        "{direct:#?}"
+    );
+    assert!(
+        get(&direct, "exec_sync.deadline").starts_with("err:DEADLINE_EXCEEDED"),
+        "{direct:#?}"
+    );
+    assert!(
+        get(&direct, "unknown.method").starts_with("err:UNIMPLEMENTED"),
+        "{direct:#?}"
+    );
+}
+
+#[tokio::test]
+async fn grpc_go_gets_the_same_answers_through_the_shim_as_direct() {
+    let bin = tokio::task::spawn_blocking(go_client)
+        .await
+        .expect("go client");
+    let direct = direct_and_through_the_shim(Stack::Go(bin), "grpc-go").await;
+    assert!(get(&direct, "version").starts_with("ok:containerd"), "{direct:#?}");
+    assert!(get(&direct, "exec_sync.exit_code").ends_with(" 7"), "{direct:#?}");
+    assert!(
+        get(&direct, "exec_sync.big_output").starts_with("ok:4194304 bytes"),
+        "{direct:#?}"
+    );
+    assert!(
+        get(&direct, "exec_sync.deadline").starts_with("err:DeadlineExceeded"),
+        "{direct:#?}"
+    );
+    assert!(
+        get(&direct, "exec_sync.cancelled").starts_with("err:Canceled"),
+        "{direct:#?}"
+    );
+    assert!(
+        get(&direct, "unknown.method").starts_with("err:Unimplemented"),
+        "{direct:#?}"
+    );
 }
