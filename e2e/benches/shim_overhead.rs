@@ -12,7 +12,8 @@
 //! `--as-shim` (same release build of the library), so its RSS and CPU are the shim's alone.
 //!
 //! Run: `cargo bench -p podward-e2e --bench shim_overhead` (root; about 3 minutes).
-//! `-- --buffers 16,256` adds shims with those relay read buffers (KiB) to the mix rounds.
+//! `-- --buffers 16,256` adds shims with those relay read buffers (KiB) to the mix rounds;
+//! `-- --multi` adds a shim on tokio's multi-threaded runtime.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -48,7 +49,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    rt.block_on(bench(buffers));
+    rt.block_on(bench(buffers, args.iter().any(|a| a == "--multi")));
 }
 
 /// The shim, in this process (child mode).
@@ -117,7 +118,8 @@ impl Drop for Socat {
 async fn start_socat(node: &TestNode) -> Socat {
     let path = node.dir().join("bench-socat.sock");
     let child = std::process::Command::new("socat")
-        .arg(format!("UNIX-LISTEN:{},fork,mode=600", path.display()))
+        // socat's default listen backlog (5) refuses bursts of new connections with EAGAIN.
+        .arg(format!("UNIX-LISTEN:{},fork,mode=600,backlog=512", path.display()))
         .arg(format!("UNIX-CONNECT:{}", node.containerd_socket().display()))
         .spawn()
         .expect("spawn socat (Debian package socat; scripts/install-deps.sh)");
@@ -133,7 +135,7 @@ async fn start_socat(node: &TestNode) -> Socat {
     Socat { child, path }
 }
 
-async fn start_shim(node: &TestNode, name: &str, buffer_kib: usize) -> ShimProcess {
+async fn start_shim(node: &TestNode, name: &str, buffer_kib: usize, flavour: &str) -> ShimProcess {
     let cri = node.dir().join(format!("bench-{name}.sock"));
     let control = node.dir().join(format!("bench-{name}-control.sock"));
     let admin = format!("127.0.0.1:{}", free_port());
@@ -144,7 +146,7 @@ async fn start_shim(node: &TestNode, name: &str, buffer_kib: usize) -> ShimProce
         .arg(&control)
         .arg(node.containerd_socket())
         .arg(&admin)
-        .arg("current")
+        .arg(flavour)
         .arg(buffer_kib.to_string())
         .spawn()
         .expect("spawn shim");
@@ -372,13 +374,19 @@ impl Path3 {
     }
 }
 
-async fn bench(buffers: Vec<usize>) {
+async fn bench(buffers: Vec<usize>, multi: bool) {
     let node = TestNode::start().await.expect("node");
-    let shim = start_shim(&node, "shim", 64).await;
+    let shim = start_shim(&node, "shim", 64, "current").await;
     let socat = start_socat(&node).await;
     let mut extra = Vec::new();
     for kib in &buffers {
-        extra.push((*kib, start_shim(&node, &format!("shim-{kib}k"), *kib).await));
+        let name = format!("shim {kib} KiB");
+        let s = start_shim(&node, &format!("shim-{kib}k"), *kib, "current").await;
+        extra.push((name, s));
+    }
+    if multi {
+        let s = start_shim(&node, "shim-multi", 64, "multi").await;
+        extra.push(("shim multi-thr".to_owned(), s));
     }
     let direct = node.containerd_socket();
     println!(
@@ -399,8 +407,8 @@ async fn bench(buffers: Vec<usize>) {
             Path3::new("socat", &socat.path),
             Path3::new("shim", &shim.cri),
         ];
-        for (kib, s) in &extra {
-            paths.push(Path3::new(&format!("shim {kib} KiB"), &s.cri));
+        for (name, s) in &extra {
+            paths.push(Path3::new(name, &s.cri));
         }
         for r in 0..MIX_ROUNDS {
             // Rotate which path goes first so drift hits all equally.
