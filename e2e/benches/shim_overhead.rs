@@ -119,8 +119,14 @@ async fn start_socat(node: &TestNode) -> Socat {
     let path = node.dir().join("bench-socat.sock");
     let child = std::process::Command::new("socat")
         // socat's default listen backlog (5) refuses bursts of new connections with EAGAIN.
-        .arg(format!("UNIX-LISTEN:{},fork,mode=600,backlog=512", path.display()))
-        .arg(format!("UNIX-CONNECT:{}", node.containerd_socket().display()))
+        .arg(format!(
+            "UNIX-LISTEN:{},fork,mode=600,backlog=512",
+            path.display()
+        ))
+        .arg(format!(
+            "UNIX-CONNECT:{}",
+            node.containerd_socket().display()
+        ))
         .spawn()
         .expect("spawn socat (Debian package socat; scripts/install-deps.sh)");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -494,7 +500,9 @@ async fn bench(buffers: Vec<usize>, multi: bool) {
         }
     }
     if failed.iter().any(|f| *f > 0) {
-        println!("ListContainers of ~4 MiB: FAILED calls {failed:?} (direct, socat, shim): no figures");
+        println!(
+            "ListContainers of ~4 MiB: FAILED calls {failed:?} (direct, socat, shim): no figures"
+        );
     } else {
         for t in &mut times {
             t.sort();

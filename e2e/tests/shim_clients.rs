@@ -14,8 +14,8 @@ use std::process::Command;
 
 use podward_api::cri;
 use podward_e2e::{BUSYBOX_IMAGE, PodSpec, TestNode};
-use tonic_prost::prost::Message;
 use support::InProcShim;
+use tonic_prost::prost::Message;
 
 /// The k8s-cri crate's `v1.proto` in cargo's registry (the crate is a dependency, so cargo has
 /// unpacked it).
@@ -28,7 +28,12 @@ fn cri_proto() -> PathBuf {
     let mut found: Vec<PathBuf> = std::fs::read_dir(&src)
         .unwrap_or_else(|e| panic!("{}: {e}", src.display()))
         .flatten()
-        .flat_map(|reg| std::fs::read_dir(reg.path()).into_iter().flatten().flatten())
+        .flat_map(|reg| {
+            std::fs::read_dir(reg.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
         .filter(|d| d.file_name().to_string_lossy().starts_with("k8s-cri-0.11."))
         .map(|d| d.path().join("proto/v1.proto"))
         .filter(|p| p.exists())
@@ -246,8 +251,14 @@ async fn python_grpcio_c_core_gets_the_same_answers_through_the_shim_as_direct()
         .expect("stubs");
     let direct = direct_and_through_the_shim(Stack::Python(stubs), "grpcio").await;
     // The runs really exercised the runtime: not two identical failures.
-    assert!(get(&direct, "version").starts_with("ok:containerd"), "{direct:#?}");
-    assert!(get(&direct, "exec_sync.exit_code").ends_with(" 7"), "{direct:#?}");
+    assert!(
+        get(&direct, "version").starts_with("ok:containerd"),
+        "{direct:#?}"
+    );
+    assert!(
+        get(&direct, "exec_sync.exit_code").ends_with(" 7"),
+        "{direct:#?}"
+    );
     assert!(
         get(&direct, "exec_sync.big_output").starts_with("ok:4194304 bytes"),
         "{direct:#?}"
@@ -268,8 +279,14 @@ async fn grpc_go_gets_the_same_answers_through_the_shim_as_direct() {
         .await
         .expect("go client");
     let direct = direct_and_through_the_shim(Stack::Go(bin), "grpc-go").await;
-    assert!(get(&direct, "version").starts_with("ok:containerd"), "{direct:#?}");
-    assert!(get(&direct, "exec_sync.exit_code").ends_with(" 7"), "{direct:#?}");
+    assert!(
+        get(&direct, "version").starts_with("ok:containerd"),
+        "{direct:#?}"
+    );
+    assert!(
+        get(&direct, "exec_sync.exit_code").ends_with(" 7"),
+        "{direct:#?}"
+    );
     assert!(
         get(&direct, "exec_sync.big_output").starts_with("ok:4194304 bytes"),
         "{direct:#?}"

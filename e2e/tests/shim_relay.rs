@@ -8,8 +8,8 @@ mod support;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
@@ -76,7 +76,11 @@ async fn readyz(admin: SocketAddr) -> String {
     let _ = s.write_all(b"GET /readyz HTTP/1.0\r\n\r\n").await;
     let mut buf = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(1), s.read_to_end(&mut buf)).await;
-    String::from_utf8_lossy(&buf).lines().next().unwrap_or_default().to_owned()
+    String::from_utf8_lossy(&buf)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 async fn wait_ready(admin: SocketAddr) {
@@ -118,7 +122,10 @@ async fn a_graceful_restart_with_subscribers_exits_within_2s_and_no_call_fails()
         );
         subscribers.push(tokio::spawn(async move {
             loop {
-                let Ok(w) = lifecycle(&control).watch(WatchRequest { from_seq: 0 }).await else {
+                let Ok(w) = lifecycle(&control)
+                    .watch(WatchRequest { from_seq: 0 })
+                    .await
+                else {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     continue;
                 };
@@ -132,7 +139,11 @@ async fn a_graceful_restart_with_subscribers_exits_within_2s_and_no_call_fails()
                         }
                         Ok(None) => break,
                         Err(s) => {
-                            ended.lock().expect("lock").push(format!("{:?}: {}", s.code(), s.message()));
+                            ended.lock().expect("lock").push(format!(
+                                "{:?}: {}",
+                                s.code(),
+                                s.message()
+                            ));
                             break;
                         }
                     }
@@ -140,11 +151,9 @@ async fn a_graceful_restart_with_subscribers_exits_within_2s_and_no_call_fails()
             }
         }));
     }
-    support::wait_until(
-        "both subscribed",
-        Duration::from_secs(10),
-        || instances.lock().expect("lock").len() >= 2,
-    )
+    support::wait_until("both subscribed", Duration::from_secs(10), || {
+        instances.lock().expect("lock").len() >= 2
+    })
     .await;
 
     // CRI load: 4 clients calling back to back, none retrying; every failure is counted.
@@ -231,7 +240,10 @@ async fn a_graceful_restart_with_subscribers_exits_within_2s_and_no_call_fails()
         worst_us.load(Ordering::Relaxed) / 1000
     );
     assert!(status.success(), "{status}");
-    assert!(exit_after < Duration::from_secs(2), "exit took {exit_after:?}");
+    assert!(
+        exit_after < Duration::from_secs(2),
+        "exit took {exit_after:?}"
+    );
     assert_eq!(failures.load(Ordering::Relaxed), 0, "no CRI call may fail");
     assert!(calls.load(Ordering::Relaxed) > before_restart + 20);
     let ended = ended.lock().expect("lock").clone();
@@ -303,7 +315,12 @@ async fn a_client_that_never_reads_its_answers_delays_no_one_else() {
         pending.push(tokio::spawn(async move {
             c.exec_sync(cri::ExecSyncRequest {
                 container_id: cid,
-                cmd: vec!["head".into(), "-c".into(), "12000000".into(), "/dev/zero".into()],
+                cmd: vec![
+                    "head".into(),
+                    "-c".into(),
+                    "12000000".into(),
+                    "/dev/zero".into(),
+                ],
                 timeout: 0,
             })
             .await

@@ -80,7 +80,10 @@ async fn idle_and_partial_preface_connections_are_closed_at_the_handshake_deadli
         "{m}"
     );
     assert_eq!(
-        metric(&m, "podward_shim_handshake_timeouts_total{socket=\"control\"}"),
+        metric(
+            &m,
+            "podward_shim_handshake_timeouts_total{socket=\"control\"}"
+        ),
         10.0,
         "{m}"
     );
@@ -156,7 +159,9 @@ async fn junk_and_header_floods_stop_observing_that_connection_only() {
     let shim = TestShim::start(dir.path()).await;
 
     // Junk instead of a preface: relayed to containerd, which closes it; counted once.
-    let mut junk = UnixStream::connect(shim.cri_socket()).await.expect("connect");
+    let mut junk = UnixStream::connect(shim.cri_socket())
+        .await
+        .expect("connect");
     junk.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .expect("write");
@@ -165,12 +170,17 @@ async fn junk_and_header_floods_stop_observing_that_connection_only() {
     // A HEADERS without END_HEADERS followed by 320 KiB of CONTINUATION: past what the reader
     // keeps (a real server cuts a longer flood itself). The bytes still flow (the server
     // answers them), the reader gives up on this connection only.
-    let mut flood = UnixStream::connect(shim.cri_socket()).await.expect("connect");
+    let mut flood = UnixStream::connect(shim.cri_socket())
+        .await
+        .expect("connect");
     flood
         .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
         .await
         .expect("preface");
-    flood.write_all(&frame(0x4, 0, 0, &[])).await.expect("settings");
+    flood
+        .write_all(&frame(0x4, 0, 0, &[]))
+        .await
+        .expect("settings");
     flood
         .write_all(&frame(0x1, 0, 1, &[0x82]))
         .await
@@ -194,7 +204,10 @@ async fn junk_and_header_floods_stop_observing_that_connection_only() {
     let mut flood = writer.await.expect("writer");
     // The server's answer to the flood (its SETTINGS, then a GOAWAY) came through the relay.
     let mut first = [0u8; 9];
-    flood.read_exact(&mut first).await.expect("server bytes relayed");
+    flood
+        .read_exact(&mut first)
+        .await
+        .expect("server bytes relayed");
     assert_eq!(first[3], 0x4, "containerd's SETTINGS reach the client");
 
     // Other connections are observed and served as ever.
@@ -208,8 +221,13 @@ async fn junk_and_header_floods_stop_observing_that_connection_only() {
         2.0,
         "only the two bad connections: {m}"
     );
-    eventually("the good call is indexed", Duration::from_secs(5), || async {
-        shim.metrics_text().contains("podward_shim_index_sandboxes 1")
-    })
+    eventually(
+        "the good call is indexed",
+        Duration::from_secs(5),
+        || async {
+            shim.metrics_text()
+                .contains("podward_shim_index_sandboxes 1")
+        },
+    )
     .await;
 }

@@ -259,7 +259,10 @@ fn every_single_split_point_gives_the_same_calls() {
             points += 1;
         }
     }
-    assert!(points > 1000, "only {points} split points: the session is too small");
+    assert!(
+        points > 1000,
+        "only {points} split points: the session is too small"
+    );
     eprintln!("{points} split points");
 }
 

@@ -282,7 +282,12 @@ impl Calls {
     /// The server will not serve streams above `last`: they failed, and the client retries them
     /// elsewhere.
     pub(crate) fn server_goaway(&mut self, last: u32) {
-        let refused: Vec<u32> = self.streams.keys().copied().filter(|&id| id > last).collect();
+        let refused: Vec<u32> = self
+            .streams
+            .keys()
+            .copied()
+            .filter(|&id| id > last)
+            .collect();
         for id in refused {
             if let Some(mut s) = self.remove(id) {
                 s.status = Some(UNAVAILABLE);

@@ -145,7 +145,9 @@ mod tests {
                 .collect()
         };
         let mut d = HeaderDecoder::new();
-        let f = d.decode(&hex("828684418cf1e3c2e5f23a6ba0ab90f4ff")).expect("C.4.1");
+        let f = d
+            .decode(&hex("828684418cf1e3c2e5f23a6ba0ab90f4ff"))
+            .expect("C.4.1");
         assert_eq!(f.path.as_deref(), Some("/"));
         let f = d.decode(&hex("828684be5886a8eb10649cbf")).expect("C.4.2");
         assert_eq!(f.path.as_deref(), Some("/"));

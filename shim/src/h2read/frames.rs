@@ -434,7 +434,9 @@ impl FrameReader {
                 }
             }
             RST_STREAM => {
-                let code: [u8; 4] = p.try_into().map_err(|_| FrameError::Malformed("RST_STREAM"))?;
+                let code: [u8; 4] = p
+                    .try_into()
+                    .map_err(|_| FrameError::Malformed("RST_STREAM"))?;
                 sink.rst_stream(stream, u32::from_be_bytes(code));
             }
             GOAWAY => {
@@ -545,7 +547,8 @@ mod tests {
     fn a_continuation_flood_is_refused_before_it_grows_the_buffer_past_the_cap() {
         let mut r = FrameReader::client();
         let mut sink = Count::default();
-        r.feed(&Bytes::from_static(PREFACE), &mut sink).expect("preface");
+        r.feed(&Bytes::from_static(PREFACE), &mut sink)
+            .expect("preface");
         r.feed(&Bytes::from(frame(HEADERS, 0, 1, &[0x82])), &mut sink)
             .expect("headers");
         let cont = Bytes::from(frame(CONTINUATION, 0, 1, &[0x82; 16 << 10]));

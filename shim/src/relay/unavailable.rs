@@ -92,6 +92,8 @@ pub(super) async fn answer(mut client: UnixStream, deadline: Instant) {
             return;
         }
     }
-    let _ = client.write_all(&goaway_frame(last, MESSAGE.as_bytes())).await;
+    let _ = client
+        .write_all(&goaway_frame(last, MESSAGE.as_bytes()))
+        .await;
     let _ = client.shutdown().await;
 }
