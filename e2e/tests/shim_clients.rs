@@ -8,12 +8,10 @@
 #[path = "shim_support.rs"]
 mod support;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use podward_api::cri;
-use podward_e2e::{BUSYBOX_IMAGE, PodSpec, TestNode};
+use podward_e2e::{PodSpec, TestNode};
 use support::InProcShim;
 use tonic_prost::prost::Message;
 
@@ -130,25 +128,6 @@ fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/cri_conformance.py")
 }
 
-fn container_config() -> cri::ContainerConfig {
-    let mut labels = HashMap::new();
-    labels.insert("io.kubernetes.container.name".to_owned(), "main".to_owned());
-    cri::ContainerConfig {
-        metadata: Some(cri::ContainerMetadata {
-            name: "main".into(),
-            attempt: 0,
-        }),
-        image: Some(cri::ImageSpec {
-            image: BUSYBOX_IMAGE.into(),
-            ..Default::default()
-        }),
-        command: vec!["sleep".into(), "3600".into()],
-        labels,
-        log_path: "main/0.log".into(),
-        ..Default::default()
-    }
-}
-
 /// A client stack: how to run its cases against a socket.
 #[derive(Clone)]
 enum Stack {
@@ -194,7 +173,7 @@ async fn direct_and_through_the_shim(stack: Stack, name: &str) -> Vec<(String, S
         .expect("sandbox config");
     let args = vec![
         hex::encode(sandbox.encode_to_vec()),
-        hex::encode(container_config().encode_to_vec()),
+        hex::encode(support::container_config().encode_to_vec()),
     ];
     let run = |socket: PathBuf, args: Vec<String>| {
         let stack = stack.clone();
@@ -237,11 +216,20 @@ async fn direct_and_through_the_shim(stack: Stack, name: &str) -> Vec<(String, S
     direct
 }
 
-fn get(v: &[(String, String)], case: &str) -> String {
-    v.iter()
-        .find(|(k, _)| k == case)
-        .map(|(_, o)| o.clone())
-        .unwrap_or_default()
+/// The runs really exercised the runtime (not two identical failures): each `(case, prefix or
+/// suffix)` holds in the direct outcomes.
+fn assert_exercised(direct: &[(String, String)], expect: &[(&str, &str)]) {
+    for (case, want) in expect {
+        let got = direct
+            .iter()
+            .find(|(k, _)| k == case)
+            .map(|(_, o)| o.as_str())
+            .unwrap_or_default();
+        assert!(
+            got.starts_with(want) || got.ends_with(want),
+            "{case}: {got:?} lacks {want:?}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -250,26 +238,15 @@ async fn python_grpcio_c_core_gets_the_same_answers_through_the_shim_as_direct()
         .await
         .expect("stubs");
     let direct = direct_and_through_the_shim(Stack::Python(stubs), "grpcio").await;
-    // The runs really exercised the runtime: not two identical failures.
-    assert!(
-        get(&direct, "version").starts_with("ok:containerd"),
-        "{direct:#?}"
-    );
-    assert!(
-        get(&direct, "exec_sync.exit_code").ends_with(" 7"),
-        "{direct:#?}"
-    );
-    assert!(
-        get(&direct, "exec_sync.big_output").starts_with("ok:4194304 bytes"),
-        "{direct:#?}"
-    );
-    assert!(
-        get(&direct, "exec_sync.deadline").starts_with("err:DEADLINE_EXCEEDED"),
-        "{direct:#?}"
-    );
-    assert!(
-        get(&direct, "unknown.method").starts_with("err:UNIMPLEMENTED"),
-        "{direct:#?}"
+    assert_exercised(
+        &direct,
+        &[
+            ("version", "ok:containerd"),
+            ("exec_sync.exit_code", " 7"),
+            ("exec_sync.big_output", "ok:4194304 bytes"),
+            ("exec_sync.deadline", "err:DEADLINE_EXCEEDED"),
+            ("unknown.method", "err:UNIMPLEMENTED"),
+        ],
     );
 }
 
@@ -279,28 +256,15 @@ async fn grpc_go_gets_the_same_answers_through_the_shim_as_direct() {
         .await
         .expect("go client");
     let direct = direct_and_through_the_shim(Stack::Go(bin), "grpc-go").await;
-    assert!(
-        get(&direct, "version").starts_with("ok:containerd"),
-        "{direct:#?}"
-    );
-    assert!(
-        get(&direct, "exec_sync.exit_code").ends_with(" 7"),
-        "{direct:#?}"
-    );
-    assert!(
-        get(&direct, "exec_sync.big_output").starts_with("ok:4194304 bytes"),
-        "{direct:#?}"
-    );
-    assert!(
-        get(&direct, "exec_sync.deadline").starts_with("err:DeadlineExceeded"),
-        "{direct:#?}"
-    );
-    assert!(
-        get(&direct, "exec_sync.cancelled").starts_with("err:Canceled"),
-        "{direct:#?}"
-    );
-    assert!(
-        get(&direct, "unknown.method").starts_with("err:Unimplemented"),
-        "{direct:#?}"
+    assert_exercised(
+        &direct,
+        &[
+            ("version", "ok:containerd"),
+            ("exec_sync.exit_code", " 7"),
+            ("exec_sync.big_output", "ok:4194304 bytes"),
+            ("exec_sync.deadline", "err:DeadlineExceeded"),
+            ("exec_sync.cancelled", "err:Canceled"),
+            ("unknown.method", "err:Unimplemented"),
+        ],
     );
 }

@@ -47,29 +47,6 @@ fn sandbox_config(node: &TestNode) -> cri::PodSandboxConfig {
         .expect("sandbox config")
 }
 
-fn container_config() -> cri::ContainerConfig {
-    let mut labels = HashMap::new();
-    labels.insert("io.kubernetes.container.name".to_owned(), "main".to_owned());
-    cri::ContainerConfig {
-        metadata: Some(cri::ContainerMetadata {
-            name: "main".into(),
-            attempt: 0,
-        }),
-        image: Some(cri::ImageSpec {
-            image: BUSYBOX_IMAGE.into(),
-            ..Default::default()
-        }),
-        command: vec!["sleep".into(), "3600".into()],
-        envs: vec![cri::KeyValue {
-            key: "CONF".into(),
-            value: "yes".into(),
-        }],
-        labels,
-        log_path: "main/0.log".into(),
-        ..Default::default()
-    }
-}
-
 /// GET on a streaming URL; the HTTP status line (the URL's token is masked by the caller).
 async fn get_status_line(url: &str) -> String {
     let Some(rest) = url.strip_prefix("http://") else {
@@ -209,7 +186,7 @@ async fn suite(node: &TestNode, endpoint: &Path) -> Vec<(&'static str, String)> 
     let created = rt
         .create_container(cri::CreateContainerRequest {
             pod_sandbox_id: sid.clone(),
-            config: Some(container_config()),
+            config: Some(support::container_config()),
             sandbox_config: Some(config.clone()),
         })
         .await;
