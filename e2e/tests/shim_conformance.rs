@@ -77,7 +77,8 @@ fn mask_url(url: &str) -> String {
 
 async fn suite(node: &TestNode, endpoint: &Path) -> Vec<(&'static str, String)> {
     let ch = podward_api::socket::channel(endpoint.to_owned());
-    let mut rt = RuntimeServiceClient::new(ch.clone());
+    let mut rt = RuntimeServiceClient::new(ch.clone())
+        .max_decoding_message_size(podward_api::limits::CRI_MESSAGE_BYTES);
     let mut img = ImageServiceClient::new(ch);
     let mut out: Vec<(&'static str, String)> = Vec::new();
 
@@ -290,6 +291,21 @@ async fn suite(node: &TestNode, endpoint: &Path) -> Vec<(&'static str, String)> 
                 String::from_utf8_lossy(&r.stderr)
             )
         }),
+    ));
+    // A 4 MiB answer, and the caller's own deadline passing first.
+    out.push((
+        "exec_sync.big_output",
+        outcome(
+            rt.exec_sync(exec(&["head", "-c", "4194304", "/dev/zero"], 10))
+                .await,
+            |r| format!("{} bytes exit={}", r.stdout.len(), r.exit_code),
+        ),
+    ));
+    let mut late = tonic::Request::new(exec(&["sleep", "5"], 10));
+    late.set_timeout(Duration::from_millis(500));
+    out.push((
+        "exec_sync.deadline",
+        outcome(rt.exec_sync(late).await, |_| String::new()),
     ));
     out.push((
         "exec_sync.no_such_binary",
@@ -660,6 +676,10 @@ async fn cri_conformance_direct_and_through_the_shim_agree() {
     );
     assert!(
         get("unknown.container_status").starts_with("err:NotFound"),
+        "{direct:#?}"
+    );
+    assert!(
+        get("exec_sync.big_output").starts_with("ok:4194304 bytes"),
         "{direct:#?}"
     );
     shim.stop().await;
