@@ -9,7 +9,7 @@ mod decode;
 
 use std::hash::{BuildHasher, Hasher};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use tokio::sync::mpsc;
 
 use crate::metrics::Metrics;
@@ -142,6 +142,27 @@ impl Body {
         }
     }
 
+    /// The first gRPC message (`[compressed:u8][len:u32 BE][message]`), read in place across
+    /// the parts: a multi-MiB List is decoded without first being joined into one buffer. None
+    /// for a compressed message (kubelet never compresses CRI) or a truncated body.
+    pub fn first_message(&self) -> Option<impl Buf + '_> {
+        let mut buf = Parts {
+            parts: &self.parts,
+            idx: 0,
+            off: 0,
+            left: self.len,
+        };
+        if buf.remaining() < 5 || buf.get_u8() != 0 {
+            return None;
+        }
+        let len = usize::try_from(buf.get_u32()).ok()?;
+        if buf.remaining() < len {
+            return None;
+        }
+        buf.left = len;
+        Some(buf)
+    }
+
     /// Whether the first message carries gRPC's compressed flag.
     pub fn is_compressed(&self) -> bool {
         self.parts
@@ -231,16 +252,55 @@ pub fn spawn(publisher: Publisher, metrics: Metrics) -> Observer {
     Observer { tx, metrics }
 }
 
-/// The first gRPC message in a framed body: `[compressed:u8][len:u32 BE][message]`. None for a
-/// compressed message (kubelet never compresses CRI) or a truncated body.
-pub fn first_message(body: &[u8]) -> Option<&[u8]> {
-    let (&flag, rest) = body.split_first()?;
-    if flag != 0 || rest.len() < 4 {
-        return None;
+/// A window of `left` bytes over a body's parts, from part `idx`, offset `off`.
+struct Parts<'a> {
+    parts: &'a [Bytes],
+    idx: usize,
+    off: usize,
+    left: usize,
+}
+
+impl Buf for Parts<'_> {
+    fn remaining(&self) -> usize {
+        self.left
     }
-    let (len, msg) = rest.split_at(4);
-    let len = usize::try_from(u32::from_be_bytes([len[0], len[1], len[2], len[3]])).ok()?;
-    msg.get(..len)
+
+    fn chunk(&self) -> &[u8] {
+        match self.parts.get(self.idx) {
+            Some(p) => {
+                let c = &p[self.off..];
+                &c[..c.len().min(self.left)]
+            }
+            None => &[],
+        }
+    }
+
+    fn advance(&mut self, mut cnt: usize) {
+        cnt = cnt.min(self.left);
+        self.left -= cnt;
+        while cnt > 0 {
+            let Some(p) = self.parts.get(self.idx) else {
+                return;
+            };
+            let here = p.len() - self.off;
+            if cnt < here {
+                self.off += cnt;
+                return;
+            }
+            cnt -= here;
+            self.idx += 1;
+            self.off = 0;
+        }
+        // Skip empty parts so that `chunk` is never empty while bytes remain.
+        while self
+            .parts
+            .get(self.idx)
+            .is_some_and(|p| self.off >= p.len())
+        {
+            self.idx += 1;
+            self.off = 0;
+        }
+    }
 }
 
 /// Distinct List/Status requests remembered; past it the memory starts afresh.
@@ -336,11 +396,26 @@ mod tests {
         assert!(!u.is_repeat(&run), "mutating calls always count");
     }
 
+    fn message_of(parts: &[&'static [u8]]) -> Option<Vec<u8>> {
+        let mut body = Body::default();
+        for p in parts {
+            body.push(Bytes::from_static(p));
+        }
+        let mut m = body.first_message()?;
+        Some(m.copy_to_bytes(m.remaining()).to_vec())
+    }
+
     #[test]
-    fn first_message_rejects_truncated_and_compressed_frames() {
-        assert_eq!(first_message(&[0, 0, 0, 0, 2, 7, 8]), Some(&[7u8, 8][..]));
-        assert_eq!(first_message(&[0, 0, 0, 0, 3, 7, 8]), None);
-        assert_eq!(first_message(&[1, 0, 0, 0, 1, 7]), None);
-        assert_eq!(first_message(&[]), None);
+    fn first_message_reads_across_parts_and_rejects_truncated_and_compressed_frames() {
+        assert_eq!(message_of(&[&[0, 0, 0, 0, 2, 7, 8]]), Some(vec![7, 8]));
+        assert_eq!(
+            message_of(&[&[0, 0], &[], &[0, 0, 3, 7], &[8], &[9, 99]]),
+            Some(vec![7, 8, 9]),
+            "split anywhere, the prefix included; what follows the message is not read"
+        );
+        assert_eq!(message_of(&[&[0, 0, 0, 0, 3, 7, 8]]), None);
+        assert_eq!(message_of(&[&[1, 0, 0, 0, 1, 7]]), None);
+        assert_eq!(message_of(&[&[0, 0, 0]]), None);
+        assert_eq!(message_of(&[]), None);
     }
 }

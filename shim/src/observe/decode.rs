@@ -5,11 +5,11 @@ use podward_api::cri;
 use podward_api::shim::v1::Delivery;
 use prost::Message;
 
-use super::{Outcome, Raw, Watched, first_message};
+use super::{Body, Outcome, Raw, Watched};
 use crate::index::Observation;
 
-fn parse<M: Message + Default>(body: &[u8]) -> Option<M> {
-    let msg = first_message(body)?;
+fn parse<M: Message + Default>(body: &Body) -> Option<M> {
+    let msg = body.first_message()?;
     match M::decode(msg) {
         Ok(m) => Some(m),
         Err(e) => {
@@ -26,9 +26,7 @@ pub fn decode(raw: Raw) -> Vec<Observation> {
             method,
             body,
             at_ns,
-        } => decode_request(method, &body.to_bytes(), at_ns)
-            .into_iter()
-            .collect(),
+        } => decode_request(method, &body, at_ns).into_iter().collect(),
         Raw::Call {
             method,
             request,
@@ -39,14 +37,11 @@ pub fn decode(raw: Raw) -> Vec<Observation> {
             completed_at_ns,
         } => {
             if outcome == Outcome::Abandoned {
-                return decode_abandoned(method, &request.to_bytes())
-                    .into_iter()
-                    .collect();
+                return decode_abandoned(method, &request).into_iter().collect();
             }
             if grpc_status != Some(0) {
                 return Vec::new();
             }
-            let (request, response) = (request.to_bytes(), response.to_bytes());
             let delivery = match outcome {
                 Outcome::Delivered => Delivery::Delivered,
                 Outcome::Undelivered | Outcome::Abandoned => Delivery::Undelivered,
@@ -64,7 +59,7 @@ pub fn decode(raw: Raw) -> Vec<Observation> {
     }
 }
 
-fn decode_request(method: Watched, body: &[u8], at_ns: i64) -> Option<Observation> {
+fn decode_request(method: Watched, body: &Body, at_ns: i64) -> Option<Observation> {
     match method {
         Watched::StopPodSandbox => {
             let r: cri::StopPodSandboxRequest = parse(body)?;
@@ -87,7 +82,7 @@ fn decode_request(method: Watched, body: &[u8], at_ns: i64) -> Option<Observatio
     }
 }
 
-fn decode_abandoned(method: Watched, request: &[u8]) -> Option<Observation> {
+fn decode_abandoned(method: Watched, request: &Body) -> Option<Observation> {
     match method {
         Watched::RunPodSandbox => {
             let r: cri::RunPodSandboxRequest = parse(request)?;
@@ -109,8 +104,8 @@ fn decode_abandoned(method: Watched, request: &[u8]) -> Option<Observation> {
 /// A successful call's bytes.
 struct Call<'a> {
     method: Watched,
-    request: &'a [u8],
-    response: &'a [u8],
+    request: &'a Body,
+    response: &'a Body,
     delivery: Delivery,
     requested_at_ns: i64,
     completed_at_ns: i64,
