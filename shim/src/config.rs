@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long, env = "PODWARD_SHIM_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<PathBuf>,
-    /// containerd's socket, where every call is forwarded.
+    /// containerd's socket, where every connection is relayed.
     /// [default: /run/containerd/containerd.sock]
     #[arg(long, env = "PODWARD_SHIM_CONTAINERD_SOCKET")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -86,7 +86,7 @@ pub struct Args {
 pub struct Config {
     /// CRI socket served to kubelet.
     pub listen: PathBuf,
-    /// containerd's socket (forwarding target, rebuild and event source).
+    /// containerd's socket (relay target, rebuild and event source).
     pub containerd_socket: PathBuf,
     /// Socket of the Lifecycle control API.
     pub control_socket: PathBuf,

@@ -16,9 +16,9 @@ pub struct MetricsError(#[from] prometheus::Error);
 /// Every metric the shim exports. Cheap to clone (the collectors are reference-counted).
 #[derive(Clone, Debug)]
 pub struct Metrics {
-    /// Forwarded requests by gRPC method path.
+    /// Relayed requests by gRPC method path.
     pub requests: IntCounterVec,
-    /// Forwarded requests that ended with a non-OK gRPC status, by method and code.
+    /// Relayed requests that ended with a non-OK gRPC status, by method and code.
     pub request_errors: IntCounterVec,
     /// Time from request headers to the end of the response, by method.
     pub request_duration: HistogramVec,
@@ -57,7 +57,7 @@ impl Metrics {
         let requests = IntCounterVec::new(
             Opts::new(
                 "podward_shim_requests_total",
-                "CRI requests forwarded, by method",
+                "CRI requests relayed, by method",
             ),
             &["method"],
         )?;
@@ -76,7 +76,7 @@ impl Metrics {
         let request_duration = HistogramVec::new(
             HistogramOpts::new(
                 "podward_shim_request_duration_seconds",
-                "Duration of forwarded requests (headers in to end of response), by method",
+                "Duration of relayed requests (headers in to end of response), by method",
             )
             .buckets(buckets),
             &["method"],

@@ -68,8 +68,8 @@ impl Watched {
         })
     }
 
-    /// Whether the call changes runtime state: its result matters even when the caller has gone,
-    /// so the forwarder reads the response to the end instead of cancelling it.
+    /// Whether the call changes runtime state: its every answer is news (never skipped as a
+    /// repeat), and its outcome decides whether a result was undelivered.
     pub fn is_mutating(self) -> bool {
         matches!(
             self,

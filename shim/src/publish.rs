@@ -5,7 +5,7 @@
 //! bounded queue; publishing is a `try_send`, never an await. A subscriber whose queue is full is
 //! flagged: it gets no more events until it has drained its queue, and then receives a fresh
 //! snapshot with `resync = true` (see [`subscriber`]). So a slow subscriber costs nothing to the
-//! forwarding path or to the others, and never sees a silent gap.
+//! relay path or to the others, and never sees a silent gap.
 
 mod subscriber;
 
