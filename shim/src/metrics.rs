@@ -64,7 +64,7 @@ impl Metrics {
         let request_errors = IntCounterVec::new(
             Opts::new(
                 "podward_shim_request_errors_total",
-                "Forwarded requests that ended with a non-OK gRPC status, by method and code",
+                "Relayed requests that ended with a non-OK gRPC status, by method and code",
             ),
             &["method", "code"],
         )?;
