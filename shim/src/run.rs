@@ -208,18 +208,15 @@ pub async fn run_with(
     tracing::info!("shutting down");
     admin.readiness.set(false);
     stop.trigger();
-    let _ = cri_task.await;
-    // Watch streams have ended with UNAVAILABLE; a subscriber too stuck to read even that must
-    // not hold the process.
-    let control_res = match tokio::time::timeout(
-        config.shutdown_grace + Duration::from_millis(250),
-        control_task,
-    )
-    .await
-    {
-        Ok(r) => r,
-        Err(_) => Ok(Ok(())),
-    };
+    // The relay's connections and the Watch streams wind down together, each within the
+    // shutdown grace; a subscriber too stuck to read even its final status must not hold the
+    // process.
+    let control_bound = config.shutdown_grace + Duration::from_millis(250);
+    let (_, control_res) = tokio::join!(cri_task, async {
+        tokio::time::timeout(control_bound, control_task)
+            .await
+            .unwrap_or(Ok(Ok(())))
+    });
     tracing::info!(
         ms = u64::try_from(stopping.elapsed().as_millis()).unwrap_or(u64::MAX),
         "stopped"
