@@ -400,6 +400,8 @@ async fn bench(buffers: Vec<usize>, multi: bool) {
         num_cpus()
     );
 
+    let pid = shim.child.id();
+    let rss_start = proc_status_kb(pid, "VmRSS:");
     let (sid, cids) = populate(&node, &direct, "mix", 100, 0).await;
     let cid = cids[0].clone();
     let warm = Arc::new(AtomicU64::new(0));
@@ -467,6 +469,7 @@ async fn bench(buffers: Vec<usize>, multi: bool) {
         }
     }
 
+    let rss_after_mix = proc_status_kb(pid, "VmRSS:");
     // ~4 MiB ListContainers: 100 containers with 40 KiB of annotations each.
     let (big_sid, _) = populate(&node, &direct, "big", 100, 40 * 1024).await;
     let filter = cri::ContainerFilter {
@@ -519,8 +522,7 @@ async fn bench(buffers: Vec<usize>, multi: bool) {
         );
     }
 
-    // 1,000 containers indexed: created through the shim (it indexes them as it forwards).
-    let pid = shim.child.id();
+    // 1,000 containers indexed: created through the shim (it indexes them as it relays).
     let rss_before = proc_status_kb(pid, "VmRSS:");
     for b in 0..10 {
         let _ = populate(&node, &shim.cri, &format!("many-{b}"), 90, 0).await;
@@ -539,6 +541,14 @@ async fn bench(buffers: Vec<usize>, multi: bool) {
         snap.containers.len(),
         snap.sandboxes.len(),
         rss as f64 / 1024.0,
+        rss_before as f64 / 1024.0
+    );
+    println!(
+        "shim RSS along the way: {:.1} MiB at start, {:.1} MiB after the mix rounds (100 containers \
+         indexed), {:.1} MiB after the 4 MiB Lists (their 100 containers, 4 MiB of annotations, \
+         indexed too)",
+        rss_start as f64 / 1024.0,
+        rss_after_mix as f64 / 1024.0,
         rss_before as f64 / 1024.0
     );
 
