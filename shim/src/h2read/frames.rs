@@ -5,9 +5,15 @@
 //! header block being assembled. DATA payloads are handed out as ranges of the caller's chunk
 //! as they arrive; every other frame is skipped without a copy.
 
+mod write;
+
 use std::ops::Range;
 
 use bytes::Bytes;
+
+#[cfg(test)]
+use write::frame;
+pub(crate) use write::{goaway_frame, graceful_goaway, settings_frame, trailers_only};
 
 /// The client connection preface (RFC 9113 §3.4).
 pub(crate) const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -17,19 +23,19 @@ pub(crate) const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// observed (and its bytes still flow).
 pub(crate) const MAX_HEADER_BLOCK: usize = 64 << 10;
 
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
-const PUSH_PROMISE: u8 = 0x5;
-const SETTINGS: u8 = 0x4;
-const GOAWAY: u8 = 0x7;
-const CONTINUATION: u8 = 0x9;
+pub(super) const DATA: u8 = 0x0;
+pub(super) const HEADERS: u8 = 0x1;
+pub(super) const RST_STREAM: u8 = 0x3;
+pub(super) const PUSH_PROMISE: u8 = 0x5;
+pub(super) const SETTINGS: u8 = 0x4;
+pub(super) const GOAWAY: u8 = 0x7;
+pub(super) const CONTINUATION: u8 = 0x9;
 
-const END_STREAM: u8 = 0x1;
-const ACK: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-const PRIORITY: u8 = 0x20;
+pub(super) const END_STREAM: u8 = 0x1;
+pub(super) const ACK: u8 = 0x1;
+pub(super) const END_HEADERS: u8 = 0x4;
+pub(super) const PADDED: u8 = 0x8;
+pub(super) const PRIORITY: u8 = 0x20;
 
 /// Why the framing could not be followed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -466,57 +472,6 @@ impl FrameReader {
         self.payload.shrink_to(4096);
         r
     }
-}
-
-/// A frame header.
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len();
-    let mut f = Vec::with_capacity(9 + len);
-    f.extend_from_slice(&[(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags]);
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
-
-/// An empty SETTINGS frame (a server's preface) or its ACK.
-pub(crate) fn settings_frame(ack: bool) -> Vec<u8> {
-    frame(SETTINGS, if ack { ACK } else { 0 }, 0, &[])
-}
-
-/// A GOAWAY frame with `last_stream` and NO_ERROR.
-pub(crate) fn goaway_frame(last_stream: u32, debug: &[u8]) -> Vec<u8> {
-    let mut p = Vec::with_capacity(8 + debug.len());
-    p.extend_from_slice(&(last_stream & 0x7fff_ffff).to_be_bytes());
-    p.extend_from_slice(&0u32.to_be_bytes());
-    p.extend_from_slice(debug);
-    frame(GOAWAY, 0, 0, &p)
-}
-
-/// A trailers-only gRPC answer (one HEADERS frame ending the stream) with `grpc-status` and
-/// `grpc-message`. HPACK literals without indexing, so no encoder state is involved; names and
-/// values must be shorter than 127 bytes (one-byte lengths).
-pub(crate) fn trailers_only(stream: u32, grpc_status: &str, message: &str) -> Vec<u8> {
-    let mut block = Vec::new();
-    for (n, v) in [
-        (":status", "200"),
-        ("content-type", "application/grpc"),
-        ("grpc-status", grpc_status),
-        ("grpc-message", message),
-    ] {
-        debug_assert!(n.len() < 127 && v.len() < 127);
-        block.push(0x00);
-        block.push(n.len() as u8);
-        block.extend_from_slice(n.as_bytes());
-        block.push(v.len() as u8);
-        block.extend_from_slice(v.as_bytes());
-    }
-    frame(HEADERS, END_STREAM | END_HEADERS, stream, &block)
-}
-
-/// A GOAWAY frame (RFC 9113 §6.8) saying "no new streams; every stream so far will be served"
-/// (last stream ID 2^31-1, NO_ERROR), as a server does at the start of a graceful shutdown.
-pub(crate) fn graceful_goaway() -> Bytes {
-    Bytes::from(goaway_frame(0x7fff_ffff, b"podward-shim restarting"))
 }
 
 #[cfg(test)]
