@@ -15,8 +15,16 @@ APT_PACKAGES=(
   systemd                     # systemd-analyze verify for the shim's units; a private systemd --user
                               # manager for the housekeeper's systemd-driver tests (not as PID 1)
   dbus-daemon                 # that manager's own bus
+  socat                       # the plain byte relay the shim benchmark compares against
+  golang-go golang-google-grpc-dev golang-google-protobuf-dev protoc-gen-go protoc-gen-go-grpc
+  golang-github-golang-protobuf-1-5-dev
+                              # a grpc-go CRI client (kubelet's stack) for the shim's e2e, built
+                              # offline; protobuf 1.5 (not 1.3): grpc's codec must take the
+                              # APIv2 messages that protoc-gen-go generates
 )
-PIP_PACKAGES=(grpcio grpcio-health-checking)   # a gRPC health server nobody here wrote
+# grpcio: a gRPC health server nobody here wrote, and a C-core CRI client (shim e2e);
+# grpcio-tools: its CRI stubs from the k8s-cri crate's v1.proto.
+PIP_PACKAGES=(grpcio grpcio-health-checking grpcio-tools)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: must run as root (containerd, cgroups and mounts need it)" >&2
@@ -34,7 +42,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 py=python3
-if ! "$py" -c 'import grpc_health.v1' 2>/dev/null; then
+if ! "$py" -c 'import grpc_health.v1, grpc_tools.protoc' 2>/dev/null; then
   echo "install-deps: pip installing ${PIP_PACKAGES[*]}"
   "$py" -m pip install -q "${PIP_PACKAGES[@]}"
 fi

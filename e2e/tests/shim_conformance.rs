@@ -47,29 +47,6 @@ fn sandbox_config(node: &TestNode) -> cri::PodSandboxConfig {
         .expect("sandbox config")
 }
 
-fn container_config() -> cri::ContainerConfig {
-    let mut labels = HashMap::new();
-    labels.insert("io.kubernetes.container.name".to_owned(), "main".to_owned());
-    cri::ContainerConfig {
-        metadata: Some(cri::ContainerMetadata {
-            name: "main".into(),
-            attempt: 0,
-        }),
-        image: Some(cri::ImageSpec {
-            image: BUSYBOX_IMAGE.into(),
-            ..Default::default()
-        }),
-        command: vec!["sleep".into(), "3600".into()],
-        envs: vec![cri::KeyValue {
-            key: "CONF".into(),
-            value: "yes".into(),
-        }],
-        labels,
-        log_path: "main/0.log".into(),
-        ..Default::default()
-    }
-}
-
 /// GET on a streaming URL; the HTTP status line (the URL's token is masked by the caller).
 async fn get_status_line(url: &str) -> String {
     let Some(rest) = url.strip_prefix("http://") else {
@@ -100,7 +77,8 @@ fn mask_url(url: &str) -> String {
 
 async fn suite(node: &TestNode, endpoint: &Path) -> Vec<(&'static str, String)> {
     let ch = podward_api::socket::channel(endpoint.to_owned());
-    let mut rt = RuntimeServiceClient::new(ch.clone());
+    let mut rt = RuntimeServiceClient::new(ch.clone())
+        .max_decoding_message_size(podward_api::limits::CRI_MESSAGE_BYTES);
     let mut img = ImageServiceClient::new(ch);
     let mut out: Vec<(&'static str, String)> = Vec::new();
 
@@ -209,7 +187,7 @@ async fn suite(node: &TestNode, endpoint: &Path) -> Vec<(&'static str, String)> 
     let created = rt
         .create_container(cri::CreateContainerRequest {
             pod_sandbox_id: sid.clone(),
-            config: Some(container_config()),
+            config: Some(support::container_config()),
             sandbox_config: Some(config.clone()),
         })
         .await;
@@ -313,6 +291,21 @@ async fn suite(node: &TestNode, endpoint: &Path) -> Vec<(&'static str, String)> 
                 String::from_utf8_lossy(&r.stderr)
             )
         }),
+    ));
+    // A 4 MiB answer, and the caller's own deadline passing first.
+    out.push((
+        "exec_sync.big_output",
+        outcome(
+            rt.exec_sync(exec(&["head", "-c", "4194304", "/dev/zero"], 10))
+                .await,
+            |r| format!("{} bytes exit={}", r.stdout.len(), r.exit_code),
+        ),
+    ));
+    let mut late = tonic::Request::new(exec(&["sleep", "5"], 10));
+    late.set_timeout(Duration::from_millis(500));
+    out.push((
+        "exec_sync.deadline",
+        outcome(rt.exec_sync(late).await, |_| String::new()),
     ));
     out.push((
         "exec_sync.no_such_binary",
@@ -683,6 +676,10 @@ async fn cri_conformance_direct_and_through_the_shim_agree() {
     );
     assert!(
         get("unknown.container_status").starts_with("err:NotFound"),
+        "{direct:#?}"
+    );
+    assert!(
+        get("exec_sync.big_output").starts_with("ok:4194304 bytes"),
         "{direct:#?}"
     );
     shim.stop().await;

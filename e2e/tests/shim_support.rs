@@ -103,6 +103,41 @@ impl Drop for InProcShim {
     }
 }
 
+/// The container every conformance run (each client stack) creates: busybox `sleep 3600` with
+/// one env var and kubelet's container-name label.
+pub(crate) fn container_config() -> podward_api::cri::ContainerConfig {
+    use podward_api::cri;
+    let mut labels = std::collections::HashMap::new();
+    labels.insert("io.kubernetes.container.name".to_owned(), "main".to_owned());
+    cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata {
+            name: "main".into(),
+            attempt: 0,
+        }),
+        image: Some(cri::ImageSpec {
+            image: podward_e2e::BUSYBOX_IMAGE.into(),
+            ..Default::default()
+        }),
+        command: vec!["sleep".into(), "3600".into()],
+        envs: vec![cri::KeyValue {
+            key: "CONF".into(),
+            value: "yes".into(),
+        }],
+        labels,
+        log_path: "main/0.log".into(),
+        ..Default::default()
+    }
+}
+
+/// Polls a synchronous condition until it holds (fails the test after `timeout`).
+pub(crate) async fn wait_until(what: &str, timeout: Duration, cond: impl Fn() -> bool) {
+    eventually(what, timeout, || {
+        let ok = cond();
+        async move { ok }
+    })
+    .await;
+}
+
 /// A Lifecycle client on the control socket.
 pub(crate) fn lifecycle(control: &Path) -> LifecycleClient<Channel> {
     LifecycleClient::new(podward_api::socket::channel(control.to_owned()))

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use podward_api::daemon::telemetry::LogFormat;
 use podward_api::paths;
@@ -13,12 +14,12 @@ use serde::{Deserialize, Serialize};
 #[command(
     name = "podward-shim",
     version,
-    about = "Transparent CRI proxy between kubelet and containerd that publishes the container lifecycle",
-    long_about = "Transparent CRI proxy between kubelet and containerd.\n\nEvery gRPC call on --listen is forwarded to --containerd-socket at the HTTP/2 level, unchanged. \
-A copy of the lifecycle calls is decoded to keep an index of sandboxes and containers, served as \
-podward.shim.v1.Lifecycle (Snapshot, Watch) on --control-socket.\n\nSettings come from (lowest to \
-highest precedence): built-in defaults, the --config TOML file, PODWARD_SHIM_* environment \
-variables, flags."
+    about = "Transparent CRI relay between kubelet and containerd that publishes the container lifecycle",
+    long_about = "Transparent CRI relay between kubelet and containerd.\n\nEvery connection on --listen gets its own connection to --containerd-socket, and the bytes are copied both ways unchanged. \
+The HTTP/2 is read beside the copy; the lifecycle calls are decoded to keep an index of sandboxes and \
+containers, served as podward.shim.v1.Lifecycle (Snapshot, Watch) on --control-socket.\n\nSettings \
+come from (lowest to highest precedence): built-in defaults, the --config TOML file, PODWARD_SHIM_* \
+environment variables, flags."
 )]
 pub struct Args {
     /// TOML configuration file (keys as the long flag names with `_` for `-`).
@@ -30,7 +31,7 @@ pub struct Args {
     #[arg(long, env = "PODWARD_SHIM_LISTEN")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listen: Option<PathBuf>,
-    /// containerd's socket, where every call is forwarded.
+    /// containerd's socket, where every connection is relayed.
     /// [default: /run/containerd/containerd.sock]
     #[arg(long, env = "PODWARD_SHIM_CONTAINERD_SOCKET")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -48,7 +49,24 @@ pub struct Args {
     #[arg(long, env = "PODWARD_SHIM_SUBSCRIBER_QUEUE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub subscriber_queue: Option<usize>,
-    /// Address of the admin HTTP endpoint (/metrics, /healthz, /readyz). [default: 127.0.0.1:9641]
+    /// Most Watch subscribers at once (normally 2: the prober and the housekeeper); one more is
+    /// refused with RESOURCE_EXHAUSTED. Each holds a snapshot of the node while it reads.
+    /// [default: 16]
+    #[arg(long, env = "PODWARD_SHIM_MAX_SUBSCRIBERS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_subscribers: Option<usize>,
+    /// A client of either socket must send the HTTP/2 connection preface within this, or its
+    /// connection is closed (e.g. "10s"). [default: 10s]
+    #[arg(long, env = "PODWARD_SHIM_HANDSHAKE_TIMEOUT", value_parser = duration)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handshake_timeout: Option<String>,
+    /// On SIGTERM, how long calls in flight may take to finish before their connections are
+    /// closed (new calls already go to the next shim). [default: 1500ms]
+    #[arg(long, env = "PODWARD_SHIM_SHUTDOWN_GRACE", value_parser = duration)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shutdown_grace: Option<String>,
+    /// Address of the admin HTTP endpoint (/metrics, /healthz, /readyz); keep it on loopback
+    /// (it is unauthenticated). [default: 127.0.0.1:9641]
     #[arg(long, env = "PODWARD_SHIM_ADMIN_ADDR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_addr: Option<SocketAddr>,
@@ -68,7 +86,7 @@ pub struct Args {
 pub struct Config {
     /// CRI socket served to kubelet.
     pub listen: PathBuf,
-    /// containerd's socket (forwarding target, rebuild and event source).
+    /// containerd's socket (relay target, rebuild and event source).
     pub containerd_socket: PathBuf,
     /// Socket of the Lifecycle control API.
     pub control_socket: PathBuf,
@@ -76,6 +94,14 @@ pub struct Config {
     pub containerd_namespace: String,
     /// Bounded queue length per Watch subscriber (events).
     pub subscriber_queue: usize,
+    /// Most Watch subscribers at once.
+    pub max_subscribers: usize,
+    /// Deadline for a client's HTTP/2 connection preface, on both sockets.
+    #[serde(with = "humantime_serde")]
+    pub handshake_timeout: Duration,
+    /// How long in-flight calls may take to finish on shutdown.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
     /// Admin endpoint address.
     pub admin_addr: SocketAddr,
     /// Log format.
@@ -92,6 +118,9 @@ impl Default for Config {
             control_socket: PathBuf::from(paths::SHIM_SOCKET),
             containerd_namespace: podward_api::labels::CONTAINERD_K8S_NAMESPACE.to_owned(),
             subscriber_queue: 1024,
+            max_subscribers: 16,
+            handshake_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_millis(1500),
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9641)),
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
@@ -105,8 +134,28 @@ impl Config {
         let mut c: Self = podward_api::daemon::config::load(args.config.as_deref(), args)?;
         // A zero-length queue would resync on every event; one slot is the useful minimum.
         c.subscriber_queue = c.subscriber_queue.max(1);
+        c.max_subscribers = c.max_subscribers.max(1);
         Ok(c)
     }
+
+    /// Why the configuration is risky though valid, if it is: said once at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if !self.admin_addr.ip().is_loopback() {
+            w.push(format!(
+                "--admin-addr {} is not a loopback address: /metrics, /healthz and /readyz are \
+                 unauthenticated and now reachable from the network",
+                self.admin_addr
+            ));
+        }
+        w
+    }
+}
+
+fn duration(s: &str) -> Result<String, String> {
+    humantime::parse_duration(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| format!("{e} (use e.g. \"10s\", \"1500ms\")"))
 }
 
 #[cfg(test)]
@@ -132,6 +181,29 @@ mod tests {
         assert_eq!(c.subscriber_queue, 9);
         assert_eq!(c.containerd_namespace, "k8s.io");
         assert_eq!(c.admin_addr.to_string(), "127.0.0.1:9641");
+        assert_eq!(c.handshake_timeout, Duration::from_secs(10));
+        assert!(c.warnings().is_empty());
+    }
+
+    #[test]
+    fn durations_parse_and_a_non_loopback_admin_address_is_warned_about() {
+        let args = Args::parse_from([
+            "podward-shim",
+            "--handshake-timeout",
+            "250ms",
+            "--shutdown-grace",
+            "2s",
+            "--admin-addr",
+            "0.0.0.0:9641",
+        ]);
+        let c = Config::load(&args).expect("load");
+        assert_eq!(c.handshake_timeout, Duration::from_millis(250));
+        assert_eq!(c.shutdown_grace, Duration::from_secs(2));
+        let w = c.warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("not a loopback"), "{w:?}");
+        let bad = Args::try_parse_from(["podward-shim", "--handshake-timeout", "soon"]);
+        assert!(bad.is_err());
     }
 
     #[test]

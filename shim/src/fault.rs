@@ -1,9 +1,9 @@
 //! Fault injection for deterministic tests of races that are narrow in real life.
 //!
 //! Compiled in only with the `fault-injection` cargo feature; without it [`Faults`] is an empty
-//! type whose hook does nothing, so release builds carry no test code on the forwarding path.
-//! There is deliberately no flag or environment variable: faults are set programmatically by a
-//! test that runs the shim in-process.
+//! type whose hooks do nothing, so release builds carry no test code on the relay path. There is
+//! deliberately no flag or environment variable: faults are set programmatically by a test that
+//! runs the shim in-process.
 
 #[cfg(feature = "fault-injection")]
 mod hold;
@@ -11,7 +11,7 @@ mod hold;
 #[cfg(feature = "fault-injection")]
 pub use hold::HeldResponse;
 
-/// The set of armed faults, shared with the forwarder.
+/// The set of armed faults, shared with the relay.
 #[derive(Clone, Default, Debug)]
 pub struct Faults {
     #[cfg(feature = "fault-injection")]
@@ -24,13 +24,40 @@ impl Faults {
         Self::default()
     }
 
-    /// Hook on the forwarding path, after containerd's response headers arrived and before the
-    /// response is returned to the caller.
+    /// Whether any fault is armed (a cheap check before the per-stream one).
+    #[cfg(not(feature = "fault-injection"))]
+    #[inline(always)]
+    pub fn is_armed(&self) -> bool {
+        false
+    }
+
+    /// Whether any fault is armed (a cheap check before the per-stream one).
+    #[cfg(feature = "fault-injection")]
+    pub fn is_armed(&self) -> bool {
+        self.holds.is_armed()
+    }
+
+    /// Whether the response to `path` is to be held.
+    #[cfg(not(feature = "fault-injection"))]
+    #[inline(always)]
+    pub fn holds(&self, _path: &str) -> bool {
+        false
+    }
+
+    /// Whether the response to `path` is to be held.
+    #[cfg(feature = "fault-injection")]
+    pub fn holds(&self, path: &str) -> bool {
+        self.holds.holds(path)
+    }
+
+    /// Hook on the relay path, after containerd's response to `path` was read and before it is
+    /// handed to the caller.
     #[cfg(not(feature = "fault-injection"))]
     #[inline(always)]
     pub async fn before_response(&self, _path: &str) {}
 
-    /// Hook on the forwarding path: waits while an armed hold for `path` applies.
+    /// Hook on the relay path: waits while an armed hold for `path` applies. The connection's
+    /// server-to-client bytes wait with it (the caller's own reset still reaches containerd).
     #[cfg(feature = "fault-injection")]
     pub async fn before_response(&self, path: &str) {
         self.holds.before_response(path).await;

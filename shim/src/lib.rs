@@ -1,12 +1,15 @@
-//! podward-shim: a transparent CRI proxy between kubelet and containerd that keeps an index of
+//! podward-shim: a transparent CRI relay between kubelet and containerd that keeps an index of
 //! the container lifecycle and publishes it on the `podward.shim.v1.Lifecycle` API.
 //!
-//! - [`forward`]: HTTP/2 frame-level forwarding of every call, with tees for watched methods;
+//! - [`relay`]: every client connection gets its own connection to containerd; bytes are copied
+//!   both ways unchanged;
+//! - [`h2read`]: the passive HTTP/2 reader beside the copy (frames, HPACK, calls);
 //! - [`observe`]: which calls are watched and how their bytes become [`index::Observation`]s;
 //! - [`index`]: the sandboxes and containers, and the ordered changes to them;
 //! - [`publish`]: per-subscriber bounded queues with resync snapshots;
 //! - [`events`]: containerd's task exit / OOM / delete events;
 //! - [`rebuild`]: the index from the runtime at start and after a reconnect;
+//! - [`upstream`]: whether containerd is up (readiness, reconnects);
 //! - [`lifecycle_api`]: the control socket's gRPC service;
 //! - [`fault`]: test-only fault injection (cargo feature `fault-injection`).
 #![forbid(unsafe_code)]
@@ -14,13 +17,15 @@
 pub mod config;
 pub mod events;
 pub mod fault;
-pub mod forward;
+pub mod h2read;
 pub mod index;
 pub mod lifecycle_api;
 pub mod metrics;
 pub mod observe;
 pub mod publish;
 pub mod rebuild;
+pub mod relay;
 mod run;
+pub mod upstream;
 
 pub use run::{Options, RunError, run, run_with};

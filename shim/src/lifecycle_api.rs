@@ -1,24 +1,49 @@
 //! `podward.shim.v1.Lifecycle` on the control socket: `Snapshot` and `Watch`.
+//!
+//! Bounds: at most `max_subscribers` Watch streams (one more gets `RESOURCE_EXHAUSTED`), a
+//! handshake deadline for every connection ([`incoming`]), and on shutdown every Watch stream
+//! ends with `UNAVAILABLE` so that subscribers resubscribe (to the next shim) instead of holding
+//! the process open.
+
+mod incoming;
 
 use std::pin::Pin;
 
 use futures::{Stream, StreamExt};
+use podward_api::daemon::stop::Stop;
 use podward_api::limits::API_MESSAGE_BYTES;
 use podward_api::shim::v1::lifecycle_server::{Lifecycle, LifecycleServer};
 use podward_api::shim::v1::{Snapshot, SnapshotRequest, WatchEvent, WatchRequest};
 use tonic::{Request, Response, Status};
 
+use crate::metrics::Metrics;
 use crate::publish::Publisher;
+
+pub use incoming::{Prefaced, incoming};
 
 /// The Lifecycle service over a [`Publisher`].
 pub struct LifecycleApi {
     publisher: Publisher,
+    max_subscribers: usize,
+    stop: Stop,
+    metrics: Metrics,
 }
 
 impl LifecycleApi {
-    /// The tonic service for `publisher`.
-    pub fn service(publisher: Publisher) -> LifecycleServer<Self> {
-        LifecycleServer::new(Self { publisher }).max_encoding_message_size(API_MESSAGE_BYTES)
+    /// The tonic service for `publisher`; Watch streams end when `stop` fires.
+    pub fn service(
+        publisher: Publisher,
+        max_subscribers: usize,
+        stop: Stop,
+        metrics: Metrics,
+    ) -> LifecycleServer<Self> {
+        LifecycleServer::new(Self {
+            publisher,
+            max_subscribers,
+            stop,
+            metrics,
+        })
+        .max_encoding_message_size(API_MESSAGE_BYTES)
     }
 }
 
@@ -33,8 +58,31 @@ impl Lifecycle for LifecycleApi {
     type WatchStream = WatchStream;
 
     async fn watch(&self, _req: Request<WatchRequest>) -> Result<Response<WatchStream>, Status> {
+        if self.stop.is_stopped() {
+            return Err(shutting_down());
+        }
         // `from_seq` is accepted but every Watch starts with a snapshot (no replay buffer yet).
-        let sub = self.publisher.subscribe();
-        Ok(Response::new(Box::pin(sub.map(Ok))))
+        let sub = self
+            .publisher
+            .try_subscribe(self.max_subscribers)
+            .map_err(|connected| {
+                self.metrics.watch_rejected.inc();
+                Status::resource_exhausted(format!(
+                    "podward-shim: {connected} Watch subscribers already connected \
+                     (--max-subscribers {}); close one or raise the limit",
+                    self.max_subscribers
+                ))
+            })?;
+        let stream = sub
+            .map(Ok)
+            .take_until(self.stop.stopped())
+            .chain(futures::stream::once(async { Err(shutting_down()) }));
+        Ok(Response::new(Box::pin(stream)))
     }
+}
+
+fn shutting_down() -> Status {
+    Status::unavailable(
+        "podward-shim is shutting down; subscribe again (the next shim rebuilds the same index)",
+    )
 }

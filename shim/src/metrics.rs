@@ -1,7 +1,11 @@
 //! The shim's Prometheus metrics, registered on the admin endpoint's registry.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
 };
 
 /// Errors while registering metrics (a duplicate name means a programming error).
@@ -12,9 +16,9 @@ pub struct MetricsError(#[from] prometheus::Error);
 /// Every metric the shim exports. Cheap to clone (the collectors are reference-counted).
 #[derive(Clone, Debug)]
 pub struct Metrics {
-    /// Forwarded requests by gRPC method path.
+    /// Relayed requests by gRPC method path.
     pub requests: IntCounterVec,
-    /// Forwarded requests that ended with a non-OK gRPC status, by method and code.
+    /// Relayed requests that ended with a non-OK gRPC status, by method and code.
     pub request_errors: IntCounterVec,
     /// Time from request headers to the end of the response, by method.
     pub request_duration: HistogramVec,
@@ -33,6 +37,18 @@ pub struct Metrics {
     /// Observations dropped because the decoder queue was full (the index catches up on the next
     /// List call kubelet makes).
     pub observations_dropped: IntCounter,
+    /// Connections whose HTTP/2 the reader could not follow (relayed on, no longer observed).
+    pub observe_errors: IntCounter,
+    /// Watched calls not observed because a message was compressed.
+    pub compressed_skipped: IntCounter,
+    /// Bytes relayed, by direction (`to_containerd`, `to_client`).
+    pub relayed_bytes: IntCounterVec,
+    /// Open client connections on the CRI socket.
+    pub connections: IntGauge,
+    /// Connections closed because the client sent no HTTP/2 preface in time, by socket.
+    pub handshake_timeouts: IntCounterVec,
+    /// Watch calls refused because `--max-subscribers` were already connected.
+    pub watch_rejected: IntCounter,
 }
 
 impl Metrics {
@@ -41,14 +57,14 @@ impl Metrics {
         let requests = IntCounterVec::new(
             Opts::new(
                 "podward_shim_requests_total",
-                "CRI requests forwarded, by method",
+                "CRI requests relayed, by method",
             ),
             &["method"],
         )?;
         let request_errors = IntCounterVec::new(
             Opts::new(
                 "podward_shim_request_errors_total",
-                "Forwarded requests that ended with a non-OK gRPC status, by method and code",
+                "Relayed requests that ended with a non-OK gRPC status, by method and code",
             ),
             &["method", "code"],
         )?;
@@ -60,7 +76,7 @@ impl Metrics {
         let request_duration = HistogramVec::new(
             HistogramOpts::new(
                 "podward_shim_request_duration_seconds",
-                "Duration of forwarded requests (headers in to end of response), by method",
+                "Duration of relayed requests (headers in to end of response), by method",
             )
             .buckets(buckets),
             &["method"],
@@ -90,6 +106,36 @@ impl Metrics {
             "podward_shim_observations_dropped_total",
             "Observed calls not decoded because the decoder queue was full",
         )?;
+        let observe_errors = IntCounter::new(
+            "podward_shim_observe_errors_total",
+            "CRI connections whose HTTP/2 could not be followed; relayed unchanged, no longer observed",
+        )?;
+        let compressed_skipped = IntCounter::new(
+            "podward_shim_compressed_messages_total",
+            "Watched calls not observed because a message was compressed",
+        )?;
+        let relayed_bytes = IntCounterVec::new(
+            Opts::new(
+                "podward_shim_relayed_bytes_total",
+                "Bytes relayed between CRI clients and containerd, by direction",
+            ),
+            &["direction"],
+        )?;
+        let connections = IntGauge::new(
+            "podward_shim_connections",
+            "Open client connections on the CRI socket (each has its own connection to containerd)",
+        )?;
+        let handshake_timeouts = IntCounterVec::new(
+            Opts::new(
+                "podward_shim_handshake_timeouts_total",
+                "Connections closed because the client sent no HTTP/2 preface within --handshake-timeout, by socket",
+            ),
+            &["socket"],
+        )?;
+        let watch_rejected = IntCounter::new(
+            "podward_shim_watch_rejected_total",
+            "Watch calls refused because --max-subscribers were already connected",
+        )?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(request_errors.clone()))?;
         registry.register(Box::new(request_duration.clone()))?;
@@ -100,6 +146,12 @@ impl Metrics {
         registry.register(Box::new(upstream_connected.clone()))?;
         registry.register(Box::new(undelivered.clone()))?;
         registry.register(Box::new(observations_dropped.clone()))?;
+        registry.register(Box::new(observe_errors.clone()))?;
+        registry.register(Box::new(compressed_skipped.clone()))?;
+        registry.register(Box::new(relayed_bytes.clone()))?;
+        registry.register(Box::new(connections.clone()))?;
+        registry.register(Box::new(handshake_timeouts.clone()))?;
+        registry.register(Box::new(watch_rejected.clone()))?;
         Ok(Self {
             requests,
             request_errors,
@@ -111,6 +163,12 @@ impl Metrics {
             upstream_connected,
             undelivered,
             observations_dropped,
+            observe_errors,
+            compressed_skipped,
+            relayed_bytes,
+            connections,
+            handshake_timeouts,
+            watch_rejected,
         })
     }
 
@@ -121,6 +179,61 @@ impl Metrics {
             Ok(m) => m,
             Err(e) => unreachable_metrics(e),
         }
+    }
+}
+
+/// Method labels kept before further paths are folded into `other`: paths come from callers,
+/// and a hostile one must not grow the metrics without bound.
+const MAX_METHOD_LABELS: usize = 256;
+
+/// Per-method metric handles, resolved once per method rather than per call.
+#[derive(Debug)]
+pub struct MethodMetrics {
+    /// The method label (the path, or `other`).
+    pub label: Arc<str>,
+    /// `podward_shim_requests_total{method}`.
+    pub requests: IntCounter,
+    /// `podward_shim_request_duration_seconds{method}`.
+    pub duration: Histogram,
+}
+
+/// Method label table with bounded cardinality.
+#[derive(Debug)]
+pub struct MethodTable {
+    metrics: Metrics,
+    table: Mutex<HashMap<String, Arc<MethodMetrics>>>,
+}
+
+impl MethodTable {
+    /// An empty table.
+    pub fn new(metrics: Metrics) -> Self {
+        Self {
+            metrics,
+            table: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The handles for `path`.
+    pub fn get(&self, path: &str) -> Arc<MethodMetrics> {
+        let mut t = self.table.lock();
+        if let Some(m) = t.get(path) {
+            return m.clone();
+        }
+        let key = if t.len() >= MAX_METHOD_LABELS {
+            "other"
+        } else {
+            path
+        };
+        if let Some(m) = t.get(key) {
+            return m.clone();
+        }
+        let m = Arc::new(MethodMetrics {
+            label: key.into(),
+            requests: self.metrics.requests.with_label_values(&[key]),
+            duration: self.metrics.request_duration.with_label_values(&[key]),
+        });
+        t.insert(key.to_owned(), m.clone());
+        m
     }
 }
 
@@ -152,11 +265,23 @@ mod tests {
             "podward_shim_resyncs_total",
             "podward_shim_upstream_connected",
             "podward_shim_undelivered_total",
+            "podward_shim_observe_errors_total",
+            "podward_shim_connections",
         ] {
             assert!(
                 names.iter().any(|n| n == want),
                 "{want} missing from {names:?}"
             );
         }
+    }
+
+    #[test]
+    fn method_labels_are_bounded() {
+        let t = MethodTable::new(Metrics::unregistered());
+        for i in 0..(MAX_METHOD_LABELS + 10) {
+            t.get(&format!("/x/{i}"));
+        }
+        assert_eq!(&*t.get("/x/99999").label, "other");
+        assert_eq!(&*t.get("/x/1").label, "/x/1");
     }
 }

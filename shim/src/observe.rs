@@ -1,23 +1,21 @@
-//! Observation of the watched CRI methods: which paths are watched, the raw bytes the forwarder
-//! tees off for them, and decoding those bytes (off the forwarding path, in one task) into
+//! Observation of the watched CRI methods: which paths are watched, the raw bytes the relay's
+//! reader keeps for them, and decoding those bytes (off the relay path, in one task) into
 //! [`Observation`]s for the index.
 //!
 //! Only the lifecycle calls below are ever decoded. Everything else (PullImage with its registry
-//! credentials, Exec, unknown methods) is forwarded without a copy.
+//! credentials, Exec, unknown methods) is relayed without a copy.
 
 mod decode;
 
-use bytes::Bytes;
+use std::hash::{BuildHasher, Hasher};
+
+use bytes::{Buf, Bytes};
 use tokio::sync::mpsc;
 
 use crate::metrics::Metrics;
 use crate::publish::Publisher;
 
 pub use decode::decode;
-
-/// Largest message body teed for observation; a bigger one is forwarded but not observed
-/// (memory stays bounded). containerd's own limit is 16 MiB.
-pub const MAX_OBSERVED_BYTES: usize = 32 << 20;
 
 /// Raw observations waiting for the decoder; a full queue drops the observation (counted) rather
 /// than slow a CRI call.
@@ -70,8 +68,8 @@ impl Watched {
         })
     }
 
-    /// Whether the call changes runtime state: its result matters even when the caller has gone,
-    /// so the forwarder reads the response to the end instead of cancelling it.
+    /// Whether the call changes runtime state: its every answer is news (never skipped as a
+    /// repeat), and its outcome decides whether a result was undelivered.
     pub fn is_mutating(self) -> bool {
         matches!(
             self,
@@ -103,6 +101,83 @@ pub enum Outcome {
     Abandoned,
 }
 
+/// A gRPC-framed body as it arrived: the DATA payloads, in order, not yet joined (joining is
+/// the decoder's job, off the relay path).
+#[derive(Debug, Clone, Default)]
+pub struct Body {
+    parts: Vec<Bytes>,
+    len: usize,
+}
+
+impl Body {
+    /// A body of one part.
+    pub fn from_bytes(b: Bytes) -> Self {
+        let mut body = Self::default();
+        body.push(b);
+        body
+    }
+
+    /// Appends a part.
+    pub fn push(&mut self, part: Bytes) {
+        self.len += part.len();
+        self.parts.push(part);
+    }
+
+    /// Total length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The whole body in one buffer (a copy only when it came in several parts).
+    pub fn to_bytes(&self) -> Bytes {
+        match &self.parts[..] {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => Bytes::from(many.concat()),
+        }
+    }
+
+    /// The first gRPC message (`[compressed:u8][len:u32 BE][message]`), read in place across
+    /// the parts: a multi-MiB List is decoded without first being joined into one buffer. None
+    /// for a compressed message (kubelet never compresses CRI) or a truncated body.
+    pub fn first_message(&self) -> Option<impl Buf + '_> {
+        let mut buf = Parts {
+            parts: &self.parts,
+            idx: 0,
+            off: 0,
+            left: self.len,
+        };
+        if buf.remaining() < 5 || buf.get_u8() != 0 {
+            return None;
+        }
+        let len = usize::try_from(buf.get_u32()).ok()?;
+        if buf.remaining() < len {
+            return None;
+        }
+        buf.left = len;
+        Some(buf)
+    }
+
+    /// Whether the first message carries gRPC's compressed flag.
+    pub fn is_compressed(&self) -> bool {
+        self.parts
+            .iter()
+            .find(|p| !p.is_empty())
+            .is_some_and(|p| p[0] != 0)
+    }
+
+    fn hash_into(&self, h: &mut impl Hasher) {
+        for p in &self.parts {
+            h.write(p);
+        }
+    }
+}
+
 /// Raw bytes of one observed call, decoded later by [`decode`].
 #[derive(Debug)]
 pub enum Raw {
@@ -111,7 +186,7 @@ pub enum Raw {
         /// Which method.
         method: Watched,
         /// The gRPC-framed request body.
-        body: Bytes,
+        body: Body,
         /// When the request arrived (Unix ns).
         at_ns: i64,
     },
@@ -120,9 +195,9 @@ pub enum Raw {
         /// Which method.
         method: Watched,
         /// The gRPC-framed request body (as far as it was read).
-        request: Bytes,
+        request: Body,
         /// The gRPC-framed response body (empty for a trailers-only answer).
-        response: Bytes,
+        response: Body,
         /// The `grpc-status` (None when the stream ended without one).
         grpc_status: Option<i32>,
         /// Whether the caller got it.
@@ -134,7 +209,7 @@ pub enum Raw {
     },
 }
 
-/// The sending side, used by the forwarder.
+/// The sending side, used by the relay's readers.
 #[derive(Clone, Debug)]
 pub struct Observer {
     tx: mpsc::Sender<Raw>,
@@ -148,6 +223,15 @@ impl Observer {
         if self.tx.try_send(raw).is_err() {
             self.metrics.observations_dropped.inc();
         }
+    }
+}
+
+impl Observer {
+    /// An observer whose raw observations go to the returned receiver instead of a decoder
+    /// (tests and tools that look at what the reader saw).
+    pub fn channel(metrics: Metrics) -> (Self, mpsc::Receiver<Raw>) {
+        let (tx, rx) = mpsc::channel(QUEUE_LEN);
+        (Self { tx, metrics }, rx)
     }
 }
 
@@ -168,31 +252,81 @@ pub fn spawn(publisher: Publisher, metrics: Metrics) -> Observer {
     Observer { tx, metrics }
 }
 
-/// The first gRPC message in a framed body: `[compressed:u8][len:u32 BE][message]`. None for a
-/// compressed message (kubelet never compresses CRI) or a truncated body.
-pub fn first_message(body: &[u8]) -> Option<&[u8]> {
-    let (&flag, rest) = body.split_first()?;
-    if flag != 0 || rest.len() < 4 {
-        return None;
-    }
-    let (len, msg) = rest.split_at(4);
-    let len = usize::try_from(u32::from_be_bytes([len[0], len[1], len[2], len[3]])).ok()?;
-    msg.get(..len)
+/// A window of `left` bytes over a body's parts, from part `idx`, offset `off`.
+struct Parts<'a> {
+    parts: &'a [Bytes],
+    idx: usize,
+    off: usize,
+    left: usize,
 }
 
-/// Bytes of the last answers kept to recognise repeats, in total.
-const UNCHANGED_BYTES: usize = 64 << 20;
+impl Buf for Parts<'_> {
+    fn remaining(&self) -> usize {
+        self.left
+    }
 
-/// The last answer to each distinct List/Status request. kubelet relists every second and the
-/// answer is usually byte-identical to the previous one: such a repeat carries no news and is
-/// not decoded (decoding a 100-container list costs more CPU than forwarding it).
+    fn chunk(&self) -> &[u8] {
+        match self.parts.get(self.idx) {
+            Some(p) => {
+                let c = &p[self.off..];
+                &c[..c.len().min(self.left)]
+            }
+            None => &[],
+        }
+    }
+
+    fn advance(&mut self, mut cnt: usize) {
+        cnt = cnt.min(self.left);
+        self.left -= cnt;
+        while cnt > 0 {
+            let Some(p) = self.parts.get(self.idx) else {
+                return;
+            };
+            let here = p.len() - self.off;
+            if cnt < here {
+                self.off += cnt;
+                return;
+            }
+            cnt -= here;
+            self.idx += 1;
+            self.off = 0;
+        }
+        // Skip empty parts so that `chunk` is never empty while bytes remain.
+        while self
+            .parts
+            .get(self.idx)
+            .is_some_and(|p| self.off >= p.len())
+        {
+            self.idx += 1;
+            self.off = 0;
+        }
+    }
+}
+
+/// Distinct List/Status requests remembered; past it the memory starts afresh.
+const UNCHANGED_ENTRIES: usize = 4096;
+
+/// A digest of the last answer to each distinct List/Status request. kubelet relists every
+/// second and the answer is usually byte-identical to the previous one: such a repeat carries no
+/// news and is not decoded (decoding a 100-container list costs more CPU than relaying it).
+/// Digests rather than the answers themselves keep this a few hundred KiB at most. foldhash
+/// (randomly seeded per process) rather than std's SipHash: hashing a 100-container answer is on
+/// the decoder's CPU budget for every relist, and foldhash is several times faster. A collision
+/// would only skip decoding one changed answer; the next change, event or rebuild repairs it.
 #[derive(Default)]
 struct Unchanged {
-    last: std::collections::HashMap<(Watched, Bytes), Bytes>,
-    bytes: usize,
+    keys: foldhash::fast::RandomState,
+    last: std::collections::HashMap<(Watched, u64), u64>,
 }
 
 impl Unchanged {
+    fn digest(&self, body: &Body) -> u64 {
+        let mut h = self.keys.build_hasher();
+        body.hash_into(&mut h);
+        h.write_usize(body.len());
+        h.finish()
+    }
+
     fn is_repeat(&mut self, raw: &Raw) -> bool {
         let Raw::Call {
             method,
@@ -207,18 +341,15 @@ impl Unchanged {
         if method.is_mutating() {
             return false;
         }
-        let key = (*method, request.clone());
-        if self.last.get(&key) == Some(response) {
+        let key = (*method, self.digest(request));
+        let answer = self.digest(response);
+        if self.last.get(&key) == Some(&answer) {
             return true;
         }
-        if self.bytes + response.len() + request.len() > UNCHANGED_BYTES {
+        if self.last.len() >= UNCHANGED_ENTRIES {
             self.last.clear();
-            self.bytes = 0;
         }
-        self.bytes += response.len() + request.len();
-        if let Some(old) = self.last.insert(key, response.clone()) {
-            self.bytes = self.bytes.saturating_sub(old.len() + request.len());
-        }
+        self.last.insert(key, answer);
         false
     }
 }
@@ -230,8 +361,8 @@ mod tests {
     fn list(resp: &'static [u8], status: Option<i32>) -> Raw {
         Raw::Call {
             method: Watched::ListContainers,
-            request: Bytes::from_static(b"\0\0\0\0\0"),
-            response: Bytes::from_static(resp),
+            request: Body::from_bytes(Bytes::from_static(b"\0\0\0\0\0")),
+            response: Body::from_bytes(Bytes::from_static(resp)),
             grpc_status: status,
             outcome: Outcome::Delivered,
             requested_at_ns: 0,
@@ -254,8 +385,8 @@ mod tests {
         );
         let run = Raw::Call {
             method: Watched::RunPodSandbox,
-            request: Bytes::new(),
-            response: Bytes::from_static(b"x"),
+            request: Body::default(),
+            response: Body::from_bytes(Bytes::from_static(b"x")),
             grpc_status: Some(0),
             outcome: Outcome::Delivered,
             requested_at_ns: 0,
@@ -265,11 +396,26 @@ mod tests {
         assert!(!u.is_repeat(&run), "mutating calls always count");
     }
 
+    fn message_of(parts: &[&'static [u8]]) -> Option<Vec<u8>> {
+        let mut body = Body::default();
+        for p in parts {
+            body.push(Bytes::from_static(p));
+        }
+        let mut m = body.first_message()?;
+        Some(m.copy_to_bytes(m.remaining()).to_vec())
+    }
+
     #[test]
-    fn first_message_rejects_truncated_and_compressed_frames() {
-        assert_eq!(first_message(&[0, 0, 0, 0, 2, 7, 8]), Some(&[7u8, 8][..]));
-        assert_eq!(first_message(&[0, 0, 0, 0, 3, 7, 8]), None);
-        assert_eq!(first_message(&[1, 0, 0, 0, 1, 7]), None);
-        assert_eq!(first_message(&[]), None);
+    fn first_message_reads_across_parts_and_rejects_truncated_and_compressed_frames() {
+        assert_eq!(message_of(&[&[0, 0, 0, 0, 2, 7, 8]]), Some(vec![7, 8]));
+        assert_eq!(
+            message_of(&[&[0, 0], &[], &[0, 0, 3, 7], &[8], &[9, 99]]),
+            Some(vec![7, 8, 9]),
+            "split anywhere, the prefix included; what follows the message is not read"
+        );
+        assert_eq!(message_of(&[&[0, 0, 0, 0, 3, 7, 8]]), None);
+        assert_eq!(message_of(&[&[1, 0, 0, 0, 1, 7]]), None);
+        assert_eq!(message_of(&[&[0, 0, 0]]), None);
+        assert_eq!(message_of(&[]), None);
     }
 }

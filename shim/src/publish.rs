@@ -5,7 +5,7 @@
 //! bounded queue; publishing is a `try_send`, never an await. A subscriber whose queue is full is
 //! flagged: it gets no more events until it has drained its queue, and then receives a fresh
 //! snapshot with `resync = true` (see [`subscriber`]). So a slow subscriber costs nothing to the
-//! forwarding path or to the others, and never sees a silent gap.
+//! relay path or to the others, and never sees a silent gap.
 
 mod subscriber;
 
@@ -125,6 +125,17 @@ impl Publisher {
             resync,
             (self.clock)(),
         )
+    }
+
+    /// A new subscriber unless `max` are already connected (the error is that count). Each
+    /// subscriber may hold a whole snapshot in its connection's buffers while it reads, so their
+    /// number is what bounds the memory they cost.
+    pub fn try_subscribe(&self, max: usize) -> Result<Subscription, usize> {
+        let connected = usize::try_from(self.metrics.subscribers.get()).unwrap_or(0);
+        if connected >= max {
+            return Err(connected);
+        }
+        Ok(self.subscribe())
     }
 
     /// A new subscriber: its stream starts with a snapshot, then every change in order.

@@ -1,23 +1,30 @@
-//! Wiring: sockets, the upstream connection, the decoder, the event stream, the rebuild loop,
-//! the control API and the admin endpoint, all stopped by one shutdown signal.
+//! Wiring: sockets, the relay, the decoder, the event stream, the rebuild loop, the control API
+//! and the admin endpoint, all stopped by one shutdown signal.
+//!
+//! Shutdown (SIGTERM): readiness drops, the relay stops accepting and winds its connections
+//! down (see `relay/connection.rs`), Watch streams end with `UNAVAILABLE`, and the process exits
+//! once those are done or the shutdown grace has passed.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use podward_api::daemon::admin::Admin;
 use podward_api::daemon::stop::Stop;
 use podward_api::socket::{SocketError, SocketPerms, activated_listeners, serve_unix};
 use tokio::net::UnixListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::config::Config;
 use crate::fault::Faults;
-use crate::forward::{Proxy, Upstream};
+use crate::h2read::Recorder;
 use crate::lifecycle_api::LifecycleApi;
 use crate::metrics::{Metrics, MetricsError};
 use crate::publish::Publisher;
-use crate::{events, observe, rebuild};
+use crate::relay::Relay;
+use crate::upstream::Upstream;
+use crate::{events, lifecycle_api, observe, rebuild};
 
 /// Why the shim could not run.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +53,8 @@ pub struct Options {
     pub clock: fn() -> i64,
     /// Called once with the publisher, before serving (tests inspect the index directly).
     pub on_publisher: Option<Box<dyn FnOnce(Publisher) + Send>>,
+    /// Read buffer per direction of a relayed connection (benchmarks compare sizes).
+    pub relay_buffer: usize,
 }
 
 impl Default for Options {
@@ -55,6 +64,7 @@ impl Default for Options {
             faults: Faults::default(),
             clock: podward_api::time::now_ns,
             on_publisher: None,
+            relay_buffer: crate::relay::DEFAULT_BUFFER,
         }
     }
 }
@@ -100,8 +110,12 @@ pub async fn run_with(
         faults,
         clock,
         on_publisher,
+        relay_buffer,
     } = options;
     podward_api::daemon::build_info::register(&admin.registry, "shim", env!("CARGO_PKG_VERSION"));
+    for w in config.warnings() {
+        tracing::warn!("{w}");
+    }
     let metrics = Metrics::new(&admin.registry)?;
     let publisher = Publisher::new(config.subscriber_queue, metrics.clone(), clock);
     if let Some(f) = on_publisher {
@@ -147,20 +161,39 @@ pub async fn run_with(
     tokio::spawn(track_readiness(
         admin.readiness.clone(),
         publisher.clone(),
-        upstream.generations(),
-        upstream.clone(),
+        upstream.connected_changes(),
         stop.subscribe(),
     ));
     let admin_stop = stop.stopped();
     tokio::spawn(admin.clone().serve(admin_listener, admin_stop));
 
-    let proxy = Proxy::new(upstream, metrics, observer, faults, clock);
-    let cri_task = tokio::spawn(proxy.serve(cri.listener, stop.subscribe()));
+    let relay = Arc::new(Relay {
+        containerd: config.containerd_socket.clone(),
+        recorder: Arc::new(Recorder::new(metrics.clone(), observer, clock)),
+        faults,
+        handshake_timeout: config.handshake_timeout,
+        shutdown_grace: config.shutdown_grace,
+        buffer: relay_buffer.max(4096),
+    });
+    let cri_task = tokio::spawn(relay.serve(cri.listener, stop.subscribe()));
     let control_task = tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(LifecycleApi::service(publisher))
+            // A subscriber that died without closing its socket is noticed.
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .add_service(LifecycleApi::service(
+                publisher,
+                config.max_subscribers,
+                stop.clone(),
+                metrics.clone(),
+            ))
             .serve_with_incoming_shutdown(
-                UnixListenerStream::new(control.listener),
+                lifecycle_api::incoming(
+                    control.listener,
+                    config.handshake_timeout,
+                    metrics,
+                    stop.subscribe(),
+                ),
                 stop.stopped(),
             ),
     );
@@ -172,11 +205,23 @@ pub async fn run_with(
     );
 
     shutdown.await;
+    let stopping = tokio::time::Instant::now();
     tracing::info!("shutting down");
     admin.readiness.set(false);
     stop.trigger();
-    let _ = cri_task.await;
-    let control_res = control_task.await;
+    // The relay's connections and the Watch streams wind down together, each within the
+    // shutdown grace; a subscriber too stuck to read even its final status must not hold the
+    // process.
+    let control_bound = config.shutdown_grace + Duration::from_millis(250);
+    let (_, control_res) = tokio::join!(cri_task, async {
+        tokio::time::timeout(control_bound, control_task)
+            .await
+            .unwrap_or(Ok(Ok(())))
+    });
+    tracing::info!(
+        ms = u64::try_from(stopping.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "stopped"
+    );
     for path in [cri.created, control.created].into_iter().flatten() {
         // Only sockets we bound ourselves; a systemd-owned socket must outlive us.
         let _ = std::fs::remove_file(&path);
@@ -188,23 +233,20 @@ pub async fn run_with(
 }
 
 /// `/readyz` is true while the CRI socket is served (it is, from before this task starts) and
-/// containerd is connected.
+/// containerd is connected. Edge-triggered: nothing wakes while idle.
 async fn track_readiness(
     readiness: podward_api::daemon::admin::Readiness,
     publisher: Publisher,
-    mut generations: watch::Receiver<u64>,
-    upstream: Upstream,
+    mut connected: watch::Receiver<bool>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
-        let connected = upstream.is_connected();
-        readiness.set(connected);
-        publisher.set_connected(connected);
-        // Connection changes are edge-triggered by generations; a drop is noticed by polling.
+        let up = *connected.borrow_and_update();
+        readiness.set(up);
+        publisher.set_connected(up);
         tokio::select! {
             _ = stop.changed() => return,
-            _ = generations.changed() => {}
-            _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+            r = connected.changed() => if r.is_err() { return },
         }
     }
 }

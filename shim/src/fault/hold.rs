@@ -61,6 +61,14 @@ impl Holds {
         }
     }
 
+    pub(super) fn is_armed(&self) -> bool {
+        !self.armed.lock().is_empty()
+    }
+
+    pub(super) fn holds(&self, path: &str) -> bool {
+        self.armed.lock().iter().any(|a| a.path == path)
+    }
+
     pub(super) async fn before_response(&self, path: &str) {
         let taken = {
             let mut armed = self.armed.lock();

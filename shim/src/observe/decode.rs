@@ -5,11 +5,11 @@ use podward_api::cri;
 use podward_api::shim::v1::Delivery;
 use prost::Message;
 
-use super::{Outcome, Raw, Watched, first_message};
+use super::{Body, Outcome, Raw, Watched};
 use crate::index::Observation;
 
-fn parse<M: Message + Default>(body: &[u8]) -> Option<M> {
-    let msg = first_message(body)?;
+fn parse<M: Message + Default>(body: &Body) -> Option<M> {
+    let msg = body.first_message()?;
     match M::decode(msg) {
         Ok(m) => Some(m),
         Err(e) => {
@@ -59,7 +59,7 @@ pub fn decode(raw: Raw) -> Vec<Observation> {
     }
 }
 
-fn decode_request(method: Watched, body: &[u8], at_ns: i64) -> Option<Observation> {
+fn decode_request(method: Watched, body: &Body, at_ns: i64) -> Option<Observation> {
     match method {
         Watched::StopPodSandbox => {
             let r: cri::StopPodSandboxRequest = parse(body)?;
@@ -82,7 +82,7 @@ fn decode_request(method: Watched, body: &[u8], at_ns: i64) -> Option<Observatio
     }
 }
 
-fn decode_abandoned(method: Watched, request: &[u8]) -> Option<Observation> {
+fn decode_abandoned(method: Watched, request: &Body) -> Option<Observation> {
     match method {
         Watched::RunPodSandbox => {
             let r: cri::RunPodSandboxRequest = parse(request)?;
@@ -104,8 +104,8 @@ fn decode_abandoned(method: Watched, request: &[u8]) -> Option<Observation> {
 /// A successful call's bytes.
 struct Call<'a> {
     method: Watched,
-    request: &'a [u8],
-    response: &'a [u8],
+    request: &'a Body,
+    response: &'a Body,
     delivery: Delivery,
     requested_at_ns: i64,
     completed_at_ns: i64,

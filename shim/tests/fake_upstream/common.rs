@@ -67,7 +67,9 @@ impl FakeUpstream {
                     let svc = hyper::service::service_fn(|req| async move {
                         Ok::<_, Infallible>(answer(req).await)
                     });
+                    // Header lists as large as gRPC-Go servers take (CONTINUATION in tests).
                     let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .max_header_list_size(1 << 20)
                         .serve_connection(TokioIo::new(s), svc)
                         .await;
                 });
@@ -168,13 +170,21 @@ pub(crate) struct TestShim {
 
 impl TestShim {
     pub(crate) async fn start(dir: &Path) -> Self {
-        let config = podward_shim::config::Config {
+        Self::start_with(dir, |_| {}).await
+    }
+
+    pub(crate) async fn start_with(
+        dir: &Path,
+        tweak: impl FnOnce(&mut podward_shim::config::Config),
+    ) -> Self {
+        let mut config = podward_shim::config::Config {
             listen: dir.join("cri.sock"),
             containerd_socket: dir.join("containerd.sock"),
             control_socket: dir.join("shim.sock"),
             admin_addr: "127.0.0.1:0".parse().expect("addr"),
             ..Default::default()
         };
+        tweak(&mut config);
         let admin = Admin::new();
         let faults = podward_shim::fault::Faults::new();
         let options = podward_shim::Options {

@@ -1,11 +1,13 @@
-//! The one HTTP/2 connection to containerd, re-dialled with backoff whenever it drops.
-//!
-//! One multiplexed connection is what kubelet itself uses; containerd serves each stream on its
-//! own goroutine, so there is no head-of-line blocking to avoid with a pool.
+//! Whether containerd is up: one idle HTTP/2 connection to it, re-dialled with backoff whenever
+//! it drops. It carries no calls (each CRI client has its own relayed connection); it tells
+//! readiness, and its generations start the rebuild and the event stream again after containerd
+//! comes back.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use bytes::Bytes;
+use http_body_util::Empty;
 use hyper::client::conn::http2::{self, SendRequest};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use parking_lot::RwLock;
@@ -13,9 +15,9 @@ use podward_api::backoff::Backoff;
 use tokio::net::UnixStream;
 use tokio::sync::watch;
 
-use super::body::RequestBody;
-use super::{CONN_WINDOW, MAX_FRAME, STREAM_WINDOW};
 use crate::metrics::Metrics;
+
+type RequestBody = Empty<Bytes>;
 
 /// Shared handle on the current upstream connection (if any).
 #[derive(Clone)]
@@ -24,6 +26,8 @@ pub struct Upstream {
     /// Incremented on every successful connect; `0` until the first one. Consumers (the rebuild
     /// and the event stream) react to changes.
     generation: watch::Sender<u64>,
+    /// Up or down, for readiness (edge-triggered, so nothing polls while idle).
+    connected: Arc<watch::Sender<bool>>,
 }
 
 impl Default for Upstream {
@@ -38,13 +42,13 @@ impl Upstream {
         Self {
             sender: Arc::new(RwLock::new(None)),
             generation: watch::Sender::new(0),
+            connected: Arc::new(watch::Sender::new(false)),
         }
     }
 
-    /// A sender for one request, if connected.
-    pub fn sender(&self) -> Option<SendRequest<RequestBody>> {
-        let guard = self.sender.read();
-        guard.as_ref().filter(|s| !s.is_closed()).cloned()
+    /// Connection state changes: a receiver that wakes when containerd comes or goes.
+    pub fn connected_changes(&self) -> watch::Receiver<bool> {
+        self.connected.subscribe()
     }
 
     /// Watches connection generations (0 = never connected yet).
@@ -54,7 +58,8 @@ impl Upstream {
 
     /// Whether connected now.
     pub fn is_connected(&self) -> bool {
-        self.sender().is_some()
+        let guard = self.sender.read();
+        guard.as_ref().is_some_and(|s| !s.is_closed())
     }
 
     /// Keeps a connection to `socket` until `shutdown` fires, reconnecting with backoff.
@@ -76,6 +81,7 @@ impl Upstream {
                     *self.sender.write() = Some(tx);
                     metrics.upstream_connected.set(1);
                     self.generation.send_modify(|g| *g += 1);
+                    self.connected.send_replace(true);
                     tracing::info!(socket = %socket.display(), "connected to containerd");
                     tokio::select! {
                         _ = shutdown.changed() => return,
@@ -85,6 +91,7 @@ impl Upstream {
                     }
                     *self.sender.write() = None;
                     metrics.upstream_connected.set(0);
+                    self.connected.send_replace(false);
                     tracing::warn!("connection to containerd closed; reconnecting");
                 }
                 Err(e) => {
@@ -114,11 +121,6 @@ enum DialError {
 async fn dial(socket: &PathBuf) -> Result<(SendRequest<RequestBody>, Conn), DialError> {
     let stream = UnixStream::connect(socket).await?;
     let (tx, conn) = http2::Builder::new(TokioExecutor::new())
-        .initial_stream_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONN_WINDOW)
-        .max_frame_size(MAX_FRAME)
-        // Header lists as large as the caller may send (annotations can be big).
-        .max_header_list_size(1 << 20)
         .handshake(TokioIo::new(stream))
         .await?;
     Ok((tx, conn))

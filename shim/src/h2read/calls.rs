@@ -1,0 +1,389 @@
+//! The calls of one connection as its frames describe them: stream ID → method, deadline, the
+//! bodies of watched calls, how the call ended. Finished calls go to the metrics and, for the
+//! watched methods, to the observer (decoded later, off the relay path).
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::fields::Fields;
+use super::frames::FrameError;
+use crate::metrics::{MethodMetrics, MethodTable, Metrics};
+use crate::observe::{Body, Observer, Outcome, Raw, Watched};
+
+/// Largest body kept per direction of one watched call: one CRI message at containerd's own
+/// limit, with its 5-byte gRPC prefix. A bigger one is relayed but not observed.
+pub(crate) const MAX_OBSERVED_BYTES: usize = podward_api::limits::CRI_MESSAGE_BYTES + 5;
+
+/// Observed bytes one connection may hold at once (many large watched calls in flight); past it
+/// the connection is no longer observed.
+const MAX_CONNECTION_BYTES: usize = 64 << 20;
+
+/// Open streams tracked per connection; past it the connection is no longer observed.
+const MAX_STREAMS: usize = 4096;
+
+/// DATA parts shorter than this are copied rather than sliced, so a small body does not keep a
+/// whole read buffer alive for the length of its call.
+const COPY_BELOW: usize = 4096;
+
+/// gRPC `CANCELLED`, recorded when the caller went away.
+const CANCELLED: i32 = 1;
+
+/// Where every connection's finished calls go.
+pub struct Recorder {
+    methods: MethodTable,
+    metrics: Metrics,
+    observer: Observer,
+    clock: fn() -> i64,
+}
+
+impl Recorder {
+    /// A recorder counting into `metrics` and sending watched calls to `observer`.
+    pub fn new(metrics: Metrics, observer: Observer, clock: fn() -> i64) -> Self {
+        Self {
+            methods: MethodTable::new(metrics.clone()),
+            metrics,
+            observer,
+            clock,
+        }
+    }
+
+    /// The shim's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+}
+
+#[derive(Debug)]
+struct Stream {
+    path: Box<str>,
+    method: Arc<MethodMetrics>,
+    watched: Option<Watched>,
+    started: Instant,
+    requested_at_ns: i64,
+    deadline: Option<Instant>,
+    request: Body,
+    response: Body,
+    /// A body passed [`MAX_OBSERVED_BYTES`]: the call is counted but not observed.
+    overflow: bool,
+    response_done: bool,
+    status: Option<i32>,
+    caller_reset: bool,
+}
+
+/// One connection's calls.
+pub(crate) struct Calls {
+    streams: HashMap<u32, Stream>,
+    buffered: usize,
+    recorder: Arc<Recorder>,
+}
+
+impl std::fmt::Debug for Calls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Calls")
+            .field("streams", &self.streams.len())
+            .field("buffered", &self.buffered)
+            .finish()
+    }
+}
+
+fn part(chunk: &Bytes, range: Range<usize>) -> Bytes {
+    if range.len() < COPY_BELOW {
+        Bytes::copy_from_slice(&chunk[range])
+    } else {
+        chunk.slice(range)
+    }
+}
+
+impl Calls {
+    pub(crate) fn new(recorder: Arc<Recorder>) -> Self {
+        Self {
+            streams: HashMap::new(),
+            buffered: 0,
+            recorder,
+        }
+    }
+
+    /// Streams still open.
+    pub(crate) fn active(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Where this connection's calls go.
+    pub(crate) fn recorder(&self) -> Arc<Recorder> {
+        self.recorder.clone()
+    }
+
+    /// The `:path` of an open stream.
+    pub(crate) fn path(&self, id: u32) -> Option<&str> {
+        self.streams.get(&id).map(|s| &*s.path)
+    }
+
+    /// A header block from the client.
+    pub(crate) fn request_headers(
+        &mut self,
+        id: u32,
+        fields: Fields,
+        end_stream: bool,
+    ) -> Result<(), FrameError> {
+        if !self.streams.contains_key(&id) {
+            if self.streams.len() >= MAX_STREAMS {
+                return Err(FrameError::Malformed("too many open streams for"));
+            }
+            let path = fields.path.unwrap_or_default();
+            let method = self.recorder.methods.get(&path);
+            method.requests.inc();
+            let started = Instant::now();
+            self.streams.insert(
+                id,
+                Stream {
+                    watched: Watched::from_path(&path),
+                    path: path.into_boxed_str(),
+                    method,
+                    started,
+                    requested_at_ns: (self.recorder.clock)(),
+                    deadline: fields.grpc_timeout.and_then(|t| started.checked_add(t)),
+                    request: Body::default(),
+                    response: Body::default(),
+                    overflow: false,
+                    response_done: false,
+                    status: None,
+                    caller_reset: false,
+                },
+            );
+        }
+        if end_stream {
+            self.request_ended(id);
+        }
+        Ok(())
+    }
+
+    /// Part of a request body.
+    pub(crate) fn request_data(
+        &mut self,
+        id: u32,
+        chunk: &Bytes,
+        range: Range<usize>,
+        end_stream: bool,
+    ) -> Result<(), FrameError> {
+        self.keep(id, chunk, range, true)?;
+        if end_stream {
+            self.request_ended(id);
+        }
+        Ok(())
+    }
+
+    fn request_ended(&mut self, id: u32) {
+        let Some(s) = self.streams.get(&id) else {
+            return;
+        };
+        // A stop request is news the moment kubelet decides it, long before the answer
+        // (which can take the whole grace period).
+        if let Some(w) = s.watched.filter(|w| w.request_is_news())
+            && !s.overflow
+        {
+            self.recorder.observer.send(Raw::Request {
+                method: w,
+                body: s.request.clone(),
+                at_ns: s.requested_at_ns,
+            });
+        }
+    }
+
+    /// Keeps a body part of a watched call.
+    fn keep(
+        &mut self,
+        id: u32,
+        chunk: &Bytes,
+        range: Range<usize>,
+        request: bool,
+    ) -> Result<(), FrameError> {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return Ok(());
+        };
+        if s.watched.is_none() || s.overflow || range.is_empty() {
+            return Ok(());
+        }
+        let body = if request {
+            &mut s.request
+        } else {
+            &mut s.response
+        };
+        if body.len() + range.len() > MAX_OBSERVED_BYTES {
+            self.buffered -= s.request.len() + s.response.len();
+            s.overflow = true;
+            s.request = Body::default();
+            s.response = Body::default();
+            return Ok(());
+        }
+        self.buffered += range.len();
+        body.push(part(chunk, range));
+        if self.buffered > MAX_CONNECTION_BYTES {
+            return Err(FrameError::Malformed("too much observed data held for"));
+        }
+        Ok(())
+    }
+
+    /// The client reset a stream. Returns nothing: a call whose answer is complete but not yet
+    /// handed over is settled by [`Calls::settle`], which then sees the reset.
+    pub(crate) fn caller_reset(&mut self, id: u32) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
+        if s.response_done {
+            s.caller_reset = true;
+        } else if let Some(s) = self.remove(id) {
+            self.finish(s, Outcome::Abandoned);
+        }
+    }
+
+    /// A header block from the server. Returns true when it ends the call (the call is then
+    /// settled once the bytes are handed over).
+    pub(crate) fn response_headers(&mut self, id: u32, fields: Fields, end_stream: bool) -> bool {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return false;
+        };
+        if fields.grpc_status.is_some() {
+            s.status = fields.grpc_status;
+        }
+        if end_stream {
+            s.response_done = true;
+        }
+        end_stream
+    }
+
+    /// Part of a response body; true when it ends the call.
+    pub(crate) fn response_data(
+        &mut self,
+        id: u32,
+        chunk: &Bytes,
+        range: Range<usize>,
+        end_stream: bool,
+    ) -> Result<bool, FrameError> {
+        self.keep(id, chunk, range, false)?;
+        if end_stream && let Some(s) = self.streams.get_mut(&id) {
+            s.response_done = true;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// The server reset a stream: the call failed.
+    pub(crate) fn server_reset(&mut self, id: u32) {
+        if let Some(mut s) = self.remove(id) {
+            s.status = None;
+            self.finish(s, Outcome::Delivered);
+        }
+    }
+
+    /// The server will not serve streams above `last`: they failed, and the client retries them
+    /// elsewhere.
+    pub(crate) fn server_goaway(&mut self, last: u32) {
+        let refused: Vec<u32> = self
+            .streams
+            .keys()
+            .copied()
+            .filter(|&id| id > last)
+            .collect();
+        for id in refused {
+            if let Some(mut s) = self.remove(id) {
+                s.status = Some(UNAVAILABLE);
+                self.finish(s, Outcome::Delivered);
+            }
+        }
+    }
+
+    /// A call whose end was read from the server has been handed to the client (or not).
+    pub(crate) fn settle(&mut self, id: u32, handed_over: bool) {
+        let Some(s) = self.streams.get(&id) else {
+            return;
+        };
+        if !s.response_done {
+            return;
+        }
+        let Some(s) = self.remove(id) else { return };
+        let in_time = s.deadline.is_none_or(|d| Instant::now() <= d);
+        let outcome = if handed_over && in_time && !s.caller_reset {
+            Outcome::Delivered
+        } else {
+            Outcome::Undelivered
+        };
+        self.finish(s, outcome);
+    }
+
+    /// The connection ended: every open call ends with it. `client_left` says whose side went
+    /// first (the client's: the calls were abandoned; containerd's: they failed).
+    pub(crate) fn close(&mut self, client_left: bool) {
+        let ids: Vec<u32> = self.streams.keys().copied().collect();
+        for id in ids {
+            let Some(mut s) = self.remove(id) else {
+                continue;
+            };
+            if s.response_done {
+                // Read, never handed over.
+                self.finish(s, Outcome::Undelivered);
+            } else if client_left {
+                self.finish(s, Outcome::Abandoned);
+            } else {
+                s.status = Some(UNAVAILABLE);
+                self.finish(s, Outcome::Delivered);
+            }
+        }
+    }
+
+    fn remove(&mut self, id: u32) -> Option<Stream> {
+        let s = self.streams.remove(&id)?;
+        self.buffered -= s.request.len() + s.response.len();
+        Some(s)
+    }
+
+    fn finish(&self, s: Stream, outcome: Outcome) {
+        let r = &self.recorder;
+        let elapsed = s.started.elapsed();
+        s.method.duration.observe(elapsed.as_secs_f64());
+        let code = if outcome == Outcome::Delivered {
+            s.status.unwrap_or(UNKNOWN)
+        } else {
+            CANCELLED
+        };
+        if code != 0 {
+            let name = format!("{:?}", tonic::Code::from(code));
+            r.metrics
+                .request_errors
+                .with_label_values(&[&*s.method.label, &name])
+                .inc();
+        }
+        tracing::debug!(
+            method = %s.method.label,
+            duration_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+            grpc_status = code,
+            upstream_status = s.status,
+            "request"
+        );
+        let Some(method) = s.watched.filter(|_| !s.overflow) else {
+            return;
+        };
+        if s.request.is_compressed() || s.response.is_compressed() {
+            // kubelet never compresses CRI messages; a client that does is relayed, not read.
+            r.metrics.compressed_skipped.inc();
+            return;
+        }
+        r.observer.send(Raw::Call {
+            method,
+            request: s.request,
+            response: s.response,
+            grpc_status: s.status,
+            outcome,
+            requested_at_ns: s.requested_at_ns,
+            completed_at_ns: (r.clock)(),
+        });
+    }
+}
+
+/// gRPC `UNAVAILABLE`: the server went away or refused the stream.
+const UNAVAILABLE: i32 = 14;
+/// gRPC `UNKNOWN`: the stream ended without a `grpc-status`.
+const UNKNOWN: i32 = 2;

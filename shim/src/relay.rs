@@ -1,0 +1,93 @@
+//! The CRI socket as a byte relay.
+//!
+//! Every accepted connection gets its own connection to containerd, as if the client had dialled
+//! containerd itself: containerd sees the same connections, SETTINGS, PINGs, flow control and
+//! GOAWAYs, and one client's flow-control window is never another's. Bytes are copied both ways
+//! unchanged, in order, as they arrive; an [`h2read::SideReader`](crate::h2read::SideReader)
+//! per direction reads what was copied, beside the copy, to find the watched calls.
+//!
+//! Nothing is terminated or re-encoded, so every client that works against containerd works
+//! through the shim (gRPC C-core's `:authority` for unix sockets included), and Exec, Attach and
+//! PortForward answers pass byte for byte: their URLs are never rewritten.
+//!
+//! containerd absent: the client's calls are answered `UNAVAILABLE` and its connection closed
+//! (`relay/unavailable.rs`), which every gRPC client reports as it does a failed dial.
+
+mod connection;
+mod pump;
+mod unavailable;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::UnixListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::fault::Faults;
+use crate::h2read::Recorder;
+
+/// Default read buffer per direction of a connection.
+pub const DEFAULT_BUFFER: usize = 64 << 10;
+
+/// How long containerd may take to answer what was in flight once the client side of a
+/// connection has gone (its answer tells whether a mutating call took effect).
+const DRAIN_AFTER_CLIENT: Duration = Duration::from_secs(5);
+
+/// The relay's settings and shared parts.
+pub struct Relay {
+    /// containerd's socket.
+    pub containerd: PathBuf,
+    /// Where finished calls go.
+    pub recorder: Arc<Recorder>,
+    /// Armed faults (test builds).
+    pub faults: Faults,
+    /// A client must send the HTTP/2 connection preface within this.
+    pub handshake_timeout: Duration,
+    /// On shutdown, how long in-flight calls may take to finish.
+    pub shutdown_grace: Duration,
+    /// Read buffer per direction.
+    pub buffer: usize,
+}
+
+impl Relay {
+    /// Accepts connections on `listener` until `stop`, then lets every connection wind down
+    /// (see `connection.rs`) within the shutdown grace and returns.
+    pub async fn serve(self: Arc<Self>, listener: UnixListener, mut stop: watch::Receiver<bool>) {
+        let mut conns = JoinSet::new();
+        loop {
+            if *stop.borrow_and_update() {
+                break;
+            }
+            tokio::select! {
+                r = stop.changed() => if r.is_err() { break },
+                r = listener.accept() => match r {
+                    Ok((client, _)) => {
+                        conns.spawn(connection::relay(self.clone(), client, stop.clone()));
+                    }
+                    Err(e) => {
+                        // EMFILE and friends: keep serving the open connections, retry soon.
+                        tracing::warn!(error = %e, "CRI socket: accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+        }
+        // Not accepting any more: under socket activation new connections queue in the
+        // listening socket, which systemd keeps for the next process.
+        drop(listener);
+        let deadline = Instant::now() + self.shutdown_grace + Duration::from_millis(250);
+        while !conns.is_empty() {
+            if tokio::time::timeout_at(deadline, conns.join_next())
+                .await
+                .is_err()
+            {
+                conns.abort_all();
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! One client connection and its own connection to containerd.
+//!
+//! How it ends:
+//! - containerd closes: the client gets the same close;
+//! - the client closes: containerd gets a FIN, as from the client itself, and its answers to what
+//!   was in flight are still read for [`DRAIN_AFTER_CLIENT`](super::DRAIN_AFTER_CLIENT) (they say
+//!   whether a mutating call took effect: *undelivered* results);
+//! - no connection preface within the handshake timeout: both are closed;
+//! - shutdown: a GOAWAY (last stream 2^31-1, NO_ERROR) is added to the client's side at a frame
+//!   boundary, so the client opens no new stream here and every stream it already opened is
+//!   served; once no call is open and the connection has been quiet briefly, or at the shutdown
+//!   grace, both are closed. The client's next calls go to a new connection, which waits in the
+//!   listening socket's backlog for the next shim.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::net::UnixStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::pump::{Activity, Pump, UpEnd};
+use super::{DRAIN_AFTER_CLIENT, Relay};
+use crate::h2read::{Conversation, Side, SideReader};
+
+/// How long a connection must have been quiet, with no open call, before a graceful close: the
+/// client may have sent a new stream just before it read the GOAWAY.
+const QUIET_BEFORE_CLOSE: Duration = Duration::from_millis(50);
+
+/// A connection with observation off gives no count of open calls: it is closed once it has
+/// been quiet this long.
+const QUIET_UNOBSERVED: Duration = Duration::from_millis(200);
+
+/// How often a stopping connection checks whether it may close.
+const STOP_TICK: Duration = Duration::from_millis(10);
+
+/// Keeps `podward_shim_connections` equal to the open connections.
+struct Open(prometheus::IntGauge);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Relays `client` until one of the ends above.
+pub(super) async fn relay(relay: Arc<Relay>, client: UnixStream, mut stop: watch::Receiver<bool>) {
+    let accepted = Instant::now();
+    let metrics = relay.recorder.metrics().clone();
+    metrics.connections.inc();
+    let _open = Open(metrics.connections.clone());
+    let upstream = match UnixStream::connect(&relay.containerd).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!(error = %e, "containerd not reachable; answering UNAVAILABLE");
+            super::unavailable::answer(client, accepted + relay.handshake_timeout).await;
+            return;
+        }
+    };
+    let conversation = Conversation::new(relay.recorder.clone());
+    let activity = Activity::new();
+    let (client_rx, client_tx) = client.into_split();
+    let (up_rx, up_tx) = upstream.into_split();
+    let pump = |src, dst, side, direction: &str| Pump {
+        src,
+        dst,
+        reader: SideReader::new(side, conversation.clone(), relay.faults.clone()),
+        bytes: metrics.relayed_bytes.with_label_values(&[direction]),
+        activity: activity.clone(),
+        buffer: relay.buffer,
+    };
+    let up = pump(client_rx, up_tx, Side::Client, "to_containerd")
+        .client_to_containerd(accepted + relay.handshake_timeout);
+    let goaway_sent = Arc::new(AtomicBool::new(false));
+    let down = pump(up_rx, client_tx, Side::Server, "to_client").containerd_to_client(
+        relay.faults.clone(),
+        stop.clone(),
+        goaway_sent.clone(),
+    );
+    tokio::pin!(up);
+    tokio::pin!(down);
+
+    let mut up_done = false;
+    let mut client_left = false;
+    let mut drain_until: Option<Instant> = None;
+    let mut stopping_until: Option<Instant> = None;
+    loop {
+        if stopping_until.is_none() && *stop.borrow_and_update() {
+            stopping_until = Some(Instant::now() + relay.shutdown_grace);
+        }
+        let mut wake = drain_until;
+        if stopping_until.is_some() {
+            let tick = Instant::now() + STOP_TICK;
+            wake = Some(wake.map_or(tick, |d| d.min(tick)));
+        }
+        tokio::select! {
+            _ = &mut down => break,
+            end = &mut up, if !up_done => {
+                up_done = true;
+                match end {
+                    UpEnd::HandshakeTimeout => {
+                        metrics.handshake_timeouts.with_label_values(&["cri"]).inc();
+                        tracing::debug!("no HTTP/2 preface in time; connection closed");
+                        client_left = true;
+                        break;
+                    }
+                    UpEnd::ClientClosed => {
+                        client_left = true;
+                        drain_until = Some(Instant::now() + DRAIN_AFTER_CLIENT);
+                    }
+                    UpEnd::UpstreamClosed => {}
+                }
+            }
+            r = stop.changed(), if stopping_until.is_none() => {
+                if r.is_err() {
+                    stopping_until = Some(Instant::now() + relay.shutdown_grace);
+                }
+            }
+            _ = sleep_until_opt(wake) => {
+                let now = Instant::now();
+                if drain_until.is_some_and(|d| now >= d) {
+                    break;
+                }
+                if let Some(deadline) = stopping_until
+                    && (now >= deadline
+                        || may_close(&conversation, &activity, goaway_sent.load(Ordering::Relaxed)))
+                {
+                    break;
+                }
+            }
+        }
+    }
+    conversation.close(client_left);
+}
+
+/// Whether a stopping connection can be closed without cutting a call.
+fn may_close(conversation: &Conversation, activity: &Activity, goaway_sent: bool) -> bool {
+    match conversation.active_streams() {
+        Some(open) => goaway_sent && open == 0 && activity.quiet_for() >= QUIET_BEFORE_CLOSE,
+        None => activity.quiet_for() >= QUIET_UNOBSERVED,
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

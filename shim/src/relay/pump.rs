@@ -1,0 +1,163 @@
+//! One direction of a relayed connection: read what arrives, let the side reader look at it,
+//! write it on, unchanged and without waiting for a frame or message to complete.
+//!
+//! Reads go into a `BytesMut` that is split off as a `Bytes` chunk: a watched call's body keeps
+//! a reference-counted slice of it rather than a copy, and when nothing kept one, the next
+//! `reserve` reuses the same allocation.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use bytes::BytesMut;
+use prometheus::IntCounter;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::fault::Faults;
+use crate::h2read::{SideReader, graceful_goaway};
+
+/// When either direction last moved bytes, for "the connection is quiet" at shutdown.
+#[derive(Debug)]
+pub(super) struct Activity {
+    base: Instant,
+    last_us: AtomicU64,
+}
+
+impl Activity {
+    pub(super) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            base: Instant::now(),
+            last_us: AtomicU64::new(0),
+        })
+    }
+
+    fn touch(&self) {
+        let us = u64::try_from(self.base.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.last_us.store(us, Ordering::Relaxed);
+    }
+
+    /// Time since the last bytes moved.
+    pub(super) fn quiet_for(&self) -> std::time::Duration {
+        let last = std::time::Duration::from_micros(self.last_us.load(Ordering::Relaxed));
+        self.base.elapsed().saturating_sub(last)
+    }
+}
+
+/// The two halves of a direction and what it counts into.
+pub(super) struct Pump {
+    pub(super) src: OwnedReadHalf,
+    pub(super) dst: OwnedWriteHalf,
+    pub(super) reader: SideReader,
+    pub(super) bytes: IntCounter,
+    pub(super) activity: Arc<Activity>,
+    pub(super) buffer: usize,
+}
+
+/// How the client-to-containerd direction ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum UpEnd {
+    /// The client closed (or its socket failed); containerd was told with a FIN.
+    ClientClosed,
+    /// containerd's socket would take no more.
+    UpstreamClosed,
+    /// No connection preface before the deadline.
+    HandshakeTimeout,
+}
+
+impl Pump {
+    async fn read(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        buf.reserve(self.buffer);
+        self.src.read_buf(buf).await
+    }
+
+    /// Client to containerd, until either side ends or the handshake deadline passes without a
+    /// connection preface.
+    pub(super) async fn client_to_containerd(mut self, handshake_deadline: Instant) -> UpEnd {
+        let mut buf = BytesMut::new();
+        loop {
+            let read = if self.reader.preface_done() {
+                self.read(&mut buf).await
+            } else {
+                match tokio::time::timeout_at(handshake_deadline, self.read(&mut buf)).await {
+                    Ok(r) => r,
+                    Err(_) => return UpEnd::HandshakeTimeout,
+                }
+            };
+            match read {
+                Ok(0) | Err(_) => {
+                    self.reader.conversation().note_caller_gone();
+                    // As the client's own FIN would: containerd ends the connection, cancelling
+                    // what is still in flight, and may still answer what it finished.
+                    let _ = self.dst.shutdown().await;
+                    return UpEnd::ClientClosed;
+                }
+                Ok(_) => {}
+            }
+            let chunk = buf.split().freeze();
+            self.activity.touch();
+            self.bytes.inc_by(chunk.len() as u64);
+            self.reader.feed(&chunk);
+            if self.dst.write_all(&chunk).await.is_err() {
+                return UpEnd::UpstreamClosed;
+            }
+            self.reader.settle(true);
+        }
+    }
+
+    /// containerd to client, until containerd closes. Once `stop` fires, a graceful GOAWAY is
+    /// added at the next frame boundary (`goaway_sent` tells the connection). If the client has
+    /// gone, containerd's answers are still read (not written) so that their outcome is known.
+    pub(super) async fn containerd_to_client(
+        mut self,
+        faults: Faults,
+        mut stop: watch::Receiver<bool>,
+        goaway_sent: Arc<AtomicBool>,
+    ) {
+        let mut buf = BytesMut::new();
+        let mut client_gone = false;
+        let mut want_goaway = false;
+        loop {
+            want_goaway |= *stop.borrow_and_update();
+            if want_goaway
+                && !client_gone
+                && !goaway_sent.load(Ordering::Relaxed)
+                && self.reader.at_boundary()
+            {
+                client_gone = self.dst.write_all(&graceful_goaway()).await.is_err();
+                goaway_sent.store(true, Ordering::Relaxed);
+            }
+            let read = tokio::select! {
+                r = self.read(&mut buf) => r,
+                _ = stop.changed(), if !want_goaway => {
+                    want_goaway = true;
+                    continue;
+                }
+            };
+            if !matches!(read, Ok(n) if n > 0) {
+                break;
+            }
+            let chunk = buf.split().freeze();
+            self.activity.touch();
+            self.bytes.inc_by(chunk.len() as u64);
+            self.reader.feed(&chunk);
+            if let Some(path) = self.reader.take_hold() {
+                // Until released, or until the caller gives up on it (its deadline passed):
+                // what a response stuck between containerd and kubelet looks like.
+                let conversation = self.reader.conversation().clone();
+                tokio::select! {
+                    _ = faults.before_response(&path) => {}
+                    _ = conversation.caller_gone() => {}
+                }
+            }
+            if !client_gone {
+                client_gone = self.dst.write_all(&chunk).await.is_err();
+            }
+            self.reader.settle(!client_gone);
+        }
+        if !client_gone {
+            let _ = self.dst.shutdown().await;
+        }
+    }
+}
