@@ -7,6 +7,8 @@
 //! - [`labels`]: the label and annotation keys kubelet writes;
 //! - [`paths`]: the default socket paths all three daemons agree on;
 //! - [`limits`]: gRPC message size limits, each with its reason;
+//! - [`tolerant`]: decoding CRI answers so that one invalid string costs that string (or that
+//!   object), never the whole answer;
 //! - [`backoff`]: the one retry schedule every reconnect loop uses;
 //! - [`daemon`]: what every podward process shares at its edge (config layering, logs, admin
 //!   HTTP endpoint, shutdown signal).
@@ -21,6 +23,7 @@ pub mod socket;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
 pub mod time;
+pub mod tolerant;
 
 /// CRI `runtime.v1` (types, `RuntimeServiceClient`, `ImageServiceClient`, servers).
 pub mod cri {
