@@ -14,6 +14,8 @@ use podward_api::cri::{
 };
 use podward_api::labels;
 use podward_api::limits::CRI_MESSAGE_BYTES;
+use podward_api::tolerant::Decoded;
+use podward_api::tolerant::runtime::RuntimeReader;
 use tonic::transport::Channel;
 
 use crate::cgroup::{CgroupDriver, RuntimeAnswer};
@@ -119,6 +121,15 @@ pub enum RuntimeError {
         #[source]
         status: tonic::Status,
     },
+    /// An object in containerd's answer could not be decoded even with its invalid strings
+    /// repaired: the view would have a hole, so the read fails.
+    #[error("CRI {call}: objects that cannot be decoded: {ids}")]
+    Unreadable {
+        /// The CRI method.
+        call: &'static str,
+        /// Their IDs (`?` when unknown).
+        ids: String,
+    },
     /// containerd did not answer in time.
     #[error("CRI {call}: no answer within {after:?}")]
     Timeout {
@@ -133,24 +144,52 @@ pub enum RuntimeError {
 #[derive(Clone, Debug)]
 pub struct RuntimeClient {
     client: RuntimeServiceClient<Channel>,
+    /// The List calls, decoded tolerantly.
+    reader: RuntimeReader,
     timeout: Duration,
+}
+
+async fn inner<T>(
+    fut: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    fut.await.map(tonic::Response::into_inner)
+}
+
+/// The message of a List answer, logging what was repaired; an object left out fails the read.
+fn whole<M>(call: &'static str, d: Decoded<M>) -> Result<M, RuntimeError> {
+    for r in &d.repairs {
+        tracing::warn!(call, repair = %r, "containerd's answer had an invalid field");
+    }
+    if d.dropped_any() {
+        return Err(RuntimeError::Unreadable {
+            call,
+            ids: d.dropped_ids().collect::<Vec<_>>().join(", "),
+        });
+    }
+    Ok(d.message)
 }
 
 impl RuntimeClient {
     /// A lazy client for containerd's socket; no connection is made until the first call.
     pub fn new(socket: &Path, timeout: Duration) -> Self {
-        let client = RuntimeServiceClient::new(podward_api::socket::channel(socket))
-            .max_decoding_message_size(CRI_MESSAGE_BYTES);
-        Self { client, timeout }
+        let channel = podward_api::socket::channel(socket);
+        let reader = RuntimeReader::new(channel.clone());
+        let client =
+            RuntimeServiceClient::new(channel).max_decoding_message_size(CRI_MESSAGE_BYTES);
+        Self {
+            client,
+            reader,
+            timeout,
+        }
     }
 
     async fn call<T>(
         &self,
         call: &'static str,
-        fut: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+        fut: impl Future<Output = Result<T, tonic::Status>>,
     ) -> Result<T, RuntimeError> {
         match tokio::time::timeout(self.timeout, fut).await {
-            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Ok(r)) => Ok(r),
             Ok(Err(status)) => Err(RuntimeError::Rpc { call, status }),
             Err(_) => Err(RuntimeError::Timeout {
                 call,
@@ -159,22 +198,28 @@ impl RuntimeClient {
         }
     }
 
-    /// `ListPodSandbox` and `ListContainers` without filters: every state.
+    /// `ListPodSandbox` and `ListContainers` without filters: every state. The answers are
+    /// decoded tolerantly (`podward_api::tolerant`): an object with an invalid UTF-8 string is
+    /// kept with that string repaired (logged). An object that cannot be decoded at all fails
+    /// the read ([`RuntimeError::Unreadable`]): its pod would otherwise look like an orphan, and
+    /// no pass may act on a view with a hole in it.
     pub async fn list(&self) -> Result<RuntimeView, RuntimeError> {
-        let mut c = self.client.clone();
+        let mut c = self.reader.clone();
         let sandboxes = self
             .call(
                 "ListPodSandbox",
                 c.list_pod_sandbox(ListPodSandboxRequest { filter: None }),
             )
             .await?;
-        let mut c = self.client.clone();
+        let sandboxes = whole("ListPodSandbox", sandboxes)?;
+        let mut c = self.reader.clone();
         let containers = self
             .call(
                 "ListContainers",
                 c.list_containers(ListContainersRequest { filter: None }),
             )
             .await?;
+        let containers = whole("ListContainers", containers)?;
         Ok(view_from(sandboxes.items, containers.containers))
     }
 
@@ -184,7 +229,7 @@ impl RuntimeClient {
     pub async fn cgroup_driver(&self) -> RuntimeAnswer {
         let mut c = self.client.clone();
         match self
-            .call("RuntimeConfig", c.runtime_config(RuntimeConfigRequest {}))
+            .call("RuntimeConfig", inner(c.runtime_config(RuntimeConfigRequest {})))
             .await
         {
             Ok(r) => answer_from(r.linux.map(|l| l.cgroup_driver)),
@@ -204,7 +249,7 @@ impl RuntimeClient {
         let stop = StopPodSandboxRequest {
             pod_sandbox_id: id.to_owned(),
         };
-        match self.call("StopPodSandbox", c.stop_pod_sandbox(stop)).await {
+        match self.call("StopPodSandbox", inner(c.stop_pod_sandbox(stop))).await {
             Err(RuntimeError::Rpc { status, .. }) if status.code() == tonic::Code::NotFound => {
                 return Ok(());
             }
@@ -214,7 +259,7 @@ impl RuntimeClient {
             pod_sandbox_id: id.to_owned(),
         };
         match self
-            .call("RemovePodSandbox", c.remove_pod_sandbox(rm))
+            .call("RemovePodSandbox", inner(c.remove_pod_sandbox(rm)))
             .await
         {
             Err(RuntimeError::Rpc { status, .. }) if status.code() == tonic::Code::NotFound => {
@@ -230,7 +275,7 @@ impl RuntimeClient {
         let rm = RemoveContainerRequest {
             container_id: id.to_owned(),
         };
-        match self.call("RemoveContainer", c.remove_container(rm)).await {
+        match self.call("RemoveContainer", inner(c.remove_container(rm))).await {
             Err(RuntimeError::Rpc { status, .. }) if status.code() == tonic::Code::NotFound => {
                 Ok(())
             }

@@ -153,6 +153,7 @@ pub async fn run_with(
             containerd,
             node_ip,
             poll_interval: Duration::from_secs(config.poll_interval_seconds.max(1)),
+            readiness: readiness.clone(),
         },
         manager.clone(),
         metrics,
@@ -161,7 +162,7 @@ pub async fn run_with(
     let server = tonic::transport::Server::builder()
         .add_service(ProberServer::new(ProberService::new(manager.clone(), hub)))
         .serve_with_incoming_shutdown(UnixListenerStream::new(api_listener), stop.stopped());
-    readiness.set(true);
+    // `/readyz` follows the source: ready once the prober holds a complete view of the node.
     let server_task = tokio::spawn(server);
 
     shutdown.await;

@@ -15,10 +15,11 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use podward_api::backoff::Backoff;
-use podward_api::cri::runtime_service_client::RuntimeServiceClient;
-use podward_api::limits::{API_MESSAGE_BYTES, CRI_MESSAGE_BYTES};
+use podward_api::daemon::admin::Readiness;
+use podward_api::limits::API_MESSAGE_BYTES;
 use podward_api::shim::v1 as shim;
 use podward_api::shim::v1::lifecycle_client::LifecycleClient;
+use podward_api::tolerant::runtime::RuntimeReader;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
@@ -38,6 +39,10 @@ pub struct SourceConfig {
     pub node_ip: IpAddr,
     /// Interval of the containerd fallback poll.
     pub poll_interval: Duration,
+    /// `/readyz`: set while the prober holds a complete view of the node (a shim snapshot
+    /// applied, or the last containerd poll read), cleared while it can read neither — a
+    /// prober that cannot see the node's pods is not ready, whatever it serves.
+    pub readiness: Readiness,
 }
 
 /// Follows the shim (or containerd) until `shutdown` resolves. Never returns an error: peers
@@ -53,8 +58,8 @@ pub async fn follow(
     let cri_up = metrics.source("containerd");
     let mut backoff = Backoff::reconnect();
     let mut poller = CriPoller::new();
-    let mut cri = RuntimeServiceClient::new(cfg.containerd.clone())
-        .max_decoding_message_size(CRI_MESSAGE_BYTES);
+    let mut cri = RuntimeReader::new(cfg.containerd.clone());
+    let readiness = cfg.readiness.clone();
     let mut next_poll = Instant::now();
     loop {
         let run = async {
@@ -67,10 +72,16 @@ pub async fn follow(
                             tracing::info!(socket = %cfg.shim_socket.display(), "following the shim");
                             shim_up.set(1.0);
                             cri_up.set(0.0);
-                            let r =
-                                consume(stream.into_inner(), &manager, cfg.node_ip, &mut backoff)
-                                    .await;
+                            let r = consume(
+                                stream.into_inner(),
+                                &manager,
+                                cfg.node_ip,
+                                &mut backoff,
+                                &readiness,
+                            )
+                            .await;
                             shim_up.set(0.0);
+                            readiness.set(false);
                             tracing::warn!(reason = %r, "lost the shim's Lifecycle stream; reconnecting");
                         }
                         Err(e) => tracing::debug!(error = %e, "shim Watch failed"),
@@ -95,9 +106,11 @@ pub async fn follow(
                         }
                         cri_up.set(1.0);
                         manager.sync_all(pods);
+                        readiness.set(true);
                     }
                     Err(e) => {
                         cri_up.set(0.0);
+                        readiness.set(false);
                         tracing::debug!(error = %e, "containerd unreachable too; keeping the last view");
                     }
                 },
@@ -132,6 +145,7 @@ async fn consume(
     manager: &Manager,
     node_ip: IpAddr,
     backoff: &mut Backoff,
+    readiness: &Readiness,
 ) -> StreamEnd {
     let mut index = NodeIndex::new();
     loop {
@@ -141,13 +155,22 @@ async fn consume(
             Some(Ok(ev)) => ev,
         };
         backoff.reset();
-        apply(&mut index, ev, manager, node_ip);
+        if apply(&mut index, ev, manager, node_ip) {
+            readiness.set(true);
+        }
     }
 }
 
-/// Folds one Watch event into `index` and tells the manager what changed.
-pub fn apply(index: &mut NodeIndex, ev: shim::WatchEvent, manager: &Manager, node_ip: IpAddr) {
+/// Folds one Watch event into `index` and tells the manager what changed. True when the event
+/// was a snapshot of a shim connected to containerd (the view is then complete).
+pub fn apply(
+    index: &mut NodeIndex,
+    ev: shim::WatchEvent,
+    manager: &Manager,
+    node_ip: IpAddr,
+) -> bool {
     use shim::watch_event::Event;
+    let whole = matches!(&ev.event, Some(Event::Snapshot(s)) if s.runtime_connected);
     match ev.event {
         Some(Event::Snapshot(s)) => {
             *index = NodeIndex::new();
@@ -161,7 +184,7 @@ pub fn apply(index: &mut NodeIndex, ev: shim::WatchEvent, manager: &Manager, nod
             manager.sync_all(index.pods());
         }
         Some(Event::Sandbox(se)) => {
-            let Some(sb) = se.sandbox else { return };
+            let Some(sb) = se.sandbox else { return false };
             let uid = if se.kind == shim::SandboxEventKind::SandboxEventRemoved as i32 {
                 index.remove_sandbox(&sb.id)
             } else {
@@ -175,7 +198,7 @@ pub fn apply(index: &mut NodeIndex, ev: shim::WatchEvent, manager: &Manager, nod
             }
         }
         Some(Event::Container(ce)) => {
-            let Some(c) = ce.container else { return };
+            let Some(c) = ce.container else { return false };
             let uid = if ce.kind == shim::ContainerEventKind::ContainerEventRemoved as i32 {
                 index.remove_container(&c.id)
             } else {
@@ -189,6 +212,7 @@ pub fn apply(index: &mut NodeIndex, ev: shim::WatchEvent, manager: &Manager, nod
         }
         None => {}
     }
+    whole
 }
 
 fn refresh(index: &mut NodeIndex, manager: &Manager, uid: &str) {

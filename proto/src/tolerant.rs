@@ -52,6 +52,16 @@ pub enum Action {
     Dropped,
 }
 
+impl Action {
+    /// The metric label: `replaced` or `dropped`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Replaced => "replaced",
+            Self::Dropped => "dropped",
+        }
+    }
+}
+
 /// One repaired or dropped top-level field.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Repair {

@@ -49,6 +49,9 @@ pub struct Metrics {
     pub handshake_timeouts: IntCounterVec,
     /// Watch calls refused because `--max-subscribers` were already connected.
     pub watch_rejected: IntCounter,
+    /// CRI message fields repaired (invalid UTF-8 replaced) or dropped to decode the rest, by
+    /// action.
+    pub cri_repairs: IntCounterVec,
 }
 
 impl Metrics {
@@ -151,7 +154,15 @@ impl Metrics {
         registry.register(Box::new(relayed_bytes.clone()))?;
         registry.register(Box::new(connections.clone()))?;
         registry.register(Box::new(handshake_timeouts.clone()))?;
+        let cri_repairs = IntCounterVec::new(
+            Opts::new(
+                "podward_shim_cri_repairs_total",
+                "CRI message fields with invalid UTF-8 that were repaired (action=replaced) or left out (action=dropped) so that the rest of the message decodes",
+            ),
+            &["action"],
+        )?;
         registry.register(Box::new(watch_rejected.clone()))?;
+        registry.register(Box::new(cri_repairs.clone()))?;
         Ok(Self {
             requests,
             request_errors,
@@ -169,7 +180,13 @@ impl Metrics {
             connections,
             handshake_timeouts,
             watch_rejected,
+            cri_repairs,
         })
+    }
+
+    /// Counts one repair of a CRI message.
+    pub fn count_repair(&self, r: &podward_api::tolerant::Repair) {
+        self.cri_repairs.with_label_values(&[r.action.label()]).inc();
     }
 
     /// Metrics on a private registry, for tests and tools that do not export them.

@@ -145,7 +145,7 @@ impl Body {
     /// The first gRPC message (`[compressed:u8][len:u32 BE][message]`), read in place across
     /// the parts: a multi-MiB List is decoded without first being joined into one buffer. None
     /// for a compressed message (kubelet never compresses CRI) or a truncated body.
-    pub fn first_message(&self) -> Option<impl Buf + '_> {
+    pub fn first_message(&self) -> Option<impl Buf + Clone + '_> {
         let mut buf = Parts {
             parts: &self.parts,
             idx: 0,
@@ -238,13 +238,21 @@ impl Observer {
 /// Creates the observer and its decoder task, which folds decoded observations into `publisher`.
 pub fn spawn(publisher: Publisher, metrics: Metrics) -> Observer {
     let (tx, mut rx) = mpsc::channel::<Raw>(QUEUE_LEN);
+    let task_metrics = metrics.clone();
     tokio::spawn(async move {
+        let metrics = task_metrics;
         let mut unchanged = Unchanged::default();
         while let Some(raw) = rx.recv().await {
             if unchanged.is_repeat(&raw) {
                 continue;
             }
-            for obs in decode(raw) {
+            let (observations, repairs) = decode(raw);
+            for r in &repairs.0 {
+                metrics.count_repair(r);
+                // kubelet relists every second: the same bad object would flood the log.
+                tracing::debug!(repair = %r, "observed CRI message repaired");
+            }
+            for obs in observations {
                 publisher.apply(obs);
             }
         }
@@ -253,6 +261,7 @@ pub fn spawn(publisher: Publisher, metrics: Metrics) -> Observer {
 }
 
 /// A window of `left` bytes over a body's parts, from part `idx`, offset `off`.
+#[derive(Clone)]
 struct Parts<'a> {
     parts: &'a [Bytes],
     idx: usize,

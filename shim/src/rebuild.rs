@@ -2,7 +2,9 @@
 //! is needed to survive a shim restart.
 //!
 //! `ListPodSandbox` + `ListContainers`, then a verbose `*Status` per object (pod IP, exit code,
-//! and the OCI runtime spec, parsed with `oci-spec`, for the environment). Runs at start and
+//! and the OCI runtime spec, parsed with `oci-spec`, for the environment). Answers are decoded
+//! tolerantly (`podward_api::tolerant`): a sandbox with an invalid UTF-8 annotation value is
+//! rebuilt with that value repaired, and no object ever makes the whole rebuild fail. Runs at start and
 //! after every reconnect to containerd (events may have been missed while it was down).
 
 use std::collections::HashMap;
@@ -11,13 +13,13 @@ use std::path::{Path, PathBuf};
 use futures::StreamExt;
 use podward_api::backoff::Backoff;
 use podward_api::cri;
-use podward_api::cri::runtime_service_client::RuntimeServiceClient;
-use podward_api::limits::CRI_MESSAGE_BYTES;
 use podward_api::shim::v1::{Container, KeyValue, Sandbox};
+use podward_api::tolerant::Repair;
+use podward_api::tolerant::runtime::RuntimeReader;
 use tokio::sync::watch;
-use tonic::transport::Channel;
 
 use crate::index::Observation;
+use crate::metrics::Metrics;
 use crate::publish::Publisher;
 
 /// Status calls in flight at once during a rebuild.
@@ -52,44 +54,61 @@ pub fn env_from_info(info: &HashMap<String, String>) -> Option<Vec<(String, Stri
     )
 }
 
-/// Reads the whole runtime state into index entries.
-pub async fn read_runtime(socket: &Path) -> Result<(Vec<Sandbox>, Vec<Container>), RebuildError> {
-    let channel = podward_api::socket::connect(socket.to_owned()).await?;
-    let client = RuntimeServiceClient::new(channel)
-        .max_decoding_message_size(CRI_MESSAGE_BYTES)
-        .max_encoding_message_size(CRI_MESSAGE_BYTES);
-    let sandboxes = client
-        .clone()
-        .list_pod_sandbox(cri::ListPodSandboxRequest::default())
-        .await?
-        .into_inner()
-        .items;
-    let containers = client
-        .clone()
-        .list_containers(cri::ListContainersRequest::default())
-        .await?
-        .into_inner()
-        .containers;
+/// What a rebuild read: the index entries, and what had to be repaired to decode them.
+#[derive(Debug, Default)]
+pub struct RuntimeState {
+    /// Every sandbox that could be read.
+    pub sandboxes: Vec<Sandbox>,
+    /// Every container that could be read.
+    pub containers: Vec<Container>,
+    /// Fields repaired or objects dropped while decoding containerd's answers
+    /// (`podward_api::tolerant`): an invalid string costs that string, not the rebuild.
+    pub repairs: Vec<Repair>,
+}
 
-    let sandboxes: Vec<Sandbox> = futures::stream::iter(sandboxes)
-        .map(|p| sandbox_entry(client.clone(), p))
-        .buffer_unordered(PARALLEL_STATUS)
-        .filter_map(|s| async move { s })
-        .collect()
-        .await;
-    let containers: Vec<Container> = futures::stream::iter(containers)
-        .map(|c| container_entry(client.clone(), c))
-        .buffer_unordered(PARALLEL_STATUS)
-        .filter_map(|c| async move { c })
-        .collect()
-        .await;
-    Ok((sandboxes, containers))
+/// Reads the whole runtime state into index entries.
+pub async fn read_runtime(socket: &Path) -> Result<RuntimeState, RebuildError> {
+    let channel = podward_api::socket::connect(socket.to_owned()).await?;
+    let mut client = RuntimeReader::new(channel);
+    let mut repairs = Vec::new();
+    let sandboxes = client
+        .list_pod_sandbox(cri::ListPodSandboxRequest::default())
+        .await?;
+    repairs.extend(sandboxes.repairs);
+    let containers = client
+        .list_containers(cri::ListContainersRequest::default())
+        .await?;
+    repairs.extend(containers.repairs);
+
+    let sandboxes: Vec<(Option<Sandbox>, Vec<Repair>)> =
+        futures::stream::iter(sandboxes.message.items)
+            .map(|p| sandbox_entry(client.clone(), p))
+            .buffer_unordered(PARALLEL_STATUS)
+            .collect()
+            .await;
+    let containers: Vec<(Option<Container>, Vec<Repair>)> =
+        futures::stream::iter(containers.message.containers)
+            .map(|c| container_entry(client.clone(), c))
+            .buffer_unordered(PARALLEL_STATUS)
+            .collect()
+            .await;
+    let mut state = RuntimeState::default();
+    for (s, r) in sandboxes {
+        state.sandboxes.extend(s);
+        repairs.extend(r);
+    }
+    for (c, r) in containers {
+        state.containers.extend(c);
+        repairs.extend(r);
+    }
+    state.repairs = repairs;
+    Ok(state)
 }
 
 async fn sandbox_entry(
-    mut client: RuntimeServiceClient<Channel>,
+    mut client: RuntimeReader,
     p: cri::PodSandbox,
-) -> Option<Sandbox> {
+) -> (Option<Sandbox>, Vec<Repair>) {
     let mut idx = crate::index::Index::new();
     let id = p.id.clone();
     idx.apply(Observation::SandboxList {
@@ -100,9 +119,11 @@ async fn sandbox_entry(
         pod_sandbox_id: id.clone(),
         verbose: false,
     };
+    let mut repairs = Vec::new();
     match client.pod_sandbox_status(req).await {
         Ok(r) => {
-            if let Some(status) = r.into_inner().status {
+            repairs = r.repairs;
+            if let Some(status) = r.message.status {
                 idx.apply(Observation::SandboxStatus {
                     status,
                     host_network: None,
@@ -110,16 +131,16 @@ async fn sandbox_entry(
             }
         }
         // Removed between List and Status: it no longer exists.
-        Err(s) if s.code() == tonic::Code::NotFound => return None,
+        Err(s) if s.code() == tonic::Code::NotFound => return (None, repairs),
         Err(s) => tracing::warn!(id, error = %s, "PodSandboxStatus failed during rebuild"),
     }
-    idx.sandbox(&id).cloned()
+    (idx.sandbox(&id).cloned(), repairs)
 }
 
 async fn container_entry(
-    mut client: RuntimeServiceClient<Channel>,
+    mut client: RuntimeReader,
     c: cri::Container,
-) -> Option<Container> {
+) -> (Option<Container>, Vec<Repair>) {
     let mut idx = crate::index::Index::new();
     let id = c.id.clone();
     idx.apply(Observation::ContainerList {
@@ -136,9 +157,11 @@ async fn container_entry(
         // the plain status still has the state and the exit code.
         answer = client.container_status(req(false)).await;
     }
+    let mut repairs = Vec::new();
     match answer {
         Ok(r) => {
-            let r = r.into_inner();
+            repairs = r.repairs;
+            let r = r.message;
             let envs = env_from_info(&r.info);
             if let Some(status) = r.status {
                 idx.apply(Observation::ContainerStatus {
@@ -148,21 +171,25 @@ async fn container_entry(
                 });
             }
         }
-        Err(s) if s.code() == tonic::Code::NotFound => return None,
+        Err(s) if s.code() == tonic::Code::NotFound => return (None, repairs),
         Err(s) => tracing::warn!(id, error = %s, "ContainerStatus failed during rebuild"),
     }
-    let mut out = idx.container(&id).cloned()?;
+    let Some(mut out) = idx.container(&id).cloned() else {
+        return (None, repairs);
+    };
     // Entries built here never saw the CRI path: delivery stays UNKNOWN (the index keeps what
     // it already knew when merging).
     out.envs.retain(|kv: &KeyValue| !kv.key.is_empty());
-    Some(out)
+    (Some(out), repairs)
 }
 
 /// Rebuilds at start and after every reconnect, retrying failures with backoff, until
-/// `shutdown`. `rebuilt` is bumped after each successful rebuild (readiness, tests).
+/// `shutdown`. After each successful rebuild, `rebuilt` holds the connection generation it was
+/// read on (readiness: the index is only whole once the current connection's rebuild is done).
 pub async fn run(
     socket: PathBuf,
     publisher: Publisher,
+    metrics: Metrics,
     mut generations: watch::Receiver<u64>,
     rebuilt: watch::Sender<u64>,
     mut shutdown: watch::Receiver<bool>,
@@ -173,18 +200,22 @@ pub async fn run(
             _ = shutdown.changed() => return,
             r = generations.wait_for(|g| *g > 0) => if r.is_err() { return },
         }
-        generations.mark_unchanged();
+        let generation = *generations.borrow_and_update();
         let mut backoff = Backoff::reconnect();
         loop {
             let started = tokio::time::Instant::now();
             match read_runtime(&socket).await {
-                Ok((sandboxes, containers)) => {
-                    let (ns, nc) = (sandboxes.len(), containers.len());
+                Ok(state) => {
+                    let (ns, nc) = (state.sandboxes.len(), state.containers.len());
+                    for r in &state.repairs {
+                        metrics.count_repair(r);
+                        tracing::warn!(repair = %r, "containerd's answer had an invalid field");
+                    }
                     publisher.apply(Observation::Rebuilt {
-                        sandboxes,
-                        containers,
+                        sandboxes: state.sandboxes,
+                        containers: state.containers,
                     });
-                    rebuilt.send_modify(|n| *n += 1);
+                    rebuilt.send_replace(generation);
                     tracing::info!(
                         sandboxes = ns,
                         containers = nc,

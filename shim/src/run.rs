@@ -143,10 +143,11 @@ pub async fn run_with(
         metrics.clone(),
         stop.subscribe(),
     ));
-    let (rebuilt_tx, _rebuilt_rx) = watch::channel(0u64);
+    let (rebuilt_tx, rebuilt_rx) = watch::channel(0u64);
     tokio::spawn(rebuild::run(
         config.containerd_socket.clone(),
         publisher.clone(),
+        metrics.clone(),
         upstream.generations(),
         rebuilt_tx,
         stop.subscribe(),
@@ -162,6 +163,7 @@ pub async fn run_with(
         admin.readiness.clone(),
         publisher.clone(),
         upstream.connected_changes(),
+        (upstream.generations(), rebuilt_rx),
         stop.subscribe(),
     ));
     let admin_stop = stop.stopped();
@@ -232,21 +234,29 @@ pub async fn run_with(
     }
 }
 
-/// `/readyz` is true while the CRI socket is served (it is, from before this task starts) and
-/// containerd is connected. Edge-triggered: nothing wakes while idle.
+/// `/readyz` is true while the CRI socket is served (it is, from before this task starts),
+/// containerd is connected and the index has been rebuilt on this connection: a shim that cannot
+/// build its index (containerd answering, the rebuild failing) is not ready, whatever it relays.
+/// `publisher.set_connected` follows the connection alone. Edge-triggered: nothing wakes while
+/// idle.
 async fn track_readiness(
     readiness: podward_api::daemon::admin::Readiness,
     publisher: Publisher,
     mut connected: watch::Receiver<bool>,
+    (mut generation, mut rebuilt): (watch::Receiver<u64>, watch::Receiver<u64>),
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
         let up = *connected.borrow_and_update();
-        readiness.set(up);
+        let current = *generation.borrow_and_update();
+        let whole = current > 0 && *rebuilt.borrow_and_update() == current;
+        readiness.set(up && whole);
         publisher.set_connected(up);
         tokio::select! {
             _ = stop.changed() => return,
             r = connected.changed() => if r.is_err() { return },
+            r = generation.changed() => if r.is_err() { return },
+            r = rebuilt.changed() => if r.is_err() { return },
         }
     }
 }

@@ -3,7 +3,9 @@
 //! `ContainerStatus` for start time and env), as kubelet's PLEG relist would.
 //!
 //! Status answers are cached per ID (a sandbox's IP and a started container's env never change),
-//! so a steady node costs two List calls per poll.
+//! so a steady node costs two List calls per poll. Answers are decoded tolerantly
+//! (`podward_api::tolerant`): an invalid UTF-8 string costs that string (an object that cannot
+//! be decoded at all, that object), never the poll; each repaired object is logged once.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -11,10 +13,11 @@ use std::sync::Arc;
 
 use podward_api::cri::{
     ContainerStatusRequest, ListContainersRequest, ListPodSandboxRequest, NamespaceMode,
-    PodSandboxStatusRequest, runtime_service_client::RuntimeServiceClient,
+    PodSandboxStatusRequest,
 };
 use podward_api::labels;
-use tonic::transport::Channel;
+use podward_api::tolerant::Decoded;
+use podward_api::tolerant::runtime::RuntimeReader;
 
 use super::convert::{cri_state, env_from_verbose_info, pod_grace, ports, probe_ip};
 use super::index::{NodeIndex, SandboxRec};
@@ -28,6 +31,8 @@ type ContainerExtra = (i64, Arc<[(String, String)]>);
 pub struct CriPoller {
     sandboxes: HashMap<String, (Option<IpAddr>, bool)>,
     containers: HashMap<String, ContainerExtra>,
+    /// Objects whose repair was already logged (one WARN per object, not per poll).
+    repaired: std::collections::HashSet<String>,
 }
 
 impl CriPoller {
@@ -39,19 +44,17 @@ impl CriPoller {
     /// Reads the whole node; an error means "no answer" (the caller keeps its last view).
     pub async fn poll(
         &mut self,
-        client: &mut RuntimeServiceClient<Channel>,
+        client: &mut RuntimeReader,
         node_ip: IpAddr,
     ) -> Result<Vec<PodInfo>, tonic::Status> {
         let sandboxes = client
             .list_pod_sandbox(ListPodSandboxRequest { filter: None })
-            .await?
-            .into_inner()
-            .items;
+            .await?;
+        let sandboxes = self.note(sandboxes).items;
         let containers = client
             .list_containers(ListContainersRequest { filter: None })
-            .await?
-            .into_inner()
-            .containers;
+            .await?;
+        let containers = self.note(containers).containers;
         let mut index = NodeIndex::new();
         for s in &sandboxes {
             let (ip, host_network) = match self.sandboxes.get(&s.id) {
@@ -62,10 +65,8 @@ impl CriPoller {
                             pod_sandbox_id: s.id.clone(),
                             verbose: false,
                         })
-                        .await?
-                        .into_inner()
-                        .status
-                        .unwrap_or_default();
+                        .await?;
+                    let st = self.note(st).status.unwrap_or_default();
                     let host_network = st
                         .linux
                         .and_then(|l| l.namespaces)
@@ -103,8 +104,8 @@ impl CriPoller {
                             container_id: c.id.clone(),
                             verbose: true,
                         })
-                        .await?
-                        .into_inner();
+                        .await?;
+                    let resp = self.note(resp);
                     let started = resp.status.map(|s| s.started_at).unwrap_or_default();
                     let env: Arc<[(String, String)]> = env_from_verbose_info(&resp.info).into();
                     self.containers.insert(c.id.clone(), (started, env.clone()));
@@ -135,6 +136,20 @@ impl CriPoller {
         let live: std::collections::HashSet<&str> =
             containers.iter().map(|c| c.id.as_str()).collect();
         self.containers.retain(|id, _| live.contains(id.as_str()));
+        self.repaired.retain(|id| {
+            live.contains(id.as_str()) || sandboxes.iter().any(|s| &s.id == id)
+        });
         Ok(index.pods())
+    }
+
+    /// The message of an answer; what had to be repaired in it is logged once per object.
+    fn note<M>(&mut self, d: Decoded<M>) -> M {
+        for r in &d.repairs {
+            let id = r.object_id.clone().unwrap_or_default();
+            if self.repaired.insert(id) {
+                tracing::warn!(repair = %r, "containerd's answer had an invalid field");
+            }
+        }
+        d.message
     }
 }
