@@ -290,8 +290,9 @@ async fn one_invalid_utf8_annotation_costs_that_value_never_the_shims_rebuilt_in
 }
 
 #[tokio::test]
-async fn the_prober_reading_containerd_directly_keeps_every_pod_despite_an_invalid_annotation() {
-    let node = TestNode::start().await.expect("node");
+async fn the_prober_reading_containerd_directly_keeps_every_pod_despite_an_invalid_annotation_and_is_not_ready_while_blind()
+ {
+    let mut node = TestNode::start().await.expect("node");
     let _pods = two_pods(&node).await;
     let prober_admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
     // No shim at all: the prober polls containerd's CRI.
@@ -303,6 +304,17 @@ async fn the_prober_reading_containerd_directly_keeps_every_pod_despite_an_inval
     })
     .await;
     eventually("the prober is ready", Duration::from_secs(10), || {
+        ready(prober_admin)
+    })
+    .await;
+    // Neither the shim nor containerd: the prober cannot see the node, so it is not ready.
+    node.stop_containerd().await;
+    eventually("the blind prober is not ready", Duration::from_secs(20), || async {
+        !ready(prober_admin).await
+    })
+    .await;
+    node.start_containerd().await.expect("containerd again");
+    eventually("the prober is ready again", Duration::from_secs(30), || {
         ready(prober_admin)
     })
     .await;

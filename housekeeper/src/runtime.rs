@@ -408,4 +408,26 @@ mod tests {
             RuntimeAnswer::Unavailable(e) if e.contains("unknown cgroup driver")
         ));
     }
+
+    #[test]
+    fn a_list_with_an_object_left_out_is_a_failed_read_never_a_view_with_a_hole() {
+        use podward_api::tolerant::{Action, Decoded, Repair};
+        let repair = |action| Repair {
+            field: 1,
+            object_id: Some("sb-2".to_owned()),
+            reason: "PodSandbox.state: invalid wire type".to_owned(),
+            action,
+        };
+        let repaired = Decoded {
+            message: 1,
+            repairs: vec![repair(Action::Replaced)],
+        };
+        assert_eq!(whole("ListPodSandbox", repaired).expect("kept"), 1);
+        let holed = Decoded {
+            message: 1,
+            repairs: vec![repair(Action::Dropped)],
+        };
+        let err = whole("ListPodSandbox", holed).expect_err("a hole fails the read");
+        assert!(err.to_string().contains("sb-2"), "{err}");
+    }
 }
