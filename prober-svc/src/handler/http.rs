@@ -7,7 +7,9 @@
 //!   followed, at most 10 in all ("stopped after 10 redirects" → Failure); to another host name the
 //!   3xx itself is the answer. A user `Host` header survives relative redirects, as in Go.
 //! - Dial/TLS/timeout errors are a Failure with Go's error text; a body read error is an error
-//!   (kubelet's `Failure, "", err`), retried by the prober; an unresolvable port is an error.
+//!   (kubelet's `Failure, "", err`), retried by the prober; an unresolvable port is an error, and
+//!   so is every URL that cannot be built (a `host` Go's URL parser refuses: kubelet's
+//!   `http.NewRequest` error).
 //! - One deadline, `timeoutSeconds`, covers every hop and the body, like Go's `Client.Timeout`.
 
 mod exchange;
@@ -43,6 +45,9 @@ pub(crate) enum HttpError {
     /// The final response's body could not be read.
     #[error(transparent)]
     Body(#[from] BodyError),
+    /// The request cannot be built from the probe (kubelet's `http.NewRequest` error).
+    #[error(transparent)]
+    Url(#[from] url::UrlError),
 }
 
 /// HTTP prober with its per-process state (User-Agent, TLS config) built once.
@@ -85,7 +90,12 @@ impl HttpProber {
             Some(h) => h.clone(),
             None => ip_string(target.host_ip),
         };
-        let mut url = ProbeUrl::for_probe(get.scheme, &host, port, &get.path);
+        // A bad `host` is a probe error, as kubelet's `NewRequestForHTTPGetAction` failing is
+        // (discarded by the worker: never a Failure, never a kill). The pod IP is always valid.
+        let mut url = match &get.host {
+            Some(_) => ProbeUrl::checked_for_probe(get.scheme, &host, port, &get.path)?,
+            None => ProbeUrl::for_probe(get.scheme, &host, port, &get.path),
+        };
         let custom;
         let headers = if get.headers.is_empty() {
             &self.default_headers
@@ -105,6 +115,8 @@ impl HttpProber {
                 // `from_maybe_shared` takes the string's buffer instead of copying it.
                 None => match HeaderValue::from_maybe_shared(Bytes::from(url.authority())) {
                     Ok(v) => v,
+                    // Go's transport refuses it when sending (a Failure in kubelet); with the
+                    // host checked above, only non-header bytes of a redirect could get here.
                     Err(_) => {
                         return Ok(Answer::Failure(format!(
                             "Get \"{url}\": {}",

@@ -132,6 +132,84 @@ impl fmt::Display for ProbeUrl {
     }
 }
 
+/// The probe's URL cannot be built (kubelet: `http.NewRequest` fails on `formatURL`'s result,
+/// and the probe *errors* — it is discarded, never a Failure, never a kill).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("parse {url:?}: invalid URL escape {escape:?}")]
+pub(crate) struct UrlError {
+    /// Go's `URL.String()` of what `formatURL` built (the host escaped).
+    pub(crate) url: String,
+    /// The first escape Go's parser refuses in a host, e.g. `%20`.
+    pub(crate) escape: String,
+}
+
+/// Whether Go's `url.URL.String()` escapes `b` in a host (`shouldEscape(b, encodeHost)`).
+fn go_escapes_in_host(b: u8) -> bool {
+    !(b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'-' | b'_'
+                | b'.'
+                | b'~'
+                | b'!'
+                | b'$'
+                | b'&'
+                | b'\''
+                | b'('
+                | b')'
+                | b'*'
+                | b'+'
+                | b','
+                | b';'
+                | b'='
+                | b':'
+                | b'['
+                | b']'
+                | b'<'
+                | b'>'
+                | b'"'
+        ))
+}
+
+impl ProbeUrl {
+    /// kubelet's `formatURL` + `http.NewRequest` for a probe whose `host` field is `host`: Go
+    /// writes the URL with the host escaped (`URL.String()`), then parses it back, and its
+    /// parser refuses a `%XX` escape of an ASCII byte in a host (only `%25` and non-ASCII bytes
+    /// may be escaped there, RFC 3986 §3.2.2). So a host with a space, a control byte, `/`, `?`,
+    /// `#`, `@`, `\\`, `^`, `{`, `|`, `}` or a backquote cannot make a request: `"bad host\r\nX: y"`
+    /// is `parse "http://[bad%20host%0D%0AX:%20y]:8080/": invalid URL escape "%20"`.
+    pub(crate) fn checked_for_probe(
+        scheme: HttpScheme,
+        host: &str,
+        port: u16,
+        path: &str,
+    ) -> Result<Self, UrlError> {
+        let url = Self::for_probe(scheme, host, port, path);
+        let Some(bad) = host
+            .bytes()
+            .find(|&b| b < 0x80 && b != b'%' && go_escapes_in_host(b))
+        else {
+            return Ok(url);
+        };
+        let mut escaped = String::with_capacity(host.len() * 3);
+        for b in host.bytes() {
+            if go_escapes_in_host(b) {
+                escaped.push_str(&format!("%{b:02X}"));
+            } else {
+                escaped.push(char::from(b));
+            }
+        }
+        let shown = ProbeUrl {
+            host: escaped,
+            ..url
+        };
+        Err(UrlError {
+            url: shown.to_string(),
+            escape: format!("%{bad:02X}"),
+        })
+    }
+}
+
 /// The host name a `Location` names, if it names one (to tell a non-local redirect even when the
 /// rest of the reference cannot be followed, e.g. an `ftp://` scheme).
 pub(crate) fn location_host(location: &str) -> Option<String> {
