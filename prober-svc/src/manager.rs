@@ -20,11 +20,14 @@ use crate::metrics::Metrics;
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::results::{ProbeResult, Results};
 use crate::runner::ProbeRunner;
-use crate::spec::{ProbeSpec, ProbeType, SpecError, parse_pod_probes};
+use crate::spec::{ContainerProbes, ProbeSpec, ProbeType, SpecError, parse_pod_probes};
 use crate::worker::handle::{WorkerCtl, WorkerKey, WorkerStatus};
 use crate::worker::{Ctx, SharedPod, Sink, Worker};
 
 mod status;
+mod unknown;
+
+pub use unknown::UNKNOWN_CONTAINER_GRACE;
 
 /// A probed pod.
 struct PodEntry {
@@ -32,6 +35,11 @@ struct PodEntry {
     spec_errors: Vec<SpecError>,
     /// Container names with a startup probe (they gate liveness and readiness).
     has_startup: HashSet<String>,
+    /// The annotation's probes per container name (to start the workers of a name again when
+    /// its container appears after it was reported unknown).
+    probes: BTreeMap<String, ContainerProbes>,
+    /// Names of the annotation with no such container in the pod: spec errors, no workers.
+    unknown: unknown::Unknown,
 }
 
 /// A running worker.
@@ -134,6 +142,7 @@ impl Manager {
             };
             let uid = entry.shared.read().uid.clone();
             drop(pods);
+            self.reconcile_names(&uid);
             // kubelet's pod sync after a container start triggers the readiness worker at once.
             for name in started {
                 self.trigger(&uid, &name, ProbeType::Readiness);
@@ -168,48 +177,56 @@ impl Manager {
                 shared: shared.clone(),
                 spec_errors: parsed.errors.clone(),
                 has_startup,
+                probes: parsed.containers.clone(),
+                unknown: unknown::Unknown::default(),
             },
         );
         drop(pods);
+        for (name, probes) in &parsed.containers {
+            self.spawn_workers(&uid, name, probes, &shared);
+        }
+        self.reconcile_names(&uid);
+    }
+
+    /// Starts the workers of container `name` of pod `uid` (those not already running).
+    fn spawn_workers(&self, uid: &str, name: &str, probes: &ContainerProbes, shared: &SharedPod) {
         let mut workers = self.state.workers.lock();
-        for (name, probes) in parsed.containers {
-            let specs = [
-                (ProbeType::Startup, probes.startup),
-                (ProbeType::Readiness, probes.readiness),
-                (ProbeType::Liveness, probes.liveness),
-            ];
-            let has_startup = specs[0].1.is_some();
-            for (ty, spec) in specs {
-                let Some(spec) = spec else { continue };
-                let key = WorkerKey {
-                    pod_uid: uid.clone(),
-                    container: name.clone(),
-                    ty,
-                };
-                if workers.contains_key(&key) {
-                    continue;
-                }
-                let w = Worker::new(
-                    key.clone(),
-                    Arc::new(spec),
-                    has_startup,
-                    shared.clone(),
-                    self.ctx.clone(),
-                );
-                workers.insert(
-                    key,
-                    WorkerEntry {
-                        ctl: w.ctl(),
-                        status: w.status(),
-                    },
-                );
-                self.state
-                    .metrics
-                    .workers
-                    .with_label_values(&[ty.name()])
-                    .inc();
-                tokio::spawn(w.run());
+        let specs = [
+            (ProbeType::Startup, &probes.startup),
+            (ProbeType::Readiness, &probes.readiness),
+            (ProbeType::Liveness, &probes.liveness),
+        ];
+        let has_startup = probes.startup.is_some();
+        for (ty, spec) in specs {
+            let Some(spec) = spec else { continue };
+            let key = WorkerKey {
+                pod_uid: uid.to_owned(),
+                container: name.to_owned(),
+                ty,
+            };
+            if workers.contains_key(&key) {
+                continue;
             }
+            let w = Worker::new(
+                key.clone(),
+                Arc::new(spec.clone()),
+                has_startup,
+                shared.clone(),
+                self.ctx.clone(),
+            );
+            workers.insert(
+                key,
+                WorkerEntry {
+                    ctl: w.ctl(),
+                    status: w.status(),
+                },
+            );
+            self.state
+                .metrics
+                .workers
+                .with_label_values(&[ty.name()])
+                .inc();
+            tokio::spawn(w.run());
         }
     }
 

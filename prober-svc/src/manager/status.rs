@@ -23,7 +23,11 @@ impl Manager {
                 .map(|(_, e)| {
                     (
                         e.shared.clone(),
-                        e.spec_errors.clone(),
+                        e.spec_errors
+                            .iter()
+                            .cloned()
+                            .chain(e.unknown.errors())
+                            .collect::<Vec<_>>(),
                         e.has_startup.clone(),
                     )
                 })

@@ -4,4 +4,5 @@
 
 mod harness;
 mod lifecycle;
+mod spec_names;
 mod state_machine;
