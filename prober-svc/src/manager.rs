@@ -100,6 +100,11 @@ impl Manager {
         &self.ctx.results
     }
 
+    /// The prober's metrics (for tests and the embedding).
+    pub fn metrics(&self) -> &Metrics {
+        &self.state.metrics
+    }
+
     /// Number of running workers.
     pub fn worker_count(&self) -> usize {
         self.state.workers.lock().len()

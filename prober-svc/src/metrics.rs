@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus::{
-    CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, IntGaugeVec, Opts, Registry,
+    CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts,
+    Registry,
 };
 
 use crate::spec::ProbeType;
@@ -37,6 +38,9 @@ pub struct Metrics {
     pub spec_errors: GaugeVec,
     /// Whether a source is connected (`source` = shim | containerd).
     pub source_connected: GaugeVec,
+    /// Probes that errored on every attempt (discarded, as kubelet discards them before its
+    /// `prober_probe_total`), by probe type.
+    pub probe_errors: IntCounterVec,
 }
 
 impl Metrics {
@@ -48,6 +52,7 @@ impl Metrics {
         registry.register(Box::new(m.kills.clone()))?;
         registry.register(Box::new(m.spec_errors.clone()))?;
         registry.register(Box::new(m.source_connected.clone()))?;
+        registry.register(Box::new(m.probe_errors.clone()))?;
         Ok(m)
     }
 
@@ -92,6 +97,13 @@ impl Metrics {
                     "1 while the prober follows this source of pods (shim or containerd).",
                 ),
                 &["source"],
+            )?,
+            probe_errors: IntCounterVec::new(
+                Opts::new(
+                    "podward_prober_probe_errors_total",
+                    "Probes that errored on all three attempts (no answer: unresolvable port, exec runtime error, URL that cannot be built), by probe type. Discarded like kubelet discards them, so prober_probe_total does not count them.",
+                ),
+                &["probe_type"],
             )?,
         })
     }

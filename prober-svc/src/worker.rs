@@ -265,6 +265,7 @@ impl Worker {
                 *st = WorkerStatus {
                     container_id: c.id.to_string(),
                     probes_run: st.probes_run,
+                    probes_errored: st.probes_errored,
                     ..WorkerStatus::default()
                 };
             }
@@ -312,9 +313,7 @@ impl Worker {
         let verdict = self.ctx.runner.run(self.key.ty, &self.spec, ip, &c).await;
         let (result, output) = match verdict {
             ProbeVerdict::Errored { message } => {
-                tracing::debug!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
-                    probe = self.key.ty.name(), error = %message,
-                    "probe errored and resulted in unknown state; result discarded");
+                self.errored(&pod, &c, message);
                 return true;
             }
             ProbeVerdict::Result {
@@ -368,8 +367,34 @@ impl Worker {
         true
     }
 
+    /// An errored probe (kubelet: "probe errored and resulted in unknown state"): discarded for
+    /// the counters, but visible — `Status.last_error`, a log line when the error changes, and
+    /// `podward_prober_probe_errors_total`.
+    fn errored(&self, pod: &PodInfo, c: &ContainerInfo, message: String) {
+        self.ctx
+            .metrics
+            .probe_errors
+            .with_label_values(&[self.key.ty.name()])
+            .inc();
+        let mut st = self.status.lock();
+        st.probes_errored += 1;
+        st.last_error_at_ns = self.ctx.clock.now_ns();
+        if st.last_error != message {
+            tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
+                container_id = %c.id, probe = self.key.ty.name(), error = %message,
+                "probe errored and resulted in unknown state; result discarded (logged again \
+                 when the error changes)");
+            st.last_error = message;
+        }
+    }
+
     fn record(&self, result: ProbeResult, output: &str) {
         let mut st = self.status.lock();
+        if !st.last_error.is_empty() {
+            tracing::info!(container_id = %st.container_id, probe = self.key.ty.name(),
+                "probe answers again after erroring");
+            st.last_error.clear();
+        }
         st.last_probe_result = Some(result);
         // Steady probes repeat their output: keep the old copy rather than allocate per probe.
         if st.last_output != output {

@@ -72,6 +72,9 @@ impl Manager {
                         last_transition_at_ns: st.last_transition_at_ns,
                         on_hold: st.on_hold,
                         probes_run: st.probes_run,
+                        last_error: st.last_error,
+                        last_error_at_ns: st.last_error_at_ns,
+                        probes_errored: st.probes_errored,
                     });
                 }
                 let (started, ready, live) = match c {

@@ -82,4 +82,11 @@ pub struct WorkerStatus {
     pub on_hold: bool,
     /// Probes run by this worker.
     pub probes_run: u64,
+    /// Why the last probe errored (no answer after three attempts; discarded), empty once a
+    /// probe answers again.
+    pub last_error: String,
+    /// When a probe last errored (Unix ns, 0 = never).
+    pub last_error_at_ns: i64,
+    /// Probes of this worker that errored.
+    pub probes_errored: u64,
 }

@@ -4,5 +4,6 @@
 
 mod harness;
 mod lifecycle;
+mod errored;
 mod spec_names;
 mod state_machine;
