@@ -8,6 +8,8 @@ use podward_api::daemon::telemetry::LogFormat;
 use podward_api::paths;
 use serde::{Deserialize, Serialize};
 
+use crate::handler::host_policy::HostPolicy;
+
 /// Command-line flags. Every field is optional so that only what was given overrides the file.
 #[derive(Debug, Default, Serialize, clap::Parser)]
 #[command(
@@ -69,6 +71,16 @@ pub struct Args {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub poll_interval_seconds: Option<u64>,
 
+    /// Which addresses a probe that names a host (httpGet.host, tcpSocket.host) may reach:
+    /// "deny-local" refuses loopback, link-local (169.254.169.254), unspecified and cloud
+    /// metadata addresses for pods that are not hostNetwork, checked on the resolved address of
+    /// every connection and redirect; "deny" refuses every probe that names a host (a spec
+    /// error); "allow" is kubelet's behaviour. The body of a probe that names a host is never
+    /// shown. [default: deny-local]
+    #[arg(long, env = "PODWARD_PROBER_PROBE_HOST_POLICY", value_enum)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_host_policy: Option<HostPolicy>,
+
     /// Log format. [default: text]
     #[arg(long, env = "PODWARD_PROBER_LOG_FORMAT", value_enum)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -100,6 +112,8 @@ pub struct Config {
     pub admin_addr: SocketAddr,
     /// Seconds between containerd polls while the shim is down.
     pub poll_interval_seconds: u64,
+    /// What a probe that names a host may reach.
+    pub probe_host_policy: HostPolicy,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter.
@@ -117,6 +131,7 @@ impl Default for Config {
             kube_version: "1.33".to_owned(),
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9642)),
             poll_interval_seconds: 2,
+            probe_host_policy: HostPolicy::DenyLocal,
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
         }

@@ -6,7 +6,8 @@
 //! What the handlers share sits in leaf modules they all import and that import none of them:
 //! [`attempt`] (target and answer), [`output`] (kubelet's 10 KiB output limit) and [`go_text`]
 //! (Go's wording of durations, gRPC statuses and OS errors, so messages read as kubelet's).
-//! Network handlers dial through [`dialer`]; named ports resolve through [`port`]; exec commands
+//! Network handlers dial through [`dialer`] (which checks every address against the
+//! [`host_policy`] guard of a probe that names a host); named ports resolve through [`port`]; exec commands
 //! are `$(VAR)`-expanded by [`expand`].
 
 pub mod attempt;
@@ -15,6 +16,7 @@ pub mod exec;
 pub mod expand;
 pub mod go_text;
 pub mod grpc;
+pub mod host_policy;
 pub mod http;
 pub mod output;
 pub mod port;

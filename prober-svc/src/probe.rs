@@ -5,6 +5,7 @@
 //! another host) → Success with `warning`; Failure → Failure; an error on all three attempts →
 //! [`ProbeVerdict::Errored`], which the worker discards without touching its counters.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -13,7 +14,8 @@ use crate::handler::attempt::{Answer, ProbeTarget};
 use crate::handler::exec::runner::{ExecError, ExecRunner};
 use crate::handler::http::{HttpError, HttpProber};
 use crate::handler::output::capped;
-use crate::handler::port::PortError;
+use crate::handler::host_policy::HostPolicy;
+use crate::handler::tcp::TcpError;
 use crate::handler::{exec, grpc, tcp};
 use crate::model::ContainerInfo;
 use crate::results::ProbeResult;
@@ -47,9 +49,9 @@ pub(crate) enum AttemptError {
     /// The HTTP probe's port did not resolve or its body could not be read.
     #[error(transparent)]
     Http(#[from] HttpError),
-    /// The TCP probe's port did not resolve.
+    /// The TCP probe's port did not resolve, or its host is denied.
     #[error(transparent)]
-    Tcp(#[from] PortError),
+    Tcp(#[from] TcpError),
 }
 
 /// Runs probes; shared by all workers (cheap to call concurrently).
@@ -57,6 +59,10 @@ pub struct Prober {
     exec: Arc<dyn ExecRunner>,
     http: HttpProber,
     user_agent: String,
+    host_policy: HostPolicy,
+    /// The node's IP: a pod probed at it is a hostNetwork pod (kubelet's pod IP of a
+    /// hostNetwork pod is the node's), which shares the node's local addresses anyway.
+    node_ip: Option<IpAddr>,
 }
 
 impl Prober {
@@ -67,7 +73,18 @@ impl Prober {
             exec,
             http: HttpProber::new(&user_agent),
             user_agent,
+            // kubelet's behaviour until the daemon sets its configured policy (whose default is
+            // deny-local, see `Config`).
+            host_policy: HostPolicy::Allow,
+            node_ip: None,
         }
+    }
+
+    /// Sets `--probe-host-policy` and the node IP (probes at the node IP are hostNetwork pods').
+    pub fn with_host_policy(mut self, policy: HostPolicy, node_ip: IpAddr) -> Self {
+        self.host_policy = policy;
+        self.node_ip = Some(node_ip);
+        self
     }
 
     /// Runs one probe of `spec` against `target` (kubelet `prober.probe` with retries).
@@ -96,6 +113,9 @@ impl Prober {
         spec: &ProbeSpec,
         target: &ProbeTarget<'_>,
     ) -> Result<Answer, AttemptError> {
+        let guard = self
+            .host_policy
+            .guard(self.node_ip == Some(target.host_ip));
         Ok(match &spec.handler {
             // Exec and gRPC are boxed: their states (a CRI call, a tonic channel) are far larger
             // than an HTTP or TCP probe's, and the worker boxes every probe's future, so inline they
@@ -103,9 +123,9 @@ impl Prober {
             Handler::Exec { command } => {
                 Box::pin(exec::probe(&*self.exec, command, spec.timeout, target)).await?
             }
-            Handler::HttpGet(get) => self.http.probe(get, spec.timeout, target).await?,
+            Handler::HttpGet(get) => self.http.probe(get, spec.timeout, target, guard).await?,
             Handler::TcpSocket { host, port } => {
-                tcp::probe(host.as_deref(), port, spec.timeout, target).await?
+                tcp::probe(host.as_deref(), port, spec.timeout, target, guard).await?
             }
             Handler::Grpc { port, service } => {
                 Box::pin(grpc::probe(

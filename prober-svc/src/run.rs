@@ -120,6 +120,7 @@ pub async fn run_with(
         containerd = %config.containerd_socket.display(),
         containerd_namespace = %config.containerd_namespace,
         %node_ip,
+        probe_host_policy = %config.probe_host_policy,
         "podward-prober starting"
     );
 
@@ -129,7 +130,8 @@ pub async fn run_with(
             kube_version: config.kube_version.clone(),
         },
         Arc::new(CriExec::new(containerd.clone())),
-    );
+    )
+    .with_host_policy(config.probe_host_policy, node_ip);
     let hub = Hub::default();
     let events = Events::new(vec![Arc::new(hub.clone())]);
     let stopper = stopper.unwrap_or_else(|| Arc::new(CriStopper::new(containerd.clone())));

@@ -16,6 +16,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::go_text::go_errno;
+use super::host_policy::Guard;
 
 pub mod closer;
 
@@ -49,6 +50,15 @@ pub enum DialError {
         /// The OS error.
         source: io::Error,
     },
+    /// Every address of the target is one `--probe-host-policy` forbids (a probe error, never
+    /// a Failure).
+    #[error("dial tcp {addr}: {kind} address denied by --probe-host-policy=deny-local (the pod is not hostNetwork)")]
+    Denied {
+        /// `host:port` of the (last) address refused.
+        addr: String,
+        /// What kind of address it is (`loopback`, `link-local`...).
+        kind: &'static str,
+    },
     /// The host name did not resolve.
     #[error("dial tcp: lookup {host}: {reason}")]
     Lookup {
@@ -63,6 +73,11 @@ impl DialError {
     /// Whether the deadline caused it.
     pub fn is_timeout(&self) -> bool {
         matches!(self, DialError::Timeout(_))
+    }
+
+    /// Whether the host policy refused the target.
+    pub fn is_denied(&self) -> bool {
+        matches!(self, DialError::Denied { .. })
     }
 }
 
@@ -186,12 +201,31 @@ pub(crate) async fn connect(
     deadline: Instant,
     opts: Options,
 ) -> Result<Connected, DialError> {
+    connect_guarded(host, port, deadline, opts, Guard::OPEN).await
+}
+
+/// [`connect`], refusing every address `guard` denies: the check is on the address actually
+/// dialled, after resolution, so a name cannot point a probe where its literal could not.
+pub(crate) async fn connect_guarded(
+    host: &str,
+    port: u16,
+    deadline: Instant,
+    opts: Options,
+    guard: Guard,
+) -> Result<Connected, DialError> {
     let literal = host
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
     if let Ok(ip) = literal.parse::<IpAddr>() {
-        return connect_addr(SocketAddr::new(ip, port), deadline, opts).await;
+        let addr = SocketAddr::new(ip, port);
+        if let Some(kind) = guard.denies(ip) {
+            return Err(DialError::Denied {
+                addr: addr.to_string(),
+                kind,
+            });
+        }
+        return connect_addr(addr, deadline, opts).await;
     }
     let addrs: Vec<SocketAddr> =
         match tokio::time::timeout_at(deadline, tokio::net::lookup_host((host, port))).await {
@@ -209,6 +243,13 @@ pub(crate) async fn connect(
         reason: "no such host".to_owned(),
     };
     for addr in addrs {
+        if let Some(kind) = guard.denies(addr.ip()) {
+            last = DialError::Denied {
+                addr: addr.to_string(),
+                kind,
+            };
+            continue;
+        }
         match connect_addr(addr, deadline, opts).await {
             Ok(s) => return Ok(s),
             Err(e) if e.is_timeout() => return Err(e),

@@ -29,7 +29,8 @@ use self::exchange::{BodyError, RawResponse};
 use self::request::{ProbeHeaders, RequestError};
 use self::url::ProbeUrl;
 use super::attempt::{Answer, ProbeTarget};
-use super::dialer::ip_string;
+use super::dialer::{DialError, ip_string};
+use super::host_policy::Guard;
 use super::port::{PortError, resolve_port};
 use crate::spec::{HttpGetSpec, HttpScheme};
 
@@ -48,6 +49,14 @@ pub(crate) enum HttpError {
     /// The request cannot be built from the probe (kubelet's `http.NewRequest` error).
     #[error(transparent)]
     Url(#[from] url::UrlError),
+    /// `--probe-host-policy` forbids every address of this hop's host.
+    #[error("Get \"{url}\": {error}")]
+    Denied {
+        /// The URL of the hop.
+        url: String,
+        /// The dialer's refusal.
+        error: DialError,
+    },
 }
 
 /// HTTP prober with its per-process state (User-Agent, TLS config) built once.
@@ -77,12 +86,14 @@ impl HttpProber {
         }
     }
 
-    /// One HTTP probe (kubelet `DoHTTPProbe` over `NewRequestForHTTPGetAction`).
+    /// One HTTP probe (kubelet `DoHTTPProbe` over `NewRequestForHTTPGetAction`); `guard` checks
+    /// every hop's addresses when the probe names a `host`.
     pub(crate) async fn probe(
         &self,
         get: &HttpGetSpec,
         timeout: Duration,
         target: &ProbeTarget<'_>,
+        guard: Guard,
     ) -> Result<Answer, HttpError> {
         let port = resolve_port(&get.port, target.ports)?;
         let deadline = Instant::now() + timeout;
@@ -132,16 +143,28 @@ impl HttpProber {
                 referer.as_ref(),
                 self.tls.as_ref(),
                 deadline,
+                if get.host.is_some() {
+                    guard
+                } else {
+                    Guard::OPEN
+                },
             )
             .await
             {
                 Ok(r) => r,
+                Err(exchange::GetError::Dial(error)) if error.is_denied() => {
+                    return Err(HttpError::Denied {
+                        url: url.to_string(),
+                        error,
+                    });
+                }
                 Err(e) => return Ok(Answer::Failure(format!("Get \"{url}\": {e}"))),
             };
             requests += 1;
             let location = resp.location.as_deref().filter(|l| !l.is_empty());
+            let echo = get.host.is_none();
             let (true, Some(location)) = (is_followed_redirect(resp.status), location) else {
-                return result(resp);
+                return result(resp, echo);
             };
             let next = match url.resolve(location) {
                 Ok(n) => n,
@@ -151,14 +174,14 @@ impl HttpProber {
                     if url::location_host(location)
                         .is_some_and(|h| !h.eq_ignore_ascii_case(&host)) =>
                 {
-                    return result(resp);
+                    return result(resp, echo);
                 }
                 Err(e) => return Ok(Answer::Failure(format!("Get \"{url}\": {e}"))),
             };
             // Go compares `URL.Hostname()` with the first request's; a name differing only in
             // case is the same host (the resolver lower-cases nothing, but DNS is case-blind).
             if !next.host.eq_ignore_ascii_case(&host) {
-                return result(resp);
+                return result(resp, echo);
             }
             if requests >= MAX_REDIRECTS {
                 return Ok(Answer::Failure(format!(
@@ -203,15 +226,27 @@ fn referer_for(last: &ProbeUrl, next: &ProbeUrl) -> Option<HeaderValue> {
     HeaderValue::from_str(&last.to_string()).ok()
 }
 
-/// kubelet's mapping of the final response.
-fn result(resp: RawResponse) -> Result<Answer, HttpError> {
+/// What a probe that names a `host` shows instead of the response body: the answer of a host
+/// other than the pod's own is never echoed into Status, logs or events (`--probe-host-policy`
+/// limits where such a probe goes; this limits what it can read back).
+pub const BODY_NOT_SHOWN: &str = "(response body not shown: the probe names a host)";
+
+/// kubelet's mapping of the final response; `echo` false keeps the body out of the output.
+fn result(resp: RawResponse, echo: bool) -> Result<Answer, HttpError> {
     let body = resp.body?;
-    let body = match String::from_utf8(body) {
-        Ok(s) => s,
-        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    let body = if !echo {
+        String::new()
+    } else {
+        match String::from_utf8(body) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        }
     };
     Ok(match resp.status {
         200..=299 => Answer::Success(body),
+        300..=399 if !echo => Answer::Warning(format!(
+            "Probe terminated redirects, Response body: {BODY_NOT_SHOWN}"
+        )),
         300..=399 => Answer::Warning(format!("Probe terminated redirects, Response body: {body}")),
         code => Answer::Failure(format!("HTTP probe failed with statuscode: {code}")),
     })

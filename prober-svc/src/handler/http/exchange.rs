@@ -20,6 +20,7 @@ use tokio_rustls::TlsConnector;
 use super::request::{ProbeHeaders, RequestError};
 use super::url::ProbeUrl;
 use crate::handler::dialer::{self, DialError, Options, ProbeStream};
+use crate::handler::host_policy::Guard;
 use crate::handler::go_text::go_errno;
 use crate::handler::output::MAX_OUTPUT_BYTES;
 use crate::spec::HttpScheme;
@@ -82,8 +83,9 @@ pub(crate) async fn get(
     referer: Option<&HeaderValue>,
     tls: Option<&Arc<ClientConfig>>,
     deadline: Instant,
+    guard: Guard,
 ) -> Result<RawResponse, GetError> {
-    let conn = dialer::connect(&url.host, url.port(), deadline, Options::PROBE)
+    let conn = dialer::connect_guarded(&url.host, url.port(), deadline, Options::PROBE, guard)
         .await
         .map_err(GetError::Dial)?;
     let stream = ProbeStream::new(conn);

@@ -1,0 +1,153 @@
+//! `--probe-host-policy`: which addresses a probe that names a `host` may reach.
+//!
+//! kubelet honours `httpGet.host` and `tcpSocket.host` from the node's network namespace, so a
+//! pod author can aim a probe at the node's loopback services (kubelet's own ports, the
+//! prober's admin port) or the cloud metadata service (169.254.169.254, `fd00:ec2::254`) and
+//! read the answer back through probe output and events (OpenKruise's advisory GO-2026-4549
+//! for its node prober, which now rejects `host` altogether). podward decides on the *resolved*
+//! address of every connection (so a DNS name cannot smuggle one in, and every redirect hop is
+//! checked again), and never echoes the response body of a probe that names a host.
+//! `docs/probes.md` compares the policies with kubelet's.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// What a probe's `host` field may reach.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostPolicy {
+    /// kubelet's behaviour: any address.
+    Allow,
+    /// No loopback, link-local, unspecified or cloud-metadata address for a pod that is not
+    /// hostNetwork (a hostNetwork pod shares those with the node anyway).
+    #[default]
+    DenyLocal,
+    /// No probe may name a `host` (OpenKruise's choice): such a probe is a spec error.
+    Deny,
+}
+
+impl HostPolicy {
+    /// The flag value, as `--probe-host-policy` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::DenyLocal => "deny-local",
+            Self::Deny => "deny",
+        }
+    }
+
+    /// The guard for one probe of a pod (hostNetwork or not) that names a host.
+    pub fn guard(self, host_network: bool) -> Guard {
+        Guard {
+            deny_local: self != Self::Allow && !host_network,
+        }
+    }
+}
+
+impl fmt::Display for HostPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The check a dial applies to each address it would connect to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Guard {
+    deny_local: bool,
+}
+
+impl Guard {
+    /// No check (probes without a `host`: they go to the pod's own IP).
+    pub const OPEN: Guard = Guard { deny_local: false };
+
+    /// Why `ip` may not be dialled, if it may not.
+    pub fn denies(self, ip: IpAddr) -> Option<&'static str> {
+        if self.deny_local {
+            local_kind(ip)
+        } else {
+            None
+        }
+    }
+}
+
+/// AWS's IPv6 instance metadata address (IPv4's 169.254.169.254 is link-local already).
+const AWS_METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254);
+
+/// What kind of node-local address `ip` is, if it is one: loopback, link-local, unspecified
+/// (connecting to 0.0.0.0 or `::` reaches the local host on Linux) or a cloud metadata address.
+/// IPv4-mapped and IPv4-compatible IPv6 forms count as their IPv4 address.
+pub fn local_kind(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => v4_kind(v4),
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4() {
+                // `::ffff:a.b.c.d` and `::a.b.c.d` (which includes `::1` as 0.0.0.1 — loopback
+                // is checked first below).
+                if v6.is_loopback() {
+                    return Some("loopback");
+                }
+                return v4_kind(v4);
+            }
+            if v6.is_loopback() {
+                Some("loopback")
+            } else if v6.is_unspecified() {
+                Some("unspecified")
+            } else if v6.segments()[0] & 0xffc0 == 0xfe80 {
+                Some("link-local")
+            } else if v6 == AWS_METADATA_V6 {
+                Some("cloud metadata")
+            } else {
+                None
+            }
+        }
+    }
+}
+
+fn v4_kind(v4: Ipv4Addr) -> Option<&'static str> {
+    if v4.is_loopback() {
+        Some("loopback")
+    } else if v4.is_link_local() {
+        Some("link-local")
+    } else if v4.is_unspecified() || v4.octets()[0] == 0 {
+        // 0.0.0.0/8 is "this network": Linux routes a connect to it to the local host.
+        Some("unspecified")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_local_addresses_in_every_spelling_are_denied_and_others_are_not() {
+        let g = HostPolicy::DenyLocal.guard(false);
+        for (ip, kind) in [
+            ("127.0.0.1", "loopback"),
+            ("127.255.0.9", "loopback"),
+            ("::1", "loopback"),
+            ("::ffff:127.0.0.1", "loopback"),
+            ("169.254.169.254", "link-local"),
+            ("::ffff:169.254.169.254", "link-local"),
+            ("fe80::1", "link-local"),
+            ("febf::1", "link-local"),
+            ("fd00:ec2::254", "cloud metadata"),
+            ("0.0.0.0", "unspecified"),
+            ("0.1.2.3", "unspecified"),
+            ("::", "unspecified"),
+        ] {
+            let ip: IpAddr = ip.parse().expect("ip");
+            assert_eq!(g.denies(ip), Some(kind), "{ip}");
+        }
+        for ip in ["10.0.0.1", "192.168.1.1", "8.8.8.8", "fd00::1", "2001:db8::1", "fec0::1"] {
+            let ip: IpAddr = ip.parse().expect("ip");
+            assert_eq!(g.denies(ip), None, "{ip}");
+        }
+        let lo: IpAddr = "127.0.0.1".parse().expect("ip");
+        assert_eq!(HostPolicy::DenyLocal.guard(true).denies(lo), None, "hostNetwork");
+        assert_eq!(HostPolicy::Allow.guard(false).denies(lo), None, "kubelet's policy");
+    }
+}
