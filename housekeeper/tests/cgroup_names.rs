@@ -359,6 +359,48 @@ fn reduce_cpu_writes_shares_and_weight_on_fake_tree() {
 }
 
 #[test]
+fn reduce_cpu_writes_nothing_when_pointed_at_a_qos_parent_or_another_pod() {
+    let tmp = hybrid_root();
+    let uid = "00000000-0000-4000-8000-000000000001";
+    let other = "00000000-0000-4000-8000-000000000002";
+    let cpu = mkcg(
+        tmp.path(),
+        "cpu,cpuacct",
+        &format!("kubepods/burstable/pod{uid}"),
+    );
+    let parent = tmp.path().join("cpu,cpuacct/kubepods/burstable");
+    let sibling = mkcg(
+        tmp.path(),
+        "cpu,cpuacct",
+        &format!("kubepods/burstable/pod{other}"),
+    );
+    for dir in [&cpu, &parent, &sibling] {
+        fs::write(dir.join("cpu.shares"), "1024").expect("shares");
+    }
+    let layout = CgroupLayout::detect(tmp.path(), CgroupDriver::Cgroupfs, "/").expect("detect");
+    let mut pod = scan_pod_cgroups(&layout)
+        .expect("scan")
+        .into_iter()
+        .find(|p| p.uid == uid)
+        .expect("pod");
+    for wrong in [parent.clone(), sibling.clone()] {
+        pod.paths = vec![wrong];
+        assert!(matches!(
+            reduce_cpu(&layout, &pod),
+            Err(CgroupError::NotAPodCgroup(_))
+        ));
+    }
+    for dir in [&cpu, &parent, &sibling] {
+        assert_eq!(
+            fs::read_to_string(dir.join("cpu.shares")).expect("read"),
+            "1024",
+            "{} untouched",
+            dir.display()
+        );
+    }
+}
+
+#[test]
 fn scan_of_10k_pod_cgroups_finds_each() {
     // Speed is the housekeeper_pass benchmark's to judge (docs/benchmarks.md), not a test's: on a
     // shared machine a timed assertion fails for the load, not the code. This proves the scale.
