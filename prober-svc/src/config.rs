@@ -8,7 +8,8 @@ use podward_api::daemon::telemetry::LogFormat;
 use podward_api::paths;
 use serde::{Deserialize, Serialize};
 
-/// Command-line flags. Every field is optional so that only what was given overrides the file.
+/// Command-line flags (the daemon's; `cli::Cli` adds the one-shot commands). Every field is
+/// optional so that only what was given overrides the file.
 #[derive(Debug, Default, Serialize, clap::Parser)]
 #[command(
     name = "podward-prober",
@@ -18,13 +19,13 @@ use serde::{Deserialize, Serialize};
 )]
 pub struct Args {
     /// TOML config file; flags and PODWARD_PROBER_* environment variables override its keys.
-    #[arg(long, env = "PODWARD_PROBER_CONFIG")]
+    #[arg(long, env = "PODWARD_PROBER_CONFIG", global = true)]
     #[serde(skip)]
     pub config: Option<PathBuf>,
 
-    /// Unix socket serving the podward.prober.v1.Prober API (Status, Watch, CleanupPods).
-    /// [default: /run/podward/prober.sock]
-    #[arg(long, env = "PODWARD_PROBER_SOCKET")]
+    /// Unix socket serving the podward.prober.v1.Prober API (Status, Watch, CleanupPods);
+    /// `status` dials it. [default: /run/podward/prober.sock]
+    #[arg(long, env = "PODWARD_PROBER_SOCKET", global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub socket: Option<PathBuf>,
 
