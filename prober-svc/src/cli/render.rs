@@ -1,5 +1,5 @@
-//! What `podward-prober status` prints: a table for a person (docs/operations.md, "Reading the
-//! prober's status"), or JSON for tools.
+//! What `podward-prober status` prints: a table for a person (docs/operations.md §9, "What the
+//! prober sees"), or JSON for tools.
 //!
 //! Probe outputs, annotation errors and names reach the terminal, and outputs are whatever a
 //! probed container answered: every cell is made printable first, so no output can move the
