@@ -136,54 +136,56 @@ pub fn render_table(status: &api::StatusResponse, now_ns: i64) -> String {
             ]);
         }
     }
-    if !probes.is_empty() {
-        out.push('\n');
-        out.push_str(&table::render(
-            &[
-                "POD",
-                "CONTAINER",
-                "PROBE",
-                "STARTED",
-                "READY",
-                "LIVE",
-                "RESULT",
-                "LAST PROBE",
-                "IN A ROW",
-                "KILLS",
-                "OUTPUT",
-            ],
-            &probes,
-        ));
-    }
-    if !kills.is_empty() {
-        out.push('\n');
-        out.push_str(&table::render(
-            &[
-                "POD",
-                "CONTAINER",
-                "KILLS",
-                "LAST KILL",
-                "GRACE",
-                "CONTAINER ID",
-                "STOP",
-                "OUTPUT",
-            ],
-            &kills,
-        ));
-    }
-    if !errors.is_empty() {
-        out.push('\n');
-        out.push_str(&table::render(
-            &["POD", "CONTAINER", "ANNOTATION FIELD", "ERROR"],
-            &errors,
-        ));
-    }
+    section(
+        &mut out,
+        &[
+            "POD",
+            "CONTAINER",
+            "PROBE",
+            "STARTED",
+            "READY",
+            "LIVE",
+            "RESULT",
+            "LAST PROBE",
+            "IN A ROW",
+            "KILLS",
+            "OUTPUT",
+        ],
+        &probes,
+    );
+    section(
+        &mut out,
+        &[
+            "POD",
+            "CONTAINER",
+            "KILLS",
+            "LAST KILL",
+            "GRACE",
+            "CONTAINER ID",
+            "STOP",
+            "OUTPUT",
+        ],
+        &kills,
+    );
+    section(
+        &mut out,
+        &["POD", "CONTAINER", "ANNOTATION FIELD", "ERROR"],
+        &errors,
+    );
     if cut {
         out.push_str(&format!(
             "\noutputs cut at {OUTPUT_CHARS} characters (…); --json prints them whole\n"
         ));
     }
     out
+}
+
+/// Appends `rows` under `header` after a blank line, unless there are none.
+fn section(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
+    if !rows.is_empty() {
+        out.push('\n');
+        out.push_str(&table::render(header, rows));
+    }
 }
 
 /// The first line: how much the prober follows, and what is wrong (counted per container, as
