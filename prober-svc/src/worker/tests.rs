@@ -3,6 +3,7 @@
 //! scripted probe runner and stopper, in paused tokio time.
 
 mod harness;
+mod kill_series;
 mod lifecycle;
 mod errored;
 mod spec_names;
