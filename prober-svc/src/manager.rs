@@ -8,12 +8,14 @@
 //! early `return` there is a known bug, kubernetes#139888).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Weak};
+use std::net::IpAddr;
+use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::{Mutex, RwLock};
 
 use crate::clock::Clock;
 use crate::event::{Event, Events};
+use crate::handler::host_policy::HostPolicy;
 use crate::handler::output::capped;
 use crate::kill::Killer;
 use crate::metrics::Metrics;
@@ -55,6 +57,8 @@ struct State {
     events: Events,
     metrics: Arc<Metrics>,
     clock: Clock,
+    /// `--probe-host-policy` and the node IP (a pod probed there is hostNetwork); unset: allow.
+    host_policy: OnceLock<(HostPolicy, IpAddr)>,
 }
 
 /// The probe manager. Cheap to clone.
@@ -81,6 +85,7 @@ impl Manager {
             events,
             metrics: metrics.clone(),
             clock,
+            host_policy: OnceLock::new(),
         });
         let sink = Arc::new(ManagerSink {
             state: Arc::downgrade(&state),
@@ -93,6 +98,13 @@ impl Manager {
             metrics,
         });
         Self { state, ctx }
+    }
+
+    /// Sets `--probe-host-policy`: a probe it refuses on its spec alone is a spec error with no
+    /// worker. Set once, before the first pod; a second call is ignored.
+    pub fn with_host_policy(self, policy: HostPolicy, node_ip: IpAddr) -> Self {
+        let _ = self.state.host_policy.set((policy, node_ip));
+        self
     }
 
     /// The results cache (for tests and the API).
@@ -157,7 +169,10 @@ impl Manager {
         let Some(annotation) = pod.probes_annotation.clone() else {
             return; // not probed
         };
-        let parsed = parse_pod_probes(&annotation);
+        let mut parsed = parse_pod_probes(&annotation);
+        if let Some((policy, node_ip)) = self.state.host_policy.get() {
+            policy.deny_hosts(&mut parsed, pod.ip == Some(*node_ip));
+        }
         for e in &parsed.errors {
             tracing::warn!(pod = %pod.name, namespace = %pod.namespace, pod_uid = %pod.uid,
                 container = %e.container, field = %e.field, error = %e.message,

@@ -150,7 +150,8 @@ pub async fn run_with(
     let stopper = stopper.unwrap_or_else(|| Arc::new(CriStopper::new(containerd.clone())));
     let metrics_shared = Arc::new(metrics.clone());
     let killer = Killer::new(stopper, metrics_shared.clone(), events.clone(), clock);
-    let manager = Manager::new(Arc::new(prober), killer, events, metrics_shared, clock);
+    let manager = Manager::new(Arc::new(prober), killer, events, metrics_shared, clock)
+        .with_host_policy(config.probe_host_policy, node_ip);
     if let Some(f) = on_start {
         f(Parts {
             manager: manager.clone(),

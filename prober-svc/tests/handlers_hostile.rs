@@ -6,9 +6,10 @@ mod handlers_support;
 
 use std::sync::atomic::Ordering;
 
-use handlers_support::{RawServer, response, run};
+use handlers_support::{LOCALHOST, RawServer, response, result, run, spec, target};
+use podward_prober::handler::host_policy::HostPolicy;
 use podward_prober::runner::ProbeVerdict;
-use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef};
+use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 
 fn get_host(host: &str, port: u16) -> Handler {
     Handler::HttpGet(HttpGetSpec {
@@ -67,4 +68,58 @@ async fn h7_a_host_go_cannot_parse_is_a_probe_error_never_a_failure() {
             other => panic!("{ok:?}: {other:?}"),
         }
     }
+}
+
+/// A prober with `policy` on a node whose IP is not the target's: the probed pod is not
+/// hostNetwork.
+fn prober_with(policy: HostPolicy) -> podward_prober::probe::Prober {
+    handlers_support::prober().with_host_policy(policy, "10.255.0.1".parse().expect("ip"))
+}
+
+async fn run_with(policy: HostPolicy, handler: Handler) -> ProbeVerdict {
+    prober_with(policy)
+        .probe(ProbeType::Liveness, &spec(handler, 1), &target(&[], &[]))
+        .await
+}
+
+#[tokio::test]
+async fn a_host_that_resolves_to_loopback_is_a_probe_error_under_deny_local() {
+    let server = RawServer::start(|_| response(200, &[], b"node secret")).await;
+    // `localhost` is a name: it is decided on the address it resolves to, when dialled.
+    for handler in [
+        get_host("localhost", server.port()),
+        get_host("127.0.0.1", server.port()),
+        Handler::TcpSocket {
+            host: Some("localhost".into()),
+            port: PortRef::Number(server.port().into()),
+        },
+    ] {
+        match run_with(HostPolicy::DenyLocal, handler.clone()).await {
+            ProbeVerdict::Errored { message } => assert!(
+                message.contains("loopback address denied by --probe-host-policy=deny-local"),
+                "{message}"
+            ),
+            other => panic!("{handler:?}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        server.connections.load(Ordering::SeqCst),
+        0,
+        "no connection reached the denied address"
+    );
+    // kubelet's policy reaches it, and still does not show the body.
+    let v = run_with(HostPolicy::Allow, get_host("localhost", server.port())).await;
+    let (res, output, _) = result(&v);
+    assert_eq!(res, podward_prober::results::ProbeResult::Success);
+    assert!(!output.contains("secret"), "{output}");
+    // A hostNetwork pod (probed at the node IP) shares the node's loopback: allowed.
+    let hostnet = handlers_support::prober()
+        .with_host_policy(HostPolicy::DenyLocal, LOCALHOST)
+        .probe(
+            ProbeType::Liveness,
+            &spec(get_host("localhost", server.port()), 1),
+            &target(&[], &[]),
+        )
+        .await;
+    assert!(matches!(hostnet, ProbeVerdict::Result { .. }), "{hostnet:?}");
 }

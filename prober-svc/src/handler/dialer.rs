@@ -219,7 +219,7 @@ pub(crate) async fn connect_guarded(
         .unwrap_or(host);
     if let Ok(ip) = literal.parse::<IpAddr>() {
         let addr = SocketAddr::new(ip, port);
-        if let Some(kind) = guard.denies(ip) {
+        if let Some(kind) = guard.denies(addr) {
             return Err(DialError::Denied {
                 addr: addr.to_string(),
                 kind,
@@ -243,7 +243,7 @@ pub(crate) async fn connect_guarded(
         reason: "no such host".to_owned(),
     };
     for addr in addrs {
-        if let Some(kind) = guard.denies(addr.ip()) {
+        if let Some(kind) = guard.denies(addr) {
             last = DialError::Denied {
                 addr: addr.to_string(),
                 kind,

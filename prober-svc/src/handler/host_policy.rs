@@ -10,7 +10,9 @@
 //! `docs/probes.md` compares the policies with kubelet's.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use crate::spec::{Handler, PodProbes, ProbeSpec, ProbeType, SpecError};
 
 /// What a probe's `host` field may reach.
 #[derive(
@@ -42,8 +44,79 @@ impl HostPolicy {
     pub fn guard(self, host_network: bool) -> Guard {
         Guard {
             deny_local: self != Self::Allow && !host_network,
+            #[cfg(test)]
+            deny_port: None,
         }
     }
+
+    /// Why `spec` is refused before it ever runs, if it is: under `deny`, any `host`; under
+    /// `deny-local` for a pod that is not hostNetwork, a `host` that is a node-local address
+    /// literal or `localhost` (a name that resolves there is caught when it is dialled). The
+    /// answer is (field, message) of a spec error.
+    pub fn check_spec(self, spec: &ProbeSpec, host_network: bool) -> Option<(&'static str, String)> {
+        let (field, host) = match &spec.handler {
+            Handler::HttpGet(get) => ("httpGet.host", get.host.as_deref()?),
+            Handler::TcpSocket { host, .. } => ("tcpSocket.host", host.as_deref()?),
+            Handler::Exec { .. } | Handler::Grpc { .. } => return None,
+        };
+        match self {
+            Self::Allow => None,
+            Self::Deny => Some((
+                field,
+                format!("{host:?}: a probe may not name a host (--probe-host-policy=deny)"),
+            )),
+            Self::DenyLocal if host_network => None,
+            Self::DenyLocal => {
+                let kind = literal_kind(host)?;
+                Some((
+                    field,
+                    format!(
+                        "{host:?} is a {kind} address, denied by --probe-host-policy=deny-local \
+                         (the pod is not hostNetwork)"
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+impl HostPolicy {
+    /// Drops every probe of `probes` that [`HostPolicy::check_spec`] refuses and adds its spec
+    /// error (so it has no worker, and the pod's Status, log and `podward_prober_spec_errors`
+    /// name it).
+    pub fn deny_hosts(self, probes: &mut PodProbes, host_network: bool) {
+        for (name, c) in &mut probes.containers {
+            for (ty, slot) in [
+                (ProbeType::Liveness, &mut c.liveness),
+                (ProbeType::Readiness, &mut c.readiness),
+                (ProbeType::Startup, &mut c.startup),
+            ] {
+                let Some(spec) = slot.as_ref() else { continue };
+                if let Some((field, message)) = self.check_spec(spec, host_network) {
+                    probes.errors.push(SpecError {
+                        container: name.clone(),
+                        field: format!("{}.{field}", ty.field_name()),
+                        message,
+                    });
+                    *slot = None;
+                }
+            }
+        }
+    }
+}
+
+/// The node-local kind of a `host` known without resolving it: an IP literal (bracketed or
+/// not) or `localhost` and its subdomains (RFC 6761: they always resolve to loopback).
+fn literal_kind(host: &str) -> Option<&'static str> {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return local_kind(ip);
+    }
+    let name = bare.strip_suffix('.').unwrap_or(bare).to_ascii_lowercase();
+    (name == "localhost" || name.ends_with(".localhost")).then_some("loopback")
 }
 
 impl fmt::Display for HostPolicy {
@@ -56,16 +129,37 @@ impl fmt::Display for HostPolicy {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Guard {
     deny_local: bool,
+    /// Tests only: deny this port too (every test server is on loopback, so a redirect hop
+    /// can only be told apart from the first by its port).
+    #[cfg(test)]
+    deny_port: Option<u16>,
 }
 
 impl Guard {
     /// No check (probes without a `host`: they go to the pod's own IP).
-    pub const OPEN: Guard = Guard { deny_local: false };
+    pub const OPEN: Guard = Guard {
+        deny_local: false,
+        #[cfg(test)]
+        deny_port: None,
+    };
 
-    /// Why `ip` may not be dialled, if it may not.
-    pub fn denies(self, ip: IpAddr) -> Option<&'static str> {
+    /// A guard that lets loopback through but denies `port` (tests of per-hop checks).
+    #[cfg(test)]
+    pub(crate) fn denying_port(port: u16) -> Guard {
+        Guard {
+            deny_local: false,
+            deny_port: Some(port),
+        }
+    }
+
+    /// Why `addr` may not be dialled, if it may not.
+    pub fn denies(self, addr: SocketAddr) -> Option<&'static str> {
+        #[cfg(test)]
+        if self.deny_port == Some(addr.port()) {
+            return Some("test-denied");
+        }
         if self.deny_local {
-            local_kind(ip)
+            local_kind(addr.ip())
         } else {
             None
         }
@@ -140,14 +234,63 @@ mod tests {
             ("::", "unspecified"),
         ] {
             let ip: IpAddr = ip.parse().expect("ip");
-            assert_eq!(g.denies(ip), Some(kind), "{ip}");
+            assert_eq!(g.denies(SocketAddr::new(ip, 80)), Some(kind), "{ip}");
         }
         for ip in ["10.0.0.1", "192.168.1.1", "8.8.8.8", "fd00::1", "2001:db8::1", "fec0::1"] {
             let ip: IpAddr = ip.parse().expect("ip");
-            assert_eq!(g.denies(ip), None, "{ip}");
+            assert_eq!(g.denies(SocketAddr::new(ip, 80)), None, "{ip}");
         }
-        let lo: IpAddr = "127.0.0.1".parse().expect("ip");
+        let lo: SocketAddr = "127.0.0.1:80".parse().expect("addr");
         assert_eq!(HostPolicy::DenyLocal.guard(true).denies(lo), None, "hostNetwork");
         assert_eq!(HostPolicy::Allow.guard(false).denies(lo), None, "kubelet's policy");
+    }
+
+    fn with_host(handler: &str, host: &str) -> ProbeSpec {
+        use crate::spec::{HttpGetSpec, HttpScheme, PortRef};
+        let port = PortRef::Number(80);
+        let handler = match handler {
+            "http" => Handler::HttpGet(HttpGetSpec {
+                scheme: HttpScheme::Http,
+                host: Some(host.to_owned()),
+                path: "/".into(),
+                port,
+                headers: vec![],
+            }),
+            _ => Handler::TcpSocket {
+                host: Some(host.to_owned()),
+                port,
+            },
+        };
+        ProbeSpec {
+            handler,
+            initial_delay_seconds: 0,
+            timeout: std::time::Duration::from_secs(1),
+            period: std::time::Duration::from_secs(10),
+            success_threshold: 1,
+            failure_threshold: 3,
+            termination_grace_period_seconds: None,
+        }
+    }
+
+    #[test]
+    fn a_local_host_literal_is_a_spec_error_unless_hostnetwork_or_allowed() {
+        for host in ["127.0.0.1", "[::1]", "169.254.169.254", "LocalHost", "x.localhost."] {
+            for h in ["http", "tcp"] {
+                let (field, msg) = HostPolicy::DenyLocal
+                    .check_spec(&with_host(h, host), false)
+                    .unwrap_or_else(|| panic!("{host} {h} not denied"));
+                assert!(field.ends_with(".host") && msg.contains("deny-local"), "{msg}");
+                assert_eq!(HostPolicy::DenyLocal.check_spec(&with_host(h, host), true), None);
+                assert_eq!(HostPolicy::Allow.check_spec(&with_host(h, host), false), None);
+            }
+        }
+        // A name is decided when it is dialled; a remote literal passes.
+        for host in ["db.example", "10.0.0.7"] {
+            assert_eq!(HostPolicy::DenyLocal.check_spec(&with_host("http", host), false), None);
+        }
+        let (_, msg) = HostPolicy::Deny
+            .check_spec(&with_host("tcp", "10.0.0.7"), true)
+            .expect("deny refuses every host");
+        assert!(msg.contains("--probe-host-policy=deny"), "{msg}");
     }
 }

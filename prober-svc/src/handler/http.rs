@@ -251,3 +251,6 @@ fn result(resp: RawResponse, echo: bool) -> Result<Answer, HttpError> {
         code => Answer::Failure(format!("HTTP probe failed with statuscode: {code}")),
     })
 }
+
+#[cfg(test)]
+mod tests;
