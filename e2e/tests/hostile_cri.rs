@@ -4,6 +4,9 @@
 //! must cost that value — never the shim's rebuilt index, the prober's pods, or the
 //! housekeeper's view of the runtime.
 
+#[path = "housekeeper_support/common.rs"]
+mod common;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -334,6 +337,68 @@ async fn the_housekeepers_runtime_view_keeps_every_sandbox_despite_an_invalid_an
     assert!(uids.contains(&evil.uid), "{view:?}");
     assert_eq!(view.sandboxes.len(), 2);
     assert_eq!(view.containers.len(), 2);
+}
+
+#[tokio::test]
+async fn a_housekeeping_pass_with_an_invalid_annotation_on_the_node_still_cleans_a_real_orphan() {
+    use podward_api::housekeeper::v1::{ActionKind, Outcome};
+    use podward_housekeeper::reconcile::Mode;
+
+    const ORPHAN: &str = "0bad0000-aaaa-4bbb-8ccc-0000000000f1";
+    const EVIL: &str = "0e0e0000-aaaa-4bbb-8ccc-0000000000f2";
+    podward_e2e::init_test_logging();
+    let node = TestNode::start().await.expect("node");
+    let cfg = common::config(&node);
+    // The poisoned pod, live, in a kubelet-style cgroup, with its pod and log dirs.
+    let evil_cg = common::PodCgroup::create(&node, EVIL);
+    let evil = PodSpec::new("evil")
+        .uid(EVIL)
+        .cgroup_parent(&format!("/{}", evil_cg.rel))
+        .annotation("example.com/evil", MARK);
+    run_poisoned_pod(&node, &evil).await;
+    let (evil_dir, evil_log) = common::leave_dirs(&cfg, EVIL);
+    // A real orphan: a pod cgroup with a process in it, its pod dir and log dir.
+    let mut orphan_cg = common::PodCgroup::create(&node, ORPHAN);
+    let pid = orphan_cg.spawn_sleeper();
+    let (orphan_dir, orphan_log) = common::leave_dirs(&cfg, ORPHAN);
+
+    let rec = podward_housekeeper::run::node_reconciler(&cfg);
+    let mut acted = None;
+    eventually("the orphan to be acted on", Duration::from_secs(60), async || {
+        let (p, _) = rec.pass(Mode::Act).await;
+        assert!(p.sources_ok, "one invalid annotation failed a source: {:?}", p.sources);
+        let done = !p.actions.is_empty();
+        if done {
+            acted = Some(p);
+        }
+        done
+    })
+    .await;
+    let p = acted.expect("plan");
+    let kinds: Vec<_> = p
+        .actions
+        .iter()
+        .map(|a| (a.kind(), a.pod_uid.as_str(), a.outcome()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (ActionKind::RemoveCgroup, ORPHAN, Outcome::Done),
+            (ActionKind::RemovePodDir, ORPHAN, Outcome::Done),
+            (ActionKind::RemoveLogDir, ORPHAN, Outcome::Done),
+        ],
+        "{:?}",
+        p.actions
+    );
+    eventually("the sleeper to die", Duration::from_secs(10), async || {
+        !orphan_cg.alive(pid)
+    })
+    .await;
+    assert!(!orphan_dir.exists() && !orphan_log.exists());
+    assert!(
+        evil_dir.exists() && evil_log.exists() && evil_cg.paths().iter().all(|p| p.exists()),
+        "the poisoned pod is live: nothing of it goes"
+    );
 }
 
 async fn scrape(admin: SocketAddr) -> String {

@@ -27,7 +27,11 @@ pub struct Excess {
 pub fn exited_beyond_policy(runtime: &RuntimeView) -> Vec<Excess> {
     let mut units: BTreeMap<(&str, &str), Vec<&ContainerInfo>> = BTreeMap::new();
     for c in &runtime.containers {
-        if c.phase == ContainerPhase::Exited && !c.pod_uid.is_empty() {
+        // A pod with an object we could not read is left alone: it may be one of the unit.
+        if c.phase == ContainerPhase::Exited
+            && !c.pod_uid.is_empty()
+            && !runtime.held_uids.contains(&c.pod_uid)
+        {
             units.entry((&c.pod_uid, &c.name)).or_default().push(c);
         }
     }
@@ -82,6 +86,7 @@ mod tests {
                 c("s0", "u", "side", 0, ContainerPhase::Exited),
                 c("v0", "v", "app", 0, ContainerPhase::Exited),
             ],
+            ..Default::default()
         };
         let ids: Vec<_> = exited_beyond_policy(&rt)
             .into_iter()

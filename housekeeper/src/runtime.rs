@@ -2,7 +2,7 @@
 //! sandbox and container in every state, the cgroup driver it runs containers with
 //! (`RuntimeConfig`), and the two CRI calls the housekeeper makes to remove what leaked.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use podward_api::cri::{
 };
 use podward_api::labels;
 use podward_api::limits::CRI_MESSAGE_BYTES;
-use podward_api::tolerant::Decoded;
+use podward_api::tolerant::{Action, Decoded};
 use podward_api::tolerant::runtime::RuntimeReader;
 use tonic::transport::Channel;
 
@@ -78,6 +78,9 @@ pub struct RuntimeView {
     pub sandboxes: Vec<SandboxInfo>,
     /// Every container.
     pub containers: Vec<ContainerInfo>,
+    /// Pod UIDs of objects containerd listed that could not be decoded at all (their label
+    /// still named the pod): nothing that could belong to such a pod is acted on this pass.
+    pub held_uids: BTreeSet<String>,
 }
 
 impl RuntimeView {
@@ -88,6 +91,7 @@ impl RuntimeView {
             .iter()
             .map(|s| s.uid.as_str())
             .chain(self.containers.iter().map(|c| c.pod_uid.as_str()))
+            .chain(self.held_uids.iter().map(String::as_str))
             .filter(|u| !u.is_empty())
             .map(str::to_owned)
             .collect()
@@ -122,8 +126,12 @@ pub enum RuntimeError {
         status: tonic::Status,
     },
     /// An object in containerd's answer could not be decoded even with its invalid strings
-    /// repaired: the view would have a hole, so the read fails.
-    #[error("CRI {call}: objects that cannot be decoded: {ids}")]
+    /// repaired, and not even its pod UID could be read: any pod could be its, so the read
+    /// fails (naming the object) rather than give a view with a hole in it.
+    #[error(
+        "CRI {call}: objects that cannot be decoded and name no pod (no housekeeping until \
+         they are fixed or removed): {ids}"
+    )]
     Unreadable {
         /// The CRI method.
         call: &'static str,
@@ -155,18 +163,33 @@ async fn inner<T>(
     fut.await.map(tonic::Response::into_inner)
 }
 
-/// The message of a List answer, logging what was repaired; an object left out fails the read.
-fn whole<M>(call: &'static str, d: Decoded<M>) -> Result<M, RuntimeError> {
+/// The message of a List answer, logging what was repaired (an object with a repaired string
+/// is kept and acts as any other), and the pod UIDs of the objects left out. An object left out
+/// whose pod cannot be told fails the read: see [`RuntimeError::Unreadable`].
+fn whole<M>(call: &'static str, d: Decoded<M>) -> Result<(M, BTreeSet<String>), RuntimeError> {
+    let mut held = BTreeSet::new();
+    let mut unknown = Vec::new();
     for r in &d.repairs {
-        tracing::warn!(call, repair = %r, "containerd's answer had an invalid field");
+        match (r.action, &r.pod_uid) {
+            (Action::Replaced, _) => {
+                tracing::warn!(call, repair = %r, "containerd's answer had an invalid field")
+            }
+            (Action::Dropped, Some(uid)) => {
+                tracing::warn!(call, repair = %r, pod_uid = %uid,
+                    "an object in containerd's answer cannot be decoded; nothing of its pod is \
+                     acted on until it can");
+                held.insert(uid.clone());
+            }
+            (Action::Dropped, None) => unknown.push(r.object_id.as_deref().unwrap_or("?")),
+        }
     }
-    if d.dropped_any() {
+    if !unknown.is_empty() {
         return Err(RuntimeError::Unreadable {
             call,
-            ids: d.dropped_ids().collect::<Vec<_>>().join(", "),
+            ids: unknown.join(", "),
         });
     }
-    Ok(d.message)
+    Ok((d.message, held))
 }
 
 impl RuntimeClient {
@@ -200,9 +223,11 @@ impl RuntimeClient {
 
     /// `ListPodSandbox` and `ListContainers` without filters: every state. The answers are
     /// decoded tolerantly (`podward_api::tolerant`): an object with an invalid UTF-8 string is
-    /// kept with that string repaired (logged). An object that cannot be decoded at all fails
-    /// the read ([`RuntimeError::Unreadable`]): its pod would otherwise look like an orphan, and
-    /// no pass may act on a view with a hole in it.
+    /// kept with that string repaired (logged) and counts as any other. An object that cannot
+    /// be decoded at all costs its pod: its `io.kubernetes.pod.uid` label, when readable, goes to
+    /// [`RuntimeView::held_uids`] (that pod is no orphan and none of its objects is acted on);
+    /// when not even that can be read, the read fails ([`RuntimeError::Unreadable`], naming the
+    /// object): any pod could be its, and no pass may act on a view with a hole in it.
     pub async fn list(&self) -> Result<RuntimeView, RuntimeError> {
         let mut c = self.reader.clone();
         let sandboxes = self
@@ -211,7 +236,7 @@ impl RuntimeClient {
                 c.list_pod_sandbox(ListPodSandboxRequest { filter: None }),
             )
             .await?;
-        let sandboxes = whole("ListPodSandbox", sandboxes)?;
+        let (sandboxes, mut held) = whole("ListPodSandbox", sandboxes)?;
         let mut c = self.reader.clone();
         let containers = self
             .call(
@@ -219,8 +244,11 @@ impl RuntimeClient {
                 c.list_containers(ListContainersRequest { filter: None }),
             )
             .await?;
-        let containers = whole("ListContainers", containers)?;
-        Ok(view_from(sandboxes.items, containers.containers))
+        let (containers, held_containers) = whole("ListContainers", containers)?;
+        held.extend(held_containers);
+        let mut view = view_from(sandboxes.items, containers.containers);
+        view.held_uids = held;
+        Ok(view)
     }
 
     /// CRI `RuntimeConfig`: the cgroup driver containerd runs containers with, read the way
@@ -347,6 +375,7 @@ pub fn view_from(
     RuntimeView {
         sandboxes,
         containers,
+        held_uids: BTreeSet::new(),
     }
 }
 
@@ -410,24 +439,47 @@ mod tests {
     }
 
     #[test]
-    fn a_list_with_an_object_left_out_is_a_failed_read_never_a_view_with_a_hole() {
-        use podward_api::tolerant::{Action, Decoded, Repair};
-        let repair = |action| Repair {
+    fn an_object_left_out_costs_its_pod_and_only_an_unnamed_one_fails_the_read() {
+        use podward_api::tolerant::Repair;
+        let repair = |id: &str, uid: Option<&str>, action| Repair {
             field: 1,
-            object_id: Some("sb-2".to_owned()),
+            object_id: Some(id.to_owned()),
+            pod_uid: uid.map(str::to_owned),
             reason: "PodSandbox.state: invalid wire type".to_owned(),
             action,
         };
-        let repaired = Decoded {
+        let d = |repairs| Decoded {
             message: 1,
-            repairs: vec![repair(Action::Replaced)],
+            repairs,
         };
-        assert_eq!(whole("ListPodSandbox", repaired).expect("kept"), 1);
-        let holed = Decoded {
-            message: 1,
-            repairs: vec![repair(Action::Dropped)],
-        };
-        let err = whole("ListPodSandbox", holed).expect_err("a hole fails the read");
-        assert!(err.to_string().contains("sb-2"), "{err}");
+        // A repaired string keeps the object, and costs nothing else.
+        let (m, held) = whole("ListPodSandbox", d(vec![repair("sb-1", None, Action::Replaced)]))
+            .expect("kept");
+        assert_eq!((m, held.len()), (1, 0));
+        // A dropped object whose pod is known holds back that pod only.
+        let (_, held) = whole(
+            "ListPodSandbox",
+            d(vec![repair("sb-2", Some("u-2"), Action::Dropped)]),
+        )
+        .expect("the read stands");
+        assert_eq!(held.into_iter().collect::<Vec<_>>(), ["u-2"]);
+        // One whose pod cannot be told fails the read, naming it.
+        let err = whole(
+            "ListPodSandbox",
+            d(vec![
+                repair("sb-2", Some("u-2"), Action::Dropped),
+                repair("sb-3", None, Action::Dropped),
+            ]),
+        )
+        .expect_err("a hole of unknown shape fails the read");
+        let err = err.to_string();
+        assert!(err.contains("sb-3") && !err.contains("sb-2"), "{err}");
+    }
+
+    #[test]
+    fn a_held_uid_is_never_an_orphan() {
+        let mut v = view_from(vec![], vec![]);
+        v.held_uids.insert("u-held".to_owned());
+        assert!(v.uids().contains("u-held"));
     }
 }

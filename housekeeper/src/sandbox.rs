@@ -39,6 +39,10 @@ pub fn leaked_sandboxes(runtime: &RuntimeView, shim: &ShimIndex) -> Vec<Leak> {
         let Some(live) = runtime.sandboxes.iter().find(|s| s.id == sb.id) else {
             continue;
         };
+        // An object of this pod the runtime listed but we could not read may be its container.
+        if runtime.held_uids.contains(&live.uid) {
+            continue;
+        }
         let mut evidence = vec![format!(
             "RunPodSandbox result for sandbox {} (attempt {}) never reached kubelet",
             sb.id, sb.attempt
@@ -122,6 +126,7 @@ mod tests {
                 phase: ContainerPhase::Running,
                 created_at_ns: 3,
             }],
+            ..Default::default()
         };
         let shim = ShimIndex {
             sandboxes: vec![

@@ -204,6 +204,7 @@ async fn a_uid_that_reappears_before_the_act_is_left_alone() {
     let back = RuntimeView {
         sandboxes: vec![sandbox("s1", U1, 0, true)],
         containers: vec![],
+        ..Default::default()
     };
     node.script_runtime(vec![RuntimeView::default(), back]);
     let (p, _) = r.pass(Mode::Act).await;

@@ -68,6 +68,7 @@ async fn gone_pods_are_sent_to_the_prober_after_an_acting_pass() {
     node.set_runtime(RuntimeView {
         sandboxes: vec![sandbox("s1", "alive", 0, true)],
         containers: vec![],
+        ..Default::default()
     });
     let sock = node.root().join("prober.sock");
     let prober = FakeProber {

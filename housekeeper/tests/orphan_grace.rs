@@ -82,6 +82,7 @@ async fn a_sighting_in_the_runtime_resets_the_count() {
     node.set_runtime(RuntimeView {
         sandboxes: vec![sandbox("s1", U1, 0, false)],
         containers: vec![],
+        ..Default::default()
     });
     clock.advance(Duration::from_secs(10));
     let (seen, _) = r.pass(Mode::Act).await;
@@ -116,6 +117,7 @@ async fn a_pod_whose_sandbox_exists_in_any_state_is_never_touched() {
             sandbox("s2", NOTREADY, 3, false),
         ],
         containers: vec![],
+        ..Default::default()
     });
     let act = Arc::new(RecordingActuator::default());
     let (r, clock) = reconciler(&node, &act, node.settings(Duration::ZERO));

@@ -205,6 +205,7 @@ async fn a_leaked_sandbox_that_kubelet_did_not_make_is_reported_not_removed() {
     node.set_runtime(RuntimeView {
         sandboxes: vec![other, bad_ns, bad_name, kubelets],
         containers: vec![],
+        ..Default::default()
     });
     let undelivered = |id: &str, uid: &str| Sandbox {
         id: id.into(),
@@ -256,6 +257,7 @@ async fn an_exited_container_of_a_non_kubelet_pod_is_never_removed() {
             container("n0", "s", U1, "Bad_Name", 0, ContainerPhase::Exited),
             container("n1", "s", U1, "Bad_Name", 1, ContainerPhase::Exited),
         ],
+        ..Default::default()
     });
     let act = Arc::new(RecordingActuator::default());
     let mut settings = node.settings(Duration::ZERO);

@@ -40,6 +40,7 @@ async fn undelivered_superseded_sandbox_is_removed_and_a_normal_one_is_not() {
             container("c1", "current", P1, "app", 0, ContainerPhase::Running),
             container("c2", "normal", P2, "app", 0, ContainerPhase::Running),
         ],
+        ..Default::default()
     });
     *node.shim.lock() = Some(Snapshot {
         sandboxes: vec![
@@ -79,6 +80,7 @@ async fn exited_containers_beyond_policy_are_reported_unless_enabled() {
             container("prev", "s", P1, "app", 1, ContainerPhase::Exited),
             container("now", "s", P1, "app", 2, ContainerPhase::Running),
         ],
+        ..Default::default()
     });
     let act = Arc::new(RecordingActuator::default());
     let (r, _clock) = reconciler(&node, &act, node.settings(Duration::ZERO));

@@ -70,6 +70,9 @@ pub struct Repair {
     /// The object's ID when the field is an object: field 1 of it, when that is a short string
     /// (every CRI object — `PodSandbox`, `Container` and their statuses — has its ID there).
     pub object_id: Option<String>,
+    /// The pod UID of a dropped object, when its `io.kubernetes.pod.uid` label could still be
+    /// read (kubelet labels every sandbox and container with it): what it could belong to.
+    pub pod_uid: Option<String>,
     /// What prost said about the original field, with the path of message and field names
     /// (e.g. `ListPodSandboxResponse.items: PodSandbox.annotations: invalid string value: data
     /// is not UTF-8 encoded`).
@@ -148,6 +151,7 @@ where
             Err(e) => e,
         };
         let object_id = f.value.and_then(object_id);
+        let pod_uid = f.value.and_then(pod_uid_label);
         let reason = reason(&err);
         let repaired = f
             .value
@@ -164,6 +168,7 @@ where
         repairs.push(Repair {
             field: f.number,
             object_id,
+            pod_uid,
             reason,
             action,
         });
@@ -313,6 +318,22 @@ fn object_id(value: &[u8]) -> Option<String> {
     let f = walk(value).0.into_iter().find(|f| f.number == 1)?;
     let v = f.value.filter(|v| !v.is_empty() && v.len() <= MAX_ID_BYTES)?;
     std::str::from_utf8(v).ok().map(str::to_owned)
+}
+
+/// The value of the `io.kubernetes.pod.uid` entry of any map field at the top of `value` (a
+/// map entry is a message of key 1 and value 2), when it is a short valid string — even when
+/// the rest of the object is broken.
+fn pod_uid_label(value: &[u8]) -> Option<String> {
+    walk(value).0.into_iter().find_map(|f| {
+        let entry = split(f.value?)?;
+        let key = entry.iter().find(|e| e.number == 1)?.value?;
+        if key != crate::labels::POD_UID.as_bytes() {
+            return None;
+        }
+        let v = entry.iter().find(|e| e.number == 2)?.value?;
+        let v = std::str::from_utf8(v).ok()?;
+        (!v.is_empty() && v.len() <= MAX_ID_BYTES).then(|| v.to_owned())
+    })
 }
 
 #[cfg(test)]

@@ -156,6 +156,36 @@ fn an_object_that_cannot_be_repaired_is_dropped_alone_and_named() {
 }
 
 #[test]
+fn a_dropped_object_still_names_its_pod_uid_when_its_label_is_readable() {
+    let mut b = sandbox("b", &[]);
+    b.labels
+        .insert(crate::labels::POD_UID.to_owned(), "uid-of-b".to_owned());
+    b.runtime_handler = "RH".to_owned();
+    let list = cri::ListPodSandboxResponse {
+        items: vec![sandbox("a", &[]), b],
+    };
+    // `runtime_handler` (field 7, after the labels) gets wire type 7: the object is dropped.
+    let bytes = poison(&list.encode_to_vec(), "\x3a\x02RH", b"\x3f\x02RH");
+    let d = decode::<cri::ListPodSandboxResponse, _>(&bytes[..]).expect("decode");
+    assert_eq!(d.message.items.len(), 1);
+    let dropped: Vec<_> = d.repairs.iter().filter(|r| r.action == Action::Dropped).collect();
+    assert_eq!(dropped.len(), 1, "{:?}", d.repairs);
+    assert_eq!(dropped[0].object_id.as_deref(), Some("b"));
+    assert_eq!(dropped[0].pod_uid.as_deref(), Some("uid-of-b"));
+    // An object without the label (or with it unreadable) names no pod.
+    let list = cri::ListPodSandboxResponse {
+        items: vec![cri::PodSandbox {
+            runtime_handler: "RH".to_owned(),
+            ..sandbox("c", &[])
+        }],
+    };
+    let bytes = poison(&list.encode_to_vec(), "\x3a\x02RH", b"\x3f\x02RH");
+    let d = decode::<cri::ListPodSandboxResponse, _>(&bytes[..]).expect("decode");
+    assert_eq!(d.repairs[0].object_id.as_deref(), Some("c"));
+    assert_eq!(d.repairs[0].pod_uid, None);
+}
+
+#[test]
 fn bytes_that_are_not_protobuf_are_an_error() {
     let list = cri::ListPodSandboxResponse {
         items: vec![sandbox("a", &[])],
