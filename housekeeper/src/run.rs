@@ -4,10 +4,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 use podward_api::daemon::admin::Admin;
+use podward_api::daemon::grpc;
 use podward_api::daemon::stop::Stop;
 use podward_api::housekeeper::v1::housekeeper_server::HousekeeperServer;
 use podward_api::socket::{SocketError, SocketPerms, serve_unix};
-use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::act::NodeActuator;
 use crate::api::Api;
@@ -113,12 +113,22 @@ pub async fn run(
 
     let stop = Stop::new();
     let readiness = admin.readiness.clone();
+    let handshake_timeouts = grpc::handshake_timeouts(&admin.registry, "podward_housekeeper");
     let admin_task = tokio::spawn(admin.serve(admin_listener, stop.stopped()));
     let api = HousekeeperServer::new(Api::new(reconciler.clone(), config.dry_run));
+    // Handshake deadline, keepalive and stream bounds shared by every podward gRPC socket
+    // (docs/operations.md).
+    let incoming = grpc::incoming(
+        listener,
+        "api",
+        grpc::HANDSHAKE_TIMEOUT,
+        handshake_timeouts,
+        stop.subscribe(),
+    );
     let server = tokio::spawn(
-        tonic::transport::Server::builder()
+        grpc::server()
             .add_service(api)
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop.stopped()),
+            .serve_with_incoming_shutdown(incoming, stop.stopped()),
     );
     readiness.set(true);
 

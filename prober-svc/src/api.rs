@@ -16,16 +16,30 @@ use tonic::{Request, Response, Status};
 use crate::hub::Hub;
 use crate::manager::Manager;
 
+/// Default most Watch subscribers at once (`--max-subscribers`).
+pub const MAX_SUBSCRIBERS: usize = 16;
+
 /// The gRPC service.
 pub struct ProberService {
     manager: Manager,
     hub: Hub,
+    max_subscribers: usize,
 }
 
 impl ProberService {
-    /// Serves `manager`'s state and `hub`'s events.
+    /// Serves `manager`'s state and `hub`'s events, to at most [`MAX_SUBSCRIBERS`] watchers.
     pub fn new(manager: Manager, hub: Hub) -> Self {
-        Self { manager, hub }
+        Self {
+            manager,
+            hub,
+            max_subscribers: MAX_SUBSCRIBERS,
+        }
+    }
+
+    /// At most `max` Watch streams at once (at least one); one more gets `RESOURCE_EXHAUSTED`.
+    pub fn with_max_subscribers(mut self, max: usize) -> Self {
+        self.max_subscribers = max.max(1);
+        self
     }
 }
 
@@ -49,7 +63,14 @@ impl ProberApi for ProberService {
         request: Request<api::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let uid = request.into_inner().pod_uid;
-        let stream = BroadcastStream::new(self.hub.subscribe()).filter_map(move |item| {
+        let rx = self.hub.try_subscribe(self.max_subscribers).map_err(|live| {
+            Status::resource_exhausted(format!(
+                "podward-prober: {live} Watch subscribers already connected \
+                 (--max-subscribers {}); close one or raise the limit",
+                self.max_subscribers
+            ))
+        })?;
+        let stream = BroadcastStream::new(rx).filter_map(move |item| {
             let out = match item {
                 Ok(ev) if uid.is_empty() || ev.pod_uid == uid => Some(Ok(ev)),
                 Ok(_) => None,
@@ -87,6 +108,25 @@ mod tests {
     use super::*;
     use crate::clock::Clock;
     use crate::test_fakes::{self, Never};
+
+    #[tokio::test]
+    async fn one_watch_more_than_the_cap_is_resource_exhausted_and_a_closed_one_frees_its_place()
+    {
+        let hub = Hub::new(2);
+        let manager = test_fakes::manager(Arc::new(Never), Arc::new(Never), &hub, Clock::system());
+        let svc = ProberService::new(manager, hub).with_max_subscribers(2);
+        let watch = || svc.watch(Request::new(api::WatchRequest::default()));
+        let first = watch().await.expect("first");
+        let _second = watch().await.expect("second");
+        let err = match watch().await {
+            Err(e) => e,
+            Ok(_) => panic!("a third Watch was accepted"),
+        };
+        assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+        assert!(err.message().contains("--max-subscribers 2"), "{}", err.message());
+        drop(first);
+        watch().await.expect("a closed Watch frees its place");
+    }
 
     #[tokio::test]
     async fn watch_turns_a_lag_into_one_resync_event_and_filters_by_pod() {

@@ -92,6 +92,12 @@ pub struct Args {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe_host_policy: Option<HostPolicy>,
 
+    /// Most Watch subscribers at once (normally 1: the housekeeper or a controller); one more
+    /// is refused with RESOURCE_EXHAUSTED. [default: 16]
+    #[arg(long, env = "PODWARD_PROBER_MAX_SUBSCRIBERS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_subscribers: Option<usize>,
+
     /// Log format. [default: text]
     #[arg(long, env = "PODWARD_PROBER_LOG_FORMAT", value_enum)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -127,6 +133,8 @@ pub struct Config {
     pub poll_interval_seconds: u64,
     /// What a probe that names a host may reach.
     pub probe_host_policy: HostPolicy,
+    /// Most Watch subscribers at once.
+    pub max_subscribers: usize,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter.
@@ -146,6 +154,7 @@ impl Default for Config {
             metrics_with_probes: true,
             poll_interval_seconds: 2,
             probe_host_policy: HostPolicy::DenyLocal,
+            max_subscribers: crate::api::MAX_SUBSCRIBERS,
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
         }

@@ -52,6 +52,17 @@ impl Hub {
     pub fn subscribe(&self) -> broadcast::Receiver<api::ProbeEvent> {
         self.tx.subscribe()
     }
+
+    /// A new subscription unless `max` are live already (then: how many are). A dropped
+    /// subscription frees its place at once (its receiver is gone).
+    pub fn try_subscribe(&self, max: usize) -> Result<broadcast::Receiver<api::ProbeEvent>, usize> {
+        // Under the sequence lock so two concurrent subscribers cannot both take the last place.
+        let _seq = self.seq.lock();
+        match self.tx.receiver_count() {
+            n if n >= max => Err(n),
+            _ => Ok(self.tx.subscribe()),
+        }
+    }
 }
 
 impl EventSink for Hub {

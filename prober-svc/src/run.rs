@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use podward_api::daemon::admin::Admin;
+use podward_api::daemon::grpc;
 use podward_api::daemon::stop::Stop;
 use podward_api::prober::v1::prober_server::ProberServer;
 use podward_api::socket::{SocketError, SocketPerms, serve_unix};
-use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::api::ProberService;
 use crate::clock::Clock;
@@ -163,6 +163,7 @@ pub async fn run_with(
 
     let stop = Stop::new();
     let readiness = admin.readiness.clone();
+    let handshake_timeouts = grpc::handshake_timeouts(&admin.registry, "podward_prober");
     let admin_task = tokio::spawn(admin.serve(admin_listener, stop.stopped()));
     let source_task = tokio::spawn(follow(
         SourceConfig {
@@ -176,9 +177,18 @@ pub async fn run_with(
         metrics,
         stop.stopped(),
     ));
-    let server = tonic::transport::Server::builder()
-        .add_service(ProberServer::new(ProberService::new(manager.clone(), hub)))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(api_listener), stop.stopped());
+    // Handshake deadline, keepalive and stream bounds shared by every podward gRPC socket
+    // (docs/operations.md).
+    let api_incoming = grpc::incoming(
+        api_listener,
+        "api",
+        grpc::HANDSHAKE_TIMEOUT,
+        handshake_timeouts,
+        stop.subscribe(),
+    );
+    let server = grpc::server()
+        .add_service(ProberServer::new(ProberService::new(manager.clone(), hub).with_max_subscribers(config.max_subscribers)))
+        .serve_with_incoming_shutdown(api_incoming, stop.stopped());
     // `/readyz` follows the source: ready once the prober holds a complete view of the node.
     let server_task = tokio::spawn(server);
 

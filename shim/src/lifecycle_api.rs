@@ -1,11 +1,10 @@
 //! `podward.shim.v1.Lifecycle` on the control socket: `Snapshot` and `Watch`.
 //!
 //! Bounds: at most `max_subscribers` Watch streams (one more gets `RESOURCE_EXHAUSTED`), a
-//! handshake deadline for every connection ([`incoming`]), and on shutdown every Watch stream
+//! handshake deadline for every connection ([`incoming`], over podward-api's shared
+//! `daemon::grpc` bounds), and on shutdown every Watch stream
 //! ends with `UNAVAILABLE` so that subscribers resubscribe (to the next shim) instead of holding
 //! the process open.
-
-mod incoming;
 
 use std::pin::Pin;
 
@@ -19,7 +18,7 @@ use tonic::{Request, Response, Status};
 use crate::metrics::Metrics;
 use crate::publish::Publisher;
 
-pub use incoming::{Prefaced, incoming};
+pub use podward_api::daemon::grpc::Prefaced;
 
 /// The Lifecycle service over a [`Publisher`].
 pub struct LifecycleApi {
@@ -84,5 +83,29 @@ impl Lifecycle for LifecycleApi {
 fn shutting_down() -> Status {
     Status::unavailable(
         "podward-shim is shutting down; subscribe again (the next shim rebuilds the same index)",
+    )
+}
+
+/// The control socket's connections, admitted once they sent the HTTP/2 preface within
+/// `timeout` (`podward_api::daemon::grpc::incoming`); each one that did not is counted in
+/// `podward_shim_handshake_timeouts_total{socket="control"}`.
+pub fn incoming(
+    listener: tokio::net::UnixListener,
+    timeout: std::time::Duration,
+    metrics: Metrics,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio_stream::wrappers::ReceiverStream<std::io::Result<Prefaced>> {
+    let on_timeout = move || {
+        metrics
+            .handshake_timeouts
+            .with_label_values(&["control"])
+            .inc();
+    };
+    podward_api::daemon::grpc::incoming(
+        listener,
+        "control",
+        timeout,
+        std::sync::Arc::new(on_timeout),
+        stop,
     )
 }

@@ -179,10 +179,9 @@ pub async fn run_with(
     });
     let cri_task = tokio::spawn(relay.serve(cri.listener, stop.subscribe()));
     let control_task = tokio::spawn(
-        tonic::transport::Server::builder()
-            // A subscriber that died without closing its socket is noticed.
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        // Keepalive (a subscriber that died without closing its socket is noticed) and stream
+        // bounds shared by every podward gRPC socket.
+        podward_api::daemon::grpc::server()
             .add_service(LifecycleApi::service(
                 publisher,
                 config.max_subscribers,
