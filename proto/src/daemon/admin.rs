@@ -4,6 +4,11 @@
 //! probe families on `/metrics/probes`, where kubelet serves its own).
 //!
 //! Plain hyper rather than a web framework: a few fixed GET routes do not justify one.
+//!
+//! Bounded like the gRPC sockets ([`AdminBounds`]): a client must send its request head within
+//! a deadline, a connection lives at most a fixed time, and only so many are served at once (one
+//! more is closed at once). The endpoint binds loopback by default; [`bind`] warns when it is
+//! not, since it has no authentication.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -19,7 +24,11 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use prometheus::{Encoder, Registry, TextEncoder};
+use std::time::Duration;
+
+use hyper_util::rt::TokioTimer;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 mod text;
 
@@ -41,11 +50,43 @@ pub struct BindError {
     pub source: std::io::Error,
 }
 
-/// Binds the admin endpoint's listener (loopback by default), naming the address on failure.
+/// Binds the admin endpoint's listener (loopback by default), naming the address on failure;
+/// warns when the address is not loopback (the endpoint has no authentication: anyone who can
+/// reach it reads the metrics, which name every probed pod).
 pub async fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, BindError> {
+    if !addr.ip().is_loopback() {
+        tracing::warn!(%addr,
+            "--admin-addr is not a loopback address: /metrics, /healthz and /readyz are served \
+             without authentication to whoever can reach it (pod names and UIDs included); \
+             prefer 127.0.0.1 and a node-local scraper, or restrict it with a network policy");
+    }
     TcpListener::bind(addr)
         .await
         .map_err(|source| BindError { addr, source })
+}
+
+/// Per-connection bounds of the admin endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdminBounds {
+    /// Time a client has to send a request head (HTTP/1) once connected or between requests.
+    pub header_timeout: Duration,
+    /// Longest a connection is served, whatever it does.
+    pub connection_lifetime: Duration,
+    /// Connections served at once; one more is closed at once.
+    pub max_connections: usize,
+    /// HTTP/2 streams per connection.
+    pub max_streams: u32,
+}
+
+impl Default for AdminBounds {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(10),
+            connection_lifetime: Duration::from_secs(60),
+            max_connections: 32,
+            max_streams: 8,
+        }
+    }
 }
 
 /// A readiness flag with a reason, shared between the daemon's parts and `/readyz`.
@@ -102,6 +143,8 @@ pub struct Admin {
     pub text: Vec<Arc<dyn TextMetrics>>,
     /// More metrics pages, by path, in the order added.
     pages: Vec<(String, MetricsPage)>,
+    /// Per-connection bounds.
+    bounds: AdminBounds,
 }
 
 impl Admin {
@@ -117,7 +160,14 @@ impl Admin {
             readiness: Readiness::default(),
             text: Vec::new(),
             pages: Vec::new(),
+            bounds: AdminBounds::default(),
         }
+    }
+
+    /// Other per-connection bounds than the defaults (tests shorten them).
+    pub fn with_bounds(mut self, bounds: AdminBounds) -> Self {
+        self.bounds = bounds;
+        self
     }
 
     /// Adds a source of self-rendered families to `/metrics`.
@@ -223,13 +273,15 @@ impl Admin {
     /// Serves until `shutdown` resolves. The caller binds `listener` (loopback by default), so
     /// tests can pass port 0.
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+        let bounds = self.bounds;
+        let slots = Arc::new(Semaphore::new(bounds.max_connections.max(1)));
         let this = Arc::new(self);
         tokio::pin!(shutdown);
         loop {
-            let stream = tokio::select! {
+            let (stream, peer) = tokio::select! {
                 _ = &mut shutdown => return,
                 r = listener.accept() => match r {
-                    Ok((s, _)) => s,
+                    Ok(s) => s,
                     Err(e) => {
                         tracing::warn!(error = %e, "admin endpoint: accept failed");
                         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -237,15 +289,45 @@ impl Admin {
                     }
                 },
             };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                tracing::debug!(%peer, max = bounds.max_connections,
+                    "admin endpoint: too many connections; closed");
+                continue;
+            };
             let this = this.clone();
             tokio::spawn(async move {
+                let _slot = slot;
+                // hyper's auto builder reads the first bytes (HTTP/1 or HTTP/2?) with no deadline
+                // of its own, before `header_read_timeout` applies: a client that sends nothing
+                // is closed here.
+                let mut first = [0u8; 1];
+                match tokio::time::timeout(bounds.header_timeout, stream.peek(&mut first)).await {
+                    Ok(Ok(n)) if n > 0 => {}
+                    _ => {
+                        tracing::debug!(%peer, "admin endpoint: no request in time; closed");
+                        return;
+                    }
+                }
                 let svc = service_fn(move |req| {
                     let resp = this.respond(&req);
                     async move { Ok::<_, Infallible>(resp) }
                 });
-                let _ = auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
+                let mut builder = auto::Builder::new(TokioExecutor::new());
+                builder
+                    .http1()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(bounds.header_timeout);
+                builder
+                    .http2()
+                    .timer(TokioTimer::new())
+                    .max_concurrent_streams(bounds.max_streams);
+                let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                if tokio::time::timeout(bounds.connection_lifetime, conn)
+                    .await
+                    .is_err()
+                {
+                    tracing::debug!(%peer, "admin endpoint: connection lifetime reached; closed");
+                }
             });
         }
     }

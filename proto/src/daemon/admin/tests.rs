@@ -130,3 +130,95 @@ async fn the_endpoint_serves_added_pages_and_names_them_on_a_miss() {
     stop.trigger();
     served.await.expect("served");
 }
+
+/// Serves `admin` on a loopback port with `bounds`; returns the address.
+async fn serve_bounded(admin: Admin, bounds: AdminBounds) -> std::net::SocketAddr {
+    let listener = bind("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(admin.with_bounds(bounds).serve(listener, std::future::pending()));
+    addr
+}
+
+async fn closed_within(s: &mut tokio::net::TcpStream, within: std::time::Duration) -> bool {
+    let mut buf = [0u8; 256];
+    loop {
+        match tokio::time::timeout(within, s.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_sends_no_request_is_closed_and_one_too_many_is_refused() {
+    let bounds = AdminBounds {
+        header_timeout: Duration::from_millis(300),
+        connection_lifetime: Duration::from_secs(30),
+        max_connections: 2,
+        max_streams: 8,
+    };
+    let addr = serve_bounded(Admin::new(), bounds).await;
+    // Silent: closed at the header deadline, long before the lifetime.
+    let mut silent = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    assert!(
+        closed_within(&mut silent, Duration::from_secs(5)).await,
+        "a silent client was kept"
+    );
+    // Two slow clients (a partial head each) hold both places: a third is closed at once.
+    let mut a = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut b = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    a.write_all(b"GET /healthz HTTP/1.1\r\n").await.expect("write");
+    b.write_all(b"GET /healthz HTTP/1.1\r\n").await.expect("write");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut c = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    assert!(
+        closed_within(&mut c, Duration::from_millis(250)).await,
+        "a third connection was served beyond max_connections 2"
+    );
+    // Once they are gone, a normal request is answered.
+    drop((a, b));
+    podward_test_eventually(addr).await;
+}
+
+/// Polls until `/healthz` answers 200 (places freed).
+async fn podward_test_eventually(addr: std::net::SocketAddr) {
+    for _ in 0..100 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n")
+            .await
+            .expect("write");
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut out)).await;
+        if out.starts_with(b"HTTP/1.0 200") || out.starts_with(b"HTTP/1.1 200") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("/healthz never answered once the places were freed");
+}
+
+#[tokio::test]
+async fn a_connection_is_closed_at_its_lifetime_even_while_it_keeps_talking() {
+    let bounds = AdminBounds {
+        header_timeout: Duration::from_secs(30),
+        connection_lifetime: Duration::from_millis(400),
+        ..AdminBounds::default()
+    };
+    let addr = serve_bounded(Admin::new(), bounds).await;
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    // A head trickled byte by byte never completes within the lifetime.
+    let trickle = async {
+        for b in b"GET /healthz HTTP/1.1\r\nX-Slow: ".iter().cycle() {
+            if s.write_all(&[*b]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), trickle)
+        .await
+        .expect("the server closed the trickling connection at its lifetime");
+}
