@@ -128,7 +128,8 @@ async fn run_poisoned_pod(node: &TestNode, spec: &PodSpec) -> String {
     sandbox_id
 }
 
-const PROBES: &str = r#"{"app":{"readinessProbe":{"exec":{"command":["true"]},"periodSeconds":1}}}"#;
+const PROBES: &str =
+    r#"{"app":{"readinessProbe":{"exec":{"command":["true"]},"periodSeconds":1}}}"#;
 
 /// A clean pod and a poisoned one, both with a readiness probe, started straight on containerd
 /// (no shim yet: what a shim restart finds).
@@ -238,17 +239,21 @@ async fn one_invalid_utf8_annotation_costs_that_value_never_the_shims_rebuilt_in
         shim_admin,
     )
     .await;
-    eventually("the shim's rebuilt index has both pods", Duration::from_secs(30), || {
-        let ctl = ctl.clone();
-        async move {
-            let mut c = LifecycleClient::new(podward_api::socket::channel(ctl));
-            let Ok(snap) = c.snapshot(SnapshotRequest {}).await else {
-                return false;
-            };
-            let snap = snap.into_inner();
-            snap.sandboxes.len() == 2 && snap.containers.len() == 2
-        }
-    })
+    eventually(
+        "the shim's rebuilt index has both pods",
+        Duration::from_secs(30),
+        || {
+            let ctl = ctl.clone();
+            async move {
+                let mut c = LifecycleClient::new(podward_api::socket::channel(ctl));
+                let Ok(snap) = c.snapshot(SnapshotRequest {}).await else {
+                    return false;
+                };
+                let snap = snap.into_inner();
+                snap.sandboxes.len() == 2 && snap.containers.len() == 2
+            }
+        },
+    )
     .await;
     let snap = LifecycleClient::new(podward_api::socket::channel(ctl.clone()))
         .snapshot(SnapshotRequest {})
@@ -263,7 +268,10 @@ async fn one_invalid_utf8_annotation_costs_that_value_never_the_shims_rebuilt_in
     assert_eq!(bad.annotations["example.com/evil"], REPAIRED);
     assert_eq!(bad.annotations[labels::PODWARD_PROBES], PROBES);
     assert!(snap.sandboxes.iter().any(|s| s.uid == clean.uid()));
-    assert!(ready(shim_admin).await, "the shim is ready once its index is whole");
+    assert!(
+        ready(shim_admin).await,
+        "the shim is ready once its index is whole"
+    );
     let metrics = scrape(shim_admin).await;
     assert!(
         metrics.contains("podward_shim_cri_repairs_total{action=\"replaced\"}"),
@@ -284,10 +292,14 @@ async fn one_invalid_utf8_annotation_costs_that_value_never_the_shims_rebuilt_in
     // The prober follows the shim and probes both pods.
     let prober_admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
     let (_prober, prober_socket) = spawn_prober(&node, &ctl, prober_admin).await;
-    eventually("both pods ready in the prober", Duration::from_secs(30), || {
-        let p = prober_socket.clone();
-        async move { prober_ready_pods(Path::new(&p)).await == ["clean", "evil"] }
-    })
+    eventually(
+        "both pods ready in the prober",
+        Duration::from_secs(30),
+        || {
+            let p = prober_socket.clone();
+            async move { prober_ready_pods(Path::new(&p)).await == ["clean", "evil"] }
+        },
+    )
     .await;
     assert!(ready(prober_admin).await);
 }
@@ -301,10 +313,14 @@ async fn the_prober_reading_containerd_directly_keeps_every_pod_despite_an_inval
     // No shim at all: the prober polls containerd's CRI.
     let absent = node.dir().join("no-shim.sock");
     let (_prober, prober_socket) = spawn_prober(&node, &absent, prober_admin).await;
-    eventually("both pods ready in the prober", Duration::from_secs(30), || {
-        let p = prober_socket.clone();
-        async move { prober_ready_pods(Path::new(&p)).await == ["clean", "evil"] }
-    })
+    eventually(
+        "both pods ready in the prober",
+        Duration::from_secs(30),
+        || {
+            let p = prober_socket.clone();
+            async move { prober_ready_pods(Path::new(&p)).await == ["clean", "evil"] }
+        },
+    )
     .await;
     eventually("the prober is ready", Duration::from_secs(10), || {
         ready(prober_admin)
@@ -312,9 +328,11 @@ async fn the_prober_reading_containerd_directly_keeps_every_pod_despite_an_inval
     .await;
     // Neither the shim nor containerd: the prober cannot see the node, so it is not ready.
     node.stop_containerd().await;
-    eventually("the blind prober is not ready", Duration::from_secs(20), || async {
-        !ready(prober_admin).await
-    })
+    eventually(
+        "the blind prober is not ready",
+        Duration::from_secs(20),
+        || async { !ready(prober_admin).await },
+    )
     .await;
     node.start_containerd().await.expect("containerd again");
     eventually("the prober is ready again", Duration::from_secs(30), || {
@@ -364,15 +382,23 @@ async fn a_housekeeping_pass_with_an_invalid_annotation_on_the_node_still_cleans
 
     let rec = podward_housekeeper::run::node_reconciler(&cfg);
     let mut acted = None;
-    eventually("the orphan to be acted on", Duration::from_secs(60), async || {
-        let (p, _) = rec.pass(Mode::Act).await;
-        assert!(p.sources_ok, "one invalid annotation failed a source: {:?}", p.sources);
-        let done = !p.actions.is_empty();
-        if done {
-            acted = Some(p);
-        }
-        done
-    })
+    eventually(
+        "the orphan to be acted on",
+        Duration::from_secs(60),
+        async || {
+            let (p, _) = rec.pass(Mode::Act).await;
+            assert!(
+                p.sources_ok,
+                "one invalid annotation failed a source: {:?}",
+                p.sources
+            );
+            let done = !p.actions.is_empty();
+            if done {
+                acted = Some(p);
+            }
+            done
+        },
+    )
     .await;
     let p = acted.expect("plan");
     let kinds: Vec<_> = p
@@ -403,7 +429,9 @@ async fn a_housekeeping_pass_with_an_invalid_annotation_on_the_node_still_cleans
 
 async fn scrape(admin: SocketAddr) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(admin).await.expect("connect");
+    let mut s = tokio::net::TcpStream::connect(admin)
+        .await
+        .expect("connect");
     s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
         .await
         .expect("write");

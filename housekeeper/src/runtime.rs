@@ -14,8 +14,8 @@ use podward_api::cri::{
 };
 use podward_api::labels;
 use podward_api::limits::CRI_MESSAGE_BYTES;
-use podward_api::tolerant::{Action, Decoded};
 use podward_api::tolerant::runtime::RuntimeReader;
+use podward_api::tolerant::{Action, Decoded};
 use tonic::transport::Channel;
 
 use crate::cgroup::{CgroupDriver, RuntimeAnswer};
@@ -257,7 +257,10 @@ impl RuntimeClient {
     pub async fn cgroup_driver(&self) -> RuntimeAnswer {
         let mut c = self.client.clone();
         match self
-            .call("RuntimeConfig", inner(c.runtime_config(RuntimeConfigRequest {})))
+            .call(
+                "RuntimeConfig",
+                inner(c.runtime_config(RuntimeConfigRequest {})),
+            )
             .await
         {
             Ok(r) => answer_from(r.linux.map(|l| l.cgroup_driver)),
@@ -277,7 +280,10 @@ impl RuntimeClient {
         let stop = StopPodSandboxRequest {
             pod_sandbox_id: id.to_owned(),
         };
-        match self.call("StopPodSandbox", inner(c.stop_pod_sandbox(stop))).await {
+        match self
+            .call("StopPodSandbox", inner(c.stop_pod_sandbox(stop)))
+            .await
+        {
             Err(RuntimeError::Rpc { status, .. }) if status.code() == tonic::Code::NotFound => {
                 return Ok(());
             }
@@ -303,7 +309,10 @@ impl RuntimeClient {
         let rm = RemoveContainerRequest {
             container_id: id.to_owned(),
         };
-        match self.call("RemoveContainer", inner(c.remove_container(rm))).await {
+        match self
+            .call("RemoveContainer", inner(c.remove_container(rm)))
+            .await
+        {
             Err(RuntimeError::Rpc { status, .. }) if status.code() == tonic::Code::NotFound => {
                 Ok(())
             }
@@ -453,8 +462,11 @@ mod tests {
             repairs,
         };
         // A repaired string keeps the object, and costs nothing else.
-        let (m, held) = whole("ListPodSandbox", d(vec![repair("sb-1", None, Action::Replaced)]))
-            .expect("kept");
+        let (m, held) = whole(
+            "ListPodSandbox",
+            d(vec![repair("sb-1", None, Action::Replaced)]),
+        )
+        .expect("kept");
         assert_eq!((m, held.len()), (1, 0));
         // A dropped object whose pod is known holds back that pod only.
         let (_, held) = whole(

@@ -63,13 +63,16 @@ impl ProberApi for ProberService {
         request: Request<api::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let uid = request.into_inner().pod_uid;
-        let rx = self.hub.try_subscribe(self.max_subscribers).map_err(|live| {
-            Status::resource_exhausted(format!(
-                "podward-prober: {live} Watch subscribers already connected \
+        let rx = self
+            .hub
+            .try_subscribe(self.max_subscribers)
+            .map_err(|live| {
+                Status::resource_exhausted(format!(
+                    "podward-prober: {live} Watch subscribers already connected \
                  (--max-subscribers {}); close one or raise the limit",
-                self.max_subscribers
-            ))
-        })?;
+                    self.max_subscribers
+                ))
+            })?;
         let stream = BroadcastStream::new(rx).filter_map(move |item| {
             let out = match item {
                 Ok(ev) if uid.is_empty() || ev.pod_uid == uid => Some(Ok(ev)),
@@ -110,8 +113,7 @@ mod tests {
     use crate::test_fakes::{self, Never};
 
     #[tokio::test]
-    async fn one_watch_more_than_the_cap_is_resource_exhausted_and_a_closed_one_frees_its_place()
-    {
+    async fn one_watch_more_than_the_cap_is_resource_exhausted_and_a_closed_one_frees_its_place() {
         let hub = Hub::new(2);
         let manager = test_fakes::manager(Arc::new(Never), Arc::new(Never), &hub, Clock::system());
         let svc = ProberService::new(manager, hub).with_max_subscribers(2);
@@ -123,7 +125,11 @@ mod tests {
             Ok(_) => panic!("a third Watch was accepted"),
         };
         assert_eq!(err.code(), tonic::Code::ResourceExhausted);
-        assert!(err.message().contains("--max-subscribers 2"), "{}", err.message());
+        assert!(
+            err.message().contains("--max-subscribers 2"),
+            "{}",
+            err.message()
+        );
         drop(first);
         watch().await.expect("a closed Watch frees its place");
     }

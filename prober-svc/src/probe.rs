@@ -12,9 +12,9 @@ use futures::future::BoxFuture;
 
 use crate::handler::attempt::{Answer, ProbeTarget};
 use crate::handler::exec::runner::{ExecError, ExecRunner};
+use crate::handler::host_policy::HostPolicy;
 use crate::handler::http::{HttpError, HttpProber};
 use crate::handler::output::capped;
-use crate::handler::host_policy::HostPolicy;
 use crate::handler::tcp::TcpError;
 use crate::handler::{exec, grpc, tcp};
 use crate::model::ContainerInfo;
@@ -113,9 +113,7 @@ impl Prober {
         spec: &ProbeSpec,
         target: &ProbeTarget<'_>,
     ) -> Result<Answer, AttemptError> {
-        let guard = self
-            .host_policy
-            .guard(self.node_ip == Some(target.host_ip));
+        let guard = self.host_policy.guard(self.node_ip == Some(target.host_ip));
         Ok(match &spec.handler {
             // Exec and gRPC are boxed: their states (a CRI call, a tonic channel) are far larger
             // than an HTTP or TCP probe's, and the worker boxes every probe's future, so inline they

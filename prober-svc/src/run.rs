@@ -187,7 +187,9 @@ pub async fn run_with(
         stop.subscribe(),
     );
     let server = grpc::server()
-        .add_service(ProberServer::new(ProberService::new(manager.clone(), hub).with_max_subscribers(config.max_subscribers)))
+        .add_service(ProberServer::new(
+            ProberService::new(manager.clone(), hub).with_max_subscribers(config.max_subscribers),
+        ))
         .serve_with_incoming_shutdown(api_incoming, stop.stopped());
     // `/readyz` follows the source: ready once the prober holds a complete view of the node.
     let server_task = tokio::spawn(server);

@@ -85,7 +85,11 @@ async fn the_api_socket_is_bounded_and_a_public_admin_addr_is_warned_about() {
         .await
         .expect_err("a second Watch beyond --max-subscribers 1");
     assert_eq!(err.code(), tonic::Code::ResourceExhausted);
-    assert!(err.message().contains("--max-subscribers 1"), "{}", err.message());
+    assert!(
+        err.message().contains("--max-subscribers 1"),
+        "{}",
+        err.message()
+    );
 
     // A client that never speaks is closed at the handshake deadline.
     let mut silent = tokio::net::UnixStream::connect(&socket)

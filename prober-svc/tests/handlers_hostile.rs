@@ -29,8 +29,9 @@ async fn h7_a_host_go_cannot_parse_is_a_probe_error_never_a_failure() {
         v,
         ProbeVerdict::Errored {
             // Go's `net.JoinHostPort` brackets a host with a colon in it.
-            message: r#"parse "http://[bad%20host%0D%0AX:%20y]:8080/healthz": invalid URL escape "%20""#
-                .into()
+            message:
+                r#"parse "http://[bad%20host%0D%0AX:%20y]:8080/healthz": invalid URL escape "%20""#
+                    .into()
         }
     );
     // Every byte Go escapes in a host, an ASCII one, makes the URL unparseable; the rest is sent.
@@ -121,5 +122,8 @@ async fn a_host_that_resolves_to_loopback_is_a_probe_error_under_deny_local() {
             &target(&[], &[]),
         )
         .await;
-    assert!(matches!(hostnet, ProbeVerdict::Result { .. }), "{hostnet:?}");
+    assert!(
+        matches!(hostnet, ProbeVerdict::Result { .. }),
+        "{hostnet:?}"
+    );
 }

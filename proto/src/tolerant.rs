@@ -316,7 +316,9 @@ fn repair(value: &[u8], depth: usize) -> Option<Vec<u8>> {
 /// follows it is broken.
 fn object_id(value: &[u8]) -> Option<String> {
     let f = walk(value).0.into_iter().find(|f| f.number == 1)?;
-    let v = f.value.filter(|v| !v.is_empty() && v.len() <= MAX_ID_BYTES)?;
+    let v = f
+        .value
+        .filter(|v| !v.is_empty() && v.len() <= MAX_ID_BYTES)?;
     std::str::from_utf8(v).ok().map(str::to_owned)
 }
 

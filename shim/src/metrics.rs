@@ -186,7 +186,9 @@ impl Metrics {
 
     /// Counts one repair of a CRI message.
     pub fn count_repair(&self, r: &podward_api::tolerant::Repair) {
-        self.cri_repairs.with_label_values(&[r.action.label()]).inc();
+        self.cri_repairs
+            .with_label_values(&[r.action.label()])
+            .inc();
     }
 
     /// Metrics on a private registry, for tests and tools that do not export them.

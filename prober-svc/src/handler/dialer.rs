@@ -52,7 +52,9 @@ pub enum DialError {
     },
     /// Every address of the target is one `--probe-host-policy` forbids (a probe error, never
     /// a Failure).
-    #[error("dial tcp {addr}: {kind} address denied by --probe-host-policy=deny-local (the pod is not hostNetwork)")]
+    #[error(
+        "dial tcp {addr}: {kind} address denied by --probe-host-policy=deny-local (the pod is not hostNetwork)"
+    )]
     Denied {
         /// `host:port` of the (last) address refused.
         addr: String,

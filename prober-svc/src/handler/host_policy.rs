@@ -16,7 +16,15 @@ use crate::spec::{Handler, PodProbes, ProbeSpec, ProbeType, SpecError};
 
 /// What a probe's `host` field may reach.
 #[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum HostPolicy {
@@ -53,7 +61,11 @@ impl HostPolicy {
     /// `deny-local` for a pod that is not hostNetwork, a `host` that is a node-local address
     /// literal or `localhost` (a name that resolves there is caught when it is dialled). The
     /// answer is (field, message) of a spec error.
-    pub fn check_spec(self, spec: &ProbeSpec, host_network: bool) -> Option<(&'static str, String)> {
+    pub fn check_spec(
+        self,
+        spec: &ProbeSpec,
+        host_network: bool,
+    ) -> Option<(&'static str, String)> {
         let (field, host) = match &spec.handler {
             Handler::HttpGet(get) => ("httpGet.host", get.host.as_deref()?),
             Handler::TcpSocket { host, .. } => ("tcpSocket.host", host.as_deref()?),
@@ -236,13 +248,28 @@ mod tests {
             let ip: IpAddr = ip.parse().expect("ip");
             assert_eq!(g.denies(SocketAddr::new(ip, 80)), Some(kind), "{ip}");
         }
-        for ip in ["10.0.0.1", "192.168.1.1", "8.8.8.8", "fd00::1", "2001:db8::1", "fec0::1"] {
+        for ip in [
+            "10.0.0.1",
+            "192.168.1.1",
+            "8.8.8.8",
+            "fd00::1",
+            "2001:db8::1",
+            "fec0::1",
+        ] {
             let ip: IpAddr = ip.parse().expect("ip");
             assert_eq!(g.denies(SocketAddr::new(ip, 80)), None, "{ip}");
         }
         let lo: SocketAddr = "127.0.0.1:80".parse().expect("addr");
-        assert_eq!(HostPolicy::DenyLocal.guard(true).denies(lo), None, "hostNetwork");
-        assert_eq!(HostPolicy::Allow.guard(false).denies(lo), None, "kubelet's policy");
+        assert_eq!(
+            HostPolicy::DenyLocal.guard(true).denies(lo),
+            None,
+            "hostNetwork"
+        );
+        assert_eq!(
+            HostPolicy::Allow.guard(false).denies(lo),
+            None,
+            "kubelet's policy"
+        );
     }
 
     fn with_host(handler: &str, host: &str) -> ProbeSpec {
@@ -274,19 +301,37 @@ mod tests {
 
     #[test]
     fn a_local_host_literal_is_a_spec_error_unless_hostnetwork_or_allowed() {
-        for host in ["127.0.0.1", "[::1]", "169.254.169.254", "LocalHost", "x.localhost."] {
+        for host in [
+            "127.0.0.1",
+            "[::1]",
+            "169.254.169.254",
+            "LocalHost",
+            "x.localhost.",
+        ] {
             for h in ["http", "tcp"] {
                 let (field, msg) = HostPolicy::DenyLocal
                     .check_spec(&with_host(h, host), false)
                     .unwrap_or_else(|| panic!("{host} {h} not denied"));
-                assert!(field.ends_with(".host") && msg.contains("deny-local"), "{msg}");
-                assert_eq!(HostPolicy::DenyLocal.check_spec(&with_host(h, host), true), None);
-                assert_eq!(HostPolicy::Allow.check_spec(&with_host(h, host), false), None);
+                assert!(
+                    field.ends_with(".host") && msg.contains("deny-local"),
+                    "{msg}"
+                );
+                assert_eq!(
+                    HostPolicy::DenyLocal.check_spec(&with_host(h, host), true),
+                    None
+                );
+                assert_eq!(
+                    HostPolicy::Allow.check_spec(&with_host(h, host), false),
+                    None
+                );
             }
         }
         // A name is decided when it is dialled; a remote literal passes.
         for host in ["db.example", "10.0.0.7"] {
-            assert_eq!(HostPolicy::DenyLocal.check_spec(&with_host("http", host), false), None);
+            assert_eq!(
+                HostPolicy::DenyLocal.check_spec(&with_host("http", host), false),
+                None
+            );
         }
         let (_, msg) = HostPolicy::Deny
             .check_spec(&with_host("tcp", "10.0.0.7"), true)

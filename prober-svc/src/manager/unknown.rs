@@ -56,7 +56,9 @@ fn error(name: &str) -> SpecError {
 }
 
 fn has_running(pod: &PodInfo) -> bool {
-    pod.containers.values().any(|c| c.state == RunState::Running)
+    pod.containers
+        .values()
+        .any(|c| c.state == RunState::Running)
 }
 
 impl Manager {
@@ -85,7 +87,10 @@ impl Manager {
                     }
                 }
             }
-            let missing = entry.probes.keys().any(|n| !names.contains(n) && !u.names.contains(n));
+            let missing = entry
+                .probes
+                .keys()
+                .any(|n| !names.contains(n) && !u.names.contains(n));
             if missing && has_running(&pod) && !u.scheduled {
                 u.scheduled = true;
                 schedule = true;
@@ -129,11 +134,7 @@ async fn check(state: Weak<State>, uid: String) {
             let Some(state) = state.upgrade() else { return };
             let pods = state.pods.lock();
             let Some(entry) = pods.get(&uid) else { return };
-            entry
-                .unknown
-                .last_new
-                .unwrap_or_else(Instant::now)
-                + UNKNOWN_CONTAINER_GRACE
+            entry.unknown.last_new.unwrap_or_else(Instant::now) + UNKNOWN_CONTAINER_GRACE
         };
         tokio::time::sleep_until(due).await;
         let Some(state) = state.upgrade() else { return };

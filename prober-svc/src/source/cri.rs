@@ -136,9 +136,8 @@ impl CriPoller {
         let live: std::collections::HashSet<&str> =
             containers.iter().map(|c| c.id.as_str()).collect();
         self.containers.retain(|id, _| live.contains(id.as_str()));
-        self.repaired.retain(|id| {
-            live.contains(id.as_str()) || sandboxes.iter().any(|s| &s.id == id)
-        });
+        self.repaired
+            .retain(|id| live.contains(id.as_str()) || sandboxes.iter().any(|s| &s.id == id));
         Ok(index.pods())
     }
 

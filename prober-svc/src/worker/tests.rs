@@ -2,10 +2,10 @@
 //! `pkg/kubelet/prober/worker_test.go`), driven through the real manager and kill path with a
 //! scripted probe runner and stopper, in paused tokio time.
 
+mod errored;
 mod harness;
 mod host_policy;
 mod kill_series;
 mod lifecycle;
-mod errored;
 mod spec_names;
 mod state_machine;

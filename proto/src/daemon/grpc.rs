@@ -156,7 +156,11 @@ pub fn incoming(
                     Ok(Err(e)) => tracing::debug!(socket, error = %e, "connection closed early"),
                     Err(_) => {
                         on_timeout();
-                        tracing::debug!(socket, ?timeout, "connection sent no preface in time; closed");
+                        tracing::debug!(
+                            socket,
+                            ?timeout,
+                            "connection sent no preface in time; closed"
+                        );
                     }
                 }
             });

@@ -1,14 +1,18 @@
 use std::collections::HashMap;
 
-use prost::Message;
 use proptest::prelude::*;
+use prost::Message;
 
 use super::*;
 use crate::cri;
 
 /// Replaces `marker` (ASCII, so the lengths on the wire stay right) by `with`, same length.
 fn poison(bytes: &[u8], marker: &str, with: &[u8]) -> Vec<u8> {
-    assert_eq!(marker.len(), with.len(), "same length keeps every length prefix valid");
+    assert_eq!(
+        marker.len(),
+        with.len(),
+        "same length keeps every length prefix valid"
+    );
     let pos = bytes
         .windows(marker.len())
         .position(|w| w == marker.as_bytes())
@@ -87,7 +91,11 @@ fn invalid_strings_in_names_labels_and_statuses_are_repaired_where_they_are() {
     let d = decode::<cri::ListContainersResponse, _>(&bytes[..]).expect("decode");
     let c = &d.message.containers[0];
     assert_eq!(c.id, "c1");
-    assert!(c.metadata.as_ref().is_some_and(|m| m.name.starts_with("name\u{fffd}")));
+    assert!(
+        c.metadata
+            .as_ref()
+            .is_some_and(|m| m.name.starts_with("name\u{fffd}"))
+    );
     assert!(c.labels["k"].starts_with("lbl\u{fffd}"));
     assert_eq!(c.metadata.as_ref().map(|m| m.attempt), Some(2));
 
@@ -168,7 +176,11 @@ fn a_dropped_object_still_names_its_pod_uid_when_its_label_is_readable() {
     let bytes = poison(&list.encode_to_vec(), "\x3a\x02RH", b"\x3f\x02RH");
     let d = decode::<cri::ListPodSandboxResponse, _>(&bytes[..]).expect("decode");
     assert_eq!(d.message.items.len(), 1);
-    let dropped: Vec<_> = d.repairs.iter().filter(|r| r.action == Action::Dropped).collect();
+    let dropped: Vec<_> = d
+        .repairs
+        .iter()
+        .filter(|r| r.action == Action::Dropped)
+        .collect();
     assert_eq!(dropped.len(), 1, "{:?}", d.repairs);
     assert_eq!(dropped[0].object_id.as_deref(), Some("b"));
     assert_eq!(dropped[0].pod_uid.as_deref(), Some("uid-of-b"));

@@ -52,7 +52,9 @@ fn decode_with(raw: Raw, r: &mut Repairs) -> Vec<Observation> {
             method,
             body,
             at_ns,
-        } => decode_request(method, &body, at_ns, r).into_iter().collect(),
+        } => decode_request(method, &body, at_ns, r)
+            .into_iter()
+            .collect(),
         Raw::Call {
             method,
             request,

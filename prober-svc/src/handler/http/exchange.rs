@@ -20,8 +20,8 @@ use tokio_rustls::TlsConnector;
 use super::request::{ProbeHeaders, RequestError};
 use super::url::ProbeUrl;
 use crate::handler::dialer::{self, DialError, Options, ProbeStream};
-use crate::handler::host_policy::Guard;
 use crate::handler::go_text::go_errno;
+use crate::handler::host_policy::Guard;
 use crate::handler::output::MAX_OUTPUT_BYTES;
 use crate::spec::HttpScheme;
 

@@ -84,7 +84,11 @@ async fn every_redirect_hop_is_checked_against_the_host_policy() {
         other => panic!("the second hop was not refused: {other:?}"),
     }
     assert_eq!(first_seen.load(Ordering::SeqCst), 1, "the first hop ran");
-    assert_eq!(denied_seen.load(Ordering::SeqCst), 0, "nothing reached the denied hop");
+    assert_eq!(
+        denied_seen.load(Ordering::SeqCst),
+        0,
+        "nothing reached the denied hop"
+    );
 }
 
 #[tokio::test]

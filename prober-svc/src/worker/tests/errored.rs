@@ -17,7 +17,10 @@ async fn an_errored_probe_shows_its_error_in_status_and_is_counted_until_a_probe
         .update_pod(pod("u", spec, vec![running(&n.clock, "c1", "c", 0, S)]));
     run_for(3 * S + 500 * MS).await;
     let p = probe_status(&n);
-    assert_eq!(p.last_error, "strconv.Atoi: parsing \"http\": invalid syntax");
+    assert_eq!(
+        p.last_error,
+        "strconv.Atoi: parsing \"http\": invalid syntax"
+    );
     assert!(p.last_error_at_ns > 0);
     assert!(p.probes_errored >= 3, "{p:?}");
     assert_eq!(p.probes_run, 0, "errored probes are not results");

@@ -39,7 +39,11 @@ async fn deny_local_refuses_a_metadata_host_literal_as_a_spec_error_with_no_work
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].0, "livenessProbe.tcpSocket.host");
     assert!(errs[0].1.contains("link-local"), "{errs:?}");
-    assert_eq!(n.manager.worker_count(), 2, "startup (a name) and readiness run");
+    assert_eq!(
+        n.manager.worker_count(),
+        2,
+        "startup (a name) and readiness run"
+    );
     assert!(n.script.calls_of(ProbeType::Liveness).is_empty());
 }
 

@@ -31,7 +31,10 @@ async fn a_name_no_container_has_is_a_spec_error_with_no_worker_once_the_pod_run
     let errs = &st.pods[0].spec_errors;
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].container, "ghost");
-    assert!(errs[0].message.contains("no container named \"ghost\""), "{errs:?}");
+    assert!(
+        errs[0].message.contains("no container named \"ghost\""),
+        "{errs:?}"
+    );
     assert_eq!(names(&n, "u"), ["app"], "no phantom worker in Status");
     assert_eq!(n.manager.worker_count(), 1);
     let ghost_probes = n.script.calls_of(ProbeType::Liveness).len();
@@ -63,7 +66,13 @@ async fn no_name_is_unknown_while_no_container_of_the_pod_runs_or_new_ones_keep_
     // Init containers one after another, each within the grace: still nothing reported.
     let mut cs = Vec::new();
     for i in 0..3 {
-        cs.push(running(&n.clock, &format!("i{i}"), &format!("init-{i}"), 0, S));
+        cs.push(running(
+            &n.clock,
+            &format!("i{i}"),
+            &format!("init-{i}"),
+            0,
+            S,
+        ));
         n.manager.update_pod(pod("u", SPEC, cs.clone()));
         run_for(UNKNOWN_CONTAINER_GRACE / 2).await;
         assert!(n.manager.status(Some("u")).pods[0].spec_errors.is_empty());

@@ -137,7 +137,11 @@ async fn serve_bounded(admin: Admin, bounds: AdminBounds) -> std::net::SocketAdd
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    tokio::spawn(admin.with_bounds(bounds).serve(listener, std::future::pending()));
+    tokio::spawn(
+        admin
+            .with_bounds(bounds)
+            .serve(listener, std::future::pending()),
+    );
     addr
 }
 
@@ -170,8 +174,12 @@ async fn a_client_that_sends_no_request_is_closed_and_one_too_many_is_refused() 
     // Two slow clients (a partial head each) hold both places: a third is closed at once.
     let mut a = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let mut b = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    a.write_all(b"GET /healthz HTTP/1.1\r\n").await.expect("write");
-    b.write_all(b"GET /healthz HTTP/1.1\r\n").await.expect("write");
+    a.write_all(b"GET /healthz HTTP/1.1\r\n")
+        .await
+        .expect("write");
+    b.write_all(b"GET /healthz HTTP/1.1\r\n")
+        .await
+        .expect("write");
     tokio::time::sleep(Duration::from_millis(50)).await;
     let mut c = tokio::net::TcpStream::connect(addr).await.expect("connect");
     assert!(
