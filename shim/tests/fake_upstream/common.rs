@@ -131,6 +131,19 @@ async fn answer(req: Request<Incoming>) -> Response<Body> {
             let _ = tx.send(Ok(Frame::data(frame(&a)))).await;
             let _ = tx.send(Ok(Frame::trailers(trailers("0", None)))).await;
         }
+        // The shim's index rebuild (readiness waits for it): an empty node.
+        "/runtime.v1.RuntimeService/ListPodSandbox" => {
+            let _ = req.into_body().collect().await;
+            let a = cri::ListPodSandboxResponse::default();
+            let _ = tx.send(Ok(Frame::data(frame(&a)))).await;
+            let _ = tx.send(Ok(Frame::trailers(trailers("0", None)))).await;
+        }
+        "/runtime.v1.RuntimeService/ListContainers" => {
+            let _ = req.into_body().collect().await;
+            let a = cri::ListContainersResponse::default();
+            let _ = tx.send(Ok(Frame::data(frame(&a)))).await;
+            let _ = tx.send(Ok(Frame::trailers(trailers("0", None)))).await;
+        }
         "/test.Echo/Stream" => {
             let mut body = req.into_body();
             tokio::spawn(async move {
