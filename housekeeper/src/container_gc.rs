@@ -93,5 +93,9 @@ mod tests {
             .map(|e| e.container_id)
             .collect();
         assert_eq!(ids, ["a1", "a0"]);
+        // A held pod (an object of it could not be decoded: maybe one of the unit) is left alone.
+        let mut held = rt.clone();
+        held.held_uids.insert("u".to_owned());
+        assert!(exited_beyond_policy(&held).is_empty());
     }
 }

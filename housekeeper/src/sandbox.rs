@@ -156,5 +156,14 @@ mod tests {
                 .any(|e| e.contains("superseded by sandbox new"))
         );
         assert!(leaks[0].evidence.iter().any(|e| e.contains("no container")));
+        // A pod with an object the runtime listed but we could not decode (its container, say)
+        // is held: its "unused" sandbox is not a leak this pass.
+        let mut held = runtime.clone();
+        held.held_uids.insert("u3".to_owned());
+        let ids: Vec<_> = leaked_sandboxes(&held, &shim)
+            .into_iter()
+            .map(|l| l.sandbox_id)
+            .collect();
+        assert_eq!(ids, ["old"]);
     }
 }
