@@ -531,7 +531,7 @@ fn cap(lines: impl Iterator<Item = String>) -> Vec<String> {
 pub fn candidates(snapshot: &Snapshot) -> Vec<&str> {
     let mut uids: Vec<&str> = Vec::new();
     if let Some(c) = &snapshot.cgroups {
-        uids.extend(c.pods.iter().map(|p| p.uid.as_str()));
+        uids.extend(c.pods.found.iter().map(|p| p.uid.as_str()));
     }
     if let Some(d) = &snapshot.pod_dirs {
         uids.extend(d.found.iter().map(|p| p.uid.as_str()));
@@ -594,6 +594,7 @@ pub fn build(
     // The orphaned UIDs this pass may act on: gate open, lowest UIDs first, capped.
     let mut orphaned: Vec<&str> = cgroups
         .pods
+        .found
         .iter()
         .map(|p| p.uid.as_str())
         .chain(pod_dirs.found.iter().map(|d| d.uid.as_str()))
@@ -619,7 +620,8 @@ pub fn build(
         counts: Counts::new(),
         unlisted: 0,
     };
-    b.cgroups(&cgroups.layout, cgroups.pods, &mounts);
+    b.foreign(category::CGROUP, &cgroups.pods);
+    b.cgroups(&cgroups.layout, cgroups.pods.found, &mounts);
     b.foreign(category::POD_DIR, &pod_dirs);
     b.pod_dirs(pod_dirs.found, &mounts);
     b.foreign(category::LOG_DIR, &log_dirs);

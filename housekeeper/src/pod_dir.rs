@@ -135,6 +135,34 @@ impl<T> DirScan<T> {
     }
 }
 
+/// Foreign entries as a scan meets them, bounded: the lowest [`MAX_FOREIGN`] paths are kept (a
+/// max-heap, so the biggest is evicted first), the rest only counted.
+#[derive(Debug, Default)]
+pub(crate) struct ForeignSet {
+    kept: BinaryHeap<Foreign>,
+    unlisted: u64,
+}
+
+impl ForeignSet {
+    /// Records one foreign entry.
+    pub(crate) fn note(&mut self, entry: Foreign) {
+        self.kept.push(entry);
+        if self.kept.len() > MAX_FOREIGN {
+            self.kept.pop();
+            self.unlisted += 1;
+        }
+    }
+
+    /// The scan: `found` beside the foreign entries, sorted by path.
+    pub(crate) fn into_scan<T>(self, found: Vec<T>) -> DirScan<T> {
+        DirScan {
+            found,
+            foreign: self.kept.into_sorted_vec(),
+            foreign_unlisted: self.unlisted,
+        }
+    }
+}
+
 /// Pod directories found under `<kubelet-root>/pods`.
 pub type PodDirScan = DirScan<PodDir>;
 
@@ -148,16 +176,8 @@ pub(crate) fn scan_root<T>(
 ) -> Result<DirScan<T>, FsError> {
     let entries = std::fs::read_dir(root).map_err(|e| FsError::new("read dir", root, e))?;
     let mut found = Vec::new();
-    // The lowest MAX_FOREIGN paths, kept in a max-heap so the biggest is evicted first.
-    let mut foreign: BinaryHeap<Foreign> = BinaryHeap::new();
-    let mut unlisted = 0u64;
-    let mut note = |path: PathBuf, reason: String| {
-        foreign.push(Foreign { path, reason });
-        if foreign.len() > MAX_FOREIGN {
-            foreign.pop();
-            unlisted += 1;
-        }
-    };
+    let mut foreign = ForeignSet::default();
+    let mut note = |path: PathBuf, reason: String| foreign.note(Foreign { path, reason });
     for entry in entries {
         let entry = entry.map_err(|e| FsError::new("read dir", root, e))?;
         let ft = match entry.file_type() {
@@ -184,11 +204,7 @@ pub(crate) fn scan_root<T>(
             Err(e) => note(entry.path(), e.to_string()),
         }
     }
-    Ok(DirScan {
-        found,
-        foreign: foreign.into_sorted_vec(),
-        foreign_unlisted: unlisted,
-    })
+    Ok(foreign.into_scan(found))
 }
 
 /// Checks that `dir` is `<...>/pods/<uid>` with `uid` in kubelet's shape: the last line of defence

@@ -21,11 +21,11 @@ use podward_api::shim::v1::Snapshot as ShimIndex;
 pub use self::node::NodeSources;
 use crate::cgroup::{
     CgroupError, CgroupLayout, Detection, DriverFlag, PodCgroup, RuntimeAnswer, decide_driver,
-    scan_pod_cgroups,
+    scan_cgroups,
 };
 use crate::log_dir::{LogDirError, LogDirScan};
 use crate::mounts::{MountError, MountTable};
-use crate::pod_dir::{PodDirError, PodDirScan};
+use crate::pod_dir::{DirScan, PodDirError, PodDirScan};
 use crate::runtime::{RuntimeError, RuntimeView};
 use crate::shim_source::ShimError;
 
@@ -63,8 +63,8 @@ pub enum SourceError {
 pub struct CgroupScan {
     /// Hierarchies and naming.
     pub layout: Arc<CgroupLayout>,
-    /// Pod cgroups, one per UID.
-    pub pods: Vec<PodCgroup>,
+    /// Pod cgroups, one per UID, and the children of QoS parents that are not kubelet's.
+    pub pods: DirScan<PodCgroup>,
     /// How the driver was decided, and where the pod cgroup root was found.
     pub detection: Detection,
 }
@@ -81,7 +81,7 @@ pub fn read_cgroups(
 ) -> Result<CgroupScan, SourceError> {
     let (mut layout, detection) = decide_driver(root, kubelet_cgroup_root, flag, runtime)?;
     layout.proc_root = proc_root.to_path_buf();
-    let pods = scan_pod_cgroups(&layout)?;
+    let pods = scan_cgroups(&layout)?;
     Ok(CgroupScan {
         layout: Arc::new(layout),
         pods,

@@ -3,12 +3,13 @@
 //! "a read error fails the scan" rule.
 
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use podward_housekeeper::cgroup::{
     CgroupDriver, CgroupError, CgroupLayout, HierarchyKind, PodCgroup, Qos, parse_pod_cgroup_name,
-    reduce_cpu, scan_pod_cgroups,
+    reduce_cpu, scan_cgroups, scan_pod_cgroups,
 };
 
 /// A hybrid v1 + v2 fake tree like this machine's: `cpu,cpuacct`, `memory`, `systemd`, `unified`,
@@ -471,4 +472,69 @@ fn hostile_cgroup_names_are_skipped_or_parsed_safely() {
     // anything else that is not one of kubelet's UID shapes.
     assert_eq!(uids, [uid]);
     assert_eq!(parse_pod_cgroup_name(CgroupDriver::Cgroupfs, "pod.."), None);
+}
+
+#[test]
+fn children_of_qos_parents_that_are_not_pods_are_foreign_once_and_kubelets_qos_cgroups_are_not() {
+    let tmp = hybrid_root();
+    let r = tmp.path();
+    let uid = "0000000b-0000-4000-8000-000000000002";
+    for h in ["cpu,cpuacct", "memory", "unified"] {
+        mkcg(r, h, "kubepods/burstable");
+        mkcg(r, h, "kubepods/besteffort");
+        mkcg(r, h, &format!("kubepods/burstable/pod{uid}"));
+        // Another agent's cgroup, in every hierarchy: one foreign line, not three.
+        mkcg(r, h, "kubepods/burstable/agent");
+    }
+    mkcg(r, "memory", "kubepods/podNOT-A-UID");
+    let bad = std::ffi::OsStr::from_bytes(b"pod\xff");
+    fs::create_dir_all(r.join("pids/kubepods/besteffort").join(bad)).expect("mkdir");
+    fs::write(r.join("memory/kubepods/burstable/cgroup.procs"), "").expect("interface file");
+
+    let layout = CgroupLayout::detect(r, CgroupDriver::Cgroupfs, "/").expect("detect");
+    let scan = scan_cgroups(&layout).expect("scan");
+    let uids: Vec<_> = scan.found.iter().map(|p| p.uid.as_str()).collect();
+    assert_eq!(uids, [uid]);
+    let foreign: Vec<_> = scan
+        .foreign
+        .iter()
+        .map(|f| f.path.strip_prefix(r).expect("under root").to_path_buf())
+        .collect();
+    assert_eq!(
+        foreign,
+        [
+            PathBuf::from("cpu,cpuacct/kubepods/burstable/agent"),
+            PathBuf::from("memory/kubepods/podNOT-A-UID"),
+            Path::new("pids/kubepods/besteffort").join(bad),
+        ]
+    );
+    assert!(
+        scan.foreign[0].reason.contains("pod<uid>"),
+        "{}",
+        scan.foreign[0].reason
+    );
+    assert!(
+        scan.foreign[2].reason.contains("UTF-8"),
+        "{:?}",
+        scan.foreign[2]
+    );
+
+    // The systemd layout's QoS slices are kubelet's too.
+    for h in ["systemd", "unified"] {
+        mkcg(r, h, "kubepods.slice/kubepods-burstable.slice");
+        mkcg(r, h, "kubepods.slice/kubepods-besteffort.slice");
+    }
+    mkcg(
+        r,
+        "unified",
+        "kubepods.slice/kubepods-burstable.slice/other.scope",
+    );
+    let sd = CgroupLayout::detect(r, CgroupDriver::Systemd, "/").expect("detect");
+    let scan = scan_cgroups(&sd).expect("scan systemd");
+    let foreign: Vec<_> = scan.foreign.iter().map(|f| f.path.clone()).collect();
+    assert_eq!(
+        foreign,
+        [r.join("unified/kubepods.slice/kubepods-burstable.slice/other.scope")]
+    );
+    assert!(scan.found.is_empty());
 }

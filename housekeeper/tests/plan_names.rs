@@ -160,7 +160,7 @@ async fn an_acting_pass_over_a_wrong_kubelet_root_removes_only_pod_uid_dirs() {
 }
 
 #[tokio::test]
-async fn a_pod_cgroup_whose_uid_is_not_kubelets_is_never_removed() {
+async fn a_pod_cgroup_whose_uid_is_not_kubelets_is_never_removed_and_is_reported_foreign() {
     let node = FakeNode::new();
     let qos = node.root().join("cgroup/kubepods/burstable");
     let not_pods = [
@@ -180,6 +180,16 @@ async fn a_pod_cgroup_whose_uid_is_not_kubelets_is_never_removed() {
     for n in not_pods {
         assert!(qos.join(n).exists(), "{n} was removed");
     }
+    // Reported, one line each, and kubelet's own QoS cgroups (`kubepods/besteffort` beside the
+    // guaranteed pods) are not.
+    let mut listed = foreign(&plan, "cgroup");
+    listed.sort();
+    let mut expected: Vec<String> = not_pods
+        .iter()
+        .map(|n| qos.join(n).display().to_string())
+        .collect();
+    expected.sort();
+    assert_eq!(listed, expected);
     assert!(
         !qos.join(format!("pod{U1}")).exists(),
         "the real orphan goes"
@@ -277,6 +287,11 @@ async fn foreign_entries_are_counted_in_a_metric_so_a_wrong_root_can_alert() {
     for f in ["etc/passwd", "home/alice/thesis.txt", "usr/bin/sh"] {
         write(&logs.join(f), "user data");
     }
+    fs::create_dir_all(
+        node.root()
+            .join("cgroup/kubepods/burstable/another-agents-cgroup"),
+    )
+    .expect("mkdir");
     let registry = prometheus::Registry::new();
     let metrics = podward_housekeeper::metrics::Metrics::register(&registry).expect("metrics");
     let (r, _clock) = reconciler(&node, &really(), node.settings(Duration::ZERO));
@@ -293,5 +308,10 @@ async fn foreign_entries_are_counted_in_a_metric_so_a_wrong_root_can_alert() {
     };
     assert_eq!(gauge("log_dir"), Some(3.0), "etc, home and usr");
     assert_eq!(gauge("pod_dir"), Some(0.0));
+    assert_eq!(
+        gauge("cgroup"),
+        Some(1.0),
+        "another agent's cgroup under kubepods"
+    );
     assert!(logs.join("etc/passwd").exists());
 }

@@ -1,16 +1,32 @@
 //! kubelet's `GetAllPodsFromCgroups`: list the children of every QoS parent in every hierarchy.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::ErrorKind;
 
 use super::{CgroupError, CgroupLayout, PodCgroup, Qos};
+use crate::kubelet_names::Foreign;
+use crate::pod_dir::{DirScan, ForeignSet};
 
 /// Every pod cgroup under the layout, one entry per UID (sorted by UID), with its path in each
-/// hierarchy where it exists. A UID present in only one hierarchy counts. A missing QoS parent is
-/// skipped; any other read error fails the whole scan, so the pass does not act on a partial view.
-/// Only directory entries are looked at, and only through `d_type` (no stat per entry).
+/// hierarchy where it exists — see [`scan_cgroups`], without what is not kubelet's.
 pub fn scan_pod_cgroups(layout: &CgroupLayout) -> Result<Vec<PodCgroup>, CgroupError> {
+    scan_cgroups(layout).map(|scan| scan.found)
+}
+
+/// Every pod cgroup under the layout (one entry per UID, sorted by UID, with its path in each
+/// hierarchy where it exists; a UID present in only one hierarchy counts), and every other child
+/// cgroup of a QoS parent as foreign: reported, never acted on. kubelet's own QoS cgroups under
+/// the pod root are neither. A foreign name is listed once, with its path in the first hierarchy
+/// that has it (a v1 node repeats every cgroup in a dozen hierarchies).
+///
+/// A missing QoS parent is skipped; any other read error fails the whole scan, so the pass does
+/// not act on a partial view. Only directory entries are looked at, and only through `d_type` (no
+/// stat per entry); the files beside them are the controllers' interface files.
+pub fn scan_cgroups(layout: &CgroupLayout) -> Result<DirScan<PodCgroup>, CgroupError> {
+    let qos_dirs: BTreeSet<String> = Qos::ALL.iter().map(|&q| layout.qos_dir(q)).collect();
     let mut found: BTreeMap<String, PodCgroup> = BTreeMap::new();
+    let mut foreign = ForeignSet::default();
+    let mut foreign_seen: BTreeSet<String> = BTreeSet::new();
     for qos in Qos::ALL {
         let rel = layout.qos_dir(qos);
         for h in &layout.hierarchies {
@@ -28,18 +44,34 @@ pub fn scan_pod_cgroups(layout: &CgroupLayout) -> Result<Vec<PodCgroup>, CgroupE
                 if !ft.is_dir() {
                     continue;
                 }
+                let file_name = entry.file_name();
+                let child = format!("{rel}/{}", file_name.to_string_lossy());
+                if qos_dirs.contains(&child) {
+                    continue;
+                }
                 // A non-UTF-8 name cannot be a pod UID (kubelet writes UIDs as strings).
-                let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-                    continue;
+                let uid = match file_name.to_str() {
+                    Some(name) => super::parse_pod_cgroup_name(layout.driver, name)
+                        .ok_or_else(|| not_a_pod_cgroup(layout)),
+                    None => Err("name is not valid UTF-8".to_owned()),
                 };
-                let Some(uid) = super::parse_pod_cgroup_name(layout.driver, &name) else {
-                    continue;
+                let uid = match uid {
+                    Ok(uid) => uid,
+                    Err(reason) => {
+                        if foreign_seen.insert(child) {
+                            foreign.note(Foreign {
+                                path: entry.path(),
+                                reason,
+                            });
+                        }
+                        continue;
+                    }
                 };
-                let path = dir.join(&name);
+                let path = entry.path();
                 let pod = found.entry(uid.clone()).or_insert_with(|| PodCgroup {
                     uid,
                     qos,
-                    name: format!("{rel}/{name}"),
+                    name: child,
                     paths: Vec::new(),
                 });
                 if !pod.paths.contains(&path) {
@@ -48,5 +80,17 @@ pub fn scan_pod_cgroups(layout: &CgroupLayout) -> Result<Vec<PodCgroup>, CgroupE
             }
         }
     }
-    Ok(found.into_values().collect())
+    Ok(foreign.into_scan(found.into_values().collect()))
+}
+
+/// Why a child of a QoS parent is not a pod's, in the driver's own naming.
+fn not_a_pod_cgroup(layout: &CgroupLayout) -> String {
+    let shape = match layout.driver {
+        super::CgroupDriver::Cgroupfs => "pod<uid>",
+        super::CgroupDriver::Systemd => "<parent>-pod<uid with _ for ->.slice",
+    };
+    format!(
+        "not a pod cgroup (the {} driver names them {shape})",
+        layout.driver.as_str()
+    )
 }
