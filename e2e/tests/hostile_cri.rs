@@ -427,6 +427,39 @@ async fn a_housekeeping_pass_with_an_invalid_annotation_on_the_node_still_cleans
     );
 }
 
+/// The housekeeper's API socket has the shared gRPC bounds (issue #16, defect 7): a client that
+/// never sends the HTTP/2 preface is closed at the handshake deadline, and answers nothing.
+#[tokio::test]
+async fn the_housekeepers_api_socket_closes_a_client_that_never_speaks() {
+    use tokio::io::AsyncReadExt;
+
+    let node = TestNode::start().await.expect("node");
+    let cfg = common::config(&node);
+    let socket = cfg.socket.clone();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(podward_housekeeper::run(cfg, async move {
+        let _ = stop_rx.await;
+    }));
+    eventually(
+        "the housekeeper socket",
+        Duration::from_secs(30),
+        async || tokio::net::UnixStream::connect(&socket).await.is_ok(),
+    )
+    .await;
+    let mut silent = tokio::net::UnixStream::connect(&socket)
+        .await
+        .expect("connect");
+    let mut buf = [0u8; 64];
+    let deadline = podward_api::daemon::grpc::HANDSHAKE_TIMEOUT * 2;
+    let read = tokio::time::timeout(deadline, silent.read(&mut buf))
+        .await
+        .expect("the housekeeper closed a connection that sent no preface");
+    // Without the bound, the HTTP/2 server would have written its SETTINGS frame at once.
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    let _ = stop_tx.send(());
+    let _ = daemon.await;
+}
+
 async fn scrape(admin: SocketAddr) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(admin)
