@@ -242,7 +242,7 @@ fn the_recorded_sessions_are_what_they_should_be() {
     assert!(
         calls
             .iter()
-            .any(|c| c.starts_with("call ListContainers Some(12)")),
+            .any(|c| c.starts_with("call ListContainers Some(0) Delivered")),
         "{calls:#?}"
     );
     let _ = Outcome::Delivered;
