@@ -13,14 +13,16 @@ use podward_api::socket::{SocketError, SocketPerms, serve_unix};
 use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::api::ProberService;
+use crate::apiserver::ApiSide;
 use crate::clock::Clock;
-use crate::config::Config;
-use crate::event::Events;
+use crate::config::{Config, InvalidSetting};
+use crate::event::{EventSink, Events};
 use crate::handler::exec::cri::CriExec;
 use crate::hub::Hub;
 use crate::kill::Killer;
 use crate::manager::Manager;
 use crate::metrics::{Metrics, MetricsError};
+use crate::prestop::Hooks;
 use crate::probe::{Prober, ProberOptions};
 use crate::source::{SourceConfig, follow};
 use crate::stopper::{CriStopper, Stopper};
@@ -40,6 +42,9 @@ pub enum RunError {
     /// The gRPC server failed.
     #[error("API server: {0}")]
     Serve(#[from] tonic::transport::Error),
+    /// A setting cannot work.
+    #[error(transparent)]
+    Config(#[from] InvalidSetting),
 }
 
 /// What an embedding (a test, the benchmark) can set besides the [`Config`].
@@ -107,6 +112,7 @@ pub async fn run_with(
         on_start,
     } = options;
     raise_open_files();
+    let api_settings = config.api_settings()?;
     podward_api::daemon::build_info::register(&admin.registry, "prober", env!("CARGO_PKG_VERSION"));
     let metrics = Metrics::new(&admin.registry)?;
     admin.add_text(metrics.series().clone());
@@ -124,17 +130,41 @@ pub async fn run_with(
     );
 
     let containerd = podward_api::socket::channel(&config.containerd_socket);
+    let exec = Arc::new(CriExec::new(containerd.clone()));
     let prober = Prober::new(
         ProberOptions {
             kube_version: config.kube_version.clone(),
         },
-        Arc::new(CriExec::new(containerd.clone())),
+        exec.clone(),
     );
+    let hooks = Arc::new(Hooks::new(
+        exec,
+        &format!("kube-probe/{}", config.kube_version),
+    ));
     let hub = Hub::default();
-    let events = Events::new(vec![Arc::new(hub.clone())]);
+    let api = match api_settings {
+        Some(s) => Some(ApiSide::new(s, Some(&admin.registry))?),
+        None => {
+            tracing::info!(
+                "no --node-name (or NODE_NAME): the Kubernetes API is not used (no readiness gate, events or preStop hooks)"
+            );
+            None
+        }
+    };
+    let mut sinks: Vec<Arc<dyn EventSink>> = vec![Arc::new(hub.clone())];
+    if let Some(api) = &api {
+        sinks.extend(api.sinks());
+    }
+    let events = Events::new(sinks);
     let stopper = stopper.unwrap_or_else(|| Arc::new(CriStopper::new(containerd.clone())));
     let metrics_shared = Arc::new(metrics.clone());
-    let killer = Killer::new(stopper, metrics_shared.clone(), events.clone(), clock);
+    let killer = Killer::new(
+        stopper,
+        Some(hooks),
+        metrics_shared.clone(),
+        events.clone(),
+        clock,
+    );
     let manager = Manager::new(Arc::new(prober), killer, events, metrics_shared, clock);
     if let Some(f) = on_start {
         f(Parts {
@@ -145,6 +175,7 @@ pub async fn run_with(
     }
 
     let stop = Stop::new();
+    let api_task = api.map(|a| a.spawn(manager.clone(), clock, stop.clone()));
     let readiness = admin.readiness.clone();
     let admin_task = tokio::spawn(admin.serve(admin_listener, stop.stopped()));
     let source_task = tokio::spawn(follow(
@@ -169,6 +200,9 @@ pub async fn run_with(
     readiness.set(false);
     stop.trigger();
     let _ = source_task.await;
+    if let Some(t) = api_task {
+        let _ = t.await;
+    }
     manager.stop_all();
     let served = server_task.await;
     let _ = admin_task.await;

@@ -47,6 +47,6 @@ pub(crate) fn manager(
 ) -> Manager {
     let metrics = Arc::new(Metrics::unregistered().expect("metrics"));
     let events = Events::new(vec![Arc::new(hub.clone())]);
-    let killer = Killer::new(stopper, metrics.clone(), events.clone(), clock);
+    let killer = Killer::new(stopper, None, metrics.clone(), events.clone(), clock);
     Manager::new(runner, killer, events, metrics, clock)
 }

@@ -234,6 +234,7 @@ pub(super) fn pod(uid: &str, annotation: &str, containers: Vec<ContainerInfo>) -
             .into_iter()
             .map(|c| (c.id.to_string(), Arc::new(c)))
             .collect::<BTreeMap<_, _>>(),
+        api: None,
     }
 }
 
