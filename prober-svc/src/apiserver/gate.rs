@@ -7,8 +7,10 @@
 //!   pod's UID as a precondition (a pod re-created under the same name is another pod).
 //!   `lastTransitionTime` moves only when `status` does.
 //! - Coalesced per pod: a change marks the pod; when its turn comes the *latest* readiness is
-//!   compared with the condition the API has, and written only if they differ. So a steady node
-//!   writes nothing, and a pod that flips twice before its write costs one write or none.
+//!   compared with the condition the API has (status, reason, and which container the message
+//!   names), and written only if they differ. So a steady node writes nothing (a failing probe
+//!   whose output changes at every run included), and a pod that flips twice before its write
+//!   costs one write or none.
 //! - Rate-limited process-wide by the client's token bucket (`--kube-api-qps`/`--kube-api-burst`),
 //!   at most [`MAX_IN_FLIGHT`] writes at once, never two for one pod; failures are retried per
 //!   pod with backoff (`409` soon, `429` after the server's `retryAfterSeconds`), a `404` drops
@@ -478,18 +480,49 @@ impl EventSink for Gate {
     }
 }
 
-/// A condition the gate wants: status, reason, message.
-type Wanted = (ConditionStatus, &'static str, String);
+/// A condition the gate wants.
+struct Wanted {
+    status: ConditionStatus,
+    reason: &'static str,
+    message: String,
+    /// The container the message is about ("" for True).
+    container: String,
+}
 
 /// The condition a readiness asks for; `None`: leave it as it is.
 fn desired(r: PodReadiness) -> Option<Wanted> {
     match r {
-        PodReadiness::Ready => Some((ConditionStatus::True, "", String::new())),
-        PodReadiness::NotReady { reason, message } => {
-            Some((ConditionStatus::False, reason, message))
-        }
+        PodReadiness::Ready => Some(Wanted {
+            status: ConditionStatus::True,
+            reason: "",
+            message: String::new(),
+            container: String::new(),
+        }),
+        PodReadiness::NotReady {
+            container,
+            reason,
+            message,
+        } => Some(Wanted {
+            status: ConditionStatus::False,
+            reason,
+            message,
+            container,
+        }),
         PodReadiness::NotProbed | PodReadiness::Unknown => None,
     }
+}
+
+/// Whether the API's condition already says what `want` says: same status and reason, and
+/// about the same container. A new probe output alone is no reason to write (a failing exec
+/// probe's output may change at every probe; the condition would be rewritten forever).
+fn same(c: &GateCondition, want: &Wanted) -> bool {
+    c.status == want.status
+        && c.reason == want.reason
+        && (want.container.is_empty()
+            || c.message
+                .strip_prefix("container ")
+                .and_then(|m| m.strip_prefix(want.container.as_str()))
+                .is_some_and(|rest| rest.starts_with([':', ' '])))
 }
 
 /// The write that brings `pod`'s condition to `want`, if it differs from what the API has.
@@ -499,16 +532,11 @@ fn plan(
     want: Wanted,
     clock: &Clock,
 ) -> Option<Planned> {
-    let (status, reason, message) = want;
-    if let Some(c) = &pod.current
-        && c.status == status
-        && c.reason == reason
-        && c.message == message
-    {
+    if pod.current.as_ref().is_some_and(|c| same(c, &want)) {
         return None;
     }
     let last_transition_time = match &pod.current {
-        Some(c) if c.status == status && !c.last_transition_time.is_empty() => {
+        Some(c) if c.status == want.status && !c.last_transition_time.is_empty() => {
             c.last_transition_time.clone()
         }
         _ => rfc3339(clock.now_ns()),
@@ -517,9 +545,9 @@ fn plan(
         uid: uid.to_owned(),
         target: pod.target.clone(),
         condition: GateCondition {
-            status,
-            reason: reason.to_owned(),
-            message,
+            status: want.status,
+            reason: want.reason.to_owned(),
+            message: want.message,
             last_transition_time,
         },
     })

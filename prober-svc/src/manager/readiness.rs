@@ -30,6 +30,8 @@ pub enum PodReadiness {
     Ready,
     /// At least one is not.
     NotReady {
+        /// The (first, by name) container that is not ready.
+        container: String,
         /// The condition's `reason`.
         reason: &'static str,
         /// The condition's `message`: the container and kubelet's probe message.
@@ -146,12 +148,12 @@ impl Manager {
 
 fn combine(verdicts: Vec<(String, Verdict)>) -> PodReadiness {
     let mut unknown = false;
-    let mut failing: Vec<(&'static str, String)> = Vec::new();
-    for (_, v) in verdicts {
+    let mut failing: Vec<(String, &'static str, String)> = Vec::new();
+    for (name, v) in verdicts {
         match v {
             Verdict::Ready => {}
             Verdict::Unknown => unknown = true,
-            Verdict::NotReady(reason, message) => failing.push((reason, message)),
+            Verdict::NotReady(reason, message) => failing.push((name, reason, message)),
         }
     }
     if failing.is_empty() {
@@ -162,11 +164,12 @@ fn combine(verdicts: Vec<(String, Verdict)>) -> PodReadiness {
         };
     }
     let more = failing.len() - 1;
-    let (reason, mut message) = failing.swap_remove(0);
+    let (container, reason, mut message) = failing.swap_remove(0);
     if more > 0 {
         message = format!("{message} (and {more} more not ready)");
     }
     PodReadiness::NotReady {
+        container,
         reason,
         message: truncate(message),
     }

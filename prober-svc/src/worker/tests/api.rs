@@ -175,6 +175,7 @@ async fn after_a_restart_readiness_is_unknown_until_a_real_result_in_both_direct
         (
             failure(),
             PodReadiness::NotReady {
+                container: "c".into(),
                 reason: REASON_READINESS,
                 message: "container c: Readiness probe failed: cat: can't open '/tmp/health'"
                     .into(),
@@ -222,7 +223,7 @@ async fn a_new_container_is_not_ready_until_its_readiness_succeeds() {
     );
     run_for(3 * S).await;
     assert!(
-        matches!(n.manager.readiness("u"), PodReadiness::NotReady { reason: REASON_READINESS, ref message } if message.ends_with("has not succeeded yet")),
+        matches!(n.manager.readiness("u"), PodReadiness::NotReady { reason: REASON_READINESS, ref message, .. } if message.ends_with("has not succeeded yet")),
         "{:?}",
         n.manager.readiness("u")
     );
