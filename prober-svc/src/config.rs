@@ -232,7 +232,11 @@ impl Config {
                 message: format!("{gate:?} is not a condition type"),
             });
         }
-        let Some(node) = self.node_name.as_deref().map(str::trim).filter(|n| !n.is_empty())
+        let Some(node) = self
+            .node_name
+            .as_deref()
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
         else {
             return Ok(None);
         };
@@ -298,10 +302,17 @@ mod tests {
             podward_api::daemon::config::load(None, &args).expect("load")
         };
         assert_eq!(load(&[]).api_settings(), Ok(None));
-        let s = load(&["--node-name", "node-a", "--kube-api-qps", "5", "--kube-api-burst", "10"])
-            .api_settings()
-            .expect("valid")
-            .expect("on");
+        let s = load(&[
+            "--node-name",
+            "node-a",
+            "--kube-api-qps",
+            "5",
+            "--kube-api-burst",
+            "10",
+        ])
+        .api_settings()
+        .expect("valid")
+        .expect("on");
         assert_eq!(s.node_name, "node-a");
         assert_eq!((s.qps, s.burst), (5.0, 10));
         assert_eq!((s.event_qps, s.event_burst), (50.0, 100));
@@ -310,7 +321,10 @@ mod tests {
         let bad = load(&["--node-name", "n", "--kube-api-qps", "0"]).api_settings();
         assert_eq!(bad.map_err(|e| e.setting), Err("--kube-api-qps"));
         let bad = load(&["--node-name", "n", "--readiness-gate-condition", " "]).api_settings();
-        assert_eq!(bad.map_err(|e| e.setting), Err("--readiness-gate-condition"));
+        assert_eq!(
+            bad.map_err(|e| e.setting),
+            Err("--readiness-gate-condition")
+        );
     }
 
     #[test]

@@ -301,7 +301,11 @@ mod tests {
             killing_message("web", ProbeType::Startup),
             "Container web failed startup probe, will be restarted"
         );
-        let recorded = |kind| event(kind).recorded().map(|r| (r.warning, r.reason, r.message));
+        let recorded = |kind| {
+            event(kind)
+                .recorded()
+                .map(|r| (r.warning, r.reason, r.message))
+        };
         assert_eq!(
             recorded(EventKind::Killing {
                 message: killing_message("web", ProbeType::Liveness)

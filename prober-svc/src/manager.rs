@@ -17,11 +17,11 @@ use std::sync::{Arc, Weak};
 use parking_lot::{Mutex, RwLock};
 
 use crate::clock::Clock;
+use crate::event::Probed;
 use crate::event::{Event, Events};
 use crate::handler::output::capped;
 use crate::kill::Killer;
 use crate::metrics::Metrics;
-use crate::event::Probed;
 use crate::model::api::{ApiPod, ContainerKind};
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::results::{ProbeResult, Results};
@@ -158,10 +158,7 @@ impl Manager {
         if let Some(entry) = pods.get(&pod.uid) {
             // Only the API's copy can change what runs: CRI's is frozen at sandbox creation,
             // and kubelet ignores spec updates of a known pod.
-            let wanted = pod
-                .api
-                .as_ref()
-                .map(|a| a.probes_annotation.clone());
+            let wanted = pod.api.as_ref().map(|a| a.probes_annotation.clone());
             let (started, uid) = {
                 let mut cur = entry.shared.write();
                 let started = newly_running(&cur, &pod);
@@ -333,7 +330,10 @@ impl Manager {
             let init: Vec<String> = parsed
                 .containers
                 .keys()
-                .filter(|n| api.container(n).is_some_and(|c| c.kind == ContainerKind::Init))
+                .filter(|n| {
+                    api.container(n)
+                        .is_some_and(|c| c.kind == ContainerKind::Init)
+                })
                 .cloned()
                 .collect();
             for name in init {

@@ -83,10 +83,7 @@ impl HookRunner for Hooks {
         Box::pin(async move {
             match hook {
                 Hook::Exec { command } => {
-                    let out = self
-                        .exec
-                        .exec_sync(&c.id, command.clone(), timeout)
-                        .await?;
+                    let out = self.exec.exec_sync(&c.id, command.clone(), timeout).await?;
                     if out.exit_code == 0 {
                         return Ok(());
                     }

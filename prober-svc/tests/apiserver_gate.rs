@@ -33,7 +33,11 @@ struct Scripted(Mutex<HashMap<String, PodReadiness>>);
 
 impl ReadinessSource for Scripted {
     fn readiness(&self, uid: &str) -> PodReadiness {
-        self.0.lock().get(uid).cloned().unwrap_or(PodReadiness::NotProbed)
+        self.0
+            .lock()
+            .get(uid)
+            .cloned()
+            .unwrap_or(PodReadiness::NotProbed)
     }
 }
 
@@ -132,7 +136,11 @@ async fn a_readiness_change_is_one_server_side_apply_of_that_condition_alone_and
         "u-web".into(),
         not_ready("app", "HTTP probe failed with statuscode: 500"),
     );
-    s.gate.api_pod(&seen("web", "10", Some(cond(ConditionStatus::True, "", "", EARLIER))));
+    s.gate.api_pod(&seen(
+        "web",
+        "10",
+        Some(cond(ConditionStatus::True, "", "", EARLIER)),
+    ));
 
     let w = api.next().await;
     assert_eq!(w.method, "PATCH");
@@ -165,13 +173,25 @@ async fn a_readiness_change_is_one_server_side_apply_of_that_condition_alone_and
     // Steady: more changes that say the same, the reflector's stale view from before the write,
     // and its fresh one after it: no write.
     for _ in 0..5 {
-        s.set("u-web", not_ready("app", "HTTP probe failed with statuscode: 503"));
+        s.set(
+            "u-web",
+            not_ready("app", "HTTP probe failed with statuscode: 503"),
+        );
     }
-    s.gate.api_pod(&seen("web", "10", Some(cond(ConditionStatus::True, "", "", EARLIER))));
+    s.gate.api_pod(&seen(
+        "web",
+        "10",
+        Some(cond(ConditionStatus::True, "", "", EARLIER)),
+    ));
     s.gate.api_pod(&seen(
         "web",
         "11",
-        Some(cond(ConditionStatus::False, "ReadinessProbeFailed", "container app: Readiness probe failed: x", T0)),
+        Some(cond(
+            ConditionStatus::False,
+            "ReadinessProbeFailed",
+            "container app: Readiness probe failed: x",
+            T0,
+        )),
     ));
     api.quiet_for(Duration::from_millis(1500)).await;
     assert_eq!(s.writes("ok"), 1);
@@ -181,8 +201,15 @@ async fn a_readiness_change_is_one_server_side_apply_of_that_condition_alone_and
 async fn unknown_or_unprobed_readiness_and_ungated_pods_are_never_written() {
     let (client, mut api) = mock();
     let s = Setup::new(client);
-    s.source.0.lock().insert("u-a".into(), PodReadiness::Unknown);
-    s.gate.api_pod(&seen("a", "1", Some(cond(ConditionStatus::False, "R", "container x: m", EARLIER))));
+    s.source
+        .0
+        .lock()
+        .insert("u-a".into(), PodReadiness::Unknown);
+    s.gate.api_pod(&seen(
+        "a",
+        "1",
+        Some(cond(ConditionStatus::False, "R", "container x: m", EARLIER)),
+    ));
     s.gate.api_pod(&seen("b", "1", None)); // NotProbed
     let mut ungated = seen("c", "1", None);
     ungated.gated = false;
@@ -196,16 +223,30 @@ async fn unknown_or_unprobed_readiness_and_ungated_pods_are_never_written() {
 async fn last_transition_time_stays_while_the_status_does_and_moves_with_it() {
     let (client, mut api) = mock();
     let s = Setup::new(client);
-    s.source.0.lock().insert("u-web".into(), not_ready("db", "refused"));
+    s.source
+        .0
+        .lock()
+        .insert("u-web".into(), not_ready("db", "refused"));
     s.gate.api_pod(&seen(
         "web",
         "10",
-        Some(cond(ConditionStatus::False, "ReadinessProbeFailed", "container app: old", EARLIER)),
+        Some(cond(
+            ConditionStatus::False,
+            "ReadinessProbeFailed",
+            "container app: old",
+            EARLIER,
+        )),
     ));
     let w = api.next().await;
     let c = &w.body["status"]["conditions"][0];
-    assert_eq!(c["message"], "container db: Readiness probe failed: refused", "another container now");
-    assert_eq!(c["lastTransitionTime"], EARLIER, "still False: the transition time stays");
+    assert_eq!(
+        c["message"], "container db: Readiness probe failed: refused",
+        "another container now"
+    );
+    assert_eq!(
+        c["lastTransitionTime"], EARLIER,
+        "still False: the transition time stays"
+    );
     w.reply(200, written("web", "11"));
 
     s.set("u-web", PodReadiness::Ready);
@@ -213,10 +254,17 @@ async fn last_transition_time_stays_while_the_status_does_and_moves_with_it() {
     let c = &w.body["status"]["conditions"][0];
     assert_eq!(
         c.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()),
-        Some(vec!["lastTransitionTime".to_owned(), "status".to_owned(), "type".to_owned()]),
+        Some(vec![
+            "lastTransitionTime".to_owned(),
+            "status".to_owned(),
+            "type".to_owned()
+        ]),
         "True carries no reason or message (applying drops the old ones)"
     );
-    assert_eq!((c["status"].as_str(), c["lastTransitionTime"].as_str()), (Some("True"), Some(T0)));
+    assert_eq!(
+        (c["status"].as_str(), c["lastTransitionTime"].as_str()),
+        (Some("True"), Some(T0))
+    );
     w.reply(200, written("web", "12"));
     api.quiet_for(Duration::from_millis(500)).await;
 }
@@ -225,7 +273,10 @@ async fn last_transition_time_stays_while_the_status_does_and_moves_with_it() {
 async fn a_409_conflict_is_retried_after_a_backoff_with_the_latest_readiness() {
     let (client, mut api) = mock();
     let s = Setup::new(client);
-    s.source.0.lock().insert("u-web".into(), not_ready("app", "x"));
+    s.source
+        .0
+        .lock()
+        .insert("u-web".into(), not_ready("app", "x"));
     s.gate.api_pod(&seen("web", "10", None));
     let w = api.next().await;
     assert_eq!(w.body["status"]["conditions"][0]["status"], "False");
@@ -239,7 +290,11 @@ async fn a_409_conflict_is_retried_after_a_backoff_with_the_latest_readiness() {
     // Meanwhile the container became ready: the retry carries the latest readiness.
     s.set("u-web", PodReadiness::Ready);
     let w = api.next().await;
-    assert!(t.elapsed() >= Duration::from_millis(150), "backoff: {:?}", t.elapsed());
+    assert!(
+        t.elapsed() >= Duration::from_millis(150),
+        "backoff: {:?}",
+        t.elapsed()
+    );
     assert_eq!(w.body["status"]["conditions"][0]["status"], "True");
     w.reply(200, written("web", "11"));
     api.quiet_for(Duration::from_millis(500)).await;
@@ -250,13 +305,25 @@ async fn a_409_conflict_is_retried_after_a_backoff_with_the_latest_readiness() {
 async fn a_429_holds_the_write_for_the_servers_retry_after() {
     let (client, mut api) = mock();
     let s = Setup::new(client);
-    s.source.0.lock().insert("u-web".into(), PodReadiness::Ready);
+    s.source
+        .0
+        .lock()
+        .insert("u-web".into(), PodReadiness::Ready);
     s.gate.api_pod(&seen("web", "10", None));
     let w = api.next().await;
     let t = Instant::now();
-    w.reply_status(429, "TooManyRequests", "the server has received too many requests", &[("Retry-After", "2")]);
+    w.reply_status(
+        429,
+        "TooManyRequests",
+        "the server has received too many requests",
+        &[("Retry-After", "2")],
+    );
     let w = api.next().await;
-    assert!(t.elapsed() >= Duration::from_millis(1900), "retried after {:?}", t.elapsed());
+    assert!(
+        t.elapsed() >= Duration::from_millis(1900),
+        "retried after {:?}",
+        t.elapsed()
+    );
     w.reply(200, written("web", "11"));
     api.quiet_for(Duration::from_millis(500)).await;
     assert_eq!((s.writes("throttled"), s.writes("ok")), (1, 1));
@@ -266,7 +333,10 @@ async fn a_429_holds_the_write_for_the_servers_retry_after() {
 async fn a_dropped_connection_during_a_write_is_retried_and_a_404_is_not() {
     let (client, mut api) = mock();
     let s = Setup::new(client);
-    s.source.0.lock().insert("u-web".into(), PodReadiness::Ready);
+    s.source
+        .0
+        .lock()
+        .insert("u-web".into(), PodReadiness::Ready);
     s.gate.api_pod(&seen("web", "10", None));
     api.next().await.drop_connection();
     let w = api.next().await;
@@ -283,15 +353,27 @@ async fn after_a_restart_nothing_changes_until_a_real_result_differs_in_both_dir
     let s = Setup::new(client);
     for (name, st, reason, message) in [
         ("ready", ConditionStatus::True, "", ""),
-        ("unready", ConditionStatus::False, "ReadinessProbeFailed", "container app: Readiness probe failed: 500"),
+        (
+            "unready",
+            ConditionStatus::False,
+            "ReadinessProbeFailed",
+            "container app: Readiness probe failed: 500",
+        ),
     ] {
-        s.source.0.lock().insert(format!("u-{name}"), PodReadiness::Unknown);
-        s.gate.api_pod(&seen(name, "10", Some(cond(st, reason, message, EARLIER))));
+        s.source
+            .0
+            .lock()
+            .insert(format!("u-{name}"), PodReadiness::Unknown);
+        s.gate
+            .api_pod(&seen(name, "10", Some(cond(st, reason, message, EARLIER))));
     }
     api.quiet_for(Duration::from_millis(1000)).await;
     // First results after the restart that say what the API already says: still nothing.
     s.set("u-ready", PodReadiness::Ready);
-    s.set("u-unready", not_ready("app", "HTTP probe failed with statuscode: 503"));
+    s.set(
+        "u-unready",
+        not_ready("app", "HTTP probe failed with statuscode: 503"),
+    );
     api.quiet_for(Duration::from_millis(1000)).await;
     // Results that differ: one write each.
     s.set("u-ready", not_ready("app", "refused"));
@@ -309,14 +391,18 @@ async fn after_a_restart_nothing_changes_until_a_real_result_differs_in_both_dir
 
 #[tokio::test]
 async fn writes_never_exceed_the_qps_limit_and_a_burst_of_changes_is_coalesced_per_pod() {
-    let (svc, handle) = tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<RespBody>>();
+    let (svc, handle) =
+        tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<RespBody>>();
     let bucket = Arc::new(TokenBucket::new(5.0, 2));
     let client = kube::Client::new(RateLimitLayer::new(bucket).layer(svc), "default");
     let mut api = ApiServer::from_handle(handle);
     let s = Setup::new(client);
     for i in 0..12 {
         let name = format!("p{i}");
-        s.source.0.lock().insert(format!("u-{name}"), PodReadiness::Ready);
+        s.source
+            .0
+            .lock()
+            .insert(format!("u-{name}"), PodReadiness::Ready);
         s.gate.api_pod(&seen(&name, "10", None));
         // Flapping before its write: coalesced into one.
         for _ in 0..3 {
@@ -329,15 +415,23 @@ async fn writes_never_exceed_the_qps_limit_and_a_burst_of_changes_is_coalesced_p
     for _ in 0..12 {
         let w = api.next().await;
         at.push(start.elapsed());
-        let name = w.path.trim_start_matches("/api/v1/namespaces/shop/pods/").trim_end_matches("/status").to_owned();
+        let name = w
+            .path
+            .trim_start_matches("/api/v1/namespaces/shop/pods/")
+            .trim_end_matches("/status")
+            .to_owned();
         w.reply(200, written(&name, "11"));
     }
     api.quiet_for(Duration::from_millis(700)).await;
     // Burst 2, then one every 200 ms: the 12th no earlier than 2 s after the first.
     assert!(at[11] >= Duration::from_millis(1900), "{at:?}");
     for (i, t) in at.iter().enumerate() {
-        let allowed = Duration::from_millis(200) * u32::try_from(i.saturating_sub(2) + 1).expect("small");
-        assert!(i < 2 || *t + Duration::from_millis(150) >= allowed, "write {i} at {t:?}: {at:?}");
+        let allowed =
+            Duration::from_millis(200) * u32::try_from(i.saturating_sub(2) + 1).expect("small");
+        assert!(
+            i < 2 || *t + Duration::from_millis(150) >= allowed,
+            "write {i} at {t:?}: {at:?}"
+        );
     }
     assert_eq!(s.writes("ok"), 12, "one write per pod");
 }

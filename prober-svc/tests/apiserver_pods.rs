@@ -101,7 +101,10 @@ fn watch_query(rv: &str) -> BTreeMap<String, String> {
 async fn eventually(what: &str, f: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while !f() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -113,14 +116,23 @@ async fn lists_the_nodes_pods_then_watches_from_the_list_and_resumes_from_the_la
     let r = start(client, Arc::new(Sink::default()));
 
     let list = api.next().await;
-    assert_eq!((list.method.as_str(), list.path.as_str()), ("GET", "/api/v1/pods"));
+    assert_eq!(
+        (list.method.as_str(), list.path.as_str()),
+        ("GET", "/api/v1/pods")
+    );
     assert_eq!(list.query, list_query());
     list.reply(
         200,
         pod_list(
             "100",
             vec![
-                pod("web", "u-web", "90", true, Some(("True", "2026-11-23T09:00:00Z"))),
+                pod(
+                    "web",
+                    "u-web",
+                    "90",
+                    true,
+                    Some(("True", "2026-11-23T09:00:00Z")),
+                ),
                 pod("batch", "u-batch", "95", false, None),
             ],
             None,
@@ -128,23 +140,45 @@ async fn lists_the_nodes_pods_then_watches_from_the_list_and_resumes_from_the_la
     );
 
     let watch = api.next().await;
-    assert_eq!((watch.method.as_str(), watch.path.as_str()), ("GET", "/api/v1/pods"));
+    assert_eq!(
+        (watch.method.as_str(), watch.path.as_str()),
+        ("GET", "/api/v1/pods")
+    );
     assert_eq!(watch.query, watch_query("100"));
     let feed = watch.stream();
-    eventually("the listed pods", || r.sink.uids() == vec!["u-batch", "u-web"]).await;
+    eventually("the listed pods", || {
+        r.sink.uids() == vec!["u-batch", "u-web"]
+    })
+    .await;
     assert_eq!(r.metrics.synced.get(), 1);
     {
         let pods = r.sink.pods.lock();
         let web = &pods["u-web"];
         assert!(web.gated);
-        assert_eq!(web.condition.as_ref().map(|c| c.status), Some(ConditionStatus::True));
+        assert_eq!(
+            web.condition.as_ref().map(|c| c.status),
+            Some(ConditionStatus::True)
+        );
         assert!(!pods["u-batch"].gated);
     }
-    feed.event("MODIFIED", pod("web", "u-web", "120", true, Some(("False", "2026-11-23T09:05:00Z"))))
-        .await;
+    feed.event(
+        "MODIFIED",
+        pod(
+            "web",
+            "u-web",
+            "120",
+            true,
+            Some(("False", "2026-11-23T09:05:00Z")),
+        ),
+    )
+    .await;
     feed.bookmark("150").await;
     eventually("the modification", || {
-        r.sink.pods.lock()["u-web"].condition.as_ref().map(|c| c.status) == Some(ConditionStatus::False)
+        r.sink.pods.lock()["u-web"]
+            .condition
+            .as_ref()
+            .map(|c| c.status)
+            == Some(ConditionStatus::False)
     })
     .await;
     feed.cut().await;
@@ -154,7 +188,8 @@ async fn lists_the_nodes_pods_then_watches_from_the_list_and_resumes_from_the_la
     assert_eq!(rewatch.query, watch_query("150"));
     let feed = rewatch.stream();
     assert!(r.sink.deleted.lock().is_empty());
-    feed.event("DELETED", pod("batch", "u-batch", "160", false, None)).await;
+    feed.event("DELETED", pod("batch", "u-batch", "160", false, None))
+        .await;
     eventually("the deletion", || r.sink.uids() == vec!["u-web"]).await;
     r.stop().await;
 }
@@ -167,7 +202,10 @@ async fn a_410_gone_relists_and_deletes_what_the_new_list_lacks_only_once_it_is_
         200,
         pod_list(
             "10",
-            vec![pod("a", "u-a", "5", true, None), pod("b", "u-b", "6", true, None)],
+            vec![
+                pod("a", "u-a", "5", true, None),
+                pod("b", "u-b", "6", true, None),
+            ],
             None,
         ),
     );
@@ -175,20 +213,38 @@ async fn a_410_gone_relists_and_deletes_what_the_new_list_lacks_only_once_it_is_
     eventually("two pods", || r.sink.uids().len() == 2).await;
     feed.event(
         "ERROR",
-        status(410, "Expired", "too old resource version: 10 (2000)", json!({})),
+        status(
+            410,
+            "Expired",
+            "too old resource version: 10 (2000)",
+            json!({}),
+        ),
     )
     .await;
 
     // Relist, in two pages; the pod missing from it goes only after the last page.
     let page1 = api.next().await;
     assert_eq!(page1.query, list_query());
-    page1.reply(200, pod_list("", vec![pod("a", "u-a", "2001", true, None)], Some("next-page")));
+    page1.reply(
+        200,
+        pod_list(
+            "",
+            vec![pod("a", "u-a", "2001", true, None)],
+            Some("next-page"),
+        ),
+    );
     let page2 = api.next().await;
     let mut q = list_query();
     q.insert("continue".into(), "next-page".into());
     assert_eq!(page2.query, q);
-    assert!(r.sink.deleted.lock().is_empty(), "nothing deleted before the list is complete");
-    page2.reply(200, pod_list("2005", vec![pod("c", "u-c", "2003", true, None)], None));
+    assert!(
+        r.sink.deleted.lock().is_empty(),
+        "nothing deleted before the list is complete"
+    );
+    page2.reply(
+        200,
+        pod_list("2005", vec![pod("c", "u-c", "2003", true, None)], None),
+    );
     let watch = api.next().await;
     assert_eq!(watch.query, watch_query("2005"));
     let _feed = watch.stream();
@@ -205,12 +261,16 @@ async fn the_api_down_is_retried_with_backoff_and_the_last_view_stays() {
     let t0 = tokio::time::Instant::now();
     first.reply_status(503, "ServiceUnavailable", "etcdserver: leader changed", &[]);
     let second = api.next().await;
-    assert!(t0.elapsed() >= Duration::from_millis(500), "backoff between attempts");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(500),
+        "backoff between attempts"
+    );
     assert_eq!(r.metrics.synced.get(), 0);
     second.drop_connection();
-    api.next()
-        .await
-        .reply(200, pod_list("7", vec![pod("a", "u-a", "5", true, None)], None));
+    api.next().await.reply(
+        200,
+        pod_list("7", vec![pod("a", "u-a", "5", true, None)], None),
+    );
     let feed = api.next().await.stream();
     eventually("the pod", || r.sink.uids() == vec!["u-a"]).await;
     assert_eq!(r.metrics.synced.get(), 1);

@@ -64,7 +64,8 @@ impl ApiServer {
         let body = if bytes.is_empty() {
             Value::Null
         } else {
-            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
         };
         let query = parts
             .uri
@@ -162,7 +163,10 @@ impl Exchange {
     /// Answers with a `metav1.Status` failure.
     pub fn reply_status(self, code: u16, reason: &str, message: &str, headers: &[(&str, &str)]) {
         let mut details = json!({});
-        if let Some((_, v)) = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("retry-after")) {
+        if let Some((_, v)) = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("retry-after"))
+        {
             details = json!({"retryAfterSeconds": v.parse::<u32>().unwrap_or(1)});
         }
         self.reply_with(code, status(code, reason, message, details), headers);
@@ -170,8 +174,10 @@ impl Exchange {
 
     /// Fails the request as a connection that went away would.
     pub fn drop_connection(self) {
-        self.respond
-            .send_error(io::Error::new(io::ErrorKind::ConnectionReset, "connection reset by peer"));
+        self.respond.send_error(io::Error::new(
+            io::ErrorKind::ConnectionReset,
+            "connection reset by peer",
+        ));
     }
 
     /// Answers 200 with a streamed body (a watch); the test feeds it lines.
@@ -213,7 +219,10 @@ impl Feed {
     pub async fn cut(self) {
         let _ = self
             .tx
-            .send(Err(io::Error::new(io::ErrorKind::ConnectionReset, "connection reset by peer")))
+            .send(Err(io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                "connection reset by peer",
+            )))
             .await;
     }
 }

@@ -53,7 +53,6 @@ pub async fn load_config(kubeconfig: Option<&Path>) -> Result<kube::Config, Clie
 
 /// A client for `config` whose requests all take a token of `bucket` first.
 pub fn build(config: kube::Config, bucket: Arc<TokenBucket>) -> Result<kube::Client, ClientError> {
-    let builder =
-        ClientBuilder::try_from(config).map_err(|e| ClientError::Build(e.to_string()))?;
+    let builder = ClientBuilder::try_from(config).map_err(|e| ClientError::Build(e.to_string()))?;
     Ok(builder.with_layer(&RateLimitLayer::new(bucket)).build())
 }

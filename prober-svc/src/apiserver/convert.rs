@@ -187,7 +187,10 @@ mod tests {
             ]}
         }));
         let a = api_pod(&p, "podward.io/ready").expect("pod");
-        assert_eq!((a.uid.as_str(), a.namespace.as_str(), a.name.as_str()), ("u1", "shop", "web"));
+        assert_eq!(
+            (a.uid.as_str(), a.namespace.as_str(), a.name.as_str()),
+            ("u1", "shop", "web")
+        );
         assert_eq!(a.resource_version, "42");
         assert_eq!(a.restart_policy, RestartPolicy::Never);
         assert_eq!(a.phase, PodPhase::Running);
@@ -203,7 +206,11 @@ mod tests {
                 last_transition_time: "2026-11-23T09:00:00Z".into(),
             })
         );
-        let kinds: Vec<_> = a.containers.iter().map(|c| (c.name.as_str(), c.kind)).collect();
+        let kinds: Vec<_> = a
+            .containers
+            .iter()
+            .map(|c| (c.name.as_str(), c.kind))
+            .collect();
         assert_eq!(
             kinds,
             vec![
@@ -214,7 +221,10 @@ mod tests {
                 ("odd", ContainerKind::Regular),
             ]
         );
-        assert_eq!(a.pre_stop("proxy"), Some(&Hook::Sleep(Duration::from_secs(3))));
+        assert_eq!(
+            a.pre_stop("proxy"),
+            Some(&Hook::Sleep(Duration::from_secs(3)))
+        );
         assert_eq!(
             a.pre_stop("app"),
             Some(&Hook::Exec {
@@ -247,6 +257,10 @@ mod tests {
             "spec": {"containers": [{"name": "c", "lifecycle": {"preStop": {"httpGet": {"port": 0}}}}]}
         }));
         let a = api_pod(&p, "g").expect("pod");
-        assert!(matches!(a.pre_stop("c"), Some(Hook::Invalid(m)) if m.contains("port")), "{:?}", a.pre_stop("c"));
+        assert!(
+            matches!(a.pre_stop("c"), Some(Hook::Invalid(m)) if m.contains("port")),
+            "{:?}",
+            a.pre_stop("c")
+        );
     }
 }

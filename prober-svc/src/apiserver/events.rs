@@ -186,3 +186,42 @@ impl SpamFilter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{EventKind, Probed};
+    use crate::spec::ProbeType;
+
+    fn failed(uid: &str) -> Event {
+        Event {
+            pod_uid: uid.into(),
+            pod_name: "p".into(),
+            pod_namespace: "ns".into(),
+            container_name: "c".into(),
+            container_id: "c1".into(),
+            init_container: false,
+            probe: ProbeType::Liveness,
+            at_ns: 0,
+            kind: EventKind::Probed(Probed::Failed("x".into())),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_spam_filter_lets_25_through_then_one_per_five_minutes_per_container_and_reason() {
+        let mut f = SpamFilter::default();
+        let ev = failed("u");
+        let passed = (0..100).filter(|_| f.allow(&ev, "Unhealthy")).count();
+        assert_eq!(passed, 25);
+        assert!(f.allow(&ev, "Killing"), "another reason has its own budget");
+        assert!(
+            f.allow(&failed("v"), "Unhealthy"),
+            "another pod has its own budget"
+        );
+        tokio::time::advance(Duration::from_secs(299)).await;
+        assert!(!f.allow(&ev, "Unhealthy"));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(f.allow(&ev, "Unhealthy"), "one more after five minutes");
+        assert!(!f.allow(&ev, "Unhealthy"));
+    }
+}

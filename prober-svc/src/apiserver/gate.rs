@@ -154,7 +154,10 @@ impl ConditionWriter for KubeWriter {
             let api: Api<Pod> = Api::namespaced(self.client.clone(), &target.namespace);
             let body = apply_body(condition_type, target, condition);
             let params = PatchParams::apply(FIELD_MANAGER).force();
-            match api.patch_status(&target.name, &params, &Patch::Apply(&body)).await {
+            match api
+                .patch_status(&target.name, &params, &Patch::Apply(&body))
+                .await
+            {
                 Ok(pod) => Ok(pod.metadata.resource_version.unwrap_or_default()),
                 Err(kube::Error::Api(s)) => Err(match s.code {
                     404 => WriteError::Gone,
@@ -526,12 +529,7 @@ fn same(c: &GateCondition, want: &Wanted) -> bool {
 }
 
 /// The write that brings `pod`'s condition to `want`, if it differs from what the API has.
-fn plan(
-    uid: &str,
-    pod: &GatePod,
-    want: Wanted,
-    clock: &Clock,
-) -> Option<Planned> {
+fn plan(uid: &str, pod: &GatePod, want: Wanted, clock: &Clock) -> Option<Planned> {
     if pod.current.as_ref().is_some_and(|c| same(c, &want)) {
         return None;
     }

@@ -14,8 +14,8 @@ use std::future::Future;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 
 use super::convert::api_pod;
 use super::metrics::ApiMetrics;
@@ -61,7 +61,10 @@ pub async fn reflect(
         match next {
             Ok(ev) => {
                 if failing {
-                    tracing::info!(node, "Kubernetes API reachable again; following the node's pods");
+                    tracing::info!(
+                        node,
+                        "Kubernetes API reachable again; following the node's pods"
+                    );
                     failing = false;
                 }
                 match ev {

@@ -103,9 +103,9 @@ impl Manager {
                         // started, and its readiness (if any) decides below.
                         None if started_before_restart(c, &self.state.clock) => None,
                         None => Some(Verdict::Unknown),
-                        Some(_) if c.state != crate::model::RunState::Running => Some(
-                            Verdict::NotReady(REASON_NOT_RUNNING, not_running(name)),
-                        ),
+                        Some(_) if c.state != crate::model::RunState::Running => {
+                            Some(Verdict::NotReady(REASON_NOT_RUNNING, not_running(name)))
+                        }
                         Some(_) => Some(Verdict::NotReady(
                             REASON_STARTUP,
                             probe_message(name, ProbeType::Startup, output(startup)),
@@ -183,7 +183,10 @@ fn not_running(name: &str) -> String {
 fn probe_message(name: &str, ty: ProbeType, output: Option<String>) -> String {
     match output {
         Some(o) => format!("container {name}: {} probe failed: {o}", ty.name()),
-        None => format!("container {name}: {} probe has not succeeded yet", ty.name()),
+        None => format!(
+            "container {name}: {} probe has not succeeded yet",
+            ty.name()
+        ),
     }
 }
 

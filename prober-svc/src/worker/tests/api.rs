@@ -41,7 +41,11 @@ async fn an_exited_container_of_a_never_pod_ends_its_workers_as_in_kubelet() {
         None,
         "the worker published Failure, then ended and took its result along"
     );
-    assert_eq!(n.manager.worker_count(), 0, "no worker waits for a restart that never comes");
+    assert_eq!(
+        n.manager.worker_count(),
+        0,
+        "no worker waits for a restart that never comes"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -54,8 +58,12 @@ async fn on_failure_pods_and_sidecars_of_never_pods_keep_their_workers() {
         let mut c = running(&n.clock, "c1", "c", 0, S);
         c.state = RunState::Exited;
         let p = pod("u", LIVE_READY, vec![c]);
-        n.manager
-            .set_api_pod(api_pod(&p, policy, Some(LIVE_READY), vec![("c", kind, None)]));
+        n.manager.set_api_pod(api_pod(
+            &p,
+            policy,
+            Some(LIVE_READY),
+            vec![("c", kind, None)],
+        ));
         n.manager.update_pod(p);
         run_for(3 * S).await;
         assert_eq!(n.manager.worker_count(), 2, "{policy:?} {kind:?}");
@@ -92,8 +100,15 @@ async fn the_apis_deletion_timestamp_is_termination_liveness_stops_readiness_goe
     n.script
         .set("c", ProbeType::Readiness, failure(), Duration::ZERO);
     run_for(5 * S).await;
-    assert_eq!(n.script.calls_of(ProbeType::Liveness).len(), before, "liveness stopped");
-    assert!(n.kills.done.lock().is_empty(), "no kill of a terminating pod");
+    assert_eq!(
+        n.script.calls_of(ProbeType::Liveness).len(),
+        before,
+        "liveness stopped"
+    );
+    assert!(
+        n.kills.done.lock().is_empty(),
+        "no kill of a terminating pod"
+    );
     assert_eq!(
         n.result("c1", ProbeType::Readiness),
         Some(ProbeResult::Failure),
@@ -106,12 +121,23 @@ async fn the_apis_annotation_wins_and_an_edit_applies_to_the_running_pod() {
     let n = Node::steady().await;
     let cri = r#"{"c":{"livenessProbe":{"exec":{"command":["old"]},"periodSeconds":1}}}"#;
     let p = pod("u", cri, vec![running(&n.clock, "c1", "c", 0, S)]);
-    n.manager
-        .set_api_pod(api_pod(&p, RestartPolicy::Always, Some(LIVE_READY), regular()));
+    n.manager.set_api_pod(api_pod(
+        &p,
+        RestartPolicy::Always,
+        Some(LIVE_READY),
+        regular(),
+    ));
     n.manager.update_pod(p.clone());
-    assert_eq!(n.manager.worker_count(), 2, "the API's copy: liveness + readiness");
+    assert_eq!(
+        n.manager.worker_count(),
+        2,
+        "the API's copy: liveness + readiness"
+    );
     run_for(2 * S).await;
-    assert_eq!(n.result("c1", ProbeType::Readiness), Some(ProbeResult::Success));
+    assert_eq!(
+        n.result("c1", ProbeType::Readiness),
+        Some(ProbeResult::Success)
+    );
 
     // Edit: readiness every 5 s instead of 1 s, liveness removed, startup added.
     let edited = r#"{"c":{
@@ -119,7 +145,11 @@ async fn the_apis_annotation_wins_and_an_edit_applies_to_the_running_pod() {
       "startupProbe":{"exec":{"command":["true"]},"periodSeconds":1}}}"#;
     n.manager
         .set_api_pod(api_pod(&p, RestartPolicy::Always, Some(edited), regular()));
-    assert_eq!(n.manager.worker_count(), 2, "readiness kept, liveness gone, startup added");
+    assert_eq!(
+        n.manager.worker_count(),
+        2,
+        "readiness kept, liveness gone, startup added"
+    );
     assert_eq!(
         n.result("c1", ProbeType::Readiness),
         Some(ProbeResult::Success),
@@ -128,7 +158,10 @@ async fn the_apis_annotation_wins_and_an_edit_applies_to_the_running_pod() {
     let before = n.script.calls_of(ProbeType::Readiness).len();
     run_for(10 * S + MS).await;
     let after = n.script.calls_of(ProbeType::Readiness).len() - before;
-    assert!((2..=4).contains(&after), "readiness now probes every 5 s: {after} in 10 s");
+    assert!(
+        (2..=4).contains(&after),
+        "readiness now probes every 5 s: {after} in 10 s"
+    );
     run_for(S).await;
     assert_eq!(n.manager.worker_count(), 2);
 
@@ -159,12 +192,20 @@ async fn probes_named_for_a_plain_init_container_are_refused_with_a_spec_error()
         ],
     ));
     n.manager.update_pod(p);
-    assert_eq!(n.manager.worker_count(), 1, "the sidecar is probed, the init container not");
+    assert_eq!(
+        n.manager.worker_count(),
+        1,
+        "the sidecar is probed, the init container not"
+    );
     let st = n.manager.status(Some("u"));
     let errs = &st.pods[0].spec_errors;
     assert_eq!(errs.len(), 1);
     assert_eq!(errs[0].container, "setup");
-    assert!(errs[0].message.contains("init containers"), "{}", errs[0].message);
+    assert!(
+        errs[0].message.contains("init containers"),
+        "{}",
+        errs[0].message
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -184,7 +225,8 @@ async fn after_a_restart_readiness_is_unknown_until_a_real_result_in_both_direct
     ] {
         let n = Node::started(Duration::from_secs(1)).await;
         let ann = r#"{"c":{"readinessProbe":{"exec":{"command":["x"]},"periodSeconds":10}}}"#;
-        n.script.set("c", ProbeType::Readiness, answer, Duration::from_secs(3));
+        n.script
+            .set("c", ProbeType::Readiness, answer, Duration::from_secs(3));
         let c = running(&n.clock, "c1", "c", 0, Duration::from_secs(600));
         n.manager.update_pod(pod("u", ann, vec![c]));
         assert_eq!(
@@ -201,7 +243,11 @@ async fn after_a_restart_readiness_is_unknown_until_a_real_result_in_both_direct
         if want == PodReadiness::Ready {
             assert_eq!(n.manager.readiness("u"), want);
         } else {
-            assert_eq!(n.manager.readiness("u"), PodReadiness::Unknown, "one failure is no result");
+            assert_eq!(
+                n.manager.readiness("u"),
+                PodReadiness::Unknown,
+                "one failure is no result"
+            );
             run_for(25 * S).await;
             assert_eq!(n.manager.readiness("u"), want);
         }
@@ -213,11 +259,20 @@ async fn a_new_container_is_not_ready_until_its_readiness_succeeds() {
     let n = Node::steady().await;
     let ann = r#"{"c":{"readinessProbe":{"exec":{"command":["x"]},"initialDelaySeconds":5,"periodSeconds":1},
                        "startupProbe":{"exec":{"command":["x"]},"initialDelaySeconds":2,"periodSeconds":1}}}"#;
-    n.manager
-        .update_pod(pod("u", ann, vec![running(&n.clock, "c1", "c", 0, Duration::ZERO)]));
+    n.manager.update_pod(pod(
+        "u",
+        ann,
+        vec![running(&n.clock, "c1", "c", 0, Duration::ZERO)],
+    ));
     run_for(MS).await;
     assert!(
-        matches!(n.manager.readiness("u"), PodReadiness::NotReady { reason: "StartupProbeNotSucceeded", .. }),
+        matches!(
+            n.manager.readiness("u"),
+            PodReadiness::NotReady {
+                reason: "StartupProbeNotSucceeded",
+                ..
+            }
+        ),
         "{:?}",
         n.manager.readiness("u")
     );
@@ -257,7 +312,10 @@ async fn every_failed_errored_or_warned_probe_is_an_event_below_the_threshold_to
     assert!(matches!(probed[0], Probed::Failed(_)));
     assert!(matches!(probed[1], Probed::Errored(_)));
     assert!(matches!(probed[2], Probed::Warned(_)));
-    assert!(n.kills.done.lock().is_empty(), "one failure is below the threshold of 2");
+    assert!(
+        n.kills.done.lock().is_empty(),
+        "one failure is below the threshold of 2"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -275,19 +333,27 @@ async fn a_kill_records_killing_runs_the_prestop_hook_then_stops_with_the_grace_
         vec![("c", ContainerKind::Regular, Some(hook.clone()))],
     ));
     n.manager.update_pod(p);
-    n.script.set("c", ProbeType::Liveness, failure(), Duration::ZERO);
+    n.script
+        .set("c", ProbeType::Liveness, failure(), Duration::ZERO);
     run_for(10 * S).await;
     let runs = n.hooks.runs.lock().clone();
     assert_eq!(runs.len(), 1, "one hook run");
     assert_eq!((runs[0].0.as_str(), &runs[0].1), ("c1", &hook));
-    assert_eq!(runs[0].2, Duration::from_secs(30), "the hook gets the whole grace");
+    assert_eq!(
+        runs[0].2,
+        Duration::from_secs(30),
+        "the hook gets the whole grace"
+    );
     assert_eq!(
         n.kills.done.lock().clone(),
         vec![("c1".to_owned(), 26)],
         "30 s grace less the hook's 4 whole seconds"
     );
     let stopped = n.kills.at.lock()[0];
-    assert!(stopped >= runs[0].3 + Duration::from_millis(4_500), "the stop waited for the hook");
+    assert!(
+        stopped >= runs[0].3 + Duration::from_millis(4_500),
+        "the stop waited for the hook"
+    );
     let reasons: Vec<&'static str> = n
         .seen
         .0
@@ -307,10 +373,15 @@ async fn a_failing_or_slow_hook_never_holds_the_stop_past_the_grace() {
         &p,
         RestartPolicy::Always,
         Some(LIVE),
-        vec![("c", ContainerKind::Regular, Some(Hook::Sleep(Duration::from_secs(600))))],
+        vec![(
+            "c",
+            ContainerKind::Regular,
+            Some(Hook::Sleep(Duration::from_secs(600))),
+        )],
     ));
     n.manager.update_pod(p);
-    n.script.set("c", ProbeType::Liveness, failure(), Duration::ZERO);
+    n.script
+        .set("c", ProbeType::Liveness, failure(), Duration::ZERO);
     run_for(40 * S).await;
     assert_eq!(
         n.kills.done.lock().clone(),
@@ -328,7 +399,8 @@ async fn a_failing_or_slow_hook_never_holds_the_stop_past_the_grace() {
         vec![("c", ContainerKind::Regular, Some(Hook::Invalid("x".into())))],
     ));
     n.manager.update_pod(p);
-    n.script.set("c", ProbeType::Liveness, failure(), Duration::ZERO);
+    n.script
+        .set("c", ProbeType::Liveness, failure(), Duration::ZERO);
     run_for(5 * S).await;
     assert_eq!(n.kills.done.lock().clone(), vec![("c1".to_owned(), 30)]);
     let reasons: Vec<&'static str> = n
@@ -338,7 +410,10 @@ async fn a_failing_or_slow_hook_never_holds_the_stop_past_the_grace() {
         .iter()
         .filter_map(|e| e.recorded().map(|r| r.reason))
         .collect();
-    assert_eq!(reasons, vec!["Unhealthy", "Unhealthy", "Killing", "FailedPreStopHook"]);
+    assert_eq!(
+        reasons,
+        vec!["Unhealthy", "Unhealthy", "Killing", "FailedPreStopHook"]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -346,7 +421,8 @@ async fn without_the_apis_view_a_kill_runs_no_hook() {
     let n = Node::steady().await;
     n.manager
         .update_pod(pod("u", LIVE, vec![running(&n.clock, "c1", "c", 0, S)]));
-    n.script.set("c", ProbeType::Liveness, failure(), Duration::ZERO);
+    n.script
+        .set("c", ProbeType::Liveness, failure(), Duration::ZERO);
     run_for(5 * S).await;
     assert!(n.hooks.runs.lock().is_empty());
     assert_eq!(n.kills.done.lock().clone(), vec![("c1".to_owned(), 30)]);

@@ -72,7 +72,8 @@ pub(super) fn failure() -> ProbeVerdict {
 pub(super) fn success_with_warning() -> ProbeVerdict {
     ProbeVerdict::Result {
         result: ProbeResult::Success,
-        output: "Probe terminated redirects, Response body: <a href=\"http://0.0.0.0/\">Found</a>.".into(),
+        output: "Probe terminated redirects, Response body: <a href=\"http://0.0.0.0/\">Found</a>."
+            .into(),
         warning: true,
     }
 }
