@@ -15,10 +15,12 @@
 //! - [`apiserver`] adds what CRI lacks from the Kubernetes API (pod reflector), owns the
 //!   `podward.io/ready` readiness-gate condition and records kubelet's events; [`prestop`] runs a
 //!   container's preStop hook before a kill;
-//! - [`metrics`] keeps kubelet's metric names; [`config`], [`clock`] and [`run`] are the daemon.
+//! - [`metrics`] keeps kubelet's metric names (also on kubelet's `/metrics/probes`); [`config`],
+//!   [`clock`] and [`run`] are the daemon, [`cli`] its command line and the one-shot `status`.
 
 pub mod api;
 pub mod apiserver;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod event;

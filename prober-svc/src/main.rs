@@ -1,21 +1,34 @@
-//! `podward-prober`: flags → config → logs → [`podward_prober::run`] until SIGTERM.
+//! `podward-prober`: flags → config → logs → [`podward_prober::run`] until SIGTERM, or the
+//! one-shot `status` command.
 
 use anyhow::Context;
 use clap::Parser;
 use podward_api::daemon::{config, signal, telemetry};
-use podward_prober::{Args, Config};
+use podward_prober::Config;
+use podward_prober::cli::{Cli, Command, status_command};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let mut cfg: Config = config::load(args.config.as_deref(), &args).context("configuration")?;
-    // The downward API's usual variable, when neither the flag, PODWARD_PROBER_NODE_NAME nor
-    // the config file names the node.
-    if cfg.node_name.is_none() {
-        cfg.node_name = std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty());
+    let cli = Cli::parse();
+    let mut cfg: Config =
+        config::load(cli.args.config.as_deref(), &cli.args).context("configuration")?;
+    match cli.command {
+        Some(Command::Status { pod, json }) => {
+            // The status goes to stdout, an error to stderr (and exit status 1); no logs.
+            let out = status_command(&cfg.socket, pod.as_ref(), json).await?;
+            print!("{out}");
+            Ok(())
+        }
+        None => {
+            // The downward API's usual variable, when neither the flag, PODWARD_PROBER_NODE_NAME
+            // nor the config file names the node.
+            if cfg.node_name.is_none() {
+                cfg.node_name = std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty());
+            }
+            telemetry::init(cfg.log_format, &cfg.log_level)?;
+            podward_prober::run(cfg, signal::shutdown())
+                .await
+                .context("podward-prober")
+        }
     }
-    telemetry::init(cfg.log_format, &cfg.log_level)?;
-    podward_prober::run(cfg, signal::shutdown())
-        .await
-        .context("podward-prober")
 }

@@ -4,5 +4,6 @@
 
 mod api;
 mod harness;
+mod kill_series;
 mod lifecycle;
 mod state_machine;

@@ -215,6 +215,7 @@ pub(super) struct Node {
     pub(super) seen: Arc<Seen>,
     pub(super) clock: Clock,
     pub(super) hub: Hub,
+    pub(super) metrics: Arc<Metrics>,
 }
 
 impl Node {
@@ -235,7 +236,7 @@ impl Node {
             events.clone(),
             clock,
         );
-        let manager = Manager::new(script.clone(), killer, events, metrics, clock);
+        let manager = Manager::new(script.clone(), killer, events, metrics.clone(), clock);
         Node {
             manager,
             script,
@@ -244,6 +245,7 @@ impl Node {
             seen,
             clock,
             hub,
+            metrics,
         }
     }
 
