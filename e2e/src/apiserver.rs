@@ -178,6 +178,11 @@ impl MockApiServer {
         self.shared.store.lock().pod(uid)
     }
 
+    /// The UID of pod `namespace/name`, if the mock has it.
+    pub fn pod_uid(&self, namespace: &str, name: &str) -> Option<String> {
+        self.shared.store.lock().uid_of(namespace, name)
+    }
+
     /// Every request so far.
     pub fn requests(&self) -> Vec<Recorded> {
         self.shared.requests.lock().clone()

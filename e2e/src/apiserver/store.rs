@@ -89,6 +89,10 @@ impl Store {
         self.put_pod(pod)
     }
 
+    pub(crate) fn uid_of(&self, ns: &str, name: &str) -> Option<String> {
+        self.by_name.get(&(ns.to_owned(), name.to_owned())).cloned()
+    }
+
     pub(crate) fn pod(&self, uid: &str) -> Option<Value> {
         self.pods.get(uid).cloned()
     }
