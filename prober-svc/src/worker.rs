@@ -394,6 +394,7 @@ impl Worker {
         if below {
             return true;
         }
+        self.status.lock().verdict = true;
         self.set(&pod, &c, result, &output);
         if (self.key.ty == ProbeType::Liveness && result == ProbeResult::Failure)
             || self.key.ty == ProbeType::Startup

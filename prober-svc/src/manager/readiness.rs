@@ -96,6 +96,16 @@ impl Manager {
                             .then(|| st.last_output.clone())
                     })
                 };
+                // A container that was running before this prober started, and whose probes
+                // have not reached a verdict (a threshold) under this prober: its initial
+                // value (kubelet's, for a container within the restart grace) is no result;
+                // the API's condition stands.
+                let unprobed = |w: Option<&super::WorkerEntry>| {
+                    c.state == crate::model::RunState::Running
+                        && c.started_at_ns > 0
+                        && c.started_at_ns < self.state.clock.start_ns()
+                        && w.is_some_and(|w| !w.status.lock().verdict)
+                };
                 let verdict = if startup.is_some() {
                     match result(ProbeType::Startup) {
                         Some(ProbeResult::Success) => None,
@@ -106,6 +116,7 @@ impl Manager {
                         Some(_) if c.state != crate::model::RunState::Running => {
                             Some(Verdict::NotReady(REASON_NOT_RUNNING, not_running(name)))
                         }
+                        Some(_) if unprobed(startup) => Some(Verdict::Unknown),
                         Some(_) => Some(Verdict::NotReady(
                             REASON_STARTUP,
                             probe_message(name, ProbeType::Startup, output(startup)),
@@ -133,6 +144,7 @@ impl Manager {
                         Some(_) if c.state != crate::model::RunState::Running => {
                             Verdict::NotReady(REASON_NOT_RUNNING, not_running(name))
                         }
+                        Some(_) if unprobed(readiness) => Verdict::Unknown,
                         Some(_) => Verdict::NotReady(
                             REASON_READINESS,
                             probe_message(name, ProbeType::Readiness, output(readiness)),

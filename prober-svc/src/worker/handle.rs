@@ -107,4 +107,7 @@ pub struct WorkerStatus {
     pub on_hold: bool,
     /// Probes run by this worker.
     pub probes_run: u64,
+    /// Whether this worker's own probes reached a verdict (a threshold) for this instance; an
+    /// initial value is none (the readiness gate keeps the API's condition until one).
+    pub verdict: bool,
 }

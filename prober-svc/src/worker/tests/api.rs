@@ -255,6 +255,41 @@ async fn after_a_restart_readiness_is_unknown_until_a_real_result_in_both_direct
 }
 
 #[tokio::test(start_paused = true)]
+async fn after_a_restart_a_container_started_within_the_restart_grace_is_unknown_until_a_verdict() {
+    // Started 2 s before this prober: kubelet's restart grace makes it "new" (initial value
+    // Failure), but that is no result the gate may write; a verdict (a threshold) is.
+    for (answer, ready) in [(success(), true), (failure(), false)] {
+        let n = Node::started(Duration::from_secs(1)).await;
+        let ann = r#"{"c":{"readinessProbe":{"exec":{"command":["x"]},"periodSeconds":1}}}"#;
+        n.script
+            .set("c", ProbeType::Readiness, answer, Duration::from_millis(10));
+        let c = running(&n.clock, "c1", "c", 0, Duration::from_secs(3));
+        n.manager.update_pod(pod("u", ann, vec![c]));
+        run_for(MS).await;
+        assert_eq!(n.manager.readiness("u"), PodReadiness::Unknown);
+        // Two failures are below failureThreshold 3: still no verdict.
+        run_for(2 * S).await;
+        if ready {
+            assert_eq!(n.manager.readiness("u"), PodReadiness::Ready);
+        } else {
+            assert_eq!(n.manager.readiness("u"), PodReadiness::Unknown);
+            run_for(3 * S).await;
+            assert!(
+                matches!(
+                    n.manager.readiness("u"),
+                    PodReadiness::NotReady {
+                        reason: REASON_READINESS,
+                        ..
+                    }
+                ),
+                "{:?}",
+                n.manager.readiness("u")
+            );
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_new_container_is_not_ready_until_its_readiness_succeeds() {
     let n = Node::steady().await;
     let ann = r#"{"c":{"readinessProbe":{"exec":{"command":["x"]},"initialDelaySeconds":5,"periodSeconds":1},
