@@ -50,6 +50,9 @@ pub const FIELD_MANAGER: &str = "podward-prober";
 /// Condition writes in flight at once (each for a different pod).
 pub const MAX_IN_FLIGHT: usize = 8;
 
+/// Queued pods looked at per pass of the writer (their readiness asked, outside the lock).
+const LOOK: usize = 256;
+
 /// First retry delay after a failed write; doubles per failure up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_millis(250);
 const MAX_RETRY: Duration = Duration::from_secs(30);
@@ -334,6 +337,11 @@ impl Gate {
     }
 
     /// Starts the writes that are due; returns when the next pod in backoff becomes due.
+    ///
+    /// Looks at queued pods in passes of at most [`LOOK`] until the queue is drained or
+    /// [`MAX_IN_FLIGHT`] writes are in flight: pods whose condition is already right cost no
+    /// slot, so a node where every pod was touched (a relist, a restart) is looked through at
+    /// once and a real change behind them is not kept waiting.
     fn dispatch(
         &self,
         tasks: &mut Tasks,
@@ -343,70 +351,93 @@ impl Gate {
     ) -> Option<Instant> {
         let now = Instant::now();
         let mut next_due: Option<Instant> = None;
-        // Pick the pods to look at (under the lock), then ask the manager (outside it).
-        let batch: Vec<String> = {
-            let mut st = self.inner.state.lock();
-            let mut batch = Vec::new();
-            let mut keep = VecDeque::new();
-            while let Some(uid) = st.queue.pop_front() {
-                let free = MAX_IN_FLIGHT.saturating_sub(tasks.set.len() + batch.len());
-                if free == 0 || st.in_flight.contains(&uid) {
-                    keep.push_back(uid);
-                    continue;
-                }
-                let Some(pod) = st.pods.get(&uid) else {
-                    st.queued.remove(&uid);
-                    continue;
-                };
-                if let Some(t) = pod.not_before.filter(|t| *t > now) {
-                    next_due = Some(next_due.map_or(t, |n| n.min(t)));
-                    keep.push_back(uid);
-                    continue;
-                }
-                st.queued.remove(&uid);
-                st.in_flight.insert(uid.clone());
-                batch.push(uid);
+        loop {
+            if tasks.set.len() >= MAX_IN_FLIGHT {
+                break;
             }
-            st.queue = keep;
-            batch
-        };
-        let plans: Vec<(String, Option<Wanted>)> = batch
-            .into_iter()
-            .map(|uid| {
-                let want = desired(source.readiness(&uid));
-                (uid, want)
-            })
-            .collect();
-        let mut st = self.inner.state.lock();
-        for (uid, want) in plans {
-            let planned = match (want, st.pods.get(&uid)) {
-                (Some(want), Some(pod)) => plan(&uid, pod, want, clock),
-                _ => None,
-            };
-            match planned {
-                None => {
-                    st.in_flight.remove(&uid);
+            // Pick the pods to look at (under the lock), then ask the manager (outside it).
+            let batch: Vec<String> = {
+                let mut st = self.inner.state.lock();
+                let mut batch = Vec::new();
+                let mut skipped = VecDeque::new();
+                while batch.len() < LOOK {
+                    let Some(uid) = st.queue.pop_front() else {
+                        break;
+                    };
+                    if st.in_flight.contains(&uid) {
+                        skipped.push_back(uid);
+                        continue;
+                    }
+                    let Some(pod) = st.pods.get(&uid) else {
+                        st.queued.remove(&uid);
+                        continue;
+                    };
+                    if let Some(t) = pod.not_before.filter(|t| *t > now) {
+                        next_due = Some(next_due.map_or(t, |n| n.min(t)));
+                        skipped.push_back(uid);
+                        continue;
+                    }
+                    st.queued.remove(&uid);
+                    st.in_flight.insert(uid.clone());
+                    batch.push(uid);
                 }
-                Some(p) => {
-                    let Planned {
-                        uid,
-                        target,
-                        condition,
-                    } = p;
-                    let ty = self.inner.condition_type.clone();
-                    let w = writer.clone();
-                    let key = uid.clone();
-                    let handle = tasks.set.spawn(async move {
-                        let outcome = w
-                            .write(&ty, &target, &condition)
-                            .await
-                            .map(|rv| (condition, rv));
-                        (uid, outcome)
-                    });
-                    tasks.ids.insert(handle.id(), key);
+                skipped.append(&mut st.queue);
+                st.queue = skipped;
+                batch
+            };
+            if batch.is_empty() {
+                break;
+            }
+            let plans: Vec<(String, Option<Wanted>)> = batch
+                .into_iter()
+                .map(|uid| {
+                    let want = desired(source.readiness(&uid));
+                    (uid, want)
+                })
+                .collect();
+            let mut st = self.inner.state.lock();
+            let mut requeue = Vec::new();
+            for (uid, want) in plans {
+                let planned = match (want, st.pods.get(&uid)) {
+                    (Some(want), Some(pod)) => plan(&uid, pod, want, clock),
+                    _ => None,
+                };
+                match planned {
+                    None => {
+                        st.in_flight.remove(&uid);
+                    }
+                    // No slot left: back to the front of the queue, looked at again first.
+                    Some(_) if tasks.set.len() >= MAX_IN_FLIGHT => {
+                        st.in_flight.remove(&uid);
+                        requeue.push(uid);
+                    }
+                    Some(p) => {
+                        let Planned {
+                            uid,
+                            target,
+                            condition,
+                        } = p;
+                        let ty = self.inner.condition_type.clone();
+                        let w = writer.clone();
+                        let key = uid.clone();
+                        let handle = tasks.set.spawn(async move {
+                            let outcome = w
+                                .write(&ty, &target, &condition)
+                                .await
+                                .map(|rv| (condition, rv));
+                            (uid, outcome)
+                        });
+                        tasks.ids.insert(handle.id(), key);
+                    }
+                }
+            }
+            for uid in requeue.into_iter().rev() {
+                if st.queued.insert(uid.clone()) {
+                    st.queue.push_front(uid);
                 }
             }
         }
+        let st = self.inner.state.lock();
         self.inner
             .metrics
             .gate_pending
