@@ -6,6 +6,8 @@
 //! - [`Driver`] / [`Pod`]: a small kubelet: runs pods over CRI with kubelet's labels and
 //!   annotations and restarts exited containers by their restart policy.
 //! - [`Daemon`]: a podward binary ([`bin_path`]) run as a child process.
+//! - [`apiserver::MockApiServer`]: a Kubernetes API server stand-in on loopback (pods, their
+//!   status, events) that the prober's kube-rs client talks to through a kubeconfig.
 //!
 //! Tests need root (the development machines and CI run as root).
 //!
@@ -31,6 +33,7 @@
 //! in parallel. The images are built once per machine into [`image_cache_dir`]. A node whose
 //! test process was killed before `Drop` ran is swept by the next [`TestNode::start`].
 
+pub mod apiserver;
 mod binaries;
 mod cleanup;
 mod daemon;

@@ -232,7 +232,17 @@ fn chart_defaults_render_match_the_daemons_and_keep_their_promises() {
     let (objects, notes) = render(None);
     assert_eq!(
         kinds(&objects),
-        BTreeSet::from(["DaemonSet".to_owned(), "ServiceAccount".to_owned()])
+        BTreeSet::from(
+            [
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "DaemonSet",
+                "ServiceAccount",
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding"
+            ]
+            .map(str::to_owned)
+        )
     );
     let ds = find(&objects, "DaemonSet").expect("DaemonSet");
     check_args_against_binaries(ds);
@@ -244,9 +254,29 @@ fn chart_defaults_render_match_the_daemons_and_keep_their_promises() {
         "the housekeeper signals PIDs read from cgroup.procs"
     );
     assert_eq!(
-        pod["automountServiceAccountToken"], false,
-        "no API access by default"
+        pod["automountServiceAccountToken"], true,
+        "the prober uses the Kubernetes API by default (readiness gate, events, pod spec)"
     );
+    let prober = container(ds, "prober");
+    assert_eq!(
+        arg_value(prober, "--node-name").as_deref(),
+        Some("$(NODE_NAME)")
+    );
+    let node_env = prober["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "NODE_NAME")
+        .expect("NODE_NAME");
+    assert_eq!(
+        node_env["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName",
+        "the node name from the downward API"
+    );
+    assert_eq!(
+        arg_value(prober, "--readiness-gate-condition").as_deref(),
+        Some("podward.io/ready")
+    );
+    check_prober_rbac(&objects);
     assert_eq!(pod["priorityClassName"], "system-node-critical");
     assert!(
         pod["tolerations"]
@@ -372,6 +402,50 @@ fn chart_defaults_render_match_the_daemons_and_keep_their_promises() {
     );
 }
 
+/// RBAC: exactly what the prober's Kubernetes API side uses (pods get/list/watch, pods/status
+/// patch, events create/patch), no wildcards, nothing else.
+fn check_prober_rbac(objects: &[Value]) {
+    let role = find(objects, "ClusterRole").expect("ClusterRole");
+    let mut got: Vec<(String, String, Vec<String>)> = role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .flat_map(|rule| {
+            let groups = strs(&rule["apiGroups"]);
+            let verbs = strs(&rule["verbs"]);
+            strs(&rule["resources"]).into_iter().flat_map(move |r| {
+                let verbs = verbs.clone();
+                groups
+                    .clone()
+                    .into_iter()
+                    .map(move |g| (g, r.clone(), verbs.clone()))
+            })
+        })
+        .collect();
+    got.sort();
+    let want = |g: &str, r: &str, v: &[&str]| {
+        (
+            g.to_owned(),
+            r.to_owned(),
+            v.iter().map(|v| (*v).to_owned()).collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(
+        got,
+        [
+            want("", "pods", &["get", "list", "watch"]),
+            want("", "pods/status", &["patch"]),
+            want("events.k8s.io", "events", &["create", "patch"]),
+        ]
+    );
+    let k = kinds(objects);
+    assert!(
+        !k.contains("Role") && !k.contains("RoleBinding"),
+        "one ClusterRole, no namespaced duplicates: {k:?}"
+    );
+    assert!(k.contains("ValidatingAdmissionPolicy"), "own node only");
+}
+
 #[test]
 fn chart_all_options_render_match_the_daemons() {
     let (objects, notes) = render(Some("charts/tests/values-all-on.yaml"));
@@ -395,25 +469,9 @@ fn chart_all_options_render_match_the_daemons() {
     let pod = &ds["spec"]["template"]["spec"];
     assert_eq!(
         pod["automountServiceAccountToken"], true,
-        "readiness mirroring needs the token"
+        "the Kubernetes API side needs the token"
     );
-
-    // RBAC: only what readiness mirroring uses, no wildcards.
-    let role = find(&objects, "ClusterRole").expect("ClusterRole");
-    for rule in role["rules"].as_array().expect("rules") {
-        let res = strs(&rule["resources"]);
-        let verbs = strs(&rule["verbs"]);
-        assert!(
-            res.iter().all(|r| r == "pods" || r == "pods/status"),
-            "{res:?}"
-        );
-        assert!(
-            !verbs
-                .iter()
-                .any(|v| v == "*" || v == "delete" || v == "create"),
-            "{verbs:?}"
-        );
-    }
+    check_prober_rbac(&objects);
 
     // The installer writes only the two host directories it mounts.
     let init = &pod["initContainers"][0];

@@ -223,6 +223,10 @@ impl PodPlan {
                     None if e["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP" => {
                         HOST_IP.to_owned()
                     }
+                    // No API server here: the prober's API side retries in the background.
+                    None if e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName" => {
+                        "chart-test-node".to_owned()
+                    }
                     None => panic!("{name}: env {key} has a source this test cannot supply"),
                 };
                 KeyValue { key, value }
@@ -262,7 +266,10 @@ impl PodPlan {
             command: strs(&c["command"]),
             args: strs(&c["args"])
                 .iter()
-                .map(|a| a.replace("$(PODWARD_HOST_IP)", HOST_IP))
+                .map(|a| {
+                    a.replace("$(PODWARD_HOST_IP)", HOST_IP)
+                        .replace("$(NODE_NAME)", "chart-test-node")
+                })
                 .collect(),
             envs: env,
             mounts,

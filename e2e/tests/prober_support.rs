@@ -21,6 +21,8 @@ pub(crate) struct Env {
     pub(crate) driver: Driver,
     pub(crate) prober_socket: PathBuf,
     pub(crate) prober_admin: SocketAddr,
+    /// Extra prober flags (kept for restarts).
+    pub(crate) prober_args: Vec<String>,
 }
 
 fn s(p: &std::path::Path) -> String {
@@ -29,6 +31,11 @@ fn s(p: &std::path::Path) -> String {
 
 impl Env {
     pub(crate) async fn start() -> Env {
+        Self::start_with(Vec::new()).await
+    }
+
+    /// A node whose prober also gets `prober_args`.
+    pub(crate) async fn start_with(prober_args: Vec<String>) -> Env {
         let node = TestNode::start().await.expect("node");
         let dir = node.dir().to_owned();
         let (cri, ctl) = (dir.join("shim.cri.sock"), dir.join("shim.ctl.sock"));
@@ -53,7 +60,7 @@ impl Env {
             .expect("shim healthy");
         let prober_socket = dir.join("prober.sock");
         let prober_admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-        let prober = spawn_prober(&node, &prober_socket, prober_admin).await;
+        let prober = spawn_prober(&node, &prober_socket, prober_admin, &prober_args).await;
         let driver = Driver::connect(&cri).await.expect("driver via the shim");
         Env {
             node,
@@ -62,6 +69,7 @@ impl Env {
             driver,
             prober_socket,
             prober_admin,
+            prober_args,
         }
     }
 
@@ -77,7 +85,13 @@ impl Env {
         .await;
         // A fresh admin port anyway: another test may have been handed the old one.
         self.prober_admin = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-        self.prober = spawn_prober(&self.node, &self.prober_socket, self.prober_admin).await;
+        self.prober = spawn_prober(
+            &self.node,
+            &self.prober_socket,
+            self.prober_admin,
+            &self.prober_args,
+        )
+        .await;
     }
 
     pub(crate) async fn client(&self) -> ProberClient<tonic::transport::Channel> {
@@ -125,25 +139,33 @@ impl Env {
     }
 }
 
-async fn spawn_prober(node: &TestNode, socket: &std::path::Path, admin: SocketAddr) -> Daemon {
+async fn spawn_prober(
+    node: &TestNode,
+    socket: &std::path::Path,
+    admin: SocketAddr,
+    extra: &[String],
+) -> Daemon {
     let dir = node.dir();
-    let d = Daemon::spawn(
-        "podward-prober",
-        &[
-            "--socket",
-            &s(socket),
-            "--shim-socket",
-            &s(&dir.join("shim.ctl.sock")),
-            "--containerd-socket",
-            &s(&node.containerd_socket()),
-            "--node-ip",
-            "127.0.0.1",
-            "--admin-addr",
-            &admin.to_string(),
-        ],
-    )
-    .await
-    .expect("spawn prober");
+    let mut args: Vec<String> = [
+        "--socket",
+        &s(socket),
+        "--shim-socket",
+        &s(&dir.join("shim.ctl.sock")),
+        "--containerd-socket",
+        &s(&node.containerd_socket()),
+        "--node-ip",
+        "127.0.0.1",
+        "--admin-addr",
+        &admin.to_string(),
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    args.extend(extra.iter().cloned());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let d = Daemon::spawn("podward-prober", &args)
+        .await
+        .expect("spawn prober");
     d.wait_healthy(admin, Duration::from_secs(60))
         .await
         .expect("prober healthy");

@@ -5,6 +5,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 
 use podward_api::daemon::telemetry::LogFormat;
+
+use crate::apiserver::{ApiSettings, DEFAULT_GATE_CONDITION};
 use podward_api::paths;
 use serde::{Deserialize, Serialize};
 
@@ -97,6 +99,47 @@ pub struct Args {
     #[arg(long, env = "PODWARD_PROBER_MAX_SUBSCRIBERS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_subscribers: Option<usize>,
+    /// This node's name, as the Kubernetes API knows it (spec.nodeName of its pods). Setting it
+    /// turns on the Kubernetes API side: the node's pod reflector, the readiness-gate
+    /// condition, kubelet's events and preStop hooks before kills. Without the flag, the
+    /// NODE_NAME environment variable (the downward API's usual name) is used.
+    #[arg(long, env = "PODWARD_PROBER_NODE_NAME")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+
+    /// kubeconfig file for the Kubernetes API. [default: the pod's service account
+    /// (in-cluster configuration)]
+    #[arg(long, env = "PODWARD_PROBER_KUBECONFIG")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Requests per second to the API server for pods and their status (kubelet's flag of the
+    /// same name): readiness-gate writes never exceed it. [default: 50]
+    #[arg(long, env = "PODWARD_PROBER_KUBE_API_QPS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kube_api_qps: Option<f64>,
+
+    /// Requests allowed in a burst above --kube-api-qps. [default: 100]
+    #[arg(long, env = "PODWARD_PROBER_KUBE_API_BURST")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kube_api_burst: Option<u32>,
+
+    /// Kubernetes events per second the prober may create or update (kubelet's --event-qps);
+    /// separate from --kube-api-qps so events never delay readiness writes. [default: 50]
+    #[arg(long, env = "PODWARD_PROBER_EVENT_QPS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_qps: Option<f64>,
+
+    /// Events allowed in a burst above --event-qps. [default: 100]
+    #[arg(long, env = "PODWARD_PROBER_EVENT_BURST")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_burst: Option<u32>,
+
+    /// The pod condition type the prober owns for pods that list it in
+    /// spec.readinessGates. [default: podward.io/ready]
+    #[arg(long, env = "PODWARD_PROBER_READINESS_GATE_CONDITION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub readiness_gate_condition: Option<String>,
 
     /// Log format. [default: text]
     #[arg(long, env = "PODWARD_PROBER_LOG_FORMAT", value_enum)]
@@ -135,6 +178,20 @@ pub struct Config {
     pub probe_host_policy: HostPolicy,
     /// Most Watch subscribers at once.
     pub max_subscribers: usize,
+    /// This node's name; `None` leaves the Kubernetes API unused.
+    pub node_name: Option<String>,
+    /// kubeconfig file; `None`: in-cluster.
+    pub kubeconfig: Option<PathBuf>,
+    /// API requests per second for pods and status.
+    pub kube_api_qps: f64,
+    /// Burst above `kube_api_qps`.
+    pub kube_api_burst: u32,
+    /// Event writes per second.
+    pub event_qps: f64,
+    /// Burst above `event_qps`.
+    pub event_burst: u32,
+    /// The readiness-gate condition type.
+    pub readiness_gate_condition: String,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter.
@@ -155,13 +212,82 @@ impl Default for Config {
             poll_interval_seconds: 2,
             probe_host_policy: HostPolicy::DenyLocal,
             max_subscribers: crate::api::MAX_SUBSCRIBERS,
+            node_name: None,
+            kubeconfig: None,
+            kube_api_qps: 50.0,
+            kube_api_burst: 100,
+            event_qps: 50.0,
+            event_burst: 100,
+            readiness_gate_condition: DEFAULT_GATE_CONDITION.to_owned(),
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
         }
     }
 }
 
+/// A setting that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid setting {setting}: {message}")]
+pub struct InvalidSetting {
+    /// The flag.
+    pub setting: &'static str,
+    /// Why.
+    pub message: String,
+}
+
 impl Config {
+    /// How to use the Kubernetes API; `None` without a node name (the API side stays off).
+    pub fn api_settings(&self) -> Result<Option<ApiSettings>, InvalidSetting> {
+        let rate = |setting: &'static str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(v)
+            } else {
+                Err(InvalidSetting {
+                    setting,
+                    message: format!("{v} is not a positive number"),
+                })
+            }
+        };
+        let burst = |setting: &'static str, v: u32| {
+            if v > 0 {
+                Ok(v)
+            } else {
+                Err(InvalidSetting {
+                    setting,
+                    message: "must be at least 1".to_owned(),
+                })
+            }
+        };
+        let qps = rate("--kube-api-qps", self.kube_api_qps)?;
+        let event_qps = rate("--event-qps", self.event_qps)?;
+        let kube_burst = burst("--kube-api-burst", self.kube_api_burst)?;
+        let event_burst = burst("--event-burst", self.event_burst)?;
+        let gate = self.readiness_gate_condition.trim();
+        if gate.is_empty() || gate.chars().any(char::is_whitespace) {
+            return Err(InvalidSetting {
+                setting: "--readiness-gate-condition",
+                message: format!("{gate:?} is not a condition type"),
+            });
+        }
+        let Some(node) = self
+            .node_name
+            .as_deref()
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+        else {
+            return Ok(None);
+        };
+        Ok(Some(ApiSettings {
+            node_name: node.to_owned(),
+            kubeconfig: self.kubeconfig.clone(),
+            qps,
+            burst: kube_burst,
+            event_qps,
+            event_burst,
+            gate_condition: gate.to_owned(),
+        }))
+    }
+
     /// The node IP to probe host-network pods at: the configured one, else detected.
     pub fn node_ip(&self) -> IpAddr {
         self.node_ip.unwrap_or_else(detect_node_ip)
@@ -202,6 +328,40 @@ mod tests {
         assert_eq!(c.node_ip, Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
         assert_eq!(c.kube_version, "1.30");
         assert_eq!(c.socket, Config::default().socket);
+    }
+
+    #[test]
+    fn the_api_side_needs_a_node_name_and_sane_rates() {
+        let load = |argv: &[&str]| -> Config {
+            let mut all = vec!["podward-prober"];
+            all.extend_from_slice(argv);
+            let args = Args::try_parse_from(all).expect("parse");
+            podward_api::daemon::config::load(None, &args).expect("load")
+        };
+        assert_eq!(load(&[]).api_settings(), Ok(None));
+        let s = load(&[
+            "--node-name",
+            "node-a",
+            "--kube-api-qps",
+            "5",
+            "--kube-api-burst",
+            "10",
+        ])
+        .api_settings()
+        .expect("valid")
+        .expect("on");
+        assert_eq!(s.node_name, "node-a");
+        assert_eq!((s.qps, s.burst), (5.0, 10));
+        assert_eq!((s.event_qps, s.event_burst), (50.0, 100));
+        assert_eq!(s.gate_condition, "podward.io/ready");
+        assert_eq!(s.kubeconfig, None);
+        let bad = load(&["--node-name", "n", "--kube-api-qps", "0"]).api_settings();
+        assert_eq!(bad.map_err(|e| e.setting), Err("--kube-api-qps"));
+        let bad = load(&["--node-name", "n", "--readiness-gate-condition", " "]).api_settings();
+        assert_eq!(
+            bad.map_err(|e| e.setting),
+            Err("--readiness-gate-condition")
+        );
     }
 
     #[test]

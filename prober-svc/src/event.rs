@@ -3,12 +3,14 @@
 //! and [`Events`] hands it to every [`EventSink`].
 //!
 //! Events are built here, next to the sinks, and nowhere else: the manager and the kill path say
-//! what happened, the sinks decide what to do with it. Today the one sink is the `Watch` hub
-//! (`crate::hub`); a Kubernetes event recorder (kubelet's `Killing`, `Unhealthy`, `ProbeWarning`)
-//! is another sink of the same events.
+//! what happened, the sinks decide what to do with it. The `Watch` hub (`crate::hub`) takes result
+//! changes and kill records ([`Event::on_watch`]); the Kubernetes event recorder
+//! (`crate::apiserver::events`) takes what kubelet's recorder would record ([`Event::recorded`]):
+//! `Unhealthy` and `ProbeWarning` for single probes, `Killing`, `FailedPreStopHook`.
 
 use std::sync::Arc;
 
+use crate::model::api::ContainerKind;
 use crate::model::{ContainerInfo, PodInfo};
 use crate::results::ProbeResult;
 use crate::spec::ProbeType;
@@ -16,6 +18,15 @@ use crate::stopper::StopError;
 
 /// kubelet's event reason for a container it stops (`events.KillingContainer`).
 pub const REASON_KILLING: &str = "Killing";
+
+/// kubelet's event reason for a failed or errored probe (`events.ContainerUnhealthy`).
+pub const REASON_UNHEALTHY: &str = "Unhealthy";
+
+/// kubelet's event reason for a probe that succeeded with a warning (`events.ContainerProbeWarning`).
+pub const REASON_PROBE_WARNING: &str = "ProbeWarning";
+
+/// kubelet's event reason for a preStop hook that failed (`events.FailedPreStopHook`).
+pub const REASON_FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
 
 /// One thing that happened to one probe of one container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +41,9 @@ pub struct Event {
     pub container_name: String,
     /// The container instance's runtime ID.
     pub container_id: String,
+    /// The container is declared in `spec.initContainers` (a sidecar), as far as the prober
+    /// knows the pod spec: Kubernetes events name it `spec.initContainers{name}`.
+    pub init_container: bool,
     /// The probe concerned.
     pub probe: ProbeType,
     /// When it happened, Unix ns.
@@ -50,6 +64,38 @@ pub enum EventKind {
     },
     /// The container was stopped after its liveness or startup probe failed at threshold.
     Kill(Kill),
+    /// One probe run that kubelet reports with an event of its own (a failure, an error, a
+    /// warning), whether or not it changed the result.
+    Probed(Probed),
+    /// A kill begins: kubelet records `Killing` before the preStop hook and the stop.
+    Killing {
+        /// kubelet's message ("Container web failed liveness probe, will be restarted").
+        message: String,
+    },
+    /// The container's preStop hook failed (the stop went ahead).
+    PreStopFailed,
+}
+
+/// A probe run kubelet records an event for (`prober.probe` in kubelet's `prober.go`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probed {
+    /// The probe failed with this output.
+    Failed(String),
+    /// The handler errored on every attempt with this message (the result is discarded).
+    Errored(String),
+    /// The probe succeeded with a warning (an HTTP redirect to another host), with this output.
+    Warned(String),
+}
+
+/// What kubelet's event recorder would record for an [`Event`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// `Warning` rather than `Normal`.
+    pub warning: bool,
+    /// The event's reason (`Unhealthy`...).
+    pub reason: &'static str,
+    /// kubelet's message text.
+    pub message: String,
 }
 
 /// One probe-triggered stop of a container, as `Status` and `Watch` report it.
@@ -91,34 +137,89 @@ impl Event {
         Self::about(pod, c, kill.probe, kill.issued_at_ns, EventKind::Kill(kill))
     }
 
+    /// One `ty` probe of container `c` of `pod` ran with an outcome kubelet records.
+    pub fn probed(
+        pod: &PodInfo,
+        c: &ContainerInfo,
+        ty: ProbeType,
+        probed: Probed,
+        at_ns: i64,
+    ) -> Self {
+        Self::about(pod, c, ty, at_ns, EventKind::Probed(probed))
+    }
+
+    /// The kill of container `c` of `pod` (for its `ty` probe) begins.
+    pub fn killing(pod: &PodInfo, c: &ContainerInfo, ty: ProbeType, at_ns: i64) -> Self {
+        let message = killing_message(&c.name, ty);
+        Self::about(pod, c, ty, at_ns, EventKind::Killing { message })
+    }
+
+    /// The preStop hook of container `c` of `pod` failed during a kill for its `ty` probe.
+    pub fn pre_stop_failed(pod: &PodInfo, c: &ContainerInfo, ty: ProbeType, at_ns: i64) -> Self {
+        Self::about(pod, c, ty, at_ns, EventKind::PreStopFailed)
+    }
+
     fn about(pod: &PodInfo, c: &ContainerInfo, ty: ProbeType, at_ns: i64, kind: EventKind) -> Self {
+        let init_container = pod
+            .api
+            .as_ref()
+            .and_then(|a| a.container(&c.name))
+            .is_some_and(|a| a.kind != ContainerKind::Regular);
         Self {
             pod_uid: pod.uid.clone(),
             pod_name: pod.name.clone(),
             pod_namespace: pod.namespace.clone(),
             container_name: c.name.clone(),
             container_id: c.id.to_string(),
+            init_container,
             probe: ty,
             at_ns,
             kind,
         }
     }
 
-    /// kubelet's event reason, where kubelet records an event for this (`None` for result
-    /// changes, which kubelet keeps in the pod status instead).
-    pub fn reason(&self) -> Option<&'static str> {
-        match self.kind {
-            EventKind::Result { .. } => None,
-            EventKind::Kill(_) => Some(REASON_KILLING),
-        }
+    /// Whether the `Watch` API carries this event: result changes and kill records (what
+    /// kubelet keeps in the pod status), not the per-probe notes kubelet records as events.
+    pub fn on_watch(&self) -> bool {
+        matches!(self.kind, EventKind::Result { .. } | EventKind::Kill(_))
     }
 
-    /// kubelet's message for the event, where [`Event::reason`] names one.
-    pub fn message(&self) -> Option<&str> {
-        match &self.kind {
-            EventKind::Result { .. } => None,
-            EventKind::Kill(k) => Some(&k.message),
-        }
+    /// What kubelet's event recorder records for this, with kubelet's type, reason and message
+    /// (`prober.go` for single probes, `killContainer` in `kuberuntime_container.go` for kills
+    /// and hooks); `None` for result changes and kill records, which kubelet keeps in the pod
+    /// status instead.
+    pub fn recorded(&self) -> Option<Recorded> {
+        let probe = self.probe.name();
+        let (warning, reason, message) = match &self.kind {
+            EventKind::Result { .. } | EventKind::Kill(_) => return None,
+            EventKind::Probed(Probed::Failed(output)) => (
+                true,
+                REASON_UNHEALTHY,
+                format!("{probe} probe failed: {output}"),
+            ),
+            EventKind::Probed(Probed::Errored(error)) => (
+                true,
+                REASON_UNHEALTHY,
+                format!("{probe} probe errored and resulted in unknown state: {error}"),
+            ),
+            EventKind::Probed(Probed::Warned(output)) => (
+                true,
+                REASON_PROBE_WARNING,
+                format!("{probe} probe warning: {output}"),
+            ),
+            EventKind::Killing { message } => (false, REASON_KILLING, message.clone()),
+            // kubelet leaves the hook's output out of the event so that secrets cannot leak.
+            EventKind::PreStopFailed => (
+                true,
+                REASON_FAILED_PRE_STOP_HOOK,
+                "PreStopHook failed".to_owned(),
+            ),
+        };
+        Some(Recorded {
+            warning,
+            reason,
+            message,
+        })
     }
 
     /// The probe output this event carries.
@@ -126,6 +227,8 @@ impl Event {
         match &self.kind {
             EventKind::Result { output, .. } => output,
             EventKind::Kill(k) => &k.output,
+            EventKind::Probed(Probed::Failed(o) | Probed::Errored(o) | Probed::Warned(o)) => o,
+            EventKind::Killing { .. } | EventKind::PreStopFailed => "",
         }
     }
 }
@@ -181,6 +284,7 @@ mod tests {
             pod_namespace: "ns".into(),
             container_name: "web".into(),
             container_id: "c1".into(),
+            init_container: false,
             probe: ProbeType::Liveness,
             at_ns: 1,
             kind,
@@ -188,7 +292,7 @@ mod tests {
     }
 
     #[test]
-    fn kills_carry_kubelets_reason_and_message_and_results_none() {
+    fn kubelets_texts_for_what_it_records_and_nothing_for_results_and_kill_records() {
         assert_eq!(
             killing_message("web", ProbeType::Liveness),
             "Container web failed liveness probe, will be restarted"
@@ -196,6 +300,55 @@ mod tests {
         assert_eq!(
             killing_message("web", ProbeType::Startup),
             "Container web failed startup probe, will be restarted"
+        );
+        let recorded = |kind| {
+            event(kind)
+                .recorded()
+                .map(|r| (r.warning, r.reason, r.message))
+        };
+        assert_eq!(
+            recorded(EventKind::Killing {
+                message: killing_message("web", ProbeType::Liveness)
+            }),
+            Some((
+                false,
+                "Killing",
+                "Container web failed liveness probe, will be restarted".into()
+            ))
+        );
+        assert_eq!(
+            recorded(EventKind::Probed(Probed::Failed(
+                "HTTP probe failed with statuscode: 500".into()
+            ))),
+            Some((
+                true,
+                "Unhealthy",
+                "Liveness probe failed: HTTP probe failed with statuscode: 500".into()
+            ))
+        );
+        assert_eq!(
+            recorded(EventKind::Probed(Probed::Errored(
+                "strconv.Atoi: parsing \"http\": invalid syntax".into()
+            ))),
+            Some((
+                true,
+                "Unhealthy",
+                "Liveness probe errored and resulted in unknown state: strconv.Atoi: parsing \"http\": invalid syntax".into()
+            ))
+        );
+        assert_eq!(
+            recorded(EventKind::Probed(Probed::Warned(
+                "Probe terminated redirects, Response body: x".into()
+            ))),
+            Some((
+                true,
+                "ProbeWarning",
+                "Liveness probe warning: Probe terminated redirects, Response body: x".into()
+            ))
+        );
+        assert_eq!(
+            recorded(EventKind::PreStopFailed),
+            Some((true, "FailedPreStopHook", "PreStopHook failed".into()))
         );
         let kill = event(EventKind::Kill(Kill {
             container_id: "c1".into(),
@@ -206,17 +359,14 @@ mod tests {
             issued_at_ns: 1,
             error: None,
         }));
-        assert_eq!(kill.reason(), Some("Killing"));
-        assert_eq!(
-            kill.message(),
-            Some("Container web failed liveness probe, will be restarted")
-        );
+        assert!(kill.on_watch() && kill.recorded().is_none());
         assert_eq!(kill.output(), "HTTP probe failed with statuscode: 500");
         let result = event(EventKind::Result {
             result: ProbeResult::Failure,
             output: "refused".into(),
         });
-        assert_eq!((result.reason(), result.message()), (None, None));
+        assert!(result.on_watch() && result.recorded().is_none());
         assert_eq!(result.output(), "refused");
+        assert!(!event(EventKind::PreStopFailed).on_watch());
     }
 }

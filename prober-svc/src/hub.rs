@@ -67,7 +67,9 @@ impl Hub {
 
 impl EventSink for Hub {
     fn publish(&self, event: &Event) {
-        self.send(wire::event(event));
+        if let Some(ev) = wire::event(event) {
+            self.send(ev);
+        }
     }
 }
 

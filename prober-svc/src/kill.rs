@@ -3,6 +3,10 @@
 //! and logs, counts, records (for `Status`) and publishes (an [`Event`]) what it did. kubelet then
 //! restarts the container by its restart policy.
 //!
+//! In kubelet's order (`killContainer`): the `Killing` event, then the container's preStop hook
+//! when the pod spec has one (`crate::prestop`; bounded by the grace period), then
+//! `StopContainer` with the grace that is left.
+//!
 //! Workers only decide that a kill is due; the manager only forwards that decision here.
 //!
 //! The `podward_prober_kills_total` series of a pod go when the pod goes ([`Killer::forget_pod`]),
@@ -19,6 +23,7 @@ use crate::event::{Event, Events, Kill, killing_message};
 use crate::handler::output::capped;
 use crate::metrics::Metrics;
 use crate::model::{ContainerInfo, PodInfo};
+use crate::prestop::{HookRunner, grace_after_hook};
 use crate::spec::{ProbeSpec, ProbeType};
 use crate::stopper::Stopper;
 
@@ -57,6 +62,8 @@ pub struct Killer {
 
 struct Inner {
     stopper: Arc<dyn Stopper>,
+    /// Runs preStop hooks; `None` skips them (tests of the plain stop).
+    hooks: Option<Arc<dyn HookRunner>>,
     metrics: Arc<Metrics>,
     events: Events,
     clock: Clock,
@@ -71,9 +78,11 @@ struct Inner {
 }
 
 impl Killer {
-    /// Kills through `stopper`, counting in `metrics` and publishing to `events`.
+    /// Kills through `stopper` after running preStop hooks through `hooks`, counting in
+    /// `metrics` and publishing to `events`.
     pub fn new(
         stopper: Arc<dyn Stopper>,
+        hooks: Option<Arc<dyn HookRunner>>,
         metrics: Arc<Metrics>,
         events: Events,
         clock: Clock,
@@ -81,6 +90,7 @@ impl Killer {
         Self {
             inner: Arc::new(Inner {
                 stopper,
+                hooks,
                 metrics,
                 events,
                 clock,
@@ -111,7 +121,10 @@ impl Killer {
         {
             return; // never kill the same instance twice
         }
-        let grace = grace_seconds(spec, c.pod_grace_seconds);
+        let pod_grace = c
+            .pod_grace_seconds
+            .or_else(|| pod.api.as_ref().and_then(|a| a.grace_seconds));
+        let grace = grace_seconds(spec, pod_grace);
         let message = killing_message(&c.name, ty);
         tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
             container_id = %c.id, probe = ty.name(), grace_seconds = grace, output = %output,
@@ -134,7 +147,11 @@ impl Killer {
         let c = c.clone();
         let output = capped(output).to_owned();
         tokio::spawn(async move {
-            // The record carries when the kill was issued; it is published once StopContainer
+            inner
+                .events
+                .publish(Event::killing(&pod, &c, ty, inner.clock.now_ns()));
+            let grace = inner.pre_stop(&pod, &c, ty, grace).await;
+            // The record carries when the stop was issued; it is published once StopContainer
             // returns (after up to `grace` seconds), with its error if any.
             let issued_at_ns = inner.clock.now_ns();
             let res = inner.stopper.stop_container(c.id.to_string(), grace).await;
@@ -186,5 +203,43 @@ impl Killer {
                 let _ = self.inner.metrics.kills.remove_label_values(&labels);
             }
         }
+    }
+}
+
+impl Inner {
+    /// Runs container `c`'s preStop hook, if the pod spec has one, within `grace` seconds;
+    /// returns the grace left for the stop (kubelet's `executePreStopHook`).
+    async fn pre_stop(&self, pod: &PodInfo, c: &ContainerInfo, ty: ProbeType, grace: i64) -> i64 {
+        let (Some(hooks), Some(hook)) = (
+            &self.hooks,
+            pod.api.as_ref().and_then(|a| a.pre_stop(&c.name)),
+        ) else {
+            return grace;
+        };
+        if grace <= 0 {
+            return grace;
+        }
+        let budget = std::time::Duration::from_secs(grace.unsigned_abs());
+        tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
+            container_id = %c.id, grace_seconds = grace, "running the preStop hook");
+        let began = tokio::time::Instant::now();
+        match tokio::time::timeout(budget, hooks.run(hook, pod, c, budget)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
+                    container_id = %c.id, error = %e, "preStop hook failed; stopping the container anyway");
+                self.events
+                    .publish(Event::pre_stop_failed(pod, c, ty, self.clock.now_ns()));
+            }
+            Err(_) => {
+                tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
+                    container_id = %c.id, grace_seconds = grace,
+                    "preStop hook did not complete within the grace period");
+            }
+        }
+        let left = grace_after_hook(grace, began.elapsed(), MIN_GRACE_SECONDS);
+        tracing::info!(pod = %pod.name, container = %c.name, hook_ms = began.elapsed().as_millis() as u64,
+            grace_seconds = left, "preStop hook done; stopping with the grace left");
+        left
     }
 }

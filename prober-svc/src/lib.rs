@@ -12,10 +12,14 @@
 //!   `Watch` (with `Status` read from the manager, through [`wire`]);
 //! - a liveness or startup failure at threshold goes to [`kill`], which stops the container
 //!   through the [`stopper`] seam (CRI `StopContainer`), records it and publishes its event;
+//! - [`apiserver`] adds what CRI lacks from the Kubernetes API (pod reflector), owns the
+//!   `podward.io/ready` readiness-gate condition and records kubelet's events; [`prestop`] runs a
+//!   container's preStop hook before a kill;
 //! - [`metrics`] keeps kubelet's metric names (also on kubelet's `/metrics/probes`); [`config`],
 //!   [`clock`] and [`run`] are the daemon, [`cli`] its command line and the one-shot `status`.
 
 pub mod api;
+pub mod apiserver;
 pub mod cli;
 pub mod clock;
 pub mod config;
@@ -26,6 +30,7 @@ pub mod kill;
 pub mod manager;
 pub mod metrics;
 pub mod model;
+pub mod prestop;
 pub mod probe;
 pub mod results;
 pub mod run;

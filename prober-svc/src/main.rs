@@ -10,7 +10,7 @@ use podward_prober::cli::{Cli, Command, status_command};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let cfg: Config =
+    let mut cfg: Config =
         config::load(cli.args.config.as_deref(), &cli.args).context("configuration")?;
     match cli.command {
         Some(Command::Status { pod, json }) => {
@@ -20,6 +20,11 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         None => {
+            // The downward API's usual variable, when neither the flag, PODWARD_PROBER_NODE_NAME
+            // nor the config file names the node.
+            if cfg.node_name.is_none() {
+                cfg.node_name = std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty());
+            }
             telemetry::init(cfg.log_format, &cfg.log_level)?;
             podward_prober::run(cfg, signal::shutdown())
                 .await

@@ -3,9 +3,13 @@
 //! worker reports goes on as an event (result changes), to the kill path (failures at threshold)
 //! or back to a worker (readiness trigger after startup).
 //!
-//! Like kubelet, adding a pod is idempotent and later spec changes of a known pod are ignored
+//! Like kubelet, adding a pod is idempotent and later spec changes seen through CRI are ignored
 //! (a worker key that exists is skipped *per key*, not for the rest of the pod: kubelet's
-//! early `return` there is a known bug, kubernetes#139888).
+//! early `return` there is a known bug, kubernetes#139888). CRI's copy of the annotation is
+//! frozen at sandbox creation anyway; the Kubernetes API's copy is not: when the reflector hands
+//! the manager a pod ([`Manager::set_api_pod`]), the API's annotation wins, and an edit of it
+//! applies to the running pod (probes added, removed or updated in place, as kubelet's
+//! `MutableContainerProbes` does).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
@@ -14,18 +18,21 @@ use std::sync::{Arc, OnceLock, Weak};
 use parking_lot::{Mutex, RwLock};
 
 use crate::clock::Clock;
+use crate::event::Probed;
 use crate::event::{Event, Events};
 use crate::handler::host_policy::HostPolicy;
 use crate::handler::output::capped;
 use crate::kill::Killer;
 use crate::metrics::Metrics;
+use crate::model::api::{ApiPod, ContainerKind};
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::results::{ProbeResult, Results};
 use crate::runner::ProbeRunner;
-use crate::spec::{ContainerProbes, ProbeSpec, ProbeType, SpecError, parse_pod_probes};
-use crate::worker::handle::{WorkerCtl, WorkerKey, WorkerStatus};
+use crate::spec::{ContainerProbes, PodProbes, ProbeSpec, ProbeType, SpecError, parse_pod_probes};
+use crate::worker::handle::{SpecUpdate, WorkerCtl, WorkerKey, WorkerStatus};
 use crate::worker::{Ctx, SharedPod, Sink, Worker};
 
+pub mod readiness;
 mod status;
 mod unknown;
 
@@ -37,6 +44,8 @@ struct PodEntry {
     spec_errors: Vec<SpecError>,
     /// Container names with a startup probe (they gate liveness and readiness).
     has_startup: HashSet<String>,
+    /// The annotation text the workers were built from.
+    annotation: String,
     /// The annotation's probes per container name (to start the workers of a name again when
     /// its container appears after it was reported unknown).
     probes: BTreeMap<String, ContainerProbes>,
@@ -48,10 +57,19 @@ struct PodEntry {
 struct WorkerEntry {
     ctl: Arc<WorkerCtl>,
     status: Arc<Mutex<WorkerStatus>>,
+    /// The spec it runs (compared when the annotation changes).
+    spec: Arc<ProbeSpec>,
+    /// Whether its container has a startup probe.
+    has_startup: bool,
 }
 
 struct State {
     pods: Mutex<HashMap<String, PodEntry>>,
+    /// Pods without probes, as the source last showed them: an annotation added later through
+    /// the API starts probing them.
+    idle: Mutex<HashMap<String, PodInfo>>,
+    /// What the Kubernetes API says of each pod on the node (the reflector's view).
+    api: Mutex<HashMap<String, Arc<ApiPod>>>,
     workers: Mutex<BTreeMap<WorkerKey, WorkerEntry>>,
     killer: Killer,
     events: Events,
@@ -80,6 +98,8 @@ impl Manager {
     ) -> Self {
         let state = Arc::new(State {
             pods: Mutex::new(HashMap::new()),
+            idle: Mutex::new(HashMap::new()),
+            api: Mutex::new(HashMap::new()),
             workers: Mutex::new(BTreeMap::new()),
             killer,
             events,
@@ -107,14 +127,14 @@ impl Manager {
         self
     }
 
-    /// The results cache (for tests and the API).
-    pub fn results(&self) -> &Results {
-        &self.ctx.results
-    }
-
     /// The prober's metrics (for tests and the embedding).
     pub fn metrics(&self) -> &Metrics {
         &self.state.metrics
+    }
+
+    /// The results cache (for tests and the API).
+    pub fn results(&self) -> &Results {
+        &self.ctx.results
     }
 
     /// Number of running workers.
@@ -131,7 +151,7 @@ impl Manager {
     /// added or updated. Workers of pods that stay keep their counters.
     pub fn sync_all(&self, pods: Vec<PodInfo>) {
         let keep: HashSet<String> = pods.iter().map(|p| p.uid.clone()).collect();
-        let gone: Vec<String> = self
+        let mut gone: Vec<String> = self
             .state
             .pods
             .lock()
@@ -139,6 +159,14 @@ impl Manager {
             .filter(|u| !keep.contains(*u))
             .cloned()
             .collect();
+        gone.extend(
+            self.state
+                .idle
+                .lock()
+                .keys()
+                .filter(|u| !keep.contains(*u))
+                .cloned(),
+        );
         for uid in gone {
             self.remove_pod(&uid);
         }
@@ -147,18 +175,28 @@ impl Manager {
         }
     }
 
-    /// Adds a pod or refreshes its containers and fields (probe specs of a known pod are kept).
-    pub fn update_pod(&self, pod: PodInfo) {
+    /// Adds a pod or refreshes its containers and fields. Probe specs of a known pod are kept
+    /// unless the API's copy of its annotation changed.
+    pub fn update_pod(&self, mut pod: PodInfo) {
+        pod.api = self.state.api.lock().get(&pod.uid).cloned();
         let mut pods = self.state.pods.lock();
         if let Some(entry) = pods.get(&pod.uid) {
-            let started = {
+            // Only the API's copy can change what runs: CRI's is frozen at sandbox creation,
+            // and kubelet ignores spec updates of a known pod.
+            let wanted = pod.api.as_ref().map(|a| a.probes_annotation.clone());
+            let (started, uid) = {
                 let mut cur = entry.shared.write();
                 let started = newly_running(&cur, &pod);
                 *cur = Arc::new(pod);
-                started
+                (started, cur.uid.clone())
             };
-            let uid = entry.shared.read().uid.clone();
+            let changed = wanted
+                .as_ref()
+                .is_some_and(|w| w.as_deref() != Some(entry.annotation.as_str()));
             drop(pods);
+            if let (true, Some(wanted)) = (changed, wanted) {
+                self.reannotate(&uid, wanted);
+            }
             self.reconcile_names(&uid);
             // kubelet's pod sync after a container start triggers the readiness worker at once.
             for name in started {
@@ -166,37 +204,23 @@ impl Manager {
             }
             return;
         }
-        let Some(annotation) = pod.probes_annotation.clone() else {
-            return; // not probed
+        let Some(annotation) = effective_annotation(&pod).map(str::to_owned) else {
+            drop(pods);
+            self.state.idle.lock().insert(pod.uid.clone(), pod);
+            return; // not probed (yet)
         };
-        let mut parsed = parse_pod_probes(&annotation);
-        if let Some((policy, node_ip)) = self.state.host_policy.get() {
-            policy.deny_hosts(&mut parsed, pod.ip == Some(*node_ip));
-        }
-        for e in &parsed.errors {
-            tracing::warn!(pod = %pod.name, namespace = %pod.namespace, pod_uid = %pod.uid,
-                container = %e.container, field = %e.field, error = %e.message,
-                "invalid probe in the podward.io/probes annotation; this probe is not run");
-        }
-        self.state
-            .metrics
-            .spec_errors
-            .with_label_values(&[&pod.name, &pod.namespace, &pod.uid])
-            .set(parsed.errors.len() as f64);
+        self.state.idle.lock().remove(&pod.uid);
+        let parsed = self.parse(&pod, &annotation);
+        self.set_spec_errors(&pod, parsed.errors.len());
         let uid = pod.uid.clone();
         let shared: SharedPod = Arc::new(RwLock::new(Arc::new(pod)));
-        let has_startup: HashSet<String> = parsed
-            .containers
-            .iter()
-            .filter(|(_, c)| c.startup.is_some())
-            .map(|(n, _)| n.clone())
-            .collect();
         pods.insert(
             uid.clone(),
             PodEntry {
                 shared: shared.clone(),
                 spec_errors: parsed.errors.clone(),
-                has_startup,
+                has_startup: startup_names(&parsed),
+                annotation,
                 probes: parsed.containers.clone(),
                 unknown: unknown::Unknown::default(),
             },
@@ -211,47 +235,217 @@ impl Manager {
     /// Starts the workers of container `name` of pod `uid` (those not already running).
     fn spawn_workers(&self, uid: &str, name: &str, probes: &ContainerProbes, shared: &SharedPod) {
         let mut workers = self.state.workers.lock();
-        let specs = [
-            (ProbeType::Startup, &probes.startup),
-            (ProbeType::Readiness, &probes.readiness),
-            (ProbeType::Liveness, &probes.liveness),
-        ];
-        let has_startup = probes.startup.is_some();
-        for (ty, spec) in specs {
-            let Some(spec) = spec else { continue };
-            let key = WorkerKey {
-                pod_uid: uid.to_owned(),
-                container: name.to_owned(),
-                ty,
-            };
-            if workers.contains_key(&key) {
-                continue;
+        for (key, spec, has_startup) in container_worker_specs(uid, name, probes.clone()) {
+            if !workers.contains_key(&key) {
+                self.spawn(&mut workers, key, spec, has_startup, shared);
             }
-            let w = Worker::new(
-                key.clone(),
-                Arc::new(spec.clone()),
-                has_startup,
-                shared.clone(),
-                self.ctx.clone(),
-            );
-            workers.insert(
-                key,
-                WorkerEntry {
-                    ctl: w.ctl(),
-                    status: w.status(),
-                },
-            );
-            self.state
-                .metrics
-                .workers
-                .with_label_values(&[ty.name()])
-                .inc();
-            tokio::spawn(w.run());
         }
+    }
+
+    /// Takes the Kubernetes API's view of a pod (the reflector's): its annotation wins over
+    /// CRI's, its restart policy, phase, deletion and preStop hooks reach the workers and the
+    /// kill path.
+    pub fn set_api_pod(&self, api: ApiPod) {
+        let uid = api.uid.clone();
+        let api = Arc::new(api);
+        self.state.api.lock().insert(uid.clone(), api.clone());
+        let current = {
+            let pods = self.state.pods.lock();
+            pods.get(&uid).map(|e| PodInfo::clone(&e.shared.read()))
+        };
+        let idle = self.state.idle.lock().get(&uid).cloned();
+        if let Some(pod) = current.or(idle) {
+            self.update_pod(pod);
+        }
+    }
+
+    /// Forgets the API's view of pod `uid` (deleted, or gone from a relist). Its workers keep
+    /// running until CRI says the pod is gone, with the specs they have.
+    pub fn remove_api_pod(&self, uid: &str) {
+        if self.state.api.lock().remove(uid).is_none() {
+            return;
+        }
+        if let Some(e) = self.state.pods.lock().get(uid) {
+            let mut cur = e.shared.write();
+            let mut pod = PodInfo::clone(&cur);
+            pod.api = None;
+            *cur = Arc::new(pod);
+        }
+    }
+
+    /// Number of pods the API shows on this node.
+    pub fn api_pod_count(&self) -> usize {
+        self.state.api.lock().len()
+    }
+
+    /// UIDs of the pods the API shows on this node.
+    pub fn api_pod_uids(&self) -> Vec<String> {
+        self.state.api.lock().keys().cloned().collect()
+    }
+
+    /// The annotation of pod `uid` became `annotation` (through the API): start, update or stop
+    /// workers so that they match it.
+    fn reannotate(&self, uid: &str, annotation: Option<String>) {
+        let Some(annotation) = annotation else {
+            // No probes any more: stop them all, keep the pod as an idle one.
+            let pod = self
+                .state
+                .pods
+                .lock()
+                .get(uid)
+                .map(|e| PodInfo::clone(&e.shared.read()));
+            self.remove_pod(uid);
+            if let Some(pod) = pod {
+                self.state.idle.lock().insert(uid.to_owned(), pod);
+            }
+            return;
+        };
+        let mut pods = self.state.pods.lock();
+        let Some(entry) = pods.get_mut(uid) else {
+            return;
+        };
+        let shared = entry.shared.clone();
+        let pod = shared.read().clone();
+        let parsed = self.parse(&pod, &annotation);
+        tracing::info!(pod = %pod.name, namespace = %pod.namespace, pod_uid = %pod.uid,
+            "the podward.io/probes annotation changed; applying it to the running pod");
+        entry.spec_errors = parsed.errors.clone();
+        entry.has_startup = startup_names(&parsed);
+        entry.annotation = annotation;
+        entry.probes = parsed.containers.clone();
+        // A name the new annotation drops is no longer an error; one it keeps stays unknown
+        // (no worker) until its container appears.
+        let probes = &entry.probes;
+        entry.unknown.names.retain(|n| probes.contains_key(n));
+        let unknown = entry.unknown.names.clone();
+        self.set_spec_errors(&pod, entry.spec_errors.len() + unknown.len());
+        drop(pods);
+        let wanted: BTreeMap<WorkerKey, (Arc<ProbeSpec>, bool)> = worker_specs(uid, parsed)
+            .into_iter()
+            .filter(|(k, _, _)| !unknown.contains(&k.container))
+            .map(|(k, spec, hs)| (k, (Arc::new(spec), hs)))
+            .collect();
+        let mut workers = self.state.workers.lock();
+        let existing: Vec<WorkerKey> = workers
+            .keys()
+            .filter(|k| k.pod_uid == uid)
+            .cloned()
+            .collect();
+        for key in existing {
+            match wanted.get(&key) {
+                None => {
+                    if let Some(w) = workers.remove(&key) {
+                        w.ctl.stop();
+                        self.state
+                            .metrics
+                            .workers
+                            .with_label_values(&[key.ty.name()])
+                            .dec();
+                    }
+                }
+                Some((spec, hs)) => {
+                    if let Some(w) = workers.get_mut(&key)
+                        && (w.spec != *spec || w.has_startup != *hs)
+                    {
+                        w.spec = spec.clone();
+                        w.has_startup = *hs;
+                        w.ctl.update(SpecUpdate {
+                            spec: spec.clone(),
+                            has_startup: *hs,
+                        });
+                    }
+                }
+            }
+        }
+        for (key, (spec, hs)) in wanted {
+            if !workers.contains_key(&key) {
+                self.spawn(&mut workers, key, ProbeSpec::clone(&spec), hs, &shared);
+            }
+        }
+    }
+
+    /// The pod's annotation parsed; with the API's view, probes of plain init containers are
+    /// refused as the API server refuses them in a pod spec.
+    fn parse(&self, pod: &PodInfo, annotation: &str) -> PodProbes {
+        let mut parsed = parse_pod_probes(annotation);
+        if let Some((policy, node_ip)) = self.state.host_policy.get() {
+            policy.deny_hosts(&mut parsed, pod.ip == Some(*node_ip));
+        }
+        if let Some(api) = &pod.api {
+            let init: Vec<String> = parsed
+                .containers
+                .keys()
+                .filter(|n| {
+                    api.container(n)
+                        .is_some_and(|c| c.kind == ContainerKind::Init)
+                })
+                .cloned()
+                .collect();
+            for name in init {
+                parsed.containers.remove(&name);
+                parsed.errors.push(SpecError {
+                    container: name,
+                    field: String::new(),
+                    message: "Forbidden: probes may not be set for init containers without \
+                              restartPolicy=Always"
+                        .to_owned(),
+                });
+            }
+        }
+        for e in &parsed.errors {
+            tracing::warn!(pod = %pod.name, namespace = %pod.namespace, pod_uid = %pod.uid,
+                container = %e.container, field = %e.field, error = %e.message,
+                "invalid probe in the podward.io/probes annotation; this probe is not run");
+        }
+        parsed
+    }
+
+    /// Sets the pod's `podward_prober_spec_errors` gauge to `n` errors.
+    fn set_spec_errors(&self, pod: &PodInfo, n: usize) {
+        self.state
+            .metrics
+            .spec_errors
+            .with_label_values(&[&pod.name, &pod.namespace, &pod.uid])
+            .set(n as f64);
+    }
+
+    fn spawn(
+        &self,
+        workers: &mut BTreeMap<WorkerKey, WorkerEntry>,
+        key: WorkerKey,
+        spec: ProbeSpec,
+        has_startup: bool,
+        shared: &SharedPod,
+    ) {
+        let ty = key.ty;
+        let spec = Arc::new(spec);
+        let w = Worker::new(
+            key.clone(),
+            spec.clone(),
+            has_startup,
+            shared.clone(),
+            self.ctx.clone(),
+        );
+        workers.insert(
+            key,
+            WorkerEntry {
+                ctl: w.ctl(),
+                status: w.status(),
+                spec,
+                has_startup,
+            },
+        );
+        self.state
+            .metrics
+            .workers
+            .with_label_values(&[ty.name()])
+            .inc();
+        tokio::spawn(w.run());
     }
 
     /// Stops a pod's workers and forgets it (kubelet's `RemovePod`). Idempotent.
     pub fn remove_pod(&self, uid: &str) -> bool {
+        self.state.idle.lock().remove(uid);
         let Some(entry) = self.state.pods.lock().remove(uid) else {
             return false;
         };
@@ -325,6 +519,58 @@ fn newly_running(old: &PodInfo, new: &PodInfo) -> Vec<String> {
         .collect()
 }
 
+/// The annotation that decides a pod's probes: the API's copy when the prober has the pod's API
+/// view (annotations are mutable; CRI's copy is frozen at sandbox creation), else CRI's.
+fn effective_annotation(pod: &PodInfo) -> Option<&str> {
+    match &pod.api {
+        Some(api) => api.probes_annotation.as_deref(),
+        None => pod.probes_annotation.as_deref(),
+    }
+}
+
+fn startup_names(parsed: &PodProbes) -> HashSet<String> {
+    parsed
+        .containers
+        .iter()
+        .filter(|(_, c)| c.startup.is_some())
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+/// Every worker a parsed annotation asks for: key, spec, and whether its container has a
+/// startup probe.
+fn worker_specs(uid: &str, parsed: PodProbes) -> Vec<(WorkerKey, ProbeSpec, bool)> {
+    parsed
+        .containers
+        .into_iter()
+        .flat_map(|(name, probes)| container_worker_specs(uid, &name, probes))
+        .collect()
+}
+
+/// The workers of one container's probes: key, spec, and whether it has a startup probe.
+fn container_worker_specs(
+    uid: &str,
+    name: &str,
+    probes: ContainerProbes,
+) -> Vec<(WorkerKey, ProbeSpec, bool)> {
+    let has_startup = probes.startup.is_some();
+    [
+        (ProbeType::Startup, probes.startup),
+        (ProbeType::Readiness, probes.readiness),
+        (ProbeType::Liveness, probes.liveness),
+    ]
+    .into_iter()
+    .filter_map(|(ty, spec)| {
+        let key = WorkerKey {
+            pod_uid: uid.to_owned(),
+            container: name.to_owned(),
+            ty,
+        };
+        spec.map(|spec| (key, spec, has_startup))
+    })
+    .collect()
+}
+
 /// The manager side of [`Sink`]; weak so workers do not keep the manager alive.
 struct ManagerSink {
     state: Weak<State>,
@@ -369,6 +615,16 @@ impl Sink for ManagerSink {
         if pods.contains_key(&pod.uid) {
             state.killer.kill(pod, c, key.ty, spec, output);
         }
+    }
+
+    fn probed(&self, key: &WorkerKey, pod: &PodInfo, c: &ContainerInfo, probed: Probed) {
+        let Some(state) = self.state.upgrade() else {
+            return;
+        };
+        let at_ns = state.clock.now_ns();
+        state
+            .events
+            .publish(Event::probed(pod, c, key.ty, probed, at_ns));
     }
 
     fn started(&self, key: &WorkerKey) {

@@ -2,12 +2,16 @@
 //! containers, as the sources (shim Lifecycle or containerd CRI) report them.
 //!
 //! Sources convert their wire types into these, so workers and the manager never see a proto.
+//! What the Kubernetes API adds (restart policy, sidecars, readiness gate, preStop hooks) is an
+//! [`api::ApiPod`] the manager attaches to a pod when it has one.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::handler::port::ContainerPort;
+
+pub mod api;
 
 /// Container states that matter to a worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +72,9 @@ pub struct PodInfo {
     pub stop_requested_at_ns: i64,
     /// Container instances of this pod, by ID (shared with the source's index, not copied).
     pub containers: BTreeMap<String, Arc<ContainerInfo>>,
+    /// What the Kubernetes API says of the pod, when the prober has it (sources leave `None`;
+    /// the manager attaches the reflector's view).
+    pub api: Option<Arc<api::ApiPod>>,
 }
 
 impl PodInfo {
@@ -77,5 +84,11 @@ impl PodInfo {
             .values()
             .filter(|c| c.name == name)
             .max_by_key(|c| (c.attempt, c.created_at_ns))
+    }
+
+    /// Whether the pod is terminating: kubelet asked to stop its sandbox, or the API has a
+    /// deletion timestamp (kubelet's `DeletionTimestamp`).
+    pub fn terminating(&self) -> bool {
+        self.stop_requested_at_ns != 0 || self.api.as_ref().is_some_and(|a| a.deleting)
     }
 }

@@ -13,14 +13,16 @@ use podward_api::prober::v1::prober_server::ProberServer;
 use podward_api::socket::{SocketError, SocketPerms, serve_unix};
 
 use crate::api::ProberService;
+use crate::apiserver::ApiSide;
 use crate::clock::Clock;
-use crate::config::Config;
-use crate::event::Events;
+use crate::config::{Config, InvalidSetting};
+use crate::event::{EventSink, Events};
 use crate::handler::exec::cri::CriExec;
 use crate::hub::Hub;
 use crate::kill::Killer;
 use crate::manager::Manager;
 use crate::metrics::{Metrics, MetricsError, PROBES_PATH};
+use crate::prestop::Hooks;
 use crate::probe::{Prober, ProberOptions};
 use crate::source::{SourceConfig, follow};
 use crate::stopper::{CriStopper, Stopper};
@@ -43,6 +45,9 @@ pub enum RunError {
     /// The gRPC server failed.
     #[error("API server: {0}")]
     Serve(#[from] tonic::transport::Error),
+    /// A setting cannot work.
+    #[error(transparent)]
+    Config(#[from] InvalidSetting),
 }
 
 /// What an embedding (a test, the benchmark) can set besides the [`Config`].
@@ -113,6 +118,7 @@ pub async fn run_with(
         on_start,
     } = options;
     raise_open_files();
+    let api_settings = config.api_settings()?;
     podward_api::daemon::build_info::register(&admin.registry, "prober", env!("CARGO_PKG_VERSION"));
     let metrics = Metrics::new(&admin.registry)?;
     // The probe families are always where kubelet serves its own, and on /metrics unless the
@@ -138,18 +144,42 @@ pub async fn run_with(
     );
 
     let containerd = podward_api::socket::channel(&config.containerd_socket);
+    let exec = Arc::new(CriExec::new(containerd.clone()));
     let prober = Prober::new(
         ProberOptions {
             kube_version: config.kube_version.clone(),
         },
-        Arc::new(CriExec::new(containerd.clone())),
+        exec.clone(),
     )
     .with_host_policy(config.probe_host_policy, node_ip);
+    let hooks = Arc::new(
+        Hooks::new(exec, &format!("kube-probe/{}", config.kube_version))
+            .with_host_policy(config.probe_host_policy, node_ip),
+    );
     let hub = Hub::default();
-    let events = Events::new(vec![Arc::new(hub.clone())]);
+    let api = match api_settings {
+        Some(s) => Some(ApiSide::new(s, Some(&admin.registry))?),
+        None => {
+            tracing::info!(
+                "no --node-name (or NODE_NAME): the Kubernetes API is not used (no readiness gate, events or preStop hooks)"
+            );
+            None
+        }
+    };
+    let mut sinks: Vec<Arc<dyn EventSink>> = vec![Arc::new(hub.clone())];
+    if let Some(api) = &api {
+        sinks.extend(api.sinks());
+    }
+    let events = Events::new(sinks);
     let stopper = stopper.unwrap_or_else(|| Arc::new(CriStopper::new(containerd.clone())));
     let metrics_shared = Arc::new(metrics.clone());
-    let killer = Killer::new(stopper, metrics_shared.clone(), events.clone(), clock);
+    let killer = Killer::new(
+        stopper,
+        Some(hooks),
+        metrics_shared.clone(),
+        events.clone(),
+        clock,
+    );
     let manager = Manager::new(Arc::new(prober), killer, events, metrics_shared, clock)
         .with_host_policy(config.probe_host_policy, node_ip);
     if let Some(f) = on_start {
@@ -162,6 +192,7 @@ pub async fn run_with(
     }
 
     let stop = Stop::new();
+    let api_task = api.map(|a| a.spawn(manager.clone(), clock, stop.clone()));
     let readiness = admin.readiness.clone();
     let handshake_timeouts = grpc::handshake_timeouts(&admin.registry, "podward_prober");
     let admin_task = tokio::spawn(admin.serve(admin_listener, stop.stopped()));
@@ -199,6 +230,9 @@ pub async fn run_with(
     readiness.set(false);
     stop.trigger();
     let _ = source_task.await;
+    if let Some(t) = api_task {
+        let _ = t.await;
+    }
     manager.stop_all();
     let served = server_task.await;
     let _ = admin_task.await;

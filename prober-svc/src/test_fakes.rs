@@ -58,6 +58,6 @@ pub(crate) fn manager_metered(
     metrics: Arc<Metrics>,
 ) -> Manager {
     let events = Events::new(vec![Arc::new(hub.clone())]);
-    let killer = Killer::new(stopper, metrics.clone(), events.clone(), clock);
+    let killer = Killer::new(stopper, None, metrics.clone(), events.clone(), clock);
     Manager::new(runner, killer, events, metrics, clock)
 }

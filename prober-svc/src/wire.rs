@@ -42,15 +42,17 @@ pub fn kill(k: &Kill) -> api::Kill {
     }
 }
 
-/// An event on the wire, without its sequence number (the hub sets it).
-pub fn event(ev: &Event) -> api::ProbeEvent {
+/// An event on the wire, without its sequence number (the hub sets it); `None` for what `Watch`
+/// does not carry ([`Event::on_watch`]).
+pub fn event(ev: &Event) -> Option<api::ProbeEvent> {
     let event = match &ev.kind {
         EventKind::Result { result, .. } => {
             api::probe_event::Event::Result(probe_result(Some(*result)) as i32)
         }
         EventKind::Kill(k) => api::probe_event::Event::Kill(kill(k)),
+        EventKind::Probed(_) | EventKind::Killing { .. } | EventKind::PreStopFailed => return None,
     };
-    api::ProbeEvent {
+    Some(api::ProbeEvent {
         pod_uid: ev.pod_uid.clone(),
         pod_name: ev.pod_name.clone(),
         pod_namespace: ev.pod_namespace.clone(),
@@ -61,5 +63,5 @@ pub fn event(ev: &Event) -> api::ProbeEvent {
         output: ev.output().to_owned(),
         event: Some(event),
         ..Default::default()
-    }
+    })
 }

@@ -7,12 +7,15 @@
 //!
 //! `do_probe` is a line-by-line port of kubelet's `doProbe` (`pkg/kubelet/prober/worker.go`);
 //! `docs/prober.md` lists the semantics and the tests that hold them.
-//! Deviations, each because the prober cannot know what kubelet knows:
-//! - pod phase and restart policy are unknown: a worker of an exited container keeps waiting for
-//!   a new instance and stops only when its pod goes;
+//! What CRI does not carry comes from the Kubernetes API when the prober has the pod's
+//! [`crate::model::api::ApiPod`]: the worker exits when the pod's phase is Succeeded or Failed,
+//! and when its container exited and will not be restarted (`restartPolicy: Never`, not a
+//! sidecar), as kubelet's does. Without it (the API unreachable or not configured):
+//! - a worker of an exited container keeps waiting for a new instance and stops only when its
+//!   pod goes;
 //! - termination (kubelet's DeletionTimestamp) is the shim's `stop_requested_at_ns` on the sandbox
-//!   or container: liveness/startup publish Success and stop probing that instance, readiness
-//!   keeps probing.
+//!   or container (with the API, also the deletion timestamp): liveness/startup publish Success
+//!   and stop probing that instance, readiness keeps probing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +24,9 @@ use parking_lot::{Mutex, RwLock};
 use rand::Rng;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use self::handle::{WorkerCtl, WorkerKey, WorkerStatus};
+use self::handle::{SpecUpdate, WorkerCtl, WorkerKey, WorkerStatus};
 use crate::clock::Clock;
+use crate::event::Probed;
 use crate::handler::output::capped;
 use crate::metrics::{Metrics, WorkerMetrics};
 use crate::model::{ContainerInfo, PodInfo, RunState};
@@ -80,6 +84,8 @@ pub trait Sink: Send + Sync + 'static {
         spec: &ProbeSpec,
         output: &str,
     );
+    /// A probe ran with an outcome kubelet records as an event (failed, errored, warning).
+    fn probed(&self, key: &WorkerKey, pod: &PodInfo, container: &ContainerInfo, probed: Probed);
     /// A startup probe succeeded: readiness should be probed now (kubelet's manual trigger).
     fn started(&self, key: &WorkerKey);
     /// The worker's loop ended (it was stopped).
@@ -114,6 +120,8 @@ pub struct Worker {
     last_result: Option<ProbeResult>,
     result_run: u32,
     on_hold: bool,
+    /// A spec update changed the period: the loop restarts its ticker.
+    period_changed: bool,
 }
 
 impl Worker {
@@ -144,6 +152,7 @@ impl Worker {
             last_result: None,
             result_run: 0,
             on_hold: false,
+            period_changed: false,
         }
     }
 
@@ -170,11 +179,13 @@ impl Worker {
                 return self.exit();
             }
         }
-        let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
-        ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        let mut ticker = new_ticker(period);
         while self.do_probe().await {
             if self.ctl.stopped() {
                 break;
+            }
+            if std::mem::take(&mut self.period_changed) {
+                ticker = ticker_for(&self.spec);
             }
             tokio::select! {
                 biased;
@@ -192,6 +203,20 @@ impl Worker {
             }
         }
         self.exit();
+    }
+
+    /// Applies a spec update, if one is pending: new spec, threshold count restarted (kubelet's
+    /// `MutableContainerProbes`); the published result and the on-hold state stay, since the
+    /// container instance is the same.
+    fn take_update(&mut self) {
+        let Some(SpecUpdate { spec, has_startup }) = self.ctl.take_update() else {
+            return;
+        };
+        self.period_changed = spec.period != self.spec.period;
+        self.spec = spec;
+        self.has_startup = has_startup;
+        self.last_result = None;
+        self.result_run = 0;
     }
 
     /// Sleeps until `until`; true if stopped meanwhile.
@@ -251,7 +276,11 @@ impl Worker {
 
     /// One step of the state machine; false ends the worker.
     async fn do_probe(&mut self) -> bool {
+        self.take_update();
         let pod = self.pod.read().clone();
+        if pod.api.as_ref().is_some_and(|a| a.finished()) {
+            return false; // kubelet: the pod's phase is Succeeded or Failed
+        }
         let Some(c) = pod.current(&self.key.container).cloned() else {
             return true; // no instance yet: keep waiting
         };
@@ -283,11 +312,17 @@ impl Worker {
         }
         if c.state != RunState::Running {
             self.set(&pod, &c, ProbeResult::Failure, "");
-            // The restart policy is unknown here: keep waiting for a new instance until the pod
-            // goes (kubelet stops only for restartPolicy Never).
-            return true;
+            // kubelet stops only when the container exited for good (restartPolicy Never, not
+            // a sidecar). Without the API's view the policy is unknown: keep waiting for a new
+            // instance until the pod goes.
+            let done = c.state == RunState::Exited
+                && pod
+                    .api
+                    .as_ref()
+                    .is_some_and(|a| !a.restarts(&self.key.container));
+            return !done;
         }
-        let terminating = pod.stop_requested_at_ns != 0 || c.stop_requested_at_ns != 0;
+        let terminating = pod.terminating() || c.stop_requested_at_ns != 0;
         if terminating && matches!(self.key.ty, ProbeType::Liveness | ProbeType::Startup) {
             self.set(&pod, &c, ProbeResult::Success, "");
             self.on_hold = true;
@@ -313,7 +348,10 @@ impl Worker {
         let verdict = self.ctx.runner.run(self.key.ty, &self.spec, ip, &c).await;
         let (result, output) = match verdict {
             ProbeVerdict::Errored { message } => {
-                self.errored(&pod, &c, message);
+                self.errored(&pod, &c, message.clone());
+                self.ctx
+                    .sink
+                    .probed(&self.key, &pod, &c, Probed::Errored(message));
                 return true;
             }
             ProbeVerdict::Result {
@@ -324,6 +362,9 @@ impl Worker {
                 if warning {
                     tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
                         output = %output, "probe warning");
+                    self.ctx
+                        .sink
+                        .probed(&self.key, &pod, &c, Probed::Warned(output.clone()));
                 }
                 (result, output)
             }
@@ -334,6 +375,9 @@ impl Worker {
             self.metrics.failed();
             tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
                 output = %output, "probe failed");
+            self.ctx
+                .sink
+                .probed(&self.key, &pod, &c, Probed::Failed(output.clone()));
         }
         if self.last_result == Some(result) {
             self.result_run = self.result_run.saturating_add(1);
@@ -349,6 +393,7 @@ impl Worker {
         if below {
             return true;
         }
+        self.status.lock().verdict = true;
         self.set(&pod, &c, result, &output);
         if (self.key.ty == ProbeType::Liveness && result == ProbeResult::Failure)
             || self.key.ty == ProbeType::Startup
@@ -413,4 +458,16 @@ impl Worker {
             }
         }
     }
+}
+
+/// A fixed-rate ticker for `period`, first tick one period from now; missed ticks are dropped
+/// (Go's ticker with its 1-slot channel).
+fn new_ticker(period: Duration) -> tokio::time::Interval {
+    let mut t = tokio::time::interval_at(Instant::now() + period, period);
+    t.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    t
+}
+
+fn ticker_for(spec: &ProbeSpec) -> tokio::time::Interval {
+    new_ticker(spec.period.max(Duration::from_millis(1)))
 }

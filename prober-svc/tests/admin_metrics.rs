@@ -84,6 +84,7 @@ fn web_pod(port: u16) -> PodInfo {
         ip: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         probes_annotation: Some(probes.to_string()),
         stop_requested_at_ns: 0,
+        api: None,
         containers: [("c0ffee".to_owned(), Arc::new(app))].into(),
     }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use podward_api::cri::{
     ContainerConfig, ContainerMetadata, ImageSpec, KeyValue, LinuxContainerConfig,
-    LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext,
+    LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount,
     NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata,
 };
 use podward_api::labels;
@@ -150,6 +150,15 @@ pub(crate) fn container_config(spec: &PodSpec, c: &ContainerSpec, attempt: u32) 
             .collect(),
         labels: l,
         annotations: a,
+        mounts: c
+            .mounts
+            .iter()
+            .map(|(host, container)| Mount {
+                host_path: host.clone(),
+                container_path: container.clone(),
+                ..Default::default()
+            })
+            .collect(),
         log_path: format!("{}/{attempt}.log", c.name),
         linux: Some(LinuxContainerConfig {
             security_context: Some(LinuxContainerSecurityContext {

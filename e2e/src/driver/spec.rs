@@ -67,6 +67,8 @@ pub struct ContainerSpec {
     pub env: Vec<(String, String)>,
     /// Declared ports.
     pub ports: Vec<ContainerPort>,
+    /// Bind mounts (host path, container path), read-write.
+    pub mounts: Vec<(String, String)>,
 }
 
 impl ContainerSpec {
@@ -79,7 +81,14 @@ impl ContainerSpec {
             args: Vec::new(),
             env: Vec::new(),
             ports: Vec::new(),
+            mounts: Vec::new(),
         }
+    }
+
+    /// Bind-mounts `host` (a directory) at `container`, read-write.
+    pub fn mount(mut self, host: &str, container: &str) -> Self {
+        self.mounts.push((host.to_owned(), container.to_owned()));
+        self
     }
 
     /// Uses `image` instead of busybox.

@@ -109,6 +109,7 @@ impl NodeIndex {
             probes_annotation: newest.probes.clone(),
             stop_requested_at_ns: newest.stop_requested_at_ns,
             containers,
+            api: None,
         })
     }
 

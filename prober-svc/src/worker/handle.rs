@@ -1,13 +1,15 @@
 //! What the manager holds of a running worker: its key, its control handle (stop, trigger) and
 //! its status as `Status` reports it. The worker task owns everything else.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
 use crate::results::ProbeResult;
-use crate::spec::ProbeType;
+use crate::spec::{ProbeSpec, ProbeType};
 
 /// Identity of a worker.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -26,6 +28,18 @@ pub struct WorkerCtl {
     stop: AtomicBool,
     trigger: AtomicBool,
     wake: Notify,
+    update: Mutex<Option<SpecUpdate>>,
+}
+
+/// A new spec for a running worker: the pod's `podward.io/probes` annotation was edited (the
+/// API's copy is mutable). The worker keeps its container and published result, restarts its
+/// threshold count and, if the period changed, its ticker.
+#[derive(Debug, Clone)]
+pub struct SpecUpdate {
+    /// The probe's new spec.
+    pub spec: Arc<ProbeSpec>,
+    /// Whether the container now has a startup probe (which gates liveness and readiness).
+    pub has_startup: bool,
 }
 
 impl WorkerCtl {
@@ -40,6 +54,17 @@ impl WorkerCtl {
     pub fn trigger(&self) {
         self.trigger.store(true, Ordering::Release);
         self.wake.notify_one();
+    }
+
+    /// Hands the worker a new spec, applied before its next probe (which it runs at once).
+    pub fn update(&self, update: SpecUpdate) {
+        *self.update.lock() = Some(update);
+        self.wake.notify_one();
+    }
+
+    /// The pending spec update, if any; clears it.
+    pub(crate) fn take_update(&self) -> Option<SpecUpdate> {
+        self.update.lock().take()
     }
 
     /// Whether stop was requested.
@@ -89,4 +114,7 @@ pub struct WorkerStatus {
     pub last_error_at_ns: i64,
     /// Probes of this worker that errored.
     pub probes_errored: u64,
+    /// Whether this worker's own probes reached a verdict (a threshold) for this instance; an
+    /// initial value is none (the readiness gate keeps the API's condition until one).
+    pub verdict: bool,
 }

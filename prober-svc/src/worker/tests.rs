@@ -3,6 +3,7 @@
 //! scripted probe runner and stopper, in paused tokio time.
 
 mod errored;
+mod api;
 mod harness;
 mod host_policy;
 mod kill_series;

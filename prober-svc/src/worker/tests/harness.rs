@@ -11,15 +11,18 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::clock::Clock;
+use crate::event::{Event, EventSink, Events};
 use crate::hub::Hub;
+use crate::kill::Killer;
 use crate::manager::Manager;
 use crate::metrics::Metrics;
+use crate::model::api::{ApiContainer, ApiPod, ContainerKind, Hook, PodPhase, RestartPolicy};
 use crate::model::{ContainerInfo, PodInfo, RunState};
+use crate::prestop::{HookError, HookRunner};
 use crate::results::ProbeResult;
 use crate::runner::{ProbeRunner, ProbeVerdict};
 use crate::spec::{ProbeSpec, ProbeType};
 use crate::stopper::{StopError, Stopper};
-use crate::test_fakes;
 
 /// Wall time of the test clock's start.
 pub(super) const T0: i64 = 1_000_000 * 1_000_000_000;
@@ -63,6 +66,15 @@ pub(super) fn failure() -> ProbeVerdict {
         result: ProbeResult::Failure,
         output: "cat: can't open '/tmp/health'".into(),
         warning: false,
+    }
+}
+
+pub(super) fn success_with_warning() -> ProbeVerdict {
+    ProbeVerdict::Result {
+        result: ProbeResult::Success,
+        output: "Probe terminated redirects, Response body: <a href=\"http://0.0.0.0/\">Found</a>."
+            .into(),
+        warning: true,
     }
 }
 
@@ -131,10 +143,11 @@ impl ProbeRunner for Script {
     }
 }
 
-/// A stopper that records (container ID, grace).
+/// A stopper that records (container ID, grace) and when.
 #[derive(Default)]
 pub(super) struct Kills {
     pub(super) done: Mutex<Vec<(String, i64)>>,
+    pub(super) at: Mutex<Vec<Instant>>,
 }
 
 impl Stopper for Kills {
@@ -144,7 +157,51 @@ impl Stopper for Kills {
         grace_seconds: i64,
     ) -> BoxFuture<'_, Result<(), StopError>> {
         self.done.lock().push((container_id, grace_seconds));
+        self.at.lock().push(Instant::now());
         Box::pin(async { Ok(()) })
+    }
+}
+
+/// A hook runner that takes `takes` and then answers `fails` (or success); records its runs.
+#[derive(Default)]
+pub(super) struct Hooks {
+    pub(super) takes: Mutex<Duration>,
+    pub(super) fails: Mutex<bool>,
+    /// (container ID, hook, timeout, when it began).
+    pub(super) runs: Mutex<Vec<(String, Hook, Duration, Instant)>>,
+}
+
+impl HookRunner for Hooks {
+    fn run<'a>(
+        &'a self,
+        hook: &'a Hook,
+        _pod: &'a PodInfo,
+        c: &'a ContainerInfo,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), HookError>> {
+        self.runs
+            .lock()
+            .push((c.id.to_string(), hook.clone(), timeout, Instant::now()));
+        let takes = *self.takes.lock();
+        let fails = *self.fails.lock();
+        Box::pin(async move {
+            tokio::time::sleep(takes).await;
+            if fails {
+                Err(HookError::Invalid("scripted failure".into()))
+            } else {
+                Ok(())
+            }
+        })
+    }
+}
+
+/// Every event the manager and the kill path publish, in order.
+#[derive(Default)]
+pub(super) struct Seen(pub(super) Mutex<Vec<Event>>);
+
+impl EventSink for Seen {
+    fn publish(&self, event: &Event) {
+        self.0.lock().push(event.clone());
     }
 }
 
@@ -154,6 +211,8 @@ pub(super) struct Node {
     pub(super) manager: Manager,
     pub(super) script: Arc<Script>,
     pub(super) kills: Arc<Kills>,
+    pub(super) hooks: Arc<Hooks>,
+    pub(super) seen: Arc<Seen>,
     pub(super) clock: Clock,
     pub(super) hub: Hub,
     pub(super) metrics: Arc<Metrics>,
@@ -165,19 +224,25 @@ impl Node {
         tokio::time::advance(uptime).await;
         let script = Arc::new(Script::default());
         let kills = Arc::new(Kills::default());
+        let hooks = Arc::new(Hooks::default());
+        let seen = Arc::new(Seen::default());
         let hub = Hub::new(1024);
         let metrics = Arc::new(Metrics::unregistered().expect("metrics"));
-        let manager = test_fakes::manager_metered(
-            script.clone(),
+        let events = Events::new(vec![Arc::new(hub.clone()), seen.clone()]);
+        let killer = Killer::new(
             kills.clone(),
-            &hub,
-            clock,
+            Some(hooks.clone()),
             metrics.clone(),
+            events.clone(),
+            clock,
         );
+        let manager = Manager::new(script.clone(), killer, events, metrics.clone(), clock);
         Node {
             manager,
             script,
             kills,
+            hooks,
+            seen,
             clock,
             hub,
             metrics,
@@ -244,6 +309,38 @@ pub(super) fn pod(uid: &str, annotation: &str, containers: Vec<ContainerInfo>) -
             .into_iter()
             .map(|c| (c.id.to_string(), Arc::new(c)))
             .collect::<BTreeMap<_, _>>(),
+        api: None,
+    }
+}
+
+/// The API's view of `pod` (same UID, name and namespace) with `policy`, the containers'
+/// kinds and hooks, and `annotation` as the API's copy.
+pub(super) fn api_pod(
+    pod: &PodInfo,
+    policy: RestartPolicy,
+    annotation: Option<&str>,
+    containers: Vec<(&str, ContainerKind, Option<Hook>)>,
+) -> ApiPod {
+    ApiPod {
+        uid: pod.uid.clone(),
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        resource_version: "1".into(),
+        restart_policy: policy,
+        phase: PodPhase::Running,
+        deleting: false,
+        grace_seconds: Some(30),
+        probes_annotation: annotation.map(str::to_owned),
+        gated: true,
+        condition: None,
+        containers: containers
+            .into_iter()
+            .map(|(name, kind, pre_stop)| ApiContainer {
+                name: name.into(),
+                kind,
+                pre_stop,
+            })
+            .collect(),
     }
 }
 

@@ -1,0 +1,283 @@
+//! The mock API server's HTTP side: one hyper HTTP/1.1 connection task per client connection,
+//! routing to the store, and watch streams fed from its change broadcast.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::store::status;
+use super::{Recorded, Shared};
+
+type Body = BoxBody<Bytes, io::Error>;
+
+/// Accepts connections until the task is aborted.
+pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| handle(shared.clone(), req));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+fn json_response(code: u16, body: &Value) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header("content-type", "application/json")
+        .body(
+            Full::new(Bytes::from(body.to_string()))
+                .map_err(|e: Infallible| match e {})
+                .boxed(),
+        )
+        .unwrap_or_else(|_| {
+            Response::new(BodyExt::boxed(
+                Full::new(Bytes::new()).map_err(|e: Infallible| match e {}),
+            ))
+        })
+}
+
+fn parse_query(q: Option<&str>) -> BTreeMap<String, String> {
+    q.unwrap_or("")
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (k.to_owned(), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_decode(v: &str) -> String {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let Some(x) = std::str::from_utf8(&b[i + 1..i + 3])
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(x);
+            i += 3;
+            continue;
+        }
+        out.push(if b[i] == b'+' { b' ' } else { b[i] });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let bytes = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let query = parse_query(parts.uri.query());
+    let body: Value = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+    };
+    let path = parts.uri.path().to_owned();
+    let method = parts.method.to_string();
+    shared.requests.lock().push(Recorded {
+        at: SystemTime::now(),
+        method: method.clone(),
+        path: path.clone(),
+        query: query.clone(),
+        content_type: parts
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned(),
+        body: if shared.keep_bodies {
+            body.clone()
+        } else {
+            Value::Null
+        },
+    });
+    if !shared.available.load(Ordering::SeqCst) {
+        return Ok(json_response(
+            503,
+            &status(503, "ServiceUnavailable", "the mock API server is down"),
+        ));
+    }
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let resp = match (method.as_str(), segs.as_slice()) {
+        ("GET", ["api", "v1", "pods"]) => {
+            let node = query
+                .get("fieldSelector")
+                .and_then(|f| f.strip_prefix("spec.nodeName="))
+                .map(str::to_owned);
+            if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
+                watch(&shared, &query, node)
+            } else {
+                let limit = query.get("limit").and_then(|l| l.parse().ok());
+                let list = shared.store.lock().list(
+                    node.as_deref(),
+                    limit,
+                    query.get("continue").map(String::as_str),
+                );
+                json_response(200, &list)
+            }
+        }
+        ("PATCH", ["api", "v1", "namespaces", ns, "pods", name, "status"]) => {
+            let r = shared.store.lock().patch_status(ns, name, &body);
+            match r {
+                Ok((pod, change)) => {
+                    let _ = shared.changes.send(change);
+                    json_response(200, &pod)
+                }
+                Err((code, st)) => json_response(code, &st),
+            }
+        }
+        ("POST", ["apis", "events.k8s.io", "v1", "namespaces", ns, "events"]) => {
+            match shared.store.lock().create_event(ns, body) {
+                Ok(ev) => json_response(201, &ev),
+                Err((code, st)) => json_response(code, &st),
+            }
+        }
+        (
+            "PATCH",
+            [
+                "apis",
+                "events.k8s.io",
+                "v1",
+                "namespaces",
+                ns,
+                "events",
+                name,
+            ],
+        ) => match shared.store.lock().patch_event(ns, name, &body) {
+            Ok(ev) => json_response(200, &ev),
+            Err((code, st)) => json_response(code, &st),
+        },
+        _ => json_response(
+            404,
+            &status(
+                404,
+                "NotFound",
+                &format!("{method} {path}: not served by the mock"),
+            ),
+        ),
+    };
+    Ok(resp)
+}
+
+/// A watch response: the history after `resourceVersion`, then live changes and bookmarks,
+/// until `timeoutSeconds` or the client goes.
+fn watch(
+    shared: &Arc<Shared>,
+    query: &BTreeMap<String, String>,
+    node: Option<String>,
+) -> Response<Body> {
+    let from: Option<u64> = query
+        .get("resourceVersion")
+        .and_then(|r| r.parse().ok())
+        .filter(|r| *r > 0);
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(1800));
+    let bookmarks = query
+        .get("allowWatchBookmarks")
+        .is_some_and(|b| b == "true");
+    let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(1024);
+    let (live, backlog, start) = {
+        let store = shared.store.lock();
+        let live = shared.changes.subscribe();
+        let start = from.unwrap_or(store.rv());
+        (live, store.since(start, node.as_deref()), start)
+    };
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let send = |line: String| {
+            let tx = tx.clone();
+            async move { tx.send(Ok(Frame::data(Bytes::from(line)))).await.is_ok() }
+        };
+        let backlog = match backlog {
+            Ok(b) => b,
+            Err((_, st)) => {
+                let _ = send(format!("{}\n", json!({"type": "ERROR", "object": st}))).await;
+                return;
+            }
+        };
+        let mut last = start;
+        for (rv, line) in backlog {
+            if !send(line).await {
+                return;
+            }
+            last = rv;
+        }
+        let mut live = live;
+        let end = tokio::time::sleep(timeout);
+        tokio::pin!(end);
+        let mut tick = tokio::time::interval(shared.bookmark_every);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                () = &mut end => return,
+                () = tx.closed() => return,
+                _ = tick.tick(), if bookmarks => {
+                    let bm = json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+                        "metadata": {"resourceVersion": last.to_string()}}});
+                    if !send(format!("{bm}\n")).await {
+                        return;
+                    }
+                }
+                change = live.recv() => match change {
+                    Ok((rv, line)) => {
+                        if rv <= last {
+                            continue;
+                        }
+                        let ours = match &node {
+                            None => true,
+                            Some(n) => shared.store.lock().node_of_change(rv).is_none_or(|c| &c == n),
+                        };
+                        last = rv;
+                        if ours && !send(line).await {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        let st = status(410, "Expired", "the watch fell behind");
+                        let _ = send(format!("{}\n", json!({"type": "ERROR", "object": st}))).await;
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+            }
+        }
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(StreamBody::new(ReceiverStream::new(rx)).boxed())
+        .unwrap_or_else(|_| json_response(500, &status(500, "InternalError", "response")))
+}

@@ -1,0 +1,271 @@
+//! The mock API server's objects: pods (with a resource-version history for watches) and events.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use serde_json::{Value, json};
+
+/// A change watches see: the resource version and the watch event line.
+pub(crate) type Change = (u64, String);
+
+/// Why a request failed: HTTP status and a `metav1.Status` body.
+pub(crate) type Failure = (u16, Value);
+
+/// Pods and events in memory.
+pub struct Store {
+    rv: u64,
+    pods: BTreeMap<String, Value>,
+    by_name: HashMap<(String, String), String>,
+    /// (rv, node, watch line) of recent changes, oldest first.
+    history: VecDeque<(u64, String, String)>,
+    cap: usize,
+    events: BTreeMap<(String, String), Value>,
+}
+
+/// A `metav1.Status` failure body.
+pub(crate) fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+}
+
+fn node_of(pod: &Value) -> String {
+    pod["spec"]["nodeName"].as_str().unwrap_or("").to_owned()
+}
+
+fn key_of(pod: &Value) -> (String, String) {
+    (
+        pod["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_owned(),
+        pod["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+    )
+}
+
+impl Store {
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            rv: 1000,
+            pods: BTreeMap::new(),
+            by_name: HashMap::new(),
+            history: VecDeque::new(),
+            cap: cap.max(1),
+            events: BTreeMap::new(),
+        }
+    }
+
+    /// The current resource version.
+    pub(crate) fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    fn record(&mut self, ty: &str, pod: &Value) -> Change {
+        let rv = self.rv;
+        let line = format!("{}\n", json!({"type": ty, "object": pod}));
+        self.history.push_back((rv, node_of(pod), line.clone()));
+        while self.history.len() > self.cap {
+            self.history.pop_front();
+        }
+        (rv, line)
+    }
+
+    pub(crate) fn put_pod(&mut self, mut pod: Value) -> Option<Change> {
+        let uid = pod["metadata"]["uid"].as_str()?.to_owned();
+        self.rv += 1;
+        pod["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        let ty = if self.pods.contains_key(&uid) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        self.by_name.insert(key_of(&pod), uid.clone());
+        let change = self.record(ty, &pod);
+        self.pods.insert(uid, pod);
+        Some(change)
+    }
+
+    pub(crate) fn modify_pod(&mut self, uid: &str, f: impl FnOnce(&mut Value)) -> Option<Change> {
+        let mut pod = self.pods.get(uid)?.clone();
+        f(&mut pod);
+        self.put_pod(pod)
+    }
+
+    pub(crate) fn uid_of(&self, ns: &str, name: &str) -> Option<String> {
+        self.by_name.get(&(ns.to_owned(), name.to_owned())).cloned()
+    }
+
+    pub(crate) fn pod(&self, uid: &str) -> Option<Value> {
+        self.pods.get(uid).cloned()
+    }
+
+    /// A `PodList` page of the pods on `node` (all without one): `limit` items after the
+    /// `cont` offset.
+    pub(crate) fn list(
+        &self,
+        node: Option<&str>,
+        limit: Option<usize>,
+        cont: Option<&str>,
+    ) -> Value {
+        let skip: usize = cont.and_then(|c| c.parse().ok()).unwrap_or(0);
+        let matching = self
+            .pods
+            .values()
+            .filter(|p| node.is_none_or(|n| node_of(p) == n));
+        let limit = limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
+        let items: Vec<Value> = matching.clone().skip(skip).take(limit).cloned().collect();
+        let more = matching.count() > skip.saturating_add(items.len());
+        let mut meta = json!({"resourceVersion": self.rv.to_string()});
+        if more {
+            meta["continue"] = json!((skip + items.len()).to_string());
+        }
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": meta, "items": items})
+    }
+
+    /// Watch lines after `rv` for `node`; `Err` when the history no longer reaches back there.
+    pub(crate) fn since(&self, rv: u64, node: Option<&str>) -> Result<Vec<Change>, Failure> {
+        if let Some((oldest, _, _)) = self.history.front()
+            && rv + 1 < *oldest
+            && self.history.len() >= self.cap
+        {
+            return Err((
+                410,
+                status(
+                    410,
+                    "Expired",
+                    &format!("too old resource version: {rv} ({oldest})"),
+                ),
+            ));
+        }
+        Ok(self
+            .history
+            .iter()
+            .filter(|(r, n, _)| *r > rv && node.is_none_or(|want| n == want))
+            .map(|(r, _, l)| (*r, l.clone()))
+            .collect())
+    }
+
+    /// The node a change was for (watch filtering of live changes).
+    pub(crate) fn node_of_change(&self, rv: u64) -> Option<String> {
+        self.history
+            .iter()
+            .rev()
+            .find(|(r, _, _)| *r == rv)
+            .map(|(_, n, _)| n.clone())
+    }
+
+    /// Applies a status patch: conditions merged by `type`, other status fields replaced; a
+    /// `metadata.uid` in the patch must match.
+    pub(crate) fn patch_status(
+        &mut self,
+        ns: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<(Value, Change), Failure> {
+        let Some(uid) = self.by_name.get(&(ns.to_owned(), name.to_owned())).cloned() else {
+            return Err((
+                404,
+                status(404, "NotFound", &format!("pods \"{name}\" not found")),
+            ));
+        };
+        if let Some(want) = patch["metadata"]["uid"].as_str()
+            && want != uid
+        {
+            return Err((
+                409,
+                status(
+                    409,
+                    "Conflict",
+                    &format!(
+                        "Operation cannot be fulfilled on pods \"{name}\": Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"
+                    ),
+                ),
+            ));
+        }
+        let mut pod = self.pods.get(&uid).cloned().unwrap_or(Value::Null);
+        if let Some(st) = patch["status"].as_object() {
+            for (k, v) in st {
+                if k == "conditions" {
+                    let mut conds: Vec<Value> = pod["status"]["conditions"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default();
+                    for c in v.as_array().into_iter().flatten() {
+                        match conds.iter_mut().find(|o| o["type"] == c["type"]) {
+                            Some(o) => *o = c.clone(),
+                            None => conds.push(c.clone()),
+                        }
+                    }
+                    pod["status"]["conditions"] = Value::Array(conds);
+                } else {
+                    pod["status"][k] = v.clone();
+                }
+            }
+        }
+        let change = self
+            .put_pod(pod)
+            .ok_or_else(|| (500, status(500, "InternalError", "no uid")))?;
+        Ok((self.pods.get(&uid).cloned().unwrap_or(Value::Null), change))
+    }
+
+    pub(crate) fn create_event(&mut self, ns: &str, mut ev: Value) -> Result<Value, Failure> {
+        let Some(name) = ev["metadata"]["name"].as_str().map(str::to_owned) else {
+            return Err((422, status(422, "Invalid", "metadata.name: Required value")));
+        };
+        if self.events.contains_key(&(ns.to_owned(), name.clone())) {
+            return Err((
+                409,
+                status(
+                    409,
+                    "AlreadyExists",
+                    &format!("events \"{name}\" already exists"),
+                ),
+            ));
+        }
+        self.rv += 1;
+        ev["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        self.events.insert((ns.to_owned(), name), ev.clone());
+        Ok(ev)
+    }
+
+    pub(crate) fn patch_event(
+        &mut self,
+        ns: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Value, Failure> {
+        let Some(ev) = self.events.get_mut(&(ns.to_owned(), name.to_owned())) else {
+            return Err((
+                404,
+                status(404, "NotFound", &format!("events \"{name}\" not found")),
+            ));
+        };
+        merge_patch(ev, patch);
+        self.rv += 1;
+        ev["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        Ok(ev.clone())
+    }
+
+    /// Every event, by namespace and name.
+    pub fn events(&self) -> Vec<Value> {
+        self.events.values().cloned().collect()
+    }
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Some(p) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    for (k, v) in p {
+        if v.is_null() {
+            if let Some(t) = target.as_object_mut() {
+                t.remove(k);
+            }
+        } else {
+            merge_patch(&mut target[k], v);
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! The prober's Kubernetes API metrics (`podward_prober_api_*`, `podward_prober_gate_*`).
+
+use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
+
+use crate::metrics::MetricsError;
+
+/// What the API side counts.
+#[derive(Clone)]
+pub struct ApiMetrics {
+    /// 1 while the pod reflector has listed the node's pods and watches them.
+    pub synced: IntGauge,
+    /// Pods of the node in the reflector's view.
+    pub pods: IntGauge,
+    /// Readiness-gate condition writes by `result`.
+    pub gate_writes: IntCounterVec,
+    /// Pods whose condition waits to be written (changed, in backoff, or throttled).
+    pub gate_pending: IntGauge,
+    /// Kubernetes events by `result` (`sent`, `failed`, `dropped`, `filtered`).
+    pub events: IntCounterVec,
+}
+
+impl ApiMetrics {
+    /// Creates the metrics and registers them in `registry` (`None`: unregistered, for tests).
+    pub fn new(registry: Option<&Registry>) -> Result<Self, MetricsError> {
+        let m = Self {
+            synced: IntGauge::new(
+                "podward_prober_api_synced",
+                "1 while the prober has listed its node's pods from the Kubernetes API and watches them.",
+            )?,
+            pods: IntGauge::new(
+                "podward_prober_api_pods",
+                "Pods of this node in the prober's view of the Kubernetes API.",
+            )?,
+            gate_writes: IntCounterVec::new(
+                Opts::new(
+                    "podward_prober_gate_writes_total",
+                    "Writes of the readiness-gate pod condition, by result (ok, conflict, throttled, gone, error).",
+                ),
+                &["result"],
+            )?,
+            gate_pending: IntGauge::new(
+                "podward_prober_gate_pending",
+                "Pods whose readiness-gate condition waits to be written.",
+            )?,
+            events: IntCounterVec::new(
+                Opts::new(
+                    "podward_prober_api_events_total",
+                    "Kubernetes events by result (sent, failed, dropped: queue full, filtered: per-object spam filter).",
+                ),
+                &["result"],
+            )?,
+        };
+        if let Some(r) = registry {
+            r.register(Box::new(m.synced.clone()))?;
+            r.register(Box::new(m.pods.clone()))?;
+            r.register(Box::new(m.gate_writes.clone()))?;
+            r.register(Box::new(m.gate_pending.clone()))?;
+            r.register(Box::new(m.events.clone()))?;
+        }
+        Ok(m)
+    }
+}
