@@ -8,6 +8,8 @@ use podward_api::daemon::telemetry::LogFormat;
 use podward_api::paths;
 use serde::{Deserialize, Serialize};
 
+pub use crate::handler::exec::direct::ExecMode;
+
 /// Command-line flags. Every field is optional so that only what was given overrides the file.
 #[derive(Debug, Default, Serialize, clap::Parser)]
 #[command(
@@ -69,6 +71,21 @@ pub struct Args {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub poll_interval_seconds: Option<u64>,
 
+    /// How exec probes run: "direct" starts the command in the container's namespaces, cgroup,
+    /// credentials, capabilities and seccomp filter exactly as runc exec would (about a fifth of
+    /// CRI ExecSync's CPU; needs host PID and root with CAP_SYS_ADMIN, see docs/operations.md);
+    /// "cri" always uses CRI ExecSync; "auto" is direct where the container allows it and CRI
+    /// otherwise (VM runtimes, user namespaces, what direct exec does not reproduce), the choice
+    /// per container logged and shown in Status. [default: auto]
+    #[arg(long, env = "PODWARD_PROBER_EXEC_MODE", value_enum)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_mode: Option<ExecMode>,
+
+    /// The binary direct exec re-executes as its helper. [default: this binary (/proc/self/exe)]
+    #[arg(long, env = "PODWARD_PROBER_EXEC_HELPER")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_helper: Option<PathBuf>,
+
     /// Log format. [default: text]
     #[arg(long, env = "PODWARD_PROBER_LOG_FORMAT", value_enum)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -100,6 +117,10 @@ pub struct Config {
     pub admin_addr: SocketAddr,
     /// Seconds between containerd polls while the shim is down.
     pub poll_interval_seconds: u64,
+    /// How exec probes run.
+    pub exec_mode: ExecMode,
+    /// The direct-exec helper binary; `None` = this binary.
+    pub exec_helper: Option<PathBuf>,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter.
@@ -117,6 +138,8 @@ impl Default for Config {
             kube_version: "1.33".to_owned(),
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9642)),
             poll_interval_seconds: 2,
+            exec_mode: ExecMode::Auto,
+            exec_helper: None,
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
         }

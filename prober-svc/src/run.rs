@@ -16,7 +16,7 @@ use crate::api::ProberService;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::event::Events;
-use crate::handler::exec::cri::CriExec;
+use crate::handler::exec::direct::DirectExec;
 use crate::hub::Hub;
 use crate::kill::Killer;
 use crate::manager::Manager;
@@ -119,6 +119,7 @@ pub async fn run_with(
         shim = %config.shim_socket.display(),
         containerd = %config.containerd_socket.display(),
         containerd_namespace = %config.containerd_namespace,
+        exec_mode = ?config.exec_mode,
         %node_ip,
         "podward-prober starting"
     );
@@ -128,7 +129,14 @@ pub async fn run_with(
         ProberOptions {
             kube_version: config.kube_version.clone(),
         },
-        Arc::new(CriExec::new(containerd.clone())),
+        Arc::new(DirectExec::new(
+            config.exec_mode,
+            containerd.clone(),
+            config
+                .exec_helper
+                .clone()
+                .unwrap_or_else(|| "/proc/self/exe".into()),
+        )),
     );
     let hub = Hub::default();
     let events = Events::new(vec![Arc::new(hub.clone())]);
