@@ -85,7 +85,10 @@ impl Manager {
                     probes,
                     kills: kills.count,
                     last_kill: kills.last.as_ref().map(wire::kill),
-                    exec_runner: exec.as_ref().map(|e| e.runner.to_owned()).unwrap_or_default(),
+                    exec_runner: exec
+                        .as_ref()
+                        .map(|e| e.runner.to_owned())
+                        .unwrap_or_default(),
                     exec_runner_reason: exec.map(|e| e.reason).unwrap_or_default(),
                 });
             }

@@ -37,7 +37,17 @@ use super::cri::CriExec;
 use super::runner::{ExecChoice, ExecError, ExecOutput, ExecRunner};
 
 /// How exec probes run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ExecMode {
     /// Always CRI `ExecSync`.
@@ -194,7 +204,11 @@ impl ExecRunner for DirectExec {
                 reason: String::new(),
             },
             Decision::Refused(r) => ExecChoice {
-                runner: if self.mode == ExecMode::Auto { "cri" } else { "none" },
+                runner: if self.mode == ExecMode::Auto {
+                    "cri"
+                } else {
+                    "none"
+                },
                 reason: r.to_string(),
             },
         })

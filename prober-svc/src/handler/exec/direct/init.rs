@@ -67,7 +67,10 @@ pub fn main() -> ! {
     let control = match std::io::stdin().as_fd().try_clone_to_owned() {
         Ok(fd) => UnixStream::from(fd),
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "podward exec helper: control socket: {e}");
+            let _ = writeln!(
+                std::io::stderr(),
+                "podward exec helper: control socket: {e}"
+            );
             std::process::exit(125);
         }
     };
@@ -83,9 +86,12 @@ pub fn main() -> ! {
 /// Stage 1; returns the exit code for the helper.
 fn helper(control: &UnixStream) -> Res<i32> {
     let mut buf = Vec::new();
-    (&*control).read_to_end(&mut buf).map_err(err("reading the plan"))?;
+    (&*control)
+        .read_to_end(&mut buf)
+        .map_err(err("reading the plan"))?;
     let plan: Plan = serde_json::from_slice(&buf).map_err(err("decoding the plan"))?;
     sys::assert_single_threaded().map_err(err("helper"))?;
+    sys::cloexec_from_3().map_err(err("close-on-exec"))?;
     let proc_dir = format!("/proc/{}", plan.init_pid);
     check_init(&plan)?;
     let mut joins = Vec::new();
@@ -95,7 +101,9 @@ fn helper(control: &UnixStream) -> Res<i32> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && name == "time" => continue,
             Err(e) => return Err(format!("open {proc_dir}/ns/{name}: {e}")),
         };
-        let t = target.metadata().map_err(err(format!("stat {name} namespace")))?;
+        let t = target
+            .metadata()
+            .map_err(err(format!("stat {name} namespace")))?;
         let mine = std::fs::metadata(format!("/proc/self/ns/{own}"))
             .map_err(err(format!("stat own {own} namespace")))?;
         if (t.dev(), t.ino()) != (mine.dev(), mine.ino()) {
@@ -141,7 +149,7 @@ fn helper(control: &UnixStream) -> Res<i32> {
             (&*control)
                 .write_all(Report::Reaper(child.as_raw()).line().as_bytes())
                 .map_err(err("report"))?;
-            let _ = control.shutdown(std::net::Shutdown::Both);
+            // No shutdown(2) here: the socket is shared with the reaper, which reports on it.
             loop {
                 match waitpid(child, None) {
                     Ok(WaitStatus::Exited(_, c)) => return Ok(c),
@@ -278,7 +286,9 @@ fn kill_tree(command: Pid) {
 
 /// Stage 3: the command's process, from fork to `execve` (runc's `linuxSetnsInit.Init`).
 fn command(plan: &Plan, devnull: &File) -> Res<std::convert::Infallible> {
-    SigSet::empty().thread_set_mask().map_err(err("signal mask"))?;
+    SigSet::empty()
+        .thread_set_mask()
+        .map_err(err("signal mask"))?;
     sys::default_signals();
     nix::unistd::setsid().map_err(err("setsid"))?;
     nix::unistd::dup2_stdin(devnull).map_err(err("dup2 stdin"))?;
@@ -306,7 +316,10 @@ fn command(plan: &Plan, devnull: &File) -> Res<std::convert::Infallible> {
     let path = CString::new(path).map_err(err("NUL in path"))?;
     Err(nix::unistd::execve(&path, &argv, &envp)
         .map(|_| ())
-        .map_err(err(format!("exec {:?}", plan.argv.first().map(String::as_str).unwrap_or(""))))
+        .map_err(err(format!(
+            "exec {:?}",
+            plan.argv.first().map(String::as_str).unwrap_or("")
+        )))
         .unwrap_err())
 }
 
@@ -325,7 +338,12 @@ fn finalize(plan: &Plan, env: &mut Vec<String>) -> Res<()> {
         match nix::unistd::chdir(Path::new(&plan.cwd)) {
             Ok(()) => {}
             Err(nix::errno::Errno::EACCES) | Err(nix::errno::Errno::EPERM) => chdir_later = true,
-            Err(e) => return Err(format!("chdir to cwd ({:?}) set in config.json failed: {e}", plan.cwd)),
+            Err(e) => {
+                return Err(format!(
+                    "chdir to cwd ({:?}) set in config.json failed: {e}",
+                    plan.cwd
+                ));
+            }
         }
     }
     let CapSets {
@@ -348,11 +366,14 @@ fn finalize(plan: &Plan, env: &mut Vec<String>) -> Res<()> {
     nix::sys::prctl::set_keepcaps(true).map_err(err("set keep caps"))?;
     setup_user(plan, env)?;
     if chdir_later {
-        nix::unistd::chdir(Path::new(&plan.cwd))
-            .map_err(err(format!("chdir to cwd ({:?}) set in config.json failed", plan.cwd)))?;
+        nix::unistd::chdir(Path::new(&plan.cwd)).map_err(err(format!(
+            "chdir to cwd ({:?}) set in config.json failed",
+            plan.cwd
+        )))?;
     }
     nix::sys::prctl::set_keepcaps(false).map_err(err("clear keep caps"))?;
-    caps::set(None, CapSet::Inheritable, &set_of(inheritable)).map_err(err("capset inheritable"))?;
+    caps::set(None, CapSet::Inheritable, &set_of(inheritable))
+        .map_err(err("capset inheritable"))?;
     caps::set(None, CapSet::Effective, &set_of(effective)).map_err(err("capset effective"))?;
     caps::set(None, CapSet::Permitted, &set_of(permitted)).map_err(err("capset permitted"))?;
     let amb = set_of(ambient);
@@ -378,7 +399,9 @@ fn setup_user(plan: &Plan, env: &mut Vec<String>) -> Res<()> {
     }
     nix::unistd::setgid(Gid::from_raw(plan.gid)).map_err(err("setgid"))?;
     nix::unistd::setuid(Uid::from_raw(plan.uid)).map_err(err("setuid"))?;
-    let has_home = env.iter().any(|e| e.strip_prefix("HOME=").is_some_and(|v| !v.is_empty()));
+    let has_home = env
+        .iter()
+        .any(|e| e.strip_prefix("HOME=").is_some_and(|v| !v.is_empty()));
     if !has_home {
         match env.iter_mut().find(|e| e.starts_with("HOME=")) {
             Some(e) => *e = format!("HOME={home}"),
@@ -419,7 +442,12 @@ fn fix_stdio(uid: u32) -> Res<()> {
 /// runc's `apparmor.ApplyProfile`: the profile takes effect at `execve`.
 fn apparmor_on_exec(profile: &str) -> Res<()> {
     let data = format!("exec {profile}");
-    let write = |p: &str| std::fs::OpenOptions::new().write(true).open(p)?.write_all(data.as_bytes());
+    let write = |p: &str| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(p)?
+            .write_all(data.as_bytes())
+    };
     write("/proc/thread-self/attr/apparmor/exec")
         .or_else(|_| write("/proc/thread-self/attr/exec"))
         .map_err(err(format!("apply apparmor profile {profile:?}")))
@@ -430,14 +458,15 @@ fn look_path(argv: &[String], env: &[String]) -> Res<String> {
     let Some(file) = argv.first() else {
         return Err("exec: no command".to_owned());
     };
-    let executable = |p: &Path| {
-        std::fs::metadata(p).is_ok_and(|m| !m.is_dir() && m.mode() & 0o111 != 0)
-    };
+    let executable =
+        |p: &Path| std::fs::metadata(p).is_ok_and(|m| !m.is_dir() && m.mode() & 0o111 != 0);
     if file.contains('/') {
         return if executable(Path::new(file)) {
             Ok(file.clone())
         } else {
-            Err(format!("exec: {file:?}: stat {file}: no such file or directory or not executable"))
+            Err(format!(
+                "exec: {file:?}: stat {file}: no such file or directory or not executable"
+            ))
         };
     }
     let path = env
@@ -452,5 +481,7 @@ fn look_path(argv: &[String], env: &[String]) -> Res<String> {
             return Ok(candidate.to_string_lossy().into_owned());
         }
     }
-    Err(format!("exec: {file:?}: executable file not found in $PATH"))
+    Err(format!(
+        "exec: {file:?}: executable file not found in $PATH"
+    ))
 }

@@ -118,16 +118,26 @@ pub fn prepare(container_id: &str, info_json: &str, host: &Host) -> Result<Plan,
     if !RUNC_SHIMS.contains(&runtime) {
         return Err(Refusal::Runtime(runtime.to_owned()));
     }
-    let binary = info["runtimeOptions"]["binary_name"].as_str().unwrap_or_default();
-    let base = Path::new(binary).file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let binary = info["runtimeOptions"]["binary_name"]
+        .as_str()
+        .unwrap_or_default();
+    let base = Path::new(binary)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
     if !binary.is_empty() && base != "runc" && base != "crun" {
         return Err(Refusal::Runtime(binary.to_owned()));
     }
-    let raw_spec = info.get("runtimeSpec").ok_or(Refusal::Missing("runtimeSpec"))?;
+    let raw_spec = info
+        .get("runtimeSpec")
+        .ok_or(Refusal::Missing("runtimeSpec"))?;
     check_fields(raw_spec)?;
     let spec: Spec = serde_json::from_value(raw_spec.clone())
         .map_err(|e| Refusal::Unreadable(format!("runtimeSpec: {e}")))?;
-    let pid = info["pid"].as_i64().filter(|p| *p > 0).ok_or(Refusal::Missing("pid"))? as i32;
+    let pid = info["pid"]
+        .as_i64()
+        .filter(|p| *p > 0)
+        .ok_or(Refusal::Missing("pid"))? as i32;
     let process = spec.process().as_ref().ok_or(Refusal::Missing("process"))?;
     let linux = spec.linux().as_ref().ok_or(Refusal::Missing("linux"))?;
     if linux
@@ -235,7 +245,12 @@ fn check_fields(spec: &Value) -> Result<(), Refusal> {
             return Err(Refusal::Field(format!("process.user.{k}")));
         }
     }
-    for (k, _) in spec.get("linux").and_then(Value::as_object).into_iter().flatten() {
+    for (k, _) in spec
+        .get("linux")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
         if !LINUX_FIELDS.contains(&k.as_str()) {
             return Err(Refusal::Field(format!("linux.{k}")));
         }
@@ -285,10 +300,17 @@ pub(crate) fn cgroup_procs(cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>
         let Some((_, root, mountpoint, _)) = found else {
             return Err(Refusal::Cgroup(format!(
                 "hierarchy {:?} is not mounted in the prober",
-                if controllers.is_empty() { "cgroup2" } else { controllers }
+                if controllers.is_empty() {
+                    "cgroup2"
+                } else {
+                    controllers
+                }
             )));
         };
-        let rel = path.strip_prefix(root.as_str()).unwrap_or(path).trim_start_matches('/');
+        let rel = path
+            .strip_prefix(root.as_str())
+            .unwrap_or(path)
+            .trim_start_matches('/');
         out.push(Path::new(mountpoint).join(rel).join("cgroup.procs"));
     }
     Ok(out)
@@ -363,16 +385,23 @@ pub(crate) fn parse_limits(text: &str) -> Vec<Rlimit> {
 
 /// runc's `populateProcessEnvironment`: `os.Setenv` per entry, so a repeated name keeps its
 /// first place with its last value; an entry without `=` or with an empty name is an error there.
-pub(crate) fn normalize_env<'a>(env: impl Iterator<Item = &'a String>) -> Result<Vec<String>, Refusal> {
+pub(crate) fn normalize_env<'a>(
+    env: impl Iterator<Item = &'a String>,
+) -> Result<Vec<String>, Refusal> {
     let mut out: Vec<String> = Vec::new();
     for pair in env {
         let Some((name, _)) = pair.split_once('=') else {
-            return Err(Refusal::Field(format!("process.env {pair:?} (not key=value)")));
+            return Err(Refusal::Field(format!(
+                "process.env {pair:?} (not key=value)"
+            )));
         };
         if name.is_empty() || pair.contains('\0') {
             return Err(Refusal::Field(format!("process.env {pair:?}")));
         }
-        match out.iter_mut().find(|e| e.split_once('=').is_some_and(|(n, _)| n == name)) {
+        match out
+            .iter_mut()
+            .find(|e| e.split_once('=').is_some_and(|(n, _)| n == name))
+        {
             Some(e) => *e = pair.clone(),
             None => out.push(pair.clone()),
         }
@@ -390,7 +419,9 @@ fn cap_sets(c: Option<&oci_spec::runtime::LinuxCapabilities>) -> CapSets {
             // Names this kernel lacks are ignored, as runc does ("unknown or unavailable").
             .fold(0, |m, c| m | 1 << c.index())
     };
-    let Some(c) = c else { return CapSets::default() };
+    let Some(c) = c else {
+        return CapSets::default();
+    };
     CapSets {
         bounding: mask(c.bounding().as_ref()),
         effective: mask(c.effective().as_ref()),
@@ -408,7 +439,13 @@ fn check_privileges(plan: &Plan, proc: &Path) -> Result<(), Refusal> {
     };
     let mask = mine.iter().fold(0u64, |m, c| m | 1 << c.index());
     use caps::Capability as C;
-    for c in [C::CAP_SYS_ADMIN, C::CAP_SYS_CHROOT, C::CAP_SETUID, C::CAP_SETGID, C::CAP_SETPCAP] {
+    for c in [
+        C::CAP_SYS_ADMIN,
+        C::CAP_SYS_CHROOT,
+        C::CAP_SETUID,
+        C::CAP_SETGID,
+        C::CAP_SETPCAP,
+    ] {
         if mask & (1 << c.index()) == 0 {
             return Err(Refusal::Privilege(c.to_string()));
         }
@@ -421,13 +458,19 @@ fn check_privileges(plan: &Plan, proc: &Path) -> Result<(), Refusal> {
             .filter(|c| missing & (1 << c.index()) != 0)
             .map(|c| c.to_string())
             .collect();
-        return Err(Refusal::Privilege(format!("the container's {}", names.join(", "))));
+        return Err(Refusal::Privilege(format!(
+            "the container's {}",
+            names.join(", ")
+        )));
     }
     let sys_resource = mask & (1 << C::CAP_SYS_RESOURCE.index()) != 0;
     if !sys_resource {
         let own = parse_limits(&read(&proc.join("self/limits")).unwrap_or_default());
         for r in &plan.rlimits {
-            if own.iter().any(|o| o.resource == r.resource && o.hard < r.hard) {
+            if own
+                .iter()
+                .any(|o| o.resource == r.resource && o.hard < r.hard)
+            {
                 return Err(Refusal::Privilege(format!(
                     "CAP_SYS_RESOURCE (rlimit {} has a higher hard limit in the container)",
                     r.resource

@@ -14,7 +14,9 @@
 
 use std::io::{Read, Seek, SeekFrom};
 
-use libseccomp::{ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall};
+use libseccomp::{
+    ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall,
+};
 use oci_spec::runtime::{
     Arch, LinuxSeccomp, LinuxSeccompAction, LinuxSeccompFilterFlag, LinuxSeccompOperator,
 };
@@ -73,7 +75,9 @@ fn action(act: LinuxSeccompAction, errno_ret: Option<u32>) -> Result<ScmpAction,
         LinuxSeccompAction::ScmpActLog => ScmpAction::Log,
         LinuxSeccompAction::ScmpActAllow => ScmpAction::Allow,
         LinuxSeccompAction::ScmpActNotify => {
-            return Err(SeccompError::Unsupported("SCMP_ACT_NOTIFY (a seccomp agent)"));
+            return Err(SeccompError::Unsupported(
+                "SCMP_ACT_NOTIFY (a seccomp agent)",
+            ));
         }
     })
 }
@@ -161,7 +165,14 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<Program, SeccompError> {
         let args = call.args().clone().unwrap_or_default();
         let conds: Vec<ScmpArgCompare> = args
             .iter()
-            .map(|a| condition(a.index() as u32, a.op(), a.value(), a.value_two().unwrap_or(0)))
+            .map(|a| {
+                condition(
+                    a.index() as u32,
+                    a.op(),
+                    a.value(),
+                    a.value_two().unwrap_or(0),
+                )
+            })
             .collect();
         let mut counts = [0u8; 6];
         for a in &args {
@@ -180,10 +191,14 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<Program, SeccompError> {
                 filter.add_rule(act, nr).map_err(compile_err)?;
             } else if split {
                 for c in &conds {
-                    filter.add_rule_conditional(act, nr, &[*c]).map_err(compile_err)?;
+                    filter
+                        .add_rule_conditional(act, nr, &[*c])
+                        .map_err(compile_err)?;
                 }
             } else {
-                filter.add_rule_conditional(act, nr, &conds).map_err(compile_err)?;
+                filter
+                    .add_rule_conditional(act, nr, &conds)
+                    .map_err(compile_err)?;
             }
         }
     }
@@ -214,7 +229,10 @@ fn export(filter: &ScmpFilterContext) -> Result<Vec<u8>, SeccompError> {
     let mut out = Vec::new();
     f.read_to_end(&mut out).map_err(compile_err)?;
     if out.is_empty() || out.len() % 8 != 0 {
-        return Err(SeccompError::Compile(format!("exported {} bytes of BPF", out.len())));
+        return Err(SeccompError::Compile(format!(
+            "exported {} bytes of BPF",
+            out.len()
+        )));
     }
     Ok(out)
 }
@@ -284,9 +302,11 @@ fn enosys_stub(last: &[(ScmpArch, u32)], _body_len: usize) -> Vec<Insn> {
     // Group x86-64 and x32 (one audit arch, told apart by the x32 bit).
     let mut sections: Vec<(u32, Option<u32>, Option<u32>)> = Vec::new(); // (audit, plain, x32)
     for (a, n) in last {
-        let Some(audit) = audit_arch(*a) else { continue };
-        let x32 = *a == ScmpArch::X32
-            || (*a == ScmpArch::Native && ScmpArch::native() == ScmpArch::X32);
+        let Some(audit) = audit_arch(*a) else {
+            continue;
+        };
+        let x32 =
+            *a == ScmpArch::X32 || (*a == ScmpArch::Native && ScmpArch::native() == ScmpArch::X32);
         let entry = match sections.iter_mut().find(|s| s.0 == audit) {
             Some(e) => e,
             None => {

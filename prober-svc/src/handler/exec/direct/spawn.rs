@@ -54,7 +54,11 @@ async fn capped_read(mut r: impl AsyncRead + Unpin) -> Vec<u8> {
 }
 
 /// Runs `plan` through the helper at `helper`, giving up after `timeout`.
-pub(crate) async fn run(helper: &Path, plan: &Plan, timeout: Duration) -> Result<ExecOutput, ExecError> {
+pub(crate) async fn run(
+    helper: &Path,
+    plan: &Plan,
+    timeout: Duration,
+) -> Result<ExecOutput, ExecError> {
     let deadline = Instant::now() + timeout;
     let body = serde_json::to_vec(plan).map_err(|e| failed(format!("encode plan: {e}")))?;
     let (ours, theirs) =
@@ -150,7 +154,23 @@ pub(crate) async fn run(helper: &Path, plan: &Plan, timeout: Duration) -> Result
                 timeout,
             });
         }
-        return Err(failed("the exec helper exited without starting the command"));
+        let status = child.try_wait().ok().flatten();
+        let stderr = match output {
+            Some((_, e)) => e,
+            None => {
+                tokio::time::timeout(REAP_GRACE, &mut outputs)
+                    .await
+                    .unwrap_or_default()
+                    .1
+            }
+        };
+        return Err(failed(format!(
+            "the exec helper ended ({}) without starting the command: {}",
+            status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "still running".into()),
+            String::from_utf8_lossy(&stderr).trim()
+        )));
     };
     // Exited in time: what the pipes held by now (the tree is dead, so they are closed).
     let (stdout, stderr) = match output {

@@ -65,14 +65,31 @@ Max realtime timeout      unlimited            unlimited            us
 ";
     let l = parse_limits(text);
     assert_eq!(l.len(), 16);
-    assert_eq!(l[3], Rlimit { resource: 3, soft: 8_388_608, hard: u64::MAX });
-    assert_eq!(l[7], Rlimit { resource: 7, soft: 20_000, hard: 20_000 });
+    assert_eq!(
+        l[3],
+        Rlimit {
+            resource: 3,
+            soft: 8_388_608,
+            hard: u64::MAX
+        }
+    );
+    assert_eq!(
+        l[7],
+        Rlimit {
+            resource: 7,
+            soft: 20_000,
+            hard: 20_000
+        }
+    );
     assert_eq!(l[15].resource, 15);
 }
 
 #[test]
 fn env_keeps_first_place_and_last_value_like_os_setenv() {
-    let env: Vec<String> = ["A=1", "B=2", "A=3", "C=x=y"].iter().map(|s| s.to_string()).collect();
+    let env: Vec<String> = ["A=1", "B=2", "A=3", "C=x=y"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     assert_eq!(
         normalize_env(env.iter()).expect("valid"),
         vec!["A=3", "B=2", "C=x=y"]

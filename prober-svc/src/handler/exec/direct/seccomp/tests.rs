@@ -17,10 +17,18 @@ fn insns(p: &Program) -> Vec<Insn> {
 fn profile(default: LinuxSeccompAction) -> LinuxSeccomp {
     LinuxSeccompBuilder::default()
         .default_action(default)
-        .architectures(vec![Arch::ScmpArchX86_64, Arch::ScmpArchX86, Arch::ScmpArchX32])
+        .architectures(vec![
+            Arch::ScmpArchX86_64,
+            Arch::ScmpArchX86,
+            Arch::ScmpArchX32,
+        ])
         .syscalls(vec![
             LinuxSyscallBuilder::default()
-                .names(vec!["read".to_owned(), "write".to_owned(), "no_such_call".to_owned()])
+                .names(vec![
+                    "read".to_owned(),
+                    "write".to_owned(),
+                    "no_such_call".to_owned(),
+                ])
                 .action(LinuxSeccompAction::ScmpActAllow)
                 .build()
                 .expect("syscall"),
@@ -61,7 +69,11 @@ fn errno_default_gets_runcs_enosys_stub_in_front() {
         .iter()
         .filter(|x| x.code == RET_K && x.k == SECCOMP_RET_ERRNO | ENOSYS)
         .collect();
-    assert_eq!(enosys.len(), 3, "x86-64, x32 and i386 each return ENOSYS past their last");
+    assert_eq!(
+        enosys.len(),
+        3,
+        "x86-64, x32 and i386 each return ENOSYS past their last"
+    );
     // x86-64's last named syscall is personality (135).
     assert!(i.iter().any(|x| x.code == JMP_JGT_K && x.k == 135));
     assert_eq!(p.flags, 0);
@@ -73,7 +85,10 @@ fn allow_default_has_no_stub_and_notify_is_refused() {
     assert!(!insns(&p).iter().any(|x| x.k == SECCOMP_RET_ERRNO | ENOSYS));
     let mut notify = profile(LinuxSeccompAction::ScmpActErrno);
     notify.set_default_action(LinuxSeccompAction::ScmpActNotify);
-    assert!(matches!(compile(&notify), Err(SeccompError::Unsupported(_))));
+    assert!(matches!(
+        compile(&notify),
+        Err(SeccompError::Unsupported(_))
+    ));
 }
 
 #[test]
@@ -87,7 +102,11 @@ fn stub_jumps_land_inside_the_program() {
             _ => vec![],
         };
         for t in targets {
-            assert!(t < i.len(), "jump at {at} to {t} past the end ({})", i.len());
+            assert!(
+                t < i.len(),
+                "jump at {at} to {t} past the end ({})",
+                i.len()
+            );
         }
     }
 }
