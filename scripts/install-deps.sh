@@ -43,10 +43,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The static archive the prober links (LIBSECCOMP_LINK_TYPE=static in .cargo/config.toml); the
-# linker finds it in the multiarch directory gcc searches by default.
-if ! gcc -print-file-name=libseccomp.a | grep -q /; then
-  echo "install-deps: libseccomp.a not found on gcc's library path (libseccomp-dev installed?)" >&2
+# The static archive the prober links (LIBSECCOMP_LINK_TYPE=static, LIBSECCOMP_LIB_PATH in
+# .cargo/config.toml: the multiarch directory, unless the environment names another).
+seccomp_dir=${LIBSECCOMP_LIB_PATH:-/usr/lib/$(uname -m)-linux-gnu}
+if [ ! -f "$seccomp_dir/libseccomp.a" ]; then
+  echo "install-deps: $seccomp_dir/libseccomp.a missing (libseccomp-dev; set LIBSECCOMP_LIB_PATH)" >&2
   exit 1
 fi
 

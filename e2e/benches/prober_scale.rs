@@ -286,6 +286,7 @@ async fn scale(o: &Opts, shim_sock: &std::path::Path) -> Result<f64, Box<dyn std
         manager,
         metrics,
         admin,
+        ..
     } = parts;
     let per = if o.mix == lifecycle::Mix::LivenessReadiness {
         2

@@ -3,13 +3,16 @@
 //! containerd, shim and prober, with upstream's probe
 //! parameters. They run concurrently on one node (distinct ports); observation windows are
 //! shortened from 4 min to 60 s, which still covers the initial delay, the failure point and
-//! several periods.
+//! several periods. #5 also checks what an operator sees of its kill: the metrics (on
+//! `/metrics` and kubelet's `/metrics/probes`), `podward-prober status`, and that the pod's
+//! series, kills included, go when the pod is deleted.
 
 #[path = "prober_support.rs"]
 mod support;
 
 use std::time::Duration;
 
+use podward_api::test_util::eventually;
 use podward_e2e::free_port;
 use serde_json::json;
 use support::*;
@@ -39,7 +42,7 @@ async fn upstream_liveness_scenarios() {
             let pod = e.run("exec-never", &script("echo ok >/tmp/health"), exec_live(&["cat", "/tmp/health"], 15, 5)).await;
             restarts_stay(&pod, 0, NEVER).await
         })),
-        ("#5 http /healthz restarts once", Box::pin(async move {
+        ("#5 http /healthz restarts once; /metrics/probes, status, series go with the pod", Box::pin(async move {
             let port = free_port();
             let pod = e.run("http-restart", &http_server(port, Some(10)), http_live("/healthz", port, 15, 1)).await;
             restarts_once(&pod, ONCE).await?;
@@ -55,7 +58,42 @@ async fn upstream_liveness_scenarios() {
             let kills = sample(&text, &["podward_prober_kills_total{", pod_label]);
             (failed >= Some(1.0) && kills >= Some(1.0))
                 .then_some(())
-                .ok_or_else(|| format!("metrics: failed {failed:?} kills {kills:?}"))
+                .ok_or_else(|| format!("metrics: failed {failed:?} kills {kills:?}"))?;
+            // kubelet's path for the probe families serves exactly what kubelet serves there.
+            let probes = scrape_path(e.prober_admin, "/metrics/probes").await?;
+            let fams = families(&probes);
+            let failed = sample(&probes, &["prober_probe_total{", pod_label, "result=\"failed\""]);
+            (fams == ["prober_probe_duration_seconds", "prober_probe_total", "process_start_time_seconds"] && failed >= Some(1.0))
+                .then_some(())
+                .ok_or_else(|| format!("/metrics/probes: families {fams:?}, failed {failed:?}:\n{probes}"))?;
+            // What an operator types at 3 a.m. (the liveness probe may kill the next instance
+            // meanwhile: at least one kill).
+            let run = e.status_cli(&["--pod", "default/http-restart"]).await?;
+            let table = run.stdout;
+            let probe_row = table.lines().find(|l| l.starts_with("default/http-restart") && l.contains("Liveness"));
+            let kill_row = table.lines().find(|l| l.starts_with("default/http-restart") && l.contains("Liveness ") && l.contains(" ago") && l.contains("stopped"));
+            (run.ok && table.starts_with("1 pod, 1 container, 1 probe: ") && probe_row.is_some_and(|r| r.contains(" app ")) && kill_row.is_some_and(|r| r.contains("statuscode: 404")))
+                .then_some(())
+                .ok_or_else(|| format!("status table:\n{table}{}", run.stderr))?;
+            let run = e.status_cli(&["--pod", "default/http-restart", "--json"]).await?;
+            let v: serde_json::Value = serde_json::from_str(&run.stdout).map_err(|err| format!("status --json: {err}: {}{}", run.stdout, run.stderr))?;
+            let c = &v["pods"][0]["containers"][0];
+            (c["name"] == "app" && c["kills"].as_u64() >= Some(1) && c["last_kill"]["probe_type"] == "LIVENESS" && c["probes"][0]["type"] == "LIVENESS")
+                .then_some(())
+                .ok_or_else(|| format!("status --json: {v:#}"))?;
+            // The pod goes: so do its series, kills included, and `status` no longer finds it.
+            pod.delete().await.map_err(|err| err.to_string())?;
+            let admin = e.prober_admin;
+            eventually("the deleted pod's series to go", Duration::from_secs(30), async || {
+                let text = scrape(admin).await.unwrap_or_default();
+                text.contains("podward_prober_workers")
+                    && !text.lines().any(|l| l.contains(pod_label) && (l.starts_with("podward_prober_kills_total{") || l.starts_with("prober_probe_")))
+            })
+            .await;
+            let run = e.status_cli(&["--pod", "default/http-restart"]).await?;
+            (!run.ok && run.stderr.contains("pod default/http-restart is not probed here"))
+                .then_some(())
+                .ok_or_else(|| format!("status of a deleted pod: {}{}", run.stdout, run.stderr))
         })),
         ("#6 tcp on an open port never restarts", Box::pin(async move {
             let port = free_port();

@@ -274,11 +274,16 @@ pub(crate) async fn restarts_once(pod: &Pod, timeout: Duration) -> Result<(), St
 
 /// `GET /metrics` of a daemon's admin endpoint, as text.
 pub(crate) async fn scrape(admin: SocketAddr) -> Result<String, String> {
+    scrape_path(admin, "/metrics").await
+}
+
+/// `GET path` of a daemon's admin endpoint, as text (status line and headers included).
+pub(crate) async fn scrape_path(admin: SocketAddr, path: &str) -> Result<String, String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(admin)
         .await
         .map_err(|e| format!("connect {admin}: {e}"))?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
         .await
         .map_err(|e| e.to_string())?;
     let mut buf = Vec::new();
@@ -287,6 +292,45 @@ pub(crate) async fn scrape(admin: SocketAddr) -> Result<String, String> {
         .map_err(|_| "scrape timed out".to_owned())?
         .map_err(|e| e.to_string())?;
     String::from_utf8(buf).map_err(|e| e.to_string())
+}
+
+/// The metric families a scrape declares (`# TYPE` lines), sorted.
+pub(crate) fn families(text: &str) -> Vec<String> {
+    let mut names: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// What `podward-prober status` printed: whether it succeeded, stdout, stderr.
+pub(crate) struct StatusRun {
+    pub(crate) ok: bool,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+impl Env {
+    /// Runs `podward-prober --socket <this prober's> status <args>`, the command an operator types.
+    pub(crate) async fn status_cli(&self, args: &[&str]) -> Result<StatusRun, String> {
+        let out = tokio::process::Command::new(podward_e2e::bin_path("podward-prober"))
+            .arg("--socket")
+            .arg(&self.prober_socket)
+            .arg("status")
+            .args(args)
+            .output()
+            .await
+            .map_err(|e| format!("run podward-prober status: {e}"))?;
+        Ok(StatusRun {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
 }
 
 /// The value of the first sample line of `text` that contains every one of `parts`.

@@ -26,6 +26,7 @@ pub use self::kill::{DestroyReport, destroy, kill_processes, remove_dirs};
 pub use self::layout::{CgroupLayout, Hierarchy, HierarchyKind};
 pub use self::name::parse_pod_cgroup_name;
 pub use self::scan::scan_pod_cgroups;
+use crate::fs_error::FsError;
 
 /// How kubelet names cgroups (`--cgroup-driver`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -87,16 +88,8 @@ pub struct PodCgroup {
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
     /// A filesystem operation failed (other than a tolerated NotFound).
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done (`read dir`, `write`, `rmdir`, ...).
-        op: &'static str,
-        /// The path it was done to.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] FsError),
     /// No cgroup hierarchy was found under the root.
     #[error("no cgroup hierarchy found under {0}")]
     NoHierarchy(PathBuf),
@@ -156,10 +149,6 @@ pub enum CgroupError {
 
 impl CgroupError {
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        CgroupError::Io {
-            op,
-            path: path.into(),
-            source,
-        }
+        CgroupError::Io(FsError::new(op, path, source))
     }
 }

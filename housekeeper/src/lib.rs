@@ -17,6 +17,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod container_gc;
+pub mod fs_error;
 pub mod gate;
 pub mod kubelet_names;
 pub mod log_dir;

@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::fs_error::FsError;
 use crate::kubelet_names::{self, NameError};
 use crate::mounts::MountTable;
 use crate::pod_dir::{DirScan, PodDirError, Scope, Walk, scan_root};
@@ -28,14 +29,8 @@ pub struct LogDir {
 #[derive(Debug, thiserror::Error)]
 pub enum LogDirError {
     /// The log root could not be listed.
-    #[error("read dir {path}: {source}")]
-    Read {
-        /// The log root.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Read(#[from] FsError),
     /// Something is mounted at or under the log dir; nothing was removed.
     #[error("{path}: mounted at or under it: {mounts:?}")]
     Mounted {
@@ -87,8 +82,7 @@ pub fn scan_log_dirs(log_root: &Path) -> Result<LogDirScan, LogDirError> {
             uid,
             path,
         })
-    })
-    .map_err(|(_, path, source)| LogDirError::Read { path, source })?;
+    })?;
     scan.found.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(scan)
 }

@@ -13,6 +13,7 @@ pub struct Metrics {
     found: IntGaugeVec,
     acted: IntCounterVec,
     blocked: IntGaugeVec,
+    foreign: IntGaugeVec,
     failed: IntCounterVec,
     pass_duration: Histogram,
     last_success: Gauge,
@@ -40,6 +41,15 @@ impl Metrics {
                 Opts::new("blocked", "Orphans a safety rule kept in the last pass").namespace(ns),
                 &["category"],
             )?,
+            foreign: IntGaugeVec::new(
+                Opts::new(
+                    "foreign",
+                    "Entries under a root that are not in kubelet's name shapes (never acted on; many \
+                     usually mean a root flag points at the wrong directory)",
+                )
+                .namespace(ns),
+                &["category"],
+            )?,
             failed: IntCounterVec::new(
                 Opts::new("failed_total", "Actions that failed").namespace(ns),
                 &["category"],
@@ -64,6 +74,7 @@ impl Metrics {
         registry.register(Box::new(m.found.clone()))?;
         registry.register(Box::new(m.acted.clone()))?;
         registry.register(Box::new(m.blocked.clone()))?;
+        registry.register(Box::new(m.foreign.clone()))?;
         registry.register(Box::new(m.failed.clone()))?;
         registry.register(Box::new(m.pass_duration.clone()))?;
         registry.register(Box::new(m.last_success.clone()))?;
@@ -90,13 +101,16 @@ impl Metrics {
         }
         self.last_success
             .set(podward_api::time::now_ns() as f64 / 1e9);
-        for (c, found, blocked) in &counts.by_category {
-            self.found
-                .with_label_values(&[c])
-                .set(i64::try_from(*found).unwrap_or(i64::MAX));
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        for c in &counts.by_category {
+            let labels = [c.category];
+            self.found.with_label_values(&labels).set(gauge(c.found));
             self.blocked
-                .with_label_values(&[c])
-                .set(i64::try_from(*blocked).unwrap_or(i64::MAX));
+                .with_label_values(&labels)
+                .set(gauge(c.blocked));
+            self.foreign
+                .with_label_values(&labels)
+                .set(gauge(c.foreign));
         }
         for c in category::ALL {
             let actions = plan.actions.iter().filter(|a| category_of(a.kind()) == c);

@@ -59,18 +59,57 @@ pub const MAX_UIDS_PER_PASS: usize = 256;
 /// (and in the metrics), so the plan (an API response) stays bounded.
 pub const MAX_FINDINGS: usize = 1000;
 
-/// Per category: everything found (actions, findings, deferred) and blocked, before any listing cap.
+/// Per category: everything found (actions, findings, deferred), blocked, and foreign, before
+/// any listing cap.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
-    /// `(category, found, blocked)` for every category, in [`category::ALL`] order.
-    pub by_category: Vec<(&'static str, u64, u64)>,
+    /// One entry for every category, in [`category::ALL`] order.
+    pub by_category: Vec<CategoryCount>,
+}
+
+/// The counts of one category in one pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CategoryCount {
+    /// The category ([`category::ALL`]).
+    pub category: &'static str,
+    /// Orphans and leaks found (planned, waiting, blocked or reported).
+    pub found: u64,
+    /// Of those, kept by a safety rule.
+    pub blocked: u64,
+    /// Entries under the category's root that are not in kubelet's shapes (never acted on): many of
+    /// them usually means a root flag points at the wrong directory.
+    pub foreign: u64,
 }
 
 impl Counts {
+    fn new() -> Self {
+        Self {
+            by_category: category::ALL
+                .iter()
+                .map(|c| CategoryCount {
+                    category: c,
+                    found: 0,
+                    blocked: 0,
+                    foreign: 0,
+                })
+                .collect(),
+        }
+    }
+
+    fn entry(&mut self, cat: &str) -> Option<&mut CategoryCount> {
+        self.by_category.iter_mut().find(|e| e.category == cat)
+    }
+
     fn add(&mut self, cat: &str, blocked: bool) {
-        if let Some(e) = self.by_category.iter_mut().find(|e| e.0 == cat) {
-            e.1 += 1;
-            e.2 += u64::from(blocked);
+        if let Some(e) = self.entry(cat) {
+            e.found += 1;
+            e.blocked += u64::from(blocked);
+        }
+    }
+
+    fn add_foreign(&mut self, cat: &str, n: u64) {
+        if let Some(e) = self.entry(cat) {
+            e.foreign += n;
         }
     }
 }
@@ -182,8 +221,10 @@ impl Builder<'_> {
     }
 
     /// Lists what a scan found that is not kubelet's. Never counted as found (nothing of a pod's
-    /// is there), only listed, within [`MAX_FINDINGS`].
+    /// is there), only listed, within [`MAX_FINDINGS`], and counted as foreign.
     fn foreign<T>(&mut self, category: &str, scan: &DirScan<T>) {
+        let n = scan.foreign.len() as u64 + scan.foreign_unlisted;
+        self.counts.add_foreign(category, n);
         for Foreign { path, reason } in &scan.foreign {
             self.list_foreign(category, path.display().to_string(), reason);
         }
@@ -575,9 +616,7 @@ pub fn build(
         actions: Vec::new(),
         findings: Vec::new(),
         allowed,
-        counts: Counts {
-            by_category: category::ALL.iter().map(|c| (*c, 0, 0)).collect(),
-        },
+        counts: Counts::new(),
         unlisted: 0,
     };
     b.cgroups(&cgroups.layout, cgroups.pods, &mounts);

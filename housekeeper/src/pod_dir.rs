@@ -21,6 +21,7 @@ use std::collections::BinaryHeap;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
+use crate::fs_error::FsError;
 use crate::kubelet_names::{Foreign, NameError, PodUid};
 use crate::mounts::MountTable;
 
@@ -61,16 +62,8 @@ pub struct RemovalReport {
 #[derive(Debug, thiserror::Error)]
 pub enum PodDirError {
     /// A filesystem operation failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// Where.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] FsError),
     /// Removal was refused; nothing was removed.
     #[error("{path}: removal blocked: {}", reasons.join("; "))]
     Blocked {
@@ -146,16 +139,14 @@ impl<T> DirScan<T> {
 pub type PodDirScan = DirScan<PodDir>;
 
 /// Why a root could not be listed: the operation, the path and the OS error.
-pub(crate) type ListError = (&'static str, PathBuf, std::io::Error);
-
 /// Lists the directory `root` and sorts every entry into kubelet's (`classify` returns `Ok`) or
 /// foreign: a symlink (never followed), a non-directory, a non-UTF-8 name, a name `classify`
 /// rejects. Directories only by `d_type` (no stat per entry unless the file system has none).
 pub(crate) fn scan_root<T>(
     root: &Path,
     classify: impl Fn(&str, PathBuf) -> Result<T, NameError>,
-) -> Result<DirScan<T>, ListError> {
-    let entries = std::fs::read_dir(root).map_err(|e| ("read dir", root.to_path_buf(), e))?;
+) -> Result<DirScan<T>, FsError> {
+    let entries = std::fs::read_dir(root).map_err(|e| FsError::new("read dir", root, e))?;
     let mut found = Vec::new();
     // The lowest MAX_FOREIGN paths, kept in a max-heap so the biggest is evicted first.
     let mut foreign: BinaryHeap<Foreign> = BinaryHeap::new();
@@ -168,12 +159,12 @@ pub(crate) fn scan_root<T>(
         }
     };
     for entry in entries {
-        let entry = entry.map_err(|e| ("read dir", root.to_path_buf(), e))?;
+        let entry = entry.map_err(|e| FsError::new("read dir", root, e))?;
         let ft = match entry.file_type() {
             Ok(ft) => ft,
             // Removed between readdir and the fallback lstat: gone, nothing to report.
             Err(e) if e.kind() == ErrorKind::NotFound => continue,
-            Err(e) => return Err(("stat", entry.path(), e)),
+            Err(e) => return Err(FsError::new("stat", entry.path(), e)),
         };
         if ft.is_symlink() {
             note(entry.path(), "a symlink (never followed)".to_owned());
@@ -234,8 +225,7 @@ pub fn scan_pod_dirs(kubelet_root: &Path) -> Result<PodDirScan, PodDirError> {
             uid: uid.into(),
             path,
         })
-    })
-    .map_err(|(op, path, source)| PodDirError::Io { op, path, source })?;
+    })?;
     scan.found.sort_by(|a, b| a.uid.cmp(&b.uid));
     Ok(scan)
 }

@@ -1,6 +1,7 @@
 //! `podward-housekeeper plan`: fetch the plan (from the daemon, or computed in-process with
 //! `--local`) and print it for an operator, as a table or as JSON.
 
+use podward_api::daemon::table;
 use podward_api::housekeeper::v1::housekeeper_client::HousekeeperClient;
 use podward_api::housekeeper::v1::{ActionKind, FindingKind, Outcome, Plan, PlanRequest};
 
@@ -107,31 +108,6 @@ fn plan_json(plan: &Plan) -> Result<serde_json::Value, serde_json::Error> {
     Ok(v)
 }
 
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (w, cell) in widths.iter_mut().zip(r) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut s = String::new();
-        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
-            if i + 1 == cells.len() {
-                s.push_str(c);
-            } else {
-                s.push_str(&format!("{c:<w$}  "));
-            }
-        }
-        s.trim_end().to_owned() + "\n"
-    };
-    let mut out = line(header.to_vec());
-    for r in rows {
-        out.push_str(&line(r.iter().map(String::as_str).collect()));
-    }
-    out
-}
-
 /// The header's first words: the pass, and what the daemon does with the plan (a preview says
 /// what the daemon's next pass will do).
 fn pass_words(plan: &Plan) -> String {
@@ -196,7 +172,7 @@ pub fn render_table(plan: &Plan) -> String {
                 ]
             })
             .collect();
-        out.push_str(&table(
+        out.push_str(&table::render(
             &["KIND", "POD UID", "TARGET", "REASON", "EVIDENCE"],
             &rows,
         ));
@@ -216,7 +192,7 @@ pub fn render_table(plan: &Plan) -> String {
                 ]
             })
             .collect();
-        out.push_str(&table(
+        out.push_str(&table::render(
             &["FINDING", "CATEGORY", "POD UID", "TARGET", "REASON"],
             &rows,
         ));

@@ -17,6 +17,7 @@ use podward_housekeeper::cgroup::{
     CgroupDriver, CgroupError, CgroupLayout, CgroupVersion, HierarchyKind, PodCgroup, Qos, destroy,
     kill_processes, reduce_cpu, scan_pod_cgroups,
 };
+use podward_housekeeper::fs_error::FsError;
 use real_cgroups::TestCgroups;
 
 fn find(pods: &[PodCgroup], uid: &str) -> PodCgroup {
@@ -296,7 +297,7 @@ fn v2_destroy_waits_for_populated_0_before_any_rmdir() {
     fs::remove_file(child.join("cgroup.procs")).expect("rm");
     let err = destroy(&layout, &pod).expect_err("the pod dir still holds files");
     assert!(
-        matches!(err, CgroupError::Io { op: "rmdir", .. }),
+        matches!(err, CgroupError::Io(FsError { op: "rmdir", .. })),
         "{err:?}"
     );
     assert!(

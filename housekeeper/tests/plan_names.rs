@@ -267,3 +267,29 @@ async fn an_exited_container_of_a_non_kubelet_pod_is_never_removed() {
     listed.sort();
     assert_eq!(listed, ["n0", "x0"]);
 }
+
+#[tokio::test]
+async fn foreign_entries_are_counted_in_a_metric_so_a_wrong_root_can_alert() {
+    let node = FakeNode::new();
+    let logs = node.root().join("logs");
+    for f in ["etc/passwd", "home/alice/thesis.txt", "usr/bin/sh"] {
+        write(&logs.join(f), "user data");
+    }
+    let registry = prometheus::Registry::new();
+    let metrics = podward_housekeeper::metrics::Metrics::register(&registry).expect("metrics");
+    let (r, _clock) = reconciler(&node, &really(), node.settings(Duration::ZERO));
+    let plan = r.with_metrics(metrics).pass(Mode::Act).await.0;
+    assert!(plan.sources_ok, "{:?}", plan.sources);
+    let gauge = |category: &str| {
+        registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == "podward_housekeeper_foreign")
+            .flat_map(|f| f.get_metric().to_vec())
+            .find(|m| m.get_label().iter().any(|l| l.value() == category))
+            .map(|m| m.get_gauge().get_value())
+    };
+    assert_eq!(gauge("log_dir"), Some(3.0), "etc, home and usr");
+    assert_eq!(gauge("pod_dir"), Some(0.0));
+    assert!(logs.join("etc/passwd").exists());
+}

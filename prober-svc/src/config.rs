@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::handler::exec::direct::ExecMode;
 
-/// Command-line flags. Every field is optional so that only what was given overrides the file.
+/// Command-line flags (the daemon's; `cli::Cli` adds the one-shot commands). Every field is
+/// optional so that only what was given overrides the file.
 #[derive(Debug, Default, Serialize, clap::Parser)]
 #[command(
     name = "podward-prober",
@@ -20,13 +21,13 @@ pub use crate::handler::exec::direct::ExecMode;
 )]
 pub struct Args {
     /// TOML config file; flags and PODWARD_PROBER_* environment variables override its keys.
-    #[arg(long, env = "PODWARD_PROBER_CONFIG")]
+    #[arg(long, env = "PODWARD_PROBER_CONFIG", global = true)]
     #[serde(skip)]
     pub config: Option<PathBuf>,
 
-    /// Unix socket serving the podward.prober.v1.Prober API (Status, Watch, CleanupPods).
-    /// [default: /run/podward/prober.sock]
-    #[arg(long, env = "PODWARD_PROBER_SOCKET")]
+    /// Unix socket serving the podward.prober.v1.Prober API (Status, Watch, CleanupPods);
+    /// `status` dials it. [default: /run/podward/prober.sock]
+    #[arg(long, env = "PODWARD_PROBER_SOCKET", global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub socket: Option<PathBuf>,
 
@@ -60,11 +61,21 @@ pub struct Args {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kube_version: Option<String>,
 
-    /// Loopback address of the admin endpoint (/metrics, /healthz, /readyz); port 0 picks one.
+    /// Loopback address of the admin endpoint (/metrics, /metrics/probes, /healthz, /readyz);
+    /// port 0 picks one.
     /// [default: 127.0.0.1:9642]
     #[arg(long, env = "PODWARD_PROBER_ADMIN_ADDR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_addr: Option<SocketAddr>,
+
+    /// Also serve the probe families (prober_probe_total, prober_probe_duration_seconds) on
+    /// /metrics; they are always on /metrics/probes, where kubelet serves its own. They are
+    /// ~1.8 KB per worker (55 MB at 30,000 workers): set false when the scraper takes them from
+    /// /metrics/probes (a value needs the `=`). [default: true]
+    #[arg(long, env = "PODWARD_PROBER_METRICS_WITH_PROBES", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_with_probes: Option<bool>,
 
     /// Seconds between containerd polls while the shim is unreachable. [default: 2]
     #[arg(long, env = "PODWARD_PROBER_POLL_INTERVAL_SECONDS")]
@@ -115,6 +126,8 @@ pub struct Config {
     pub kube_version: String,
     /// Admin endpoint address.
     pub admin_addr: SocketAddr,
+    /// Whether `/metrics` carries the probe families too (`/metrics/probes` always does).
+    pub metrics_with_probes: bool,
     /// Seconds between containerd polls while the shim is down.
     pub poll_interval_seconds: u64,
     /// How exec probes run.
@@ -137,6 +150,7 @@ impl Default for Config {
             node_ip: None,
             kube_version: "1.33".to_owned(),
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9642)),
+            metrics_with_probes: true,
             poll_interval_seconds: 2,
             exec_mode: ExecMode::Auto,
             exec_helper: None,
@@ -187,6 +201,23 @@ mod tests {
         assert_eq!(c.node_ip, Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
         assert_eq!(c.kube_version, "1.30");
         assert_eq!(c.socket, Config::default().socket);
+    }
+
+    #[test]
+    fn probe_families_stay_on_metrics_unless_turned_off() {
+        let load = |argv: &[&str]| -> Result<bool, String> {
+            let args =
+                Args::try_parse_from(std::iter::once("podward-prober").chain(argv.iter().copied()))
+                    .map_err(|e| e.to_string())?;
+            podward_api::daemon::config::load::<Config, _>(None, &args)
+                .map(|c| c.metrics_with_probes)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(load(&[]), Ok(true));
+        assert_eq!(load(&["--metrics-with-probes"]), Ok(true));
+        assert_eq!(load(&["--metrics-with-probes=false"]), Ok(false));
+        // A value needs `=`: `--metrics-with-probes false` is a stray argument, not "false".
+        assert!(load(&["--metrics-with-probes", "false"]).is_err());
     }
 
     #[test]

@@ -4,8 +4,12 @@
 //! restarts the container by its restart policy.
 //!
 //! Workers only decide that a kill is due; the manager only forwards that decision here.
+//!
+//! The `podward_prober_kills_total` series of a pod go when the pod goes ([`Killer::forget_pod`]),
+//! as kubelet's worker deletes its probe series when it stops: a node's series then follow its
+//! pods rather than grow with every pod it ever ran.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -42,6 +46,9 @@ pub struct KillLog {
     pub last: Option<Kill>,
 }
 
+/// The labels of one `podward_prober_kills_total` series: probe type, container, pod, namespace.
+type KillSeries = [String; 4];
+
 /// The kill path. Cheap to clone.
 #[derive(Clone)]
 pub struct Killer {
@@ -58,6 +65,9 @@ struct Inner {
     killed: Mutex<HashMap<String, String>>,
     /// Kills per (pod UID, container name).
     log: Mutex<HashMap<(String, String), KillLog>>,
+    /// The kill series each pod UID has counted in. The series has no UID label, so a pod
+    /// re-created under the same name (a StatefulSet's) shares it: it goes with the last.
+    series: Mutex<HashMap<String, HashSet<KillSeries>>>,
 }
 
 impl Killer {
@@ -76,6 +86,7 @@ impl Killer {
                 clock,
                 killed: Mutex::new(HashMap::new()),
                 log: Mutex::new(HashMap::new()),
+                series: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -105,11 +116,19 @@ impl Killer {
         tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
             container_id = %c.id, probe = ty.name(), grace_seconds = grace, output = %output,
             "{message}");
+        let labels: KillSeries = [
+            ty.name().to_owned(),
+            c.name.clone(),
+            pod.name.clone(),
+            pod.namespace.clone(),
+        ];
+        inner.metrics.kills.with_label_values(&labels).inc();
         inner
-            .metrics
-            .kills
-            .with_label_values(&[ty.name(), &c.name, &pod.name, &pod.namespace])
-            .inc();
+            .series
+            .lock()
+            .entry(pod.uid.clone())
+            .or_default()
+            .insert(labels);
         let inner = self.inner.clone();
         let pod = pod.clone();
         let c = c.clone();
@@ -153,9 +172,19 @@ impl Killer {
             .unwrap_or_default()
     }
 
-    /// Forgets pod `uid` (it is no longer followed): its kills and the instances killed.
+    /// Forgets pod `uid` (it is no longer followed): its kills, the instances killed, and its
+    /// `podward_prober_kills_total` series unless a followed pod of the same name counts in them.
     pub fn forget_pod(&self, uid: &str) {
         self.inner.killed.lock().retain(|_, u| u != uid);
         self.inner.log.lock().retain(|(u, _), _| u != uid);
+        let mut series = self.inner.series.lock();
+        let Some(gone) = series.remove(uid) else {
+            return;
+        };
+        for labels in gone {
+            if !series.values().any(|other| other.contains(&labels)) {
+                let _ = self.inner.metrics.kills.remove_label_values(&labels);
+            }
+        }
     }
 }

@@ -12,9 +12,11 @@
 //!   `Watch` (with `Status` read from the manager, through [`wire`]);
 //! - a liveness or startup failure at threshold goes to [`kill`], which stops the container
 //!   through the [`stopper`] seam (CRI `StopContainer`), records it and publishes its event;
-//! - [`metrics`] keeps kubelet's metric names; [`config`], [`clock`] and [`run`] are the daemon.
+//! - [`metrics`] keeps kubelet's metric names (also on kubelet's `/metrics/probes`); [`config`],
+//!   [`clock`] and [`run`] are the daemon, [`cli`] its command line and the one-shot `status`.
 
 pub mod api;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod event;

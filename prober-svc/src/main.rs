@@ -1,10 +1,12 @@
-//! `podward-prober`: flags → config → logs → [`podward_prober::run`] until SIGTERM.
+//! `podward-prober`: flags → config → logs → [`podward_prober::run`] until SIGTERM, or the
+//! one-shot `status` command.
 
 use anyhow::Context;
 use clap::Parser;
 use podward_api::daemon::{config, signal, telemetry};
+use podward_prober::Config;
+use podward_prober::cli::{Cli, Command, status_command};
 use podward_prober::handler::exec::direct::init::HELPER_ARG;
-use podward_prober::{Args, Config};
 
 fn main() -> anyhow::Result<()> {
     // The direct-exec helper is this binary re-executed: it must stay single-threaded, so it
@@ -18,10 +20,21 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn daemon() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let cfg: Config = config::load(args.config.as_deref(), &args).context("configuration")?;
-    telemetry::init(cfg.log_format, &cfg.log_level)?;
-    podward_prober::run(cfg, signal::shutdown())
-        .await
-        .context("podward-prober")
+    let cli = Cli::parse();
+    let cfg: Config =
+        config::load(cli.args.config.as_deref(), &cli.args).context("configuration")?;
+    match cli.command {
+        Some(Command::Status { pod, json }) => {
+            // The status goes to stdout, an error to stderr (and exit status 1); no logs.
+            let out = status_command(&cfg.socket, pod.as_ref(), json).await?;
+            print!("{out}");
+            Ok(())
+        }
+        None => {
+            telemetry::init(cfg.log_format, &cfg.log_level)?;
+            podward_prober::run(cfg, signal::shutdown())
+                .await
+                .context("podward-prober")
+        }
+    }
 }

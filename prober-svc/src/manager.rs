@@ -322,7 +322,14 @@ impl Sink for ManagerSink {
         spec: &ProbeSpec,
         output: &str,
     ) {
-        if let Some(state) = self.state.upgrade() {
+        let Some(state) = self.state.upgrade() else {
+            return;
+        };
+        // A probe in flight when its pod was removed must not kill (nor count a kill in a series
+        // `remove_pod` already deleted): checked and killed under the pods lock, so a removal
+        // comes either before (no kill) or after (it forgets this one too).
+        let pods = state.pods.lock();
+        if pods.contains_key(&pod.uid) {
             state.killer.kill(pod, c, key.ty, spec, output);
         }
     }

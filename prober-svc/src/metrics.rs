@@ -2,12 +2,14 @@
 //! dashboards keep working, plus podward's own (`podward_prober_*`).
 //!
 //! The per-worker probe series live in [`series`] (compact, streamed as text); the node-wide
-//! ones are ordinary `prometheus` metrics.
+//! ones are ordinary `prometheus` metrics. The probe series are also served on
+//! [`PROBES_PATH`], as kubelet serves its own ([`Metrics::probes_page`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use podward_api::daemon::admin::MetricsPage;
 use prometheus::{
     CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, IntGaugeVec, Opts, Registry,
 };
@@ -17,6 +19,14 @@ use crate::spec::ProbeType;
 pub mod series;
 
 pub use series::{SeriesHandle as WorkerMetrics, SeriesSet};
+
+/// Where kubelet serves its probe families (`proberMetricsPath` in kubelet's
+/// `pkg/kubelet/server/server.go`), apart from its `/metrics`.
+pub const PROBES_PATH: &str = "/metrics/probes";
+
+/// The registry family kubelet puts on [`PROBES_PATH`] beside the probe families
+/// (`RegisterProcessStartTime` in `InstallDefaultHandlers`); the process collector exports it.
+const PROCESS_START_TIME: &str = "process_start_time_seconds";
 
 /// Errors registering metrics (a duplicate name: a programming error, reported at start-up).
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +128,15 @@ impl Metrics {
     /// The per-worker series, for the admin endpoint to stream and the benchmark to sum.
     pub fn series(&self) -> &Arc<SeriesSet> {
         &self.series
+    }
+
+    /// The page on [`PROBES_PATH`], what kubelet serves there: the process start time, then
+    /// `prober_probe_total` and `prober_probe_duration_seconds`.
+    pub fn probes_page(&self) -> MetricsPage {
+        MetricsPage {
+            families: vec![PROCESS_START_TIME.to_owned()],
+            text: vec![self.series.clone()],
+        }
     }
 
     /// Records how late a periodic probe started.

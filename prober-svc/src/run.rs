@@ -20,7 +20,7 @@ use crate::handler::exec::direct::DirectExec;
 use crate::hub::Hub;
 use crate::kill::Killer;
 use crate::manager::Manager;
-use crate::metrics::{Metrics, MetricsError};
+use crate::metrics::{Metrics, MetricsError, PROBES_PATH};
 use crate::probe::{Prober, ProberOptions};
 use crate::source::{SourceConfig, follow};
 use crate::stopper::{CriStopper, Stopper};
@@ -37,6 +37,9 @@ pub enum RunError {
     /// Metrics could not be registered.
     #[error(transparent)]
     Metrics(#[from] MetricsError),
+    /// A metrics page could not be added to the admin endpoint.
+    #[error(transparent)]
+    AdminPath(#[from] podward_api::daemon::admin::PathError),
     /// The gRPC server failed.
     #[error("API server: {0}")]
     Serve(#[from] tonic::transport::Error),
@@ -71,8 +74,11 @@ pub struct Parts {
     pub manager: Manager,
     /// The prober's metrics.
     pub metrics: Metrics,
-    /// The admin endpoint's state, with the prober's families added (renders `/metrics`).
+    /// The admin endpoint's state, with the prober's families added (renders `/metrics` and
+    /// `/metrics/probes`).
     pub admin: Admin,
+    /// Where the admin endpoint listens (the port chosen when the config asked for port 0).
+    pub admin_addr: std::net::SocketAddr,
 }
 
 /// Raises the soft limit on open files to the hard limit, as every Go program (kubelet included)
@@ -109,13 +115,20 @@ pub async fn run_with(
     raise_open_files();
     podward_api::daemon::build_info::register(&admin.registry, "prober", env!("CARGO_PKG_VERSION"));
     let metrics = Metrics::new(&admin.registry)?;
-    admin.add_text(metrics.series().clone());
+    // The probe families are always where kubelet serves its own, and on /metrics unless the
+    // operator's scraper takes them from there (docs/operations.md, "Metrics").
+    admin.add_page(PROBES_PATH, metrics.probes_page())?;
+    if config.metrics_with_probes {
+        admin.add_text(metrics.series().clone());
+    }
     let admin_listener = podward_api::daemon::admin::bind(config.admin_addr).await?;
+    let admin_addr = admin_listener.local_addr().unwrap_or(config.admin_addr);
     let api_listener = serve_unix(&config.socket, SocketPerms::default()).await?;
     let node_ip = config.node_ip();
     tracing::info!(
         socket = %config.socket.display(),
-        admin = %admin_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        admin = %admin_addr,
+        metrics_with_probes = config.metrics_with_probes,
         shim = %config.shim_socket.display(),
         containerd = %config.containerd_socket.display(),
         containerd_namespace = %config.containerd_namespace,
@@ -149,6 +162,7 @@ pub async fn run_with(
             manager: manager.clone(),
             metrics: metrics.clone(),
             admin: admin.clone(),
+            admin_addr,
         });
     }
 

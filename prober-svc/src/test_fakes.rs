@@ -46,6 +46,17 @@ pub(crate) fn manager(
     clock: Clock,
 ) -> Manager {
     let metrics = Arc::new(Metrics::unregistered().expect("metrics"));
+    manager_metered(runner, stopper, hub, clock, metrics)
+}
+
+/// [`manager`] counting in `metrics`, for tests that read them.
+pub(crate) fn manager_metered(
+    runner: Arc<dyn ProbeRunner>,
+    stopper: Arc<dyn Stopper>,
+    hub: &Hub,
+    clock: Clock,
+    metrics: Arc<Metrics>,
+) -> Manager {
     let events = Events::new(vec![Arc::new(hub.clone())]);
     let killer = Killer::new(stopper, metrics.clone(), events.clone(), clock);
     Manager::new(runner, killer, events, metrics, clock)

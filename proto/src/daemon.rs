@@ -1,5 +1,6 @@
 //! What every podward daemon shares at its edge: layered configuration, logs, the loopback admin
-//! endpoint (`/metrics`, `/healthz`, `/readyz`) and the shutdown signal.
+//! endpoint (`/metrics`, `/healthz`, `/readyz`), the shutdown signal, and the tables its
+//! one-shot commands print.
 //!
 //! These live beside the wire contract because the three daemons must behave identically here
 //! (same flags, same endpoints, same log format) and one copy cannot drift.
@@ -9,4 +10,5 @@ pub mod build_info;
 pub mod config;
 pub mod signal;
 pub mod stop;
+pub mod table;
 pub mod telemetry;

@@ -12,13 +12,12 @@ const MIN_SHARES: &str = "2";
 const MIN_WEIGHT: &str = "1";
 
 /// Sets `cpu.shares` to 2 (v1 `cpu` hierarchy) and `cpu.weight` to 1 (v2, when the cpu controller is
-/// enabled there, i.e. the file exists). Fails with `NoCpuController` if neither file exists.
+/// enabled there, i.e. the file exists). Fails with `NoCpuController` if neither file exists, and
+/// with `NotAPodCgroup` (writing nothing) if a path is not this pod's own cgroup.
 pub fn reduce_cpu(layout: &CgroupLayout, cg: &PodCgroup) -> Result<(), CgroupError> {
     let mut written = false;
     for path in &cg.paths {
-        let Some(h) = layout.hierarchy_of(path) else {
-            return Err(CgroupError::NotAPodCgroup(path.clone()));
-        };
+        let h = layout.pod_hierarchy(path, &cg.uid)?;
         let (file, value) = match &h.kind {
             HierarchyKind::V1 { .. } if h.has_v1_controller("cpu") => ("cpu.shares", MIN_SHARES),
             HierarchyKind::V2 => ("cpu.weight", MIN_WEIGHT),

@@ -159,18 +159,7 @@ fn collect_trees<'a>(
 ) -> Result<Vec<Tree<'a>>, CgroupError> {
     let mut trees = Vec::new();
     for pod in &cg.paths {
-        let hierarchy = layout
-            .hierarchy_of(pod)
-            .ok_or_else(|| CgroupError::NotAPodCgroup(pod.clone()))?;
-        let uid = pod
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| super::parse_pod_cgroup_name(layout.driver, n));
-        // Refuse anything that is not `.../pod<uid>` of this very pod: destroy must never be pointed
-        // at a QoS parent or a hierarchy root by a bad caller.
-        if pod == &hierarchy.path || uid.as_deref() != Some(cg.uid.as_str()) || !pod.is_absolute() {
-            return Err(CgroupError::NotAPodCgroup(pod.clone()));
-        }
+        let hierarchy = layout.pod_hierarchy(pod, &cg.uid)?;
         trees.push(Tree {
             hierarchy,
             pod,

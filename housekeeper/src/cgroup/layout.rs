@@ -107,6 +107,23 @@ impl CgroupLayout {
             .filter(|h| path.starts_with(&h.path))
             .max_by_key(|h| h.path.as_os_str().len())
     }
+
+    /// The hierarchy of `path` if `path` is this very pod's cgroup there: absolute, inside a
+    /// hierarchy, not its root, and named `pod<uid>` (or the slice) for `uid` under this layout's
+    /// driver. Every write or removal checks this first, whoever built the [`super::PodCgroup`]:
+    /// nothing may ever be pointed at a QoS parent, a hierarchy root or another pod.
+    pub fn pod_hierarchy(&self, path: &Path, uid: &str) -> Result<&Hierarchy, CgroupError> {
+        let not_pod = || CgroupError::NotAPodCgroup(path.to_path_buf());
+        let hierarchy = self.hierarchy_of(path).ok_or_else(not_pod)?;
+        let named = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| super::parse_pod_cgroup_name(self.driver, n));
+        if path == hierarchy.path || named.as_deref() != Some(uid) || !path.is_absolute() {
+            return Err(not_pod());
+        }
+        Ok(hierarchy)
+    }
 }
 
 /// Finds the hierarchies under `root`: pure v2 when `root/cgroup.controllers` exists; otherwise

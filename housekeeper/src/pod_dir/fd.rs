@@ -5,6 +5,8 @@ use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
+use crate::fs_error::FsError;
+
 use rustix::fs::{AtFlags, Dir, FileType, StatxAttributes, StatxFlags};
 use rustix::io::Errno;
 
@@ -79,9 +81,5 @@ pub(super) fn kind_name(kind: FileType) -> &'static str {
 }
 
 pub(super) fn io(op: &'static str, path: &Path, e: Errno) -> PodDirError {
-    PodDirError::Io {
-        op,
-        path: path.to_path_buf(),
-        source: e.into(),
-    }
+    PodDirError::Io(FsError::new(op, path, e))
 }

@@ -18,6 +18,7 @@ use podward_housekeeper::cgroup::{
     CgroupError, CgroupLayout, DestroyReport, DriverFlag, PodCgroup, RuntimeAnswer,
 };
 use podward_housekeeper::clock::ManualClock;
+use podward_housekeeper::fs_error::FsError;
 use podward_housekeeper::log_dir::{self, LogDir, LogDirError, LogDirScan};
 use podward_housekeeper::mounts::MountTable;
 use podward_housekeeper::plan::PlanSettings;
@@ -276,11 +277,11 @@ impl Actuator for RecordingActuator {
             });
         }
         if self.fails(&cg.uid) {
-            return Err(CgroupError::Io {
-                op: "rmdir",
-                path: cg.paths[0].clone(),
-                source: io_fail(&cg.paths[0]),
-            });
+            return Err(CgroupError::Io(FsError::new(
+                "rmdir",
+                cg.paths[0].clone(),
+                io_fail(&cg.paths[0]),
+            )));
         }
         if self.really {
             for p in &cg.paths {
@@ -302,11 +303,11 @@ impl Actuator for RecordingActuator {
     ) -> Result<RemovalReport, PodDirError> {
         self.record(format!("REMOVE_POD_DIR {} {}", dir.uid, dir.path.display()));
         if self.fails(&dir.uid) {
-            return Err(PodDirError::Io {
-                op: "remove",
-                path: dir.path.clone(),
-                source: io_fail(&dir.path),
-            });
+            return Err(PodDirError::Io(FsError::new(
+                "remove",
+                dir.path.clone(),
+                io_fail(&dir.path),
+            )));
         }
         if self.really {
             return pod_dir::remove_pod_dir(dir, mounts);

@@ -3,5 +3,6 @@
 //! scripted probe runner and stopper, in paused tokio time.
 
 mod harness;
+mod kill_series;
 mod lifecycle;
 mod state_machine;

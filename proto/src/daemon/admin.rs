@@ -1,7 +1,9 @@
 //! The loopback admin endpoint: `/metrics` (Prometheus text), `/healthz` (the process is alive and
-//! its loops turn) and `/readyz` (it can do its job: e.g. its API socket is served).
+//! its loops turn) and `/readyz` (it can do its job: e.g. its API socket is served), plus the
+//! metrics pages a daemon adds on paths of its own ([`Admin::add_page`]: the prober serves its
+//! probe families on `/metrics/probes`, where kubelet serves its own).
 //!
-//! Plain hyper rather than a web framework: three fixed GET routes do not justify one.
+//! Plain hyper rather than a web framework: a few fixed GET routes do not justify one.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -64,6 +66,30 @@ impl Readiness {
     }
 }
 
+/// A metrics page on a path of the daemon's own, besides `/metrics`: some of the registry's
+/// families, chosen by name, then families the daemon renders itself.
+#[derive(Clone, Default)]
+pub struct MetricsPage {
+    /// Names of the registry's families shown on this page (e.g. `process_start_time_seconds`);
+    /// a name the registry does not have is skipped.
+    pub families: Vec<String>,
+    /// Self-rendered families, after those (see [`TextMetrics`]).
+    pub text: Vec<Arc<dyn TextMetrics>>,
+}
+
+/// A path [`Admin::add_page`] refused: a programming error of the daemon, reported at start-up.
+#[derive(Debug, thiserror::Error)]
+#[error("admin endpoint: cannot serve a metrics page on {path:?}: {reason}")]
+pub struct PathError {
+    /// The path asked for.
+    pub path: String,
+    /// Why not.
+    pub reason: &'static str,
+}
+
+/// The paths every daemon serves.
+const BUILT_IN_PATHS: [&str; 3] = ["/metrics", "/healthz", "/readyz"];
+
 /// What the admin endpoint serves.
 #[derive(Clone)]
 pub struct Admin {
@@ -71,8 +97,11 @@ pub struct Admin {
     pub registry: Registry,
     /// Flag behind `/readyz`.
     pub readiness: Readiness,
-    /// Families the daemon renders itself, after the registry's (see [`TextMetrics`]).
+    /// Families the daemon renders itself on `/metrics`, after the registry's (see
+    /// [`TextMetrics`]).
     pub text: Vec<Arc<dyn TextMetrics>>,
+    /// More metrics pages, by path, in the order added.
+    pages: Vec<(String, MetricsPage)>,
 }
 
 impl Admin {
@@ -87,12 +116,39 @@ impl Admin {
             registry,
             readiness: Readiness::default(),
             text: Vec::new(),
+            pages: Vec::new(),
         }
     }
 
     /// Adds a source of self-rendered families to `/metrics`.
     pub fn add_text(&mut self, source: Arc<dyn TextMetrics>) {
         self.text.push(source);
+    }
+
+    /// Serves `page` on `path` (absolute, not one of the built-in paths, not added before).
+    pub fn add_page(&mut self, path: &str, page: MetricsPage) -> Result<(), PathError> {
+        let refuse = |reason| PathError {
+            path: path.to_owned(),
+            reason,
+        };
+        if !path.starts_with('/') || path.len() < 2 {
+            return Err(refuse("not an absolute path"));
+        }
+        if BUILT_IN_PATHS.contains(&path) {
+            return Err(refuse("every daemon serves that path already"));
+        }
+        if self.pages.iter().any(|(p, _)| p == path) {
+            return Err(refuse("a page is served there already"));
+        }
+        self.pages.push((path.to_owned(), page));
+        Ok(())
+    }
+
+    /// The metrics paths served: `/metrics`, then the added pages'.
+    pub fn metrics_paths(&self) -> Vec<&str> {
+        std::iter::once("/metrics")
+            .chain(self.pages.iter().map(|(p, _)| p.as_str()))
+            .collect()
     }
 
     /// Renders `/metrics` as the endpoint serves it: the registry's text (encoded now), then the
@@ -103,35 +159,64 @@ impl Admin {
         Ok(MetricsText::new(head, self.text.clone()))
     }
 
+    /// Renders the metrics page on `path` as the endpoint serves it (`/metrics` included), or
+    /// `None` when no metrics are served there.
+    pub fn render_page(&self, path: &str) -> Option<Result<MetricsText, prometheus::Error>> {
+        if path == "/metrics" {
+            return Some(self.render_metrics());
+        }
+        let (_, page) = self.pages.iter().find(|(p, _)| p == path)?;
+        let families: Vec<_> = self
+            .registry
+            .gather()
+            .into_iter()
+            .filter(|f| page.families.iter().any(|n| n == f.name()))
+            .collect();
+        let mut head = Vec::new();
+        Some(
+            TextEncoder::new()
+                .encode(&families, &mut head)
+                .map(|()| MetricsText::new(head, page.text.clone())),
+        )
+    }
+
     fn respond(&self, req: &Request<Incoming>) -> Response<AdminBody> {
-        let text = |code: StatusCode, body: &'static str| {
+        let text = |code: StatusCode, body: Bytes| {
             Response::builder()
                 .status(code)
                 .header("content-type", "text/plain; charset=utf-8")
-                .body(Full::new(Bytes::from_static(body.as_bytes())).boxed_unsync())
+                .body(Full::new(body).boxed_unsync())
                 .unwrap_or_default()
         };
+        let fixed = |code, body: &'static str| text(code, Bytes::from_static(body.as_bytes()));
         if req.method() != Method::GET && req.method() != Method::HEAD {
-            return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
+            return fixed(StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
         }
         match req.uri().path() {
-            "/healthz" => text(StatusCode::OK, "ok\n"),
-            "/readyz" if self.readiness.get() => text(StatusCode::OK, "ready\n"),
-            "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
-            "/metrics" => match self.render_metrics() {
-                Ok(body) => Response::builder()
+            "/healthz" => fixed(StatusCode::OK, "ok\n"),
+            "/readyz" if self.readiness.get() => fixed(StatusCode::OK, "ready\n"),
+            "/readyz" => fixed(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+            path => match self.render_page(path) {
+                Some(Ok(body)) => Response::builder()
                     .header("content-type", TextEncoder::new().format_type())
                     .body(body.boxed_unsync())
                     .unwrap_or_default(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot encode metrics");
-                    text(
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, path, "cannot encode metrics");
+                    fixed(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         "metrics encoding failed\n",
                     )
                 }
+                None => {
+                    let mut paths = self.metrics_paths();
+                    paths.extend(["/healthz", "/readyz"]);
+                    text(
+                        StatusCode::NOT_FOUND,
+                        Bytes::from(format!("try {}\n", paths.join(", "))),
+                    )
+                }
             },
-            _ => text(StatusCode::NOT_FOUND, "try /metrics, /healthz or /readyz\n"),
         }
     }
 
@@ -171,3 +256,6 @@ impl Default for Admin {
         Self::new()
     }
 }
+
+#[cfg(test)]
+mod tests;

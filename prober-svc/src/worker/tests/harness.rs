@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::clock::Clock;
 use crate::hub::Hub;
 use crate::manager::Manager;
+use crate::metrics::Metrics;
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::results::ProbeResult;
 use crate::runner::{ProbeRunner, ProbeVerdict};
@@ -155,6 +156,7 @@ pub(super) struct Node {
     pub(super) kills: Arc<Kills>,
     pub(super) clock: Clock,
     pub(super) hub: Hub,
+    pub(super) metrics: Arc<Metrics>,
 }
 
 impl Node {
@@ -164,13 +166,21 @@ impl Node {
         let script = Arc::new(Script::default());
         let kills = Arc::new(Kills::default());
         let hub = Hub::new(1024);
-        let manager = test_fakes::manager(script.clone(), kills.clone(), &hub, clock);
+        let metrics = Arc::new(Metrics::unregistered().expect("metrics"));
+        let manager = test_fakes::manager_metered(
+            script.clone(),
+            kills.clone(),
+            &hub,
+            clock,
+            metrics.clone(),
+        );
         Node {
             manager,
             script,
             kills,
             clock,
             hub,
+            metrics,
         }
     }
 

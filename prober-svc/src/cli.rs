@@ -1,0 +1,290 @@
+//! Command line: the daemon's flags ([`Args`], defined beside the config they fill) and the
+//! one-shot `status` command an operator runs to see what the running prober sees.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use podward_api::limits::API_MESSAGE_BYTES;
+use podward_api::prober::v1::prober_client::ProberClient;
+use podward_api::prober::v1::{StatusRequest, StatusResponse};
+
+use crate::config::Args;
+
+mod render;
+
+pub use render::{render_json, render_table};
+
+/// podward-prober: runs Kubernetes liveness, readiness and startup probes with kubelet's
+/// semantics, outside the kubelet, for pods that carry a podward.io/probes annotation.
+#[derive(Debug, Parser)]
+#[command(name = "podward-prober", version, about, long_about = None)]
+pub struct Cli {
+    /// Daemon settings (`status` reads `--socket` and `--config` from them).
+    #[command(flatten)]
+    pub args: Args,
+    /// Run a one-shot command instead of the daemon.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// One-shot commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print what the running prober sees (asks it over --socket): per probed pod, container
+    /// and probe, whether the container is started, ready and live, the probe's verdict, its
+    /// last result and output, its consecutive results, and the kills; then the last kill per
+    /// container and the errors in podward.io/probes annotations.
+    Status {
+        /// Only this pod.
+        #[arg(long, value_name = "NAMESPACE/NAME")]
+        pod: Option<PodRef>,
+        /// Print JSON (the podward.prober.v1 StatusResponse, enums by name, outputs whole)
+        /// instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A pod by namespace and name, as `--pod` takes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRef {
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub name: String,
+}
+
+impl FromStr for PodRef {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once('/') {
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                Ok(Self {
+                    namespace: ns.to_owned(),
+                    name: name.to_owned(),
+                })
+            }
+            _ => Err(format!(
+                "{s:?} is not NAMESPACE/NAME (e.g. default/web-0: a pod's namespace, a slash, its name)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for PodRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Why `status` printed no status.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// Nothing answered on the socket.
+    #[error(
+        "cannot reach the prober at {}: {reason} (is it running? --socket or PODWARD_PROBER_SOCKET names its API socket)",
+        path.display()
+    )]
+    Connect {
+        /// The socket.
+        path: PathBuf,
+        /// The transport error and its causes.
+        reason: String,
+    },
+    /// The prober answered with an error (or not within [`STATUS_TIMEOUT`]).
+    #[error("Status: {0}")]
+    Rpc(#[from] tonic::Status),
+    /// `--pod` names a pod the prober does not follow.
+    #[error(
+        "pod {pod} is not probed here: the prober follows {followed} probed pod(s) on this node, not this one \
+         (no podward.io/probes annotation, another node, or the pod is gone)"
+    )]
+    NotProbed {
+        /// The pod asked for.
+        pod: PodRef,
+        /// How many pods the prober follows.
+        followed: usize,
+    },
+    /// JSON encoding failed.
+    #[error("JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// How long `status` waits for the prober's answer: a prober too busy to answer within this
+/// is itself the news.
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Asks the prober on `socket` for its status and renders it (`json`, or the table), for `pod`
+/// only when given.
+pub async fn status_command(
+    socket: &Path,
+    pod: Option<&PodRef>,
+    json: bool,
+) -> Result<String, StatusError> {
+    let channel = podward_api::socket::connect(socket)
+        .await
+        .map_err(|e| StatusError::Connect {
+            path: socket.to_owned(),
+            reason: causes(&e),
+        })?;
+    let mut request = tonic::Request::new(StatusRequest::default());
+    request.set_timeout(STATUS_TIMEOUT);
+    // The whole node's status in one message: as large as a Lifecycle snapshot on a full node.
+    let status = ProberClient::new(channel)
+        .max_decoding_message_size(API_MESSAGE_BYTES)
+        .status(request)
+        .await?
+        .into_inner();
+    let status = select(status, pod)?;
+    if json {
+        Ok(render_json(&status)?)
+    } else {
+        Ok(render_table(&status, podward_api::time::now_ns()))
+    }
+}
+
+/// The pods of `status` named `pod` (all without one). Namespace and name can match more than
+/// one UID (a pod re-created while the old one is still followed): all are kept.
+pub fn select(
+    mut status: StatusResponse,
+    pod: Option<&PodRef>,
+) -> Result<StatusResponse, StatusError> {
+    let Some(want) = pod else {
+        return Ok(status);
+    };
+    let followed = status.pods.len();
+    status
+        .pods
+        .retain(|p| p.pod_namespace == want.namespace && p.pod_name == want.name);
+    if status.pods.is_empty() {
+        return Err(StatusError::NotProbed {
+            pod: want.clone(),
+            followed,
+        });
+    }
+    Ok(status)
+}
+
+/// `e` and its sources, joined (a source that repeats the one before it once): tonic's
+/// transport error alone says only "transport error".
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = cause.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+    use podward_api::prober::v1::PodStatus;
+
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn status_takes_the_pod_json_and_the_daemons_socket_on_either_side() {
+        let cli = Cli::try_parse_from([
+            "podward-prober",
+            "status",
+            "--pod",
+            "kube-system/coredns-0",
+            "--json",
+            "--socket",
+            "/tmp/p.sock",
+        ])
+        .expect("parse");
+        let Some(Command::Status { pod, json }) = cli.command else {
+            panic!("status: {cli:?}");
+        };
+        assert_eq!(
+            pod,
+            Some(PodRef {
+                namespace: "kube-system".into(),
+                name: "coredns-0".into()
+            })
+        );
+        assert!(json);
+        let c: Config = podward_api::daemon::config::load(None, &cli.args).expect("load");
+        assert_eq!(c.socket, PathBuf::from("/tmp/p.sock"));
+        let before = Cli::try_parse_from(["podward-prober", "--socket", "/x.sock", "status"])
+            .expect("parse");
+        assert_eq!(before.args.socket, Some(PathBuf::from("/x.sock")));
+        // No subcommand: the daemon, with its flags as before.
+        let daemon =
+            Cli::try_parse_from(["podward-prober", "--node-ip", "127.0.0.1"]).expect("parse");
+        assert!(daemon.command.is_none());
+    }
+
+    #[test]
+    fn pod_must_be_namespace_slash_name() {
+        for bad in ["web", "/web", "default/", "a/b/c", ""] {
+            let e = bad.parse::<PodRef>().expect_err(bad);
+            assert!(e.contains("NAMESPACE/NAME"), "{e}");
+        }
+        let e = Cli::try_parse_from(["podward-prober", "status", "--pod", "web"])
+            .expect_err("no namespace");
+        assert!(e.to_string().contains("NAMESPACE/NAME"), "{e}");
+    }
+
+    fn pod(ns: &str, name: &str, uid: &str) -> PodStatus {
+        PodStatus {
+            pod_uid: uid.into(),
+            pod_name: name.into(),
+            pod_namespace: ns.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn select_keeps_every_uid_of_the_pod_and_refuses_an_unknown_one() {
+        let status = StatusResponse {
+            pods: vec![
+                pod("default", "web", "u1"),
+                pod("other", "web", "u2"),
+                pod("default", "web", "u3"),
+            ],
+        };
+        let want: PodRef = "default/web".parse().expect("pod");
+        let got = select(status.clone(), Some(&want)).expect("found");
+        let uids: Vec<&str> = got.pods.iter().map(|p| p.pod_uid.as_str()).collect();
+        assert_eq!(uids, ["u1", "u3"]);
+        assert_eq!(select(status.clone(), None).expect("all"), status);
+        let missing: PodRef = "default/db".parse().expect("pod");
+        let e = select(status, Some(&missing)).expect_err("not probed");
+        assert!(
+            e.to_string().starts_with(
+                "pod default/db is not probed here: the prober follows 3 probed pod(s)"
+            ),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_absent_prober_is_named_with_the_os_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("prober.sock");
+        let e = status_command(&socket, None, false)
+            .await
+            .expect_err("nothing listens");
+        let msg = e.to_string();
+        assert!(msg.contains(&*socket.to_string_lossy()), "{msg}");
+        assert!(msg.contains("No such file or directory"), "{msg}");
+    }
+}
