@@ -5,7 +5,10 @@
 
 use std::time::Duration;
 
-use podward_e2e::{ContainerSpec, Driver, Pod, PodSpec, SecurityContext, TestNode, bin_path};
+use podward_api::test_util::eventually;
+use podward_e2e::{
+    ContainerSpec, Driver, Pod, PodSpec, RestartPolicy, SecurityContext, TestNode, bin_path,
+};
 use podward_prober::handler::exec::cri::CriExec;
 use podward_prober::handler::exec::direct::{DirectExec, ExecMode};
 use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
@@ -187,4 +190,194 @@ async fn identical_output_for_every_security_context() {
         p.delete().await.expect("delete pod");
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The probe's view of an output (kubelet's `LimitWriter`: stdout then stderr, 10 KiB).
+fn probe_view(o: &ExecOutput) -> Vec<u8> {
+    const LIMIT: usize = 10 * 1024;
+    let mut v = o.stdout.clone();
+    v.extend_from_slice(&o.stderr);
+    v.truncate(LIMIT);
+    v
+}
+
+/// One process on the host: PID, state letter, command line (NULs as spaces).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Proc {
+    pid: i32,
+    state: char,
+    cmdline: String,
+}
+
+fn procs() -> Vec<(Proc, Option<std::path::PathBuf>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("read /proc").flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next())
+            .unwrap_or('?');
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| {
+                String::from_utf8_lossy(&b)
+                    .replace('\0', " ")
+                    .trim()
+                    .to_owned()
+            })
+            .unwrap_or_default();
+        let ns = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+        out.push((
+            Proc {
+                pid,
+                state,
+                cmdline,
+            },
+            ns,
+        ));
+    }
+    out
+}
+
+/// Every process in the PID namespace of the container whose init runs `init_cmdline`.
+fn container_procs(init_cmdline: &str) -> Vec<Proc> {
+    let all = procs();
+    let ns = all
+        .iter()
+        .find(|(p, _)| p.cmdline == init_cmdline)
+        .and_then(|(_, ns)| ns.clone())
+        .unwrap_or_else(|| panic!("no process runs {init_cmdline:?}"));
+    all.into_iter()
+        .filter(|(_, n)| n.as_ref() == Some(&ns))
+        .map(|(p, _)| p)
+        .collect()
+}
+
+/// Host processes whose command line contains `marker`.
+fn running(marker: &str) -> Vec<Proc> {
+    procs()
+        .into_iter()
+        .map(|(p, _)| p)
+        .filter(|p| p.cmdline.contains(marker))
+        .collect()
+}
+
+/// Asserts the container holds its init alone, and nothing on the host runs the helper.
+fn assert_only_init(init_cmdline: &str, after: &str) {
+    let procs = container_procs(init_cmdline);
+    assert!(
+        procs.len() == 1 && procs[0].cmdline == init_cmdline && procs[0].state != 'Z',
+        "after {after}: the container must hold its init alone, no zombie: {procs:?}"
+    );
+    let helpers = running(podward_prober::handler::exec::direct::init::HELPER_ARG);
+    assert!(
+        helpers.is_empty(),
+        "after {after}: exec helpers left: {helpers:?}"
+    );
+}
+
+async fn init_pod(driver: &Driver, node: &TestNode, name: &str, init: &[&str]) -> Pod {
+    let spec = PodSpec::new(name)
+        .grace_period(1)
+        .restart_policy(RestartPolicy::Never)
+        .container(ContainerSpec::new("app", init));
+    driver.run_pod(node, spec).await.expect("run pod")
+}
+
+#[tokio::test]
+async fn same_results_at_the_edges_and_nothing_left() {
+    let node = TestNode::start().await.expect("node");
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
+    let r = Runners::new(&node);
+    let init = "sleep 3601";
+    let p = init_pod(&driver, &node, "edges", &["sleep", "3601"]).await;
+    let id = p.container_id("app").expect("container id");
+    let t = Duration::from_secs(10);
+
+    // A non-zero exit, with output on both streams.
+    let cmd = ["sh", "-c", "echo out; echo err >&2; exit 3"];
+    let d = run(&r.direct, &id, &cmd, t).await.expect("direct exec");
+    assert_only_init(init, "a non-zero exit");
+    let c = run(&r.cri, &id, &cmd, t).await.expect("cri exec");
+    assert_eq!(text(&d), text(&c));
+    assert_eq!(d.exit_code, 3);
+
+    // Huge output (4 MiB, under CRI's 16 MiB message limit): the same probe output and exit.
+    let cmd = [
+        "sh",
+        "-c",
+        "head -c 4194304 /dev/zero | tr '\\0' x; echo done >&2",
+    ];
+    let d = run(&r.direct, &id, &cmd, t).await.expect("direct exec");
+    assert_only_init(init, "huge output");
+    let c = run(&r.cri, &id, &cmd, t).await.expect("cri exec");
+    assert_eq!((d.exit_code, probe_view(&d)), (c.exit_code, probe_view(&c)));
+    assert!(d.stdout.len() >= 10 * 1024 && d.stdout.iter().all(|b| *b == b'x'));
+
+    // A timeout: both report it, and the command is gone afterwards.
+    let short = Duration::from_secs(2);
+    let d = run(&r.direct, &id, &["sleep", "2031"], short).await;
+    assert!(matches!(d, Err(ExecError::Timeout { .. })), "direct: {d:?}");
+    assert_only_init(init, "a timeout");
+    let c = run(&r.cri, &id, &["sleep", "2032"], short).await;
+    assert!(matches!(c, Err(ExecError::Timeout { .. })), "cri: {c:?}");
+    eventually(
+        "CRI's timed-out command to be killed",
+        Duration::from_secs(10),
+        async || running("sleep 2032").is_empty(),
+    )
+    .await;
+
+    // A background child holding the pipes: the exit code and output of the command in both
+    // (containerd waits for the pipes, so its answer comes when the child exits); direct mode
+    // leaves nothing behind.
+    let cmd = ["sh", "-c", "sleep 4 & echo started; exit 0"];
+    let short = Duration::from_secs(2);
+    let d = run(&r.direct, &id, &cmd, short).await.expect("direct exec");
+    assert_only_init(init, "a background child");
+    let c = run(&r.cri, &id, &cmd, short).await.expect("cri exec");
+    assert_eq!(text(&d), text(&c));
+    assert_eq!(d.exit_code, 0);
+    p.delete().await.expect("delete pod");
+
+    // The container exits during the probe: the same answer from both, and nothing left.
+    let mut answers = Vec::new();
+    for (name, runner) in [("direct", &r.direct as &dyn ExecRunner), ("cri", &r.cri)] {
+        let p = init_pod(
+            &driver,
+            &node,
+            &format!("exits-{name}"),
+            &["sh", "-c", "while [ ! -e /tmp/stop ]; do sleep 0.1; done"],
+        )
+        .await;
+        let id = p.container_id("app").expect("container id");
+        let cmd = ["sh", "-c", "touch /tmp/stop; sleep 2041; echo never"];
+        let a = run(runner, &id, &cmd, Duration::from_secs(20)).await;
+        assert!(
+            running("sleep 2041").is_empty(),
+            "{name}: the probe command outlived its container"
+        );
+        let helpers = running(podward_prober::handler::exec::direct::init::HELPER_ARG);
+        assert!(helpers.is_empty(), "{name}: exec helpers left: {helpers:?}");
+        answers.push(match a {
+            Ok(o) => format!(
+                "exit {}: {}",
+                o.exit_code,
+                String::from_utf8_lossy(&probe_view(&o))
+            ),
+            Err(ExecError::Timeout { .. }) => "timeout".to_owned(),
+            Err(e) => format!("error: {e}"),
+        });
+        p.delete().await.expect("delete pod");
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "direct vs CRI when the container exits mid-probe"
+    );
 }

@@ -153,6 +153,19 @@ fn helper(control: &UnixStream) -> Res<i32> {
             loop {
                 match waitpid(child, None) {
                     Ok(WaitStatus::Exited(_, c)) => return Ok(c),
+                    Ok(WaitStatus::Signaled(_, Signal::SIGKILL, _)) => {
+                        // Nobody but the kernel sends the reaper SIGKILL (the prober ends it
+                        // with SIGTERM): the container's init exited and the PID namespace's
+                        // teardown killed the reaper and the command. runc reports that exec as
+                        // killed by SIGKILL (exit 137); say so, unless the reaper reported the
+                        // command's exit first (the prober keeps the first report).
+                        let _ = (&*control).write_all(
+                            Report::Exited(128 + Signal::SIGKILL as i32)
+                                .line()
+                                .as_bytes(),
+                        );
+                        return Ok(128 + Signal::SIGKILL as i32);
+                    }
                     Ok(WaitStatus::Signaled(_, s, _)) => return Ok(128 + s as i32),
                     Ok(_) => continue,
                     Err(nix::errno::Errno::EINTR) => continue,

@@ -121,7 +121,10 @@ pub(crate) async fn run(
             line = lines.next_line(), if control_open => match line {
                 Ok(Some(l)) => match Report::parse(&l) {
                     Some(Report::Reaper(p)) => reaper = Some(p),
-                    Some(Report::Exited(c)) => exited = Some(c),
+                    // The first report wins (the helper may add one after the reaper's).
+                    Some(Report::Exited(c)) => {
+                        exited.get_or_insert(c);
+                    }
                     Some(Report::Failed(m)) => failure = Some(m),
                     None => failure = Some(format!("exec helper: unexpected report {l:?}")),
                 },
