@@ -33,6 +33,9 @@ pub(crate) struct Way {
     pub(crate) ms: Vec<f64>,
     pub(crate) tree_ticks: u64,
     pub(crate) machine_ticks: u64,
+    /// Of `tree_ticks`: this process itself, and its reaped children (the direct-exec helpers).
+    pub(crate) own_ticks: u64,
+    pub(crate) children_ticks: u64,
 }
 
 impl Way {
@@ -44,8 +47,50 @@ impl Way {
 
     /// CPU per probe in ms, over the involved processes and machine-wide.
     pub(crate) fn cpu_ms(&self) -> (f64, f64) {
-        let per = |t: u64| t as f64 * 1e3 / ticks_per_second() / self.ms.len() as f64;
-        (per(self.tree_ticks), per(self.machine_ticks))
+        (self.per(self.tree_ticks), self.per(self.machine_ticks))
+    }
+
+    /// CPU per probe in ms: this process's own, its reaped children's, the node's.
+    pub(crate) fn split_ms(&self) -> (f64, f64, f64) {
+        (
+            self.per(self.own_ticks),
+            self.per(self.children_ticks),
+            self.per(self.tree_ticks - self.own_ticks - self.children_ticks),
+        )
+    }
+
+    fn per(&self, ticks: u64) -> f64 {
+        ticks as f64 * 1e3 / ticks_per_second() / self.ms.len() as f64
+    }
+
+    /// Adds what was used since `start` (from [`Sample::now`]).
+    fn add(&mut self, start: Sample, node_dir: &Path) {
+        let end = Sample::now(node_dir);
+        self.tree_ticks += end.tree - start.tree;
+        self.machine_ticks += end.machine - start.machine;
+        self.own_ticks += end.own - start.own;
+        self.children_ticks += end.children - start.children;
+    }
+}
+
+/// CPU counters at one moment, in clock ticks.
+#[derive(Clone, Copy)]
+struct Sample {
+    tree: u64,
+    machine: u64,
+    own: u64,
+    children: u64,
+}
+
+impl Sample {
+    fn now(node_dir: &Path) -> Sample {
+        let f = stat_fields("self");
+        Sample {
+            tree: tree_ticks(node_dir),
+            machine: machine_ticks(),
+            own: f[0] + f[1],
+            children: f[2] + f[3],
+        }
     }
 }
 
@@ -62,20 +107,22 @@ fn ticks_per_second() -> f64 {
     100.0
 }
 
+/// utime, stime, cutime, cstime of `pid`, in clock ticks (fields 14..=17 of stat(5)).
+fn stat_fields(pid: &str) -> [u64; 4] {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let mut out = [0; 4];
+    if let Some((_, rest)) = stat.rsplit_once(") ") {
+        // `rest` starts at field 3.
+        for (o, f) in out.iter_mut().zip(rest.split(' ').skip(11)) {
+            *o = f.parse().unwrap_or(0);
+        }
+    }
+    out
+}
+
 /// utime+stime+cutime+cstime of `pid`, in clock ticks.
 fn proc_ticks(pid: &str) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0;
-    };
-    let Some((_, rest)) = stat.rsplit_once(") ") else {
-        return 0;
-    };
-    // Fields 14..=17 of stat(5); `rest` starts at field 3.
-    rest.split(' ')
-        .skip(11)
-        .take(4)
-        .filter_map(|f| f.parse::<u64>().ok())
-        .sum()
+    stat_fields(pid).iter().sum()
 }
 
 /// CPU ticks of this process and of every process whose command line names the node's
@@ -120,7 +167,7 @@ async fn batch(
     spec: &ProbeSpec,
     target: &ProbeTarget<'_>,
 ) {
-    let (t0, m0) = (tree_ticks(node_dir), machine_ticks());
+    let start = Sample::now(node_dir);
     for _ in 0..n {
         let t = Instant::now();
         let v = prober.probe(ProbeType::Liveness, spec, target).await;
@@ -136,8 +183,7 @@ async fn batch(
             "{v:?}"
         );
     }
-    way.tree_ticks += tree_ticks(node_dir) - t0;
-    way.machine_ticks += machine_ticks() - m0;
+    way.add(start, node_dir);
 }
 
 pub(crate) async fn measure(runs: usize) -> Result<ExecNumbers, Box<dyn std::error::Error>> {
@@ -187,7 +233,7 @@ pub(crate) async fn measure(runs: usize) -> Result<ExecNumbers, Box<dyn std::err
         let n = BATCH.min(runs - done);
         batch(&mut via_cri, n, &dir, &cri, &spec, &target).await;
         batch(&mut via_direct, n, &dir, &direct, &spec, &target).await;
-        let (t0, m0) = (tree_ticks(&dir), machine_ticks());
+        let start = Sample::now(&dir);
         for _ in 0..n {
             let t = Instant::now();
             let r = client
@@ -201,8 +247,7 @@ pub(crate) async fn measure(runs: usize) -> Result<ExecNumbers, Box<dyn std::err
             bare_cri.ms.push(t.elapsed().as_secs_f64() * 1e3);
             assert_eq!(r.exit_code, 0);
         }
-        bare_cri.tree_ticks += tree_ticks(&dir) - t0;
-        bare_cri.machine_ticks += machine_ticks() - m0;
+        bare_cri.add(start, &dir);
         done += n;
     }
     pod.delete().await?;
