@@ -38,7 +38,7 @@ struct Runners {
 
 impl Runners {
     fn new(node: &TestNode) -> Runners {
-        let ch = podward_api::socket::channel(&node.containerd_socket());
+        let ch = podward_api::socket::channel(node.containerd_socket());
         Runners {
             cri: CriExec::new(ch.clone()),
             direct: DirectExec::new(ExecMode::Direct, ch, bin_path("podward-prober")),

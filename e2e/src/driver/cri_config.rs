@@ -159,7 +159,6 @@ pub(crate) fn container_config(spec: &PodSpec, c: &ContainerSpec, attempt: u32) 
                 memory_limit_in_bytes: m,
                 ..Default::default()
             }),
-            ..Default::default()
         }),
         ..Default::default()
     }

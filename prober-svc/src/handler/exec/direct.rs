@@ -65,7 +65,7 @@ const MAX_CACHED: usize = 8192;
 /// The per-container decision.
 #[derive(Debug)]
 enum Decision {
-    Direct(Plan),
+    Direct(Box<Plan>),
     Refused(Refusal),
 }
 
@@ -116,7 +116,7 @@ impl DirectExec {
             .into_inner();
         let decision = match resp.info.get("info") {
             Some(info) => match prepare::prepare(container_id, info, &self.host) {
-                Ok(plan) => Decision::Direct(plan),
+                Ok(plan) => Decision::Direct(Box::new(plan)),
                 Err(r) => Decision::Refused(r),
             },
             None => Decision::Refused(Refusal::Missing("verbose info")),

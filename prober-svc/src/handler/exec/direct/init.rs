@@ -327,13 +327,14 @@ fn command(plan: &Plan, devnull: &File) -> Res<std::convert::Infallible> {
     let argv: Vec<CString> = plan.argv.iter().map(cstr).collect::<Res<_>>()?;
     let envp: Vec<CString> = env.iter().map(cstr).collect::<Res<_>>()?;
     let path = CString::new(path).map_err(err("NUL in path"))?;
-    Err(nix::unistd::execve(&path, &argv, &envp)
-        .map(|_| ())
-        .map_err(err(format!(
-            "exec {:?}",
-            plan.argv.first().map(String::as_str).unwrap_or("")
-        )))
-        .unwrap_err())
+    let e = match nix::unistd::execve(&path, &argv, &envp) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    };
+    Err(format!(
+        "exec {:?}: {e}",
+        plan.argv.first().map(String::as_str).unwrap_or("")
+    ))
 }
 
 fn set_of(mask: u64) -> CapsHashSet {

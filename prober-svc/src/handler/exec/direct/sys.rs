@@ -61,7 +61,7 @@ pub(crate) fn fork() -> nix::Result<ForkResult> {
 /// `seccomp(SECCOMP_SET_MODE_FILTER, flags, prog)` (or `prctl(PR_SET_SECCOMP)` without flags,
 /// as runc does) with a program of `struct sock_filter` entries in native byte order.
 pub(crate) fn load_seccomp(bpf: &[u8], flags: u32) -> io::Result<()> {
-    if bpf.is_empty() || bpf.len() % 8 != 0 || bpf.len() / 8 > usize::from(u16::MAX) {
+    if bpf.is_empty() || !bpf.len().is_multiple_of(8) || bpf.len() / 8 > usize::from(u16::MAX) {
         return Err(io::Error::other(format!(
             "bad seccomp program of {} bytes",
             bpf.len()

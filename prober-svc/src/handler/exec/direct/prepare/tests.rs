@@ -94,7 +94,7 @@ fn env_keeps_first_place_and_last_value_like_os_setenv() {
         normalize_env(env.iter()).expect("valid"),
         vec!["A=3", "B=2", "C=x=y"]
     );
-    let bad = vec!["NOEQUALS".to_owned()];
+    let bad = ["NOEQUALS".to_owned()];
     assert!(normalize_env(bad.iter()).is_err());
 }
 
