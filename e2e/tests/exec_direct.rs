@@ -66,8 +66,12 @@ fn text(o: &ExecOutput) -> String {
 }
 
 async fn pod(driver: &Driver, node: &TestNode, name: &str, sec: SecurityContext) -> Pod {
-    let spec =
-        PodSpec::new(name).container(ContainerSpec::new("app", &["sleep", "3600"]).security(sec));
+    // Grace 1 s (`sleep` as PID 1 ignores SIGTERM) and no restarts: deleting a pod whose sync
+    // loop restarts containers takes 30 s.
+    let spec = PodSpec::new(name)
+        .grace_period(1)
+        .restart_policy(RestartPolicy::Never)
+        .container(ContainerSpec::new("app", &["sleep", "3600"]).security(sec));
     driver.run_pod(node, spec).await.expect("run pod")
 }
 
