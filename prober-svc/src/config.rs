@@ -83,7 +83,7 @@ pub struct Args {
     pub poll_interval_seconds: Option<u64>,
 
     /// How exec probes run: "direct" starts the command in the container's namespaces, cgroup,
-    /// credentials, capabilities and seccomp filter exactly as runc exec would (about a quarter of
+    /// credentials, capabilities and seccomp filter exactly as runc exec would (about a fifth of
     /// CRI ExecSync's CPU; needs host PID and root with CAP_SYS_ADMIN, see docs/operations.md);
     /// "cri" always uses CRI ExecSync; "auto" is direct where the container allows it and CRI
     /// otherwise (VM runtimes, user namespaces, what direct exec does not reproduce), the choice
