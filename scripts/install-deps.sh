@@ -8,6 +8,8 @@ APT_PACKAGES=(
   busybox-static              # test images are built from it
   protobuf-compiler           # protoc, for k8s-cri / containerd-client / podward protos
   gcc libc6-dev               # builds the tiny static pause binary
+  libseccomp-dev              # the prober's direct exec compiles seccomp profiles with libseccomp,
+                              # linked statically from its libseccomp.a (.cargo/config.toml)
   iproute2 util-linux         # ip, mount/umount, nsenter for tests
   containernetworking-plugins # bridge + host-local CNI for pod-network sandboxes in e2e
   docker-registry skopeo      # loopback registry so CRI PullImage is exercised
@@ -39,6 +41,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The static archive the prober links (LIBSECCOMP_LINK_TYPE=static, LIBSECCOMP_LIB_PATH in
+# .cargo/config.toml: the multiarch directory, unless the environment names another).
+seccomp_dir=${LIBSECCOMP_LIB_PATH:-/usr/lib/$(uname -m)-linux-gnu}
+if [ ! -f "$seccomp_dir/libseccomp.a" ]; then
+  echo "install-deps: $seccomp_dir/libseccomp.a missing (libseccomp-dev; set LIBSECCOMP_LIB_PATH)" >&2
+  exit 1
 fi
 
 py=python3

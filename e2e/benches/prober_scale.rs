@@ -13,8 +13,8 @@
 //! shim Lifecycle server (tonic, unix socket) with a synthetic snapshot run in a child process
 //! (this binary re-executed) so CPU and RSS below are the prober's own.
 //! Reports probes/s, CPU cores, RSS (now and peak, after one full `/metrics` render), scheduling
-//! lateness p50/p99 and false failures; then exec overhead (prober exec probe vs direct ExecSync)
-//! on a real containerd.
+//! lateness p50/p99 and false failures; then exec probes on a real containerd (`exec.rs`): CRI
+//! vs direct exec, latency and CPU per probe.
 
 #[path = "prober_scale/exec.rs"]
 mod exec;
@@ -63,12 +63,13 @@ prober scale benchmark: the prober (run_with) against a synthetic node, then exe
 
 cargo bench -p podward-e2e --bench prober_scale -- [FLAGS]
 
-  --containers N   pods of one container each (default 10000)
+  --containers N   pods of one container each (default 10000; 0: the exec figures alone)
   --period S       probe period in seconds (default 1)
   --window S       measurement window in seconds, after a warm-up (default 30)
   --mix slr|lr     startup+liveness+readiness, or liveness+readiness (default slr)
-  --exec-runs N    exec probes timed against direct ExecSync on a real containerd; 0 skips
-                   (default 200)
+  --exec-runs N    exec probes on a real containerd, each way (CRI ExecSync bare, the prober
+                   with --exec-mode cri, with --exec-mode direct), alternated in batches
+                   of 25: latency and CPU per probe; 0 skips (default 200)
   --floor          also run the same connections from bare tokio tasks and print the ratio
   --threads N      runtime worker threads (default: one per core, as the prober's)
   --help           this text
@@ -167,66 +168,86 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             lifecycle::serve(&sock, snap).await
         });
     }
-    // The targets and the fake shim: a child process, so their CPU and memory are not counted
-    // as the prober's.
-    let dir = tempfile::tempdir()?;
-    let shim_sock = dir.path().join("shim.sock");
-    let mut child = Command::new(std::env::current_exe()?)
-        .args(std::env::args().skip(1))
-        .env(ROLE, "server")
-        .env(SHIM_SOCKET, &shim_sock)
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let stdout = child.stdout.take().ok_or("child stdout")?;
-    let mut lines = Vec::new();
-    for l in std::io::BufReader::new(stdout).lines() {
-        let l = l?;
-        if l == "ready" {
-            break;
-        }
-        lines.push(l);
-    }
-    let targets = servers::parse(&lines);
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = o.threads {
         rt.worker_threads(n);
     }
     let rt = rt.enable_all().build()?;
-    let res = rt.block_on(scale(&o, &shim_sock));
-    let res = match res {
-        Ok(prober_cores) if o.floor => rt
-            .block_on(floor_run(&o, &targets))
-            .map(|floor_cores| {
-                println!(
-                    "prober CPU / floor CPU at the same rate: {:.2} ({prober_cores:.2} / {floor_cores:.2} cores)",
-                    prober_cores / floor_cores
-                );
-            }),
-        r => r.map(|_| ()),
-    };
-    let _ = child.kill();
-    let _ = child.wait();
-    res?;
+    // `--containers 0`: the exec figures alone.
+    if o.containers > 0 {
+        // The targets and the fake shim: a child process, so their CPU and memory are not counted
+        // as the prober's.
+        let dir = tempfile::tempdir()?;
+        let shim_sock = dir.path().join("shim.sock");
+        let mut child = Command::new(std::env::current_exe()?)
+            .args(std::env::args().skip(1))
+            .env(ROLE, "server")
+            .env(SHIM_SOCKET, &shim_sock)
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("child stdout")?;
+        let mut lines = Vec::new();
+        for l in std::io::BufReader::new(stdout).lines() {
+            let l = l?;
+            if l == "ready" {
+                break;
+            }
+            lines.push(l);
+        }
+        let targets = servers::parse(&lines);
+        let res = rt.block_on(scale(&o, &shim_sock));
+        let res = match res {
+            Ok(prober_cores) if o.floor => rt
+                .block_on(floor_run(&o, &targets))
+                .map(|floor| match floor {
+                    Some(floor_cores) => println!(
+                        "prober CPU / floor CPU at the same rate: {:.2} ({prober_cores:.2} / {floor_cores:.2} cores)",
+                        prober_cores / floor_cores
+                    ),
+                    // Failed connections cost less than completed ones: a ratio to such a
+                    // floor would flatter the prober.
+                    None => println!(
+                        "no prober/floor ratio: the floor had failed connections, so it is not a floor at this rate"
+                    ),
+                }),
+            r => r.map(|_| ()),
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        res?;
+    }
     if o.exec_runs > 0 {
-        let n = rt.block_on(exec::measure(o.exec_runs))?;
+        let mut n = rt.block_on(exec::measure(o.exec_runs))?;
         println!(
-            "exec overhead ({} runs, `true` in a busybox container): direct ExecSync p50 {:.2} ms p90 {:.2} ms; prober exec probe p50 {:.2} ms p90 {:.2} ms; overhead p50 {:+.2} ms",
-            n.runs,
-            n.direct_p50_ms,
-            n.direct_p90_ms,
-            n.prober_p50_ms,
-            n.prober_p90_ms,
-            n.prober_p50_ms - n.direct_p50_ms
+            "exec probes ({} runs each, `true` in a busybox container, alternated in batches of 25):",
+            n.runs
         );
+        let mut ratio = Vec::new();
+        for (name, w) in [
+            ("bare CRI ExecSync", &mut n.bare_cri),
+            ("prober, --exec-mode cri", &mut n.cri),
+            ("prober, --exec-mode direct", &mut n.direct),
+        ] {
+            let (tree, machine) = w.cpu_ms();
+            let (own, children, node) = w.split_ms();
+            ratio.push(tree);
+            println!(
+                "  {name:<27} p50 {:6.2} ms  p90 {:6.2} ms  CPU/probe {tree:6.2} ms (prober {own:.2} + its helpers {children:.2} + containerd/shim/runc/command {node:.2})  {machine:6.2} ms (whole machine)",
+                w.p(0.5),
+                w.p(0.9),
+            );
+        }
+        println!("direct ÷ cri CPU per probe: {:.3}", ratio[2] / ratio[1]);
     }
     Ok(())
 }
 
-/// The same connections without the prober (`--floor`); returns its CPU cores.
+/// The same connections without the prober (`--floor`); returns its CPU cores, or `None` when
+/// any connection failed in the window (the floor did not do the work the prober did).
 async fn floor_run(
     o: &Opts,
     targets: &[servers::Target],
-) -> Result<f64, Box<dyn std::error::Error>> {
+) -> Result<Option<f64>, Box<dyn std::error::Error>> {
     let period = Duration::from_secs(u64::from(o.period));
     // Both mixes settle at one TCP and one HTTP probe per container and period (a startup probe
     // stops once it succeeds).
@@ -247,7 +268,7 @@ async fn floor_run(
         "floor (bare connections, same targets and rate): {:.0} connections/s, failed {failed}, CPU {cores:.2} cores",
         (done + failed) as f64 / wall
     );
-    Ok(cores)
+    Ok((failed == 0).then_some(cores))
 }
 
 /// Runs the prober over the window and prints its figures; returns its CPU cores.

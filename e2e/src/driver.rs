@@ -20,7 +20,7 @@ use tonic::transport::Channel;
 use crate::{HarnessError, TestNode};
 
 pub use pod::Pod;
-pub use spec::{ContainerPort, ContainerSpec, PodSpec, RestartPolicy};
+pub use spec::{ContainerPort, ContainerSpec, PodSpec, RestartPolicy, SecurityContext};
 
 /// How long [`Driver::connect`] waits for the endpoint to answer `Version`.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);

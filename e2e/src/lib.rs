@@ -47,7 +47,9 @@ mod node;
 pub use binaries::bin_path;
 pub use cleanup::Footprint;
 pub use daemon::Daemon;
-pub use driver::{ContainerPort, ContainerSpec, Driver, Pod, PodSpec, RestartPolicy};
+pub use driver::{
+    ContainerPort, ContainerSpec, Driver, Pod, PodSpec, RestartPolicy, SecurityContext,
+};
 pub use error::HarnessError;
 pub use images::{ImageSet, image_cache_dir};
 pub use net::free_port;

@@ -11,6 +11,7 @@ use podward_api::paths;
 use serde::{Deserialize, Serialize};
 
 use crate::handler::host_policy::HostPolicy;
+pub use crate::handler::exec::direct::ExecMode;
 
 /// Command-line flags (the daemon's; `cli::Cli` adds the one-shot commands). Every field is
 /// optional so that only what was given overrides the file.
@@ -140,6 +141,20 @@ pub struct Args {
     #[arg(long, env = "PODWARD_PROBER_READINESS_GATE_CONDITION")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub readiness_gate_condition: Option<String>,
+    /// How exec probes run: "direct" starts the command in the container's namespaces, cgroup,
+    /// credentials, capabilities and seccomp filter exactly as runc exec would (about a fifth of
+    /// CRI ExecSync's CPU; needs host PID and root with CAP_SYS_ADMIN, see docs/operations.md);
+    /// "cri" always uses CRI ExecSync; "auto" is direct where the container allows it and CRI
+    /// otherwise (VM runtimes, user namespaces, what direct exec does not reproduce), the choice
+    /// per container logged and shown in Status. [default: auto]
+    #[arg(long, env = "PODWARD_PROBER_EXEC_MODE", value_enum)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_mode: Option<ExecMode>,
+
+    /// The binary direct exec re-executes as its helper. [default: this binary (/proc/self/exe)]
+    #[arg(long, env = "PODWARD_PROBER_EXEC_HELPER")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_helper: Option<PathBuf>,
 
     /// Log format. [default: text]
     #[arg(long, env = "PODWARD_PROBER_LOG_FORMAT", value_enum)]
@@ -192,6 +207,10 @@ pub struct Config {
     pub event_burst: u32,
     /// The readiness-gate condition type.
     pub readiness_gate_condition: String,
+    /// How exec probes run.
+    pub exec_mode: ExecMode,
+    /// The direct-exec helper binary; `None` = this binary.
+    pub exec_helper: Option<PathBuf>,
     /// Log format.
     pub log_format: LogFormat,
     /// Log filter.
@@ -219,6 +238,8 @@ impl Default for Config {
             event_qps: 50.0,
             event_burst: 100,
             readiness_gate_condition: DEFAULT_GATE_CONDITION.to_owned(),
+            exec_mode: ExecMode::Auto,
+            exec_helper: None,
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
         }

@@ -6,9 +6,20 @@ use clap::Parser;
 use podward_api::daemon::{config, signal, telemetry};
 use podward_prober::Config;
 use podward_prober::cli::{Cli, Command, status_command};
+use podward_prober::handler::exec::direct::init::HELPER_ARG;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // The direct-exec helper is this binary re-executed: it must stay single-threaded, so it
+    // branches off before the runtime starts.
+    if std::env::args_os().nth(1).as_deref() == Some(HELPER_ARG.as_ref()) {
+        podward_prober::handler::exec::direct::init::main();
+    }
+    tokio::runtime::Runtime::new()
+        .context("tokio runtime")?
+        .block_on(daemon())
+}
+
+async fn daemon() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let mut cfg: Config =
         config::load(cli.args.config.as_deref(), &cli.args).context("configuration")?;

@@ -157,6 +157,10 @@ impl ProbeRunner for Prober {
             self.probe(ty, spec, &target).await
         })
     }
+
+    fn exec_choice(&self, container_id: &str) -> Option<crate::handler::exec::runner::ExecChoice> {
+        self.exec.choice(container_id)
+    }
 }
 
 fn verdict(answer: Answer) -> ProbeVerdict {

@@ -18,6 +18,7 @@ use crate::clock::Clock;
 use crate::config::{Config, InvalidSetting};
 use crate::event::{EventSink, Events};
 use crate::handler::exec::cri::CriExec;
+use crate::handler::exec::direct::DirectExec;
 use crate::hub::Hub;
 use crate::kill::Killer;
 use crate::manager::Manager;
@@ -138,6 +139,7 @@ pub async fn run_with(
         shim = %config.shim_socket.display(),
         containerd = %config.containerd_socket.display(),
         containerd_namespace = %config.containerd_namespace,
+        exec_mode = ?config.exec_mode,
         %node_ip,
         probe_host_policy = %config.probe_host_policy,
         "podward-prober starting"
@@ -149,9 +151,18 @@ pub async fn run_with(
         ProberOptions {
             kube_version: config.kube_version.clone(),
         },
-        exec.clone(),
+        Arc::new(DirectExec::new(
+            config.exec_mode,
+            containerd.clone(),
+            config
+                .exec_helper
+                .clone()
+                .unwrap_or_else(|| "/proc/self/exe".into()),
+        )),
     )
     .with_host_policy(config.probe_host_policy, node_ip);
+    // preStop exec hooks go through CRI ExecSync, as kubelet runs them (the direct runner is
+    // for probes).
     let hooks = Arc::new(
         Hooks::new(exec, &format!("kube-probe/{}", config.kube_version))
             .with_host_policy(config.probe_host_policy, node_ip),

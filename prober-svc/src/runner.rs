@@ -20,6 +20,11 @@ pub trait ProbeRunner: Send + Sync + 'static {
         host_ip: IpAddr,
         container: &'a ContainerInfo,
     ) -> BoxFuture<'a, ProbeVerdict>;
+
+    /// How `container_id`'s exec probes run (direct or CRI, and why), once decided.
+    fn exec_choice(&self, _container_id: &str) -> Option<crate::handler::exec::runner::ExecChoice> {
+        None
+    }
 }
 
 /// What one probe produced, after kubelet's retries and mapping.

@@ -1,30 +1,189 @@
-//! Exec probe overhead: the prober's exec probe (podward's `Prober` → CRI `ExecSync`) against a
-//! direct `ExecSync`, alternating on the same container of a real containerd.
+//! Exec probes on a real containerd: the prober's exec probe through CRI `ExecSync` (`CriExec`)
+//! and through direct exec (`DirectExec`, `--exec-mode direct`), alternated in batches on the same
+//! container, with a bare `ExecSync` as the CRI reference.
+//!
+//! CPU per probe is the CPU of every process an exec probe involves: this process (the prober
+//! side) with its reaped children (the direct-exec helper, its reaper and the probe command),
+//! and every process of the test node (containerd, the runc shim, with `runc` and the CRI probe
+//! commands it reaped), read from `/proc/<pid>/stat` (utime+stime+cutime+cstime) before and after
+//! each batch. Other load on the machine does not count in it; the machine-wide figure from
+//! `/proc/stat` is printed beside it.
 
+use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use podward_api::cri::ExecSyncRequest;
-use podward_e2e::{ContainerSpec, Driver, PodSpec, TestNode};
+use podward_e2e::{ContainerSpec, Driver, PodSpec, TestNode, bin_path};
 use podward_prober::handler::attempt::ProbeTarget;
 use podward_prober::handler::exec::cri::CriExec;
+use podward_prober::handler::exec::direct::{DirectExec, ExecMode};
+use podward_prober::handler::exec::runner::ExecRunner;
 use podward_prober::probe::{Prober, ProberOptions};
+use podward_prober::results::ProbeResult;
 use podward_prober::runner::ProbeVerdict;
-use podward_prober::spec::{ProbeType, parse_pod_probes};
+use podward_prober::spec::{ProbeSpec, ProbeType, parse_pod_probes};
 
-/// Median and p90 of direct and prober exec times, in ms.
-pub(crate) struct ExecNumbers {
-    pub(crate) runs: usize,
-    pub(crate) direct_p50_ms: f64,
-    pub(crate) direct_p90_ms: f64,
-    pub(crate) prober_p50_ms: f64,
-    pub(crate) prober_p90_ms: f64,
+/// Runs per batch: the runners take turns every `BATCH` probes.
+const BATCH: usize = 25;
+
+/// One way of running the probe: latencies (ms) and CPU (clock ticks) over its batches.
+#[derive(Default)]
+pub(crate) struct Way {
+    pub(crate) ms: Vec<f64>,
+    pub(crate) tree_ticks: u64,
+    pub(crate) machine_ticks: u64,
+    /// Of `tree_ticks`: this process itself, and its reaped children (the direct-exec helpers).
+    pub(crate) own_ticks: u64,
+    pub(crate) children_ticks: u64,
 }
 
-fn pct(v: &mut [f64], q: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let i = ((v.len() as f64 - 1.0) * q).round() as usize;
-    v[i]
+impl Way {
+    pub(crate) fn p(&mut self, q: f64) -> f64 {
+        self.ms.sort_by(|a, b| a.total_cmp(b));
+        let i = ((self.ms.len() as f64 - 1.0) * q).round() as usize;
+        self.ms[i]
+    }
+
+    /// CPU per probe in ms, over the involved processes and machine-wide.
+    pub(crate) fn cpu_ms(&self) -> (f64, f64) {
+        (self.per(self.tree_ticks), self.per(self.machine_ticks))
+    }
+
+    /// CPU per probe in ms: this process's own, its reaped children's, the node's.
+    pub(crate) fn split_ms(&self) -> (f64, f64, f64) {
+        (
+            self.per(self.own_ticks),
+            self.per(self.children_ticks),
+            self.per(self.tree_ticks - self.own_ticks - self.children_ticks),
+        )
+    }
+
+    fn per(&self, ticks: u64) -> f64 {
+        ticks as f64 * 1e3 / ticks_per_second() / self.ms.len() as f64
+    }
+
+    /// Adds what was used since `start` (from [`Sample::now`]).
+    fn add(&mut self, start: Sample, node_dir: &Path) {
+        let end = Sample::now(node_dir);
+        self.tree_ticks += end.tree - start.tree;
+        self.machine_ticks += end.machine - start.machine;
+        self.own_ticks += end.own - start.own;
+        self.children_ticks += end.children - start.children;
+    }
+}
+
+/// CPU counters at one moment, in clock ticks.
+#[derive(Clone, Copy)]
+struct Sample {
+    tree: u64,
+    machine: u64,
+    own: u64,
+    children: u64,
+}
+
+impl Sample {
+    fn now(node_dir: &Path) -> Sample {
+        let f = stat_fields("self");
+        Sample {
+            tree: tree_ticks(node_dir),
+            machine: machine_ticks(),
+            own: f[0] + f[1],
+            children: f[2] + f[3],
+        }
+    }
+}
+
+/// The three ways, measured side by side.
+pub(crate) struct ExecNumbers {
+    pub(crate) runs: usize,
+    pub(crate) bare_cri: Way,
+    pub(crate) cri: Way,
+    pub(crate) direct: Way,
+}
+
+fn ticks_per_second() -> f64 {
+    // CLK_TCK is 100 on every Linux architecture the project builds for (x86_64, aarch64).
+    100.0
+}
+
+/// utime, stime, cutime, cstime of `pid`, in clock ticks (fields 14..=17 of stat(5)).
+fn stat_fields(pid: &str) -> [u64; 4] {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let mut out = [0; 4];
+    if let Some((_, rest)) = stat.rsplit_once(") ") {
+        // `rest` starts at field 3.
+        for (o, f) in out.iter_mut().zip(rest.split(' ').skip(11)) {
+            *o = f.parse().unwrap_or(0);
+        }
+    }
+    out
+}
+
+/// utime+stime+cutime+cstime of `pid`, in clock ticks.
+fn proc_ticks(pid: &str) -> u64 {
+    stat_fields(pid).iter().sum()
+}
+
+/// CPU ticks of this process and of every process whose command line names the node's
+/// directory (containerd, its shims).
+fn tree_ticks(node_dir: &Path) -> u64 {
+    let dir = node_dir.to_string_lossy().into_owned();
+    let mut sum = proc_ticks("self");
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(&dir) {
+            sum += proc_ticks(pid);
+        }
+    }
+    sum
+}
+
+/// Busy clock ticks of the whole machine (`/proc/stat`'s cpu line without idle and iowait).
+fn machine_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let line = stat.lines().next().unwrap_or_default();
+    line.split_whitespace()
+        .skip(1)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4 && *i < 8)
+        .filter_map(|(_, f)| f.parse::<u64>().ok())
+        .sum()
+}
+
+/// Probes `n` times through `prober`, adding latencies and CPU to `way`.
+async fn batch(
+    way: &mut Way,
+    n: usize,
+    node_dir: &Path,
+    prober: &Prober,
+    spec: &ProbeSpec,
+    target: &ProbeTarget<'_>,
+) {
+    let start = Sample::now(node_dir);
+    for _ in 0..n {
+        let t = Instant::now();
+        let v = prober.probe(ProbeType::Liveness, spec, target).await;
+        way.ms.push(t.elapsed().as_secs_f64() * 1e3);
+        assert!(
+            matches!(
+                &v,
+                ProbeVerdict::Result {
+                    result: ProbeResult::Success,
+                    ..
+                }
+            ),
+            "{v:?}"
+        );
+    }
+    way.add(start, node_dir);
 }
 
 pub(crate) async fn measure(runs: usize) -> Result<ExecNumbers, Box<dyn std::error::Error>> {
@@ -33,17 +192,23 @@ pub(crate) async fn measure(runs: usize) -> Result<ExecNumbers, Box<dyn std::err
     let pod = driver
         .run_pod(
             &node,
-            PodSpec::new("exec-bench").container(ContainerSpec::new("app", &["sleep", "3600"])),
+            PodSpec::new("exec-bench")
+                .grace_period(1)
+                .container(ContainerSpec::new("app", &["sleep", "3600"])),
         )
         .await?;
     let id = pod.container_id("app").ok_or("no container")?;
     let channel = podward_api::socket::channel(node.containerd_socket());
-    let prober = Prober::new(
-        ProberOptions {
-            kube_version: "1.33".into(),
-        },
-        Arc::new(CriExec::new(channel.clone())),
+    let options = || ProberOptions {
+        kube_version: "1.33".into(),
+    };
+    let cri = Prober::new(options(), Arc::new(CriExec::new(channel.clone())));
+    let direct_runner = DirectExec::new(
+        ExecMode::Direct,
+        channel.clone(),
+        bin_path("podward-prober"),
     );
+    let direct = Prober::new(options(), Arc::new(direct_runner) as Arc<dyn ExecRunner>);
     let parsed = parse_pod_probes(
         r#"{"app":{"livenessProbe":{"exec":{"command":["true"]},"timeoutSeconds":5}}}"#,
     );
@@ -55,35 +220,41 @@ pub(crate) async fn measure(runs: usize) -> Result<ExecNumbers, Box<dyn std::err
         ports: &[],
         env: &[],
     };
-    let (mut direct, mut via) = (Vec::new(), Vec::new());
-    for i in 0..runs + 5 {
-        let t = Instant::now();
-        let r = client
-            .exec_sync(ExecSyncRequest {
-                container_id: id.clone(),
-                cmd: vec!["true".into()],
-                timeout: 5,
-            })
-            .await?
-            .into_inner();
-        let d = t.elapsed();
-        assert_eq!(r.exit_code, 0);
-        let t = Instant::now();
-        let v = prober.probe(ProbeType::Liveness, &spec, &target).await;
-        let p = t.elapsed();
-        assert!(matches!(v, ProbeVerdict::Result { .. }), "{v:?}");
-        if i >= 5 {
-            direct.push(d.as_secs_f64() * 1e3);
-            via.push(p.as_secs_f64() * 1e3);
+    let dir = node.dir().to_owned();
+    // Warm-up: connections, the direct runner's per-container plan, page cache.
+    let mut scratch = Way::default();
+    batch(&mut scratch, 5, &dir, &cri, &spec, &target).await;
+    batch(&mut scratch, 5, &dir, &direct, &spec, &target).await;
+
+    let (mut bare_cri, mut via_cri, mut via_direct) =
+        (Way::default(), Way::default(), Way::default());
+    let mut done = 0;
+    while done < runs {
+        let n = BATCH.min(runs - done);
+        batch(&mut via_cri, n, &dir, &cri, &spec, &target).await;
+        batch(&mut via_direct, n, &dir, &direct, &spec, &target).await;
+        let start = Sample::now(&dir);
+        for _ in 0..n {
+            let t = Instant::now();
+            let r = client
+                .exec_sync(ExecSyncRequest {
+                    container_id: id.clone(),
+                    cmd: vec!["true".into()],
+                    timeout: 5,
+                })
+                .await?
+                .into_inner();
+            bare_cri.ms.push(t.elapsed().as_secs_f64() * 1e3);
+            assert_eq!(r.exit_code, 0);
         }
+        bare_cri.add(start, &dir);
+        done += n;
     }
     pod.delete().await?;
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {}).await;
     Ok(ExecNumbers {
         runs,
-        direct_p50_ms: pct(&mut direct, 0.5),
-        direct_p90_ms: pct(&mut direct, 0.9),
-        prober_p50_ms: pct(&mut via, 0.5),
-        prober_p90_ms: pct(&mut via, 0.9),
+        bare_cri,
+        cri: via_cri,
+        direct: via_direct,
     })
 }

@@ -5,9 +5,10 @@ use std::hash::{Hash, Hasher};
 use std::path::Path;
 
 use podward_api::cri::{
-    ContainerConfig, ContainerMetadata, ImageSpec, KeyValue, LinuxContainerConfig,
-    LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount,
-    NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata,
+    Capability, ContainerConfig, ContainerMetadata, ImageSpec, Int64Value, KeyValue,
+    LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
+    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount, NamespaceMode, NamespaceOption,
+    PodSandboxConfig, PodSandboxMetadata, SecurityProfile, security_profile::ProfileType,
 };
 use podward_api::labels;
 use serde_json::json;
@@ -89,6 +90,7 @@ fn sandbox_config(node_dir: &Path, cgroup_parent: &str, spec: &PodSpec) -> PodSa
             cgroup_parent: cgroup_parent.to_owned(),
             security_context: Some(LinuxSandboxSecurityContext {
                 namespace_options: Some(namespaces(spec)),
+                privileged: spec.containers.iter().any(|c| c.security.privileged),
                 ..Default::default()
             }),
             ..Default::default()
@@ -161,10 +163,41 @@ pub(crate) fn container_config(spec: &PodSpec, c: &ContainerSpec, attempt: u32) 
             .collect(),
         log_path: format!("{}/{attempt}.log", c.name),
         linux: Some(LinuxContainerConfig {
-            security_context: Some(LinuxContainerSecurityContext {
-                namespace_options: Some(namespaces(spec)),
+            security_context: Some(security_context(spec, c)),
+            resources: c.security.memory_limit.map(|m| LinuxContainerResources {
+                memory_limit_in_bytes: m,
                 ..Default::default()
             }),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The container's security context as kubelet's `determineEffectiveSecurityContext` sends it
+/// (seccomp `Unconfined` unless asked, as with kubelet's `seccompDefault` off).
+fn security_context(spec: &PodSpec, c: &ContainerSpec) -> LinuxContainerSecurityContext {
+    let s = &c.security;
+    LinuxContainerSecurityContext {
+        namespace_options: Some(namespaces(spec)),
+        run_as_user: s.run_as_user.map(|value| Int64Value { value }),
+        run_as_group: s.run_as_group.map(|value| Int64Value { value }),
+        supplemental_groups: s.supplemental_groups.clone(),
+        capabilities: (!s.add_capabilities.is_empty() || !s.drop_capabilities.is_empty()).then(
+            || Capability {
+                add_capabilities: s.add_capabilities.clone(),
+                drop_capabilities: s.drop_capabilities.clone(),
+                ..Default::default()
+            },
+        ),
+        privileged: s.privileged,
+        readonly_rootfs: s.readonly_rootfs,
+        no_new_privs: s.no_new_privs,
+        seccomp: Some(SecurityProfile {
+            profile_type: if s.seccomp_runtime_default {
+                ProfileType::RuntimeDefault
+            } else {
+                ProfileType::Unconfined
+            } as i32,
             ..Default::default()
         }),
         ..Default::default()

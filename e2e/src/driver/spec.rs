@@ -52,6 +52,32 @@ pub struct ContainerPort {
     pub protocol: String,
 }
 
+/// A container's `securityContext` and memory limit, as kubelet passes them to CRI (only the
+/// knobs the suites use).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecurityContext {
+    /// `runAsUser`.
+    pub run_as_user: Option<i64>,
+    /// `runAsGroup`.
+    pub run_as_group: Option<i64>,
+    /// The pod's `supplementalGroups`.
+    pub supplemental_groups: Vec<i64>,
+    /// `capabilities.add` (names without `CAP_`, as in a pod spec).
+    pub add_capabilities: Vec<String>,
+    /// `capabilities.drop` (`ALL` drops every one).
+    pub drop_capabilities: Vec<String>,
+    /// `privileged` (the sandbox is made privileged too, as kubelet requires).
+    pub privileged: bool,
+    /// `readOnlyRootFilesystem`.
+    pub readonly_rootfs: bool,
+    /// `seccompProfile: RuntimeDefault` (else kubelet's default, `Unconfined`).
+    pub seccomp_runtime_default: bool,
+    /// `allowPrivilegeEscalation: false` (no_new_privs).
+    pub no_new_privs: bool,
+    /// `resources.limits.memory`, in bytes.
+    pub memory_limit: Option<i64>,
+}
+
 /// One container of a [`PodSpec`].
 #[derive(Debug, Clone)]
 pub struct ContainerSpec {
@@ -69,6 +95,8 @@ pub struct ContainerSpec {
     pub ports: Vec<ContainerPort>,
     /// Bind mounts (host path, container path), read-write.
     pub mounts: Vec<(String, String)>,
+    /// Security context and memory limit.
+    pub security: SecurityContext,
 }
 
 impl ContainerSpec {
@@ -82,12 +110,19 @@ impl ContainerSpec {
             env: Vec::new(),
             ports: Vec::new(),
             mounts: Vec::new(),
+            security: SecurityContext::default(),
         }
     }
 
     /// Bind-mounts `host` (a directory) at `container`, read-write.
     pub fn mount(mut self, host: &str, container: &str) -> Self {
         self.mounts.push((host.to_owned(), container.to_owned()));
+        self
+    }
+
+    /// Sets the security context (and memory limit).
+    pub fn security(mut self, security: SecurityContext) -> Self {
+        self.security = security;
         self
     }
 

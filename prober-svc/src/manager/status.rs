@@ -82,6 +82,7 @@ impl Manager {
                     None => (false, false, true),
                 };
                 let kills = self.state.killer.log(&pod.uid, &name);
+                let exec = c.and_then(|c| self.ctx.runner.exec_choice(&c.id));
                 containers.push(api::ContainerStatus {
                     name,
                     container_id: c.map(|c| c.id.to_string()).unwrap_or_default(),
@@ -91,6 +92,11 @@ impl Manager {
                     probes,
                     kills: kills.count,
                     last_kill: kills.last.as_ref().map(wire::kill),
+                    exec_runner: exec
+                        .as_ref()
+                        .map(|e| e.runner.to_owned())
+                        .unwrap_or_default(),
+                    exec_runner_reason: exec.map(|e| e.reason).unwrap_or_default(),
                 });
             }
             drop(workers);

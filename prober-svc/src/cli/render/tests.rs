@@ -48,6 +48,7 @@ fn node() -> api::StatusResponse {
                         at_ns: NOW - 190 * SEC,
                         error: String::new(),
                     }),
+                    ..Default::default()
                 }],
                 spec_errors: vec![],
             },

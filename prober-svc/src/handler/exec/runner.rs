@@ -1,5 +1,5 @@
-//! The seam between the exec probe and whatever runs the command: CRI `ExecSync` today
-//! ([`super::cri::CriExec`]); a runner that enters the container directly would sit beside it.
+//! The seam between the exec probe and whatever runs the command: CRI `ExecSync`
+//! ([`super::cri::CriExec`]) or the direct runner beside it ([`super::direct::DirectExec`]).
 
 use std::time::Duration;
 
@@ -16,6 +16,20 @@ pub trait ExecRunner: Send + Sync + 'static {
         cmd: Vec<String>,
         timeout: Duration,
     ) -> BoxFuture<'_, Result<ExecOutput, ExecError>>;
+
+    /// How `container_id`'s exec probes run, once a probe has decided it (for `Status`).
+    fn choice(&self, _container_id: &str) -> Option<ExecChoice> {
+        None
+    }
+}
+
+/// How one container's exec probes run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecChoice {
+    /// `direct`, `cri`, or `none` (direct mode refused this container).
+    pub runner: &'static str,
+    /// Why not direct (empty when direct).
+    pub reason: String,
 }
 
 /// A finished command.

@@ -1,0 +1,409 @@
+//! Direct exec (`--exec-mode direct`) against CRI `ExecSync` on the real containerd + runc: the
+//! same command through both runners, side by side, for containers with different security
+//! contexts — identical output, byte for byte — and the same results for timeouts, exits, huge
+//! output, background children and a container that exits mid-probe, with nothing left running.
+
+use std::time::Duration;
+
+use podward_api::test_util::eventually;
+use podward_e2e::{
+    ContainerSpec, Driver, Pod, PodSpec, RestartPolicy, SecurityContext, TestNode, bin_path,
+};
+use podward_prober::handler::exec::cri::CriExec;
+use podward_prober::handler::exec::direct::{DirectExec, ExecMode};
+use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
+
+/// What the issue lists, each a line or block; `2>&1` so errors compare too.
+const SCRIPT: &str = r#"
+id
+grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status
+cat /proc/self/cgroup
+for n in cgroup ipc mnt net pid pid_for_children time time_for_children user uts; do echo "$n $(readlink /proc/self/ns/$n)"; done
+cat /proc/self/attr/current 2>&1; echo "attr=$?"
+ulimit -a
+pwd
+env
+umask
+cat /proc/self/oom_score_adj
+ls -l /proc/self/fd | awk 'NR > 1 {print $9, $10, $11}' | sed 's/pipe:\[[0-9]*\]/pipe/'
+unshare -U true 2>&1; echo "unshare=$?"
+touch /rw-check 2>&1; echo "rw=$?"; rm -f /rw-check
+echo hello > /dev/stdout; echo "stdout=$?"
+"#;
+
+struct Runners {
+    cri: CriExec,
+    direct: DirectExec,
+}
+
+impl Runners {
+    fn new(node: &TestNode) -> Runners {
+        let ch = podward_api::socket::channel(node.containerd_socket());
+        Runners {
+            cri: CriExec::new(ch.clone()),
+            direct: DirectExec::new(ExecMode::Direct, ch, bin_path("podward-prober")),
+        }
+    }
+}
+
+async fn run(
+    r: &dyn ExecRunner,
+    id: &str,
+    cmd: &[&str],
+    timeout: Duration,
+) -> Result<ExecOutput, ExecError> {
+    let cmd = cmd.iter().map(|s| (*s).to_owned()).collect();
+    r.exec_sync(id, cmd, timeout).await
+}
+
+fn text(o: &ExecOutput) -> String {
+    format!(
+        "exit {}\n--- stdout\n{}--- stderr\n{}",
+        o.exit_code,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+async fn pod(driver: &Driver, node: &TestNode, name: &str, sec: SecurityContext) -> Pod {
+    // Grace 1 s (`sleep` as PID 1 ignores SIGTERM) and no restarts: deleting a pod whose sync
+    // loop restarts containers takes 30 s.
+    let spec = PodSpec::new(name)
+        .grace_period(1)
+        .restart_policy(RestartPolicy::Never)
+        .container(ContainerSpec::new("app", &["sleep", "3600"]).security(sec));
+    driver.run_pod(node, spec).await.expect("run pod")
+}
+
+/// The security contexts of the issue, by name.
+fn contexts() -> Vec<(&'static str, SecurityContext)> {
+    let d = SecurityContext::default;
+    vec![
+        ("default", d()),
+        (
+            "user",
+            SecurityContext {
+                run_as_user: Some(1000),
+                run_as_group: Some(3000),
+                supplemental_groups: vec![4000, 5000],
+                ..d()
+            },
+        ),
+        (
+            "caps",
+            SecurityContext {
+                drop_capabilities: vec!["ALL".into()],
+                add_capabilities: vec!["NET_BIND_SERVICE".into()],
+                ..d()
+            },
+        ),
+        (
+            "privileged",
+            SecurityContext {
+                privileged: true,
+                ..d()
+            },
+        ),
+        (
+            "readonly",
+            SecurityContext {
+                readonly_rootfs: true,
+                ..d()
+            },
+        ),
+        (
+            "seccomp",
+            SecurityContext {
+                seccomp_runtime_default: true,
+                ..d()
+            },
+        ),
+        (
+            "nnp",
+            SecurityContext {
+                no_new_privs: true,
+                ..d()
+            },
+        ),
+        (
+            "memory",
+            SecurityContext {
+                memory_limit: Some(64 << 20),
+                ..d()
+            },
+        ),
+        (
+            "everything",
+            SecurityContext {
+                run_as_user: Some(1000),
+                run_as_group: Some(3000),
+                supplemental_groups: vec![4000],
+                drop_capabilities: vec!["ALL".into()],
+                add_capabilities: vec!["NET_BIND_SERVICE".into()],
+                readonly_rootfs: true,
+                seccomp_runtime_default: true,
+                no_new_privs: true,
+                memory_limit: Some(64 << 20),
+                ..d()
+            },
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn identical_output_for_every_security_context() {
+    let node = TestNode::start().await.expect("node");
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
+    let runners = Runners::new(&node);
+    let mut failures = Vec::new();
+    for (name, sec) in contexts() {
+        let seccomp = sec.seccomp_runtime_default;
+        let p = pod(&driver, &node, name, sec).await;
+        let id = p.container_id("app").expect("container id");
+        let cmd = ["sh", "-c", SCRIPT];
+        let t = Duration::from_secs(10);
+        let cri = text(&run(&runners.cri, &id, &cmd, t).await.expect("cri exec"));
+        let direct = text(
+            &run(&runners.direct, &id, &cmd, t)
+                .await
+                .expect("direct exec"),
+        );
+        if cri != direct {
+            let diff: Vec<String> = cri
+                .lines()
+                .zip(direct.lines())
+                .filter(|(a, b)| a != b)
+                .map(|(a, b)| format!("  CRI:    {a}\n  direct: {b}"))
+                .collect();
+            failures.push(format!(
+                "== {name}: {} lines differ ({} vs {} lines)\n{}\n== {name}: CRI\n{cri}",
+                diff.len(),
+                cri.lines().count(),
+                direct.lines().count(),
+                diff.join("\n")
+            ));
+        }
+        // The script ran to its end under the context asked for (so equal is not vacuous), and
+        // the syscall the profile denies is denied (equal output: in both modes) where allowed
+        // without it.
+        assert!(
+            direct.contains("stdout=0"),
+            "{name}: the script did not finish:\n{direct}"
+        );
+        let (filter, unshare) = if seccomp {
+            ("Seccomp:\t2", "unshare=1")
+        } else {
+            ("Seccomp:\t0", "unshare=0")
+        };
+        assert!(
+            direct.contains(filter),
+            "{name}: expected {filter}:\n{direct}"
+        );
+        if seccomp || name == "default" {
+            assert!(
+                direct.contains(unshare),
+                "{name}: expected {unshare}:\n{direct}"
+            );
+        }
+        if name == "user" {
+            assert!(
+                direct.contains("uid=1000 gid=3000"),
+                "{name}: ids:\n{direct}"
+            );
+        }
+        p.delete().await.expect("delete pod");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The probe's view of an output (kubelet's `LimitWriter`: stdout then stderr, 10 KiB).
+fn probe_view(o: &ExecOutput) -> Vec<u8> {
+    const LIMIT: usize = 10 * 1024;
+    let mut v = o.stdout.clone();
+    v.extend_from_slice(&o.stderr);
+    v.truncate(LIMIT);
+    v
+}
+
+/// One process on the host: PID, state letter, command line (NULs as spaces).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Proc {
+    pid: i32,
+    state: char,
+    cmdline: String,
+}
+
+fn procs() -> Vec<(Proc, Option<std::path::PathBuf>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("read /proc").flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next())
+            .unwrap_or('?');
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| {
+                String::from_utf8_lossy(&b)
+                    .replace('\0', " ")
+                    .trim()
+                    .to_owned()
+            })
+            .unwrap_or_default();
+        let ns = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+        out.push((
+            Proc {
+                pid,
+                state,
+                cmdline,
+            },
+            ns,
+        ));
+    }
+    out
+}
+
+/// Every process in the PID namespace of the container whose init runs `init_cmdline`.
+fn container_procs(init_cmdline: &str) -> Vec<Proc> {
+    let all = procs();
+    let ns = all
+        .iter()
+        .find(|(p, _)| p.cmdline == init_cmdline)
+        .and_then(|(_, ns)| ns.clone())
+        .unwrap_or_else(|| panic!("no process runs {init_cmdline:?}"));
+    all.into_iter()
+        .filter(|(_, n)| n.as_ref() == Some(&ns))
+        .map(|(p, _)| p)
+        .collect()
+}
+
+/// Host processes whose command line contains `marker`.
+fn running(marker: &str) -> Vec<Proc> {
+    procs()
+        .into_iter()
+        .map(|(p, _)| p)
+        .filter(|p| p.cmdline.contains(marker))
+        .collect()
+}
+
+/// Asserts the container holds its init alone, and nothing on the host runs the helper.
+fn assert_only_init(init_cmdline: &str, after: &str) {
+    let procs = container_procs(init_cmdline);
+    assert!(
+        procs.len() == 1 && procs[0].cmdline == init_cmdline && procs[0].state != 'Z',
+        "after {after}: the container must hold its init alone, no zombie: {procs:?}"
+    );
+    let helpers = running(podward_prober::handler::exec::direct::init::HELPER_ARG);
+    assert!(
+        helpers.is_empty(),
+        "after {after}: exec helpers left: {helpers:?}"
+    );
+}
+
+async fn init_pod(driver: &Driver, node: &TestNode, name: &str, init: &[&str]) -> Pod {
+    let spec = PodSpec::new(name)
+        .grace_period(1)
+        .restart_policy(RestartPolicy::Never)
+        .container(ContainerSpec::new("app", init));
+    driver.run_pod(node, spec).await.expect("run pod")
+}
+
+#[tokio::test]
+async fn same_results_at_the_edges_and_nothing_left() {
+    let node = TestNode::start().await.expect("node");
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
+    let r = Runners::new(&node);
+    let init = "sleep 3601";
+    let p = init_pod(&driver, &node, "edges", &["sleep", "3601"]).await;
+    let id = p.container_id("app").expect("container id");
+    let t = Duration::from_secs(10);
+
+    // A non-zero exit, with output on both streams.
+    let cmd = ["sh", "-c", "echo out; echo err >&2; exit 3"];
+    let d = run(&r.direct, &id, &cmd, t).await.expect("direct exec");
+    assert_only_init(init, "a non-zero exit");
+    let c = run(&r.cri, &id, &cmd, t).await.expect("cri exec");
+    assert_eq!(text(&d), text(&c));
+    assert_eq!(d.exit_code, 3);
+
+    // Huge output (4 MiB, under CRI's 16 MiB message limit): the same probe output and exit.
+    let cmd = [
+        "sh",
+        "-c",
+        "head -c 4194304 /dev/zero | tr '\\0' x; echo done >&2",
+    ];
+    let d = run(&r.direct, &id, &cmd, t).await.expect("direct exec");
+    assert_only_init(init, "huge output");
+    let c = run(&r.cri, &id, &cmd, t).await.expect("cri exec");
+    assert_eq!((d.exit_code, probe_view(&d)), (c.exit_code, probe_view(&c)));
+    assert!(d.stdout.len() >= 10 * 1024 && d.stdout.iter().all(|b| *b == b'x'));
+
+    // A timeout: both report it, and the command is gone afterwards.
+    let short = Duration::from_secs(2);
+    let d = run(&r.direct, &id, &["sleep", "2031"], short).await;
+    assert!(matches!(d, Err(ExecError::Timeout { .. })), "direct: {d:?}");
+    assert_only_init(init, "a timeout");
+    let c = run(&r.cri, &id, &["sleep", "2032"], short).await;
+    assert!(matches!(c, Err(ExecError::Timeout { .. })), "cri: {c:?}");
+    eventually(
+        "CRI's timed-out command to be killed",
+        Duration::from_secs(10),
+        async || running("sleep 2032").is_empty(),
+    )
+    .await;
+
+    // A background child holding the pipes: the exit code and output of the command in both
+    // (containerd waits for the pipes, so its answer comes when the child exits); direct mode
+    // leaves nothing behind.
+    let cmd = ["sh", "-c", "sleep 4 & echo started; exit 0"];
+    let short = Duration::from_secs(2);
+    let d = run(&r.direct, &id, &cmd, short).await.expect("direct exec");
+    assert_only_init(init, "a background child");
+    let c = run(&r.cri, &id, &cmd, short).await.expect("cri exec");
+    assert_eq!(text(&d), text(&c));
+    assert_eq!(d.exit_code, 0);
+    p.delete().await.expect("delete pod");
+
+    // The container exits during the probe: the same answer from both, and nothing left.
+    let mut answers = Vec::new();
+    for (name, runner) in [("direct", &r.direct as &dyn ExecRunner), ("cri", &r.cri)] {
+        let p = init_pod(
+            &driver,
+            &node,
+            &format!("exits-{name}"),
+            &["sh", "-c", "while [ ! -e /tmp/stop ]; do sleep 0.1; done"],
+        )
+        .await;
+        let id = p.container_id("app").expect("container id");
+        let cmd = ["sh", "-c", "touch /tmp/stop; sleep 2041; echo never"];
+        let a = run(runner, &id, &cmd, Duration::from_secs(20)).await;
+        assert!(
+            running("sleep 2041").is_empty(),
+            "{name}: the probe command outlived its container"
+        );
+        let helpers = running(podward_prober::handler::exec::direct::init::HELPER_ARG);
+        assert!(helpers.is_empty(), "{name}: exec helpers left: {helpers:?}");
+        answers.push(match a {
+            Ok(o) => format!(
+                "exit {}: {}",
+                o.exit_code,
+                String::from_utf8_lossy(&probe_view(&o))
+            ),
+            Err(ExecError::Timeout { .. }) => "timeout".to_owned(),
+            Err(e) => format!("error: {e}"),
+        });
+        p.delete().await.expect("delete pod");
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "direct vs CRI when the container exits mid-probe"
+    );
+}

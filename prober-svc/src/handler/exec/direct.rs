@@ -1,0 +1,216 @@
+//! [`ExecRunner`] that starts the probe command in the container directly, exactly as
+//! `runc exec` would, instead of through CRI `ExecSync` (containerd → shim → `runc exec` → `runc
+//! init`: two Go process starts and several runtime round trips per probe).
+//!
+//! Per container, once: CRI verbose `ContainerStatus` gives the init PID and the OCI runtime
+//! spec; [`prepare`] turns them (and the runtime shim's inherited limits) into a [`plan::Plan`]
+//! or a [`prepare::Refusal`]. Per probe, [`spawn`] runs the plan through the helper ([`init`],
+//! this binary re-executed) under the probe's timeout. The choice and its reason are logged once
+//! per container and shown in `Status` ([`ExecRunner::choice`]).
+//!
+//! Modes ([`ExecMode`]): `cri` never enters containers; `direct` refuses to fall back (a refused
+//! container's exec probes error with the reason, so the probe is discarded, never a kill);
+//! `auto` falls back to CRI for refused containers.
+
+pub mod init;
+pub mod plan;
+pub mod prepare;
+pub mod seccomp;
+mod spawn;
+mod sys;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use podward_api::cri::ContainerStatusRequest;
+use podward_api::cri::runtime_service_client::RuntimeServiceClient;
+use podward_api::limits::CRI_MESSAGE_BYTES;
+use tonic::transport::Channel;
+
+use self::plan::Plan;
+use self::prepare::{Host, Refusal};
+use super::cri::CriExec;
+use super::runner::{ExecChoice, ExecError, ExecOutput, ExecRunner};
+
+/// How exec probes run.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecMode {
+    /// Always CRI `ExecSync`.
+    Cri,
+    /// Always direct; a container direct exec refuses gets errored probes with the reason.
+    Direct,
+    /// Direct where the container allows it, CRI otherwise.
+    #[default]
+    Auto,
+}
+
+/// Cached decisions beyond this many containers are dropped (and made again on demand).
+const MAX_CACHED: usize = 8192;
+
+/// The per-container decision.
+#[derive(Debug)]
+enum Decision {
+    Direct(Box<Plan>),
+    Refused(Refusal),
+}
+
+/// Direct exec, with CRI as the fallback.
+pub struct DirectExec {
+    mode: ExecMode,
+    cri: CriExec,
+    client: RuntimeServiceClient<Channel>,
+    helper: PathBuf,
+    host: Host,
+    decisions: Mutex<HashMap<String, Arc<Decision>>>,
+}
+
+impl DirectExec {
+    /// A runner in `mode`, talking CRI on `channel` (containerd), starting `helper` (the prober's
+    /// own binary) for direct execs.
+    pub fn new(mode: ExecMode, channel: Channel, helper: PathBuf) -> Self {
+        let client = RuntimeServiceClient::new(channel.clone())
+            .max_decoding_message_size(CRI_MESSAGE_BYTES)
+            .max_encoding_message_size(CRI_MESSAGE_BYTES);
+        Self {
+            mode,
+            cri: CriExec::new(channel),
+            client,
+            helper,
+            host: Host::default(),
+            decisions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The decision for `container_id`, made once (a CRI call) and cached.
+    async fn decision(&self, container_id: &str) -> Result<Arc<Decision>, ExecError> {
+        if let Some(d) = self.decisions.lock().get(container_id) {
+            return Ok(d.clone());
+        }
+        let resp = self
+            .client
+            .clone()
+            .container_status(ContainerStatusRequest {
+                container_id: container_id.to_owned(),
+                verbose: true,
+            })
+            .await
+            .map_err(|s| ExecError::Runtime {
+                code: s.code(),
+                message: s.message().to_owned(),
+            })?
+            .into_inner();
+        let decision = match resp.info.get("info") {
+            Some(info) => match prepare::prepare(container_id, info, &self.host) {
+                Ok(plan) => Decision::Direct(Box::new(plan)),
+                Err(r) => Decision::Refused(r),
+            },
+            None => Decision::Refused(Refusal::Missing("verbose info")),
+        };
+        match &decision {
+            Decision::Direct(_) => {
+                tracing::info!(container_id, "exec probes run directly in the container")
+            }
+            Decision::Refused(r) if self.mode == ExecMode::Auto => {
+                tracing::info!(container_id, reason = %r, "exec probes fall back to CRI ExecSync")
+            }
+            Decision::Refused(r) => {
+                tracing::warn!(container_id, reason = %r, "direct exec refused: exec probes will error")
+            }
+        }
+        let d = Arc::new(decision);
+        let mut map = self.decisions.lock();
+        if map.len() >= MAX_CACHED {
+            map.clear();
+        }
+        map.insert(container_id.to_owned(), d.clone());
+        Ok(d)
+    }
+
+    fn forget(&self, container_id: &str) {
+        self.decisions.lock().remove(container_id);
+    }
+
+    async fn run(
+        &self,
+        container_id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<ExecOutput, ExecError> {
+        if self.mode == ExecMode::Cri {
+            return self.cri.exec_sync(container_id, cmd, timeout).await;
+        }
+        let decision = self.decision(container_id).await?;
+        match &*decision {
+            Decision::Direct(plan) => {
+                let mut plan = plan.clone();
+                plan.argv = cmd;
+                let r = spawn::run(&self.helper, &plan, timeout).await;
+                if let Err(ExecError::Runtime { message, .. }) = &r
+                    && message.contains("init process is gone")
+                {
+                    // The container stopped: the next instance has another ID; free the entry.
+                    self.forget(container_id);
+                }
+                r
+            }
+            Decision::Refused(_) if self.mode == ExecMode::Auto => {
+                self.cri.exec_sync(container_id, cmd, timeout).await
+            }
+            Decision::Refused(r) => Err(ExecError::Runtime {
+                code: tonic::Code::FailedPrecondition,
+                message: format!("direct exec refused: {r}"),
+            }),
+        }
+    }
+}
+
+impl ExecRunner for DirectExec {
+    fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
+        let container_id = container_id.to_owned();
+        Box::pin(async move { self.run(&container_id, cmd, timeout).await })
+    }
+
+    fn choice(&self, container_id: &str) -> Option<ExecChoice> {
+        if self.mode == ExecMode::Cri {
+            return Some(ExecChoice {
+                runner: "cri",
+                reason: "--exec-mode=cri".to_owned(),
+            });
+        }
+        let d = self.decisions.lock().get(container_id).cloned()?;
+        Some(match &*d {
+            Decision::Direct(_) => ExecChoice {
+                runner: "direct",
+                reason: String::new(),
+            },
+            Decision::Refused(r) => ExecChoice {
+                runner: if self.mode == ExecMode::Auto {
+                    "cri"
+                } else {
+                    "none"
+                },
+                reason: r.to_string(),
+            },
+        })
+    }
+}

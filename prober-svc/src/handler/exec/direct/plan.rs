@@ -1,0 +1,126 @@
+//! What the prober hands the exec helper: everything `runc exec` would apply to the process,
+//! resolved in the prober (once per container) so the helper only performs system calls.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::seccomp::Program;
+
+/// One exec, fully resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// The container (its session keyring is `_ses.<id>`, as runc names it).
+    pub container_id: String,
+    /// PID of the container's init, in the prober's PID namespace.
+    pub init_pid: i32,
+    /// Its start time (`/proc/<pid>/stat` field 22): a reused PID is refused, never entered.
+    pub init_start_time: u64,
+    /// `cgroup.procs` of every hierarchy the container's init is in.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// Every resource limit: the runtime shim's (which `runc exec` inherits), the spec's on top.
+    pub rlimits: Vec<Rlimit>,
+    /// `/proc/self/oom_score_adj`: the spec's, else the shim's.
+    pub oom_score_adj: i32,
+    /// The file-mode creation mask (`runc exec` inherits the shim's).
+    pub umask: u32,
+    /// `process.user.uid`.
+    pub uid: u32,
+    /// `process.user.gid`.
+    pub gid: u32,
+    /// `process.user.additionalGids`.
+    pub groups: Vec<u32>,
+    /// `process.env`, as runc's `os.Setenv` loop leaves it (a repeated name keeps its first
+    /// place and its last value). `HOME` is added by the helper from the container's
+    /// `/etc/passwd` when unset, as runc does.
+    pub env: Vec<String>,
+    /// `process.cwd`.
+    pub cwd: String,
+    /// Capability sets, one bit per capability number.
+    pub caps: CapSets,
+    /// `process.noNewPrivileges`.
+    pub no_new_privileges: bool,
+    /// `process.apparmorProfile`, applied on exec.
+    pub apparmor_profile: Option<String>,
+    /// `linux.seccomp`, compiled.
+    pub seccomp: Option<Program>,
+    /// The command.
+    pub argv: Vec<String>,
+}
+
+/// One `setrlimit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rlimit {
+    /// `RLIMIT_*` number.
+    pub resource: u32,
+    /// Soft limit (`RLIM_INFINITY` = `u64::MAX`).
+    pub soft: u64,
+    /// Hard limit.
+    pub hard: u64,
+}
+
+/// Capability sets as bit masks (bit n = capability number n).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapSets {
+    /// Bounding set.
+    pub bounding: u64,
+    /// Effective set.
+    pub effective: u64,
+    /// Permitted set.
+    pub permitted: u64,
+    /// Inheritable set.
+    pub inheritable: u64,
+    /// Ambient set.
+    pub ambient: u64,
+}
+
+/// What the helper sends back on its control socket, one line each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Report {
+    /// The reaper's PID (in the prober's PID namespace): the prober signals it to end the probe.
+    Reaper(i32),
+    /// The command could not be started; nothing ran.
+    Failed(String),
+    /// The command exited: its code, or 128 + the signal that killed it (as containerd reports).
+    Exited(i32),
+}
+
+impl Report {
+    /// The line for this report.
+    pub fn line(&self) -> String {
+        match self {
+            Report::Reaper(p) => format!("reaper {p}\n"),
+            Report::Failed(m) => format!("failed {}\n", m.replace('\n', " ")),
+            Report::Exited(c) => format!("exited {c}\n"),
+        }
+    }
+
+    /// Parses one line (without its newline).
+    pub fn parse(line: &str) -> Option<Report> {
+        let (kind, rest) = line.split_once(' ')?;
+        match kind {
+            "reaper" => rest.parse().ok().map(Report::Reaper),
+            "failed" => Some(Report::Failed(rest.to_owned())),
+            "exited" => rest.parse().ok().map(Report::Exited),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_round_trip() {
+        for r in [
+            Report::Reaper(42),
+            Report::Failed("exec: \"x\": not found".into()),
+            Report::Exited(137),
+        ] {
+            let line = r.line();
+            assert_eq!(Report::parse(line.trim_end_matches('\n')), Some(r));
+        }
+        assert_eq!(Report::parse("nonsense"), None);
+    }
+}

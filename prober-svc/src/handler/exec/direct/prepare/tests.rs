@@ -1,0 +1,139 @@
+use super::*;
+
+#[test]
+fn cgroup_lines_map_to_the_mounted_hierarchies() {
+    let cgroup = "9:name=systemd:/pod/c1\n4:memory:/pod/c1\n1:cpu,cpuacct:/pod/c1\n0::/pod/c1\n";
+    let mountinfo = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+    let got = cgroup_procs(cgroup, mountinfo).expect("resolved");
+    let want: Vec<PathBuf> = [
+        "/sys/fs/cgroup/systemd/pod/c1/cgroup.procs",
+        "/sys/fs/cgroup/memory/pod/c1/cgroup.procs",
+        "/sys/fs/cgroup/cpu,cpuacct/pod/c1/cgroup.procs",
+        "/sys/fs/cgroup/unified/pod/c1/cgroup.procs",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_foreign_cgroup_namespace_or_a_missing_hierarchy_is_refused() {
+    let mountinfo = "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+    assert!(matches!(
+        cgroup_procs("0::/../../pod/c1\n", mountinfo),
+        Err(Refusal::Cgroup(_))
+    ));
+    assert!(matches!(
+        cgroup_procs("4:memory:/pod/c1\n", mountinfo),
+        Err(Refusal::Cgroup(_))
+    ));
+    // A mount of a sub-tree (the prober's own cgroup namespace view) strips its root.
+    let sub = "41 31 0:38 /kubepods /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+    assert_eq!(
+        cgroup_procs("0::/kubepods/pod1/c1\n", sub).expect("resolved"),
+        vec![PathBuf::from("/sys/fs/cgroup/pod1/c1/cgroup.procs")]
+    );
+}
+
+#[test]
+fn limits_parse_in_kernel_order() {
+    let text = "\
+Limit                     Soft Limit           Hard Limit           Units     
+Max cpu time              unlimited            unlimited            seconds   
+Max file size             unlimited            unlimited            bytes     
+Max data size             unlimited            unlimited            bytes     
+Max stack size            8388608              unlimited            bytes     
+Max core file size        0                    unlimited            bytes     
+Max resident set          unlimited            unlimited            bytes     
+Max processes             96365                96365                processes 
+Max open files            20000                20000                files     
+Max locked memory         8388608              8388608              bytes     
+Max address space         unlimited            unlimited            bytes     
+Max file locks            unlimited            unlimited            locks     
+Max pending signals       96365                96365                signals   
+Max msgqueue size         819200               819200               bytes     
+Max nice priority         0                    0                    
+Max realtime priority     0                    0                    
+Max realtime timeout      unlimited            unlimited            us        
+";
+    let l = parse_limits(text);
+    assert_eq!(l.len(), 16);
+    assert_eq!(
+        l[3],
+        Rlimit {
+            resource: 3,
+            soft: 8_388_608,
+            hard: u64::MAX
+        }
+    );
+    assert_eq!(
+        l[7],
+        Rlimit {
+            resource: 7,
+            soft: 20_000,
+            hard: 20_000
+        }
+    );
+    assert_eq!(l[15].resource, 15);
+}
+
+#[test]
+fn env_keeps_first_place_and_last_value_like_os_setenv() {
+    let env: Vec<String> = ["A=1", "B=2", "A=3", "C=x=y"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(
+        normalize_env(env.iter()).expect("valid"),
+        vec!["A=3", "B=2", "C=x=y"]
+    );
+    let bad = ["NOEQUALS".to_owned()];
+    assert!(normalize_env(bad.iter()).is_err());
+}
+
+fn info(spec: serde_json::Value, runtime: &str) -> String {
+    serde_json::json!({"pid": 1, "runtimeType": runtime, "runtimeSpec": spec}).to_string()
+}
+
+#[test]
+fn vm_runtimes_user_namespaces_and_unknown_fields_are_refused() {
+    let host = Host::default();
+    let spec = serde_json::json!({"ociVersion": "1.0.2", "process": {"user": {"uid": 0, "gid": 0}, "cwd": "/"}, "linux": {}});
+    assert!(matches!(
+        prepare("c", &info(spec.clone(), "io.containerd.kata.v2"), &host),
+        Err(Refusal::Runtime(r)) if r == "io.containerd.kata.v2"
+    ));
+    let mut userns = spec.clone();
+    userns["linux"]["namespaces"] = serde_json::json!([{"type": "user"}]);
+    assert_eq!(
+        prepare("c", &info(userns, "io.containerd.runc.v2"), &host),
+        Err(Refusal::UserNamespace)
+    );
+    for (path, field) in [
+        (&["process", "ioPriority"][..], "process.ioPriority"),
+        (&["process", "selinuxLabel"][..], "process.selinuxLabel"),
+        (&["linux", "personality"][..], "linux.personality"),
+        (&["linux", "uidMappings"][..], "linux.uidMappings"),
+    ] {
+        let mut s = spec.clone();
+        s[path[0]][path[1]] = serde_json::json!("x");
+        assert_eq!(
+            prepare("c", &info(s, "io.containerd.runc.v2"), &host),
+            Err(Refusal::Field(field.to_owned())),
+            "{field}"
+        );
+    }
+    let mut tty = spec;
+    tty["process"]["terminal"] = serde_json::json!(true);
+    assert_eq!(
+        prepare("c", &info(tty, "io.containerd.runc.v2"), &host),
+        Err(Refusal::Field("process.terminal".to_owned()))
+    );
+}

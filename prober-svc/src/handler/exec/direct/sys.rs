@@ -1,0 +1,139 @@
+//! The few system calls the exec helper needs that have no safe wrapper in `nix`, `caps` or
+//! `libseccomp`: `fork` (unsafe in `nix` because a multi-threaded parent may hold locks in the
+//! child), loading a pre-compiled seccomp program, joining a session keyring, and resetting
+//! `SIGPIPE` (which Rust's runtime ignores at start and `execve` would pass on).
+//!
+//! Everything here runs only in the helper (`super::init`), which is single-threaded from its
+//! first line to its `execve`: it never starts a thread, and [`assert_single_threaded`] checks
+//! that before the first fork.
+#![allow(unsafe_code)]
+
+use std::ffi::CStr;
+use std::io;
+
+use nix::unistd::ForkResult;
+
+/// Fails unless this process has exactly one thread (`/proc/self/task` has one entry).
+pub(crate) fn assert_single_threaded() -> io::Result<()> {
+    let n = std::fs::read_dir("/proc/thread-self/..")?.count();
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "the exec helper has {n} threads, expected 1"
+        )))
+    }
+}
+
+/// Marks every descriptor from 3 up close-on-exec (runc's `CloseExecFrom(3)`): whatever the
+/// prober itself inherited without the flag (a jobserver pipe, a supervisor's socket) must not
+/// reach the container.
+pub(crate) fn cloexec_from_3() -> io::Result<()> {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range only changes descriptor flags; no memory is passed.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) };
+    if rc == 0 {
+        return Ok(());
+    }
+    // Before Linux 5.11: one fcntl per open descriptor.
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd >= 3)
+        .collect();
+    for fd in fds {
+        // SAFETY: F_SETFD on a number that may have been the directory stream's (closed by
+        // now): fcntl then fails with EBADF, which is ignored; no memory is passed.
+        unsafe {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
+    Ok(())
+}
+
+/// `fork(2)`.
+pub(crate) fn fork() -> nix::Result<ForkResult> {
+    // SAFETY: the helper is single-threaded (`assert_single_threaded` ran before the first
+    // fork, and nothing starts a thread), so no lock or allocator state can be held by another
+    // thread at the fork; the child may call anything the parent could.
+    unsafe { nix::unistd::fork() }
+}
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, flags, prog)` (or `prctl(PR_SET_SECCOMP)` without flags,
+/// as runc does) with a program of `struct sock_filter` entries in native byte order.
+pub(crate) fn load_seccomp(bpf: &[u8], flags: u32) -> io::Result<()> {
+    if bpf.is_empty() || !bpf.len().is_multiple_of(8) || bpf.len() / 8 > usize::from(u16::MAX) {
+        return Err(io::Error::other(format!(
+            "bad seccomp program of {} bytes",
+            bpf.len()
+        )));
+    }
+    let filters: Vec<libc::sock_filter> = bpf
+        .chunks_exact(8)
+        .map(|c| libc::sock_filter {
+            code: u16::from_ne_bytes([c[0], c[1]]),
+            jt: c[2],
+            jf: c[3],
+            k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
+        })
+        .collect();
+    let prog = libc::sock_fprog {
+        len: filters.len() as u16,
+        filter: filters.as_ptr().cast_mut(),
+    };
+    let rc = if flags == 0 {
+        // SAFETY: `prog` points to `filters`, both alive for the call; the kernel copies the
+        // program and keeps no pointer.
+        unsafe {
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &prog as *const libc::sock_fprog,
+            )
+        }
+    } else {
+        // SAFETY: as above; `flags` are SECCOMP_FILTER_FLAG_* bits the kernel validates.
+        unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                libc::c_ulong::from(flags),
+                &prog as *const libc::sock_fprog,
+            ) as libc::c_int
+        }
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `keyctl(KEYCTL_JOIN_SESSION_KEYRING, name)`: runc gives every process of a container the
+/// session keyring `_ses.<container id>`. `ENOSYS` (no keyrings in this kernel) is not an error,
+/// as in runc.
+pub(crate) fn join_session_keyring(name: &CStr) -> io::Result<()> {
+    const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+    // SAFETY: `name` is a valid NUL-terminated string for the duration of the call.
+    let rc = unsafe { libc::syscall(libc::SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, name.as_ptr()) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENOSYS) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Every signal back to its default action (an ignored signal stays ignored across `execve`;
+/// Rust's runtime ignores `SIGPIPE`). Handlers the helper never installs need no reset.
+pub(crate) fn default_signals() {
+    for sig in 1..libc::SIGRTMAX() {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: setting SIG_DFL installs no handler; invalid numbers fail with EINVAL, ignored.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
+}
