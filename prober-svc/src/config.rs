@@ -10,8 +10,8 @@ use crate::apiserver::{ApiSettings, DEFAULT_GATE_CONDITION};
 use podward_api::paths;
 use serde::{Deserialize, Serialize};
 
-use crate::handler::host_policy::HostPolicy;
 pub use crate::handler::exec::direct::ExecMode;
+use crate::handler::host_policy::HostPolicy;
 
 /// Command-line flags (the daemon's; `cli::Cli` adds the one-shot commands). Every field is
 /// optional so that only what was given overrides the file.

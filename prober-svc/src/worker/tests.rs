@@ -2,8 +2,8 @@
 //! `pkg/kubelet/prober/worker_test.go`), driven through the real manager and kill path with a
 //! scripted probe runner and stopper, in paused tokio time.
 
-mod errored;
 mod api;
+mod errored;
 mod harness;
 mod host_policy;
 mod kill_series;
