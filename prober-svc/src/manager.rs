@@ -12,7 +12,6 @@
 //! `MutableContainerProbes` does).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::IpAddr;
 use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::{Mutex, RwLock};
@@ -20,7 +19,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::clock::Clock;
 use crate::event::Probed;
 use crate::event::{Event, Events};
-use crate::handler::host_policy::HostPolicy;
+use crate::handler::host_policy::NodePolicy;
 use crate::handler::output::capped;
 use crate::kill::Killer;
 use crate::metrics::Metrics;
@@ -76,7 +75,7 @@ struct State {
     metrics: Arc<Metrics>,
     clock: Clock,
     /// `--probe-host-policy` and the node IP (a pod probed there is hostNetwork); unset: allow.
-    host_policy: OnceLock<(HostPolicy, IpAddr)>,
+    host_policy: OnceLock<NodePolicy>,
 }
 
 /// The probe manager. Cheap to clone.
@@ -122,8 +121,8 @@ impl Manager {
 
     /// Sets `--probe-host-policy`: a probe it refuses on its spec alone is a spec error with no
     /// worker. Set once, before the first pod; a second call is ignored.
-    pub fn with_host_policy(self, policy: HostPolicy, node_ip: IpAddr) -> Self {
-        let _ = self.state.host_policy.set((policy, node_ip));
+    pub fn with_host_policy(self, policy: NodePolicy) -> Self {
+        let _ = self.state.host_policy.set(policy);
         self
     }
 
@@ -368,8 +367,9 @@ impl Manager {
     /// refused as the API server refuses them in a pod spec.
     fn parse(&self, pod: &PodInfo, annotation: &str) -> PodProbes {
         let mut parsed = parse_pod_probes(annotation);
-        if let Some((policy, node_ip)) = self.state.host_policy.get() {
-            policy.deny_hosts(&mut parsed, pod.ip == Some(*node_ip));
+        if let Some(p) = self.state.host_policy.get() {
+            let host_network = pod.ip.is_some_and(|ip| p.host_network(ip));
+            p.policy().deny_hosts(&mut parsed, host_network);
         }
         if let Some(api) = &pod.api {
             let init: Vec<String> = parsed

@@ -7,14 +7,13 @@
 //! ([`crate::model::api::ApiPod`]); exec hooks run through the exec probes' runner, HTTP hooks
 //! through the HTTP probe's client, `sleep` sleeps.
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 
 use crate::handler::attempt::{Answer, ProbeTarget};
 use crate::handler::exec::runner::{ExecError, ExecRunner};
-use crate::handler::host_policy::HostPolicy;
+use crate::handler::host_policy::{HostPolicy, NodePolicy};
 use crate::handler::http::HttpProber;
 use crate::model::api::Hook;
 use crate::model::{ContainerInfo, PodInfo};
@@ -64,8 +63,7 @@ pub struct Hooks {
     http: HttpProber,
     /// `--probe-host-policy` holds for httpGet hooks too (a hook's `host` reaches the same
     /// addresses a probe's would), with the node IP that marks a hostNetwork pod.
-    host_policy: HostPolicy,
-    node_ip: Option<IpAddr>,
+    host_policy: NodePolicy,
 }
 
 impl Hooks {
@@ -74,17 +72,15 @@ impl Hooks {
         Self {
             exec,
             http: HttpProber::new(user_agent),
-            host_policy: HostPolicy::Allow,
-            node_ip: None,
+            host_policy: NodePolicy::ALLOW,
         }
     }
 
     /// Applies `--probe-host-policy` to httpGet hooks that name a host: under `deny` such a hook
     /// fails without a request; under `deny-local` every address it dials (each redirect hop
     /// too) is checked, as a probe's are.
-    pub fn with_host_policy(mut self, policy: HostPolicy, node_ip: IpAddr) -> Self {
+    pub fn with_host_policy(mut self, policy: NodePolicy) -> Self {
         self.host_policy = policy;
-        self.node_ip = Some(node_ip);
         self
     }
 }
@@ -121,12 +117,12 @@ impl HookRunner for Hooks {
                         ports: &c.ports,
                         env: &c.env,
                     };
-                    if let (HostPolicy::Deny, Some(host)) = (self.host_policy, &get.host) {
+                    if let (HostPolicy::Deny, Some(host)) = (self.host_policy.policy(), &get.host) {
                         return Err(HookError::Invalid(format!(
                             "{host:?}: a hook may not name a host (--probe-host-policy=deny)"
                         )));
                     }
-                    let guard = self.host_policy.guard(self.node_ip == Some(host_ip));
+                    let guard = self.host_policy.guard(host_ip);
                     match self.http.probe(get, timeout, &target, guard).await {
                         Ok(Answer::Success(_) | Answer::Warning(_)) => Ok(()),
                         Ok(Answer::Failure(o)) => Err(HookError::Http(o)),
@@ -153,7 +149,121 @@ pub fn grace_after_hook(grace: i64, elapsed: Duration, minimum: i64) -> i64 {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+    use std::net::IpAddr;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::io::AsyncWriteExt;
+
     use super::*;
+    use crate::handler::exec::runner::ExecOutput;
+    use crate::model::RunState;
+    use crate::spec::{HttpGetSpec, HttpScheme, PortRef};
+
+    /// Exec hooks are not what these tests are about.
+    struct NoExec;
+
+    impl ExecRunner for NoExec {
+        fn exec_sync(
+            &self,
+            _: &str,
+            _: Vec<String>,
+            _: Duration,
+        ) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
+            Box::pin(async { Ok(ExecOutput::default()) })
+        }
+    }
+
+    /// An HTTP server on loopback answering 200 and counting connections.
+    async fn server() -> (u16, Arc<AtomicUsize>) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let n = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                n.fetch_add(1, Ordering::SeqCst);
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .await;
+            }
+        });
+        (port, seen)
+    }
+
+    fn pod(ip: &str) -> (PodInfo, ContainerInfo) {
+        let pod = PodInfo {
+            uid: "u".into(),
+            name: "p".into(),
+            namespace: "ns".into(),
+            sandbox_id: "s".into(),
+            sandbox_created_at_ns: 0,
+            ip: Some(ip.parse().expect("ip")),
+            probes_annotation: None,
+            stop_requested_at_ns: 0,
+            containers: BTreeMap::new(),
+            api: None,
+        };
+        let c = ContainerInfo {
+            id: Arc::from("c1"),
+            name: "app".into(),
+            attempt: 0,
+            state: RunState::Running,
+            created_at_ns: 0,
+            started_at_ns: 0,
+            ports: Arc::from([]),
+            env: Arc::from([]),
+            pod_grace_seconds: None,
+            stop_requested_at_ns: 0,
+        };
+        (pod, c)
+    }
+
+    fn hook_to_loopback(port: u16) -> Hook {
+        Hook::HttpGet(HttpGetSpec {
+            scheme: HttpScheme::Http,
+            host: Some("127.0.0.1".into()),
+            path: "/quit".into(),
+            port: PortRef::Number(port.into()),
+            headers: vec![],
+        })
+    }
+
+    #[tokio::test]
+    async fn an_httpget_hook_naming_a_node_local_host_obeys_the_probe_host_policy() {
+        let (port, seen) = server().await;
+        let hook = hook_to_loopback(port);
+        let (p, c) = pod("10.1.0.5");
+        let node: IpAddr = "10.255.0.1".parse().expect("ip");
+        let t = Duration::from_secs(2);
+        let hooks = |policy| {
+            Hooks::new(Arc::new(NoExec), "kube-probe/1.33")
+                .with_host_policy(NodePolicy::new(policy, node))
+        };
+
+        let denied = hooks(HostPolicy::DenyLocal).run(&hook, &p, &c, t).await;
+        assert!(denied.is_err(), "{denied:?}");
+        let refused = hooks(HostPolicy::Deny).run(&hook, &p, &c, t).await;
+        assert!(matches!(refused, Err(HookError::Invalid(_))), "{refused:?}");
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            0,
+            "no request may reach the node"
+        );
+
+        // kubelet's behaviour, and a hostNetwork pod (probed at the node IP) under deny-local.
+        let allowed = hooks(HostPolicy::Allow).run(&hook, &p, &c, t).await;
+        assert!(allowed.is_ok(), "{allowed:?}");
+        let (host_net, c) = pod("10.255.0.1");
+        let ok = hooks(HostPolicy::DenyLocal)
+            .run(&hook, &host_net, &c, t)
+            .await;
+        assert!(ok.is_ok(), "{ok:?}");
+        assert_eq!(seen.load(Ordering::SeqCst), 2);
+    }
 
     #[test]
     fn the_grace_left_is_whole_seconds_less_and_never_below_the_minimum() {

@@ -5,14 +5,13 @@
 //! another host) → Success with `warning`; Failure → Failure; an error on all three attempts →
 //! [`ProbeVerdict::Errored`], which the worker discards without touching its counters.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
 use crate::handler::attempt::{Answer, ProbeTarget};
 use crate::handler::exec::runner::{ExecError, ExecRunner};
-use crate::handler::host_policy::HostPolicy;
+use crate::handler::host_policy::NodePolicy;
 use crate::handler::http::{HttpError, HttpProber};
 use crate::handler::output::capped;
 use crate::handler::tcp::TcpError;
@@ -59,10 +58,7 @@ pub struct Prober {
     exec: Arc<dyn ExecRunner>,
     http: HttpProber,
     user_agent: String,
-    host_policy: HostPolicy,
-    /// The node's IP: a pod probed at it is a hostNetwork pod (kubelet's pod IP of a
-    /// hostNetwork pod is the node's), which shares the node's local addresses anyway.
-    node_ip: Option<IpAddr>,
+    host_policy: NodePolicy,
 }
 
 impl Prober {
@@ -73,17 +69,13 @@ impl Prober {
             exec,
             http: HttpProber::new(&user_agent),
             user_agent,
-            // kubelet's behaviour until the daemon sets its configured policy (whose default is
-            // deny-local, see `Config`).
-            host_policy: HostPolicy::Allow,
-            node_ip: None,
+            host_policy: NodePolicy::ALLOW,
         }
     }
 
-    /// Sets `--probe-host-policy` and the node IP (probes at the node IP are hostNetwork pods').
-    pub fn with_host_policy(mut self, policy: HostPolicy, node_ip: IpAddr) -> Self {
+    /// Sets `--probe-host-policy` on this node.
+    pub fn with_host_policy(mut self, policy: NodePolicy) -> Self {
         self.host_policy = policy;
-        self.node_ip = Some(node_ip);
         self
     }
 
@@ -113,7 +105,7 @@ impl Prober {
         spec: &ProbeSpec,
         target: &ProbeTarget<'_>,
     ) -> Result<Answer, AttemptError> {
-        let guard = self.host_policy.guard(self.node_ip == Some(target.host_ip));
+        let guard = self.host_policy.guard(target.host_ip);
         Ok(match &spec.handler {
             // Exec and gRPC are boxed: their states (a CRI call, a tonic channel) are far larger
             // than an HTTP or TCP probe's, and the worker boxes every probe's future, so inline they

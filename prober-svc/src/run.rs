@@ -19,6 +19,7 @@ use crate::config::{Config, InvalidSetting};
 use crate::event::{EventSink, Events};
 use crate::handler::exec::cri::CriExec;
 use crate::handler::exec::direct::DirectExec;
+use crate::handler::host_policy::NodePolicy;
 use crate::hub::Hub;
 use crate::kill::Killer;
 use crate::manager::Manager;
@@ -132,6 +133,7 @@ pub async fn run_with(
     let admin_addr = admin_listener.local_addr().unwrap_or(config.admin_addr);
     let api_listener = serve_unix(&config.socket, SocketPerms::default()).await?;
     let node_ip = config.node_ip();
+    let host_policy = NodePolicy::new(config.probe_host_policy, node_ip);
     tracing::info!(
         socket = %config.socket.display(),
         admin = %admin_addr,
@@ -160,12 +162,12 @@ pub async fn run_with(
                 .unwrap_or_else(|| "/proc/self/exe".into()),
         )),
     )
-    .with_host_policy(config.probe_host_policy, node_ip);
+    .with_host_policy(host_policy);
     // preStop exec hooks go through CRI ExecSync, as kubelet runs them (the direct runner is
     // for probes).
     let hooks = Arc::new(
         Hooks::new(exec, &format!("kube-probe/{}", config.kube_version))
-            .with_host_policy(config.probe_host_policy, node_ip),
+            .with_host_policy(host_policy),
     );
     let hub = Hub::default();
     let api = match api_settings {
@@ -192,7 +194,7 @@ pub async fn run_with(
         clock,
     );
     let manager = Manager::new(Arc::new(prober), killer, events, metrics_shared, clock)
-        .with_host_policy(config.probe_host_policy, node_ip);
+        .with_host_policy(host_policy);
     if let Some(f) = on_start {
         f(Parts {
             manager: manager.clone(),

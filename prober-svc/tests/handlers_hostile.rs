@@ -7,7 +7,7 @@ mod handlers_support;
 use std::sync::atomic::Ordering;
 
 use handlers_support::{LOCALHOST, RawServer, response, result, run, spec, target};
-use podward_prober::handler::host_policy::HostPolicy;
+use podward_prober::handler::host_policy::{HostPolicy, NodePolicy};
 use podward_prober::runner::ProbeVerdict;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 
@@ -74,7 +74,8 @@ async fn h7_a_host_go_cannot_parse_is_a_probe_error_never_a_failure() {
 /// A prober with `policy` on a node whose IP is not the target's: the probed pod is not
 /// hostNetwork.
 fn prober_with(policy: HostPolicy) -> podward_prober::probe::Prober {
-    handlers_support::prober().with_host_policy(policy, "10.255.0.1".parse().expect("ip"))
+    handlers_support::prober()
+        .with_host_policy(NodePolicy::new(policy, "10.255.0.1".parse().expect("ip")))
 }
 
 async fn run_with(policy: HostPolicy, handler: Handler) -> ProbeVerdict {
@@ -115,7 +116,7 @@ async fn a_host_that_resolves_to_loopback_is_a_probe_error_under_deny_local() {
     assert!(!output.contains("secret"), "{output}");
     // A hostNetwork pod (probed at the node IP) shares the node's loopback: allowed.
     let hostnet = handlers_support::prober()
-        .with_host_policy(HostPolicy::DenyLocal, LOCALHOST)
+        .with_host_policy(NodePolicy::new(HostPolicy::DenyLocal, LOCALHOST))
         .probe(
             ProbeType::Liveness,
             &spec(get_host("localhost", server.port()), 1),

@@ -14,6 +14,47 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::spec::{Handler, PodProbes, ProbeSpec, ProbeType, SpecError};
 
+/// The policy as this node applies it: with the node's IP, since a pod probed at the node IP is
+/// a hostNetwork pod (kubelet's pod IP of a hostNetwork pod is the node's), which shares the
+/// node's local addresses anyway. Probes and preStop httpGet hooks both go through one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodePolicy {
+    policy: HostPolicy,
+    node_ip: Option<IpAddr>,
+}
+
+impl NodePolicy {
+    /// kubelet's behaviour (any address): what a prober or hook runner has until the daemon
+    /// sets its configured policy (whose default is deny-local, see `Config`).
+    pub const ALLOW: NodePolicy = NodePolicy {
+        policy: HostPolicy::Allow,
+        node_ip: None,
+    };
+
+    /// `policy` on the node whose IP is `node_ip`.
+    pub fn new(policy: HostPolicy, node_ip: IpAddr) -> Self {
+        Self {
+            policy,
+            node_ip: Some(node_ip),
+        }
+    }
+
+    /// The policy itself.
+    pub fn policy(self) -> HostPolicy {
+        self.policy
+    }
+
+    /// Whether a pod reached at `pod_ip` is a hostNetwork pod.
+    pub fn host_network(self, pod_ip: IpAddr) -> bool {
+        self.node_ip == Some(pod_ip)
+    }
+
+    /// The guard for one connection to a pod at `pod_ip`.
+    pub fn guard(self, pod_ip: IpAddr) -> Guard {
+        self.policy.guard(self.host_network(pod_ip))
+    }
+}
+
 /// What a probe's `host` field may reach.
 #[derive(
     Clone,
