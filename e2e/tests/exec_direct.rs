@@ -292,17 +292,21 @@ fn running(marker: &str) -> Vec<Proc> {
         .collect()
 }
 
-/// Asserts the container holds its init alone, and nothing on the host runs the helper.
-fn assert_only_init(init_cmdline: &str, after: &str) {
+/// Asserts nothing on the host runs the helper any more (its reaper closes the control socket
+/// before it exits, so its exit may trail the probe's answer by a moment: polled), then that
+/// the container holds its init alone, no zombie.
+async fn assert_only_init(init_cmdline: &str, after: &str) {
+    let helper = podward_prober::handler::exec::direct::init::HELPER_ARG;
+    eventually(
+        &format!("the exec helpers to exit after {after}"),
+        Duration::from_secs(5),
+        async || running(helper).is_empty(),
+    )
+    .await;
     let procs = container_procs(init_cmdline);
     assert!(
         procs.len() == 1 && procs[0].cmdline == init_cmdline && procs[0].state != 'Z',
         "after {after}: the container must hold its init alone, no zombie: {procs:?}"
-    );
-    let helpers = running(podward_prober::handler::exec::direct::init::HELPER_ARG);
-    assert!(
-        helpers.is_empty(),
-        "after {after}: exec helpers left: {helpers:?}"
     );
 }
 
@@ -329,7 +333,7 @@ async fn same_results_at_the_edges_and_nothing_left() {
     // A non-zero exit, with output on both streams.
     let cmd = ["sh", "-c", "echo out; echo err >&2; exit 3"];
     let d = run(&r.direct, &id, &cmd, t).await.expect("direct exec");
-    assert_only_init(init, "a non-zero exit");
+    assert_only_init(init, "a non-zero exit").await;
     let c = run(&r.cri, &id, &cmd, t).await.expect("cri exec");
     assert_eq!(text(&d), text(&c));
     assert_eq!(d.exit_code, 3);
@@ -341,7 +345,7 @@ async fn same_results_at_the_edges_and_nothing_left() {
         "head -c 4194304 /dev/zero | tr '\\0' x; echo done >&2",
     ];
     let d = run(&r.direct, &id, &cmd, t).await.expect("direct exec");
-    assert_only_init(init, "huge output");
+    assert_only_init(init, "huge output").await;
     let c = run(&r.cri, &id, &cmd, t).await.expect("cri exec");
     assert_eq!((d.exit_code, probe_view(&d)), (c.exit_code, probe_view(&c)));
     assert!(d.stdout.len() >= 10 * 1024 && d.stdout.iter().all(|b| *b == b'x'));
@@ -350,7 +354,7 @@ async fn same_results_at_the_edges_and_nothing_left() {
     let short = Duration::from_secs(2);
     let d = run(&r.direct, &id, &["sleep", "2031"], short).await;
     assert!(matches!(d, Err(ExecError::Timeout { .. })), "direct: {d:?}");
-    assert_only_init(init, "a timeout");
+    assert_only_init(init, "a timeout").await;
     let c = run(&r.cri, &id, &["sleep", "2032"], short).await;
     assert!(matches!(c, Err(ExecError::Timeout { .. })), "cri: {c:?}");
     eventually(
@@ -366,7 +370,7 @@ async fn same_results_at_the_edges_and_nothing_left() {
     let cmd = ["sh", "-c", "sleep 4 & echo started; exit 0"];
     let short = Duration::from_secs(2);
     let d = run(&r.direct, &id, &cmd, short).await.expect("direct exec");
-    assert_only_init(init, "a background child");
+    assert_only_init(init, "a background child").await;
     let c = run(&r.cri, &id, &cmd, short).await.expect("cri exec");
     assert_eq!(text(&d), text(&c));
     assert_eq!(d.exit_code, 0);
