@@ -70,6 +70,25 @@ impl Daemon {
         admin_addr: SocketAddr,
         timeout: Duration,
     ) -> Result<(), HarnessError> {
+        self.wait_for(admin_addr, "/healthz", timeout).await
+    }
+
+    /// Polls `GET http://<admin_addr>/readyz` until it answers 200 (the daemon has its whole
+    /// view); fails early if the daemon exits, or after `timeout`.
+    pub async fn wait_ready(
+        &self,
+        admin_addr: SocketAddr,
+        timeout: Duration,
+    ) -> Result<(), HarnessError> {
+        self.wait_for(admin_addr, "/readyz", timeout).await
+    }
+
+    async fn wait_for(
+        &self,
+        admin_addr: SocketAddr,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<(), HarnessError> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.exited() {
@@ -79,13 +98,13 @@ impl Daemon {
                 });
             }
             if let Ok(200) =
-                crate::net::http_get_status(admin_addr, "/healthz", Duration::from_secs(1)).await
+                crate::net::http_get_status(admin_addr, path, Duration::from_secs(1)).await
             {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(HarnessError::Timeout {
-                    what: format!("{} /healthz on {admin_addr}", self.name),
+                    what: format!("{} {path} on {admin_addr}", self.name),
                     after: timeout,
                 });
             }

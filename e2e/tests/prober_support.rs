@@ -92,6 +92,11 @@ impl Env {
             &self.prober_args,
         )
         .await;
+        // Ready = the prober has its whole view again (what a client may rely on).
+        self.prober
+            .wait_ready(self.prober_admin, Duration::from_secs(60))
+            .await
+            .expect("restarted prober ready");
     }
 
     pub(crate) async fn client(&self) -> ProberClient<tonic::transport::Channel> {
