@@ -28,7 +28,8 @@ fn main() -> anyhow::Result<()> {
         }
         None => {
             telemetry::init(config.log_format, &config.log_level).map_err(anyhow::Error::msg)?;
-            rt.block_on(podward_housekeeper::run(config, signal::shutdown()))?;
+            // `shutdown()` installs the signal handlers inside the runtime, before `run` serves.
+            rt.block_on(async { podward_housekeeper::run(config, signal::shutdown()).await })?;
             Ok(())
         }
     }
