@@ -15,7 +15,7 @@ use std::time::Duration;
 use common::{PodCgroup, config, leave_dirs};
 use podward_api::cri::{ListPodSandboxRequest, PodSandboxState, StopPodSandboxRequest};
 use podward_api::housekeeper::v1::housekeeper_client::HousekeeperClient;
-use podward_api::housekeeper::v1::{ActionKind, Outcome, ReconcileRequest};
+use podward_api::housekeeper::v1::{Outcome, ReconcileRequest};
 use podward_api::test_util::eventually;
 use podward_e2e::{ContainerSpec, Driver, PodSpec, RestartPolicy, TestNode};
 use podward_housekeeper::config::DriverName;
@@ -61,36 +61,7 @@ async fn containerd_down_means_no_action_then_the_orphan_goes() {
 
     node.start_containerd().await.expect("restart containerd");
     // The failed pass broke the evidence chain: one more pass waits, the next acts.
-    let mut acted = None;
-    eventually(
-        "the orphan to be acted on",
-        Duration::from_secs(60),
-        async || {
-            let (p, _) = rec.pass(Mode::Act).await;
-            let done = !p.actions.is_empty();
-            if done {
-                acted = Some(p);
-            }
-            done
-        },
-    )
-    .await;
-    let p = acted.expect("plan");
-    let kinds: Vec<_> = p
-        .actions
-        .iter()
-        .map(|a| (a.kind(), a.pod_uid.as_str(), a.outcome()))
-        .collect();
-    assert_eq!(
-        kinds,
-        [
-            (ActionKind::RemoveCgroup, ORPHAN, Outcome::Done),
-            (ActionKind::RemovePodDir, ORPHAN, Outcome::Done),
-            (ActionKind::RemoveLogDir, ORPHAN, Outcome::Done),
-        ],
-        "{:?}",
-        p.actions
-    );
+    let p = common::act_until_orphan_removed(&rec, ORPHAN, |_| {}).await;
     assert!(
         p.pass >= 4,
         "at least one waiting pass after containerd came back: pass {}",

@@ -138,3 +138,50 @@ pub fn leave_dirs(config: &Config, uid: &str) -> (PathBuf, PathBuf) {
     std::fs::write(log.join("app/0.log"), "bye\n").expect("log file");
     (pod, log)
 }
+
+/// Acting passes until one acts (each checked by `check` first, within a minute); that pass's
+/// plan, asserted to have removed `uid`'s cgroup, pod dir and log dir, in kubelet's order.
+pub async fn act_until_orphan_removed(
+    rec: &podward_housekeeper::reconcile::Reconciler<
+        podward_housekeeper::sources::NodeSources,
+        podward_housekeeper::act::NodeActuator,
+    >,
+    uid: &str,
+    check: impl Fn(&podward_api::housekeeper::v1::Plan),
+) -> podward_api::housekeeper::v1::Plan {
+    use podward_api::housekeeper::v1::{ActionKind, Outcome};
+    use podward_housekeeper::reconcile::Mode;
+
+    let mut acted = None;
+    podward_api::test_util::eventually(
+        "the orphan to be acted on",
+        Duration::from_secs(60),
+        async || {
+            let (p, _) = rec.pass(Mode::Act).await;
+            check(&p);
+            let done = !p.actions.is_empty();
+            if done {
+                acted = Some(p);
+            }
+            done
+        },
+    )
+    .await;
+    let p = acted.expect("plan");
+    let kinds: Vec<_> = p
+        .actions
+        .iter()
+        .map(|a| (a.kind(), a.pod_uid.as_str(), a.outcome()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (ActionKind::RemoveCgroup, uid, Outcome::Done),
+            (ActionKind::RemovePodDir, uid, Outcome::Done),
+            (ActionKind::RemoveLogDir, uid, Outcome::Done),
+        ],
+        "{:?}",
+        p.actions
+    );
+    p
+}
