@@ -292,16 +292,19 @@ async fn one_invalid_utf8_annotation_costs_that_value_never_the_shims_rebuilt_in
     // The prober follows the shim and probes both pods.
     let prober_admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
     let (_prober, prober_socket) = spawn_prober(&node, &ctl, prober_admin).await;
+    both_pods_ready(&prober_socket).await;
+    assert!(ready(prober_admin).await);
+}
+
+/// Waits until the prober on `prober_socket` has both pods (the clean and the poisoned one)
+/// ready.
+async fn both_pods_ready(prober_socket: &str) {
     eventually(
         "both pods ready in the prober",
         Duration::from_secs(30),
-        || {
-            let p = prober_socket.clone();
-            async move { prober_ready_pods(Path::new(&p)).await == ["clean", "evil"] }
-        },
+        || async move { prober_ready_pods(Path::new(prober_socket)).await == ["clean", "evil"] },
     )
     .await;
-    assert!(ready(prober_admin).await);
 }
 
 #[tokio::test]
@@ -313,15 +316,7 @@ async fn the_prober_reading_containerd_directly_keeps_every_pod_despite_an_inval
     // No shim at all: the prober polls containerd's CRI.
     let absent = node.dir().join("no-shim.sock");
     let (_prober, prober_socket) = spawn_prober(&node, &absent, prober_admin).await;
-    eventually(
-        "both pods ready in the prober",
-        Duration::from_secs(30),
-        || {
-            let p = prober_socket.clone();
-            async move { prober_ready_pods(Path::new(&p)).await == ["clean", "evil"] }
-        },
-    )
-    .await;
+    both_pods_ready(&prober_socket).await;
     eventually("the prober is ready", Duration::from_secs(10), || {
         ready(prober_admin)
     })
