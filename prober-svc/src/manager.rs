@@ -78,6 +78,19 @@ struct State {
     host_policy: OnceLock<NodePolicy>,
 }
 
+impl State {
+    /// Stops and forgets worker `key`, if it runs.
+    fn stop_worker(&self, workers: &mut BTreeMap<WorkerKey, WorkerEntry>, key: &WorkerKey) {
+        if let Some(w) = workers.remove(key) {
+            w.ctl.stop();
+            self.metrics
+                .workers
+                .with_label_values(&[key.ty.name()])
+                .dec();
+        }
+    }
+}
+
 /// The probe manager. Cheap to clone.
 #[derive(Clone)]
 pub struct Manager {
@@ -332,16 +345,7 @@ impl Manager {
             .collect();
         for key in existing {
             match wanted.get(&key) {
-                None => {
-                    if let Some(w) = workers.remove(&key) {
-                        w.ctl.stop();
-                        self.state
-                            .metrics
-                            .workers
-                            .with_label_values(&[key.ty.name()])
-                            .dec();
-                    }
-                }
+                None => self.state.stop_worker(&mut workers, &key),
                 Some((spec, hs)) => {
                     if let Some(w) = workers.get_mut(&key)
                         && (w.spec != *spec || w.has_startup != *hs)
@@ -456,14 +460,7 @@ impl Manager {
             .cloned()
             .collect();
         for k in keys {
-            if let Some(w) = workers.remove(&k) {
-                w.ctl.stop();
-                self.state
-                    .metrics
-                    .workers
-                    .with_label_values(&[k.ty.name()])
-                    .dec();
-            }
+            self.state.stop_worker(&mut workers, &k);
         }
         drop(workers);
         let p = entry.shared.read();

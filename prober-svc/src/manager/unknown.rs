@@ -181,13 +181,6 @@ fn flag(state: &State, uid: &str) {
         .cloned()
         .collect();
     for k in keys {
-        if let Some(w) = workers.remove(&k) {
-            w.ctl.stop();
-            state
-                .metrics
-                .workers
-                .with_label_values(&[k.ty.name()])
-                .dec();
-        }
+        state.stop_worker(&mut workers, &k);
     }
 }
