@@ -68,8 +68,9 @@ cargo bench -p podward-e2e --bench prober_scale -- [FLAGS]
   --window S       measurement window in seconds, after a warm-up (default 30)
   --mix slr|lr     startup+liveness+readiness, or liveness+readiness (default slr)
   --exec-runs N    exec probes on a real containerd, each way (CRI ExecSync bare, the prober
-                   with --exec-mode cri, with --exec-mode direct), alternated in batches
-                   of 25: latency and CPU per probe; 0 skips (default 200)
+                   with --exec-mode cri, with --exec-mode direct, and direct with
+                   --exec-standby=false), alternated in batches of 25: latency and CPU per
+                   probe; 0 skips (default 200)
   --floor          also run the same connections from bare tokio tasks and print the ratio
   --threads N      runtime worker threads (default: one per core, as the prober's)
   --help           this text
@@ -227,6 +228,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ("bare CRI ExecSync", &mut n.bare_cri),
             ("prober, --exec-mode cri", &mut n.cri),
             ("prober, --exec-mode direct", &mut n.direct),
+            ("  the same, no standby", &mut n.direct_cold),
         ] {
             let (tree, machine) = w.cpu_ms();
             let (own, children, node) = w.split_ms();

@@ -3,6 +3,7 @@
 //! contexts — identical output, byte for byte — and the same results for timeouts, exits, huge
 //! output, background children and a container that exits mid-probe, with nothing left running.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use podward_api::test_util::eventually;
@@ -10,6 +11,7 @@ use podward_e2e::{
     ContainerSpec, Driver, Pod, PodSpec, RestartPolicy, SecurityContext, TestNode, bin_path,
 };
 use podward_prober::handler::exec::cri::CriExec;
+use podward_prober::handler::exec::direct::init::HELPER_ARG;
 use podward_prober::handler::exec::direct::{DirectExec, ExecMode};
 use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
 
@@ -227,15 +229,19 @@ fn probe_view(o: &ExecOutput) -> Vec<u8> {
     v
 }
 
-/// One process on the host: PID, state letter, command line (NULs as spaces).
+/// One process on the host: PID, parent, state letter, command line (NULs as spaces), its PID
+/// and mount namespaces.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Proc {
     pid: i32,
+    ppid: i32,
     state: char,
     cmdline: String,
+    pid_ns: Option<PathBuf>,
+    mnt_ns: Option<PathBuf>,
 }
 
-fn procs() -> Vec<(Proc, Option<std::path::PathBuf>)> {
+fn procs() -> Vec<Proc> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").expect("read /proc").flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
@@ -244,10 +250,13 @@ fn procs() -> Vec<(Proc, Option<std::path::PathBuf>)> {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
-        let state = stat
+        let mut rest = stat
             .rsplit_once(") ")
-            .and_then(|(_, rest)| rest.chars().next())
-            .unwrap_or('?');
+            .map(|(_, rest)| rest.split(' '))
+            .into_iter()
+            .flatten();
+        let state = rest.next().and_then(|s| s.chars().next()).unwrap_or('?');
+        let ppid = rest.next().and_then(|s| s.parse().ok()).unwrap_or(0);
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
             .map(|b| {
                 String::from_utf8_lossy(&b)
@@ -256,53 +265,79 @@ fn procs() -> Vec<(Proc, Option<std::path::PathBuf>)> {
                     .to_owned()
             })
             .unwrap_or_default();
-        let ns = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
-        out.push((
-            Proc {
-                pid,
-                state,
-                cmdline,
-            },
-            ns,
-        ));
+        out.push(Proc {
+            pid,
+            ppid,
+            state,
+            cmdline,
+            pid_ns: std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok(),
+            mnt_ns: std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok(),
+        });
     }
     out
 }
 
+/// The process that runs `init_cmdline` (a container's init).
+fn init_of(init_cmdline: &str) -> Proc {
+    procs()
+        .into_iter()
+        .find(|p| p.cmdline == init_cmdline)
+        .unwrap_or_else(|| panic!("no process runs {init_cmdline:?}"))
+}
+
 /// Every process in the PID namespace of the container whose init runs `init_cmdline`.
 fn container_procs(init_cmdline: &str) -> Vec<Proc> {
-    let all = procs();
-    let ns = all
-        .iter()
-        .find(|(p, _)| p.cmdline == init_cmdline)
-        .and_then(|(_, ns)| ns.clone())
-        .unwrap_or_else(|| panic!("no process runs {init_cmdline:?}"));
-    all.into_iter()
-        .filter(|(_, n)| n.as_ref() == Some(&ns))
-        .map(|(p, _)| p)
-        .collect()
+    let ns = init_of(init_cmdline).pid_ns;
+    procs().into_iter().filter(|p| p.pid_ns == ns).collect()
 }
 
 /// Host processes whose command line contains `marker`.
 fn running(marker: &str) -> Vec<Proc> {
     procs()
         .into_iter()
-        .map(|(p, _)| p)
         .filter(|p| p.cmdline.contains(marker))
         .collect()
 }
 
-/// Asserts nothing on the host runs the helper any more (its reaper closes the control socket
-/// before it exits, so its exit may trail the probe's answer by a moment: polled), then that
-/// the container holds its init alone, no zombie.
+/// Exec helpers (a probe's helper, its reaper, a command not yet exec'd) inside the mount
+/// namespace `mnt_ns` (a container's). A standby helper waits in the prober's namespaces for
+/// the next probe, so it is never one of them.
+fn helpers_in(mnt_ns: &Option<PathBuf>) -> Vec<Proc> {
+    running(HELPER_ARG)
+        .into_iter()
+        .filter(|p| &p.mnt_ns == mnt_ns)
+        .collect()
+}
+
+/// Exec helpers started by this test process that have not entered a container: standbys.
+fn standby_helpers() -> Vec<Proc> {
+    let (me, my_mnt) = (std::process::id() as i32, own_mnt_ns());
+    running(HELPER_ARG)
+        .into_iter()
+        .filter(|p| p.ppid == me && p.mnt_ns == my_mnt)
+        .collect()
+}
+
+fn own_mnt_ns() -> Option<PathBuf> {
+    std::fs::read_link("/proc/self/ns/mnt").ok()
+}
+
+/// Asserts nothing runs the helper inside the container any more (the helper's exit may trail
+/// the probe's answer by a moment: polled), at most one standby helper waits outside it, and the
+/// container holds its init alone, no zombie.
 async fn assert_only_init(init_cmdline: &str, after: &str) {
-    let helper = podward_prober::handler::exec::direct::init::HELPER_ARG;
+    let mnt = init_of(init_cmdline).mnt_ns;
     eventually(
-        &format!("the exec helpers to exit after {after}"),
+        &format!("the exec helpers to leave the container after {after}"),
         Duration::from_secs(5),
-        async || running(helper).is_empty(),
+        async || helpers_in(&mnt).is_empty(),
     )
     .await;
+    let standby = standby_helpers();
+    assert!(
+        standby.len() <= 1,
+        "after {after}: one standby helper at most: {standby:?}"
+    );
     let procs = container_procs(init_cmdline);
     assert!(
         procs.len() == 1 && procs[0].cmdline == init_cmdline && procs[0].state != 'Z',
@@ -387,14 +422,19 @@ async fn same_results_at_the_edges_and_nothing_left() {
         )
         .await;
         let id = p.container_id("app").expect("container id");
+        let mnt = init_of("sh -c while [ ! -e /tmp/stop ]; do sleep 0.1; done").mnt_ns;
         let cmd = ["sh", "-c", "touch /tmp/stop; sleep 2041; echo never"];
         let a = run(runner, &id, &cmd, Duration::from_secs(20)).await;
         assert!(
             running("sleep 2041").is_empty(),
             "{name}: the probe command outlived its container"
         );
-        let helpers = running(podward_prober::handler::exec::direct::init::HELPER_ARG);
-        assert!(helpers.is_empty(), "{name}: exec helpers left: {helpers:?}");
+        eventually(
+            &format!("{name}: the exec helpers to leave the exited container"),
+            Duration::from_secs(5),
+            async || helpers_in(&mnt).is_empty(),
+        )
+        .await;
         answers.push(match a {
             Ok(o) => format!(
                 "exit {}: {}",
@@ -409,5 +449,113 @@ async fn same_results_at_the_edges_and_nothing_left() {
     assert_eq!(
         answers[0], answers[1],
         "direct vs CRI when the container exits mid-probe"
+    );
+}
+
+#[tokio::test]
+async fn a_standby_helper_waits_outside_containers_and_goes_with_its_runner() {
+    let node = TestNode::start().await.expect("node");
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
+    let init = "sleep 3602";
+    let p = init_pod(&driver, &node, "standby", &["sleep", "3602"]).await;
+    let id = p.container_id("app").expect("container id");
+    let t = Duration::from_secs(10);
+    let ch = podward_api::socket::channel(node.containerd_socket());
+    let direct = DirectExec::new(ExecMode::Direct, ch.clone(), bin_path("podward-prober"));
+    assert!(
+        standby_helpers().is_empty(),
+        "no helper before the first direct probe"
+    );
+
+    let o = run(&direct, &id, &["true"], t).await.expect("direct exec");
+    assert_eq!(o.exit_code, 0);
+    assert_only_init(init, "the first probe").await;
+    eventually(
+        "the first probe to leave a standby helper",
+        Duration::from_secs(5),
+        async || standby_helpers().len() == 1,
+    )
+    .await;
+    let first = standby_helpers().remove(0);
+    let cgroup = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok();
+    assert_eq!(
+        cgroup(&first.pid.to_string()),
+        cgroup("self"),
+        "a standby stays in the prober's cgroups"
+    );
+
+    // The next probe takes it and leaves another in its place.
+    let o = run(&direct, &id, &["sh", "-c", "exit 4"], t)
+        .await
+        .expect("direct exec");
+    assert_eq!(o.exit_code, 4);
+    assert_only_init(init, "the second probe").await;
+    eventually(
+        "a new standby in place of the one taken",
+        Duration::from_secs(5),
+        async || matches!(&standby_helpers()[..], [s] if s.pid != first.pid),
+    )
+    .await;
+
+    // A standby that died meanwhile is replaced by a helper started for the probe.
+    let second = standby_helpers().remove(0);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(second.pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the standby");
+    eventually(
+        "the killed standby to be dead (a zombie until the runner notices)",
+        Duration::from_secs(5),
+        async || {
+            !procs()
+                .iter()
+                .any(|p| p.pid == second.pid && p.state != 'Z')
+        },
+    )
+    .await;
+    let o = run(&direct, &id, &["true"], t).await.expect("direct exec");
+    assert_eq!(o.exit_code, 0);
+    assert_only_init(init, "a probe after the standby was killed").await;
+
+    drop(direct);
+    eventually(
+        "the standby to go with its runner",
+        Duration::from_secs(5),
+        async || standby_helpers().is_empty(),
+    )
+    .await;
+
+    // Without a standby, nothing waits between probes.
+    let cold = DirectExec::with_standby(ExecMode::Direct, ch, bin_path("podward-prober"), false);
+    let o = run(&cold, &id, &["true"], t).await.expect("direct exec");
+    assert_eq!(o.exit_code, 0);
+    assert_only_init(init, "a probe without standby").await;
+    assert!(standby_helpers().is_empty(), "{:?}", standby_helpers());
+    p.delete().await.expect("delete pod");
+}
+
+/// A standby whose prober went away (its control socket closed, no plan) exits 0 and says
+/// nothing: a prober restart leaves no error behind.
+#[test]
+fn a_standby_helper_whose_prober_is_gone_exits_quietly() {
+    use std::process::{Command, Stdio};
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+    let child = Command::new(bin_path("podward-prober"))
+        .arg(HELPER_ARG)
+        .env_clear()
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the helper");
+    drop(ours);
+    let out = child.wait_with_output().expect("helper output");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        out.stdout.is_empty() && out.stderr.is_empty(),
+        "{out:?}"
     );
 }

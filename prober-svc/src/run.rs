@@ -142,6 +142,7 @@ pub async fn run_with(
         containerd = %config.containerd_socket.display(),
         containerd_namespace = %config.containerd_namespace,
         exec_mode = ?config.exec_mode,
+        exec_standby = config.exec_standby,
         %node_ip,
         probe_host_policy = %config.probe_host_policy,
         "podward-prober starting"
@@ -153,13 +154,14 @@ pub async fn run_with(
         ProberOptions {
             kube_version: config.kube_version.clone(),
         },
-        Arc::new(DirectExec::new(
+        Arc::new(DirectExec::with_standby(
             config.exec_mode,
             containerd.clone(),
             config
                 .exec_helper
                 .clone()
                 .unwrap_or_else(|| "/proc/self/exe".into()),
+            config.exec_standby,
         )),
     )
     .with_host_policy(host_policy);

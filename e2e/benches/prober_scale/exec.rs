@@ -100,6 +100,8 @@ pub(crate) struct ExecNumbers {
     pub(crate) bare_cri: Way,
     pub(crate) cri: Way,
     pub(crate) direct: Way,
+    /// Direct exec without a standby helper: each probe starts its helper.
+    pub(crate) direct_cold: Way,
 }
 
 fn ticks_per_second() -> f64 {
@@ -209,6 +211,13 @@ pub(crate) async fn measure(runs: usize) -> Result<ExecNumbers, Box<dyn std::err
         bin_path("podward-prober"),
     );
     let direct = Prober::new(options(), Arc::new(direct_runner) as Arc<dyn ExecRunner>);
+    let cold_runner = DirectExec::with_standby(
+        ExecMode::Direct,
+        channel.clone(),
+        bin_path("podward-prober"),
+        false,
+    );
+    let direct_cold = Prober::new(options(), Arc::new(cold_runner) as Arc<dyn ExecRunner>);
     let parsed = parse_pod_probes(
         r#"{"app":{"livenessProbe":{"exec":{"command":["true"]},"timeoutSeconds":5}}}"#,
     );
@@ -225,14 +234,20 @@ pub(crate) async fn measure(runs: usize) -> Result<ExecNumbers, Box<dyn std::err
     let mut scratch = Way::default();
     batch(&mut scratch, 5, &dir, &cri, &spec, &target).await;
     batch(&mut scratch, 5, &dir, &direct, &spec, &target).await;
+    batch(&mut scratch, 5, &dir, &direct_cold, &spec, &target).await;
 
-    let (mut bare_cri, mut via_cri, mut via_direct) =
-        (Way::default(), Way::default(), Way::default());
+    let (mut bare_cri, mut via_cri, mut via_direct, mut via_cold) = (
+        Way::default(),
+        Way::default(),
+        Way::default(),
+        Way::default(),
+    );
     let mut done = 0;
     while done < runs {
         let n = BATCH.min(runs - done);
         batch(&mut via_cri, n, &dir, &cri, &spec, &target).await;
         batch(&mut via_direct, n, &dir, &direct, &spec, &target).await;
+        batch(&mut via_cold, n, &dir, &direct_cold, &spec, &target).await;
         let start = Sample::now(&dir);
         for _ in 0..n {
             let t = Instant::now();
@@ -256,5 +271,6 @@ pub(crate) async fn measure(runs: usize) -> Result<ExecNumbers, Box<dyn std::err
         bare_cri,
         cri: via_cri,
         direct: via_direct,
+        direct_cold: via_cold,
     })
 }

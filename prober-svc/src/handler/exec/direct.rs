@@ -17,6 +17,7 @@ pub mod plan;
 pub mod prepare;
 pub mod seccomp;
 mod spawn;
+mod standby;
 mod sys;
 
 use std::collections::HashMap;
@@ -33,6 +34,7 @@ use tonic::transport::Channel;
 
 use self::plan::Plan;
 use self::prepare::{Host, Refusal};
+use self::standby::Standby;
 use super::cri::CriExec;
 use super::runner::{ExecChoice, ExecError, ExecOutput, ExecRunner};
 
@@ -74,15 +76,21 @@ pub struct DirectExec {
     mode: ExecMode,
     cri: CriExec,
     client: RuntimeServiceClient<Channel>,
-    helper: PathBuf,
+    helpers: Standby,
     host: Host,
     decisions: Mutex<HashMap<String, Arc<Decision>>>,
 }
 
 impl DirectExec {
     /// A runner in `mode`, talking CRI on `channel` (containerd), starting `helper` (the prober's
-    /// own binary) for direct execs.
+    /// own binary) for direct execs, one helper ahead of the probe that takes it.
     pub fn new(mode: ExecMode, channel: Channel, helper: PathBuf) -> Self {
+        Self::with_standby(mode, channel, helper, true)
+    }
+
+    /// [`DirectExec::new`], with `standby` false starting every probe's helper when the probe
+    /// runs (no helper waits between probes; each probe pays the helper's start-up).
+    pub fn with_standby(mode: ExecMode, channel: Channel, helper: PathBuf, standby: bool) -> Self {
         let client = RuntimeServiceClient::new(channel.clone())
             .max_decoding_message_size(CRI_MESSAGE_BYTES)
             .max_encoding_message_size(CRI_MESSAGE_BYTES);
@@ -90,7 +98,7 @@ impl DirectExec {
             mode,
             cri: CriExec::new(channel),
             client,
-            helper,
+            helpers: Standby::new(helper, standby),
             host: Host::default(),
             decisions: Mutex::new(HashMap::new()),
         }
@@ -159,7 +167,7 @@ impl DirectExec {
             Decision::Direct(plan) => {
                 let mut plan = plan.clone();
                 plan.argv = cmd;
-                let r = spawn::run(&self.helper, &plan, timeout).await;
+                let r = spawn::run(&self.helpers, &plan, timeout).await;
                 if let Err(ExecError::Runtime { message, .. }) = &r
                     && message.contains("init process is gone")
                 {

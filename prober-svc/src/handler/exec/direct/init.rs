@@ -89,6 +89,11 @@ fn helper(control: &UnixStream) -> Res<i32> {
     (&*control)
         .read_to_end(&mut buf)
         .map_err(err("reading the plan"))?;
+    if buf.is_empty() {
+        // A standby helper no probe took: the prober closed the socket (it exited or dropped
+        // the runner). Nothing was started.
+        return Ok(0);
+    }
     let plan: Plan = serde_json::from_slice(&buf).map_err(err("decoding the plan"))?;
     sys::assert_single_threaded().map_err(err("helper"))?;
     sys::cloexec_from_3().map_err(err("close-on-exec"))?;

@@ -10,33 +10,21 @@
 //! left to the container's init): the results are the same — the exit code when the command
 //! exited in time, else the timeout — but they come at the timeout, not later.
 
-use std::os::fd::OwnedFd;
-use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
 use tokio::time::Instant;
 
-use super::init::HELPER_ARG;
 use super::plan::{Plan, Report};
+use super::standby::{Helper, Standby, failed};
 use crate::handler::exec::runner::{ExecError, ExecOutput};
 use crate::handler::output::MAX_OUTPUT_BYTES;
 
 /// How long the end of a probe may take (the reaper killing and reaping the tree, the helper
 /// exiting) before the prober stops waiting for it.
 const REAP_GRACE: Duration = Duration::from_secs(5);
-
-/// Why the helper could not run the command: the probe errors (and is retried).
-fn failed(message: impl Into<String>) -> ExecError {
-    ExecError::Runtime {
-        code: tonic::Code::Unknown,
-        message: message.into(),
-    }
-}
 
 /// Reads `r` to its end, keeping the first [`MAX_OUTPUT_BYTES`].
 async fn capped_read(mut r: impl AsyncRead + Unpin) -> Vec<u8> {
@@ -53,30 +41,20 @@ async fn capped_read(mut r: impl AsyncRead + Unpin) -> Vec<u8> {
     }
 }
 
-/// Runs `plan` through the helper at `helper`, giving up after `timeout`.
+/// Runs `plan` through a helper from `standby`, giving up after `timeout`.
 pub(crate) async fn run(
-    helper: &Path,
+    standby: &Standby,
     plan: &Plan,
     timeout: Duration,
 ) -> Result<ExecOutput, ExecError> {
     let deadline = Instant::now() + timeout;
     let body = serde_json::to_vec(plan).map_err(|e| failed(format!("encode plan: {e}")))?;
-    let (ours, theirs) =
-        std::os::unix::net::UnixStream::pair().map_err(|e| failed(format!("socketpair: {e}")))?;
-    ours.set_nonblocking(true)
-        .map_err(|e| failed(format!("socketpair: {e}")))?;
-    let mut child = Command::new(helper)
-        .arg(HELPER_ARG)
-        .env_clear()
-        .stdin(Stdio::from(OwnedFd::from(theirs)))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| failed(format!("start the exec helper {}: {e}", helper.display())))?;
-    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-    let mut control = tokio::net::UnixStream::from_std(ours)
-        .map_err(|e| failed(format!("control socket: {e}")))?;
+    let Helper {
+        mut child,
+        mut control,
+        stdout,
+        stderr,
+    } = standby.take()?;
     control
         .write_all(&body)
         .await
@@ -85,6 +63,8 @@ pub(crate) async fn run(
         .shutdown()
         .await
         .map_err(|e| failed(format!("send plan: {e}")))?;
+    // The helper is entering the container now: start the next probe's helper meanwhile.
+    standby.refill();
     let mut lines = BufReader::new(control).lines();
     let out = tokio::spawn(async move {
         match stdout {
@@ -145,7 +125,17 @@ pub(crate) async fn run(
             let _ = child.start_kill();
         }
     }
-    let _ = tokio::time::timeout(REAP_GRACE, child.wait()).await;
+    let helper_status = if exited.is_some() && failure.is_none() {
+        // The answer is known: the helper's exit (after its reaper's) is waited for off the
+        // probe's path. Dropped after the grace, it is killed and reaped by the runtime.
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(REAP_GRACE, child.wait()).await;
+        });
+        None
+    } else {
+        let _ = tokio::time::timeout(REAP_GRACE, child.wait()).await;
+        child.try_wait().ok().flatten()
+    };
     if let Some(m) = failure {
         return Err(failed(m));
     }
@@ -157,7 +147,6 @@ pub(crate) async fn run(
                 timeout,
             });
         }
-        let status = child.try_wait().ok().flatten();
         let stderr = match output {
             Some((_, e)) => e,
             None => {
@@ -169,7 +158,7 @@ pub(crate) async fn run(
         };
         return Err(failed(format!(
             "the exec helper ended ({}) without starting the command: {}",
-            status
+            helper_status
                 .map(|s| s.to_string())
                 .unwrap_or_else(|| "still running".into()),
             String::from_utf8_lossy(&stderr).trim()
