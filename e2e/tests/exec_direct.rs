@@ -18,7 +18,8 @@ use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
 /// What the issue lists, each a line or block; `2>&1` so errors compare too.
 const SCRIPT: &str = r#"
 id
-grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status
+grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Seccomp_filters|SigBlk):' /proc/self/status
+echo "SigIgn but glibc's 32 and 33: $(( 0x$(sed -n 's/^SigIgn:[[:space:]]*//p' /proc/self/status) & ~0x180000000 ))"
 cat /proc/self/cgroup
 for n in cgroup ipc mnt net pid pid_for_children time time_for_children user uts; do echo "$n $(readlink /proc/self/ns/$n)"; done
 cat /proc/self/attr/current 2>&1; echo "attr=$?"
@@ -554,8 +555,5 @@ fn a_standby_helper_whose_prober_is_gone_exits_quietly() {
     drop(ours);
     let out = child.wait_with_output().expect("helper output");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(
-        out.stdout.is_empty() && out.stderr.is_empty(),
-        "{out:?}"
-    );
+    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
 }

@@ -85,6 +85,19 @@ pub fn main() -> ! {
 
 /// Stage 1; returns the exit code for the helper.
 fn helper(control: &UnixStream) -> Res<i32> {
+    // Everything that does not depend on the plan comes first: a standby helper has it done
+    // before the probe that takes it sends the plan.
+    sys::assert_single_threaded().map_err(err("helper"))?;
+    sys::cloexec_from_3().map_err(err("close-on-exec"))?;
+    let own: Vec<Option<(u64, u64)>> = NAMESPACES
+        .iter()
+        .map(|(_, own, _)| {
+            let m = std::fs::metadata(format!("/proc/self/ns/{own}")).ok()?;
+            Some((m.dev(), m.ino()))
+        })
+        .collect();
+    let devnull = File::open("/dev/null").map_err(err("open /dev/null"))?;
+    let signals = sys::Dispositions::of_self();
     let mut buf = Vec::new();
     (&*control)
         .read_to_end(&mut buf)
@@ -95,12 +108,10 @@ fn helper(control: &UnixStream) -> Res<i32> {
         return Ok(0);
     }
     let plan: Plan = serde_json::from_slice(&buf).map_err(err("decoding the plan"))?;
-    sys::assert_single_threaded().map_err(err("helper"))?;
-    sys::cloexec_from_3().map_err(err("close-on-exec"))?;
     let proc_dir = format!("/proc/{}", plan.init_pid);
     check_init(&plan)?;
     let mut joins = Vec::new();
-    for (name, own, flag) in NAMESPACES {
+    for ((name, own, flag), mine) in NAMESPACES.into_iter().zip(own) {
         let target = match File::open(format!("{proc_dir}/ns/{name}")) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && name == "time" => continue,
@@ -109,15 +120,13 @@ fn helper(control: &UnixStream) -> Res<i32> {
         let t = target
             .metadata()
             .map_err(err(format!("stat {name} namespace")))?;
-        let mine = std::fs::metadata(format!("/proc/self/ns/{own}"))
-            .map_err(err(format!("stat own {own} namespace")))?;
-        if (t.dev(), t.ino()) != (mine.dev(), mine.ino()) {
+        let mine = mine.ok_or_else(|| format!("stat own {own} namespace: not found"))?;
+        if (t.dev(), t.ino()) != mine {
             joins.push((name, OwnedFd::from(target), flag));
         }
     }
     // The namespaces are open: a PID reused since the check would show another start time.
     check_init(&plan)?;
-    let devnull = File::open("/dev/null").map_err(err("open /dev/null"))?;
     let pid = std::process::id().to_string();
     for procs in &plan.cgroup_procs {
         std::fs::OpenOptions::new()
@@ -139,7 +148,7 @@ fn helper(control: &UnixStream) -> Res<i32> {
     drop(joins);
     match sys::fork().map_err(err("fork"))? {
         ForkResult::Child => {
-            let code = match reaper(control, &plan, devnull) {
+            let code = match reaper(control, &plan, devnull, signals) {
                 Ok(c) => c,
                 Err(e) => {
                     let _ = (&*control).write_all(Report::Failed(e).line().as_bytes());
@@ -234,7 +243,12 @@ fn release_stdio(devnull: &File) -> Res<()> {
 }
 
 /// Stage 2, inside the container's PID namespace.
-fn reaper(control: &UnixStream, plan: &Plan, devnull: File) -> Res<i32> {
+fn reaper(
+    control: &UnixStream,
+    plan: &Plan,
+    devnull: File,
+    signals: sys::Dispositions,
+) -> Res<i32> {
     nix::sys::prctl::set_child_subreaper(true).map_err(err("set child subreaper"))?;
     let mut waited = SigSet::empty();
     waited.add(Signal::SIGCHLD);
@@ -242,7 +256,7 @@ fn reaper(control: &UnixStream, plan: &Plan, devnull: File) -> Res<i32> {
     waited.thread_block().map_err(err("block signals"))?;
     let command = match sys::fork().map_err(err("fork"))? {
         ForkResult::Child => {
-            let e = command(plan, &devnull).err().unwrap_or_default();
+            let e = command(plan, &devnull, signals).err().unwrap_or_default();
             let _ = (&*control).write_all(Report::Failed(e).line().as_bytes());
             std::process::exit(127);
         }
@@ -303,11 +317,15 @@ fn kill_tree(command: Pid) {
 }
 
 /// Stage 3: the command's process, from fork to `execve` (runc's `linuxSetnsInit.Init`).
-fn command(plan: &Plan, devnull: &File) -> Res<std::convert::Infallible> {
+fn command(
+    plan: &Plan,
+    devnull: &File,
+    signals: sys::Dispositions,
+) -> Res<std::convert::Infallible> {
     SigSet::empty()
         .thread_set_mask()
         .map_err(err("signal mask"))?;
-    sys::default_signals();
+    signals.reset();
     nix::unistd::setsid().map_err(err("setsid"))?;
     nix::unistd::dup2_stdin(devnull).map_err(err("dup2 stdin"))?;
     let ring = CString::new(format!("_ses.{}", plan.container_id)).map_err(err("keyring name"))?;
@@ -395,14 +413,12 @@ fn finalize(plan: &Plan, env: &mut Vec<String>) -> Res<()> {
         .map_err(err("capset inheritable"))?;
     caps::set(None, CapSet::Effective, &set_of(effective)).map_err(err("capset effective"))?;
     caps::set(None, CapSet::Permitted, &set_of(permitted)).map_err(err("capset permitted"))?;
-    let amb = set_of(ambient);
-    for c in caps::all() {
-        // As runc (gocapability): every ambient change is attempted, failures ignored.
-        let _ = if amb.contains(&c) {
-            caps::raise(None, CapSet::Ambient, c)
-        } else {
-            caps::drop(None, CapSet::Ambient, c)
-        };
+    // runc (gocapability) raises every ambient capability of the spec and lowers every other,
+    // failures ignored: the same end state as clearing the set and raising the spec's (a
+    // raise fails where runc's would), in one call instead of one per capability.
+    let _ = caps::clear(None, CapSet::Ambient);
+    for c in set_of(ambient) {
+        let _ = caps::raise(None, CapSet::Ambient, c);
     }
     Ok(())
 }

@@ -124,16 +124,78 @@ pub(crate) fn join_session_keyring(name: &CStr) -> io::Result<()> {
     Ok(())
 }
 
-/// Every signal back to its default action (an ignored signal stays ignored across `execve`;
-/// Rust's runtime ignores `SIGPIPE`). Handlers the helper never installs need no reset.
-pub(crate) fn default_signals() {
-    for sig in 1..libc::SIGRTMAX() {
-        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
-            continue;
+/// The signals whose action is not the default in this process (ignored, or caught), read
+/// from `/proc/self/status` (`SigIgn`, `SigCgt`): an ignored signal stays ignored across
+/// `execve` (Rust's runtime ignores `SIGPIPE`; the prober may inherit more), so the command's
+/// process must set them back. Unreadable: every signal.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dispositions(u64);
+
+impl Dispositions {
+    /// This process's, now (the helper reads them once; its children inherit them).
+    pub(crate) fn of_self() -> Self {
+        let mask = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|status| {
+                let field = |name: &str| {
+                    let line = status.lines().find_map(|l| l.strip_prefix(name))?;
+                    u64::from_str_radix(line.trim(), 16).ok()
+                };
+                Some(field("SigIgn:")? | field("SigCgt:")?)
+            })
+            .unwrap_or(u64::MAX);
+        Self(mask)
+    }
+
+    /// Every signal of the set back to its default action (one call per signal that is not,
+    /// instead of one per signal number). The raw `rt_sigaction` call, because glibc refuses
+    /// its two internal signals (32 and 33), which an ignoring parent passes on like any other.
+    pub(crate) fn reset(self) {
+        /// The kernel's `struct sigaction` on x86_64 and aarch64 (not glibc's).
+        #[repr(C)]
+        struct KernelSigaction {
+            handler: libc::sighandler_t,
+            flags: libc::c_ulong,
+            restorer: usize,
+            mask: u64,
         }
-        // SAFETY: setting SIG_DFL installs no handler; invalid numbers fail with EINVAL, ignored.
-        unsafe {
-            libc::signal(sig, libc::SIG_DFL);
+        let default = KernelSigaction {
+            handler: libc::SIG_DFL,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        };
+        for sig in 1..=64 {
+            if sig == libc::SIGKILL || sig == libc::SIGSTOP || self.0 & (1 << (sig - 1)) == 0 {
+                continue;
+            }
+            // SAFETY: `default` is a valid kernel sigaction for the call (SIG_DFL installs no
+            // handler, so no restorer is needed); the old action is not asked for. Failures
+            // (an invalid number) leave the action as it was.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    sig,
+                    &default as *const KernelSigaction,
+                    std::ptr::null_mut::<KernelSigaction>(),
+                    std::mem::size_of::<u64>(),
+                );
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Dispositions;
+
+    #[test]
+    fn dispositions_hold_what_this_process_ignores_or_catches() {
+        // Rust's runtime ignores SIGPIPE in every test process; SIGTERM keeps its default here.
+        let d = Dispositions::of_self();
+        let bit = |sig: i32| d.0 & (1 << (sig - 1)) != 0;
+        assert!(bit(libc::SIGPIPE), "{:#x}", d.0);
+        assert!(!bit(libc::SIGKILL), "{:#x}", d.0);
+        assert_ne!(d.0, u64::MAX, "/proc/self/status was read");
     }
 }
