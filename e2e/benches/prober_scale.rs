@@ -1,7 +1,7 @@
 //! Prober scale benchmark (`harness = false`).
 //!
 //! `cargo bench -p podward-e2e --bench prober_scale -- [--containers N] [--period S]
-//! [--window S] [--mix slr|lr] [--exec-runs N] [--floor] [--threads N]`
+//! [--window S] [--mix slr|lr] [--exec-runs N] [--exec-gap-ms N] [--floor] [--threads N]`
 //!
 //! `--threads N` sets the runtime's worker threads (default: one per core, as the prober's).
 //!
@@ -53,6 +53,7 @@ struct Opts {
     window: u64,
     mix: lifecycle::Mix,
     exec_runs: usize,
+    exec_gap_ms: u64,
     floor: bool,
     threads: Option<usize>,
 }
@@ -71,6 +72,8 @@ cargo bench -p podward-e2e --bench prober_scale -- [FLAGS]
                    with --exec-mode cri, with --exec-mode direct, and direct with
                    --exec-standby=false), alternated in batches of 25: latency and CPU per
                    probe; 0 skips (default 200)
+  --exec-gap-ms N  pause between two exec probes, as a node's probes come spread over their
+                   periods (default 0: back to back)
   --floor          also run the same connections from bare tokio tasks and print the ratio
   --threads N      runtime worker threads (default: one per core, as the prober's)
   --help           this text
@@ -83,6 +86,7 @@ fn opts() -> Opts {
         window: 30,
         mix: lifecycle::Mix::StartupLivenessReadiness,
         exec_runs: 200,
+        exec_gap_ms: 0,
         floor: false,
         threads: None,
     };
@@ -102,6 +106,7 @@ fn opts() -> Opts {
                 }
             }
             "--exec-runs" => o.exec_runs = v.parse().unwrap_or(o.exec_runs),
+            "--exec-gap-ms" => o.exec_gap_ms = v.parse().unwrap_or(o.exec_gap_ms),
             "--threads" => o.threads = v.parse().ok(),
             "--help" | "-h" => {
                 print!("{USAGE}");
@@ -218,10 +223,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         res?;
     }
     if o.exec_runs > 0 {
-        let mut n = rt.block_on(exec::measure(o.exec_runs))?;
+        let gap = Duration::from_millis(o.exec_gap_ms);
+        let mut n = rt.block_on(exec::measure(o.exec_runs, gap))?;
         println!(
-            "exec probes ({} runs each, `true` in a busybox container, alternated in batches of 25):",
-            n.runs
+            "exec probes ({} runs each, `true` in a busybox container, alternated in batches of 25, {} ms between probes):",
+            n.runs, o.exec_gap_ms
         );
         let mut ratio = Vec::new();
         for (name, w) in [

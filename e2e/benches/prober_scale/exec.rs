@@ -11,7 +11,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use podward_api::cri::ExecSyncRequest;
 use podward_e2e::{ContainerSpec, Driver, PodSpec, TestNode, bin_path};
@@ -164,6 +164,7 @@ fn machine_ticks() -> u64 {
 async fn batch(
     way: &mut Way,
     n: usize,
+    gap: Duration,
     node_dir: &Path,
     prober: &Prober,
     spec: &ProbeSpec,
@@ -174,6 +175,7 @@ async fn batch(
         let t = Instant::now();
         let v = prober.probe(ProbeType::Liveness, spec, target).await;
         way.ms.push(t.elapsed().as_secs_f64() * 1e3);
+        pause(gap).await;
         assert!(
             matches!(
                 &v,
@@ -188,7 +190,18 @@ async fn batch(
     way.add(start, node_dir);
 }
 
-pub(crate) async fn measure(runs: usize) -> Result<ExecNumbers, Box<dyn std::error::Error>> {
+/// Waits `gap` between two probes (none when zero): a node's exec probes come spread over their
+/// periods, not back to back.
+async fn pause(gap: Duration) {
+    if !gap.is_zero() {
+        tokio::time::sleep(gap).await;
+    }
+}
+
+pub(crate) async fn measure(
+    runs: usize,
+    gap: Duration,
+) -> Result<ExecNumbers, Box<dyn std::error::Error>> {
     let node = TestNode::start().await?;
     let driver = Driver::connect(&node.containerd_socket()).await?;
     let pod = driver
@@ -232,9 +245,9 @@ pub(crate) async fn measure(runs: usize) -> Result<ExecNumbers, Box<dyn std::err
     let dir = node.dir().to_owned();
     // Warm-up: connections, the direct runner's per-container plan, page cache.
     let mut scratch = Way::default();
-    batch(&mut scratch, 5, &dir, &cri, &spec, &target).await;
-    batch(&mut scratch, 5, &dir, &direct, &spec, &target).await;
-    batch(&mut scratch, 5, &dir, &direct_cold, &spec, &target).await;
+    batch(&mut scratch, 5, gap, &dir, &cri, &spec, &target).await;
+    batch(&mut scratch, 5, gap, &dir, &direct, &spec, &target).await;
+    batch(&mut scratch, 5, gap, &dir, &direct_cold, &spec, &target).await;
 
     let (mut bare_cri, mut via_cri, mut via_direct, mut via_cold) = (
         Way::default(),
@@ -245,9 +258,9 @@ pub(crate) async fn measure(runs: usize) -> Result<ExecNumbers, Box<dyn std::err
     let mut done = 0;
     while done < runs {
         let n = BATCH.min(runs - done);
-        batch(&mut via_cri, n, &dir, &cri, &spec, &target).await;
-        batch(&mut via_direct, n, &dir, &direct, &spec, &target).await;
-        batch(&mut via_cold, n, &dir, &direct_cold, &spec, &target).await;
+        batch(&mut via_cri, n, gap, &dir, &cri, &spec, &target).await;
+        batch(&mut via_direct, n, gap, &dir, &direct, &spec, &target).await;
+        batch(&mut via_cold, n, gap, &dir, &direct_cold, &spec, &target).await;
         let start = Sample::now(&dir);
         for _ in 0..n {
             let t = Instant::now();
@@ -260,6 +273,7 @@ pub(crate) async fn measure(runs: usize) -> Result<ExecNumbers, Box<dyn std::err
                 .await?
                 .into_inner();
             bare_cri.ms.push(t.elapsed().as_secs_f64() * 1e3);
+            pause(gap).await;
             assert_eq!(r.exit_code, 0);
         }
         bare_cri.add(start, &dir);
