@@ -1,10 +1,11 @@
-//! The prober's side of one direct exec: start the helper, hand it the plan, collect stdout and
-//! stderr (each kept up to the probe output limit, the rest read and dropped so the command
-//! never blocks on a full pipe), and end the probe.
+//! The prober's side of one direct exec: take a helper (`standby`), hand it the plan, collect
+//! stdout and stderr (each kept up to the probe output limit, the rest read and dropped so the
+//! command never blocks on a full pipe), and end the probe.
 //!
 //! The probe is over when the command has exited and both pipes are closed, or at the timeout.
 //! Either way the reaper is then told to kill what is left of the command's process tree and
-//! exits after reaping it, so nothing started by a probe outlives it and no zombie stays.
+//! exits after reaping it, so nothing started by a probe outlives it and no zombie stays (the
+//! answer does not wait for that: the helper's exit is awaited in the background).
 //! containerd's `ExecSync` instead kills only the command at the timeout and waits for every
 //! holder of its pipes to exit (a `sleep 10 &` keeps a 1 s probe open 10 s, and its orphans are
 //! left to the container's init): the results are the same — the exit code when the command
