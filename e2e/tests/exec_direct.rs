@@ -374,6 +374,22 @@ async fn same_results_at_the_edges_and_nothing_left() {
     assert_eq!(text(&d), text(&c));
     assert_eq!(d.exit_code, 3);
 
+    // A command that is not there: an error from both (not an exit code), with runc's words,
+    // and nothing left (direct exec's command process fails before its execve).
+    let cmd = ["no-such-command-2051"];
+    let d = run(&r.direct, &id, &cmd, t).await;
+    assert_only_init(init, "a missing command").await;
+    let c = run(&r.cri, &id, &cmd, t).await;
+    for (way, res) in [("direct", &d), ("cri", &c)] {
+        match res {
+            Err(ExecError::Runtime { message, .. }) => assert!(
+                message.contains("executable file not found in $PATH"),
+                "{way}: {message}"
+            ),
+            other => panic!("{way}: expected a runtime error, got {other:?}"),
+        }
+    }
+
     // Huge output (4 MiB, under CRI's 16 MiB message limit): the same probe output and exit.
     let cmd = [
         "sh",

@@ -14,7 +14,9 @@
 //!    that forks a background child leaves no zombie behind. It reports the command's exit and,
 //!    when the prober sends `SIGTERM` (timeout, or the probe is over), kills what is left of the
 //!    command's process tree and exits once it has reaped everything;
-//! 3. the command's process: its own session (runc's `setsid`), `/dev/null` on stdin, the
+//! 3. the command's process, cloned sharing the reaper's memory until its `execve` (as
+//!    `posix_spawn` and runc's Go runtime start processes: no page tables copied, no
+//!    copy-on-write faults): its own session (runc's `setsid`), `/dev/null` on stdin, the
 //!    session keyring `_ses.<id>`, no_new_privs, seccomp, bounding set, user and groups, cwd,
 //!    capabilities, AppArmor, then `execve` with the spec's environment.
 //!
@@ -254,14 +256,12 @@ fn reaper(
     waited.add(Signal::SIGCHLD);
     waited.add(Signal::SIGTERM);
     waited.thread_block().map_err(err("block signals"))?;
-    let command = match sys::fork().map_err(err("fork"))? {
-        ForkResult::Child => {
-            let e = command(plan, &devnull, signals).err().unwrap_or_default();
-            let _ = (&*control).write_all(Report::Failed(e).line().as_bytes());
-            std::process::exit(127);
-        }
-        ForkResult::Parent { child } => child,
-    };
+    let command = sys::spawn_shared(&mut || {
+        let e = command(plan, &devnull, signals).err().unwrap_or_default();
+        let _ = (&*control).write_all(Report::Failed(e).line().as_bytes());
+        127
+    })
+    .map_err(err("clone"))?;
     release_stdio(&devnull)?;
     drop(devnull);
     let mut reported = false;

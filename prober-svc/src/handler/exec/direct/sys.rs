@@ -1,7 +1,8 @@
 //! The few system calls the exec helper needs that have no safe wrapper in `nix`, `caps` or
 //! `libseccomp`: `fork` (unsafe in `nix` because a multi-threaded parent may hold locks in the
-//! child), loading a pre-compiled seccomp program, joining a session keyring, and resetting
-//! `SIGPIPE` (which Rust's runtime ignores at start and `execve` would pass on).
+//! child), `clone` sharing memory until `execve`, loading a pre-compiled seccomp program,
+//! joining a session keyring, and resetting signal actions (Rust's runtime ignores `SIGPIPE` at
+//! start, and `execve` would pass an ignored signal on).
 //!
 //! Everything here runs only in the helper (`super::init`), which is single-threaded from its
 //! first line to its `execve`: it never starts a thread, and [`assert_single_threaded`] checks
@@ -56,6 +57,48 @@ pub(crate) fn fork() -> nix::Result<ForkResult> {
     // fork, and nothing starts a thread), so no lock or allocator state can be held by another
     // thread at the fork; the child may call anything the parent could.
     unsafe { nix::unistd::fork() }
+}
+
+/// Runs `child` in a new process that shares this one's memory until it calls `execve` or
+/// exits — `clone(CLONE_VM | CLONE_VFORK)`, what glibc's `posix_spawn` and Go's `forkExec` (so
+/// runc) use: no page tables copied, no copy-on-write faults, nothing to tear down at its
+/// `execve`. This process is suspended until then. `child` ends in `execve` or returns its exit
+/// code; the process then leaves with the `exit` system call (no exit handlers, no buffers
+/// flushed: they are this process's).
+pub(crate) fn spawn_shared(child: &mut dyn FnMut() -> i32) -> io::Result<nix::unistd::Pid> {
+    /// The child's stack: what the command's set-up needs (capabilities sets, a few strings),
+    /// with room to spare; untouched pages cost nothing.
+    const STACK_BYTES: usize = 1 << 20;
+    extern "C" fn trampoline(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the `&mut &mut dyn FnMut` below, alive while the parent is suspended;
+        // a panic cannot unwind out of this `extern "C"` function (it aborts the child).
+        let f = unsafe { &mut *arg.cast::<&mut dyn FnMut() -> i32>() };
+        f()
+    }
+    let mut stack = vec![0u8; STACK_BYTES];
+    // The stack grows down: start at its (16-byte aligned) top.
+    let top = (stack.as_mut_ptr() as usize + STACK_BYTES) & !15;
+    let mut f: &mut dyn FnMut() -> i32 = child;
+    // SAFETY: the helper is single-threaded (`assert_single_threaded`), and with CLONE_VFORK
+    // this thread is suspended until the child has exec'd or exited, so nothing else uses the
+    // shared memory while the child runs (it may allocate: what it leaves in the heap is never
+    // freed, the helper's processes are short-lived). `stack` and `f` outlive the child's use of
+    // them for the same reason. Without CLONE_SIGHAND/CLONE_FILES/CLONE_FS the child's signal
+    // actions, descriptors, cwd and credentials are its own.
+    let pid = unsafe {
+        libc::clone(
+            trampoline,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut f as *mut &mut dyn FnMut() -> i32).cast(),
+        )
+    };
+    drop(stack);
+    if pid < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(nix::unistd::Pid::from_raw(pid))
+    }
 }
 
 /// `seccomp(SECCOMP_SET_MODE_FILTER, flags, prog)` (or `prctl(PR_SET_SECCOMP)` without flags,
