@@ -1,0 +1,37 @@
+//! Giving freed heap memory back to the kernel.
+//!
+//! glibc's allocator returns freed memory to the kernel only from the top of its heap (and only
+//! past `M_TRIM_THRESHOLD`); memory freed below a block still in use stays resident. After a
+//! multi-MiB List the heap has megabytes free under the index's long-lived strings: the answer's
+//! read buffers and the decoded copy that was folded into the index. `malloc_trim(0)` gives every
+//! wholly free page of every arena back (`madvise(MADV_DONTNEED)`), wherever it lies.
+#![allow(unsafe_code)]
+
+/// Gives the wholly free pages of the heap back to the kernel (glibc only; elsewhere nothing).
+/// Costs a walk of the allocator's free lists and, later, a page fault for each page given back
+/// that is used again: call it when a large burst of memory has been freed, not per call.
+pub(crate) fn release_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes no pointer and only releases pages glibc itself knows to be
+    // free; it is thread-safe (it locks each arena in turn).
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Heap freed at its top that glibc keeps rather than returns at once (`M_TRIM_THRESHOLD`;
+/// glibc's default is 128 KiB). Freed memory is given back by [`release_free_heap`] once large
+/// answers stop coming; until then a relayed multi-MiB answer's read buffers are reused by the
+/// next one instead of being returned and faulted back in page by page (measured: ~10 % of the
+/// relay's CPU for a 4 MiB List, docs/benchmarks.md). Bounded so that a burst no large answer
+/// announced still goes back at once.
+const TRIM_THRESHOLD: libc::c_int = 8 << 20;
+
+/// Sets the allocator's trim threshold (glibc only; elsewhere nothing). Call once, at start.
+pub(crate) fn keep_freed_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt takes two integers and changes a tunable of the allocator under its lock.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
+    }
+}
