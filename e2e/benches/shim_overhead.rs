@@ -604,6 +604,7 @@ async fn bench(
     for b in 0..10 {
         let _ = populate(&node, &shim.cri, &format!("many-{b}"), 90, 0).await;
     }
+    let indexed = Rss::of(pid, "with 1,100 containers indexed");
     let snap = podward_api::shim::v1::lifecycle_client::LifecycleClient::new(
         podward_api::socket::channel(shim.control.clone()),
     )
@@ -612,15 +613,21 @@ async fn bench(
     .await
     .expect("snapshot")
     .into_inner();
-    let rss = Rss::of(pid, "with 1,100 containers indexed, after a Snapshot");
     println!(
         "shim RSS with {} containers / {} sandboxes indexed: {:.1} MiB (goal ≤ 16)",
         snap.containers.len(),
         snap.sandboxes.len(),
-        rss.vm_rss_kb as f64 / 1024.0,
+        indexed.vm_rss_kb as f64 / 1024.0,
     );
     drop(snap);
-    phases.push(rss);
+    phases.push(indexed);
+    phases.push(Rss::of(
+        pid,
+        "right after a Snapshot (a copy of the whole index, encoded and sent)",
+    ));
+    // The shim gives a snapshot's freed memory back a while after (shim/src/memory.rs).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    phases.push(Rss::of(pid, "3 s later"));
     println!("shim RSS along the way (VmRSS / RssAnon):");
     for p in &phases {
         println!(

@@ -7,6 +7,10 @@
 //! wholly free page of every arena back (`madvise(MADV_DONTNEED)`), wherever it lies.
 #![allow(unsafe_code)]
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
 /// Gives the wholly free pages of the heap back to the kernel (glibc only; elsewhere nothing).
 /// Costs a walk of the allocator's free lists and, later, a page fault for each page given back
 /// that is used again: call it when a large burst of memory has been freed, not per call.
@@ -33,5 +37,38 @@ pub(crate) fn keep_freed_heap() {
     // SAFETY: mallopt takes two integers and changes a tunable of the allocator under its lock.
     unsafe {
         libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
+/// How long after a large transient the freed heap is given back: long enough for a snapshot to
+/// have been encoded and sent, and longer than kubelet's relist period (1 s), so that a
+/// multi-MiB List coming back every second keeps the memory its bytes need instead of faulting
+/// it back in each time.
+pub(crate) const RELEASE_AFTER: Duration = Duration::from_secs(2);
+
+/// Gives the freed heap back [`RELEASE_AFTER`] a large transient was built on the runtime (a
+/// snapshot of the whole index, a rebuild), once for all those requested meanwhile. Outside a
+/// tokio runtime it does nothing (the decoder thread releases on its own).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Release {
+    pending: Arc<AtomicBool>,
+}
+
+impl Release {
+    /// Schedules a release unless one is pending.
+    pub(crate) fn soon(&self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.pending.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let pending = self.pending.clone();
+        rt.spawn(async move {
+            tokio::time::sleep(RELEASE_AFTER).await;
+            pending.store(false, Ordering::Release);
+            release_free_heap();
+        });
     }
 }

@@ -9,7 +9,7 @@ mod decode;
 mod unchanged;
 
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::{Buf, Bytes};
 
@@ -263,11 +263,6 @@ pub fn spawn(publisher: Publisher, metrics: Metrics) -> std::io::Result<Observer
 /// the kernel once they stop coming (see [`run_decoder`]).
 const LARGE_BODIES: usize = 1 << 20;
 
-/// How long after the last large observation the freed memory is given back. Longer than
-/// kubelet's relist period (1 s): while a multi-MiB List comes back every second, the memory its
-/// bytes take is in use, and giving it back would only cost page faults on the next one.
-const RELEASE_AFTER: Duration = Duration::from_secs(2);
-
 fn run_decoder(rx: &mpsc::Receiver<Raw>, publisher: &Publisher, metrics: &Metrics) {
     let mut unchanged = Unchanged::default();
     let mut last_large: Option<Instant> = None;
@@ -277,9 +272,9 @@ fn run_decoder(rx: &mpsc::Receiver<Raw>, publisher: &Publisher, metrics: &Metric
                 Ok(raw) => raw,
                 Err(mpsc::RecvError) => return,
             },
-            Some(at) => match rx
-                .recv_timeout((at + RELEASE_AFTER).saturating_duration_since(Instant::now()))
-            {
+            Some(at) => match rx.recv_timeout(
+                (at + crate::memory::RELEASE_AFTER).saturating_duration_since(Instant::now()),
+            ) {
                 Ok(raw) => raw,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     // A multi-MiB answer leaves megabytes of freed heap behind it (its read
