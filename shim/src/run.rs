@@ -115,7 +115,7 @@ pub async fn run_with(
         on_publisher,
         relay_buffer,
     } = options;
-    crate::memory::keep_freed_heap();
+    crate::memory::tune_allocator();
     podward_api::daemon::build_info::register(&admin.registry, "shim", env!("CARGO_PKG_VERSION"));
     for w in config.warnings() {
         tracing::warn!("{w}");
