@@ -164,8 +164,9 @@ impl Pump {
                 // the current-thread runtime would run the other direction — which carries the
                 // client's WINDOW_UPDATEs that containerd waits for once its window is spent —
                 // only when this task's budget ran out. Yielding lets the runtime poll its I/O
-                // and relay those first. Measured on a 4 MiB List: +1.8–1.9 ms added instead of
-                // +2.5–3.7 ms, the same as the multi-threaded runtime (docs/benchmarks.md).
+                // and relay those first. Measured on a 4 MiB List: the current-thread shim then
+                // adds what the multi-threaded one does, where it added up to twice as much
+                // before (docs/benchmarks.md).
                 tokio::task::yield_now().await;
             }
         }
