@@ -12,6 +12,8 @@
 //!   fields, such as labels and annotations, in any order too); the digest of a message is an
 //!   order-independent sum of the digests of its top-level fields (a List's items, a Status
 //!   answer's `status` and `info` entries), so a reordered answer is a repeat.
+//!   (A message that repeats a singular field, where the last one wins, would read as a repeat
+//!   with those fields swapped; no protobuf encoder writes that, and the next change repairs it.)
 //!
 //! Digests rather than the answers themselves keep the memory to a few hundred KiB at most.
 //! foldhash (randomly seeded per process) rather than std's SipHash: hashing a 4 MiB answer is on
