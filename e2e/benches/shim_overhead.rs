@@ -13,7 +13,8 @@
 //!
 //! Run: `cargo bench -p podward-e2e --bench shim_overhead` (root; about 3 minutes).
 //! `-- --buffers 16,256` adds shims with those relay read buffers (KiB) to the mix rounds;
-//! `-- --multi` adds a shim on tokio's multi-threaded runtime.
+//! `-- --multi` adds a shim on tokio's multi-threaded runtime; `-- --skip-mix` leaves out the
+//! mix rounds (4 MiB List, RSS and idle CPU only).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -28,6 +29,8 @@ use tonic::transport::Channel;
 
 const MIX_ROUNDS: usize = 10;
 const MIXES_PER_ROUND: usize = 100;
+/// ~4 MiB ListContainers per path.
+const BIG_LISTS: usize = 40;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -49,7 +52,12 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    rt.block_on(bench(buffers, args.iter().any(|a| a == "--multi")));
+    let opts = Opts {
+        buffers,
+        multi: args.iter().any(|a| a == "--multi"),
+        skip_mix: args.iter().any(|a| a == "--skip-mix"),
+    };
+    rt.block_on(bench(opts));
 }
 
 /// The shim, in this process (child mode).
@@ -342,6 +350,23 @@ fn proc_status_kb(pid: u32, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The shim's resident memory at one point of the bench.
+struct Rss {
+    what: &'static str,
+    vm_rss_kb: u64,
+    rss_anon_kb: u64,
+}
+
+impl Rss {
+    fn of(pid: u32, what: &'static str) -> Self {
+        Self {
+            what,
+            vm_rss_kb: proc_status_kb(pid, "VmRSS:"),
+            rss_anon_kb: proc_status_kb(pid, "RssAnon:"),
+        }
+    }
+}
+
 fn cpu_ticks(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the parenthesised command: utime is the 14th field, stime the 15th.
@@ -380,7 +405,23 @@ impl Path3 {
     }
 }
 
-async fn bench(buffers: Vec<usize>, multi: bool) {
+/// What to run (the flags after `--`).
+struct Opts {
+    /// `--buffers K,...`: extra shims with these relay read buffers (KiB) in the mix rounds.
+    buffers: Vec<usize>,
+    /// `--multi`: an extra shim on the multi-threaded runtime in the mix rounds.
+    multi: bool,
+    /// `--skip-mix`: no mix rounds (the 4 MiB List, RSS and idle CPU only).
+    skip_mix: bool,
+}
+
+async fn bench(
+    Opts {
+        buffers,
+        multi,
+        skip_mix,
+    }: Opts,
+) {
     let node = TestNode::start().await.expect("node");
     let shim = start_shim(&node, "shim", 64, "current").await;
     let socat = start_socat(&node).await;
@@ -401,7 +442,8 @@ async fn bench(buffers: Vec<usize>, multi: bool) {
     );
 
     let pid = shim.child.id();
-    let rss_start = proc_status_kb(pid, "VmRSS:");
+    eprintln!("shim pid {pid}");
+    let mut phases = vec![Rss::of(pid, "at start")];
     let (sid, cids) = populate(&node, &direct, "mix", 100, 0).await;
     let cid = cids[0].clone();
     let warm = Arc::new(AtomicU64::new(0));
@@ -409,7 +451,8 @@ async fn bench(buffers: Vec<usize>, multi: bool) {
         let _ = round(p, 1, &sid, &cid, &warm).await;
     }
 
-    for conc in [1usize, 16] {
+    let concurrencies: &[usize] = if skip_mix { &[] } else { &[1, 16] };
+    for &conc in concurrencies {
         let mut paths = vec![
             Path3::new("direct", &direct),
             Path3::new("socat", &socat.path),
@@ -469,21 +512,38 @@ async fn bench(buffers: Vec<usize>, multi: bool) {
         }
     }
 
-    let rss_after_mix = proc_status_kb(pid, "VmRSS:");
+    phases.push(Rss::of(
+        pid,
+        "after the mix rounds (100 containers indexed)",
+    ));
     // ~4 MiB ListContainers: 100 containers with 40 KiB of annotations each.
     let (big_sid, _) = populate(&node, &direct, "big", 100, 40 * 1024).await;
+    phases.push(Rss::of(
+        pid,
+        "after 100 containers with 40 KiB annotations were created (direct)",
+    ));
     let filter = cri::ContainerFilter {
         pod_sandbox_id: big_sid.clone(),
         ..Default::default()
     };
     let mut size = 0usize;
-    let big_paths = [&direct, &socat.path, &shim.cri];
-    let mut times: [Vec<Duration>; 3] = Default::default();
-    let mut failed = [0usize; 3];
-    for i in 0..40 {
-        for k in 0..3 {
-            let j = (i + k) % 3;
-            let mut c = client(big_paths[j]);
+    let mut big_paths = vec![
+        Path3::new("direct", &direct),
+        Path3::new("socat", &socat.path),
+        Path3::new("shim", &shim.cri),
+    ];
+    for (name, s) in &extra {
+        big_paths.push(Path3::new(name, &s.cri));
+    }
+    let cpu_before = cpu_ticks(pid);
+    // Markers for a profiler attached to the shim (`perf record -p <shim pid>`).
+    eprintln!("4 MiB Lists: start");
+    for i in 0..BIG_LISTS {
+        let n = big_paths.len();
+        for k in 0..n {
+            let p = &mut big_paths[(i + k) % n];
+            // A new connection per call, as a client that dials per request would.
+            let mut c = client(&p.path);
             let t = Instant::now();
             match c
                 .list_containers(cri::ListContainersRequest {
@@ -492,41 +552,59 @@ async fn bench(buffers: Vec<usize>, multi: bool) {
                 .await
             {
                 Ok(r) => {
-                    times[j].push(t.elapsed());
+                    p.lat.push(t.elapsed());
                     size = tonic_prost::prost::Message::encoded_len(r.get_ref());
                 }
                 Err(e) => {
                     eprintln!("big ListContainers failed: {e:?}");
-                    failed[j] += 1;
+                    p.failures.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
     }
-    if failed.iter().any(|f| *f > 0) {
-        println!(
-            "ListContainers of ~4 MiB: FAILED calls {failed:?} (direct, socat, shim): no figures"
-        );
-    } else {
-        for t in &mut times {
-            t.sort();
+    eprintln!("4 MiB Lists: end");
+    let cpu_ms_per_list = (cpu_ticks(pid) - cpu_before) as f64 * 10.0 / BIG_LISTS as f64;
+    for p in &mut big_paths {
+        p.lat.sort();
+    }
+    let med = |p: &Path3| us(pct(&p.lat, 0.5)) / 1e3;
+    let d = med(&big_paths[0]);
+    println!(
+        "ListContainers of {:.2} MiB, median of {BIG_LISTS}:",
+        size as f64 / (1 << 20) as f64
+    );
+    for p in &big_paths {
+        if !p.clean() {
+            println!(
+                "  {:<14} FAILED ({} calls): no figures",
+                p.name,
+                p.failures.load(Ordering::Relaxed)
+            );
+            continue;
         }
-        let med = |t: &[Duration]| us(pct(t, 0.5)) / 1e3;
         println!(
-            "ListContainers of {:.2} MiB: median direct {:.2} ms, socat {:.2} ms (+{:.2}), shim {:.2} ms (+{:.2}; goal ≤ +1 ms)",
-            size as f64 / (1 << 20) as f64,
-            med(&times[0]),
-            med(&times[1]),
-            med(&times[1]) - med(&times[0]),
-            med(&times[2]),
-            med(&times[2]) - med(&times[0]),
+            "  {:<14} {:>6.2} ms (+{:.2}){}",
+            p.name,
+            med(p),
+            med(p) - d,
+            if p.name == "shim" {
+                " (goal ≤ +1 ms)"
+            } else {
+                ""
+            }
         );
     }
+    println!("  the shim's CPU per List (utime+stime): {cpu_ms_per_list:.2} ms");
 
+    phases.push(Rss::of(
+        pid,
+        "after the 4 MiB Lists (their 100 containers, 4 MiB of annotations, indexed too)",
+    ));
     // 1,000 containers indexed: created through the shim (it indexes them as it relays).
-    let rss_before = proc_status_kb(pid, "VmRSS:");
     for b in 0..10 {
         let _ = populate(&node, &shim.cri, &format!("many-{b}"), 90, 0).await;
     }
+    let indexed = Rss::of(pid, "with 1,100 containers indexed");
     let snap = podward_api::shim::v1::lifecycle_client::LifecycleClient::new(
         podward_api::socket::channel(shim.control.clone()),
     )
@@ -535,22 +613,30 @@ async fn bench(buffers: Vec<usize>, multi: bool) {
     .await
     .expect("snapshot")
     .into_inner();
-    let rss = proc_status_kb(pid, "VmRSS:");
     println!(
-        "shim RSS with {} containers / {} sandboxes indexed: {:.1} MiB (goal ≤ 16; was {:.1} MiB before the 900 new ones)",
+        "shim RSS with {} containers / {} sandboxes indexed: {:.1} MiB (goal ≤ 16)",
         snap.containers.len(),
         snap.sandboxes.len(),
-        rss as f64 / 1024.0,
-        rss_before as f64 / 1024.0
+        indexed.vm_rss_kb as f64 / 1024.0,
     );
-    println!(
-        "shim RSS along the way: {:.1} MiB at start, {:.1} MiB after the mix rounds (100 containers \
-         indexed), {:.1} MiB after the 4 MiB Lists (their 100 containers, 4 MiB of annotations, \
-         indexed too)",
-        rss_start as f64 / 1024.0,
-        rss_after_mix as f64 / 1024.0,
-        rss_before as f64 / 1024.0
-    );
+    drop(snap);
+    phases.push(indexed);
+    phases.push(Rss::of(
+        pid,
+        "right after a Snapshot (a copy of the whole index, encoded and sent)",
+    ));
+    // The shim gives a snapshot's freed memory back a while after (shim/src/memory.rs).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    phases.push(Rss::of(pid, "3 s later"));
+    println!("shim RSS along the way (VmRSS / RssAnon):");
+    for p in &phases {
+        println!(
+            "  {:>5.1} / {:>5.1} MiB {}",
+            p.vm_rss_kb as f64 / 1024.0,
+            p.rss_anon_kb as f64 / 1024.0,
+            p.what
+        );
+    }
 
     let ticks_per_s = 100.0; // USER_HZ on Linux
     let t0 = cpu_ticks(pid);

@@ -6,14 +6,16 @@
 //! credentials, Exec, unknown methods) is relayed without a copy.
 
 mod decode;
+mod unchanged;
 
-use std::hash::{BuildHasher, Hasher};
+use std::sync::mpsc;
+use std::time::Instant;
 
 use bytes::{Buf, Bytes};
-use tokio::sync::mpsc;
 
 use crate::metrics::Metrics;
 use crate::publish::Publisher;
+use unchanged::Unchanged;
 
 pub use decode::decode;
 
@@ -170,12 +172,6 @@ impl Body {
             .find(|p| !p.is_empty())
             .is_some_and(|p| p[0] != 0)
     }
-
-    fn hash_into(&self, h: &mut impl Hasher) {
-        for p in &self.parts {
-            h.write(p);
-        }
-    }
 }
 
 /// Raw bytes of one observed call, decoded later by [`decode`].
@@ -209,10 +205,22 @@ pub enum Raw {
     },
 }
 
+impl Raw {
+    /// Bytes of call bodies it holds.
+    fn body_bytes(&self) -> usize {
+        match self {
+            Self::Request { body, .. } => body.len(),
+            Self::Call {
+                request, response, ..
+            } => request.len() + response.len(),
+        }
+    }
+}
+
 /// The sending side, used by the relay's readers.
 #[derive(Clone, Debug)]
 pub struct Observer {
-    tx: mpsc::Sender<Raw>,
+    tx: mpsc::SyncSender<Raw>,
     metrics: Metrics,
 }
 
@@ -230,34 +238,71 @@ impl Observer {
     /// An observer whose raw observations go to the returned receiver instead of a decoder
     /// (tests and tools that look at what the reader saw).
     pub fn channel(metrics: Metrics) -> (Self, mpsc::Receiver<Raw>) {
-        let (tx, rx) = mpsc::channel(QUEUE_LEN);
+        let (tx, rx) = mpsc::sync_channel(QUEUE_LEN);
         (Self { tx, metrics }, rx)
     }
 }
 
-/// Creates the observer and its decoder task, which folds decoded observations into `publisher`.
-pub fn spawn(publisher: Publisher, metrics: Metrics) -> Observer {
-    let (tx, mut rx) = mpsc::channel::<Raw>(QUEUE_LEN);
-    let task_metrics = metrics.clone();
-    tokio::spawn(async move {
-        let metrics = task_metrics;
-        let mut unchanged = Unchanged::default();
-        while let Some(raw) = rx.recv().await {
-            if unchanged.is_repeat(&raw) {
-                continue;
-            }
-            let (observations, repairs) = decode(raw);
-            for r in &repairs.0 {
-                metrics.count_repair(r);
-                // kubelet relists every second: the same bad object would flood the log.
-                tracing::debug!(repair = %r, "observed CRI message repaired");
-            }
-            for obs in observations {
-                publisher.apply(obs);
-            }
+/// Creates the observer and its decoder, which folds decoded observations into `publisher`.
+///
+/// The decoder is a thread of its own, not a task on the relay's runtime: a changed 4 MiB List
+/// takes milliseconds to decode and fold into the index, and on the runtime's one thread those
+/// milliseconds would be taken from the copies of every connection (measured in
+/// docs/benchmarks.md). The queue between them stays bounded ([`QUEUE_LEN`]); the thread ends
+/// once every [`Observer`] is dropped.
+pub fn spawn(publisher: Publisher, metrics: Metrics) -> std::io::Result<Observer> {
+    let (tx, rx) = mpsc::sync_channel::<Raw>(QUEUE_LEN);
+    let decoder_metrics = metrics.clone();
+    std::thread::Builder::new()
+        .name("shim-decoder".into())
+        .spawn(move || run_decoder(&rx, &publisher, &decoder_metrics))?;
+    Ok(Observer { tx, metrics })
+}
+
+/// Raw observations holding at least this much body make the decoder give freed memory back to
+/// the kernel once they stop coming (see [`run_decoder`]).
+const LARGE_BODIES: usize = 1 << 20;
+
+fn run_decoder(rx: &mpsc::Receiver<Raw>, publisher: &Publisher, metrics: &Metrics) {
+    let mut unchanged = Unchanged::default();
+    let mut last_large: Option<Instant> = None;
+    loop {
+        let raw = match last_large {
+            None => match rx.recv() {
+                Ok(raw) => raw,
+                Err(mpsc::RecvError) => return,
+            },
+            Some(at) => match rx.recv_timeout(
+                (at + crate::memory::RELEASE_AFTER).saturating_duration_since(Instant::now()),
+            ) {
+                Ok(raw) => raw,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    // A multi-MiB answer leaves megabytes of freed heap behind it (its read
+                    // buffers, the decoded copy folded into the index) that glibc keeps for
+                    // the process unless asked.
+                    crate::memory::release_free_heap();
+                    last_large = None;
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            },
+        };
+        if raw.body_bytes() >= LARGE_BODIES {
+            last_large = Some(Instant::now());
         }
-    });
-    Observer { tx, metrics }
+        if unchanged.is_repeat(&raw) {
+            continue;
+        }
+        let (observations, repairs) = decode(raw);
+        for r in &repairs.0 {
+            metrics.count_repair(r);
+            // kubelet relists every second: the same bad object would flood the log.
+            tracing::debug!(repair = %r, "observed CRI message repaired");
+        }
+        for obs in observations {
+            publisher.apply(obs);
+        }
+    }
 }
 
 /// A window of `left` bytes over a body's parts, from part `idx`, offset `off`.
@@ -312,98 +357,9 @@ impl Buf for Parts<'_> {
     }
 }
 
-/// Distinct List/Status requests remembered; past it the memory starts afresh.
-const UNCHANGED_ENTRIES: usize = 4096;
-
-/// A digest of the last answer to each distinct List/Status request. kubelet relists every
-/// second and the answer is usually byte-identical to the previous one: such a repeat carries no
-/// news and is not decoded (decoding a 100-container list costs more CPU than relaying it).
-/// Digests rather than the answers themselves keep this a few hundred KiB at most. foldhash
-/// (randomly seeded per process) rather than std's SipHash: hashing a 100-container answer is on
-/// the decoder's CPU budget for every relist, and foldhash is several times faster. A collision
-/// would only skip decoding one changed answer; the next change, event or rebuild repairs it.
-#[derive(Default)]
-struct Unchanged {
-    keys: foldhash::fast::RandomState,
-    last: std::collections::HashMap<(Watched, u64), u64>,
-}
-
-impl Unchanged {
-    fn digest(&self, body: &Body) -> u64 {
-        let mut h = self.keys.build_hasher();
-        body.hash_into(&mut h);
-        h.write_usize(body.len());
-        h.finish()
-    }
-
-    fn is_repeat(&mut self, raw: &Raw) -> bool {
-        let Raw::Call {
-            method,
-            request,
-            response,
-            grpc_status: Some(0),
-            ..
-        } = raw
-        else {
-            return false;
-        };
-        if method.is_mutating() {
-            return false;
-        }
-        let key = (*method, self.digest(request));
-        let answer = self.digest(response);
-        if self.last.get(&key) == Some(&answer) {
-            return true;
-        }
-        if self.last.len() >= UNCHANGED_ENTRIES {
-            self.last.clear();
-        }
-        self.last.insert(key, answer);
-        false
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn list(resp: &'static [u8], status: Option<i32>) -> Raw {
-        Raw::Call {
-            method: Watched::ListContainers,
-            request: Body::from_bytes(Bytes::from_static(b"\0\0\0\0\0")),
-            response: Body::from_bytes(Bytes::from_static(resp)),
-            grpc_status: status,
-            outcome: Outcome::Delivered,
-            requested_at_ns: 0,
-            completed_at_ns: 0,
-        }
-    }
-
-    #[test]
-    fn identical_list_answers_are_skipped_but_changes_and_mutations_are_not() {
-        let mut u = Unchanged::default();
-        assert!(!u.is_repeat(&list(b"a", Some(0))));
-        assert!(u.is_repeat(&list(b"a", Some(0))));
-        assert!(
-            !u.is_repeat(&list(b"b", Some(0))),
-            "a changed answer is news"
-        );
-        assert!(
-            !u.is_repeat(&list(b"b", Some(14))),
-            "failed calls are never deduplicated"
-        );
-        let run = Raw::Call {
-            method: Watched::RunPodSandbox,
-            request: Body::default(),
-            response: Body::from_bytes(Bytes::from_static(b"x")),
-            grpc_status: Some(0),
-            outcome: Outcome::Delivered,
-            requested_at_ns: 0,
-            completed_at_ns: 0,
-        };
-        assert!(!u.is_repeat(&run));
-        assert!(!u.is_repeat(&run), "mutating calls always count");
-    }
 
     fn message_of(parts: &[&'static [u8]]) -> Option<Vec<u8>> {
         let mut body = Body::default();

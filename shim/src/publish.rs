@@ -20,6 +20,7 @@ use podward_api::shim::v1::{
 use tokio::sync::mpsc;
 
 use crate::index::{Change, Index, Observation};
+use crate::memory::Release;
 use crate::metrics::Metrics;
 
 pub use subscriber::Subscription;
@@ -33,6 +34,8 @@ pub struct Publisher {
     queue: usize,
     metrics: Metrics,
     clock: fn() -> i64,
+    /// A snapshot or a rebuild is a copy of the whole index: its memory is given back after.
+    release: Release,
 }
 
 struct Shared {
@@ -63,6 +66,7 @@ impl Publisher {
             queue: queue.max(1),
             metrics,
             clock,
+            release: Release::default(),
         }
     }
 
@@ -80,6 +84,7 @@ impl Publisher {
     /// subscriber.
     pub fn apply(&self, obs: Observation) {
         let now = (self.clock)();
+        let rebuilt = matches!(obs, Observation::Rebuilt { .. });
         let mut guard = self.shared.lock();
         let shared = &mut *guard;
         let changes = shared.index.apply(obs);
@@ -109,6 +114,9 @@ impl Publisher {
         self.metrics
             .index_containers
             .set(i64::try_from(shared.index.container_count()).unwrap_or(i64::MAX));
+        if rebuilt {
+            self.release.soon();
+        }
     }
 
     /// The whole index now.
@@ -118,6 +126,7 @@ impl Publisher {
     }
 
     fn snapshot_locked(&self, shared: &Shared, resync: bool) -> Snapshot {
+        self.release.soon();
         shared.index.snapshot(
             shared.seq,
             &self.instance_id,

@@ -38,6 +38,9 @@ pub enum RunError {
     /// Metrics registration failed.
     #[error(transparent)]
     Metrics(#[from] MetricsError),
+    /// The decoder thread could not be started.
+    #[error("starting the decoder thread: {0}")]
+    Decoder(#[source] std::io::Error),
     /// The control API server failed.
     #[error("control API: {0}")]
     Control(#[from] tonic::transport::Error),
@@ -112,6 +115,7 @@ pub async fn run_with(
         on_publisher,
         relay_buffer,
     } = options;
+    crate::memory::tune_allocator();
     podward_api::daemon::build_info::register(&admin.registry, "shim", env!("CARGO_PKG_VERSION"));
     for w in config.warnings() {
         tracing::warn!("{w}");
@@ -136,7 +140,7 @@ pub async fn run_with(
     .await?;
     let admin_listener = podward_api::daemon::admin::bind(config.admin_addr).await?;
 
-    let observer = observe::spawn(publisher.clone(), metrics.clone());
+    let observer = observe::spawn(publisher.clone(), metrics.clone()).map_err(RunError::Decoder)?;
     let upstream = Upstream::new();
     tokio::spawn(upstream.clone().maintain(
         config.containerd_socket.clone(),

@@ -178,7 +178,7 @@ fn observe(chunks: &[(Side, Bytes)]) -> (Vec<String>, u64) {
     }
     let metrics = METRICS.with(Clone::clone);
     let before = total_requests(&metrics);
-    let (observer, mut rx) = Observer::channel(metrics.clone());
+    let (observer, rx) = Observer::channel(metrics.clone());
     let recorder = Arc::new(Recorder::new(metrics.clone(), observer, || 0));
     let conv = Conversation::new(recorder);
     let mut client = SideReader::new(Side::Client, conv.clone(), Faults::new());
