@@ -123,14 +123,7 @@ impl Footprint {
                 continue;
             }
             let proc_dir = entry.path();
-            let cmd = std::fs::read(proc_dir.join("cmdline"))
-                .map(|b| {
-                    String::from_utf8_lossy(&b)
-                        .replace('\0', " ")
-                        .trim()
-                        .to_owned()
-                })
-                .unwrap_or_default();
+            let cmd = proc_cmdline(pid);
             let in_cgroup = std::fs::read_to_string(proc_dir.join("cgroup"))
                 .map(|c| c.lines().any(|l| cgroup_line_under(l, &self.cgroup_parent)))
                 .unwrap_or(false);
@@ -353,6 +346,19 @@ fn cgroup_line_under(line: &str, parent: &str) -> bool {
         return false;
     };
     path == parent || path.starts_with(&format!("{parent}/"))
+}
+
+/// `/proc/<pid>/cmdline` with its NULs as spaces, trimmed; empty when unreadable (the process
+/// is gone, or a zombie).
+pub fn proc_cmdline(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .replace('\0', " ")
+                .trim()
+                .to_owned()
+        })
+        .unwrap_or_default()
 }
 
 fn is_zombie(pid: i32) -> bool {

@@ -45,7 +45,7 @@ mod net;
 mod node;
 
 pub use binaries::bin_path;
-pub use cleanup::Footprint;
+pub use cleanup::{Footprint, proc_cmdline};
 pub use daemon::Daemon;
 pub use driver::{
     ContainerPort, ContainerSpec, Driver, Pod, PodSpec, RestartPolicy, SecurityContext,

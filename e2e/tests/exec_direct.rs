@@ -9,6 +9,7 @@ use std::time::Duration;
 use podward_api::test_util::eventually;
 use podward_e2e::{
     ContainerSpec, Driver, Pod, PodSpec, RestartPolicy, SecurityContext, TestNode, bin_path,
+    proc_cmdline,
 };
 use podward_prober::handler::exec::cri::CriExec;
 use podward_prober::handler::exec::direct::init::HELPER_ARG;
@@ -258,14 +259,7 @@ fn procs() -> Vec<Proc> {
             .flatten();
         let state = rest.next().and_then(|s| s.chars().next()).unwrap_or('?');
         let ppid = rest.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|b| {
-                String::from_utf8_lossy(&b)
-                    .replace('\0', " ")
-                    .trim()
-                    .to_owned()
-            })
-            .unwrap_or_default();
+        let cmdline = proc_cmdline(pid);
         out.push(Proc {
             pid,
             ppid,

@@ -416,6 +416,25 @@ mod tests {
     }
 
     #[test]
+    fn the_exec_standby_is_on_unless_turned_off_and_takes_only_a_bool() {
+        let load = |argv: &[&str]| -> Result<bool, String> {
+            let args =
+                Args::try_parse_from(std::iter::once("podward-prober").chain(argv.iter().copied()))
+                    .map_err(|e| e.to_string())?;
+            podward_api::daemon::config::load::<Config, _>(None, &args)
+                .map(|c| c.exec_standby)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(load(&[]), Ok(true));
+        assert_eq!(load(&["--exec-standby"]), Ok(true));
+        assert_eq!(load(&["--exec-standby=false"]), Ok(false));
+        for bad in ["--exec-standby=no", "--exec-standby=", "--exec-standby=0"] {
+            assert!(load(&[bad]).is_err(), "{bad} must be refused");
+        }
+        assert!(load(&["--exec-standby", "false"]).is_err());
+    }
+
+    #[test]
     fn detected_node_ip_is_usable() {
         assert!(!detect_node_ip().is_unspecified());
     }

@@ -261,4 +261,31 @@ mod tests {
         assert!(u.is_repeat(&list(&[&truncated[..3], &truncated[3..]], Some(0))));
         assert!(!u.is_repeat(&list(&[&[0, 0, 0, 0, 9, 0x0a, 1]], Some(0))));
     }
+
+    #[test]
+    fn hostile_field_headers_fall_back_to_the_bytes_without_a_panic() {
+        let frame = |msg: &[u8]| {
+            let mut out = vec![0];
+            out.extend_from_slice(&u32::try_from(msg.len()).expect("small").to_be_bytes());
+            out.extend_from_slice(msg);
+            out
+        };
+        let mut max_len = vec![0x0a];
+        prost::encoding::encode_varint(u64::MAX, &mut max_len);
+        let hostile = [
+            max_len,                            // a length of 2^64 - 1
+            vec![0x0f, 1, 2, 3],                // wire type 7
+            vec![0xff; 12],                     // a key varint that never ends
+            vec![0x09, 1, 2, 3],                // a fixed64 with 3 bytes
+            vec![0x08, 0xff, 0xff, 0xff, 0xff], // a truncated varint value
+        ];
+        let mut u = Unchanged::default();
+        for msg in &hostile {
+            let body = frame(msg);
+            assert!(!u.is_repeat(&list(&[&body], Some(0))), "{msg:?}");
+            // Digested as bytes: the same bytes split anywhere are a repeat, changed ones not.
+            let (a, b) = body.split_at(body.len() / 2);
+            assert!(u.is_repeat(&list(&[a, b], Some(0))), "{msg:?}");
+        }
+    }
 }
