@@ -30,12 +30,16 @@ use tonic::transport::Channel;
 const MIX_ROUNDS: usize = 10;
 const MIXES_PER_ROUND: usize = 100;
 /// ~4 MiB ListContainers per path.
-const BIG_LISTS: usize = 40;
+const BIG_LISTS: usize = 150;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--as-shim") {
         as_shim(&args[2..]);
+        return;
+    }
+    if args.get(1).map(String::as_str) == Some("--as-bare-relay") {
+        as_bare_relay(&args[2..]);
         return;
     }
     if args.iter().any(|a| a == "--list") {
@@ -56,6 +60,8 @@ fn main() {
         buffers,
         multi: args.iter().any(|a| a == "--multi"),
         skip_mix: args.iter().any(|a| a == "--skip-mix"),
+        splice: args.iter().any(|a| a == "--splice"),
+        bare: args.iter().any(|a| a == "--bare"),
     };
     rt.block_on(bench(opts));
 }
@@ -86,6 +92,7 @@ fn as_shim(args: &[String]) {
             .get(5)
             .and_then(|k| k.parse::<usize>().ok())
             .map_or(podward_shim::relay::DEFAULT_BUFFER, |k| k << 10),
+        relay_splice: args.get(6).map(String::as_str) == Some("splice"),
         ..Default::default()
     };
     rt.block_on(async move {
@@ -95,6 +102,61 @@ fn as_shim(args: &[String]) {
             std::process::exit(1);
         }
     });
+}
+
+/// A bare relay in this process (child mode): what a user-space copy costs without the side
+/// reader, on the shim's runtime flavour and buffer size. `args`: listen path, containerd socket.
+fn as_bare_relay(args: &[String]) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (listen, containerd) = (PathBuf::from(&args[0]), PathBuf::from(&args[1]));
+    rt.block_on(async move {
+        let listener = tokio::net::UnixListener::bind(&listen).expect("bind");
+        loop {
+            let Ok((mut c, _)) = listener.accept().await else {
+                continue;
+            };
+            let containerd = containerd.clone();
+            tokio::spawn(async move {
+                if let Ok(mut u) = tokio::net::UnixStream::connect(&containerd).await {
+                    let _ = tokio::io::copy_bidirectional_with_sizes(
+                        &mut c,
+                        &mut u,
+                        64 << 10,
+                        64 << 10,
+                    )
+                    .await;
+                }
+            });
+        }
+    });
+}
+
+async fn start_bare_relay(node: &TestNode) -> ShimProcess {
+    let cri = node.dir().join("bench-bare.sock");
+    let child = std::process::Command::new(std::env::current_exe().expect("current exe"))
+        .arg("--as-bare-relay")
+        .arg(&cri)
+        .arg(node.containerd_socket())
+        .spawn()
+        .expect("spawn bare relay");
+    let relay = ShimProcess {
+        child,
+        control: cri.clone(),
+        cri,
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while client(&relay.cri)
+        .version(cri::VersionRequest::default())
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "bare relay did not come up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    relay
 }
 
 struct ShimProcess {
@@ -150,6 +212,16 @@ async fn start_socat(node: &TestNode) -> Socat {
 }
 
 async fn start_shim(node: &TestNode, name: &str, buffer_kib: usize, flavour: &str) -> ShimProcess {
+    start_shim_with(node, name, buffer_kib, flavour, "copy").await
+}
+
+async fn start_shim_with(
+    node: &TestNode,
+    name: &str,
+    buffer_kib: usize,
+    flavour: &str,
+    forward: &str,
+) -> ShimProcess {
     let cri = node.dir().join(format!("bench-{name}.sock"));
     let control = node.dir().join(format!("bench-{name}-control.sock"));
     let admin = format!("127.0.0.1:{}", free_port());
@@ -162,6 +234,7 @@ async fn start_shim(node: &TestNode, name: &str, buffer_kib: usize, flavour: &st
         .arg(&admin)
         .arg(flavour)
         .arg(buffer_kib.to_string())
+        .arg(forward)
         .spawn()
         .expect("spawn shim");
     let shim = ShimProcess {
@@ -413,6 +486,10 @@ struct Opts {
     multi: bool,
     /// `--skip-mix`: no mix rounds (the 4 MiB List, RSS and idle CPU only).
     skip_mix: bool,
+    /// `--splice`: an extra shim that splices large answers.
+    splice: bool,
+    /// `--bare`: a bare relay (tokio's `copy_bidirectional`, no side reader) as a second floor.
+    bare: bool,
 }
 
 async fn bench(
@@ -420,6 +497,8 @@ async fn bench(
         buffers,
         multi,
         skip_mix,
+        splice,
+        bare,
     }: Opts,
 ) {
     let node = TestNode::start().await.expect("node");
@@ -434,6 +513,13 @@ async fn bench(
     if multi {
         let s = start_shim(&node, "shim-multi", 64, "multi").await;
         extra.push(("shim multi-thr".to_owned(), s));
+    }
+    if splice {
+        let s = start_shim_with(&node, "shim-splice", 64, "current", "splice").await;
+        extra.push(("shim splice".to_owned(), s));
+    }
+    if bare {
+        extra.push(("bare relay".to_owned(), start_bare_relay(&node).await));
     }
     let direct = node.containerd_socket();
     println!(

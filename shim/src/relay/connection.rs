@@ -69,6 +69,7 @@ pub(super) async fn relay(relay: Arc<Relay>, client: UnixStream, mut stop: watch
         bytes: metrics.relayed_bytes.with_label_values(&[direction]),
         activity: activity.clone(),
         buffer: relay.buffer,
+        splice: relay.splice,
     };
     let up = pump(client_rx, up_tx, Side::Client, "to_containerd")
         .client_to_containerd(accepted + relay.handshake_timeout);
