@@ -13,8 +13,11 @@
 //!
 //! Run: `cargo bench -p podward-e2e --bench shim_overhead` (root; about 3 minutes).
 //! `-- --buffers 16,256` adds shims with those relay read buffers (KiB) to the mix rounds;
-//! `-- --multi` adds a shim on tokio's multi-threaded runtime; `-- --skip-mix` leaves out the
-//! mix rounds (4 MiB List, RSS and idle CPU only).
+//! `-- --multi` adds a shim on tokio's multi-threaded runtime; `-- --copy` a shim that copies
+//! large answers instead of splicing them (`--relay-splice=false`); `-- --bare` a bare relay
+//! (tokio's `copy_bidirectional`, 64 KiB buffers, current-thread runtime, no HTTP/2 reader): the
+//! floor of a user-space relay, beside socat's; `-- --skip-mix` leaves out the mix rounds (4 MiB
+//! List, RSS and idle CPU only). Extra paths run in every round, the 4 MiB Lists included.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -60,7 +63,7 @@ fn main() {
         buffers,
         multi: args.iter().any(|a| a == "--multi"),
         skip_mix: args.iter().any(|a| a == "--skip-mix"),
-        splice: args.iter().any(|a| a == "--splice"),
+        copy: args.iter().any(|a| a == "--copy"),
         bare: args.iter().any(|a| a == "--bare"),
     };
     rt.block_on(bench(opts));
@@ -85,6 +88,7 @@ fn as_shim(args: &[String]) {
         containerd_socket: PathBuf::from(&args[2]),
         admin_addr: args[3].parse().expect("admin addr"),
         log_level: "warn".into(),
+        relay_splice: args.get(6).map(String::as_str) != Some("copy"),
         ..Default::default()
     };
     let options = podward_shim::Options {
@@ -92,7 +96,6 @@ fn as_shim(args: &[String]) {
             .get(5)
             .and_then(|k| k.parse::<usize>().ok())
             .map_or(podward_shim::relay::DEFAULT_BUFFER, |k| k << 10),
-        relay_splice: args.get(6).map(String::as_str) == Some("splice"),
         ..Default::default()
     };
     rt.block_on(async move {
@@ -146,6 +149,7 @@ async fn start_bare_relay(node: &TestNode) -> ShimProcess {
         child,
         control: cri.clone(),
         cri,
+        admin: None,
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     while client(&relay.cri)
@@ -163,6 +167,23 @@ struct ShimProcess {
     child: std::process::Child,
     cri: PathBuf,
     control: PathBuf,
+    /// The admin endpoint (`/metrics`), for a shim.
+    admin: Option<String>,
+}
+
+impl ShimProcess {
+    /// `podward_shim_index_containers` from the shim's `/metrics`.
+    fn indexed_containers(&self) -> Option<u64> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(self.admin.as_deref()?).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
+            .ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        body.lines()
+            .find_map(|l| l.strip_prefix("podward_shim_index_containers "))
+            .and_then(|v| v.trim().parse().ok())
+    }
 }
 
 impl Drop for ShimProcess {
@@ -212,7 +233,7 @@ async fn start_socat(node: &TestNode) -> Socat {
 }
 
 async fn start_shim(node: &TestNode, name: &str, buffer_kib: usize, flavour: &str) -> ShimProcess {
-    start_shim_with(node, name, buffer_kib, flavour, "copy").await
+    start_shim_with(node, name, buffer_kib, flavour, "splice").await
 }
 
 async fn start_shim_with(
@@ -241,6 +262,7 @@ async fn start_shim_with(
         child,
         cri,
         control,
+        admin: Some(admin),
     };
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -486,8 +508,8 @@ struct Opts {
     multi: bool,
     /// `--skip-mix`: no mix rounds (the 4 MiB List, RSS and idle CPU only).
     skip_mix: bool,
-    /// `--splice`: an extra shim that splices large answers.
-    splice: bool,
+    /// `--copy`: an extra shim that copies large answers (`--relay-splice=false`).
+    copy: bool,
     /// `--bare`: a bare relay (tokio's `copy_bidirectional`, no side reader) as a second floor.
     bare: bool,
 }
@@ -497,7 +519,7 @@ async fn bench(
         buffers,
         multi,
         skip_mix,
-        splice,
+        copy,
         bare,
     }: Opts,
 ) {
@@ -514,9 +536,9 @@ async fn bench(
         let s = start_shim(&node, "shim-multi", 64, "multi").await;
         extra.push(("shim multi-thr".to_owned(), s));
     }
-    if splice {
-        let s = start_shim_with(&node, "shim-splice", 64, "current", "splice").await;
-        extra.push(("shim splice".to_owned(), s));
+    if copy {
+        let s = start_shim_with(&node, "shim-copy", 64, "current", "copy").await;
+        extra.push(("shim copy".to_owned(), s));
     }
     if bare {
         extra.push(("bare relay".to_owned(), start_bare_relay(&node).await));
@@ -689,6 +711,11 @@ async fn bench(
     // 1,000 containers indexed: created through the shim (it indexes them as it relays).
     for b in 0..10 {
         let _ = populate(&node, &shim.cri, &format!("many-{b}"), 90, 0).await;
+    }
+    // The last creates are folded in by the decoder thread just after their answers went out.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while shim.indexed_containers().unwrap_or(0) < 1_100 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let indexed = Rss::of(pid, "with 1,100 containers indexed");
     let snap = podward_api::shim::v1::lifecycle_client::LifecycleClient::new(

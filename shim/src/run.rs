@@ -58,8 +58,6 @@ pub struct Options {
     pub on_publisher: Option<Box<dyn FnOnce(Publisher) + Send>>,
     /// Read buffer per direction of a relayed connection (benchmarks compare sizes).
     pub relay_buffer: usize,
-    /// Whether large answers go to the client with `splice(2)` (benchmarks compare both).
-    pub relay_splice: bool,
 }
 
 impl Default for Options {
@@ -70,7 +68,6 @@ impl Default for Options {
             clock: podward_api::time::now_ns,
             on_publisher: None,
             relay_buffer: crate::relay::DEFAULT_BUFFER,
-            relay_splice: false,
         }
     }
 }
@@ -117,7 +114,6 @@ pub async fn run_with(
         clock,
         on_publisher,
         relay_buffer,
-        relay_splice,
     } = options;
     crate::memory::tune_allocator();
     podward_api::daemon::build_info::register(&admin.registry, "shim", env!("CARGO_PKG_VERSION"));
@@ -184,7 +180,7 @@ pub async fn run_with(
         handshake_timeout: config.handshake_timeout,
         shutdown_grace: config.shutdown_grace,
         buffer: relay_buffer.max(4096),
-        splice: relay_splice,
+        splice: config.relay_splice,
     });
     let cri_task = tokio::spawn(relay.serve(cri.listener, stop.subscribe()));
     let control_task = tokio::spawn(

@@ -67,6 +67,7 @@ pub(super) async fn relay(relay: Arc<Relay>, client: UnixStream, mut stop: watch
         dst,
         reader: SideReader::new(side, conversation.clone(), relay.faults.clone()),
         bytes: metrics.relayed_bytes.with_label_values(&[direction]),
+        spliced: metrics.spliced_bytes.clone(),
         activity: activity.clone(),
         buffer: relay.buffer,
         splice: relay.splice,

@@ -56,6 +56,8 @@ pub(super) struct Pump {
     pub(super) dst: OwnedWriteHalf,
     pub(super) reader: SideReader,
     pub(super) bytes: IntCounter,
+    /// Of `bytes`, those spliced.
+    pub(super) spliced: IntCounter,
     pub(super) activity: Arc<Activity>,
     pub(super) buffer: usize,
     /// Whether large answers may be spliced (containerd to client only).
@@ -181,7 +183,7 @@ impl Pump {
                         .forward(self.src.as_ref(), self.dst.as_ref(), chunk.len())
                         .await
                     {
-                        Forwarded::All => {}
+                        Forwarded::All => self.spliced.inc_by(chunk.len() as u64),
                         Forwarded::DestinationGone { unread } => {
                             client_gone = true;
                             if discard(self.src.as_ref(), unread).is_err() {

@@ -160,3 +160,96 @@ pub(super) fn discard(src: &UnixStream, mut n: usize) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 7 % 251) as u8).collect()
+    }
+
+    #[tokio::test]
+    async fn what_is_forwarded_is_exactly_what_was_peeked_in_order() {
+        let (mut producer, src) = UnixStream::pair().expect("pair");
+        let (dst, mut consumer) = UnixStream::pair().expect("pair");
+        let sent = pattern(3 << 20);
+        let to_send = sent.clone();
+        let writer = tokio::spawn(async move {
+            for piece in to_send.chunks(32 << 10) {
+                producer.write_all(piece).await.expect("write");
+            }
+        });
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            consumer.read_to_end(&mut got).await.expect("read");
+            got
+        });
+        let mut splicer = Splicer::new(64 << 10).expect("pipe");
+        let mut peeked = BytesMut::new();
+        let mut chunks = 0;
+        while peeked.len() < sent.len() {
+            let n = Splicer::peek(&src, &mut peeked, splicer.capacity())
+                .await
+                .expect("peek");
+            assert!(n > 0, "the source ended early");
+            assert_eq!(splicer.forward(&src, &dst, n).await, Forwarded::All);
+            chunks += 1;
+        }
+        writer.await.expect("writer");
+        drop(dst);
+        assert_eq!(&peeked[..], &sent[..], "the reader saw other bytes");
+        assert_eq!(
+            reader.await.expect("reader"),
+            sent,
+            "the client got other bytes"
+        );
+        assert!(chunks > 1, "one chunk proves nothing about order");
+    }
+
+    #[tokio::test]
+    async fn bytes_that_arrive_after_the_peek_stay_for_the_next_chunk() {
+        let (mut producer, src) = UnixStream::pair().expect("pair");
+        let (dst, mut consumer) = UnixStream::pair().expect("pair");
+        producer.write_all(b"first").await.expect("write");
+        let mut splicer = Splicer::new(64 << 10).expect("pipe");
+        let mut buf = BytesMut::new();
+        let n = Splicer::peek(&src, &mut buf, 1024).await.expect("peek");
+        producer.write_all(b"second").await.expect("write");
+        assert_eq!(splicer.forward(&src, &dst, n).await, Forwarded::All);
+        let mut got = vec![0u8; 5];
+        consumer.read_exact(&mut got).await.expect("read");
+        assert_eq!(&got, b"first");
+        let mut rest = BytesMut::new();
+        let m = Splicer::peek(&src, &mut rest, 1024).await.expect("peek");
+        assert_eq!(&rest[..m], b"second");
+    }
+
+    #[tokio::test]
+    async fn a_client_that_left_leaves_the_rest_of_the_chunk_to_discard() {
+        let (mut producer, src) = UnixStream::pair().expect("pair");
+        let (dst, consumer) = UnixStream::pair().expect("pair");
+        drop(consumer);
+        let chunk = pattern(40 << 10);
+        producer.write_all(&chunk).await.expect("write");
+        producer.write_all(b"next").await.expect("write");
+        // A small pipe, so that the chunk takes several rounds and some of it is still unread
+        // when the destination fails.
+        let mut splicer = Splicer::new(4096).expect("pipe");
+        let mut buf = BytesMut::new();
+        let n = Splicer::peek(&src, &mut buf, chunk.len())
+            .await
+            .expect("peek");
+        assert_eq!(n, chunk.len());
+        let Forwarded::DestinationGone { unread } = splicer.forward(&src, &dst, n).await else {
+            panic!("the destination is closed");
+        };
+        assert!(unread < n, "the first round was spliced from the source");
+        discard(&src, unread).expect("discard");
+        let mut next = BytesMut::new();
+        let m = Splicer::peek(&src, &mut next, 1024).await.expect("peek");
+        assert_eq!(&next[..m], b"next", "the chunk was not consumed exactly");
+    }
+}
