@@ -13,8 +13,7 @@
 //!
 //! Run: `cargo bench -p podward-e2e --bench shim_overhead` (root; about 3 minutes).
 //! `-- --buffers 16,256` adds shims with those relay read buffers (KiB) to the mix rounds;
-//! `-- --multi` adds a shim on tokio's multi-threaded runtime; `-- --copy` a shim that copies
-//! large answers instead of splicing them (`--relay-splice=false`); `-- --bare` a bare relay
+//! `-- --multi` adds a shim on tokio's multi-threaded runtime; `-- --bare` a bare relay
 //! (tokio's `copy_bidirectional`, 64 KiB buffers, current-thread runtime, no HTTP/2 reader): the
 //! floor of a user-space relay, beside socat's; `-- --skip-mix` leaves out the mix rounds (4 MiB
 //! List, RSS and idle CPU only). Extra paths run in every round, the 4 MiB Lists included.
@@ -63,7 +62,6 @@ fn main() {
         buffers,
         multi: args.iter().any(|a| a == "--multi"),
         skip_mix: args.iter().any(|a| a == "--skip-mix"),
-        copy: args.iter().any(|a| a == "--copy"),
         bare: args.iter().any(|a| a == "--bare"),
     };
     rt.block_on(bench(opts));
@@ -88,7 +86,6 @@ fn as_shim(args: &[String]) {
         containerd_socket: PathBuf::from(&args[2]),
         admin_addr: args[3].parse().expect("admin addr"),
         log_level: "warn".into(),
-        relay_splice: args.get(6).map(String::as_str) != Some("copy"),
         ..Default::default()
     };
     let options = podward_shim::Options {
@@ -233,16 +230,6 @@ async fn start_socat(node: &TestNode) -> Socat {
 }
 
 async fn start_shim(node: &TestNode, name: &str, buffer_kib: usize, flavour: &str) -> ShimProcess {
-    start_shim_with(node, name, buffer_kib, flavour, "splice").await
-}
-
-async fn start_shim_with(
-    node: &TestNode,
-    name: &str,
-    buffer_kib: usize,
-    flavour: &str,
-    forward: &str,
-) -> ShimProcess {
     let cri = node.dir().join(format!("bench-{name}.sock"));
     let control = node.dir().join(format!("bench-{name}-control.sock"));
     let admin = format!("127.0.0.1:{}", free_port());
@@ -255,7 +242,6 @@ async fn start_shim_with(
         .arg(&admin)
         .arg(flavour)
         .arg(buffer_kib.to_string())
-        .arg(forward)
         .spawn()
         .expect("spawn shim");
     let shim = ShimProcess {
@@ -508,8 +494,6 @@ struct Opts {
     multi: bool,
     /// `--skip-mix`: no mix rounds (the 4 MiB List, RSS and idle CPU only).
     skip_mix: bool,
-    /// `--copy`: an extra shim that copies large answers (`--relay-splice=false`).
-    copy: bool,
     /// `--bare`: a bare relay (tokio's `copy_bidirectional`, no side reader) as a second floor.
     bare: bool,
 }
@@ -519,7 +503,6 @@ async fn bench(
         buffers,
         multi,
         skip_mix,
-        copy,
         bare,
     }: Opts,
 ) {
@@ -535,10 +518,6 @@ async fn bench(
     if multi {
         let s = start_shim(&node, "shim-multi", 64, "multi").await;
         extra.push(("shim multi-thr".to_owned(), s));
-    }
-    if copy {
-        let s = start_shim_with(&node, "shim-copy", 64, "current", "copy").await;
-        extra.push(("shim copy".to_owned(), s));
     }
     if bare {
         extra.push(("bare relay".to_owned(), start_bare_relay(&node).await));
@@ -644,6 +623,7 @@ async fn bench(
         big_paths.push(Path3::new(name, &s.cri));
     }
     let cpu_before = cpu_ticks(pid);
+    let extra_cpu_before: Vec<u64> = extra.iter().map(|(_, s)| cpu_ticks(s.child.id())).collect();
     // Markers for a profiler attached to the shim (`perf record -p <shim pid>`).
     eprintln!("4 MiB Lists: start");
     for i in 0..BIG_LISTS {
@@ -703,6 +683,10 @@ async fn bench(
         );
     }
     println!("  the shim's CPU per List (utime+stime): {cpu_ms_per_list:.2} ms");
+    for ((name, s), before) in extra.iter().zip(extra_cpu_before) {
+        let ms = (cpu_ticks(s.child.id()) - before) as f64 * 10.0 / BIG_LISTS as f64;
+        println!("  {name}'s CPU per List: {ms:.2} ms");
+    }
 
     phases.push(Rss::of(
         pid,

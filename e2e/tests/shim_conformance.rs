@@ -682,14 +682,5 @@ async fn cri_conformance_direct_and_through_the_shim_agree() {
         get("exec_sync.big_output").starts_with("ok:4194304 bytes"),
         "{direct:#?}"
     );
-    // The large answers took the splice(2) path (the shim's default), so the comparison above
-    // covers it: the 4 MiB ExecSync output went that way after its first read.
-    let spliced = shim
-        .metrics_text()
-        .lines()
-        .find_map(|l| l.strip_prefix("podward_shim_spliced_bytes_total "))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(0);
-    assert!(spliced >= 3 << 20, "spliced only {spliced} bytes");
     shim.stop().await;
 }

@@ -65,15 +65,6 @@ pub struct Args {
     #[arg(long, env = "PODWARD_SHIM_SHUTDOWN_GRACE", value_parser = duration)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shutdown_grace: Option<String>,
-    /// Relay the chunks of a large answer (after a read of 16 KiB or more) with splice(2): the
-    /// HTTP/2 reader reads a copy (MSG_PEEK) and the bytes move to the client without a second
-    /// copy (~10 % less CPU per MiB relayed, docs/benchmarks.md). Falls back to copying by itself
-    /// where the kernel refuses; set false to always copy (a value needs the `=`).
-    /// [default: true]
-    #[arg(long, env = "PODWARD_SHIM_RELAY_SPLICE", num_args = 0..=1,
-          require_equals = true, default_missing_value = "true", value_name = "BOOL")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub relay_splice: Option<bool>,
     /// Address of the admin HTTP endpoint (/metrics, /healthz, /readyz); keep it on loopback
     /// (it is unauthenticated). [default: 127.0.0.1:9641]
     #[arg(long, env = "PODWARD_SHIM_ADMIN_ADDR")]
@@ -111,8 +102,6 @@ pub struct Config {
     /// How long in-flight calls may take to finish on shutdown.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
-    /// Whether large answers are relayed with splice(2).
-    pub relay_splice: bool,
     /// Admin endpoint address.
     pub admin_addr: SocketAddr,
     /// Log format.
@@ -132,7 +121,6 @@ impl Default for Config {
             max_subscribers: 16,
             handshake_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_millis(1500),
-            relay_splice: true,
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9641)),
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
@@ -216,32 +204,6 @@ mod tests {
         assert!(w[0].contains("not a loopback"), "{w:?}");
         let bad = Args::try_parse_from(["podward-shim", "--handshake-timeout", "soon"]);
         assert!(bad.is_err());
-    }
-
-    #[test]
-    fn splice_is_on_unless_turned_off_and_takes_only_a_bool() {
-        let splice = |argv: &[&str]| {
-            Args::try_parse_from(argv)
-                .ok()
-                .and_then(|a| Config::load(&a).ok())
-                .map(|c| c.relay_splice)
-        };
-        assert_eq!(splice(&["podward-shim"]), Some(true));
-        assert_eq!(splice(&["podward-shim", "--relay-splice"]), Some(true));
-        assert_eq!(
-            splice(&["podward-shim", "--relay-splice=false"]),
-            Some(false)
-        );
-        assert_eq!(splice(&["podward-shim", "--relay-splice=no"]), None);
-        let dir = tempfile::tempdir().expect("tempdir");
-        let f = dir.path().join("shim.toml");
-        std::fs::write(&f, "relay_splice = false\n").expect("write");
-        let path = f.to_str().expect("utf8");
-        assert_eq!(splice(&["podward-shim", "--config", path]), Some(false));
-        assert_eq!(
-            splice(&["podward-shim", "--config", path, "--relay-splice=true"]),
-            Some(true)
-        );
     }
 
     #[test]

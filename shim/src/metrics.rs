@@ -43,8 +43,6 @@ pub struct Metrics {
     pub compressed_skipped: IntCounter,
     /// Bytes relayed, by direction (`to_containerd`, `to_client`).
     pub relayed_bytes: IntCounterVec,
-    /// Of the bytes relayed to clients, those moved with splice(2) instead of copied.
-    pub spliced_bytes: IntCounter,
     /// Open client connections on the CRI socket.
     pub connections: IntGauge,
     /// Connections closed because the client sent no HTTP/2 preface in time, by socket.
@@ -126,10 +124,6 @@ impl Metrics {
             ),
             &["direction"],
         )?;
-        let spliced_bytes = IntCounter::new(
-            "podward_shim_spliced_bytes_total",
-            "Bytes relayed to clients with splice(2) rather than copied (part of podward_shim_relayed_bytes_total{direction=\"to_client\"})",
-        )?;
         let connections = IntGauge::new(
             "podward_shim_connections",
             "Open client connections on the CRI socket (each has its own connection to containerd)",
@@ -158,7 +152,6 @@ impl Metrics {
         registry.register(Box::new(observe_errors.clone()))?;
         registry.register(Box::new(compressed_skipped.clone()))?;
         registry.register(Box::new(relayed_bytes.clone()))?;
-        registry.register(Box::new(spliced_bytes.clone()))?;
         registry.register(Box::new(connections.clone()))?;
         registry.register(Box::new(handshake_timeouts.clone()))?;
         let cri_repairs = IntCounterVec::new(
@@ -184,7 +177,6 @@ impl Metrics {
             observe_errors,
             compressed_skipped,
             relayed_bytes,
-            spliced_bytes,
             connections,
             handshake_timeouts,
             watch_rejected,

@@ -15,7 +15,6 @@
 
 mod connection;
 mod pump;
-mod splice;
 mod unavailable;
 
 use std::path::PathBuf;
@@ -51,8 +50,6 @@ pub struct Relay {
     pub shutdown_grace: Duration,
     /// Read buffer per direction.
     pub buffer: usize,
-    /// Whether large answers go to the client with `splice(2)` (see `relay/splice.rs`).
-    pub splice: bool,
 }
 
 impl Relay {

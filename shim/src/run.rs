@@ -180,7 +180,6 @@ pub async fn run_with(
         handshake_timeout: config.handshake_timeout,
         shutdown_grace: config.shutdown_grace,
         buffer: relay_buffer.max(4096),
-        splice: config.relay_splice,
     });
     let cri_task = tokio::spawn(relay.serve(cri.listener, stop.subscribe()));
     let control_task = tokio::spawn(

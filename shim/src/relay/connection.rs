@@ -67,10 +67,8 @@ pub(super) async fn relay(relay: Arc<Relay>, client: UnixStream, mut stop: watch
         dst,
         reader: SideReader::new(side, conversation.clone(), relay.faults.clone()),
         bytes: metrics.relayed_bytes.with_label_values(&[direction]),
-        spliced: metrics.spliced_bytes.clone(),
         activity: activity.clone(),
         buffer: relay.buffer,
-        splice: relay.splice,
     };
     let up = pump(client_rx, up_tx, Side::Client, "to_containerd")
         .client_to_containerd(accepted + relay.handshake_timeout);

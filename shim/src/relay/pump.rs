@@ -15,7 +15,6 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::splice::{Forwarded, Splicer, discard};
 use crate::fault::Faults;
 use crate::h2read::{SideReader, graceful_goaway};
 
@@ -56,12 +55,8 @@ pub(super) struct Pump {
     pub(super) dst: OwnedWriteHalf,
     pub(super) reader: SideReader,
     pub(super) bytes: IntCounter,
-    /// Of `bytes`, those spliced.
-    pub(super) spliced: IntCounter,
     pub(super) activity: Arc<Activity>,
     pub(super) buffer: usize,
-    /// Whether large answers may be spliced (containerd to client only).
-    pub(super) splice: bool,
 }
 
 /// How the client-to-containerd direction ended.
@@ -79,15 +74,6 @@ impl Pump {
     async fn read(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
         buf.reserve(self.buffer);
         self.src.read_buf(buf).await
-    }
-
-    /// Reads into `buf`, or with `peek: Some(max)` copies up to `max` bytes into it and leaves
-    /// them in the socket for [`Splicer::forward`].
-    async fn receive(&mut self, buf: &mut BytesMut, peek: Option<usize>) -> std::io::Result<usize> {
-        match peek {
-            Some(max) => Splicer::peek(self.src.as_ref(), buf, max).await,
-            None => self.read(buf).await,
-        }
     }
 
     /// Client to containerd, until either side ends or the handshake deadline passes without a
@@ -136,10 +122,6 @@ impl Pump {
         let mut buf = BytesMut::new();
         let mut client_gone = false;
         let mut want_goaway = false;
-        // Created at the first large chunk; `None` with `splice` still set after a failure to
-        // create one, so that it is not retried for every chunk.
-        let mut splicer: Option<Splicer> = None;
-        let mut splice_next = false;
         loop {
             want_goaway |= *stop.borrow_and_update();
             if want_goaway
@@ -150,12 +132,8 @@ impl Pump {
                 client_gone = self.dst.write_all(&graceful_goaway()).await.is_err();
                 goaway_sent.store(true, Ordering::Relaxed);
             }
-            let peeking = match &splicer {
-                Some(s) if splice_next && !client_gone => Some(s.capacity()),
-                _ => None,
-            };
             let read = tokio::select! {
-                r = self.receive(&mut buf, peeking) => r,
+                r = self.read(&mut buf) => r,
                 _ = stop.changed(), if !want_goaway => {
                     want_goaway = true;
                     continue;
@@ -177,47 +155,10 @@ impl Pump {
                     _ = conversation.caller_gone() => {}
                 }
             }
-            match (peeking, splicer.as_mut()) {
-                (Some(_), Some(s)) => {
-                    match s
-                        .forward(self.src.as_ref(), self.dst.as_ref(), chunk.len())
-                        .await
-                    {
-                        Forwarded::All => self.spliced.inc_by(chunk.len() as u64),
-                        Forwarded::DestinationGone { unread } => {
-                            client_gone = true;
-                            if discard(self.src.as_ref(), unread).is_err() {
-                                break;
-                            }
-                        }
-                        Forwarded::Unsupported => {
-                            tracing::debug!("splice(2) refused on these sockets; copying");
-                            splicer = None;
-                            self.splice = false;
-                            if discard(self.src.as_ref(), chunk.len()).is_err() {
-                                break;
-                            }
-                            client_gone = self.dst.write_all(&chunk).await.is_err();
-                        }
-                        Forwarded::SourceFailed => break,
-                    }
-                }
-                _ if !client_gone => client_gone = self.dst.write_all(&chunk).await.is_err(),
-                _ => {}
+            if !client_gone {
+                client_gone = self.dst.write_all(&chunk).await.is_err();
             }
             self.reader.settle(!client_gone);
-            // A large read means a large answer is on its way, in more large reads: those are
-            // spliced. A small one (the answer's end, or small calls) goes back to copying.
-            splice_next = self.splice && chunk.len() >= YIELD_AFTER;
-            if splice_next && splicer.is_none() {
-                match Splicer::new(self.buffer) {
-                    Ok(s) => splicer = Some(s),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "no pipe for splice(2); copying");
-                        self.splice = false;
-                    }
-                }
-            }
             if chunk.len() >= YIELD_AFTER {
                 // A multi-MiB answer keeps this loop busy with one full read after another, and
                 // the current-thread runtime would run the other direction — which carries the
