@@ -276,6 +276,13 @@ fn chart_defaults_render_match_the_daemons_and_keep_their_promises() {
         arg_value(prober, "--readiness-gate-condition").as_deref(),
         Some("podward.io/ready")
     );
+    // The daemon's own defaults, said explicitly: a probe naming a host cannot reach the node's
+    // loopback or the cloud metadata address unless the operator chooses so.
+    assert_eq!(
+        arg_value(prober, "--probe-host-policy").as_deref(),
+        Some("deny-local")
+    );
+    assert_eq!(arg_value(prober, "--exec-standby").as_deref(), Some("true"));
     check_prober_rbac(&objects);
     assert_eq!(pod["priorityClassName"], "system-node-critical");
     assert!(
@@ -501,6 +508,14 @@ fn chart_all_options_render_match_the_daemons() {
     assert_eq!(hm["/var/log/pods-alt"].0, "/var/log/pods-alt");
     let prober = container(ds, "prober");
     assert_eq!(arg_value(prober, "--node-ip").as_deref(), Some("10.0.0.7"));
+    assert_eq!(
+        arg_value(prober, "--exec-standby").as_deref(),
+        Some("false")
+    );
+    assert_eq!(
+        arg_value(prober, "--probe-host-policy").as_deref(),
+        Some("allow")
+    );
     for c in [prober, hk] {
         let addr = arg_value(c, "--admin-addr").expect("--admin-addr");
         assert!(
