@@ -1,0 +1,86 @@
+//! Latency percentiles, per-path tallies and what `/proc` says of a process.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+pub(crate) fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+pub(crate) fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+pub(crate) fn proc_status_kb(pid: u32, key: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The shim's resident memory at one point of the bench.
+pub(crate) struct Rss {
+    pub(crate) what: &'static str,
+    pub(crate) vm_rss_kb: u64,
+    pub(crate) rss_anon_kb: u64,
+}
+
+impl Rss {
+    pub(crate) fn of(pid: u32, what: &'static str) -> Self {
+        Self {
+            what,
+            vm_rss_kb: proc_status_kb(pid, "VmRSS:"),
+            rss_anon_kb: proc_status_kb(pid, "RssAnon:"),
+        }
+    }
+}
+
+pub(crate) fn cpu_ticks(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command: utime is the 14th field, stime the 15th.
+    let rest = s.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    get(11) + get(12)
+}
+
+/// One path under test.
+pub(crate) struct Path3 {
+    pub(crate) name: String,
+    pub(crate) path: PathBuf,
+    pub(crate) failures: Arc<AtomicU64>,
+    pub(crate) lat: Vec<Duration>,
+    pub(crate) wall: Duration,
+}
+
+impl Path3 {
+    pub(crate) fn new(name: &str, path: &Path) -> Self {
+        Self {
+            name: name.to_owned(),
+            path: path.to_owned(),
+            failures: Arc::default(),
+            lat: Vec::new(),
+            wall: Duration::ZERO,
+        }
+    }
+
+    pub(crate) fn clean(&self) -> bool {
+        self.failures.load(Ordering::Relaxed) == 0
+    }
+
+    pub(crate) fn throughput(&self) -> f64 {
+        self.lat.len() as f64 / self.wall.as_secs_f64()
+    }
+}
+
+/// Cores the bench sees.
+pub(crate) fn num_cpus() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}

@@ -1,0 +1,210 @@
+//! The relays under test, each its own process: the shim (this binary re-executed with
+//! `--as-shim`), socat, and a bare copy relay (`--as-bare-relay`).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use podward_api::cri;
+use podward_e2e::{TestNode, free_port};
+
+use crate::calls::client;
+
+/// The shim, in this process (child mode).
+pub(crate) fn as_shim(args: &[String]) {
+    // The same runtime flavour as `podward-shim`'s main (see shim/src/main.rs).
+    let rt = if args.get(4).map(String::as_str) == Some("multi") {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    }
+    .expect("runtime");
+    let config = podward_shim::config::Config {
+        listen: PathBuf::from(&args[0]),
+        control_socket: PathBuf::from(&args[1]),
+        containerd_socket: PathBuf::from(&args[2]),
+        admin_addr: args[3].parse().expect("admin addr"),
+        log_level: "warn".into(),
+        ..Default::default()
+    };
+    let options = podward_shim::Options {
+        relay_buffer: args
+            .get(5)
+            .and_then(|k| k.parse::<usize>().ok())
+            .map_or(podward_shim::relay::DEFAULT_BUFFER, |k| k << 10),
+        ..Default::default()
+    };
+    rt.block_on(async move {
+        let shutdown = podward_api::daemon::signal::shutdown();
+        if let Err(e) = podward_shim::run_with(config, options, shutdown).await {
+            eprintln!("shim failed: {e}");
+            std::process::exit(1);
+        }
+    });
+}
+
+/// A bare relay in this process (child mode): what a user-space copy costs without the side
+/// reader, on the shim's runtime flavour and buffer size. `args`: listen path, containerd socket.
+pub(crate) fn as_bare_relay(args: &[String]) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (listen, containerd) = (PathBuf::from(&args[0]), PathBuf::from(&args[1]));
+    rt.block_on(async move {
+        let listener = tokio::net::UnixListener::bind(&listen).expect("bind");
+        loop {
+            let Ok((mut c, _)) = listener.accept().await else {
+                continue;
+            };
+            let containerd = containerd.clone();
+            tokio::spawn(async move {
+                if let Ok(mut u) = tokio::net::UnixStream::connect(&containerd).await {
+                    let _ = tokio::io::copy_bidirectional_with_sizes(
+                        &mut c,
+                        &mut u,
+                        64 << 10,
+                        64 << 10,
+                    )
+                    .await;
+                }
+            });
+        }
+    });
+}
+
+pub(crate) async fn start_bare_relay(node: &TestNode) -> ShimProcess {
+    let cri = node.dir().join("bench-bare.sock");
+    let child = std::process::Command::new(std::env::current_exe().expect("current exe"))
+        .arg("--as-bare-relay")
+        .arg(&cri)
+        .arg(node.containerd_socket())
+        .spawn()
+        .expect("spawn bare relay");
+    let relay = ShimProcess {
+        child,
+        control: cri.clone(),
+        cri,
+        admin: None,
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while client(&relay.cri)
+        .version(cri::VersionRequest::default())
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "bare relay did not come up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    relay
+}
+
+pub(crate) struct ShimProcess {
+    pub(crate) child: std::process::Child,
+    pub(crate) cri: PathBuf,
+    pub(crate) control: PathBuf,
+    /// The admin endpoint (`/metrics`), for a shim.
+    pub(crate) admin: Option<String>,
+}
+
+impl ShimProcess {
+    /// `podward_shim_index_containers` from the shim's `/metrics`.
+    pub(crate) fn indexed_containers(&self) -> Option<u64> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(self.admin.as_deref()?).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
+            .ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        body.lines()
+            .find_map(|l| l.strip_prefix("podward_shim_index_containers "))
+            .and_then(|v| v.trim().parse().ok())
+    }
+}
+
+impl Drop for ShimProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// socat as a plain byte relay: one process per connection (`fork`), 8 KiB read/write buffers.
+pub(crate) struct Socat {
+    pub(crate) child: std::process::Child,
+    pub(crate) path: PathBuf,
+}
+
+impl Drop for Socat {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub(crate) async fn start_socat(node: &TestNode) -> Socat {
+    let path = node.dir().join("bench-socat.sock");
+    let child = std::process::Command::new("socat")
+        // socat's default listen backlog (5) refuses bursts of new connections with EAGAIN.
+        .arg(format!(
+            "UNIX-LISTEN:{},fork,mode=600,backlog=512",
+            path.display()
+        ))
+        .arg(format!(
+            "UNIX-CONNECT:{}",
+            node.containerd_socket().display()
+        ))
+        .spawn()
+        .expect("spawn socat (Debian package socat; scripts/install-deps.sh)");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while client(&path)
+        .version(cri::VersionRequest::default())
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "socat did not come up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Socat { child, path }
+}
+
+pub(crate) async fn start_shim(
+    node: &TestNode,
+    name: &str,
+    buffer_kib: usize,
+    flavour: &str,
+) -> ShimProcess {
+    let cri = node.dir().join(format!("bench-{name}.sock"));
+    let control = node.dir().join(format!("bench-{name}-control.sock"));
+    let admin = format!("127.0.0.1:{}", free_port());
+    let exe = std::env::current_exe().expect("current exe");
+    let child = std::process::Command::new(exe)
+        .arg("--as-shim")
+        .arg(&cri)
+        .arg(&control)
+        .arg(node.containerd_socket())
+        .arg(&admin)
+        .arg(flavour)
+        .arg(buffer_kib.to_string())
+        .spawn()
+        .expect("spawn shim");
+    let shim = ShimProcess {
+        child,
+        cri,
+        control,
+        admin: Some(admin),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut c = client(&shim.cri);
+        if c.version(cri::VersionRequest::default()).await.is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "shim did not come up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    shim
+}

@@ -1,0 +1,336 @@
+//! What the shim costs on the CRI path, on the real containerd, against the floor of any relay:
+//!
+//! - the call mix kubelet makes most (Version, ListPodSandbox, ListContainers with 100
+//!   containers, ContainerStatus, PodSandboxStatus) at concurrency 1 and 16, direct, through a
+//!   `socat` byte relay (Debian's socat, `UNIX-LISTEN:…,fork UNIX-CONNECT:…`) and through the
+//!   shim, interleaved round by round in one run: added p50/p99 latency, throughput ratios;
+//! - a ~4 MiB ListContainers answer: added time;
+//! - the shim's RSS with 1,100 containers indexed, and its CPU while idle for 10 s.
+//!
+//! A path with a failed call prints FAILED instead of figures: a floor with failures is no
+//! floor. The shim runs as its own process: this bench binary re-executes itself with
+//! `--as-shim` (same release build of the library), so its RSS and CPU are the shim's alone.
+//!
+//! Run: `cargo bench -p podward-e2e --bench shim_overhead` (root; about 3 minutes).
+//! `-- --buffers 16,256` adds shims with those relay read buffers (KiB) to the mix rounds;
+//! `-- --multi` adds a shim on tokio's multi-threaded runtime; `-- --bare` a bare relay
+//! (tokio's `copy_bidirectional`, 64 KiB buffers, current-thread runtime, no HTTP/2 reader): the
+//! floor of a user-space relay, beside socat's; `-- --skip-mix` leaves out the mix rounds (4 MiB
+//! List, RSS and idle CPU only). Extra paths run in every round, the 4 MiB Lists included.
+
+mod calls;
+mod figures;
+mod relays;
+
+use calls::{client, populate, round};
+use figures::{Path3, Rss, cpu_ticks, num_cpus, pct, us};
+use relays::{as_bare_relay, as_shim, start_bare_relay, start_shim, start_socat};
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use podward_api::cri;
+use podward_e2e::TestNode;
+
+const MIX_ROUNDS: usize = 10;
+const MIXES_PER_ROUND: usize = 100;
+/// ~4 MiB ListContainers per path.
+const BIG_LISTS: usize = 150;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--as-shim") {
+        as_shim(&args[2..]);
+        return;
+    }
+    if args.get(1).map(String::as_str) == Some("--as-bare-relay") {
+        as_bare_relay(&args[2..]);
+        return;
+    }
+    if args.iter().any(|a| a == "--list") {
+        // `cargo bench -- --list` style probes: nothing to list.
+        return;
+    }
+    let buffers: Vec<usize> = args
+        .iter()
+        .position(|a| a == "--buffers")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.split(',').filter_map(|k| k.trim().parse().ok()).collect())
+        .unwrap_or_default();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let opts = Opts {
+        buffers,
+        multi: args.iter().any(|a| a == "--multi"),
+        skip_mix: args.iter().any(|a| a == "--skip-mix"),
+        bare: args.iter().any(|a| a == "--bare"),
+    };
+    rt.block_on(bench(opts));
+}
+
+/// What to run (the flags after `--`).
+struct Opts {
+    /// `--buffers K,...`: extra shims with these relay read buffers (KiB) in the mix rounds.
+    buffers: Vec<usize>,
+    /// `--multi`: an extra shim on the multi-threaded runtime in the mix rounds.
+    multi: bool,
+    /// `--skip-mix`: no mix rounds (the 4 MiB List, RSS and idle CPU only).
+    skip_mix: bool,
+    /// `--bare`: a bare relay (tokio's `copy_bidirectional`, no side reader) as a second floor.
+    bare: bool,
+}
+
+async fn bench(
+    Opts {
+        buffers,
+        multi,
+        skip_mix,
+        bare,
+    }: Opts,
+) {
+    let node = TestNode::start().await.expect("node");
+    let shim = start_shim(&node, "shim", 64, "current").await;
+    let socat = start_socat(&node).await;
+    let mut extra = Vec::new();
+    for kib in &buffers {
+        let name = format!("shim {kib} KiB");
+        let s = start_shim(&node, &format!("shim-{kib}k"), *kib, "current").await;
+        extra.push((name, s));
+    }
+    if multi {
+        let s = start_shim(&node, "shim-multi", 64, "multi").await;
+        extra.push(("shim multi-thr".to_owned(), s));
+    }
+    if bare {
+        extra.push(("bare relay".to_owned(), start_bare_relay(&node).await));
+    }
+    let direct = node.containerd_socket();
+    println!(
+        "# podward-shim overhead (containerd 1.6, release build, {} cores; direct, socat, shim interleaved)",
+        num_cpus()
+    );
+
+    let pid = shim.child.id();
+    eprintln!("shim pid {pid}");
+    let mut phases = vec![Rss::of(pid, "at start")];
+    let (sid, cids) = populate(&node, &direct, "mix", 100, 0).await;
+    let cid = cids[0].clone();
+    let warm = Arc::new(AtomicU64::new(0));
+    for p in [direct.as_path(), socat.path.as_path(), shim.cri.as_path()] {
+        let _ = round(p, 1, &sid, &cid, &warm).await;
+    }
+
+    let concurrencies: &[usize] = if skip_mix { &[] } else { &[1, 16] };
+    for &conc in concurrencies {
+        let mut paths = vec![
+            Path3::new("direct", &direct),
+            Path3::new("socat", &socat.path),
+            Path3::new("shim", &shim.cri),
+        ];
+        for (name, s) in &extra {
+            paths.push(Path3::new(name, &s.cri));
+        }
+        for r in 0..MIX_ROUNDS {
+            // Rotate which path goes first so drift hits all equally.
+            let n = paths.len();
+            for k in 0..n {
+                let p = &mut paths[(r + k) % n];
+                let (lat, wall) = round(&p.path, conc, &sid, &cid, &p.failures).await;
+                p.lat.extend(lat);
+                p.wall += wall;
+            }
+        }
+        for p in &mut paths {
+            p.lat.sort();
+        }
+        let (d_p50, d_p99, d_tp) = (
+            us(pct(&paths[0].lat, 0.5)),
+            us(pct(&paths[0].lat, 0.99)),
+            paths[0].throughput(),
+        );
+        let all_clean = paths.iter().all(Path3::clean);
+        for p in &paths {
+            if !p.clean() {
+                println!(
+                    "concurrency {conc:>2}: {:<12} FAILED ({} failed mixes): no figures",
+                    p.name,
+                    p.failures.load(Ordering::Relaxed)
+                );
+                continue;
+            }
+            println!(
+                "concurrency {conc:>2}: {:<12} p50 {:>6.0} µs (+{:>4.0}), p99 {:>6.0} µs (+{:>5.0}), {:>6.0} calls/s ({:>5.1}% of direct)",
+                p.name,
+                us(pct(&p.lat, 0.5)),
+                us(pct(&p.lat, 0.5)) - d_p50,
+                us(pct(&p.lat, 0.99)),
+                us(pct(&p.lat, 0.99)) - d_p99,
+                p.throughput(),
+                100.0 * p.throughput() / d_tp,
+            );
+        }
+        if all_clean {
+            let socat_added = us(pct(&paths[1].lat, 0.5)) - d_p50;
+            let shim_added = us(pct(&paths[2].lat, 0.5)) - d_p50;
+            let tp_ratio = paths[2].throughput() / paths[1].throughput();
+            println!(
+                "concurrency {conc:>2}: shim added p50 = {:.2} × socat's (goal ≤ 1.2 at c=1); shim throughput = {:.1}% of socat's (goal ≥ 95% at c=16)",
+                shim_added / socat_added.max(1.0),
+                100.0 * tp_ratio
+            );
+        }
+    }
+
+    phases.push(Rss::of(
+        pid,
+        "after the mix rounds (100 containers indexed)",
+    ));
+    // ~4 MiB ListContainers: 100 containers with 40 KiB of annotations each.
+    let (big_sid, _) = populate(&node, &direct, "big", 100, 40 * 1024).await;
+    phases.push(Rss::of(
+        pid,
+        "after 100 containers with 40 KiB annotations were created (direct)",
+    ));
+    let filter = cri::ContainerFilter {
+        pod_sandbox_id: big_sid.clone(),
+        ..Default::default()
+    };
+    let mut size = 0usize;
+    let mut big_paths = vec![
+        Path3::new("direct", &direct),
+        Path3::new("socat", &socat.path),
+        Path3::new("shim", &shim.cri),
+    ];
+    for (name, s) in &extra {
+        big_paths.push(Path3::new(name, &s.cri));
+    }
+    let cpu_before = cpu_ticks(pid);
+    let extra_cpu_before: Vec<u64> = extra.iter().map(|(_, s)| cpu_ticks(s.child.id())).collect();
+    // Markers for a profiler attached to the shim (`perf record -p <shim pid>`).
+    eprintln!("4 MiB Lists: start");
+    for i in 0..BIG_LISTS {
+        let n = big_paths.len();
+        for k in 0..n {
+            let p = &mut big_paths[(i + k) % n];
+            // A new connection per call, as a client that dials per request would.
+            let mut c = client(&p.path);
+            let t = Instant::now();
+            match c
+                .list_containers(cri::ListContainersRequest {
+                    filter: Some(filter.clone()),
+                })
+                .await
+            {
+                Ok(r) => {
+                    p.lat.push(t.elapsed());
+                    size = tonic_prost::prost::Message::encoded_len(r.get_ref());
+                }
+                Err(e) => {
+                    eprintln!("big ListContainers failed: {e:?}");
+                    p.failures.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    eprintln!("4 MiB Lists: end");
+    let cpu_ms_per_list = (cpu_ticks(pid) - cpu_before) as f64 * 10.0 / BIG_LISTS as f64;
+    for p in &mut big_paths {
+        p.lat.sort();
+    }
+    let med = |p: &Path3| us(pct(&p.lat, 0.5)) / 1e3;
+    let d = med(&big_paths[0]);
+    println!(
+        "ListContainers of {:.2} MiB, median of {BIG_LISTS}:",
+        size as f64 / (1 << 20) as f64
+    );
+    for p in &big_paths {
+        if !p.clean() {
+            println!(
+                "  {:<14} FAILED ({} calls): no figures",
+                p.name,
+                p.failures.load(Ordering::Relaxed)
+            );
+            continue;
+        }
+        println!(
+            "  {:<14} {:>6.2} ms (+{:.2}){}",
+            p.name,
+            med(p),
+            med(p) - d,
+            if p.name == "shim" {
+                " (goal ≤ +1 ms)"
+            } else {
+                ""
+            }
+        );
+    }
+    println!("  the shim's CPU per List (utime+stime): {cpu_ms_per_list:.2} ms");
+    for ((name, s), before) in extra.iter().zip(extra_cpu_before) {
+        let ms = (cpu_ticks(s.child.id()) - before) as f64 * 10.0 / BIG_LISTS as f64;
+        println!("  {name}'s CPU per List: {ms:.2} ms");
+    }
+
+    phases.push(Rss::of(
+        pid,
+        "after the 4 MiB Lists (their 100 containers, 4 MiB of annotations, indexed too)",
+    ));
+    // 1,000 containers indexed: created through the shim (it indexes them as it relays).
+    for b in 0..10 {
+        let _ = populate(&node, &shim.cri, &format!("many-{b}"), 90, 0).await;
+    }
+    // The last creates are folded in by the decoder thread just after their answers went out.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while shim.indexed_containers().unwrap_or(0) < 1_100 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let indexed = Rss::of(pid, "with 1,100 containers indexed");
+    let snap = podward_api::shim::v1::lifecycle_client::LifecycleClient::new(
+        podward_api::socket::channel(shim.control.clone()),
+    )
+    .max_decoding_message_size(podward_api::limits::API_MESSAGE_BYTES)
+    .snapshot(podward_api::shim::v1::SnapshotRequest {})
+    .await
+    .expect("snapshot")
+    .into_inner();
+    println!(
+        "shim RSS with {} containers / {} sandboxes indexed: {:.1} MiB (goal ≤ 16)",
+        snap.containers.len(),
+        snap.sandboxes.len(),
+        indexed.vm_rss_kb as f64 / 1024.0,
+    );
+    drop(snap);
+    phases.push(indexed);
+    phases.push(Rss::of(
+        pid,
+        "right after a Snapshot (a copy of the whole index, encoded and sent)",
+    ));
+    // The shim gives a snapshot's freed memory back a while after (shim/src/memory.rs).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    phases.push(Rss::of(pid, "3 s later"));
+    println!("shim RSS along the way (VmRSS / RssAnon):");
+    for p in &phases {
+        println!(
+            "  {:>5.1} / {:>5.1} MiB {}",
+            p.vm_rss_kb as f64 / 1024.0,
+            p.rss_anon_kb as f64 / 1024.0,
+            p.what
+        );
+    }
+
+    let ticks_per_s = 100.0; // USER_HZ on Linux
+    let t0 = cpu_ticks(pid);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let t1 = cpu_ticks(pid);
+    println!(
+        "shim idle CPU over 10 s: {:.2}% of one core ({} ticks)",
+        (t1 - t0) as f64 / ticks_per_s / 10.0 * 100.0,
+        t1 - t0
+    );
+    drop(extra);
+    drop(socat);
+    drop(shim);
+    drop(node);
+}
