@@ -52,7 +52,7 @@ pub use driver::{
 };
 pub use error::HarnessError;
 pub use images::{ImageSet, image_cache_dir};
-pub use net::free_port;
+pub use net::{free_port, http_get};
 pub use node::TestNode;
 
 /// The CRI and containerd clients tests talk with (re-exported so tests need no direct dependency).

@@ -1,4 +1,5 @@
-//! Loopback ports for host-network pods and test servers.
+//! Loopback ports for host-network pods and test servers, and plain HTTP GETs to the daemons'
+//! admin endpoints and the test servers.
 
 use std::net::{Ipv4Addr, TcpListener};
 
@@ -32,6 +33,28 @@ pub fn free_port() -> u16 {
         .local_addr()
         .expect("local_addr of a bound socket")
         .port()
+}
+
+/// `GET path` over HTTP/1.0 to `addr` (the server answers and closes): the whole response,
+/// status line and headers included, as text, within `timeout`. Hand-rolled for the same reason
+/// as [`http_get_status`]; for small answers (`/metrics`, a test page).
+pub async fn http_get(
+    addr: std::net::SocketAddr,
+    path: &str,
+    timeout: std::time::Duration,
+) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fut = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await?;
+        String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    };
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "http get timed out"))?
 }
 
 /// `GET path` over plain HTTP/1.1 to `addr` with `Connection: close`; the response status code.

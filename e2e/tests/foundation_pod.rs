@@ -214,7 +214,8 @@ async fn pod_network_pod_gets_an_ip_the_host_can_reach() {
     // The host reaches the pod's server on the pod IP (poll: httpd needs a moment to listen).
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let body = loop {
-        match http_get(&format!("{ip}:8080"), "/index.html").await {
+        let addr = std::net::SocketAddr::new(ip.parse().expect("pod IP"), 8080);
+        match podward_e2e::http_get(addr, "/index.html", Duration::from_secs(5)).await {
             Ok(body) => break body,
             Err(e) => {
                 assert!(std::time::Instant::now() < deadline, "GET pod IP: {e}");
@@ -227,15 +228,4 @@ async fn pod_network_pod_gets_an_ip_the_host_can_reach() {
         "{body}"
     );
     pod.delete().await.expect("delete");
-}
-
-/// A plain HTTP/1.0 GET; the whole response as text.
-async fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
-        .await?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await?;
-    Ok(out)
 }

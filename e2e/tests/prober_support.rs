@@ -306,19 +306,9 @@ pub(crate) async fn scrape(admin: SocketAddr) -> Result<String, String> {
 
 /// `GET path` of a daemon's admin endpoint, as text (status line and headers included).
 pub(crate) async fn scrape_path(admin: SocketAddr, path: &str) -> Result<String, String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(admin)
+    podward_e2e::http_get(admin, path, Duration::from_secs(10))
         .await
-        .map_err(|e| format!("connect {admin}: {e}"))?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf))
-        .await
-        .map_err(|_| "scrape timed out".to_owned())?
-        .map_err(|e| e.to_string())?;
-    String::from_utf8(buf).map_err(|e| e.to_string())
+        .map_err(|e| format!("GET {path} from {admin}: {e}"))
 }
 
 /// The metric families a scrape declares (`# TYPE` lines), sorted.

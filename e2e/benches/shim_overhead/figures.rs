@@ -40,6 +40,10 @@ impl Rss {
     }
 }
 
+/// Clock ticks per second of `/proc/<pid>/stat`'s times (`USER_HZ`, 100 on Linux).
+const USER_HZ: f64 = 100.0;
+
+/// The process's utime + stime so far, in clock ticks.
 pub(crate) fn cpu_ticks(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the parenthesised command: utime is the 14th field, stime the 15th.
@@ -47,6 +51,11 @@ pub(crate) fn cpu_ticks(pid: u32) -> u64 {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     get(11) + get(12)
+}
+
+/// Clock ticks as milliseconds.
+pub(crate) fn ticks_ms(ticks: u64) -> f64 {
+    ticks as f64 * 1e3 / USER_HZ
 }
 
 /// One path under test.

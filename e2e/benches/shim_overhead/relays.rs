@@ -107,19 +107,16 @@ pub(crate) struct ShimProcess {
     pub(crate) cri: PathBuf,
     pub(crate) control: PathBuf,
     /// The admin endpoint (`/metrics`), for a shim.
-    pub(crate) admin: Option<String>,
+    pub(crate) admin: Option<std::net::SocketAddr>,
 }
 
 impl ShimProcess {
     /// `podward_shim_index_containers` from the shim's `/metrics`.
-    pub(crate) fn indexed_containers(&self) -> Option<u64> {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(self.admin.as_deref()?).ok()?;
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
+    pub(crate) async fn indexed_containers(&self) -> Option<u64> {
+        let text = podward_e2e::http_get(self.admin?, "/metrics", Duration::from_secs(5))
+            .await
             .ok()?;
-        let mut body = String::new();
-        s.read_to_string(&mut body).ok()?;
-        body.lines()
+        text.lines()
             .find_map(|l| l.strip_prefix("podward_shim_index_containers "))
             .and_then(|v| v.trim().parse().ok())
     }
@@ -179,14 +176,14 @@ pub(crate) async fn start_shim(
 ) -> ShimProcess {
     let cri = node.dir().join(format!("bench-{name}.sock"));
     let control = node.dir().join(format!("bench-{name}-control.sock"));
-    let admin = format!("127.0.0.1:{}", free_port());
+    let admin = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
     let exe = std::env::current_exe().expect("current exe");
     let child = std::process::Command::new(exe)
         .arg("--as-shim")
         .arg(&cri)
         .arg(&control)
         .arg(node.containerd_socket())
-        .arg(&admin)
+        .arg(admin.to_string())
         .arg(flavour)
         .arg(buffer_kib.to_string())
         .spawn()

@@ -23,7 +23,7 @@ mod figures;
 mod relays;
 
 use calls::{client, populate, round};
-use figures::{Path3, Rss, cpu_ticks, num_cpus, pct, us};
+use figures::{Path3, Rss, cpu_ticks, num_cpus, pct, ticks_ms, us};
 use relays::{as_bare_relay, as_shim, start_bare_relay, start_shim, start_socat};
 
 use std::sync::Arc;
@@ -73,9 +73,9 @@ fn main() {
 
 /// What to run (the flags after `--`).
 struct Opts {
-    /// `--buffers K,...`: extra shims with these relay read buffers (KiB) in the mix rounds.
+    /// `--buffers K,...`: extra shims with these relay read buffers (KiB).
     buffers: Vec<usize>,
-    /// `--multi`: an extra shim on the multi-threaded runtime in the mix rounds.
+    /// `--multi`: an extra shim on the multi-threaded runtime.
     multi: bool,
     /// `--skip-mix`: no mix rounds (the 4 MiB List, RSS and idle CPU only).
     skip_mix: bool,
@@ -108,6 +108,16 @@ async fn bench(
         extra.push(("bare relay".to_owned(), start_bare_relay(&node).await));
     }
     let direct = node.containerd_socket();
+    // Direct first, socat second, the shim third: the figures below are taken against these.
+    let paths = || {
+        let mut paths = vec![
+            Path3::new("direct", &direct),
+            Path3::new("socat", &socat.path),
+            Path3::new("shim", &shim.cri),
+        ];
+        paths.extend(extra.iter().map(|(name, s)| Path3::new(name, &s.cri)));
+        paths
+    };
     println!(
         "# podward-shim overhead (containerd 1.6, release build, {} cores; direct, socat, shim interleaved)",
         num_cpus()
@@ -122,168 +132,36 @@ async fn bench(
     for p in [direct.as_path(), socat.path.as_path(), shim.cri.as_path()] {
         let _ = round(p, 1, &sid, &cid, &warm).await;
     }
-
     let concurrencies: &[usize] = if skip_mix { &[] } else { &[1, 16] };
     for &conc in concurrencies {
-        let mut paths = vec![
-            Path3::new("direct", &direct),
-            Path3::new("socat", &socat.path),
-            Path3::new("shim", &shim.cri),
-        ];
-        for (name, s) in &extra {
-            paths.push(Path3::new(name, &s.cri));
-        }
-        for r in 0..MIX_ROUNDS {
-            // Rotate which path goes first so drift hits all equally.
-            let n = paths.len();
-            for k in 0..n {
-                let p = &mut paths[(r + k) % n];
-                let (lat, wall) = round(&p.path, conc, &sid, &cid, &p.failures).await;
-                p.lat.extend(lat);
-                p.wall += wall;
-            }
-        }
-        for p in &mut paths {
-            p.lat.sort();
-        }
-        let (d_p50, d_p99, d_tp) = (
-            us(pct(&paths[0].lat, 0.5)),
-            us(pct(&paths[0].lat, 0.99)),
-            paths[0].throughput(),
-        );
-        let all_clean = paths.iter().all(Path3::clean);
-        for p in &paths {
-            if !p.clean() {
-                println!(
-                    "concurrency {conc:>2}: {:<12} FAILED ({} failed mixes): no figures",
-                    p.name,
-                    p.failures.load(Ordering::Relaxed)
-                );
-                continue;
-            }
-            println!(
-                "concurrency {conc:>2}: {:<12} p50 {:>6.0} µs (+{:>4.0}), p99 {:>6.0} µs (+{:>5.0}), {:>6.0} calls/s ({:>5.1}% of direct)",
-                p.name,
-                us(pct(&p.lat, 0.5)),
-                us(pct(&p.lat, 0.5)) - d_p50,
-                us(pct(&p.lat, 0.99)),
-                us(pct(&p.lat, 0.99)) - d_p99,
-                p.throughput(),
-                100.0 * p.throughput() / d_tp,
-            );
-        }
-        if all_clean {
-            let socat_added = us(pct(&paths[1].lat, 0.5)) - d_p50;
-            let shim_added = us(pct(&paths[2].lat, 0.5)) - d_p50;
-            let tp_ratio = paths[2].throughput() / paths[1].throughput();
-            println!(
-                "concurrency {conc:>2}: shim added p50 = {:.2} × socat's (goal ≤ 1.2 at c=1); shim throughput = {:.1}% of socat's (goal ≥ 95% at c=16)",
-                shim_added / socat_added.max(1.0),
-                100.0 * tp_ratio
-            );
-        }
+        mix_rounds(paths(), conc, &sid, &cid).await;
     }
-
     phases.push(Rss::of(
         pid,
         "after the mix rounds (100 containers indexed)",
     ));
+
     // ~4 MiB ListContainers: 100 containers with 40 KiB of annotations each.
     let (big_sid, _) = populate(&node, &direct, "big", 100, 40 * 1024).await;
     phases.push(Rss::of(
         pid,
         "after 100 containers with 40 KiB annotations were created (direct)",
     ));
-    let filter = cri::ContainerFilter {
-        pod_sandbox_id: big_sid.clone(),
-        ..Default::default()
-    };
-    let mut size = 0usize;
-    let mut big_paths = vec![
-        Path3::new("direct", &direct),
-        Path3::new("socat", &socat.path),
-        Path3::new("shim", &shim.cri),
-    ];
-    for (name, s) in &extra {
-        big_paths.push(Path3::new(name, &s.cri));
-    }
-    let cpu_before = cpu_ticks(pid);
-    let extra_cpu_before: Vec<u64> = extra.iter().map(|(_, s)| cpu_ticks(s.child.id())).collect();
-    // Markers for a profiler attached to the shim (`perf record -p <shim pid>`).
-    eprintln!("4 MiB Lists: start");
-    for i in 0..BIG_LISTS {
-        let n = big_paths.len();
-        for k in 0..n {
-            let p = &mut big_paths[(i + k) % n];
-            // A new connection per call, as a client that dials per request would.
-            let mut c = client(&p.path);
-            let t = Instant::now();
-            match c
-                .list_containers(cri::ListContainersRequest {
-                    filter: Some(filter.clone()),
-                })
-                .await
-            {
-                Ok(r) => {
-                    p.lat.push(t.elapsed());
-                    size = tonic_prost::prost::Message::encoded_len(r.get_ref());
-                }
-                Err(e) => {
-                    eprintln!("big ListContainers failed: {e:?}");
-                    p.failures.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-    }
-    eprintln!("4 MiB Lists: end");
-    let cpu_ms_per_list = (cpu_ticks(pid) - cpu_before) as f64 * 10.0 / BIG_LISTS as f64;
-    for p in &mut big_paths {
-        p.lat.sort();
-    }
-    let med = |p: &Path3| us(pct(&p.lat, 0.5)) / 1e3;
-    let d = med(&big_paths[0]);
-    println!(
-        "ListContainers of {:.2} MiB, median of {BIG_LISTS}:",
-        size as f64 / (1 << 20) as f64
-    );
-    for p in &big_paths {
-        if !p.clean() {
-            println!(
-                "  {:<14} FAILED ({} calls): no figures",
-                p.name,
-                p.failures.load(Ordering::Relaxed)
-            );
-            continue;
-        }
-        println!(
-            "  {:<14} {:>6.2} ms (+{:.2}){}",
-            p.name,
-            med(p),
-            med(p) - d,
-            if p.name == "shim" {
-                " (goal ≤ +1 ms)"
-            } else {
-                ""
-            }
-        );
-    }
-    println!("  the shim's CPU per List (utime+stime): {cpu_ms_per_list:.2} ms");
-    for ((name, s), before) in extra.iter().zip(extra_cpu_before) {
-        let ms = (cpu_ticks(s.child.id()) - before) as f64 * 10.0 / BIG_LISTS as f64;
-        println!("  {name}'s CPU per List: {ms:.2} ms");
-    }
-
+    let mut relays = vec![("the shim".to_owned(), pid)];
+    relays.extend(extra.iter().map(|(name, s)| (name.clone(), s.child.id())));
+    big_lists(paths(), &big_sid, &relays).await;
     phases.push(Rss::of(
         pid,
         "after the 4 MiB Lists (their 100 containers, 4 MiB of annotations, indexed too)",
     ));
+
     // 1,000 containers indexed: created through the shim (it indexes them as it relays).
     for b in 0..10 {
         let _ = populate(&node, &shim.cri, &format!("many-{b}"), 90, 0).await;
     }
     // The last creates are folded in by the decoder thread just after their answers went out.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while shim.indexed_containers().unwrap_or(0) < 1_100 && Instant::now() < deadline {
+    while shim.indexed_containers().await.unwrap_or(0) < 1_100 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let indexed = Rss::of(pid, "with 1,100 containers indexed");
@@ -320,17 +198,141 @@ async fn bench(
         );
     }
 
-    let ticks_per_s = 100.0; // USER_HZ on Linux
     let t0 = cpu_ticks(pid);
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let t1 = cpu_ticks(pid);
+    let idle = cpu_ticks(pid).saturating_sub(t0);
     println!(
-        "shim idle CPU over 10 s: {:.2}% of one core ({} ticks)",
-        (t1 - t0) as f64 / ticks_per_s / 10.0 * 100.0,
-        t1 - t0
+        "shim idle CPU over 10 s: {:.2}% of one core ({idle} ticks)",
+        ticks_ms(idle) / 10e3 * 100.0,
     );
     drop(extra);
     drop(socat);
     drop(shim);
     drop(node);
+}
+
+/// [`MIX_ROUNDS`] rounds of the call mix at concurrency `conc` on every path, interleaved, and
+/// their figures against direct's (`paths[0]`) and socat's (`paths[1]`).
+async fn mix_rounds(mut paths: Vec<Path3>, conc: usize, sid: &str, cid: &str) {
+    for r in 0..MIX_ROUNDS {
+        // Rotate which path goes first so drift hits all equally.
+        let n = paths.len();
+        for k in 0..n {
+            let p = &mut paths[(r + k) % n];
+            let (lat, wall) = round(&p.path, conc, sid, cid, &p.failures).await;
+            p.lat.extend(lat);
+            p.wall += wall;
+        }
+    }
+    for p in &mut paths {
+        p.lat.sort();
+    }
+    let (d_p50, d_p99, d_tp) = (
+        us(pct(&paths[0].lat, 0.5)),
+        us(pct(&paths[0].lat, 0.99)),
+        paths[0].throughput(),
+    );
+    for p in &paths {
+        if !p.clean() {
+            println!(
+                "concurrency {conc:>2}: {:<12} FAILED ({} failed mixes): no figures",
+                p.name,
+                p.failures.load(Ordering::Relaxed)
+            );
+            continue;
+        }
+        println!(
+            "concurrency {conc:>2}: {:<12} p50 {:>6.0} µs (+{:>4.0}), p99 {:>6.0} µs (+{:>5.0}), {:>6.0} calls/s ({:>5.1}% of direct)",
+            p.name,
+            us(pct(&p.lat, 0.5)),
+            us(pct(&p.lat, 0.5)) - d_p50,
+            us(pct(&p.lat, 0.99)),
+            us(pct(&p.lat, 0.99)) - d_p99,
+            p.throughput(),
+            100.0 * p.throughput() / d_tp,
+        );
+    }
+    if paths.iter().all(Path3::clean) {
+        let socat_added = us(pct(&paths[1].lat, 0.5)) - d_p50;
+        let shim_added = us(pct(&paths[2].lat, 0.5)) - d_p50;
+        let tp_ratio = paths[2].throughput() / paths[1].throughput();
+        println!(
+            "concurrency {conc:>2}: shim added p50 = {:.2} × socat's (goal ≤ 1.2 at c=1); shim throughput = {:.1}% of socat's (goal ≥ 95% at c=16)",
+            shim_added / socat_added.max(1.0),
+            100.0 * tp_ratio
+        );
+    }
+}
+
+/// [`BIG_LISTS`] ListContainers of sandbox `sid` on every path, interleaved, a new connection
+/// each; their medians against direct's (`paths[0]`) and the CPU each of `relays` (name, pid)
+/// spent per List.
+async fn big_lists(mut paths: Vec<Path3>, sid: &str, relays: &[(String, u32)]) {
+    let filter = cri::ContainerFilter {
+        pod_sandbox_id: sid.to_owned(),
+        ..Default::default()
+    };
+    let mut size = 0usize;
+    let cpu_before: Vec<u64> = relays.iter().map(|(_, pid)| cpu_ticks(*pid)).collect();
+    // Markers for a profiler attached to the shim (`perf record -p <shim pid>`).
+    eprintln!("4 MiB Lists: start");
+    for i in 0..BIG_LISTS {
+        let n = paths.len();
+        for k in 0..n {
+            let p = &mut paths[(i + k) % n];
+            // A new connection per call, as a client that dials per request would.
+            let mut c = client(&p.path);
+            let t = Instant::now();
+            match c
+                .list_containers(cri::ListContainersRequest {
+                    filter: Some(filter.clone()),
+                })
+                .await
+            {
+                Ok(r) => {
+                    p.lat.push(t.elapsed());
+                    size = tonic_prost::prost::Message::encoded_len(r.get_ref());
+                }
+                Err(e) => {
+                    eprintln!("big ListContainers failed: {e:?}");
+                    p.failures.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+    eprintln!("4 MiB Lists: end");
+    for p in &mut paths {
+        p.lat.sort();
+    }
+    let med = |p: &Path3| us(pct(&p.lat, 0.5)) / 1e3;
+    let d = med(&paths[0]);
+    println!(
+        "ListContainers of {:.2} MiB, median of {BIG_LISTS}:",
+        size as f64 / (1 << 20) as f64
+    );
+    for p in &paths {
+        if !p.clean() {
+            println!(
+                "  {:<14} FAILED ({} calls): no figures",
+                p.name,
+                p.failures.load(Ordering::Relaxed)
+            );
+            continue;
+        }
+        println!(
+            "  {:<14} {:>6.2} ms (+{:.2}){}",
+            p.name,
+            med(p),
+            med(p) - d,
+            if p.name == "shim" {
+                " (goal ≤ +1 ms)"
+            } else {
+                ""
+            }
+        );
+    }
+    for ((name, pid), before) in relays.iter().zip(cpu_before) {
+        let ms = ticks_ms(cpu_ticks(*pid).saturating_sub(before)) / BIG_LISTS as f64;
+        println!("  {name}'s CPU per List (utime+stime): {ms:.2} ms");
+    }
 }
