@@ -403,3 +403,104 @@ fn chart_references_into_the_docs_name_real_sections() {
     }
     assert!(checked >= 6, "only {checked} references found");
 }
+
+#[test]
+fn the_prober_probe_host_policy_and_exec_standby_take_only_what_the_prober_parses() {
+    // What a careless `--set` or values file sends: a value the prober would refuse at start-up
+    // (a crash loop on every node), caught by the chart's schema before anything is installed.
+    let bad = [
+        json!({"prober": {"probeHostPolicy": "Allow"}}),
+        json!({"prober": {"probeHostPolicy": "deny-local "}}),
+        json!({"prober": {"probeHostPolicy": "allow,deny"}}),
+        json!({"prober": {"probeHostPolicy": ""}}),
+        json!({"prober": {"probeHostPolicy": null}}),
+        json!({"prober": {"execStandby": null}}),
+        json!({"prober": {"execStandby": "no"}}),
+        json!({"prober": {"execStandby": "false"}}),
+        json!({"prober": {"execStandby": 0}}),
+    ];
+    for values in bad {
+        let field = if values["prober"].get("execStandby").is_some() {
+            "execStandby"
+        } else {
+            "probeHostPolicy"
+        };
+        let err = Render::defaults()
+            .set(values.clone())
+            .try_run()
+            .err()
+            .unwrap_or_else(|| panic!("{values} must be refused"));
+        assert!(err.contains(field), "{values}: {err}");
+    }
+    for (values, flag) in [
+        (
+            json!({"prober": {"probeHostPolicy": "deny"}}),
+            "--probe-host-policy=deny",
+        ),
+        (
+            json!({"prober": {"execStandby": false}}),
+            "--exec-standby=false",
+        ),
+    ] {
+        let r = Render::defaults().set(values).run();
+        let ds = r
+            .objects
+            .iter()
+            .find(|o| o["kind"] == "DaemonSet")
+            .expect("DaemonSet");
+        let args = ds["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+        assert!(args.contains(flag), "{flag} not in {args}");
+    }
+}
+
+#[test]
+fn a_null_value_is_refused_rather_than_rendered_as_an_empty_flag() {
+    // Helm deletes a key set to null (`--set x=null`, `x: ~` in a values file), defaults
+    // included: a value the chart renders into a flag would become `--flag=`, which the daemon
+    // refuses at start-up on every node. The schema requires each of them instead.
+    let rendered_into_flags = [
+        ("", "containerdNamespace"),
+        ("sockets", "dir"),
+        ("sockets", "shim"),
+        ("sockets", "prober"),
+        ("sockets", "housekeeper"),
+        ("sockets", "containerd"),
+        ("logging", "format"),
+        ("logging", "level"),
+        ("prober", "adminPort"),
+        ("prober", "kubeVersion"),
+        ("prober", "pollIntervalSeconds"),
+        ("prober", "execMode"),
+        ("prober", "execStandby"),
+        ("prober", "probeHostPolicy"),
+        ("housekeeper", "adminPort"),
+        ("housekeeper", "dryRun"),
+        ("housekeeper", "removeExitedContainers"),
+        ("housekeeper", "interval"),
+        ("housekeeper", "orphanGrace"),
+        ("housekeeper", "cgroupDriver"),
+        ("housekeeper", "systemdBusDir"),
+        ("housekeeper", "kubeletCgroupRoot"),
+        ("housekeeper", "cgroupRoot"),
+        ("housekeeper", "kubeletRoot"),
+        ("housekeeper", "logRoot"),
+        ("housekeeper", "hostPID"),
+        ("housekeeper", "privileged"),
+    ];
+    for (section, key) in rendered_into_flags {
+        let values = if section.is_empty() {
+            json!({ key: null })
+        } else {
+            json!({ section: { key: null } })
+        };
+        let err = Render::defaults()
+            .set(values.clone())
+            .try_run()
+            .err()
+            .unwrap_or_else(|| panic!("{values} must be refused"));
+        assert!(
+            err.contains(&format!("missing property '{key}'")),
+            "{values}: {err}"
+        );
+    }
+}
