@@ -41,6 +41,12 @@ pub struct Metrics {
     pub observe_errors: IntCounter,
     /// Watched calls not observed because a message was compressed.
     pub compressed_skipped: IntCounter,
+    /// List/Status answers with the same content as the previous answer to the same request
+    /// (recognised while relayed, not decoded).
+    pub answers_unchanged: IntCounter,
+    /// Large List/Status answers relayed without being kept (the previous one repeated) that
+    /// turned out changed: not decoded; the next answer to the same request is.
+    pub answers_deferred: IntCounter,
     /// Bytes relayed, by direction (`to_containerd`, `to_client`).
     pub relayed_bytes: IntCounterVec,
     /// Open client connections on the CRI socket.
@@ -117,6 +123,16 @@ impl Metrics {
             "podward_shim_compressed_messages_total",
             "Watched calls not observed because a message was compressed",
         )?;
+        let answers_unchanged = IntCounter::new(
+            "podward_shim_answers_unchanged_total",
+            "List/Status answers identical in content to the previous answer to the same request, \
+             not decoded",
+        )?;
+        let answers_deferred = IntCounter::new(
+            "podward_shim_answers_deferred_total",
+            "Large List/Status answers not kept (the previous one was a repeat) that turned out \
+             changed; the next answer to the same request is decoded",
+        )?;
         let relayed_bytes = IntCounterVec::new(
             Opts::new(
                 "podward_shim_relayed_bytes_total",
@@ -151,6 +167,8 @@ impl Metrics {
         registry.register(Box::new(observations_dropped.clone()))?;
         registry.register(Box::new(observe_errors.clone()))?;
         registry.register(Box::new(compressed_skipped.clone()))?;
+        registry.register(Box::new(answers_unchanged.clone()))?;
+        registry.register(Box::new(answers_deferred.clone()))?;
         registry.register(Box::new(relayed_bytes.clone()))?;
         registry.register(Box::new(connections.clone()))?;
         registry.register(Box::new(handshake_timeouts.clone()))?;
@@ -176,6 +194,8 @@ impl Metrics {
             observations_dropped,
             observe_errors,
             compressed_skipped,
+            answers_unchanged,
+            answers_deferred,
             relayed_bytes,
             connections,
             handshake_timeouts,

@@ -15,7 +15,8 @@ use bytes::{Buf, Bytes};
 
 use crate::metrics::Metrics;
 use crate::publish::Publisher;
-use unchanged::Unchanged;
+
+pub(crate) use unchanged::{Digest, Unchanged, Verdict};
 
 pub use decode::decode;
 
@@ -225,12 +226,14 @@ pub struct Observer {
 }
 
 impl Observer {
-    /// Queues a raw observation without waiting; when the decoder lags, it is dropped and
-    /// counted.
-    pub fn send(&self, raw: Raw) {
-        if self.tx.try_send(raw).is_err() {
+    /// Queues a raw observation without waiting; when the decoder lags, it is dropped, counted,
+    /// and false returned.
+    pub fn send(&self, raw: Raw) -> bool {
+        let sent = self.tx.try_send(raw).is_ok();
+        if !sent {
             self.metrics.observations_dropped.inc();
         }
+        sent
     }
 }
 
@@ -264,7 +267,6 @@ pub fn spawn(publisher: Publisher, metrics: Metrics) -> std::io::Result<Observer
 const LARGE_BODIES: usize = 1 << 20;
 
 fn run_decoder(rx: &mpsc::Receiver<Raw>, publisher: &Publisher, metrics: &Metrics) {
-    let mut unchanged = Unchanged::default();
     let mut last_large: Option<Instant> = None;
     loop {
         let raw = match last_large {
@@ -289,9 +291,6 @@ fn run_decoder(rx: &mpsc::Receiver<Raw>, publisher: &Publisher, metrics: &Metric
         };
         if raw.body_bytes() >= LARGE_BODIES {
             last_large = Some(Instant::now());
-        }
-        if unchanged.is_repeat(&raw) {
-            continue;
         }
         let (observations, repairs) = decode(raw);
         for r in &repairs.0 {

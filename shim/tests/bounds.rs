@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{FakeUpstream, TestShim};
+use common::{FakeUpstream, TestShim, metric};
 use podward_api::cri;
 use podward_api::shim::v1::WatchRequest;
 use podward_api::test_util::eventually;
@@ -27,14 +27,6 @@ async fn closed_within(s: &mut UnixStream, within: Duration) -> bool {
             Ok(Ok(_)) => {}
         }
     }
-}
-
-fn metric(text: &str, line_start: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
 }
 
 #[tokio::test]

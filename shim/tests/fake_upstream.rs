@@ -198,3 +198,61 @@ async fn run_pod_sandbox_whose_caller_timed_out_is_undelivered() {
             .contains("podward_shim_undelivered_total 1")
     );
 }
+
+/// kubelet relists with the same request every second. A large answer that repeats is
+/// recognised while relayed; once it has, the next one is only digested, not kept — and when that
+/// one hides a change, the change reaches the index on the following relist.
+#[tokio::test]
+async fn a_large_repeated_list_is_not_kept_and_a_change_it_hid_is_decoded_on_the_next_relist() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let up = FakeUpstream::start(&dir.path().join("containerd.sock")).await;
+    let shim = TestShim::start(dir.path()).await;
+    let mut rt = shim.runtime().await;
+    let list = || cri::ListContainersRequest {
+        filter: Some(cri::ContainerFilter {
+            label_selector: [("app".to_owned(), "big".to_owned())].into(),
+            ..Default::default()
+        }),
+    };
+    let indexed = |n: f64| {
+        let shim = &shim;
+        eventually(
+            "containers indexed",
+            Duration::from_secs(5),
+            move || async move { shim.metric("podward_shim_index_containers") == n },
+        )
+    };
+    let counted = |name: &'static str, n: f64| {
+        let shim = &shim;
+        eventually(name, Duration::from_secs(5), move || async move {
+            shim.metric(name) == n
+        })
+    };
+
+    up.set_containers(100); // ~310 KiB: above the size that is not kept after a repeat
+    let first = rt.list_containers(list()).await.expect("list").into_inner();
+    assert_eq!(first.containers.len(), 100);
+    indexed(100.0).await;
+    for _ in 0..2 {
+        // The second is a repeat (kept: nothing was known to repeat yet), the third a repeat
+        // that was never kept.
+        rt.list_containers(list()).await.expect("list");
+    }
+    counted("podward_shim_answers_unchanged_total", 2.0).await;
+
+    up.set_containers(101);
+    let changed = rt.list_containers(list()).await.expect("list").into_inner();
+    assert_eq!(changed.containers.len(), 101, "relayed whole all the same");
+    counted("podward_shim_answers_deferred_total", 1.0).await;
+    assert_eq!(
+        shim.metric("podward_shim_index_containers"),
+        100.0,
+        "the change was not kept, so not decoded"
+    );
+    rt.list_containers(list()).await.expect("list");
+    // A filtered List adds what it names and removes nothing: 100 + 101 other IDs.
+    indexed(201.0).await;
+    rt.list_containers(list()).await.expect("list");
+    counted("podward_shim_answers_unchanged_total", 3.0).await;
+    assert_eq!(shim.metric("podward_shim_answers_deferred_total"), 1.0);
+}

@@ -7,12 +7,13 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::fields::Fields;
 use super::frames::FrameError;
 use crate::metrics::{MethodMetrics, MethodTable, Metrics};
-use crate::observe::{Body, Observer, Outcome, Raw, Watched};
+use crate::observe::{Body, Digest, Observer, Outcome, Raw, Unchanged, Verdict, Watched};
 
 /// Largest body kept per direction of one watched call: one CRI message at containerd's own
 /// limit, with its 5-byte gRPC prefix. A bigger one is relayed but not observed.
@@ -37,6 +38,8 @@ pub struct Recorder {
     methods: MethodTable,
     metrics: Metrics,
     observer: Observer,
+    /// Shared by every connection: kubelet's relists come on whichever connection it has.
+    unchanged: Mutex<Unchanged>,
     clock: fn() -> i64,
 }
 
@@ -47,6 +50,7 @@ impl Recorder {
             methods: MethodTable::new(metrics.clone()),
             metrics,
             observer,
+            unchanged: Mutex::new(Unchanged::default()),
             clock,
         }
     }
@@ -67,6 +71,14 @@ struct Stream {
     deadline: Option<Instant>,
     request: Body,
     response: Body,
+    /// The response's length, kept or not.
+    response_len: usize,
+    /// A List/Status call: the digest of its request, once the request is complete.
+    request_key: Option<u64>,
+    /// A List/Status call: the digest of its answer so far.
+    answer: Option<Box<Digest>>,
+    /// Whether the response's parts are kept for the decoder (see `observe/unchanged.rs`).
+    keep_response: bool,
     /// A body passed [`MAX_OBSERVED_BYTES`]: the call is counted but not observed.
     overflow: bool,
     response_done: bool,
@@ -137,10 +149,14 @@ impl Calls {
             let method = self.recorder.methods.get(&path);
             method.requests.inc();
             let started = Instant::now();
+            let watched = Watched::from_path(&path);
+            let answer = watched
+                .filter(|w| !w.is_mutating())
+                .map(|_| Box::new(self.recorder.unchanged.lock().digest()));
             self.streams.insert(
                 id,
                 Stream {
-                    watched: Watched::from_path(&path),
+                    watched,
                     path: path.into_boxed_str(),
                     method,
                     started,
@@ -148,6 +164,10 @@ impl Calls {
                     deadline: fields.grpc_timeout.and_then(|t| started.checked_add(t)),
                     request: Body::default(),
                     response: Body::default(),
+                    response_len: 0,
+                    request_key: None,
+                    answer,
+                    keep_response: true,
                     overflow: false,
                     response_done: false,
                     status: None,
@@ -177,9 +197,16 @@ impl Calls {
     }
 
     fn request_ended(&mut self, id: u32) {
-        let Some(s) = self.streams.get(&id) else {
+        let Some(s) = self.streams.get_mut(&id) else {
             return;
         };
+        if let Some(w) = s.watched.filter(|w| !w.is_mutating())
+            && !s.overflow
+        {
+            let unchanged = self.recorder.unchanged.lock();
+            s.request_key = unchanged.digest_of(&s.request);
+            s.keep_response = s.request_key.is_none_or(|k| !unchanged.speculate(w, k));
+        }
         // A stop request is news the moment kubelet decides it, long before the answer
         // (which can take the whole grace period).
         if let Some(w) = s.watched.filter(|w| w.request_is_news())
@@ -207,18 +234,32 @@ impl Calls {
         if s.watched.is_none() || s.overflow || range.is_empty() {
             return Ok(());
         }
-        let body = if request {
-            &mut s.request
+        let len = if request {
+            s.request.len()
         } else {
-            &mut s.response
+            s.response_len
         };
-        if body.len() + range.len() > MAX_OBSERVED_BYTES {
+        if len + range.len() > MAX_OBSERVED_BYTES {
             self.buffered -= s.request.len() + s.response.len();
             s.overflow = true;
             s.request = Body::default();
             s.response = Body::default();
+            s.answer = None;
             return Ok(());
         }
+        let body = if request {
+            &mut s.request
+        } else {
+            // Digested here, while the bytes are in cache on their way through.
+            s.response_len += range.len();
+            if let Some(d) = s.answer.as_mut() {
+                d.feed(&chunk[range.clone()]);
+            }
+            if !s.keep_response {
+                return Ok(());
+            }
+            &mut s.response
+        };
         self.buffered += range.len();
         body.push(part(chunk, range));
         if self.buffered > MAX_CONNECTION_BYTES {
@@ -366,12 +407,34 @@ impl Calls {
         let Some(method) = s.watched.filter(|_| !s.overflow) else {
             return;
         };
-        if s.request.is_compressed() || s.response.is_compressed() {
+        if s.request.is_compressed()
+            || s.response.is_compressed()
+            || s.answer.as_ref().is_some_and(|d| d.compressed())
+        {
             // kubelet never compresses CRI messages; a client that does is relayed, not read.
             r.metrics.compressed_skipped.inc();
             return;
         }
-        r.observer.send(Raw::Call {
+        let repeat_key = s.request_key.filter(|_| s.status == Some(0));
+        if let Some(key) = repeat_key {
+            let answer = s.answer.as_ref().and_then(|d| d.finish());
+            let verdict =
+                r.unchanged
+                    .lock()
+                    .settle(method, key, answer, s.response_len, s.keep_response);
+            match verdict {
+                Verdict::Repeat => {
+                    r.metrics.answers_unchanged.inc();
+                    return;
+                }
+                Verdict::Missed => {
+                    r.metrics.answers_deferred.inc();
+                    return;
+                }
+                Verdict::News => {}
+            }
+        }
+        let sent = r.observer.send(Raw::Call {
             method,
             request: s.request,
             response: s.response,
@@ -380,6 +443,9 @@ impl Calls {
             requested_at_ns: s.requested_at_ns,
             completed_at_ns: (r.clock)(),
         });
+        if !sent && let Some(key) = repeat_key {
+            r.unchanged.lock().forget(method, key);
+        }
     }
 }
 

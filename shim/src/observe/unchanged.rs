@@ -1,13 +1,14 @@
-//! Recognising a List or Status answer that says nothing new, without decoding it.
+//! Recognising a List or Status answer that says nothing new, while it is relayed.
 //!
 //! kubelet relists every second and the answer usually holds the same objects as the previous
-//! one: such a repeat carries no news and is not decoded (decoding a 100-container List costs far
-//! more CPU than relaying it, and a 4 MiB one several milliseconds of the relay's thread).
+//! one: such a repeat carries no news. It is recognised by a digest computed on the relay's
+//! thread as each DATA part goes by (the bytes are in cache then; read again later on another
+//! thread, a 4 MiB answer costs a cache-cold pass), and is then neither queued nor decoded.
 //!
 //! "The same" must not depend on how the bytes arrived or were ordered:
-//! - a body is kept as the DATA parts the relay happened to read, and their boundaries change from
-//!   one answer to the next; the digest is computed over fixed-size blocks of the byte stream, so
-//!   it is the same however the stream was split;
+//! - the relay reads DATA parts whose boundaries change from one answer to the next; the digest
+//!   follows the message's fields across any split, and XXH3's streaming form gives the same
+//!   value however a field's bytes are fed to it;
 //! - containerd lists objects from a map, in a different order on every call (and Go writes map
 //!   fields, such as labels and annotations, in any order too); the digest of a message is an
 //!   order-independent sum of the digests of its top-level fields (a List's items, a Status
@@ -15,277 +16,328 @@
 //!   (A message that repeats a singular field, where the last one wins, would read as a repeat
 //!   with those fields swapped; no protobuf encoder writes that, and the next change repairs it.)
 //!
+//! A body that is not exactly one well-formed uncompressed message has no digest and is never a
+//! repeat: it is decoded (tolerantly) every time.
+//!
+//! **Large answers are not kept when the previous one was a repeat.** Keeping a multi-MiB answer
+//! for the decoder pins every read buffer it arrived in, so the relay reads the rest into fresh,
+//! cache-cold allocations; for the common case, a repeat, that is wasted. So once the answer to a
+//! request has repeated and is at least [`SPECULATE_ABOVE`] long, the next answer to it is only
+//! digested. If that answer turns out changed, it cannot be decoded: it is counted
+//! (`podward_shim_answers_deferred_total`) and the request is forgotten, so kubelet's next relist
+//! (a second later) is kept and decoded. Changes that matter at once reach the index without a
+//! List: the mutating calls' own answers and containerd's events.
+//!
 //! Digests rather than the answers themselves keep the memory to a few hundred KiB at most.
-//! foldhash (randomly seeded per process) rather than std's SipHash: hashing a 4 MiB answer is on
-//! the decoder's CPU budget for every relist, and foldhash is several times faster. A collision
-//! would only skip decoding one changed answer; the next change, event or rebuild repairs it.
+//! XXH3 (randomly seeded per process) rather than std's SipHash: it hashes a 4 MiB answer in a
+//! fraction of a millisecond, on kubelet's path. A collision would only skip decoding one changed
+//! answer; the next change, event or rebuild repairs it.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
 
-use bytes::Buf;
+use xxhash_rust::xxh3::{Xxh3, xxh3_64_with_seed};
 
-use super::{Body, Raw, Watched};
+use super::{Body, Watched};
 
 /// Distinct List/Status requests remembered; past it the memory starts afresh.
 const ENTRIES: usize = 4096;
 
-/// Bytes per block fed to the hasher (see [`Blocks`]).
-const BLOCK: usize = 1024;
+/// Answers at least this long (about 70 containers' List) are not kept once the previous answer
+/// to the same request was a repeat.
+pub(crate) const SPECULATE_ABOVE: usize = 256 << 10;
 
-/// The last answer's digest per (method, request digest).
-#[derive(Default)]
-pub(super) struct Unchanged {
-    keys: foldhash::fast::RandomState,
-    last: HashMap<(Watched, u64), u64>,
+/// What [`Unchanged::settle`] made of a finished call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The same content as the previous answer to the same request: nothing to decode.
+    Repeat,
+    /// New content, kept: to be decoded.
+    News,
+    /// New content that was not kept (see the module docs): the next answer is kept.
+    Missed,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Last {
+    answer: u64,
+    /// The previous answer repeated and was large: do not keep the next one.
+    speculate: bool,
+}
+
+/// The last answer's digest per (method, request digest), for every connection.
+#[derive(Debug)]
+pub(crate) struct Unchanged {
+    seed: u64,
+    last: HashMap<(Watched, u64), Last>,
+}
+
+impl Default for Unchanged {
+    fn default() -> Self {
+        Self {
+            seed: rand::random(),
+            last: HashMap::new(),
+        }
+    }
 }
 
 impl Unchanged {
-    /// Whether `raw` is a successful List/Status call whose answer has the same content as the
-    /// previous answer to the same request (then it need not be decoded). Mutating calls and
-    /// failed calls are never repeats.
-    pub(super) fn is_repeat(&mut self, raw: &Raw) -> bool {
-        let Raw::Call {
-            method,
-            request,
-            response,
-            grpc_status: Some(0),
-            ..
-        } = raw
-        else {
-            return false;
-        };
-        if method.is_mutating() {
-            return false;
-        }
-        let key = (*method, self.digest(request));
-        let answer = self.digest(response);
-        if self.last.get(&key) == Some(&answer) {
-            return true;
-        }
-        if self.last.len() >= ENTRIES {
-            self.last.clear();
-        }
-        self.last.insert(key, answer);
-        false
+    /// A digest to feed a body to as it is relayed.
+    pub(crate) fn digest(&self) -> Digest {
+        Digest::new(self.seed)
     }
 
-    /// The body's first gRPC message as the unordered sum of its top-level fields' digests; the
-    /// raw byte stream's digest when it is not one well-formed uncompressed message.
-    fn digest(&self, body: &Body) -> u64 {
-        if let Some(d) = body.first_message().and_then(|m| self.fields_digest(m)) {
-            return d;
-        }
-        let mut h = Blocks::new(self.keys.build_hasher());
+    /// The digest of a body already held.
+    pub(crate) fn digest_of(&self, body: &Body) -> Option<u64> {
+        let mut d = self.digest();
         for p in &body.parts {
-            h.write(p);
+            d.feed(p);
         }
-        h.finish(u64::MAX)
+        d.finish()
     }
 
-    fn fields_digest(&self, mut msg: impl Buf) -> Option<u64> {
-        let mut sum = 0u64;
-        let mut count = 0u64;
-        while msg.has_remaining() {
-            let key = prost::encoding::decode_varint(&mut msg).ok()?;
-            let mut h = Blocks::new(self.keys.build_hasher());
-            h.write(&key.to_le_bytes());
-            let len = match key & 7 {
-                0 => {
-                    let v = prost::encoding::decode_varint(&mut msg).ok()?;
-                    h.write(&v.to_le_bytes());
-                    0
+    /// Whether the answer to `request` need not be kept (see the module docs).
+    pub(crate) fn speculate(&self, method: Watched, request: u64) -> bool {
+        self.last
+            .get(&(method, request))
+            .is_some_and(|l| l.speculate)
+    }
+
+    /// A successful List/Status call ended with an answer of digest `answer` (None: not one
+    /// well-formed message), `len` bytes long, `kept` for the decoder or not.
+    pub(crate) fn settle(
+        &mut self,
+        method: Watched,
+        request: u64,
+        answer: Option<u64>,
+        len: usize,
+        kept: bool,
+    ) -> Verdict {
+        let key = (method, request);
+        if let Some(answer) = answer
+            && let Some(last) = self.last.get_mut(&key)
+            && last.answer == answer
+        {
+            last.speculate = len >= SPECULATE_ABOVE;
+            return Verdict::Repeat;
+        }
+        match answer {
+            Some(answer) if kept => {
+                if self.last.len() >= ENTRIES {
+                    self.last.clear();
                 }
-                1 => 8,
-                2 => usize::try_from(prost::encoding::decode_varint(&mut msg).ok()?).ok()?,
-                5 => 4,
-                _ => return None,
-            };
-            if msg.remaining() < len {
-                return None;
+                let speculate = false;
+                self.last.insert(key, Last { answer, speculate });
+                Verdict::News
             }
-            let mut left = len;
-            while left > 0 {
-                let chunk = msg.chunk();
-                let n = chunk.len().min(left);
-                h.write(&chunk[..n]);
-                msg.advance(n);
-                left -= n;
+            // Not digestible, or changed but not kept: whatever comes next is news.
+            _ => {
+                self.last.remove(&key);
+                if kept { Verdict::News } else { Verdict::Missed }
             }
-            sum = sum.wrapping_add(h.finish(len as u64));
-            count += 1;
         }
-        let mut h = self.keys.build_hasher();
-        h.write_u64(sum);
-        h.write_u64(count);
-        Some(h.finish())
+    }
+
+    /// An answer [`settle`](Self::settle) called news never reached the decoder (its queue was
+    /// full): the next answer to the same request is not a repeat of it.
+    pub(crate) fn forget(&mut self, method: Watched, request: u64) {
+        self.last.remove(&(method, request));
     }
 }
 
-/// Feeds a hasher fixed-size blocks of a byte stream, whatever slices the stream comes in: the
-/// digest of the same bytes is the same however they were split (foldhash's `write` mixes each
-/// call's slice as a unit, so feeding it the slices directly would not be).
-struct Blocks<H> {
-    h: H,
-    buf: [u8; BLOCK],
-    fill: usize,
+/// Where a [`Digest`] is in the gRPC-framed message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Reading the 5-byte gRPC prefix.
+    Prefix,
+    /// Reading a field's key.
+    Key,
+    /// Reading a varint field's value.
+    Value,
+    /// Reading a length-delimited field's length.
+    Len,
+    /// Hashing this many more bytes of a field's payload.
+    Payload(u64),
+    /// The message ended exactly at the end of the bytes fed so far.
+    Done,
+    /// Not one well-formed uncompressed message: no digest.
+    Broken,
 }
 
-impl<H: Hasher> Blocks<H> {
-    fn new(h: H) -> Self {
+/// A varint being read across however many parts it arrives in.
+#[derive(Debug, Clone, Copy, Default)]
+struct Varint {
+    value: u64,
+    shift: u32,
+}
+
+impl Varint {
+    /// Adds a byte; the value once it is complete. Longer than ten bytes is an error.
+    fn push(&mut self, b: u8) -> Result<Option<u64>, ()> {
+        if self.shift >= 64 {
+            return Err(());
+        }
+        self.value |= u64::from(b & 0x7f) << self.shift;
+        self.shift += 7;
+        if b & 0x80 != 0 {
+            return Ok(None);
+        }
+        let v = self.value;
+        *self = Self::default();
+        Ok(Some(v))
+    }
+}
+
+/// The order-independent digest of one gRPC-framed message, fed in parts as they are relayed:
+/// the sum of the XXH3 of each top-level field (its key, its length or varint value, its
+/// payload), with the field count. Hand-rolled rather than decoded with prost: it must follow a
+/// message split anywhere, without holding it.
+#[derive(Clone)]
+pub(crate) struct Digest {
+    seed: u64,
+    state: State,
+    prefix: [u8; 5],
+    prefix_len: usize,
+    /// Bytes of the message not yet read.
+    left: u64,
+    varint: Varint,
+    field: Xxh3,
+    sum: u64,
+    count: u64,
+    compressed: bool,
+}
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Digest")
+            .field("state", &self.state)
+            .field("count", &self.count)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Digest {
+    fn new(seed: u64) -> Self {
         Self {
-            h,
-            buf: [0; BLOCK],
-            fill: 0,
+            seed,
+            state: State::Prefix,
+            prefix: [0; 5],
+            prefix_len: 0,
+            left: 0,
+            varint: Varint::default(),
+            field: Xxh3::with_seed(seed),
+            sum: 0,
+            count: 0,
+            compressed: false,
         }
     }
 
-    fn write(&mut self, mut bytes: &[u8]) {
-        if self.fill > 0 {
-            let n = (BLOCK - self.fill).min(bytes.len());
-            self.buf[self.fill..self.fill + n].copy_from_slice(&bytes[..n]);
-            self.fill += n;
-            bytes = &bytes[n..];
-            if self.fill < BLOCK {
+    /// Whether the message carries gRPC's compressed flag.
+    pub(crate) fn compressed(&self) -> bool {
+        self.compressed
+    }
+
+    /// The next bytes of the body.
+    pub(crate) fn feed(&mut self, mut bytes: &[u8]) {
+        while let Some((&b, rest)) = bytes.split_first() {
+            match self.state {
+                State::Broken => return,
+                State::Payload(n) => {
+                    let take = usize::try_from(n).map_or(bytes.len(), |n| n.min(bytes.len()));
+                    self.field.update(&bytes[..take]);
+                    bytes = &bytes[take..];
+                    self.left -= take as u64;
+                    let n = n - take as u64;
+                    if n == 0 {
+                        self.end_field();
+                    } else {
+                        self.state = State::Payload(n);
+                    }
+                    continue;
+                }
+                State::Prefix => {
+                    self.prefix[self.prefix_len] = b;
+                    self.prefix_len += 1;
+                    if self.prefix_len == 5 {
+                        self.compressed = self.prefix[0] != 0;
+                        let [_, l @ ..] = self.prefix;
+                        self.left = u64::from(u32::from_be_bytes(l));
+                        self.state = if self.compressed {
+                            State::Broken
+                        } else if self.left == 0 {
+                            State::Done
+                        } else {
+                            State::Key
+                        };
+                    }
+                }
+                State::Done => self.state = State::Broken,
+                State::Key | State::Value | State::Len => {
+                    self.left -= 1;
+                    match self.varint.push(b) {
+                        Err(()) => self.state = State::Broken,
+                        Ok(None) if self.left == 0 => self.state = State::Broken,
+                        Ok(None) => {}
+                        Ok(Some(v)) => self.varint_done(v),
+                    }
+                }
+            }
+            bytes = rest;
+        }
+    }
+
+    fn varint_done(&mut self, v: u64) {
+        match self.state {
+            State::Key => {
+                self.field.reset();
+                self.field.update(&v.to_le_bytes());
+                self.state = match v & 7 {
+                    0 => State::Value,
+                    1 => State::Payload(8),
+                    2 => State::Len,
+                    5 => State::Payload(4),
+                    _ => State::Broken,
+                };
+            }
+            State::Value => {
+                self.field.update(&v.to_le_bytes());
+                self.end_field();
                 return;
             }
-            self.h.write(&self.buf);
-            self.fill = 0;
+            State::Len => {
+                self.field.update(&v.to_le_bytes());
+                self.state = State::Payload(v);
+            }
+            _ => return,
         }
-        let mut blocks = bytes.chunks_exact(BLOCK);
-        for b in &mut blocks {
-            self.h.write(b);
+        match self.state {
+            State::Payload(0) => self.end_field(),
+            State::Payload(n) if n > self.left => self.state = State::Broken,
+            State::Value | State::Len if self.left == 0 => self.state = State::Broken,
+            _ => {}
         }
-        let rest = blocks.remainder();
-        self.buf[..rest.len()].copy_from_slice(rest);
-        self.fill = rest.len();
     }
 
-    /// The digest, with `len` (the stream's length or a tag) folded in.
-    fn finish(mut self, len: u64) -> u64 {
-        self.h.write(&self.buf[..self.fill]);
-        self.h.write_u64(len);
-        self.h.finish()
+    fn end_field(&mut self) {
+        self.sum = self.sum.wrapping_add(self.field.digest());
+        self.count += 1;
+        self.state = if self.left == 0 {
+            State::Done
+        } else {
+            State::Key
+        };
+    }
+
+    /// The digest, if the bytes fed were exactly one well-formed uncompressed message.
+    pub(crate) fn finish(&self) -> Option<u64> {
+        if self.state != State::Done {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&self.sum.to_le_bytes());
+        out[8..].copy_from_slice(&self.count.to_le_bytes());
+        Some(xxh3_64_with_seed(&out, self.seed))
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use bytes::Bytes;
-
-    use super::*;
-    use crate::observe::Outcome;
-
-    fn call(method: Watched, parts: &[&[u8]], status: Option<i32>) -> Raw {
-        let mut response = Body::default();
-        for p in parts {
-            response.push(Bytes::copy_from_slice(p));
-        }
-        Raw::Call {
-            method,
-            request: Body::from_bytes(Bytes::from_static(b"\0\0\0\0\0")),
-            response,
-            grpc_status: status,
-            outcome: Outcome::Delivered,
-            requested_at_ns: 0,
-            completed_at_ns: 0,
-        }
-    }
-
-    fn list(parts: &[&[u8]], status: Option<i32>) -> Raw {
-        call(Watched::ListContainers, parts, status)
-    }
-
-    /// A gRPC-framed message with the given length-delimited field-1 items.
-    fn framed(items: &[&[u8]]) -> Vec<u8> {
-        let mut msg = Vec::new();
-        for i in items {
-            msg.push(0x0a);
-            prost::encoding::encode_varint(i.len() as u64, &mut msg);
-            msg.extend_from_slice(i);
-        }
-        let mut out = vec![0];
-        out.extend_from_slice(&u32::try_from(msg.len()).expect("small").to_be_bytes());
-        out.extend(msg);
-        out
-    }
-
-    #[test]
-    fn identical_answers_are_skipped_but_changes_and_mutations_are_not() {
-        let mut u = Unchanged::default();
-        assert!(!u.is_repeat(&list(&[b"a"], Some(0))));
-        assert!(u.is_repeat(&list(&[b"a"], Some(0))));
-        assert!(
-            !u.is_repeat(&list(&[b"b"], Some(0))),
-            "a changed answer is news"
-        );
-        assert!(
-            !u.is_repeat(&list(&[b"b"], Some(14))),
-            "failed calls are never deduplicated"
-        );
-        let run = call(Watched::RunPodSandbox, &[b"x"], Some(0));
-        assert!(!u.is_repeat(&run));
-        assert!(!u.is_repeat(&run), "mutating calls always count");
-    }
-
-    #[test]
-    fn the_same_answer_split_differently_is_a_repeat() {
-        let big: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
-        let body = framed(&[&big, b"second item"]);
-        let mut u = Unchanged::default();
-        assert!(!u.is_repeat(&list(&[&body], Some(0))));
-        for split in [1, 5, 6, 1023, 1024, 1025, 3000, body.len() - 1] {
-            let (a, b) = body.split_at(split);
-            assert!(u.is_repeat(&list(&[a, b], Some(0))), "split at {split}");
-        }
-        let thirds: Vec<&[u8]> = body.chunks(body.len() / 3 + 1).collect();
-        assert!(u.is_repeat(&list(&thirds, Some(0))));
-    }
-
-    #[test]
-    fn reordered_items_are_a_repeat_but_changed_or_missing_items_are_not() {
-        let mut u = Unchanged::default();
-        assert!(!u.is_repeat(&list(&[&framed(&[b"one", b"two", b"three"])], Some(0))));
-        assert!(u.is_repeat(&list(&[&framed(&[b"three", b"one", b"two"])], Some(0))));
-        assert!(!u.is_repeat(&list(&[&framed(&[b"three", b"one"])], Some(0))));
-        assert!(!u.is_repeat(&list(&[&framed(&[b"three", b"one", b"one"])], Some(0))));
-        assert!(!u.is_repeat(&list(&[&framed(&[b"three", b"one", b"twO"])], Some(0))));
-    }
-
-    #[test]
-    fn a_body_that_is_not_one_message_is_digested_as_bytes() {
-        let mut u = Unchanged::default();
-        // Truncated message: the length prefix says 9 bytes, 2 follow.
-        let truncated: &[u8] = &[0, 0, 0, 0, 9, 0x0a, 0];
-        assert!(!u.is_repeat(&list(&[truncated], Some(0))));
-        assert!(u.is_repeat(&list(&[&truncated[..3], &truncated[3..]], Some(0))));
-        assert!(!u.is_repeat(&list(&[&[0, 0, 0, 0, 9, 0x0a, 1]], Some(0))));
-    }
-
-    #[test]
-    fn hostile_field_headers_fall_back_to_the_bytes_without_a_panic() {
-        let frame = |msg: &[u8]| {
-            let mut out = vec![0];
-            out.extend_from_slice(&u32::try_from(msg.len()).expect("small").to_be_bytes());
-            out.extend_from_slice(msg);
-            out
-        };
-        let mut max_len = vec![0x0a];
-        prost::encoding::encode_varint(u64::MAX, &mut max_len);
-        let hostile = [
-            max_len,                            // a length of 2^64 - 1
-            vec![0x0f, 1, 2, 3],                // wire type 7
-            vec![0xff; 12],                     // a key varint that never ends
-            vec![0x09, 1, 2, 3],                // a fixed64 with 3 bytes
-            vec![0x08, 0xff, 0xff, 0xff, 0xff], // a truncated varint value
-        ];
-        let mut u = Unchanged::default();
-        for msg in &hostile {
-            let body = frame(msg);
-            assert!(!u.is_repeat(&list(&[&body], Some(0))), "{msg:?}");
-            // Digested as bytes: the same bytes split anywhere are a repeat, changed ones not.
-            let (a, b) = body.split_at(body.len() / 2);
-            assert!(u.is_repeat(&list(&[a, b], Some(0))), "{msg:?}");
-        }
-    }
-}
+mod tests;

@@ -2,6 +2,8 @@
 
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -51,21 +53,26 @@ fn trailers(status: &str, extra: Option<(&'static str, HeaderValue)>) -> HeaderM
 pub(crate) struct FakeUpstream {
     socket: PathBuf,
     task: tokio::task::JoinHandle<()>,
+    containers: Arc<AtomicU32>,
 }
 
 impl FakeUpstream {
     pub(crate) async fn start(socket: &Path) -> Self {
         let _ = std::fs::remove_file(socket);
         let listener = UnixListener::bind(socket).expect("bind fake upstream");
+        let containers = Arc::new(AtomicU32::new(0));
+        let listed = containers.clone();
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
             loop {
                 let Ok((s, _)) = listener.accept().await else {
                     return;
                 };
+                let listed = listed.clone();
                 conns.spawn(async move {
-                    let svc = hyper::service::service_fn(|req| async move {
-                        Ok::<_, Infallible>(answer(req).await)
+                    let svc = hyper::service::service_fn(move |req| {
+                        let listed = listed.load(Ordering::Relaxed);
+                        async move { Ok::<_, Infallible>(answer(req, listed).await) }
                     });
                     // Header lists as large as gRPC-Go servers take (CONTINUATION in tests).
                     let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
@@ -78,7 +85,14 @@ impl FakeUpstream {
         Self {
             socket: socket.to_owned(),
             task,
+            containers,
         }
+    }
+
+    /// From now on, `ListContainers` answers `n` containers (`c<n>-<i>`, each with a 3 KiB
+    /// label) instead of none.
+    pub(crate) fn set_containers(&self, n: u32) {
+        self.containers.store(n, Ordering::Relaxed);
     }
 
     pub(crate) fn socket(&self) -> &Path {
@@ -93,7 +107,24 @@ impl Drop for FakeUpstream {
     }
 }
 
-async fn answer(req: Request<Incoming>) -> Response<Body> {
+fn listed_containers(n: u32) -> cri::ListContainersResponse {
+    let containers = (0..n)
+        .map(|i| cri::Container {
+            id: format!("c{n}-{i}"),
+            pod_sandbox_id: "sb-listed".into(),
+            metadata: Some(cri::ContainerMetadata {
+                name: format!("c{i}"),
+                attempt: 0,
+            }),
+            state: cri::ContainerState::ContainerRunning as i32,
+            labels: [("blob".to_owned(), "x".repeat(3 << 10))].into(),
+            ..Default::default()
+        })
+        .collect();
+    cri::ListContainersResponse { containers }
+}
+
+async fn answer(req: Request<Incoming>, containers: u32) -> Response<Body> {
     let (tx, rx) = mpsc::channel(16);
     let path = req.uri().path().to_owned();
     let echo = req.headers().get("x-echo").cloned();
@@ -140,7 +171,7 @@ async fn answer(req: Request<Incoming>) -> Response<Body> {
         }
         "/runtime.v1.RuntimeService/ListContainers" => {
             let _ = req.into_body().collect().await;
-            let a = cri::ListContainersResponse::default();
+            let a = listed_containers(containers);
             let _ = tx.send(Ok(Frame::data(frame(&a)))).await;
             let _ = tx.send(Ok(Frame::trailers(trailers("0", None)))).await;
         }
@@ -169,6 +200,15 @@ async fn answer(req: Request<Incoming>) -> Response<Body> {
         }
     }
     resp
+}
+
+/// The value on the first line of `text` starting with `line_start` (0 when there is none).
+pub(crate) fn metric(text: &str, line_start: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// The shim running in this test's runtime; dropping it shuts it down.
@@ -249,6 +289,11 @@ impl TestShim {
         prometheus::TextEncoder::new()
             .encode_to_string(&self.admin.registry.gather())
             .expect("encode")
+    }
+
+    /// The value on the first metrics line starting with `line_start` (0 when there is none).
+    pub(crate) fn metric(&self, line_start: &str) -> f64 {
+        metric(&self.metrics_text(), line_start)
     }
 }
 
