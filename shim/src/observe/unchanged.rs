@@ -29,13 +29,16 @@
 //! List: the mutating calls' own answers and containerd's events.
 //!
 //! Digests rather than the answers themselves keep the memory to a few hundred KiB at most.
-//! XXH3 (randomly seeded per process) rather than std's SipHash: it hashes a 4 MiB answer in a
-//! fraction of a millisecond, on kubelet's path. A collision would only skip decoding one changed
+//! XXH3 (randomly seeded per process; twox-hash, which picks AVX2 at run time where the CPU has
+//! it) rather than std's SipHash: it hashes a 4 MiB answer in a fraction of a millisecond, on
+//! kubelet's path. A collision would only skip decoding one changed
 //! answer; the next change, event or rebuild repairs it.
 
 use std::collections::HashMap;
+use std::hash::Hasher;
 
-use xxhash_rust::xxh3::{Xxh3, xxh3_64_with_seed};
+use twox_hash::XxHash3_64;
+use twox_hash::xxhash3_64::{RawHasher, SecretBuffer};
 
 use super::{Body, Watched};
 
@@ -64,17 +67,33 @@ struct Last {
     speculate: bool,
 }
 
+/// An XXH3 hasher with the process's seed, and the secret derived from it (192 bytes).
+type FieldHasher = RawHasher<[u8; 192]>;
+
 /// The last answer's digest per (method, request digest), for every connection.
-#[derive(Debug)]
 pub(crate) struct Unchanged {
     seed: u64,
+    /// Cloned for every field: deriving the secret from the seed once, not per field.
+    fresh: FieldHasher,
     last: HashMap<(Watched, u64), Last>,
+}
+
+impl std::fmt::Debug for Unchanged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unchanged")
+            .field("requests", &self.last.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for Unchanged {
     fn default() -> Self {
+        let seed = rand::random();
+        let secret = SecretBuffer::with_seed(seed, [0; 192])
+            .unwrap_or_else(|_| unreachable!("192 bytes is XXH3's default secret size"));
         Self {
-            seed: rand::random(),
+            seed,
+            fresh: RawHasher::new(secret),
             last: HashMap::new(),
         }
     }
@@ -83,7 +102,7 @@ impl Default for Unchanged {
 impl Unchanged {
     /// A digest to feed a body to as it is relayed.
     pub(crate) fn digest(&self) -> Digest {
-        Digest::new(self.seed)
+        Digest::new(self.seed, self.fresh.clone())
     }
 
     /// The digest of a body already held.
@@ -200,7 +219,8 @@ pub(crate) struct Digest {
     /// Bytes of the message not yet read.
     left: u64,
     varint: Varint,
-    field: Xxh3,
+    fresh: FieldHasher,
+    field: FieldHasher,
     sum: u64,
     count: u64,
     compressed: bool,
@@ -216,7 +236,7 @@ impl std::fmt::Debug for Digest {
 }
 
 impl Digest {
-    fn new(seed: u64) -> Self {
+    fn new(seed: u64, fresh: FieldHasher) -> Self {
         Self {
             seed,
             state: State::Prefix,
@@ -224,7 +244,8 @@ impl Digest {
             prefix_len: 0,
             left: 0,
             varint: Varint::default(),
-            field: Xxh3::with_seed(seed),
+            field: fresh.clone(),
+            fresh,
             sum: 0,
             count: 0,
             compressed: false,
@@ -243,7 +264,7 @@ impl Digest {
                 State::Broken => return,
                 State::Payload(n) => {
                     let take = usize::try_from(n).map_or(bytes.len(), |n| n.min(bytes.len()));
-                    self.field.update(&bytes[..take]);
+                    self.field.write(&bytes[..take]);
                     bytes = &bytes[take..];
                     self.left -= take as u64;
                     let n = n - take as u64;
@@ -288,8 +309,8 @@ impl Digest {
     fn varint_done(&mut self, v: u64) {
         match self.state {
             State::Key => {
-                self.field.reset();
-                self.field.update(&v.to_le_bytes());
+                self.field.clone_from(&self.fresh);
+                self.field.write(&v.to_le_bytes());
                 self.state = match v & 7 {
                     0 => State::Value,
                     1 => State::Payload(8),
@@ -299,12 +320,12 @@ impl Digest {
                 };
             }
             State::Value => {
-                self.field.update(&v.to_le_bytes());
+                self.field.write(&v.to_le_bytes());
                 self.end_field();
                 return;
             }
             State::Len => {
-                self.field.update(&v.to_le_bytes());
+                self.field.write(&v.to_le_bytes());
                 self.state = State::Payload(v);
             }
             _ => return,
@@ -318,7 +339,7 @@ impl Digest {
     }
 
     fn end_field(&mut self) {
-        self.sum = self.sum.wrapping_add(self.field.digest());
+        self.sum = self.sum.wrapping_add(self.field.finish());
         self.count += 1;
         self.state = if self.left == 0 {
             State::Done
@@ -335,7 +356,7 @@ impl Digest {
         let mut out = [0u8; 16];
         out[..8].copy_from_slice(&self.sum.to_le_bytes());
         out[8..].copy_from_slice(&self.count.to_le_bytes());
-        Some(xxh3_64_with_seed(&out, self.seed))
+        Some(XxHash3_64::oneshot_with_seed(self.seed, &out))
     }
 }
 
