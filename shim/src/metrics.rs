@@ -306,6 +306,8 @@ mod tests {
             "podward_shim_undelivered_total",
             "podward_shim_observe_errors_total",
             "podward_shim_connections",
+            "podward_shim_answers_unchanged_total",
+            "podward_shim_answers_deferred_total",
         ] {
             assert!(
                 names.iter().any(|n| n == want),

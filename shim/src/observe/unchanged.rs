@@ -36,6 +36,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hasher;
+use std::sync::Arc;
 
 use twox_hash::XxHash3_64;
 use twox_hash::xxhash3_64::{RawHasher, SecretBuffer};
@@ -74,7 +75,7 @@ type FieldHasher = RawHasher<[u8; 192]>;
 pub(crate) struct Unchanged {
     seed: u64,
     /// Cloned for every field: deriving the secret from the seed once, not per field.
-    fresh: FieldHasher,
+    fresh: Arc<FieldHasher>,
     last: HashMap<(Watched, u64), Last>,
 }
 
@@ -93,7 +94,7 @@ impl Default for Unchanged {
             .unwrap_or_else(|_| unreachable!("192 bytes is XXH3's default secret size"));
         Self {
             seed,
-            fresh: RawHasher::new(secret),
+            fresh: Arc::new(RawHasher::new(secret)),
             last: HashMap::new(),
         }
     }
@@ -219,7 +220,7 @@ pub(crate) struct Digest {
     /// Bytes of the message not yet read.
     left: u64,
     varint: Varint,
-    fresh: FieldHasher,
+    fresh: Arc<FieldHasher>,
     field: FieldHasher,
     sum: u64,
     count: u64,
@@ -236,7 +237,7 @@ impl std::fmt::Debug for Digest {
 }
 
 impl Digest {
-    fn new(seed: u64, fresh: FieldHasher) -> Self {
+    fn new(seed: u64, fresh: Arc<FieldHasher>) -> Self {
         Self {
             seed,
             state: State::Prefix,
@@ -244,7 +245,7 @@ impl Digest {
             prefix_len: 0,
             left: 0,
             varint: Varint::default(),
-            field: fresh.clone(),
+            field: (*fresh).clone(),
             fresh,
             sum: 0,
             count: 0,
