@@ -6,6 +6,7 @@
 //! credentials, Exec, unknown methods) is relayed without a copy.
 
 mod decode;
+mod digest;
 mod unchanged;
 
 use std::sync::mpsc;
@@ -16,7 +17,8 @@ use bytes::{Buf, Bytes};
 use crate::metrics::Metrics;
 use crate::publish::Publisher;
 
-pub(crate) use unchanged::{Digest, Unchanged, Verdict};
+pub(crate) use digest::Digest;
+pub(crate) use unchanged::{Unchanged, Verdict};
 
 pub use decode::decode;
 
