@@ -32,7 +32,6 @@ use podward_api::cri::{
 use podward_api::test_util::eventually;
 use podward_e2e::{Driver, PodSpec, TestNode, free_port};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[path = "chart_support.rs"]
 mod support;
@@ -48,19 +47,9 @@ fn s(p: &Path) -> String {
 
 /// `GET path` on a loopback admin endpoint: (status, body).
 async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut stream =
-        tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
-            .await
-            .ok()?
-            .ok()?;
-    let req = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
-    stream.write_all(req.as_bytes()).await.ok()?;
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut buf))
+    let text = podward_e2e::http_get(addr, path, Duration::from_secs(5))
         .await
-        .ok()?
         .ok()?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
     let status = text.split_whitespace().nth(1)?.parse().ok()?;
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
     Some((status, body))
