@@ -17,7 +17,7 @@ use bytes::{Buf, Bytes};
 use crate::metrics::Metrics;
 use crate::publish::Publisher;
 
-pub(crate) use digest::Digest;
+pub(crate) use digest::{Digest, Digester};
 pub(crate) use unchanged::{Unchanged, Verdict};
 
 pub use decode::decode;

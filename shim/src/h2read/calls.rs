@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::fields::Fields;
 use super::frames::FrameError;
 use crate::metrics::{MethodMetrics, MethodTable, Metrics};
-use crate::observe::{Body, Digest, Observer, Outcome, Raw, Unchanged, Verdict, Watched};
+use crate::observe::{Body, Digest, Digester, Observer, Outcome, Raw, Unchanged, Verdict, Watched};
 
 /// Largest body kept per direction of one watched call: one CRI message at containerd's own
 /// limit, with its 5-byte gRPC prefix. A bigger one is relayed but not observed.
@@ -38,6 +38,8 @@ pub struct Recorder {
     methods: MethodTable,
     metrics: Metrics,
     observer: Observer,
+    /// The process's answer digests (immutable: no lock).
+    digests: Digester,
     /// Shared by every connection: kubelet's relists come on whichever connection it has.
     unchanged: Mutex<Unchanged>,
     clock: fn() -> i64,
@@ -50,6 +52,7 @@ impl Recorder {
             methods: MethodTable::new(metrics.clone()),
             metrics,
             observer,
+            digests: Digester::default(),
             unchanged: Mutex::new(Unchanged::default()),
             clock,
         }
@@ -152,7 +155,7 @@ impl Calls {
             let watched = Watched::from_path(&path);
             let answer = watched
                 .filter(|w| !w.is_mutating())
-                .map(|_| Box::new(self.recorder.unchanged.lock().digest()));
+                .map(|_| Box::new(self.recorder.digests.digest()));
             self.streams.insert(
                 id,
                 Stream {
@@ -203,9 +206,10 @@ impl Calls {
         if let Some(w) = s.watched.filter(|w| !w.is_mutating())
             && !s.overflow
         {
-            let unchanged = self.recorder.unchanged.lock();
-            s.request_key = unchanged.digest_of(&s.request);
-            s.keep_response = s.request_key.is_none_or(|k| !unchanged.speculate(w, k));
+            s.request_key = self.recorder.digests.digest_of(&s.request);
+            s.keep_response = s
+                .request_key
+                .is_none_or(|k| !self.recorder.unchanged.lock().speculate(w, k));
         }
         // A stop request is news the moment kubelet decides it, long before the answer
         // (which can take the whole grace period).

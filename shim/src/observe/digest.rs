@@ -125,7 +125,6 @@ pub(crate) struct Digest {
     field: FieldHasher,
     sum: u64,
     count: u64,
-    compressed: bool,
 }
 
 impl std::fmt::Debug for Digest {
@@ -150,13 +149,12 @@ impl Digest {
             fresh,
             sum: 0,
             count: 0,
-            compressed: false,
         }
     }
 
     /// Whether the message carries gRPC's compressed flag.
     pub(crate) fn compressed(&self) -> bool {
-        self.compressed
+        self.prefix_len == self.prefix.len() && self.prefix[0] != 0
     }
 
     /// The next bytes of the body.
@@ -181,10 +179,9 @@ impl Digest {
                     self.prefix[self.prefix_len] = b;
                     self.prefix_len += 1;
                     if self.prefix_len == 5 {
-                        self.compressed = self.prefix[0] != 0;
                         let [_, l @ ..] = self.prefix;
                         self.left = u64::from(u32::from_be_bytes(l));
-                        self.state = if self.compressed {
+                        self.state = if self.compressed() {
                             State::Broken
                         } else if self.left == 0 {
                             State::Done

@@ -23,8 +23,7 @@
 
 use std::collections::HashMap;
 
-use super::digest::{Digest, Digester};
-use super::{Body, Watched};
+use super::Watched;
 
 /// Distinct List/Status requests remembered; past it the memory starts afresh.
 const ENTRIES: usize = 4096;
@@ -54,7 +53,6 @@ struct Last {
 /// The last answer's digest per (method, request digest), for every connection.
 #[derive(Default)]
 pub(crate) struct Unchanged {
-    digests: Digester,
     last: HashMap<(Watched, u64), Last>,
 }
 
@@ -67,16 +65,6 @@ impl std::fmt::Debug for Unchanged {
 }
 
 impl Unchanged {
-    /// A digest to feed a body to as it is relayed.
-    pub(crate) fn digest(&self) -> Digest {
-        self.digests.digest()
-    }
-
-    /// The digest of a body already held.
-    pub(crate) fn digest_of(&self, body: &Body) -> Option<u64> {
-        self.digests.digest_of(body)
-    }
-
     /// Whether the answer to `request` need not be kept (see the module docs).
     pub(crate) fn speculate(&self, method: Watched, request: u64) -> bool {
         self.last
