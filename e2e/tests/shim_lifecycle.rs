@@ -1,6 +1,6 @@
 //! The shim on the real containerd: the driver's pod lifecycle through the shim gives the same
-//! responses as direct, unknown methods fail the same way, and Watch reports the lifecycle in
-//! order with exits within 100 ms.
+//! responses as direct, unknown methods fail the same way, Watch reports the lifecycle in
+//! order with exits within 100 ms, and relists of labelled pods are recognised as repeats.
 
 #[path = "shim_support.rs"]
 mod support;
@@ -260,5 +260,103 @@ async fn watch_reports_the_lifecycle_in_order_with_exit_codes_within_100ms() {
                 s.kind == SK::SandboxEventRemoved as i32 && s.sandbox.is_some_and(|x| x.id == sid);
         }
     }
+    shim.stop().await;
+}
+
+/// kubelet relists every second, and on a node every sandbox and container carries several
+/// labels and annotations, whose entries containerd writes in any order. The shim must still
+/// recognise the unchanged answers of all four watched reads as repeats (neither queued nor
+/// decoded): before the digest knew where CRI's maps are, such answers were news on nearly
+/// every call.
+#[tokio::test]
+async fn relists_of_labelled_pods_are_recognised_as_repeats() {
+    let node = TestNode::start().await.expect("node");
+    let shim = InProcShim::start(&node).await;
+    let driver = Driver::connect(&shim.cri).await.expect("driver");
+    let pod = driver
+        .run_pod(
+            &node,
+            PodSpec::new("relisted")
+                .label("app", "web")
+                .label("tier", "front")
+                .annotation("team", "node")
+                .annotation("podward.io/probes", "{}")
+                .container(ContainerSpec::new("main", &["sleep", "3600"])),
+        )
+        .await
+        .expect("pod");
+    let sid = pod.sandbox_id().to_owned();
+    let cid = pod.container_id("main").expect("cid");
+    let mut c = cri::runtime_service_client::RuntimeServiceClient::new(
+        podward_api::socket::channel(shim.cri.clone()),
+    );
+    // What makes the order vary: more than one entry in each map.
+    let status = c
+        .pod_sandbox_status(cri::PodSandboxStatusRequest {
+            pod_sandbox_id: sid.clone(),
+            verbose: false,
+        })
+        .await
+        .expect("PodSandboxStatus")
+        .into_inner()
+        .status
+        .expect("status");
+    assert!(
+        status.labels.len() >= 3 && status.annotations.len() >= 2,
+        "{status:?}"
+    );
+    let container = c
+        .container_status(cri::ContainerStatusRequest {
+            container_id: cid.clone(),
+            verbose: false,
+        })
+        .await
+        .expect("ContainerStatus")
+        .into_inner()
+        .status
+        .expect("status");
+    assert!(
+        container.labels.len() >= 3 && container.annotations.len() >= 3,
+        "{container:?}"
+    );
+
+    let unchanged = || {
+        shim.metrics_text()
+            .lines()
+            .find_map(|l| l.strip_prefix("podward_shim_answers_unchanged_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let before = unchanged();
+    const ROUNDS: usize = 20;
+    for _ in 0..ROUNDS {
+        c.list_pod_sandbox(cri::ListPodSandboxRequest::default())
+            .await
+            .expect("ListPodSandbox");
+        c.list_containers(cri::ListContainersRequest::default())
+            .await
+            .expect("ListContainers");
+        c.pod_sandbox_status(cri::PodSandboxStatusRequest {
+            pod_sandbox_id: sid.clone(),
+            verbose: false,
+        })
+        .await
+        .expect("PodSandboxStatus");
+        c.container_status(cri::ContainerStatusRequest {
+            container_id: cid.clone(),
+            verbose: false,
+        })
+        .await
+        .expect("ContainerStatus");
+    }
+    // Every round but the first of each read is a repeat (the first may be news); the count
+    // is taken once the relay has settled the last call.
+    let want = before + (4 * (ROUNDS - 1)) as f64;
+    support::wait_until(
+        &format!("{want} unchanged answers (had {before} before the relists)"),
+        Duration::from_secs(10),
+        || unchanged() >= want,
+    )
+    .await;
     shim.stop().await;
 }

@@ -155,7 +155,7 @@ impl Calls {
             let watched = Watched::from_path(&path);
             let answer = watched
                 .filter(|w| !w.is_mutating())
-                .map(|_| Box::new(self.recorder.digests.digest()));
+                .map(|w| Box::new(self.recorder.digests.answer(w)));
             self.streams.insert(
                 id,
                 Stream {
@@ -206,7 +206,7 @@ impl Calls {
         if let Some(w) = s.watched.filter(|w| !w.is_mutating())
             && !s.overflow
         {
-            s.request_key = self.recorder.digests.digest_of(&s.request);
+            s.request_key = self.recorder.digests.request(w, &s.request);
             s.keep_response = s
                 .request_key
                 .is_none_or(|k| !self.recorder.unchanged.lock().speculate(w, k));

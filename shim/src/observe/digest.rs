@@ -3,14 +3,15 @@
 //!
 //! It must not depend on how the bytes arrived or were ordered:
 //! - the relay reads DATA parts whose boundaries change from one answer to the next; the digest
-//!   follows the message's fields across any split, and XXH3's streaming form gives the same
-//!   value however a field's bytes are fed to it;
-//! - containerd lists objects from a map, in a different order on every call (and Go writes map
-//!   fields, such as labels and annotations, in any order too); the digest of a message is an
-//!   order-independent sum of the digests of its top-level fields (a List's items, a Status
-//!   answer's `status` and `info` entries), so a reordered answer is a repeat.
-//!   (A message that repeats a singular field, where the last one wins, would read as a repeat
-//!   with those fields swapped; no protobuf encoder writes that, and the next change repairs it.)
+//!   follows the message's fields across any split, and every hash in it is fed the same bytes
+//!   in the same calls whatever the split (a short map entry is gathered first, a long one is
+//!   hashed by XXH3's streaming form, which gives the same value however it is fed);
+//! - containerd lists objects from a map, in a different order on every call, and Go writes a
+//!   map's entries (labels, annotations) in any order too. So the digest descends into the
+//!   messages that [`shape`] names (a List's items, a Status answer's status, and on to the
+//!   messages with maps) and there sums the digests of the map entries and of the nested
+//!   messages, in any order; every other field is hashed in the order written (encoders write
+//!   a message's fields in a fixed order).
 //!
 //! A body that is not exactly one well-formed uncompressed message has no digest.
 //!
@@ -19,21 +20,33 @@
 //! kubelet's path. A collision would only skip decoding one changed answer; the next change,
 //! event or rebuild repairs it.
 
+mod shape;
+
+pub(crate) use shape::Shape;
+
 use std::hash::Hasher;
 use std::sync::Arc;
 
 use twox_hash::XxHash3_64;
 use twox_hash::xxhash3_64::{RawHasher, SecretBuffer};
 
-use super::Body;
+use super::{Body, Watched};
 
 /// An XXH3 hasher with the process's seed, and the secret derived from it (192 bytes).
 type FieldHasher = RawHasher<[u8; 192]>;
 
+/// Nested messages a digest follows at once: deep enough for every shape in [`shape::ROOTS`]
+/// (a test checks it).
+const MAX_DEPTH: usize = 5;
+
+/// Map entries up to this long are gathered and hashed in one call (XXH3's own cut-off between
+/// its short-input code and its streaming one); longer ones are hashed as they come.
+const SHORT: usize = 240;
+
 /// Makes digests with one random seed (per process).
 pub(crate) struct Digester {
     seed: u64,
-    /// Cloned for every field: deriving the secret from the seed once, not per field.
+    /// Cloned for every message and long entry: deriving the secret from the seed once.
     fresh: Arc<FieldHasher>,
 }
 
@@ -50,19 +63,42 @@ impl Default for Digester {
 }
 
 impl Digester {
-    /// A digest to feed a body to as it is relayed.
-    pub(crate) fn digest(&self) -> Digest {
-        Digest::new(self.seed, self.fresh.clone())
+    /// A digest of `method`'s answer, to feed its body to as it is relayed.
+    pub(crate) fn answer(&self, method: Watched) -> Digest {
+        self.digest(shape::answer(method))
     }
 
-    /// The digest of a body already held.
-    pub(crate) fn digest_of(&self, body: &Body) -> Option<u64> {
-        let mut d = self.digest();
+    /// The digest of `method`'s request, held.
+    pub(crate) fn request(&self, method: Watched, body: &Body) -> Option<u64> {
+        self.digest_of(body, shape::request(method))
+    }
+
+    /// A digest of a message of `shape`, to feed its body to as it is relayed.
+    pub(crate) fn digest(&self, shape: &'static Shape) -> Digest {
+        Digest::new(self.seed, shape, self.fresh.clone())
+    }
+
+    /// The digest of a body of `shape` already held.
+    pub(crate) fn digest_of(&self, body: &Body, shape: &'static Shape) -> Option<u64> {
+        let mut d = self.digest(shape);
         for p in &body.parts {
             d.feed(p);
         }
         d.finish()
     }
+}
+
+/// What becomes of a field's bytes.
+#[derive(Debug, Clone, Copy)]
+enum Role {
+    /// Hashed in order with the message's other plain fields.
+    Ordered,
+    /// A map entry: digested alone and summed.
+    Entry,
+    /// A message of this shape: digested as one and summed.
+    Nested(&'static Shape),
+    /// Left out.
+    Skipped,
 }
 
 /// Where a [`Digest`] is in the gRPC-framed message.
@@ -76,7 +112,7 @@ enum State {
     Value,
     /// Reading a length-delimited field's length.
     Len,
-    /// Hashing this many more bytes of a field's payload.
+    /// Reading this many more bytes of a field's payload.
     Payload(u64),
     /// The message ended exactly at the end of the bytes fed so far.
     Done,
@@ -108,47 +144,72 @@ impl Varint {
     }
 }
 
-/// The order-independent digest of one gRPC-framed message, fed in parts as they are relayed:
-/// the sum of the XXH3 of each top-level field (its key, its length or varint value, its
-/// payload), with the field count. Hand-rolled rather than decoded with prost: it must follow a
-/// message split anywhere, without holding it.
+/// One message being digested: the answer itself, or a message nested in it.
+#[derive(Clone)]
+struct Frame {
+    shape: &'static Shape,
+    /// Bytes of this message not yet read.
+    left: u64,
+    /// The key of the field that holds it in its parent.
+    key: u64,
+    /// Its plain fields, in the order written.
+    ordered: FieldHasher,
+    /// The sum of its map entries' and nested messages' digests, and how many there were.
+    sum: u64,
+    count: u64,
+}
+
+/// The order-independent digest of one gRPC-framed message, fed in parts as they are relayed.
+/// Hand-rolled rather than decoded with prost: it must follow a message split anywhere, without
+/// holding it, and prost would not say in which order a map arrived.
 #[derive(Clone)]
 pub(crate) struct Digest {
     seed: u64,
+    root: &'static Shape,
     state: State,
     prefix: [u8; 5],
     prefix_len: usize,
-    /// Bytes of the message not yet read.
-    left: u64,
     varint: Varint,
+    /// The field being read: its key and what becomes of it.
+    key: u64,
+    role: Role,
+    /// The message and the messages it is nested in, outermost first.
+    frames: Vec<Frame>,
     fresh: Arc<FieldHasher>,
-    field: FieldHasher,
-    sum: u64,
-    count: u64,
+    /// The length of the map entry being read: up to [`SHORT`] it is gathered in `short`,
+    /// longer it is hashed as it comes by `entry`.
+    entry_len: u64,
+    entry: FieldHasher,
+    short: [u8; SHORT],
+    short_len: usize,
 }
 
 impl std::fmt::Debug for Digest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Digest")
             .field("state", &self.state)
-            .field("count", &self.count)
+            .field("depth", &self.frames.len())
             .finish_non_exhaustive()
     }
 }
 
 impl Digest {
-    fn new(seed: u64, fresh: Arc<FieldHasher>) -> Self {
+    fn new(seed: u64, root: &'static Shape, fresh: Arc<FieldHasher>) -> Self {
         Self {
             seed,
+            root,
             state: State::Prefix,
             prefix: [0; 5],
             prefix_len: 0,
-            left: 0,
             varint: Varint::default(),
-            field: (*fresh).clone(),
+            key: 0,
+            role: Role::Ordered,
+            frames: Vec::with_capacity(MAX_DEPTH),
+            entry_len: 0,
+            entry: (*fresh).clone(),
             fresh,
-            sum: 0,
-            count: 0,
+            short: [0; SHORT],
+            short_len: 0,
         }
     }
 
@@ -162,14 +223,21 @@ impl Digest {
         while let Some((&b, rest)) = bytes.split_first() {
             match self.state {
                 State::Broken => return,
+                State::Done => {
+                    self.state = State::Broken;
+                    return;
+                }
                 State::Payload(n) => {
                     let take = usize::try_from(n).map_or(bytes.len(), |n| n.min(bytes.len()));
-                    self.field.write(&bytes[..take]);
-                    bytes = &bytes[take..];
-                    self.left -= take as u64;
+                    let (now, later) = bytes.split_at(take);
+                    self.payload(now);
+                    bytes = later;
+                    if let Some(top) = self.frames.last_mut() {
+                        top.left -= take as u64;
+                    }
                     let n = n - take as u64;
                     if n == 0 {
-                        self.end_field();
+                        self.end_payload();
                     } else {
                         self.state = State::Payload(n);
                     }
@@ -180,22 +248,25 @@ impl Digest {
                     self.prefix_len += 1;
                     if self.prefix_len == 5 {
                         let [_, l @ ..] = self.prefix;
-                        self.left = u64::from(u32::from_be_bytes(l));
+                        self.push_frame(self.root, u64::from(u32::from_be_bytes(l)), 0);
                         self.state = if self.compressed() {
                             State::Broken
-                        } else if self.left == 0 {
-                            State::Done
                         } else {
                             State::Key
                         };
+                        self.close_finished();
                     }
                 }
-                State::Done => self.state = State::Broken,
                 State::Key | State::Value | State::Len => {
-                    self.left -= 1;
+                    let Some(top) = self.frames.last_mut() else {
+                        self.state = State::Broken;
+                        return;
+                    };
+                    top.left -= 1;
+                    let at_end = top.left == 0;
                     match self.varint.push(b) {
                         Err(()) => self.state = State::Broken,
-                        Ok(None) if self.left == 0 => self.state = State::Broken,
+                        Ok(None) if at_end => self.state = State::Broken,
                         Ok(None) => {}
                         Ok(Some(v)) => self.varint_done(v),
                     }
@@ -205,46 +276,186 @@ impl Digest {
         }
     }
 
+    fn push_frame(&mut self, shape: &'static Shape, left: u64, key: u64) {
+        self.frames.push(Frame {
+            shape,
+            left,
+            key,
+            ordered: (*self.fresh).clone(),
+            sum: 0,
+            count: 0,
+        });
+    }
+
+    /// Bytes left in the innermost message.
+    fn left(&self) -> u64 {
+        self.frames.last().map_or(0, |f| f.left)
+    }
+
+    fn write_ordered(&mut self, v: u64) {
+        if let Some(top) = self.frames.last_mut() {
+            top.ordered.write(&v.to_le_bytes());
+        }
+    }
+
     fn varint_done(&mut self, v: u64) {
         match self.state {
             State::Key => {
-                self.field.clone_from(&self.fresh);
-                self.field.write(&v.to_le_bytes());
-                self.state = match v & 7 {
+                self.key = v;
+                let Some(top) = self.frames.last() else {
+                    return;
+                };
+                let number = v >> 3;
+                let wire = v & 7;
+                self.role = if top.shape.ignored.contains(&number) {
+                    Role::Skipped
+                } else if wire != 2 {
+                    Role::Ordered
+                } else if let Some(shape) = top.shape.nested(number) {
+                    Role::Nested(shape)
+                } else if top.shape.maps.contains(&number) {
+                    Role::Entry
+                } else {
+                    Role::Ordered
+                };
+                if matches!(self.role, Role::Ordered) {
+                    self.write_ordered(v);
+                }
+                self.state = match wire {
                     0 => State::Value,
                     1 => State::Payload(8),
                     2 => State::Len,
                     5 => State::Payload(4),
                     _ => State::Broken,
                 };
+                match self.state {
+                    State::Payload(n) if n > self.left() => self.state = State::Broken,
+                    State::Value | State::Len if self.left() == 0 => self.state = State::Broken,
+                    _ => {}
+                }
             }
             State::Value => {
-                self.field.write(&v.to_le_bytes());
+                if matches!(self.role, Role::Ordered) {
+                    self.write_ordered(v);
+                }
                 self.end_field();
-                return;
             }
             State::Len => {
-                self.field.write(&v.to_le_bytes());
+                if v > self.left() {
+                    self.state = State::Broken;
+                    return;
+                }
+                match self.role {
+                    Role::Nested(shape) => {
+                        if self.frames.len() == MAX_DEPTH {
+                            self.state = State::Broken;
+                            return;
+                        }
+                        if let Some(top) = self.frames.last_mut() {
+                            top.left -= v;
+                        }
+                        self.push_frame(shape, v, self.key);
+                        self.end_field();
+                        return;
+                    }
+                    Role::Entry => {
+                        self.entry_len = v;
+                        if self.entry_is_short() {
+                            self.short_len = 0;
+                        } else {
+                            self.entry.clone_from(&self.fresh);
+                        }
+                    }
+                    Role::Ordered => self.write_ordered(v),
+                    Role::Skipped => {}
+                }
                 self.state = State::Payload(v);
+                if v == 0 {
+                    self.end_payload();
+                }
             }
-            _ => return,
-        }
-        match self.state {
-            State::Payload(0) => self.end_field(),
-            State::Payload(n) if n > self.left => self.state = State::Broken,
-            State::Value | State::Len if self.left == 0 => self.state = State::Broken,
             _ => {}
         }
     }
 
+    /// Part of a field's payload.
+    fn payload(&mut self, bytes: &[u8]) {
+        match self.role {
+            Role::Ordered => {
+                if let Some(top) = self.frames.last_mut() {
+                    top.ordered.write(bytes);
+                }
+            }
+            Role::Entry if self.entry_is_short() => {
+                let end = self.short_len + bytes.len();
+                if let Some(room) = self.short.get_mut(self.short_len..end) {
+                    room.copy_from_slice(bytes);
+                    self.short_len = end;
+                }
+            }
+            Role::Entry => self.entry.write(bytes),
+            Role::Nested(_) | Role::Skipped => {}
+        }
+    }
+
+    fn end_payload(&mut self) {
+        if matches!(self.role, Role::Entry) {
+            // Whether an entry was gathered or streamed depends on its length alone, so the
+            // same entry is hashed the same way however it was split.
+            let hash = if self.entry_is_short() {
+                XxHash3_64::oneshot_with_seed(self.seed, &self.short[..self.short_len])
+            } else {
+                self.entry.finish()
+            };
+            let d = self.mix(self.key, hash, ENTRY);
+            if let Some(top) = self.frames.last_mut() {
+                top.sum = top.sum.wrapping_add(d);
+                top.count += 1;
+            }
+        }
+        self.end_field();
+    }
+
+    /// Whether the map entry being read is gathered rather than streamed.
+    fn entry_is_short(&self) -> bool {
+        self.entry_len <= SHORT as u64
+    }
+
     fn end_field(&mut self) {
-        self.sum = self.sum.wrapping_add(self.field.finish());
-        self.count += 1;
-        self.state = if self.left == 0 {
-            State::Done
-        } else {
-            State::Key
-        };
+        self.state = State::Key;
+        self.close_finished();
+    }
+
+    /// Folds every message that has been read to its end into its parent; the answer itself
+    /// ending is the end.
+    fn close_finished(&mut self) {
+        while self.state == State::Key && self.left() == 0 {
+            if self.frames.len() <= 1 {
+                self.state = State::Done;
+                return;
+            }
+            let Some(child) = self.frames.pop() else {
+                return;
+            };
+            let d = self.message_digest(&child);
+            let d = self.mix(child.key, d, NESTED);
+            if let Some(parent) = self.frames.last_mut() {
+                parent.sum = parent.sum.wrapping_add(d);
+                parent.count += 1;
+            }
+        }
+    }
+
+    fn message_digest(&self, f: &Frame) -> u64 {
+        self.mix(f.ordered.finish(), f.sum, f.count)
+    }
+
+    fn mix(&self, a: u64, b: u64, c: u64) -> u64 {
+        let mut out = [0u8; 24];
+        out[..8].copy_from_slice(&a.to_le_bytes());
+        out[8..16].copy_from_slice(&b.to_le_bytes());
+        out[16..].copy_from_slice(&c.to_le_bytes());
+        XxHash3_64::oneshot_with_seed(self.seed, &out)
     }
 
     /// The digest, if the bytes fed were exactly one well-formed uncompressed message.
@@ -252,12 +463,13 @@ impl Digest {
         if self.state != State::Done {
             return None;
         }
-        let mut out = [0u8; 16];
-        out[..8].copy_from_slice(&self.sum.to_le_bytes());
-        out[8..].copy_from_slice(&self.count.to_le_bytes());
-        Some(XxHash3_64::oneshot_with_seed(self.seed, &out))
+        self.frames.first().map(|f| self.message_digest(f))
     }
 }
+
+/// Tells a map entry's digest from a nested message's in their parent's sum.
+const ENTRY: u64 = 1;
+const NESTED: u64 = 2;
 
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,8 @@
 //! thread, a 4 MiB answer costs a cache-cold pass), and is then neither queued nor decoded.
 //!
 //! "The same" is a [`Digest`] equal to the previous answer's: one that depends neither on how the
-//! bytes were split into reads nor on the order of the message's fields (see `observe/digest.rs`).
+//! bytes were split into reads nor on the order of the list items and map entries that Go wrote
+//! from its maps (see `observe/digest.rs`).
 //! A body with no digest (not exactly one well-formed message) is never a repeat: it is decoded,
 //! tolerantly, every time.
 //!

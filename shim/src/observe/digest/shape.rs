@@ -1,0 +1,178 @@
+//! What a digest must know of CRI's messages: where maps are, and the messages that lead to them.
+//!
+//! Go writes a map's entries in any order (protobuf-go does not sort them unless told to be
+//! deterministic, and containerd 2 does not tell it), so two answers with the same labels can
+//! differ in their bytes. A digest that hashed the bytes in order would call every answer news
+//! on a real node, where every pod and container carries several labels and annotations. The
+//! digest therefore descends into the messages listed here and sums the entries of their maps
+//! (and the list items, which containerd also takes from a map). Everything not listed is
+//! hashed in order, as written: fields a newer CRI adds are still digested, and a map this table
+//! misses costs only the recognition of a repeat, never a missed change.
+//!
+//! Field numbers are CRI `runtime.v1`'s (`k8s-cri`'s `v1.proto`).
+
+use crate::observe::Watched;
+
+/// The parts of a message that a digest treats other than as ordered bytes.
+#[derive(Debug)]
+pub(crate) struct Shape {
+    /// Fields holding messages to descend into: their digests are summed, in any order.
+    pub(crate) nested: &'static [(u64, &'static Shape)],
+    /// Map fields: each entry is digested alone and the entries are summed, in any order.
+    pub(crate) maps: &'static [u64],
+    /// Fields that say when the answer was made, not what it says: left out.
+    pub(crate) ignored: &'static [u64],
+}
+
+impl Shape {
+    const fn leaf_maps(maps: &'static [u64]) -> Self {
+        Self {
+            nested: &[],
+            maps,
+            ignored: &[],
+        }
+    }
+
+    /// The shape of field `number`'s message, if the digest descends into it.
+    pub(crate) fn nested(&self, number: u64) -> Option<&'static Shape> {
+        self.nested
+            .iter()
+            .find(|(n, _)| *n == number)
+            .map(|(_, s)| *s)
+    }
+
+    /// Messages below this one, this one included, on the deepest path.
+    #[cfg(test)]
+    pub(crate) fn depth(&self) -> usize {
+        1 + self
+            .nested
+            .iter()
+            .map(|(_, s)| s.depth())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// A message with no map anywhere below it (a Version, a request with no filter): all in order.
+const PLAIN: Shape = Shape::leaf_maps(&[]);
+
+/// `ImageSpec`: `annotations` = 2.
+const IMAGE_SPEC: Shape = Shape::leaf_maps(&[2]);
+
+/// `PodSandbox`: `labels` = 5, `annotations` = 6.
+const POD_SANDBOX: Shape = Shape::leaf_maps(&[5, 6]);
+
+/// `PodSandboxStatus`: `labels` = 7, `annotations` = 8.
+const POD_SANDBOX_STATUS: Shape = Shape::leaf_maps(&[7, 8]);
+
+/// `Container`: `image` = 4, `labels` = 8, `annotations` = 9.
+const CONTAINER: Shape = Shape {
+    nested: &[(4, &IMAGE_SPEC)],
+    maps: &[8, 9],
+    ignored: &[],
+};
+
+/// `LinuxContainerResources`: `unified` = 9.
+const LINUX_RESOURCES: Shape = Shape::leaf_maps(&[9]);
+
+/// `ContainerResources`: `linux` = 1.
+const RESOURCES: Shape = Shape {
+    nested: &[(1, &LINUX_RESOURCES)],
+    maps: &[],
+    ignored: &[],
+};
+
+/// `Mount`: `image` = 9.
+const MOUNT: Shape = Shape {
+    nested: &[(9, &IMAGE_SPEC)],
+    maps: &[],
+    ignored: &[],
+};
+
+/// `ContainerStatus`: `image` = 8, `labels` = 12, `annotations` = 13, `mounts` = 14,
+/// `resources` = 16.
+const CONTAINER_STATUS: Shape = Shape {
+    nested: &[(8, &IMAGE_SPEC), (14, &MOUNT), (16, &RESOURCES)],
+    maps: &[12, 13],
+    ignored: &[],
+};
+
+/// `ListPodSandboxResponse`: `items` = 1.
+const LIST_POD_SANDBOX: Shape = Shape {
+    nested: &[(1, &POD_SANDBOX)],
+    maps: &[],
+    ignored: &[],
+};
+
+/// `ListContainersResponse`: `containers` = 1.
+const LIST_CONTAINERS: Shape = Shape {
+    nested: &[(1, &CONTAINER)],
+    maps: &[],
+    ignored: &[],
+};
+
+/// `PodSandboxStatusResponse`: `status` = 1, `info` = 2, `containers_statuses` = 3, and
+/// `timestamp` = 4 (when containerd made the answer: a repeat has a new one every time).
+const POD_SANDBOX_STATUS_RESPONSE: Shape = Shape {
+    nested: &[(1, &POD_SANDBOX_STATUS), (3, &CONTAINER_STATUS)],
+    maps: &[2],
+    ignored: &[4],
+};
+
+/// `ContainerStatusResponse`: `status` = 1, `info` = 2.
+const CONTAINER_STATUS_RESPONSE: Shape = Shape {
+    nested: &[(1, &CONTAINER_STATUS)],
+    maps: &[2],
+    ignored: &[],
+};
+
+/// `PodSandboxFilter`: `label_selector` = 3.
+const POD_SANDBOX_FILTER: Shape = Shape::leaf_maps(&[3]);
+
+/// `ContainerFilter`: `label_selector` = 4.
+const CONTAINER_FILTER: Shape = Shape::leaf_maps(&[4]);
+
+/// `ListPodSandboxRequest`: `filter` = 1.
+const LIST_POD_SANDBOX_REQUEST: Shape = Shape {
+    nested: &[(1, &POD_SANDBOX_FILTER)],
+    maps: &[],
+    ignored: &[],
+};
+
+/// `ListContainersRequest`: `filter` = 1.
+const LIST_CONTAINERS_REQUEST: Shape = Shape {
+    nested: &[(1, &CONTAINER_FILTER)],
+    maps: &[],
+    ignored: &[],
+};
+
+/// The shape of `method`'s request.
+pub(crate) fn request(method: Watched) -> &'static Shape {
+    match method {
+        Watched::ListPodSandbox => &LIST_POD_SANDBOX_REQUEST,
+        Watched::ListContainers => &LIST_CONTAINERS_REQUEST,
+        _ => &PLAIN,
+    }
+}
+
+/// The shape of `method`'s answer.
+pub(crate) fn answer(method: Watched) -> &'static Shape {
+    match method {
+        Watched::ListPodSandbox => &LIST_POD_SANDBOX,
+        Watched::ListContainers => &LIST_CONTAINERS,
+        Watched::PodSandboxStatus => &POD_SANDBOX_STATUS_RESPONSE,
+        Watched::ContainerStatus => &CONTAINER_STATUS_RESPONSE,
+        _ => &PLAIN,
+    }
+}
+
+/// Every shape a digest starts from (for the depth bound's test).
+#[cfg(test)]
+pub(crate) const ROOTS: [&Shape; 6] = [
+    &LIST_POD_SANDBOX,
+    &LIST_CONTAINERS,
+    &POD_SANDBOX_STATUS_RESPONSE,
+    &CONTAINER_STATUS_RESPONSE,
+    &LIST_POD_SANDBOX_REQUEST,
+    &LIST_CONTAINERS_REQUEST,
+];
