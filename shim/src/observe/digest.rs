@@ -39,14 +39,14 @@ type FieldHasher = RawHasher<[u8; 192]>;
 /// (a test checks it).
 const MAX_DEPTH: usize = 5;
 
-/// Map entries up to this long are gathered and hashed in one call (XXH3's own cut-off between
-/// its short-input code and its streaming one); longer ones are hashed as they come.
+/// Payloads up to this long are hashed in one call (XXH3's own cut-off between its short-input
+/// code and its streaming one); longer ones are hashed as they come.
 const SHORT: usize = 240;
 
 /// Makes digests with one random seed (per process).
 pub(crate) struct Digester {
     seed: u64,
-    /// Cloned for every message and long entry: deriving the secret from the seed once.
+    /// Cloned for every long payload: deriving the secret from the seed once.
     fresh: Arc<FieldHasher>,
 }
 
@@ -145,15 +145,15 @@ impl Varint {
 }
 
 /// One message being digested: the answer itself, or a message nested in it.
-#[derive(Clone)]
+#[derive(Debug, Clone, Copy)]
 struct Frame {
     shape: &'static Shape,
     /// Bytes of this message not yet read.
     left: u64,
     /// The key of the field that holds it in its parent.
     key: u64,
-    /// Its plain fields, in the order written.
-    ordered: FieldHasher,
+    /// Its plain fields, chained in the order written.
+    chain: u64,
     /// The sum of its map entries' and nested messages' digests, and how many there were.
     sum: u64,
     count: u64,
@@ -162,6 +162,12 @@ struct Frame {
 /// The order-independent digest of one gRPC-framed message, fed in parts as they are relayed.
 /// Hand-rolled rather than decoded with prost: it must follow a message split anywhere, without
 /// holding it, and prost would not say in which order a map arrived.
+///
+/// Each field's payload is hashed alone (a varint is its own value): up to [`SHORT`] bytes in
+/// one call, where it lies if it arrived whole or else once gathered, longer ones as they come.
+/// Which of these applies depends on the length alone, so a split never changes a hash. A plain
+/// field is chained into its message's digest with its key, in order; a map entry or a nested
+/// message is summed.
 #[derive(Clone)]
 pub(crate) struct Digest {
     seed: u64,
@@ -176,10 +182,10 @@ pub(crate) struct Digest {
     /// The message and the messages it is nested in, outermost first.
     frames: Vec<Frame>,
     fresh: Arc<FieldHasher>,
-    /// The length of the map entry being read: up to [`SHORT`] it is gathered in `short`,
-    /// longer it is hashed as it comes by `entry`.
-    entry_len: u64,
-    entry: FieldHasher,
+    /// The payload being read: its length; up to [`SHORT`] it is gathered in `short`, longer it
+    /// is hashed as it comes by `long`.
+    payload_len: u64,
+    long: FieldHasher,
     short: [u8; SHORT],
     short_len: usize,
 }
@@ -205,8 +211,8 @@ impl Digest {
             key: 0,
             role: Role::Ordered,
             frames: Vec::with_capacity(MAX_DEPTH),
-            entry_len: 0,
-            entry: (*fresh).clone(),
+            payload_len: 0,
+            long: (*fresh).clone(),
             fresh,
             short: [0; SHORT],
             short_len: 0,
@@ -230,16 +236,23 @@ impl Digest {
                 State::Payload(n) => {
                     let take = usize::try_from(n).map_or(bytes.len(), |n| n.min(bytes.len()));
                     let (now, later) = bytes.split_at(take);
-                    self.payload(now);
                     bytes = later;
                     if let Some(top) = self.frames.last_mut() {
                         top.left -= take as u64;
                     }
-                    let n = n - take as u64;
-                    if n == 0 {
-                        self.end_payload();
+                    if take as u64 == n && self.short_len == 0 && self.payload_is_short() {
+                        // The whole payload is here: hashed where it lies.
+                        let h = self.hash_short(now);
+                        self.field_done(h);
                     } else {
-                        self.state = State::Payload(n);
+                        self.payload(now);
+                        let n = n - take as u64;
+                        if n == 0 {
+                            let h = self.payload_hash();
+                            self.field_done(h);
+                        } else {
+                            self.state = State::Payload(n);
+                        }
                     }
                     continue;
                 }
@@ -257,22 +270,25 @@ impl Digest {
                         self.close_finished();
                     }
                 }
-                State::Key | State::Value | State::Len => {
-                    let Some(top) = self.frames.last_mut() else {
-                        self.state = State::Broken;
-                        return;
-                    };
-                    top.left -= 1;
-                    let at_end = top.left == 0;
-                    match self.varint.push(b) {
-                        Err(()) => self.state = State::Broken,
-                        Ok(None) if at_end => self.state = State::Broken,
-                        Ok(None) => {}
-                        Ok(Some(v)) => self.varint_done(v),
-                    }
-                }
+                State::Key | State::Value | State::Len => self.varint_byte(b),
             }
             bytes = rest;
+        }
+    }
+
+    /// One byte of a field's key, varint value or length.
+    fn varint_byte(&mut self, b: u8) {
+        let Some(top) = self.frames.last_mut() else {
+            self.state = State::Broken;
+            return;
+        };
+        top.left -= 1;
+        let at_end = top.left == 0;
+        match self.varint.push(b) {
+            Err(()) => self.state = State::Broken,
+            Ok(None) if at_end => self.state = State::Broken,
+            Ok(None) => {}
+            Ok(Some(v)) => self.varint_done(v),
         }
     }
 
@@ -281,7 +297,7 @@ impl Digest {
             shape,
             left,
             key,
-            ordered: (*self.fresh).clone(),
+            chain: 0,
             sum: 0,
             count: 0,
         });
@@ -290,12 +306,6 @@ impl Digest {
     /// Bytes left in the innermost message.
     fn left(&self) -> u64 {
         self.frames.last().map_or(0, |f| f.left)
-    }
-
-    fn write_ordered(&mut self, v: u64) {
-        if let Some(top) = self.frames.last_mut() {
-            top.ordered.write(&v.to_le_bytes());
-        }
     }
 
     fn varint_done(&mut self, v: u64) {
@@ -318,14 +328,11 @@ impl Digest {
                 } else {
                     Role::Ordered
                 };
-                if matches!(self.role, Role::Ordered) {
-                    self.write_ordered(v);
-                }
                 self.state = match wire {
                     0 => State::Value,
-                    1 => State::Payload(8),
+                    1 => self.start_payload(8),
                     2 => State::Len,
-                    5 => State::Payload(4),
+                    5 => self.start_payload(4),
                     _ => State::Broken,
                 };
                 match self.state {
@@ -334,91 +341,91 @@ impl Digest {
                     _ => {}
                 }
             }
-            State::Value => {
-                if matches!(self.role, Role::Ordered) {
-                    self.write_ordered(v);
-                }
-                self.end_field();
-            }
+            State::Value => self.field_done(v),
             State::Len => {
                 if v > self.left() {
                     self.state = State::Broken;
                     return;
                 }
-                match self.role {
-                    Role::Nested(shape) => {
-                        if self.frames.len() == MAX_DEPTH {
-                            self.state = State::Broken;
-                            return;
-                        }
-                        if let Some(top) = self.frames.last_mut() {
-                            top.left -= v;
-                        }
-                        self.push_frame(shape, v, self.key);
-                        self.end_field();
+                if let Role::Nested(shape) = self.role {
+                    if self.frames.len() == MAX_DEPTH {
+                        self.state = State::Broken;
                         return;
                     }
-                    Role::Entry => {
-                        self.entry_len = v;
-                        if self.entry_is_short() {
-                            self.short_len = 0;
-                        } else {
-                            self.entry.clone_from(&self.fresh);
-                        }
+                    if let Some(top) = self.frames.last_mut() {
+                        top.left -= v;
                     }
-                    Role::Ordered => self.write_ordered(v),
-                    Role::Skipped => {}
+                    self.push_frame(shape, v, self.key);
+                    self.end_field();
+                    return;
                 }
-                self.state = State::Payload(v);
+                self.state = self.start_payload(v);
                 if v == 0 {
-                    self.end_payload();
+                    let h = self.payload_hash();
+                    self.field_done(h);
                 }
             }
             _ => {}
         }
     }
 
+    fn start_payload(&mut self, len: u64) -> State {
+        self.payload_len = len;
+        self.short_len = 0;
+        if !self.payload_is_short() {
+            self.long.clone_from(&self.fresh);
+        }
+        State::Payload(len)
+    }
+
+    fn payload_is_short(&self) -> bool {
+        self.payload_len <= SHORT as u64
+    }
+
     /// Part of a field's payload.
     fn payload(&mut self, bytes: &[u8]) {
-        match self.role {
-            Role::Ordered => {
-                if let Some(top) = self.frames.last_mut() {
-                    top.ordered.write(bytes);
-                }
+        if matches!(self.role, Role::Skipped) {
+            return;
+        }
+        if self.payload_is_short() {
+            let end = self.short_len + bytes.len();
+            if let Some(room) = self.short.get_mut(self.short_len..end) {
+                room.copy_from_slice(bytes);
+                self.short_len = end;
             }
-            Role::Entry if self.entry_is_short() => {
-                let end = self.short_len + bytes.len();
-                if let Some(room) = self.short.get_mut(self.short_len..end) {
-                    room.copy_from_slice(bytes);
-                    self.short_len = end;
-                }
-            }
-            Role::Entry => self.entry.write(bytes),
-            Role::Nested(_) | Role::Skipped => {}
+        } else {
+            self.long.write(bytes);
         }
     }
 
-    fn end_payload(&mut self) {
-        if matches!(self.role, Role::Entry) {
-            // Whether an entry was gathered or streamed depends on its length alone, so the
-            // same entry is hashed the same way however it was split.
-            let hash = if self.entry_is_short() {
-                XxHash3_64::oneshot_with_seed(self.seed, &self.short[..self.short_len])
-            } else {
-                self.entry.finish()
-            };
-            let d = self.mix(self.key, hash, ENTRY);
-            if let Some(top) = self.frames.last_mut() {
-                top.sum = top.sum.wrapping_add(d);
-                top.count += 1;
+    /// The hash of the payload just read.
+    fn payload_hash(&self) -> u64 {
+        if self.payload_is_short() {
+            self.hash_short(&self.short[..self.short_len])
+        } else {
+            self.long.finish()
+        }
+    }
+
+    fn hash_short(&self, bytes: &[u8]) -> u64 {
+        XxHash3_64::oneshot_with_seed(self.seed, bytes)
+    }
+
+    /// A field ended; `h` is its payload's hash (or its varint value).
+    fn field_done(&mut self, h: u64) {
+        let seed = self.seed;
+        let key = self.key;
+        if let Some(top) = self.frames.last_mut() {
+            match self.role {
+                Role::Ordered => top.chain = mix(seed, top.chain, key, h),
+                Role::Entry => {
+                    top.sum = top.sum.wrapping_add(mix(seed, key, h, ENTRY));
+                    top.count += 1;
+                }
+                Role::Nested(_) | Role::Skipped => {}
             }
         }
         self.end_field();
-    }
-
-    /// Whether the map entry being read is gathered rather than streamed.
-    fn entry_is_short(&self) -> bool {
-        self.entry_len <= SHORT as u64
     }
 
     fn end_field(&mut self) {
@@ -437,8 +444,12 @@ impl Digest {
             let Some(child) = self.frames.pop() else {
                 return;
             };
-            let d = self.message_digest(&child);
-            let d = self.mix(child.key, d, NESTED);
+            let d = mix(
+                self.seed,
+                child.key,
+                message_digest(self.seed, &child),
+                NESTED,
+            );
             if let Some(parent) = self.frames.last_mut() {
                 parent.sum = parent.sum.wrapping_add(d);
                 parent.count += 1;
@@ -446,25 +457,26 @@ impl Digest {
         }
     }
 
-    fn message_digest(&self, f: &Frame) -> u64 {
-        self.mix(f.ordered.finish(), f.sum, f.count)
-    }
-
-    fn mix(&self, a: u64, b: u64, c: u64) -> u64 {
-        let mut out = [0u8; 24];
-        out[..8].copy_from_slice(&a.to_le_bytes());
-        out[8..16].copy_from_slice(&b.to_le_bytes());
-        out[16..].copy_from_slice(&c.to_le_bytes());
-        XxHash3_64::oneshot_with_seed(self.seed, &out)
-    }
-
     /// The digest, if the bytes fed were exactly one well-formed uncompressed message.
     pub(crate) fn finish(&self) -> Option<u64> {
         if self.state != State::Done {
             return None;
         }
-        self.frames.first().map(|f| self.message_digest(f))
+        self.frames.first().map(|f| message_digest(self.seed, f))
     }
+}
+
+fn message_digest(seed: u64, f: &Frame) -> u64 {
+    mix(seed, f.chain, f.sum, f.count)
+}
+
+/// Three words hashed as one.
+fn mix(seed: u64, a: u64, b: u64, c: u64) -> u64 {
+    let mut out = [0u8; 24];
+    out[..8].copy_from_slice(&a.to_le_bytes());
+    out[8..16].copy_from_slice(&b.to_le_bytes());
+    out[16..].copy_from_slice(&c.to_le_bytes());
+    XxHash3_64::oneshot_with_seed(seed, &out)
 }
 
 /// Tells a map entry's digest from a nested message's in their parent's sum.
