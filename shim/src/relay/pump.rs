@@ -1,5 +1,6 @@
-//! One direction of a relayed connection: read what arrives, let the side reader look at it,
-//! write it on, unchanged and without waiting for a frame or message to complete.
+//! One direction of a relayed connection: read what arrives, write it on, unchanged and without
+//! waiting for a frame or message to complete, and let the side reader look at it (see
+//! [`Pump::pass_on`] for when it looks).
 //!
 //! Reads go into a `BytesMut` that is split off as a `Bytes` chunk: a watched call's body keeps
 //! a reference-counted slice of it rather than a copy, and when nothing kept one, the next
@@ -8,7 +9,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use prometheus::IntCounter;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -71,6 +72,28 @@ pub(super) enum UpEnd {
 }
 
 impl Pump {
+    /// Writes `chunk` on and has the side reader read it. The reader reads after the write when
+    /// the socket takes the whole chunk at once (nearly always): its work — HPACK, the calls'
+    /// bookkeeping, the repeat digest of a large List — then overlaps the peer's handling of the
+    /// bytes instead of delaying them. When the write must wait, the reader reads first: the
+    /// other direction runs meanwhile, and it must never see an answer to a request, or a reset
+    /// of an answer, that the reader has not read yet.
+    async fn pass_on(&mut self, chunk: &Bytes) -> std::io::Result<()> {
+        let written = match self.dst.try_write(chunk) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+            Err(e) => {
+                self.reader.feed(chunk);
+                return Err(e);
+            }
+        };
+        self.reader.feed(chunk);
+        if written < chunk.len() {
+            self.dst.write_all(&chunk[written..]).await?;
+        }
+        Ok(())
+    }
+
     async fn read(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
         buf.reserve(self.buffer);
         self.src.read_buf(buf).await
@@ -102,8 +125,7 @@ impl Pump {
             let chunk = buf.split().freeze();
             self.activity.touch();
             self.bytes.inc_by(chunk.len() as u64);
-            self.reader.feed(&chunk);
-            if self.dst.write_all(&chunk).await.is_err() {
+            if self.pass_on(&chunk).await.is_err() {
                 return UpEnd::UpstreamClosed;
             }
             self.reader.settle(true);
@@ -145,18 +167,25 @@ impl Pump {
             let chunk = buf.split().freeze();
             self.activity.touch();
             self.bytes.inc_by(chunk.len() as u64);
-            self.reader.feed(&chunk);
-            if let Some(path) = self.reader.take_hold() {
-                // Until released, or until the caller gives up on it (its deadline passed):
-                // what a response stuck between containerd and kubelet looks like.
-                let conversation = self.reader.conversation().clone();
-                tokio::select! {
-                    _ = faults.before_response(&path) => {}
-                    _ = conversation.caller_gone() => {}
+            if faults.is_armed() {
+                // A test that holds a response must read it before it goes on.
+                self.reader.feed(&chunk);
+                if let Some(path) = self.reader.take_hold() {
+                    // Until released, or until the caller gives up on it (its deadline passed):
+                    // what a response stuck between containerd and kubelet looks like.
+                    let conversation = self.reader.conversation().clone();
+                    tokio::select! {
+                        _ = faults.before_response(&path) => {}
+                        _ = conversation.caller_gone() => {}
+                    }
                 }
-            }
-            if !client_gone {
-                client_gone = self.dst.write_all(&chunk).await.is_err();
+                if !client_gone {
+                    client_gone = self.dst.write_all(&chunk).await.is_err();
+                }
+            } else if client_gone {
+                self.reader.feed(&chunk);
+            } else {
+                client_gone = self.pass_on(&chunk).await.is_err();
             }
             self.reader.settle(!client_gone);
             if chunk.len() >= YIELD_AFTER {
