@@ -47,12 +47,7 @@ pub(crate) async fn populate(
     let blob = "a".repeat(annotation_bytes);
     let mut ids = Vec::with_capacity(n);
     for i in 0..n {
-        let mut annotations = HashMap::new();
-        if annotation_bytes > 0 {
-            annotations.insert("bench/blob".to_owned(), blob.clone());
-        }
-        let mut labels = HashMap::new();
-        labels.insert("io.kubernetes.pod.uid".to_owned(), format!("uid-{name}"));
+        let (labels, annotations) = kubelet_maps(name, i, (annotation_bytes > 0).then_some(&blob));
         let cfg = cri::ContainerConfig {
             metadata: Some(cri::ContainerMetadata {
                 name: format!("c{i}"),
@@ -87,7 +82,51 @@ pub(crate) async fn populate(
     (sid, ids)
 }
 
-/// One mix: the five calls; each call's latency, or the first failure.
+/// A container's labels and annotations as kubelet writes them (four and four, plus `blob`),
+/// so that containerd writes their entries in any order, as on a node.
+fn kubelet_maps(
+    pod: &str,
+    i: usize,
+    blob: Option<&String>,
+) -> (HashMap<String, String>, HashMap<String, String>) {
+    use podward_api::labels as l;
+    let owned = |pairs: &[(&str, String)]| -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect()
+    };
+    let labels = owned(&[
+        (l::POD_NAME, pod.to_owned()),
+        (l::POD_NAMESPACE, "bench".to_owned()),
+        (l::POD_UID, format!("uid-{pod}")),
+        (l::CONTAINER_NAME, format!("c{i}")),
+    ]);
+    let mut annotations = owned(&[
+        (l::CONTAINER_HASH, format!("{:x}", 0x5eed_u64 + i as u64)),
+        (l::CONTAINER_RESTART_COUNT, "0".to_owned()),
+        (l::POD_TERMINATION_GRACE_PERIOD, "30".to_owned()),
+        (
+            l::CONTAINER_TERMINATION_MESSAGE_PATH,
+            "/dev/termination-log".to_owned(),
+        ),
+    ]);
+    if let Some(blob) = blob {
+        annotations.insert("bench/blob".to_owned(), blob.clone());
+    }
+    (labels, annotations)
+}
+
+/// The calls of one mix, in order.
+pub(crate) const MIX: [&str; 5] = [
+    "Version",
+    "ListPodSandbox",
+    "ListContainers",
+    "ContainerStatus",
+    "PodSandboxStatus",
+];
+
+/// One mix: the five calls ([`MIX`]); each call's latency, or the first failure.
 pub(crate) async fn mix(
     c: &mut RuntimeServiceClient<Channel>,
     sid: &str,

@@ -53,6 +53,19 @@ pub(crate) fn cpu_ticks(pid: u32) -> u64 {
     get(11) + get(12)
 }
 
+/// CPU time the process's threads have run so far, in nanoseconds (the scheduler's own count,
+/// `/proc/<pid>/task/*/schedstat`: finer than the 10 ms ticks, for figures per call).
+pub(crate) fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// Clock ticks as milliseconds.
 pub(crate) fn ticks_ms(ticks: u64) -> f64 {
     ticks as f64 * 1e3 / USER_HZ
@@ -64,6 +77,8 @@ pub(crate) struct Path3 {
     pub(crate) path: PathBuf,
     pub(crate) failures: Arc<AtomicU64>,
     pub(crate) lat: Vec<Duration>,
+    /// The same latencies by call of the mix (in [`crate::calls::MIX`]'s order).
+    pub(crate) by_call: [Vec<Duration>; 5],
     pub(crate) wall: Duration,
 }
 
@@ -74,6 +89,7 @@ impl Path3 {
             path: path.to_owned(),
             failures: Arc::default(),
             lat: Vec::new(),
+            by_call: Default::default(),
             wall: Duration::ZERO,
         }
     }

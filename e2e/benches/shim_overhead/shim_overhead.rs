@@ -16,14 +16,15 @@
 //! `-- --multi` adds a shim on tokio's multi-threaded runtime; `-- --bare` a bare relay
 //! (tokio's `copy_bidirectional`, 64 KiB buffers, current-thread runtime, no HTTP/2 reader): the
 //! floor of a user-space relay, beside socat's; `-- --skip-mix` leaves out the mix rounds (4 MiB
-//! List, RSS and idle CPU only). Extra paths run in every round, the 4 MiB Lists included.
+//! List, RSS and idle CPU only), `-- --mix-only` runs them alone (`--rounds N`, default 10, for
+//! a profiler to attach). Extra paths run in every round, the 4 MiB Lists included.
 
 mod calls;
 mod figures;
 mod relays;
 
 use calls::{client, populate, round};
-use figures::{Path3, Rss, cpu_ticks, num_cpus, pct, ticks_ms, us};
+use figures::{Path3, Rss, cpu_ns, cpu_ticks, num_cpus, pct, ticks_ms, us};
 use relays::{as_bare_relay, as_shim, start_bare_relay, start_shim, start_socat};
 
 use std::sync::Arc;
@@ -33,6 +34,7 @@ use std::time::{Duration, Instant};
 use podward_api::cri;
 use podward_e2e::TestNode;
 
+/// Mix rounds per concurrency unless `--rounds` says otherwise.
 const MIX_ROUNDS: usize = 10;
 const MIXES_PER_ROUND: usize = 100;
 /// ~4 MiB ListContainers per path.
@@ -58,6 +60,11 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map(|v| v.split(',').filter_map(|k| k.trim().parse().ok()).collect())
         .unwrap_or_default();
+    let rounds = args
+        .iter()
+        .position(|a| a == "--rounds")
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+        .unwrap_or(MIX_ROUNDS);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -66,6 +73,8 @@ fn main() {
         buffers,
         multi: args.iter().any(|a| a == "--multi"),
         skip_mix: args.iter().any(|a| a == "--skip-mix"),
+        mix_only: args.iter().any(|a| a == "--mix-only"),
+        rounds,
         bare: args.iter().any(|a| a == "--bare"),
     };
     rt.block_on(bench(opts));
@@ -79,6 +88,10 @@ struct Opts {
     multi: bool,
     /// `--skip-mix`: no mix rounds (the 4 MiB List, RSS and idle CPU only).
     skip_mix: bool,
+    /// `--mix-only`: the mix rounds alone.
+    mix_only: bool,
+    /// `--rounds N`: mix rounds per concurrency.
+    rounds: usize,
     /// `--bare`: a bare relay (tokio's `copy_bidirectional`, no side reader) as a second floor.
     bare: bool,
 }
@@ -88,6 +101,8 @@ async fn bench(
         buffers,
         multi,
         skip_mix,
+        mix_only,
+        rounds,
         bare,
     }: Opts,
 ) {
@@ -132,9 +147,14 @@ async fn bench(
     for p in [direct.as_path(), socat.path.as_path(), shim.cri.as_path()] {
         let _ = round(p, 1, &sid, &cid, &warm).await;
     }
+    let mut relays = vec![("the shim".to_owned(), pid)];
+    relays.extend(extra.iter().map(|(name, s)| (name.clone(), s.child.id())));
     let concurrencies: &[usize] = if skip_mix { &[] } else { &[1, 16] };
     for &conc in concurrencies {
-        mix_rounds(paths(), conc, &sid, &cid).await;
+        mix_rounds(paths(), conc, rounds, &sid, &cid, &relays).await;
+    }
+    if mix_only {
+        return;
     }
     phases.push(Rss::of(
         pid,
@@ -147,8 +167,6 @@ async fn bench(
         pid,
         "after 100 containers with 40 KiB annotations were created (direct)",
     ));
-    let mut relays = vec![("the shim".to_owned(), pid)];
-    relays.extend(extra.iter().map(|(name, s)| (name.clone(), s.child.id())));
     big_lists(paths(), &big_sid, &relays).await;
     phases.push(Rss::of(
         pid,
@@ -211,21 +229,39 @@ async fn bench(
     drop(node);
 }
 
-/// [`MIX_ROUNDS`] rounds of the call mix at concurrency `conc` on every path, interleaved, and
-/// their figures against direct's (`paths[0]`) and socat's (`paths[1]`).
-async fn mix_rounds(mut paths: Vec<Path3>, conc: usize, sid: &str, cid: &str) {
-    for r in 0..MIX_ROUNDS {
+/// `rounds` rounds of the call mix at concurrency `conc` on every path, interleaved, and
+/// their figures against direct's (`paths[0]`) and socat's (`paths[1]`), with the CPU each of
+/// `relays` (name, pid) spent per call.
+async fn mix_rounds(
+    mut paths: Vec<Path3>,
+    conc: usize,
+    rounds: usize,
+    sid: &str,
+    cid: &str,
+    relays: &[(String, u32)],
+) {
+    let cpu_before: Vec<u64> = relays.iter().map(|(_, pid)| cpu_ns(*pid)).collect();
+    for r in 0..rounds {
         // Rotate which path goes first so drift hits all equally.
         let n = paths.len();
         for k in 0..n {
             let p = &mut paths[(r + k) % n];
             let (lat, wall) = round(&p.path, conc, sid, cid, &p.failures).await;
+            // Each task's mixes are whole (a failed mix fails the path): five calls in order.
+            for mix in lat.chunks(calls::MIX.len()) {
+                for (by, t) in p.by_call.iter_mut().zip(mix) {
+                    by.push(*t);
+                }
+            }
             p.lat.extend(lat);
             p.wall += wall;
         }
     }
     for p in &mut paths {
         p.lat.sort();
+        for by in &mut p.by_call {
+            by.sort();
+        }
     }
     let (d_p50, d_p99, d_tp) = (
         us(pct(&paths[0].lat, 0.5)),
@@ -261,6 +297,28 @@ async fn mix_rounds(mut paths: Vec<Path3>, conc: usize, sid: &str, cid: &str) {
             shim_added / socat_added.max(1.0),
             100.0 * tp_ratio
         );
+    }
+    // Where the added time is: each call's own median against direct's.
+    for p in paths.iter().skip(1).filter(|p| p.clean()) {
+        let added: Vec<String> = calls::MIX
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let d = us(pct(&paths[0].by_call[i], 0.5));
+                format!("{name} +{:.0}", us(pct(&p.by_call[i], 0.5)) - d)
+            })
+            .collect();
+        println!(
+            "concurrency {conc:>2}: {:<12} added p50 by call (µs): {}",
+            p.name,
+            added.join(", ")
+        );
+    }
+    // Every relay serves one path: its CPU over the rounds is that path's alone.
+    let calls = (rounds * crate::MIXES_PER_ROUND / conc.max(1) * conc.max(1) * 5) as f64;
+    for ((name, pid), before) in relays.iter().zip(cpu_before) {
+        let us = cpu_ns(*pid).saturating_sub(before) as f64 / 1e3 / calls;
+        println!("concurrency {conc:>2}: {name}'s CPU per call: {us:.1} µs");
     }
 }
 
