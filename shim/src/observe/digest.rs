@@ -4,20 +4,21 @@
 //! It must not depend on how the bytes arrived or were ordered:
 //! - the relay reads DATA parts whose boundaries change from one answer to the next; the digest
 //!   follows the message's fields across any split, and every hash in it is fed the same bytes
-//!   in the same calls whatever the split (a short map entry is gathered first, a long one is
-//!   hashed by XXH3's streaming form, which gives the same value however it is fed);
+//!   in the same calls whatever the split (a short payload is hashed in one call, where it lies
+//!   or once gathered; a long one by XXH3's streaming form, which gives the same value however
+//!   it is fed);
 //! - containerd lists objects from a map, in a different order on every call, and Go writes a
 //!   map's entries (labels, annotations) in any order too. So the digest descends into the
 //!   messages that [`shape`] names (a List's items, a Status answer's status, and on to the
 //!   messages with maps) and there sums the digests of the map entries and of the nested
-//!   messages, in any order; every other field is hashed in the order written (encoders write
-//!   a message's fields in a fixed order).
+//!   messages, in any order; every other field is chained in the order written (encoders write
+//!   a message's fields in a fixed order), so reordered repeated fields are news.
 //!
 //! A body that is not exactly one well-formed uncompressed message has no digest.
 //!
 //! XXH3 (randomly seeded per process; twox-hash, which picks AVX2 at run time where the CPU has
-//! it) rather than std's SipHash: it hashes a 4 MiB answer in a fraction of a millisecond, on
-//! kubelet's path. A collision would only skip decoding one changed answer; the next change,
+//! it) rather than std's SipHash: it hashes a 4 MiB answer in a fraction of a millisecond. A
+//! collision would only skip decoding one changed answer; the next change,
 //! event or rebuild repairs it.
 
 mod shape;
