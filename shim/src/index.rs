@@ -188,10 +188,13 @@ enum Abandoned {
 }
 
 /// Sandboxes and containers by ID.
+///
+/// Boxed: a table holds its values inline in every bucket, used or not (a third to a half of them
+/// are free after each doubling), and a container is 352 bytes; boxed, a free bucket costs 8.
 #[derive(Debug, Default)]
 pub struct Index {
-    sandboxes: HashMap<String, Sandbox>,
-    containers: HashMap<String, Container>,
+    sandboxes: HashMap<String, Box<Sandbox>>,
+    containers: HashMap<String, Box<Container>>,
     abandoned: VecDeque<Abandoned>,
 }
 
@@ -213,12 +216,12 @@ impl Index {
 
     /// A sandbox by ID.
     pub fn sandbox(&self, id: &str) -> Option<&Sandbox> {
-        self.sandboxes.get(id)
+        self.sandboxes.get(id).map(Box::as_ref)
     }
 
     /// A container by ID.
     pub fn container(&self, id: &str) -> Option<&Container> {
-        self.containers.get(id)
+        self.containers.get(id).map(Box::as_ref)
     }
 
     /// The whole index (sorted by creation time, then ID) with the given header fields.
@@ -230,9 +233,9 @@ impl Index {
         resync: bool,
         now_ns: i64,
     ) -> Snapshot {
-        let mut sandboxes: Vec<Sandbox> = self.sandboxes.values().cloned().collect();
+        let mut sandboxes: Vec<Sandbox> = self.sandboxes.values().map(|s| Sandbox::clone(s)).collect();
         sandboxes.sort_by(|a, b| (a.created_at_ns, &a.id).cmp(&(b.created_at_ns, &b.id)));
-        let mut containers: Vec<Container> = self.containers.values().cloned().collect();
+        let mut containers: Vec<Container> = self.containers.values().map(|c| Container::clone(c)).collect();
         containers.sort_by(|a, b| (a.created_at_ns, &a.id).cmp(&(b.created_at_ns, &b.id)));
         Snapshot {
             seq,
@@ -375,7 +378,7 @@ impl Index {
         if undelivered {
             s.run_delivery = Delivery::Undelivered as i32;
         }
-        self.sandboxes.insert(s.id.clone(), s.clone());
+        self.sandboxes.insert(s.id.clone(), Box::new(s.clone()));
         out.push(Change::Sandbox(
             SandboxEventKind::SandboxEventCreated,
             s.clone(),
@@ -395,7 +398,7 @@ impl Index {
         if undelivered {
             c.create_delivery = Delivery::Undelivered as i32;
         }
-        self.containers.insert(c.id.clone(), c.clone());
+        self.containers.insert(c.id.clone(), Box::new(c.clone()));
         out.push(Change::Container(
             ContainerEventKind::ContainerEventCreated,
             c.clone(),

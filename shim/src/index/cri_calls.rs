@@ -45,12 +45,12 @@ impl Index {
             if delivery == Delivery::Undelivered && !was_undelivered {
                 out.push(Change::Sandbox(
                     SandboxEventKind::SandboxEventUndelivered,
-                    cur.clone(),
+                    (**cur).clone(),
                 ));
             } else if before != cur.run_delivery {
                 out.push(Change::Sandbox(
                     SandboxEventKind::SandboxEventUpdated,
-                    cur.clone(),
+                    (**cur).clone(),
                 ));
             }
         }
@@ -79,7 +79,7 @@ impl Index {
             } else {
                 SandboxEventKind::SandboxEventUpdated
             };
-            out.push(Change::Sandbox(kind, cur.clone()));
+            out.push(Change::Sandbox(kind, (**cur).clone()));
         }
     }
 
@@ -95,7 +95,7 @@ impl Index {
             self.container_remove(&c, out);
         }
         if let Some(s) = self.sandboxes.remove(id) {
-            out.push(Change::Sandbox(SandboxEventKind::SandboxEventRemoved, s));
+            out.push(Change::Sandbox(SandboxEventKind::SandboxEventRemoved, *s));
         }
     }
 
@@ -135,12 +135,12 @@ impl Index {
             if delivery == Delivery::Undelivered && !was_undelivered {
                 out.push(Change::Container(
                     ContainerEventKind::ContainerEventUndelivered,
-                    cur.clone(),
+                    (**cur).clone(),
                 ));
             } else if before != cur.create_delivery {
                 out.push(Change::Container(
                     ContainerEventKind::ContainerEventUpdated,
-                    cur.clone(),
+                    (**cur).clone(),
                 ));
             }
         }
@@ -161,7 +161,7 @@ impl Index {
         }
         out.push(Change::Container(
             ContainerEventKind::ContainerEventStarted,
-            cur.clone(),
+            (**cur).clone(),
         ));
     }
 
@@ -184,7 +184,7 @@ impl Index {
         cur.stop_timeout_seconds = timeout_seconds;
         out.push(Change::Container(
             ContainerEventKind::ContainerEventUpdated,
-            cur.clone(),
+            (**cur).clone(),
         ));
     }
 
@@ -192,7 +192,7 @@ impl Index {
         if let Some(c) = self.containers.remove(id) {
             out.push(Change::Container(
                 ContainerEventKind::ContainerEventRemoved,
-                c,
+                *c,
             ));
         }
     }

@@ -97,7 +97,7 @@ impl Index {
         }
         if *cur != before {
             let kind = sandbox_kind(&before, cur);
-            out.push(Change::Sandbox(kind, cur.clone()));
+            out.push(Change::Sandbox(kind, (**cur).clone()));
         }
     }
 
@@ -151,7 +151,7 @@ impl Index {
         }
         if *cur != before {
             let kind = container_kind(&before, cur);
-            out.push(Change::Container(kind, cur.clone()));
+            out.push(Change::Container(kind, (**cur).clone()));
         }
     }
 

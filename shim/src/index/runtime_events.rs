@@ -29,7 +29,7 @@ impl Index {
             }
             out.push(Change::Container(
                 ContainerEventKind::ContainerEventExited,
-                c.clone(),
+                (**c).clone(),
             ));
             return;
         }
@@ -38,7 +38,7 @@ impl Index {
             let before = s.clone();
             s.state = SandboxState::Notready as i32;
             if *s != before {
-                out.push(Change::Sandbox(sandbox_kind(&before, s), s.clone()));
+                out.push(Change::Sandbox(sandbox_kind(&before, s), (**s).clone()));
             }
         }
     }
@@ -51,7 +51,7 @@ impl Index {
             c.oom_killed = true;
             out.push(Change::Container(
                 ContainerEventKind::ContainerEventOom,
-                c.clone(),
+                (**c).clone(),
             ));
         }
     }
