@@ -186,7 +186,9 @@ pub(crate) struct Digest {
     /// The payload being read: its length; up to [`SHORT`] it is gathered in `short`, longer it
     /// is hashed as it comes by `long`.
     payload_len: u64,
-    long: FieldHasher,
+    /// Boxed and made at the first long payload: most answers have none, and a hasher is
+    /// ~600 bytes to copy for every call.
+    long: Option<Box<FieldHasher>>,
     short: [u8; SHORT],
     short_len: usize,
 }
@@ -213,7 +215,7 @@ impl Digest {
             role: Role::Ordered,
             frames: Vec::with_capacity(MAX_DEPTH),
             payload_len: 0,
-            long: (*fresh).clone(),
+            long: None,
             fresh,
             short: [0; SHORT],
             short_len: 0,
@@ -374,7 +376,10 @@ impl Digest {
         self.payload_len = len;
         self.short_len = 0;
         if !self.payload_is_short() {
-            self.long.clone_from(&self.fresh);
+            match &mut self.long {
+                Some(long) => (**long).clone_from(&self.fresh),
+                None => self.long = Some(Box::new((*self.fresh).clone())),
+            }
         }
         State::Payload(len)
     }
@@ -395,7 +400,9 @@ impl Digest {
                 self.short_len = end;
             }
         } else {
-            self.long.write(bytes);
+            if let Some(long) = &mut self.long {
+                long.write(bytes);
+            }
         }
     }
 
@@ -404,7 +411,7 @@ impl Digest {
         if self.payload_is_short() {
             self.hash_short(&self.short[..self.short_len])
         } else {
-            self.long.finish()
+            self.long.as_ref().map_or(0, |long| long.finish())
         }
     }
 
