@@ -233,9 +233,14 @@ impl Index {
         resync: bool,
         now_ns: i64,
     ) -> Snapshot {
-        let mut sandboxes: Vec<Sandbox> = self.sandboxes.values().map(|s| Sandbox::clone(s)).collect();
+        let mut sandboxes: Vec<Sandbox> =
+            self.sandboxes.values().map(|s| Sandbox::clone(s)).collect();
         sandboxes.sort_by(|a, b| (a.created_at_ns, &a.id).cmp(&(b.created_at_ns, &b.id)));
-        let mut containers: Vec<Container> = self.containers.values().map(|c| Container::clone(c)).collect();
+        let mut containers: Vec<Container> = self
+            .containers
+            .values()
+            .map(|c| Container::clone(c))
+            .collect();
         containers.sort_by(|a, b| (a.created_at_ns, &a.id).cmp(&(b.created_at_ns, &b.id)));
         Snapshot {
             seq,
