@@ -8,6 +8,7 @@
 //! - [`Daemon`]: a podward binary ([`bin_path`]) run as a child process.
 //! - [`apiserver::MockApiServer`]: a Kubernetes API server stand-in on loopback (pods, their
 //!   status, events) that the prober's kube-rs client talks to through a kubeconfig.
+//! - [`go_client`]: a CRI client on gRPC-Go (kubelet's stack), built from Debian's packages.
 //!
 //! Tests need root (the development machines and CI run as root).
 //!
@@ -36,6 +37,7 @@
 pub mod apiserver;
 mod binaries;
 mod cleanup;
+mod clients;
 mod daemon;
 mod driver;
 mod error;
@@ -46,6 +48,7 @@ mod node;
 
 pub use binaries::bin_path;
 pub use cleanup::{Footprint, proc_cmdline};
+pub use clients::{cri_proto, go_client};
 pub use daemon::Daemon;
 pub use driver::{
     ContainerPort, ContainerSpec, Driver, Pod, PodSpec, RestartPolicy, SecurityContext,

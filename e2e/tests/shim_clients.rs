@@ -15,33 +15,6 @@ use podward_e2e::{PodSpec, TestNode};
 use support::InProcShim;
 use tonic_prost::prost::Message;
 
-/// The k8s-cri crate's `v1.proto` in cargo's registry (the crate is a dependency, so cargo has
-/// unpacked it).
-fn cri_proto() -> PathBuf {
-    let home = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
-        .expect("CARGO_HOME or HOME");
-    let src = home.join("registry/src");
-    let mut found: Vec<PathBuf> = std::fs::read_dir(&src)
-        .unwrap_or_else(|e| panic!("{}: {e}", src.display()))
-        .flatten()
-        .flat_map(|reg| {
-            std::fs::read_dir(reg.path())
-                .into_iter()
-                .flatten()
-                .flatten()
-        })
-        .filter(|d| d.file_name().to_string_lossy().starts_with("k8s-cri-0.11."))
-        .map(|d| d.path().join("proto/v1.proto"))
-        .filter(|p| p.exists())
-        .collect();
-    found.sort();
-    found
-        .pop()
-        .unwrap_or_else(|| panic!("no k8s-cri-0.11.*/proto/v1.proto under {}", src.display()))
-}
-
 /// Python stubs for runtime.v1, generated once per target dir with grpcio-tools.
 fn python_stubs() -> PathBuf {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cri-python");
@@ -49,7 +22,7 @@ fn python_stubs() -> PathBuf {
         return out;
     }
     std::fs::create_dir_all(&out).expect("stubs dir");
-    let proto = cri_proto();
+    let proto = podward_e2e::cri_proto().expect("the k8s-cri proto");
     let dir = proto.parent().expect("proto dir");
     let st = Command::new("python3")
         .args(["-m", "grpc_tools.protoc"])
@@ -63,65 +36,10 @@ fn python_stubs() -> PathBuf {
     out
 }
 
-/// The gRPC-Go client (`e2e/clients/go/main.go`), built once per target dir in GOPATH mode
-/// against Debian's Go packages in /usr/share/gocode (no module proxy, no network), with
-/// runtime.v1 stubs from protoc-gen-go / protoc-gen-go-grpc.
+/// The gRPC-Go client, built once per target dir.
 fn go_client() -> PathBuf {
-    let work = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cri-go");
-    let bin = work.join("cri-conformance");
-    let main = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/go/main.go");
-    let fresh = |b: &Path| {
-        let (Ok(b), Ok(m)) = (std::fs::metadata(b), std::fs::metadata(&main)) else {
-            return false;
-        };
-        b.modified().ok() >= m.modified().ok()
-    };
-    if fresh(&bin) {
-        return bin;
-    }
-    let stubs = work.join("gopath/src/k8s.io/cri-api/pkg/apis/runtime/v1");
-    let pkg = work.join("gopath/src/podward-cri-client");
-    let generated = work.join("generated");
-    for d in [&stubs, &pkg, &generated] {
-        std::fs::create_dir_all(d).expect("go work dirs");
-    }
-    let proto = cri_proto();
-    let st = Command::new("protoc")
-        .current_dir(proto.parent().expect("proto dir"))
-        .arg("-I.")
-        .arg(format!("--go_out={}", generated.display()))
-        .arg(format!("--go-grpc_out={}", generated.display()))
-        .arg("v1.proto")
-        .status()
-        .expect("protoc with protoc-gen-go and protoc-gen-go-grpc (scripts/install-deps.sh)");
-    assert!(st.success(), "protoc for the Go stubs failed: {st}");
-    for f in ["v1.pb.go", "v1_grpc.pb.go"] {
-        std::fs::copy(
-            generated.join("k8s.io/cri-api/pkg/apis/runtime/v1").join(f),
-            stubs.join(f),
-        )
-        .expect("copy stub");
-    }
-    std::fs::copy(&main, pkg.join("main.go")).expect("copy main.go");
-    let out = Command::new("go")
-        .current_dir(&pkg)
-        .env("GO111MODULE", "off")
-        .env(
-            "GOPATH",
-            format!("{}:/usr/share/gocode", work.join("gopath").display()),
-        )
-        .env("GOCACHE", work.join("cache"))
-        .args(["build", "-o"])
-        .arg(&bin)
-        .arg(".")
-        .output()
-        .expect("go (Debian golang-go; scripts/install-deps.sh)");
-    assert!(
-        out.status.success(),
-        "building the gRPC-Go client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    bin
+    podward_e2e::go_client(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cri-go"))
+        .expect("the gRPC-Go client (scripts/install-deps.sh installs its tools)")
 }
 
 fn script() -> PathBuf {

@@ -17,13 +17,14 @@
 //! (tokio's `copy_bidirectional`, 64 KiB buffers, current-thread runtime, no HTTP/2 reader): the
 //! floor of a user-space relay, beside socat's; `-- --skip-mix` leaves out the mix rounds (4 MiB
 //! List, RSS and idle CPU only), `-- --mix-only` runs them alone (`--rounds N`, default 10, for
-//! a profiler to attach). Extra paths run in every round, the 4 MiB Lists included.
+//! a profiler to attach), `-- --go` runs the mix rounds a second time with a gRPC-Go client
+//! (kubelet's stack; `e2e/clients/go/main.go`, a process per round). Extra paths run in every round, the 4 MiB Lists included.
 
 mod calls;
 mod figures;
 mod relays;
 
-use calls::{client, populate, round};
+use calls::{Client, client, populate, round};
 use figures::{Path3, Rss, cpu_ns, cpu_ticks, num_cpus, pct, ticks_ms, us};
 use relays::{as_bare_relay, as_shim, start_bare_relay, start_shim, start_socat};
 
@@ -74,6 +75,7 @@ fn main() {
         multi: args.iter().any(|a| a == "--multi"),
         skip_mix: args.iter().any(|a| a == "--skip-mix"),
         mix_only: args.iter().any(|a| a == "--mix-only"),
+        go: args.iter().any(|a| a == "--go"),
         rounds,
         bare: args.iter().any(|a| a == "--bare"),
     };
@@ -90,6 +92,8 @@ struct Opts {
     skip_mix: bool,
     /// `--mix-only`: the mix rounds alone.
     mix_only: bool,
+    /// `--go`: the mix rounds again with the gRPC-Go client.
+    go: bool,
     /// `--rounds N`: mix rounds per concurrency.
     rounds: usize,
     /// `--bare`: a bare relay (tokio's `copy_bidirectional`, no side reader) as a second floor.
@@ -102,6 +106,7 @@ async fn bench(
         multi,
         skip_mix,
         mix_only,
+        go,
         rounds,
         bare,
     }: Opts,
@@ -145,13 +150,21 @@ async fn bench(
     let cid = cids[0].clone();
     let warm = Arc::new(AtomicU64::new(0));
     for p in [direct.as_path(), socat.path.as_path(), shim.cri.as_path()] {
-        let _ = round(p, 1, &sid, &cid, &warm).await;
+        let _ = round(&Client::Tonic, p, 1, &sid, &cid, &warm).await;
     }
     let mut relays = vec![("the shim".to_owned(), pid)];
     relays.extend(extra.iter().map(|(name, s)| (name.clone(), s.child.id())));
     let concurrencies: &[usize] = if skip_mix { &[] } else { &[1, 16] };
-    for &conc in concurrencies {
-        mix_rounds(paths(), conc, rounds, &sid, &cid, &relays).await;
+    let mut clients = vec![Client::Tonic];
+    if go {
+        let work = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cri-go");
+        let bin = podward_e2e::go_client(&work).expect("the gRPC-Go client");
+        clients.push(Client::Go(bin));
+    }
+    for client in &clients {
+        for &conc in concurrencies {
+            mix_rounds(client, paths(), conc, rounds, &sid, &cid, &relays).await;
+        }
     }
     if mix_only {
         return;
@@ -233,6 +246,7 @@ async fn bench(
 /// their figures against direct's (`paths[0]`) and socat's (`paths[1]`), with the CPU each of
 /// `relays` (name, pid) spent per call.
 async fn mix_rounds(
+    client: &Client,
     mut paths: Vec<Path3>,
     conc: usize,
     rounds: usize,
@@ -240,13 +254,14 @@ async fn mix_rounds(
     cid: &str,
     relays: &[(String, u32)],
 ) {
+    let tag = format!("concurrency {conc:>2} {:<7}", client.name());
     let cpu_before: Vec<u64> = relays.iter().map(|(_, pid)| cpu_ns(*pid)).collect();
     for r in 0..rounds {
         // Rotate which path goes first so drift hits all equally.
         let n = paths.len();
         for k in 0..n {
             let p = &mut paths[(r + k) % n];
-            let (lat, wall) = round(&p.path, conc, sid, cid, &p.failures).await;
+            let (lat, wall) = round(client, &p.path, conc, sid, cid, &p.failures).await;
             // Each task's mixes are whole (a failed mix fails the path): five calls in order.
             for mix in lat.chunks(calls::MIX.len()) {
                 for (by, t) in p.by_call.iter_mut().zip(mix) {
@@ -271,14 +286,14 @@ async fn mix_rounds(
     for p in &paths {
         if !p.clean() {
             println!(
-                "concurrency {conc:>2}: {:<12} FAILED ({} failed mixes): no figures",
+                "{tag}: {:<12} FAILED ({} failed mixes): no figures",
                 p.name,
                 p.failures.load(Ordering::Relaxed)
             );
             continue;
         }
         println!(
-            "concurrency {conc:>2}: {:<12} p50 {:>6.0} µs (+{:>4.0}), p99 {:>6.0} µs (+{:>5.0}), {:>6.0} calls/s ({:>5.1}% of direct)",
+            "{tag}: {:<12} p50 {:>6.0} µs (+{:>4.0}), p99 {:>6.0} µs (+{:>5.0}), {:>6.0} calls/s ({:>5.1}% of direct)",
             p.name,
             us(pct(&p.lat, 0.5)),
             us(pct(&p.lat, 0.5)) - d_p50,
@@ -293,7 +308,7 @@ async fn mix_rounds(
         let shim_added = us(pct(&paths[2].lat, 0.5)) - d_p50;
         let tp_ratio = paths[2].throughput() / paths[1].throughput();
         println!(
-            "concurrency {conc:>2}: shim added p50 = {:.2} × socat's (goal ≤ 1.2 at c=1); shim throughput = {:.1}% of socat's (goal ≥ 95% at c=16)",
+            "{tag}: shim added p50 = {:.2} × socat's (goal ≤ 1.2 at c=1); shim throughput = {:.1}% of socat's (goal ≥ 95% at c=16)",
             shim_added / socat_added.max(1.0),
             100.0 * tp_ratio
         );
@@ -309,7 +324,7 @@ async fn mix_rounds(
             })
             .collect();
         println!(
-            "concurrency {conc:>2}: {:<12} added p50 by call (µs): {}",
+            "{tag}: {:<12} added p50 by call (µs): {}",
             p.name,
             added.join(", ")
         );
@@ -318,7 +333,7 @@ async fn mix_rounds(
     let calls = (rounds * crate::MIXES_PER_ROUND / conc.max(1) * conc.max(1) * 5) as f64;
     for ((name, pid), before) in relays.iter().zip(cpu_before) {
         let us = cpu_ns(*pid).saturating_sub(before) as f64 / 1e3 / calls;
-        println!("concurrency {conc:>2}: {name}'s CPU per call: {us:.1} µs");
+        println!("{tag}: {name}'s CPU per call: {us:.1} µs");
     }
 }
 
