@@ -47,7 +47,8 @@ pub(crate) async fn populate(
     let blob = "a".repeat(annotation_bytes);
     let mut ids = Vec::with_capacity(n);
     for i in 0..n {
-        let (labels, annotations) = kubelet_maps(name, i, (annotation_bytes > 0).then_some(&blob));
+        let (labels, annotations) =
+            kubelet_maps(name, i, (annotation_bytes > 0).then_some(blob.as_str()));
         let cfg = cri::ContainerConfig {
             metadata: Some(cri::ContainerMetadata {
                 name: format!("c{i}"),
@@ -87,7 +88,7 @@ pub(crate) async fn populate(
 fn kubelet_maps(
     pod: &str,
     i: usize,
-    blob: Option<&String>,
+    blob: Option<&str>,
 ) -> (HashMap<String, String>, HashMap<String, String>) {
     use podward_api::labels as l;
     let owned = |pairs: &[(&str, String)]| -> HashMap<String, String> {
@@ -112,12 +113,13 @@ fn kubelet_maps(
         ),
     ]);
     if let Some(blob) = blob {
-        annotations.insert("bench/blob".to_owned(), blob.clone());
+        annotations.insert("bench/blob".to_owned(), blob.to_owned());
     }
     (labels, annotations)
 }
 
-/// The calls of one mix, in order.
+/// The calls of one mix, in order: [`mix`] makes them so, and so does the gRPC-Go client's `mix`
+/// mode (`e2e/clients/go/main.go`); the figures by call rely on it.
 pub(crate) const MIX: [&str; 5] = [
     "Version",
     "ListPodSandbox",

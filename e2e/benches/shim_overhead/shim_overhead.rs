@@ -18,7 +18,8 @@
 //! floor of a user-space relay, beside socat's; `-- --skip-mix` leaves out the mix rounds (4 MiB
 //! List, RSS and idle CPU only), `-- --mix-only` runs them alone (`--rounds N`, default 10, for
 //! a profiler to attach), `-- --go` runs the mix rounds a second time with a gRPC-Go client
-//! (kubelet's stack; `e2e/clients/go/main.go`, a process per round). Extra paths run in every round, the 4 MiB Lists included.
+//! (kubelet's stack; `e2e/clients/go/main.go`, a process per round). Extra paths run in every
+//! round, the 4 MiB Lists included.
 
 mod calls;
 mod figures;
