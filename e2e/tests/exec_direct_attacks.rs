@@ -1,0 +1,416 @@
+//! Direct exec attacked from inside the container, on the real containerd + runc: a plain
+//! `root` container (no user namespace, no seccomp, no AppArmor here) that knows how the prober
+//! enters it and tries, during real probes, what a hostile workload would.
+//!
+//! - `/proc/<pid>/mem` (and `maps`) of every process of the probe path it can see, while a
+//!   `PATH` of symbolic-link loops that the probe command is resolved through holds it open for
+//!   about a second per probe.
+//! - `/proc/<pid>/exe` of whatever runs the helper's code in the container, reopened for writing
+//!   later (CVE-2019-5736): the probe command is a script whose interpreter is `/proc/self/exe`,
+//!   so the helper's own code keeps running in the container, as the container's root.
+//! - `/etc/passwd` as a FIFO: nothing may pile up in the prober or the container.
+//! - an init that unshares a user namespace after its first probe: the next probe is refused.
+//!
+//! Each attacker writes what it saw and what it managed into a host directory mounted at `/out`.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use podward_api::test_util::eventually;
+use podward_e2e::{
+    ContainerSpec, Driver, Pod, PodSpec, RestartPolicy, TestNode, bin_path, proc_cmdline,
+};
+use podward_prober::handler::exec::direct::init::HELPER_ARG;
+use podward_prober::handler::exec::direct::{DirectExec, ExecMode};
+use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
+
+async fn run(
+    r: &dyn ExecRunner,
+    id: &str,
+    cmd: &[&str],
+    timeout: Duration,
+) -> Result<ExecOutput, ExecError> {
+    let cmd = cmd.iter().map(|s| (*s).to_owned()).collect();
+    r.exec_sync(id, cmd, timeout).await
+}
+
+/// A root pod running `script` with `sh` as its init, `out` mounted at `/out`.
+async fn attacker(
+    driver: &Driver,
+    node: &TestNode,
+    name: &str,
+    script: &str,
+    out: &Path,
+    env: &[(&str, &str)],
+) -> Pod {
+    let mut c = ContainerSpec::new("app", &["/bin/sh", "-c", script])
+        .mount(&out.to_string_lossy(), "/out");
+    for (k, v) in env {
+        c = c.env(k, v);
+    }
+    let spec = PodSpec::new(name)
+        .grace_period(1)
+        .restart_policy(RestartPolicy::Never)
+        .container(c);
+    driver.run_pod(node, spec).await.expect("run pod")
+}
+
+fn log_of(out: &Path) -> String {
+    std::fs::read_to_string(out.join("log")).unwrap_or_default()
+}
+
+async fn wait_ready(out: &Path) {
+    eventually(
+        "the attacker to be ready",
+        Duration::from_secs(60),
+        async || out.join("ready").exists(),
+    )
+    .await;
+}
+
+/// The lines of `log` that start with one of `words`.
+fn lines_with(log: &str, words: &[&str]) -> Vec<String> {
+    log.lines()
+        .filter(|l| words.iter().any(|w| l.starts_with(&format!("{w} "))))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn runner(node: &TestNode, helper: PathBuf, standby: bool) -> DirectExec {
+    let ch = podward_api::socket::channel(node.containerd_socket());
+    DirectExec::with_standby(ExecMode::Direct, ch, helper, standby)
+}
+
+/// PIDs of host processes whose command line contains `marker`.
+fn running(marker: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| proc_cmdline(*p).contains(marker))
+        .collect()
+}
+
+/// Every process of the container's PID namespace whose init has `pid` on the host.
+fn container_procs(init: i32) -> usize {
+    let ns = |p: i32| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+    let Some(theirs) = ns(init) else {
+        return 0;
+    };
+    std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| ns(*p).as_ref() == Some(&theirs))
+        .count()
+}
+
+/// The host PID of the process whose command line is exactly `cmdline`.
+fn pid_of(cmdline: &str) -> i32 {
+    let found: Vec<i32> = running(cmdline)
+        .into_iter()
+        .filter(|p| proc_cmdline(*p) == cmdline)
+        .collect();
+    assert_eq!(found.len(), 1, "one process runs {cmdline:?}: {found:?}");
+    found[0]
+}
+
+/// Scans the container's `/proc` for the probe path (command lines with the helper's marker)
+/// and tries each process's `maps` and `mem` (read, read-write, then a write of the bytes just
+/// read back where they were: harmless, but a write into that process).
+const MEM_ATTACKER: &str = r#"
+pad=; i=0; while [ $i -lt 800 ]; do pad="${pad}a/../"; i=$((i+1)); done
+mkdir -p /a
+i=0; while [ $i -lt 40 ]; do ln -s "/${pad}l$(( (i + 1) % 40 ))" "/l$i"; i=$((i+1)); done
+export PATH=/bin
+m=__podward-exec-; m="${m}init"
+touch /out/ready
+while :; do
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    [ "$p" = 1 ] && continue
+    c=$(tr '\0' ' ' < $d/cmdline 2>/dev/null) || continue
+    case "$c" in *"$m"*) ;; *) continue;; esac
+    echo "saw $p $c" >> /out/log
+    a=$(head -n 1 $d/maps 2>/dev/null | cut -d- -f1)
+    [ -n "$a" ] && echo "maps $p $a" >> /out/log
+    ( exec 8<$d/mem ) 2>/dev/null && echo "read-open $p" >> /out/log
+    if ( exec 8<>$d/mem ) 2>/dev/null; then
+      echo "rw-open $p" >> /out/log
+      if [ -n "$a" ] && dd if=$d/mem bs=1 skip=$((0x$a)) count=8 of=/tmp/b 2>/dev/null &&
+         dd if=/tmp/b of=$d/mem bs=1 seek=$((0x$a)) conv=notrunc 2>/dev/null; then
+        echo "wrote $p" >> /out/log
+      fi
+    fi
+  done
+  sleep 0.01
+done
+"#;
+
+/// The probe path in a container that reads and writes `/proc/<pid>/mem` of every process of
+/// it: the attacker sees the helper's processes, and can neither map nor open any of them.
+#[tokio::test]
+async fn proc_pid_mem_of_the_probe_path_is_closed_to_the_container() {
+    let node = TestNode::start().await.expect("node");
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
+    let out = tempfile::tempdir().expect("tempdir");
+    // Each PATH entry is a loop of 40 links through 800 `..`: about a millisecond each to fail,
+    // so the command's PATH walk lasts about a second before `true` is found in /bin.
+    let path = format!("{}/bin", "/l0:".repeat(800));
+    let p = attacker(
+        &driver,
+        &node,
+        "mem",
+        MEM_ATTACKER,
+        out.path(),
+        &[("PATH", &path)],
+    )
+    .await;
+    let id = p.container_id("app").expect("container id");
+    wait_ready(out.path()).await;
+    let direct = runner(&node, bin_path("podward-prober"), true);
+    for _ in 0..4 {
+        let o = run(&direct, &id, &["true"], Duration::from_secs(20))
+            .await
+            .expect("direct exec");
+        assert_eq!(o.exit_code, 0, "{o:?}");
+    }
+    let log = log_of(out.path());
+    assert!(
+        !lines_with(&log, &["saw"]).is_empty(),
+        "the attacker never saw the probe path (the test proves nothing):\n{log}"
+    );
+    let got = lines_with(&log, &["maps", "read-open", "rw-open", "wrote"]);
+    assert!(
+        got.is_empty(),
+        "the container reached the memory of the probe path:\n{}\n\nfull log:\n{log}",
+        got.join("\n")
+    );
+    p.delete().await.expect("delete pod");
+}
+
+/// Keeps a descriptor of the executable of every process it can see (but its own busybox) and
+/// tries to append to it through `/proc/self/fd` until the test says the probes are over.
+const EXE_ATTACKER: &str = r#"
+printf '#!/proc/self/exe --config\nsocket = "/tmp/prober.sock"\n' > /evil
+chmod 755 /evil
+bb=$(stat -L -c %d:%i /bin/busybox)
+touch /out/ready
+while :; do
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    id=$(stat -L -c %d:%i $d/exe 2>/dev/null) || continue
+    [ "$id" = "$bb" ] && continue
+    grep -qx "$id" /tmp/held 2>/dev/null && continue
+    echo "$id" >> /tmp/held
+    echo "exe $p $id" >> /out/log
+    ( exec 3<$d/exe || exit 0
+      while :; do
+        done=; [ -e /out/done ] && done=1
+        if printf PWNED >> /proc/self/fd/3 2>/dev/null; then echo "wrote $id" >> /out/log; exit 0; fi
+        [ -n "$done" ] && { echo "after $id" >> /out/log; exit 0; }
+        sleep 0.05
+      done ) &
+  done
+  sleep 0.02
+done
+"#;
+
+/// One round of the `/proc/<pid>/exe` attack with the helper binary at `helper`.
+async fn exe_attack(node: &TestNode, driver: &Driver, name: &str, standby: bool) {
+    let out = tempfile::tempdir().expect("tempdir");
+    // A writable copy of the helper, as `--exec-helper` may name one.
+    let helper = out.path().join("podward-prober-copy");
+    std::fs::copy(bin_path("podward-prober"), &helper).expect("copy the helper");
+    let before = std::fs::read(&helper).expect("read the helper");
+    let meta = std::fs::metadata(&helper).expect("stat the helper");
+    let host_id = format!("{}:{}", meta.dev(), meta.ino());
+    let p = attacker(driver, node, name, EXE_ATTACKER, out.path(), &[]).await;
+    let id = p.container_id("app").expect("container id");
+    wait_ready(out.path()).await;
+    let direct = runner(node, helper.clone(), standby);
+    for i in 0..3 {
+        // The script's interpreter is the helper's own code: it runs (a daemon with its peers
+        // down) until the probe's timeout ends it.
+        let r = run(&direct, &id, &["/evil"], Duration::from_secs(2)).await;
+        assert!(
+            matches!(r, Err(ExecError::Timeout { .. })),
+            "{name}: probe {i}: {r:?}"
+        );
+        eventually(
+            &format!("{name}: the attacker to hold the helper's code"),
+            Duration::from_secs(10),
+            async || !lines_with(&log_of(out.path()), &["exe"]).is_empty(),
+        )
+        .await;
+    }
+    eventually(
+        &format!("{name}: the probes' processes to be gone"),
+        Duration::from_secs(10),
+        async || running("--config /evil").is_empty(),
+    )
+    .await;
+    std::fs::write(out.path().join("done"), b"").expect("write done");
+    let held = lines_with(&log_of(out.path()), &["exe"]).len();
+    eventually(
+        &format!("{name}: every holder's last try after the probes"),
+        Duration::from_secs(10),
+        async || {
+            let log = log_of(out.path());
+            lines_with(&log, &["after", "wrote"]).len() >= held
+        },
+    )
+    .await;
+    let log = log_of(out.path());
+    let reached: Vec<String> = lines_with(&log, &["exe"])
+        .into_iter()
+        .filter(|l| l.ends_with(&format!(" {host_id}")))
+        .collect();
+    let wrote = lines_with(&log, &["wrote"]);
+    let after = std::fs::read(&helper).expect("read the helper");
+    assert!(
+        reached.is_empty() && wrote.is_empty() && after == before,
+        "{name}: the container reached the host's helper file {host_id} (held: {reached:?}, \
+         wrote: {wrote:?}, file changed: {})\n{log}",
+        after != before
+    );
+    drop(direct);
+    p.delete().await.expect("delete pod");
+}
+
+/// The helper's code is never a host file the container can reopen: not with a standby helper
+/// keeping the file busy, nor with a writable `--exec-helper` copy that nothing else runs.
+#[tokio::test]
+async fn proc_pid_exe_never_reaches_the_helper_file() {
+    let node = TestNode::start().await.expect("node");
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
+    exe_attack(&node, &driver, "exe-standby", true).await;
+    exe_attack(&node, &driver, "exe-cold", false).await;
+}
+
+/// What the prober holds: its descriptors and live tokio tasks.
+fn prober_footprint() -> (usize, usize) {
+    let fds = std::fs::read_dir("/proc/self/fd").expect("fds").count();
+    let tasks = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    (fds, tasks)
+}
+
+/// A FIFO at `/etc/passwd` (read for `HOME`): 1 s probes for 25 s leave the prober's
+/// descriptors and tasks and the container's processes where they were after the first.
+#[tokio::test]
+async fn a_fifo_passwd_leaks_nothing() {
+    let node = TestNode::start().await.expect("node");
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
+    let out = tempfile::tempdir().expect("tempdir");
+    let script = "rm -f /etc/passwd; mkfifo /etc/passwd; touch /out/ready; exec sleep 3604";
+    let p = attacker(&driver, &node, "fifo", script, out.path(), &[]).await;
+    let id = p.container_id("app").expect("container id");
+    wait_ready(out.path()).await;
+    let init = pid_of("sleep 3604");
+    let direct = runner(&node, bin_path("podward-prober"), true);
+    let t = Duration::from_secs(1);
+    let first = run(&direct, &id, &["true"], t).await;
+    let settle = async || {
+        eventually(
+            "the first probe's helpers to leave the container",
+            Duration::from_secs(10),
+            async || container_procs(init) == 1,
+        )
+        .await
+    };
+    settle().await;
+    let base = prober_footprint();
+    let start = tokio::time::Instant::now();
+    let mut answers = vec![format!("{first:?}")];
+    while start.elapsed() < Duration::from_secs(25) {
+        let r = run(&direct, &id, &["true"], t).await;
+        answers.push(format!("{r:?}"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Whatever the answers, within a few seconds nothing the probes started is left.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (procs, now) = (container_procs(init), prober_footprint());
+        if procs == 1 && now.0 <= base.0 && now.1 <= base.1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "after {} probes: container processes {procs} (init alone: 1), prober fds {} (was \
+             {}), tokio tasks {} (was {}); answers: {answers:?}",
+            answers.len(),
+            now.0,
+            base.0,
+            now.1,
+            base.1
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(direct);
+    p.delete().await.expect("delete pod");
+}
+
+/// An init that enters a user namespace of its own after its first probe: the next probe is
+/// refused, with the reason, instead of joining namespaces the container built.
+#[tokio::test]
+async fn an_init_that_unshares_a_user_namespace_is_refused() {
+    let node = TestNode::start().await.expect("node");
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
+    let out = tempfile::tempdir().expect("tempdir");
+    let script = "touch /out/ready; while [ ! -e /tmp/go ]; do sleep 0.05; done; \
+                  exec unshare -r -m sleep 3605";
+    let p = attacker(&driver, &node, "userns", script, out.path(), &[]).await;
+    let id = p.container_id("app").expect("container id");
+    wait_ready(out.path()).await;
+    let direct = runner(&node, bin_path("podward-prober"), true);
+    let t = Duration::from_secs(10);
+    let o = run(&direct, &id, &["touch", "/tmp/go"], t)
+        .await
+        .expect("the first probe runs");
+    assert_eq!(o.exit_code, 0, "{o:?}");
+    let own = std::fs::read_link("/proc/self/ns/user").expect("own user namespace");
+    eventually(
+        "the init to enter its own user namespace",
+        Duration::from_secs(10),
+        async || {
+            running("sleep 3605").iter().any(|p| {
+                std::fs::read_link(format!("/proc/{p}/ns/user")).is_ok_and(|ns| ns != own)
+            })
+        },
+    )
+    .await;
+    let r = run(&direct, &id, &["sh", "-c", "echo ran"], t).await;
+    match &r {
+        Err(ExecError::Runtime { message, .. }) => assert!(
+            message.contains("user namespace"),
+            "the refusal says why: {message}"
+        ),
+        other => panic!("the probe ran in namespaces the container built: {other:?}"),
+    }
+    let choice = direct.choice(&id).expect("a choice");
+    assert!(
+        choice.runner == "none" && choice.reason.contains("user namespace"),
+        "{choice:?}"
+    );
+    drop(direct);
+    p.delete().await.expect("delete pod");
+}
+
+/// The memory attacker finds the probe path by the helper's marker, which it builds at run time
+/// so that its own shell (whose command line is the script) never matches it.
+#[test]
+fn the_memory_attacker_looks_for_the_helper_marker() {
+    assert!(!MEM_ATTACKER.contains(HELPER_ARG));
+    assert_eq!(format!("{}{}", "__podward-exec-", "init"), HELPER_ARG);
+}
