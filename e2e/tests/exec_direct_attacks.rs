@@ -5,9 +5,9 @@
 //! - `/proc/<pid>/mem` (and `maps`) of every process of the probe path it can see, while a
 //!   `PATH` of symbolic-link loops that the probe command is resolved through holds it open for
 //!   about a second per probe.
-//! - `/proc/<pid>/exe` of whatever runs the helper's code in the container, reopened for writing
-//!   later (CVE-2019-5736): the probe command is a script whose interpreter is `/proc/self/exe`,
-//!   so the helper's own code keeps running in the container, as the container's root.
+//! - `/proc/<pid>/exe` of whatever runs the helper's code in the container, kept open and
+//!   reopened for writing through `/proc/self/fd` once the probes are over (CVE-2019-5736), with
+//!   the same slow `PATH`.
 //! - `/etc/passwd` as a FIFO: nothing may pile up in the prober or the container.
 //! - an init that unshares a user namespace after its first probe: the next probe is refused.
 //!
@@ -106,6 +106,14 @@ fn container_procs(init: i32) -> usize {
         .count()
 }
 
+/// The host PID of a process of the attacker running `script` (its init, or a subshell: they
+/// are all in its namespaces).
+fn pid_of_script(script: &str) -> i32 {
+    let cmdline = format!("/bin/sh -c {script}");
+    let found = running(cmdline.trim());
+    *found.first().expect("the attacker runs")
+}
+
 /// The host PID of the process whose command line is exactly `cmdline`.
 fn pid_of(cmdline: &str) -> i32 {
     let found: Vec<i32> = running(cmdline)
@@ -120,11 +128,6 @@ fn pid_of(cmdline: &str) -> i32 {
 /// and tries each process's `maps` and `mem` (read, read-write, then a write of the bytes just
 /// read back where they were: harmless, but a write into that process).
 const MEM_ATTACKER: &str = r#"
-pad=; i=0; while [ $i -lt 800 ]; do pad="${pad}a/../"; i=$((i+1)); done
-mkdir -p /a
-i=0; while [ $i -lt 40 ]; do ln -s "/${pad}l$(( (i + 1) % 40 ))" "/l$i"; i=$((i+1)); done
-export PATH=/bin
-m=__podward-exec-; m="${m}init"
 touch /out/ready
 while :; do
   for d in /proc/[0-9]*; do
@@ -157,14 +160,14 @@ async fn proc_pid_mem_of_the_probe_path_is_closed_to_the_container() {
         .await
         .expect("driver");
     let out = tempfile::tempdir().expect("tempdir");
-    // Each PATH entry is a loop of 40 links through 800 `..`: about a millisecond each to fail,
-    // so the command's PATH walk lasts about a second before `true` is found in /bin.
-    let path = format!("{}/bin", "/l0:".repeat(800));
+    // The command's PATH walk lasts about a second before `true` is found in /bin.
+    let script = format!("{SLOW_PATH_SETUP}{MEM_ATTACKER}");
+    let path = slow_path();
     let p = attacker(
         &driver,
         &node,
         "mem",
-        MEM_ATTACKER,
+        &script,
         out.path(),
         &[("PATH", &path)],
     )
@@ -193,15 +196,16 @@ async fn proc_pid_mem_of_the_probe_path_is_closed_to_the_container() {
 }
 
 /// Keeps a descriptor of the executable of every process it can see (but its own busybox) and
-/// tries to append to it through `/proc/self/fd` until the test says the probes are over.
+/// tries to append to it through `/proc/self/fd` until the test says the probes are over; logs
+/// the probe path's processes it saw (their command lines carry the helper's marker).
 const EXE_ATTACKER: &str = r#"
-printf '#!/proc/self/exe --config\nsocket = "/tmp/prober.sock"\n' > /evil
-chmod 755 /evil
 bb=$(stat -L -c %d:%i /bin/busybox)
 touch /out/ready
 while :; do
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
+    [ "$p" = 1 ] && continue
+    case "$(tr '\0' ' ' < $d/cmdline 2>/dev/null)" in *"$m"*) echo "saw $p" >> /out/log;; esac
     id=$(stat -L -c %d:%i $d/exe 2>/dev/null) || continue
     [ "$id" = "$bb" ] && continue
     grep -qx "$id" /tmp/held 2>/dev/null && continue
@@ -215,9 +219,26 @@ while :; do
         sleep 0.05
       done ) &
   done
-  sleep 0.02
+  sleep 0.01
 done
 "#;
+
+/// Makes `/l0` a loop of 40 symbolic links, each through 800 `..`: about a millisecond for
+/// each `PATH` entry `/l0` to fail, so a command resolved through [`slow_path`] takes about a
+/// second to set up. Sets `m` to the helper's marker, built so that the script (the attacker's
+/// own command line) never holds it.
+const SLOW_PATH_SETUP: &str = r#"
+pad=; i=0; while [ $i -lt 800 ]; do pad="${pad}a/../"; i=$((i+1)); done
+mkdir -p /a
+i=0; while [ $i -lt 40 ]; do ln -s "/${pad}l$(( (i + 1) % 40 ))" "/l$i"; i=$((i+1)); done
+export PATH=/bin
+m=__podward-exec-; m="${m}init"
+"#;
+
+/// The container's `PATH`: 800 slow entries, then `/bin`.
+fn slow_path() -> String {
+    format!("{}/bin", "/l0:".repeat(800))
+}
 
 /// One round of the `/proc/<pid>/exe` attack with the helper binary at `helper`.
 async fn exe_attack(node: &TestNode, driver: &Driver, name: &str, standby: bool) {
@@ -228,31 +249,34 @@ async fn exe_attack(node: &TestNode, driver: &Driver, name: &str, standby: bool)
     let before = std::fs::read(&helper).expect("read the helper");
     let meta = std::fs::metadata(&helper).expect("stat the helper");
     let host_id = format!("{}:{}", meta.dev(), meta.ino());
-    let p = attacker(driver, node, name, EXE_ATTACKER, out.path(), &[]).await;
+    let script = format!("{SLOW_PATH_SETUP}{EXE_ATTACKER}");
+    let path = slow_path();
+    let p = attacker(driver, node, name, &script, out.path(), &[("PATH", &path)]).await;
     let id = p.container_id("app").expect("container id");
     wait_ready(out.path()).await;
     let direct = runner(node, helper.clone(), standby);
-    for i in 0..3 {
-        // The script's interpreter is the helper's own code: it runs (a daemon with its peers
-        // down) until the probe's timeout ends it.
-        let r = run(&direct, &id, &["/evil"], Duration::from_secs(2)).await;
-        assert!(
-            matches!(r, Err(ExecError::Timeout { .. })),
-            "{name}: probe {i}: {r:?}"
-        );
-        eventually(
-            &format!("{name}: the attacker to hold the helper's code"),
-            Duration::from_secs(10),
-            async || !lines_with(&log_of(out.path()), &["exe"]).is_empty(),
-        )
-        .await;
+    for _ in 0..3 {
+        let o = run(&direct, &id, &["true"], Duration::from_secs(20))
+            .await
+            .expect("direct exec");
+        assert_eq!(o.exit_code, 0, "{name}: {o:?}");
     }
+    let mnt = std::fs::read_link(format!("/proc/{}/ns/mnt", pid_of_script(&script)))
+        .expect("the attacker's mount namespace");
     eventually(
-        &format!("{name}: the probes' processes to be gone"),
+        &format!("{name}: the probes' processes to leave the container"),
         Duration::from_secs(10),
-        async || running("--config /evil").is_empty(),
+        async || {
+            running(HELPER_ARG)
+                .iter()
+                .all(|p| std::fs::read_link(format!("/proc/{p}/ns/mnt")).ok() != Some(mnt.clone()))
+        },
     )
     .await;
+    assert!(
+        !lines_with(&log_of(out.path()), &["saw"]).is_empty(),
+        "{name}: the attacker never saw the probe path (the test proves nothing)"
+    );
     std::fs::write(out.path().join("done"), b"").expect("write done");
     let held = lines_with(&log_of(out.path()), &["exe"]).len();
     eventually(
@@ -281,8 +305,8 @@ async fn exe_attack(node: &TestNode, driver: &Driver, name: &str, standby: bool)
     p.delete().await.expect("delete pod");
 }
 
-/// The helper's code is never a host file the container can reopen: not with a standby helper
-/// keeping the file busy, nor with a writable `--exec-helper` copy that nothing else runs.
+/// With a standby helper (a process always runs the helper file, so it cannot be opened for
+/// writing): the container still never holds the helper's file.
 #[tokio::test]
 async fn proc_pid_exe_never_reaches_the_helper_file() {
     let node = TestNode::start().await.expect("node");
@@ -290,6 +314,16 @@ async fn proc_pid_exe_never_reaches_the_helper_file() {
         .await
         .expect("driver");
     exe_attack(&node, &driver, "exe-standby", true).await;
+}
+
+/// A writable `--exec-helper` copy that nothing runs between probes (`--exec-standby=false`):
+/// the container can neither hold nor rewrite it.
+#[tokio::test]
+async fn proc_pid_exe_never_rewrites_a_writable_helper_copy() {
+    let node = TestNode::start().await.expect("node");
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
     exe_attack(&node, &driver, "exe-cold", false).await;
 }
 
