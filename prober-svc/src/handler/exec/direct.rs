@@ -28,6 +28,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use podward_api::cri::ContainerStatusRequest;
+use tokio::sync::Semaphore;
 use podward_api::cri::runtime_service_client::RuntimeServiceClient;
 use podward_api::limits::CRI_MESSAGE_BYTES;
 use tonic::transport::Channel;
@@ -64,6 +65,11 @@ pub enum ExecMode {
 /// Cached decisions beyond this many containers are dropped (and made again on demand).
 const MAX_CACHED: usize = 8192;
 
+/// Most helpers alive at once for one container (kubelet runs one probe of each of the three
+/// kinds at a time; a helper outlives its probe by the end of the probe at most): a container
+/// whose probes never finish cannot make the prober start helpers without end.
+const MAX_IN_FLIGHT: usize = 4;
+
 /// The per-container decision.
 #[derive(Debug)]
 enum Decision {
@@ -79,6 +85,8 @@ pub struct DirectExec {
     helpers: Standby,
     host: Host,
     decisions: Mutex<HashMap<String, Arc<Decision>>>,
+    /// Per container, the places for its helpers in flight ([`MAX_IN_FLIGHT`]).
+    in_flight: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
 impl DirectExec {
@@ -101,6 +109,7 @@ impl DirectExec {
             helpers: Standby::new(helper, standby),
             host: Host::default(),
             decisions: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(HashMap::new()),
         }
     }
 
@@ -151,6 +160,43 @@ impl DirectExec {
 
     fn forget(&self, container_id: &str) {
         self.decisions.lock().remove(container_id);
+        self.in_flight.lock().remove(container_id);
+    }
+
+    /// A place for one more helper in `container_id`, if it has fewer than [`MAX_IN_FLIGHT`].
+    fn place(&self, container_id: &str) -> Result<spawn::InFlight, ExecError> {
+        let sem = {
+            let mut map = self.in_flight.lock();
+            if map.len() >= MAX_CACHED && !map.contains_key(container_id) {
+                // Places already taken stay valid (they hold their semaphore); only entries of
+                // containers with nothing in flight are lost, and made again on demand.
+                map.retain(|_, s| s.available_permits() < MAX_IN_FLIGHT);
+            }
+            map.entry(container_id.to_owned())
+                .or_insert_with(|| Arc::new(Semaphore::new(MAX_IN_FLIGHT)))
+                .clone()
+        };
+        sem.try_acquire_owned().map_err(|_| ExecError::Runtime {
+            code: tonic::Code::ResourceExhausted,
+            message: format!(
+                "direct exec: {MAX_IN_FLIGHT} exec helpers of this container are still running"
+            ),
+        })
+    }
+
+    /// Replaces `container_id`'s decision by a refusal made at probe time.
+    fn refuse(&self, container_id: &str, reason: String) -> Refusal {
+        if self.mode == ExecMode::Auto {
+            tracing::warn!(container_id, %reason, "direct exec refused: exec probes fall back to CRI ExecSync");
+        } else {
+            tracing::warn!(container_id, %reason, "direct exec refused: exec probes will error");
+        }
+        let refusal = Refusal::Changed(reason);
+        self.decisions.lock().insert(
+            container_id.to_owned(),
+            Arc::new(Decision::Refused(refusal.clone())),
+        );
+        refusal
     }
 
     async fn run(
@@ -163,26 +209,35 @@ impl DirectExec {
             return self.cri.exec_sync(container_id, cmd, timeout).await;
         }
         let decision = self.decision(container_id).await?;
-        match &*decision {
+        let refusal = match &*decision {
             Decision::Direct(plan) => {
                 let mut plan = plan.clone();
-                plan.argv = cmd;
-                let r = spawn::run(&self.helpers, &plan, timeout).await;
-                if let Err(ExecError::Runtime { message, .. }) = &r
-                    && message.contains("init process is gone")
-                {
-                    // The container stopped: the next instance has another ID; free the entry.
-                    self.forget(container_id);
+                plan.argv = cmd.clone();
+                let place = self.place(container_id)?;
+                match spawn::run(&self.helpers, &plan, timeout, place).await {
+                    Ok(out) => return Ok(out),
+                    Err(spawn::Failure::Refused(reason)) => self.refuse(container_id, reason),
+                    Err(spawn::Failure::Exec(e)) => {
+                        if let ExecError::Runtime { message, .. } = &e
+                            && message.contains("init process is gone")
+                        {
+                            // The container stopped: the next instance has another ID; free
+                            // the entry.
+                            self.forget(container_id);
+                        }
+                        return Err(e);
+                    }
                 }
-                r
             }
-            Decision::Refused(_) if self.mode == ExecMode::Auto => {
-                self.cri.exec_sync(container_id, cmd, timeout).await
-            }
-            Decision::Refused(r) => Err(ExecError::Runtime {
+            Decision::Refused(r) => r.clone(),
+        };
+        if self.mode == ExecMode::Auto {
+            self.cri.exec_sync(container_id, cmd, timeout).await
+        } else {
+            Err(ExecError::Runtime {
                 code: tonic::Code::FailedPrecondition,
-                message: format!("direct exec refused: {r}"),
-            }),
+                message: format!("direct exec refused: {refusal}"),
+            })
         }
     }
 }

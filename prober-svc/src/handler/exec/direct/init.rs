@@ -1,44 +1,55 @@
-//! The exec helper: the prober's own binary re-executed with a hidden first argument
-//! ([`HELPER_ARG`]), single-threaded, doing what `runc exec` does between the runtime shim and
-//! the command (runc 1.1: `nsexec.c`, `setns_init_linux.go`, `init_linux.go`), in runc's order.
+//! The exec helper: the prober's own binary — run from a sealed in-memory copy, never from a
+//! host file — re-executed with a hidden first argument ([`HELPER_ARG`]), single-threaded, doing
+//! what `runc exec` does between the runtime shim and the command (runc 1.1: `nsexec.c`,
+//! `setns_init_linux.go`, `init_linux.go`), in runc's order.
+//!
+//! The container is root, hostile, and sees every process of its PID namespace; so no process
+//! of the path is ever dumpable (`PR_SET_DUMPABLE 0` from the helper's first instruction until
+//! the command's `execve`: no `/proc/<pid>/mem`, `maps`, `exe` or `fd` for the container), none
+//! shares memory with another (plain `fork`, never `CLONE_VM`), and none reads a file the
+//! container controls without bounds. `docs/prober.md`, "Direct exec: threat model", has the
+//! argument.
 //!
 //! Three processes, like runc's stages:
 //!
-//! 1. the helper (in the prober's namespaces) reads the [`Plan`] from its control socket
-//!    (fd 0), opens the container init's namespaces and checks it is still the same process,
-//!    moves itself into the container's cgroups, sets the shim's rlimits, `oom_score_adj` and
-//!    umask, joins the namespaces (`setns`: ipc, uts, net, pid, mnt, cgroup, time — the user
-//!    namespace is never joined: the prober refuses containers that have one), then forks;
-//! 2. the reaper, the first process inside the container's PID namespace, is a child
-//!    subreaper: the command's orphans come to it instead of the container's init, so a probe
-//!    that forks a background child leaves no zombie behind. It reports the command's exit and,
-//!    when the prober sends `SIGTERM` (timeout, or the probe is over), kills what is left of the
-//!    command's process tree and exits once it has reaped everything;
-//! 3. the command's process, cloned sharing the reaper's memory until its `execve` (as
-//!    `posix_spawn` and runc's Go runtime start processes: no page tables copied, no
-//!    copy-on-write faults): its own session (runc's `setsid`), `/dev/null` on stdin, the
-//!    session keyring `_ses.<id>`, no_new_privs, seccomp, bounding set, user and groups, cwd,
-//!    capabilities, AppArmor, then `execve` with the spec's environment.
+//! 1. the helper, in the prober's namespaces from start to end (the container never sees it),
+//!    reads the [`Plan`] from its control socket (fd 0), binds the container's init to one
+//!    process (a pidfd and its start time), opens the init's namespaces and refuses the probe
+//!    if the init is no longer in the prober's user namespace, moves itself into the container's
+//!    cgroups, sets the shim's rlimits, `oom_score_adj` and umask, joins the PID and time
+//!    namespaces for its children, then forks the reaper and supervises it: on `SIGTERM` (the
+//!    probe is over) it tells the reaper, and kills the whole tree itself if the reaper does not
+//!    finish in time (the container can stop or kill the reaper: same uid);
+//! 2. the reaper joins the other namespaces (ipc, uts, net, mnt, cgroup — the user namespace is
+//!    never joined) and is the first process of the probe inside the container's PID namespace,
+//!    a child subreaper: the command's orphans come to it, so a probe that forks a background
+//!    child leaves no zombie behind. It reports the command's exit and, on `SIGTERM`, kills what
+//!    is left of the command's process tree and exits once it has reaped everything
+//!    ([`reaper`]);
+//! 3. the command's process, forked from the reaper, sets up the process as runc does and
+//!    `execve`s the command ([`command`]).
 //!
-//! Errors before `execve` are reported on the control socket (`failed …`); every descriptor but
-//! stdin, stdout and stderr is close-on-exec, so nothing of the prober reaches the container.
+//! Errors before `execve` are reported on the control socket (`failed …`, or `refused …` when
+//! what the plan was made for no longer holds); every descriptor but stdin, stdout, stderr and
+//! the control socket is closed in the container, so nothing of the prober reaches it.
 
-use std::ffi::CString;
+mod command;
+mod container_file;
+mod reaper;
+
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::time::{Duration, Instant};
 
-use caps::{CapSet, CapsHashSet};
-use nix::sched::CloneFlags;
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::{SigSet, Signal, kill};
 use nix::sys::stat::Mode;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{ForkResult, Gid, Pid, Uid};
+use nix::unistd::{ForkResult, Pid};
 
-use super::plan::{CapSets, Plan, Report};
+use super::plan::{Plan, Report};
 use super::sys;
 
 /// The hidden first argument that turns `podward-prober` into the exec helper.
@@ -58,14 +69,48 @@ const NAMESPACES: [(&str, &str, i32); 7] = [
     ("time", "time_for_children", CLONE_NEWTIME),
 ];
 
+/// How long the reaper has, once told the probe is over, to kill and reap the command's tree
+/// before the helper kills it all itself.
+const REAPER_GRACE: Duration = Duration::from_millis(500);
+
+/// Rounds of killing the reaper's children (each round's dead pass their own children to the
+/// stopped reaper, the subreaper) before the reaper itself is killed.
+const KILL_ROUNDS: usize = 50;
+
 type Res<T> = Result<T, String>;
 
 fn err<E: std::fmt::Display>(what: impl std::fmt::Display) -> impl FnOnce(E) -> String {
     move |e| format!("{what}: {e}")
 }
 
+/// Why the helper stopped before the command ran.
+enum Stop {
+    /// Something failed.
+    Failed(String),
+    /// What the plan was made for no longer holds: the container must not be entered.
+    Refused(String),
+}
+
+impl From<String> for Stop {
+    fn from(e: String) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+/// A namespace of the container's init to join, opened.
+struct Join {
+    name: &'static str,
+    fd: OwnedFd,
+    flag: i32,
+}
+
 /// Runs the helper; never returns.
 pub fn main() -> ! {
+    // Already non-dumpable when the C library ran the start-up hook (`sys`); again here for a C
+    // library that does not pass it the arguments. The reference keeps the hook linked in.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    std::hint::black_box(&sys::NON_DUMPABLE_AT_START);
+    let _ = nix::sys::prctl::set_dumpable(false);
     let control = match std::io::stdin().as_fd().try_clone_to_owned() {
         Ok(fd) => UnixStream::from(fd),
         Err(e) => {
@@ -78,26 +123,35 @@ pub fn main() -> ! {
     };
     match helper(&control) {
         Ok(code) => std::process::exit(code),
-        Err(e) => {
-            let _ = (&control).write_all(Report::Failed(e).line().as_bytes());
+        Err(stop) => {
+            let report = match stop {
+                Stop::Failed(e) => Report::Failed(e),
+                Stop::Refused(r) => Report::Refused(r),
+            };
+            let _ = (&control).write_all(report.line().as_bytes());
             std::process::exit(125);
         }
     }
 }
 
+/// `(device, inode)` of a namespace file.
+fn ns_id(path: &str) -> Option<(u64, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino()))
+}
+
 /// Stage 1; returns the exit code for the helper.
-fn helper(control: &UnixStream) -> Res<i32> {
+fn helper(control: &UnixStream) -> Result<i32, Stop> {
+    nix::sys::prctl::set_dumpable(false).map_err(err("set non-dumpable"))?;
     // Everything that does not depend on the plan comes first: a standby helper has it done
     // before the probe that takes it sends the plan.
     sys::assert_single_threaded().map_err(err("helper"))?;
     sys::cloexec_from_3().map_err(err("close-on-exec"))?;
     let own: Vec<Option<(u64, u64)>> = NAMESPACES
         .iter()
-        .map(|(_, own, _)| {
-            let m = std::fs::metadata(format!("/proc/self/ns/{own}")).ok()?;
-            Some((m.dev(), m.ino()))
-        })
+        .map(|(_, own, _)| ns_id(&format!("/proc/self/ns/{own}")))
         .collect();
+    let own_user = ns_id("/proc/self/ns/user");
     let devnull = File::open("/dev/null").map_err(err("open /dev/null"))?;
     let signals = sys::Dispositions::of_self();
     let mut buf = Vec::new();
@@ -111,24 +165,44 @@ fn helper(control: &UnixStream) -> Res<i32> {
     }
     let plan: Plan = serde_json::from_slice(&buf).map_err(err("decoding the plan"))?;
     let proc_dir = format!("/proc/{}", plan.init_pid);
+    // The pidfd names one process for good; its start time says it is the one the plan was
+    // made for (a PID reused before the pidfd was opened shows another).
+    let init = sys::pidfd_open(plan.init_pid).map_err(|_| gone())?;
     check_init(&plan)?;
     let mut joins = Vec::new();
     for ((name, own, flag), mine) in NAMESPACES.into_iter().zip(own) {
         let target = match File::open(format!("{proc_dir}/ns/{name}")) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && name == "time" => continue,
-            Err(e) => return Err(format!("open {proc_dir}/ns/{name}: {e}")),
+            Err(e) => return Err(format!("open {proc_dir}/ns/{name}: {e}").into()),
         };
         let t = target
             .metadata()
             .map_err(err(format!("stat {name} namespace")))?;
         let mine = mine.ok_or_else(|| format!("stat own {own} namespace: not found"))?;
         if (t.dev(), t.ino()) != mine {
-            joins.push((name, OwnedFd::from(target), flag));
+            joins.push(Join {
+                name,
+                fd: OwnedFd::from(target),
+                flag,
+            });
         }
     }
-    // The namespaces are open: a PID reused since the check would show another start time.
-    check_init(&plan)?;
+    // The user namespace last: a process can never return to a parent user namespace, so if
+    // the init is still in the prober's now, it was when each namespace above was opened (and
+    // none of them can be owned by a user namespace the container made).
+    let user = ns_id(&format!("{proc_dir}/ns/user"));
+    // Still alive: the files above were the pidfd's process's.
+    sys::pidfd_signal(&init, None).map_err(|_| gone())?;
+    if user.is_none() || user != own_user {
+        return Err(Stop::Refused(
+            "the container's init process is in a user namespace of its own (it entered one \
+             after the container started): direct exec refuses to join namespaces the \
+             container made"
+                .to_owned(),
+        ));
+    }
+    drop(init);
     let pid = std::process::id().to_string();
     for procs in &plan.cgroup_procs {
         std::fs::OpenOptions::new()
@@ -143,14 +217,29 @@ fn helper(control: &UnixStream) -> Res<i32> {
     std::fs::write("/proc/self/oom_score_adj", plan.oom_score_adj.to_string())
         .map_err(err("write /proc/self/oom_score_adj"))?;
     nix::sys::stat::umask(Mode::from_bits_truncate(plan.umask));
-    for (name, fd, flag) in &joins {
-        nix::sched::setns(fd, CloneFlags::from_bits_retain(*flag))
-            .map_err(err(format!("setns {name}")))?;
+    // PID and time namespaces apply to children: joined here, so the helper itself stays in
+    // the prober's namespaces (its /proc is the host's, to supervise the reaper). The reaper
+    // joins the others.
+    let (for_children, in_reaper): (Vec<Join>, Vec<Join>) = joins
+        .into_iter()
+        .partition(|j| j.flag == libc::CLONE_NEWPID || j.flag == CLONE_NEWTIME);
+    for j in &for_children {
+        nix::sched::setns(&j.fd, nix::sched::CloneFlags::from_bits_retain(j.flag))
+            .map_err(err(format!("setns {}", j.name)))?;
     }
-    drop(joins);
+    drop(for_children);
+    let mut waited = SigSet::empty();
+    waited.add(Signal::SIGCHLD);
+    waited.add(Signal::SIGTERM);
+    waited.thread_block().map_err(err("block signals"))?;
+    // Open while the helper lives: the reaper's check that its parent has not died already.
+    let (alive, alive_writer) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+        .map_err(err("pipe"))?;
     match sys::fork().map_err(err("fork"))? {
         ForkResult::Child => {
-            let code = match reaper(control, &plan, devnull, signals) {
+            drop(alive_writer);
+            let code = match reaper::run(control, &plan, devnull, signals, in_reaper, alive)
+            {
                 Ok(c) => c,
                 Err(e) => {
                     let _ = (&*control).write_all(Report::Failed(e).line().as_bytes());
@@ -160,46 +249,105 @@ fn helper(control: &UnixStream) -> Res<i32> {
             std::process::exit(code)
         }
         ForkResult::Parent { child } => {
+            drop((in_reaper, alive));
+            // Held until the helper exits (then closed by the kernel).
+            let _alive_writer = alive_writer;
             // Only the reaper and the command keep the probe's pipes and the control socket.
             release_stdio(&devnull)?;
-            (&*control)
-                .write_all(Report::Reaper(child.as_raw()).line().as_bytes())
-                .map_err(err("report"))?;
-            // No shutdown(2) here: the socket is shared with the reaper, which reports on it.
-            loop {
-                match waitpid(child, None) {
-                    Ok(WaitStatus::Exited(_, c)) => return Ok(c),
-                    Ok(WaitStatus::Signaled(_, Signal::SIGKILL, _)) => {
-                        // Nobody but the kernel sends the reaper SIGKILL (the prober ends it
-                        // with SIGTERM): the container's init exited and the PID namespace's
-                        // teardown killed the reaper and the command. runc reports that exec as
-                        // killed by SIGKILL (exit 137); say so, unless the reaper reported the
-                        // command's exit first (the prober keeps the first report).
-                        let _ = (&*control).write_all(
-                            Report::Exited(128 + Signal::SIGKILL as i32)
-                                .line()
-                                .as_bytes(),
-                        );
-                        return Ok(128 + Signal::SIGKILL as i32);
-                    }
-                    Ok(WaitStatus::Signaled(_, s, _)) => return Ok(128 + s as i32),
-                    Ok(_) => continue,
-                    Err(nix::errno::Errno::EINTR) => continue,
-                    Err(e) => return Err(format!("wait for the reaper: {e}")),
-                }
-            }
+            Ok(supervise(control, child, &waited)?)
         }
     }
 }
 
+fn gone() -> String {
+    "the container's init process is gone".to_owned()
+}
+
+/// Waits for the reaper; on `SIGTERM` passes the end of the probe on, and kills the tree itself
+/// if the reaper has not finished [`REAPER_GRACE`] later.
+fn supervise(control: &UnixStream, reaper: Pid, waited: &SigSet) -> Res<i32> {
+    let mut told: Option<Instant> = None;
+    let mut forced = false;
+    loop {
+        match waitpid(reaper, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, c)) => return Ok(c),
+            Ok(WaitStatus::Signaled(_, Signal::SIGKILL, _)) if !forced => {
+                // The container's init exited and the PID namespace's teardown killed the
+                // reaper and the command (or the container killed the reaper). runc reports
+                // such an exec as killed by SIGKILL (exit 137); say so, unless the reaper
+                // reported the command's exit first (the prober keeps the first report).
+                let code = 128 + Signal::SIGKILL as i32;
+                let _ = (&*control).write_all(Report::Exited(code).line().as_bytes());
+                return Ok(code);
+            }
+            Ok(WaitStatus::Signaled(_, s, _)) => return Ok(128 + s as i32),
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(format!("wait for the reaper: {e}")),
+        }
+        let wait = match told {
+            Some(t) if !forced => REAPER_GRACE.saturating_sub(t.elapsed()),
+            _ => Duration::from_secs(3600),
+        };
+        match sys::wait_signal(waited, wait).map_err(err("sigtimedwait"))? {
+            Some(Signal::SIGTERM) if told.is_none() => {
+                told = Some(Instant::now());
+                // A reaper the container stopped gets going again to do its part.
+                let _ = kill(reaper, Signal::SIGCONT);
+                let _ = kill(reaper, Signal::SIGTERM);
+            }
+            Some(_) => {}
+            None if told.is_some() && !forced => {
+                forced = true;
+                kill_tree(reaper);
+            }
+            None => {}
+        }
+    }
+}
+
+/// Kills the reaper's tree from outside: the reaper stopped (it cannot reap, so its children's
+/// PIDs stay theirs), its children killed round after round (orphans come to the reaper, the
+/// subreaper), then the reaper. The helper reads the host's `/proc`: it never entered the
+/// container's mount namespace.
+fn kill_tree(reaper: Pid) {
+    let _ = kill(reaper, Signal::SIGSTOP);
+    let r = reaper.as_raw();
+    for _ in 0..KILL_ROUNDS {
+        let live: Vec<Pid> = std::fs::read_to_string(format!("/proc/{r}/task/{r}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .filter(|p: &i32| {
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .is_ok_and(|s| state(&s).is_some_and(|c| c != 'Z'))
+            })
+            .map(Pid::from_raw)
+            .collect();
+        if live.is_empty() {
+            break;
+        }
+        for p in live {
+            let _ = kill(p, Signal::SIGKILL);
+        }
+        // The killed exit in the kernel's time; their children then come to the reaper.
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = kill(reaper, Signal::SIGKILL);
+}
+
 /// The init process is still the one the plan was made for.
 fn check_init(plan: &Plan) -> Res<()> {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", plan.init_pid))
-        .map_err(|_| "the container's init process is gone".to_owned())?;
+    let stat =
+        std::fs::read_to_string(format!("/proc/{}/stat", plan.init_pid)).map_err(|_| gone())?;
     match start_time(&stat) {
         Some(t) if t == plan.init_start_time => Ok(()),
         _ => Err("the container's init process is gone (its PID was reused)".to_owned()),
     }
+}
+
+/// Field 3 of `/proc/<pid>/stat`: the state letter.
+fn state(stat: &str) -> Option<char> {
+    stat[stat.rfind(')')? + 2..].chars().next()
 }
 
 /// Field 22 of `/proc/<pid>/stat` (after the parenthesised command, which may hold spaces).
@@ -244,279 +392,15 @@ fn release_stdio(devnull: &File) -> Res<()> {
     nix::unistd::dup2_stderr(devnull).map_err(err("dup2 stderr"))
 }
 
-/// Stage 2, inside the container's PID namespace.
-fn reaper(
-    control: &UnixStream,
-    plan: &Plan,
-    devnull: File,
-    signals: sys::Dispositions,
-) -> Res<i32> {
-    nix::sys::prctl::set_child_subreaper(true).map_err(err("set child subreaper"))?;
-    let mut waited = SigSet::empty();
-    waited.add(Signal::SIGCHLD);
-    waited.add(Signal::SIGTERM);
-    waited.thread_block().map_err(err("block signals"))?;
-    let command = sys::spawn_shared(&mut || {
-        let e = command(plan, &devnull, signals).err().unwrap_or_default();
-        let _ = (&*control).write_all(Report::Failed(e).line().as_bytes());
-        127
-    })
-    .map_err(err("clone"))?;
-    release_stdio(&devnull)?;
-    drop(devnull);
-    let mut reported = false;
-    let mut killing = false;
-    loop {
-        // Reap everything that has exited (signals coalesce; one SIGCHLD may stand for many).
-        loop {
-            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) => break,
-                Ok(WaitStatus::Exited(p, c)) if p == command => {
-                    report_exit(control, &mut reported, c);
-                }
-                Ok(WaitStatus::Signaled(p, s, _)) if p == command => {
-                    report_exit(control, &mut reported, 128 + s as i32);
-                }
-                Ok(_) => {}
-                Err(nix::errno::Errno::EINTR) => {}
-                Err(nix::errno::Errno::ECHILD) => return Ok(0),
-                Err(e) => return Err(format!("wait: {e}")),
-            }
-        }
-        if killing {
-            kill_tree(command);
-        }
-        match waited.wait() {
-            Ok(Signal::SIGTERM) => {
-                killing = true;
-                kill_tree(command);
-            }
-            Ok(_) => {}
-            Err(e) => return Err(format!("sigwait: {e}")),
-        }
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn report_exit(control: &UnixStream, reported: &mut bool, code: i32) {
-    if !*reported {
-        *reported = true;
-        let _ = (&*control).write_all(Report::Exited(code).line().as_bytes());
+    #[test]
+    fn stat_fields_after_a_command_with_spaces_and_parentheses() {
+        let stat = "42 (a b) c) S 7 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 12345 1 2";
+        assert_eq!(state(stat), Some('S'));
+        assert_eq!(parent_pid(stat), Some(7));
+        assert_eq!(start_time(stat), Some(12345));
     }
-}
-
-/// SIGKILL to the command's process group and to every child of the reaper (orphans that left
-/// the group come to the reaper, the subreaper, when their parents die).
-fn kill_tree(command: Pid) {
-    let _ = nix::sys::signal::killpg(command, Signal::SIGKILL);
-    let me = nix::unistd::getpid();
-    if let Ok(children) = std::fs::read_to_string(format!("/proc/{me}/task/{me}/children")) {
-        for p in children.split_whitespace().filter_map(|p| p.parse().ok()) {
-            let _ = nix::sys::signal::kill(Pid::from_raw(p), Signal::SIGKILL);
-        }
-    }
-}
-
-/// Stage 3: the command's process, from fork to `execve` (runc's `linuxSetnsInit.Init`).
-fn command(
-    plan: &Plan,
-    devnull: &File,
-    signals: sys::Dispositions,
-) -> Res<std::convert::Infallible> {
-    SigSet::empty()
-        .thread_set_mask()
-        .map_err(err("signal mask"))?;
-    signals.reset();
-    nix::unistd::setsid().map_err(err("setsid"))?;
-    nix::unistd::dup2_stdin(devnull).map_err(err("dup2 stdin"))?;
-    let ring = CString::new(format!("_ses.{}", plan.container_id)).map_err(err("keyring name"))?;
-    sys::join_session_keyring(&ring).map_err(err("join session keyring"))?;
-    if plan.no_new_privileges {
-        nix::sys::prctl::set_no_new_privs().map_err(err("set no_new_privs"))?;
-    }
-    // Without no_new_privs loading a filter needs CAP_SYS_ADMIN: before the capabilities go.
-    if let Some(p) = plan.seccomp.as_ref().filter(|_| !plan.no_new_privileges) {
-        sys::load_seccomp(&p.bpf, p.flags).map_err(err("load seccomp"))?;
-    }
-    let mut env = plan.env.clone();
-    finalize(plan, &mut env)?;
-    if let Some(profile) = &plan.apparmor_profile {
-        apparmor_on_exec(profile)?;
-    }
-    let path = look_path(&plan.argv, &env)?;
-    if let Some(p) = plan.seccomp.as_ref().filter(|_| plan.no_new_privileges) {
-        sys::load_seccomp(&p.bpf, p.flags).map_err(err("load seccomp"))?;
-    }
-    let cstr = |s: &String| CString::new(s.as_bytes()).map_err(err("NUL in argument"));
-    let argv: Vec<CString> = plan.argv.iter().map(cstr).collect::<Res<_>>()?;
-    let envp: Vec<CString> = env.iter().map(cstr).collect::<Res<_>>()?;
-    let path = CString::new(path).map_err(err("NUL in path"))?;
-    let e = match nix::unistd::execve(&path, &argv, &envp) {
-        Ok(never) => match never {},
-        Err(e) => e,
-    };
-    Err(format!(
-        "exec {:?}: {e}",
-        plan.argv.first().map(String::as_str).unwrap_or("")
-    ))
-}
-
-fn set_of(mask: u64) -> CapsHashSet {
-    caps::all()
-        .into_iter()
-        .filter(|c| c.index() < 64 && mask & (1 << c.index()) != 0)
-        .collect()
-}
-
-/// runc's `finalizeNamespace` and `setupUser`.
-fn finalize(plan: &Plan, env: &mut Vec<String>) -> Res<()> {
-    // chdir as root first; retry as the user on EACCES (a volume only the user can enter).
-    let mut chdir_later = false;
-    if !plan.cwd.is_empty() {
-        match nix::unistd::chdir(Path::new(&plan.cwd)) {
-            Ok(()) => {}
-            Err(nix::errno::Errno::EACCES) | Err(nix::errno::Errno::EPERM) => chdir_later = true,
-            Err(e) => {
-                return Err(format!(
-                    "chdir to cwd ({:?}) set in config.json failed: {e}",
-                    plan.cwd
-                ));
-            }
-        }
-    }
-    let CapSets {
-        bounding,
-        effective,
-        permitted,
-        inheritable,
-        ambient,
-    } = plan.caps;
-    let keep = set_of(bounding);
-    for c in caps::all() {
-        if !keep.contains(&c) {
-            match caps::drop(None, CapSet::Bounding, c) {
-                Ok(()) => {}
-                Err(e) if e.to_string().contains("Invalid argument") => {}
-                Err(e) => return Err(format!("unable to apply bounding set: {e}")),
-            }
-        }
-    }
-    nix::sys::prctl::set_keepcaps(true).map_err(err("set keep caps"))?;
-    setup_user(plan, env)?;
-    if chdir_later {
-        nix::unistd::chdir(Path::new(&plan.cwd)).map_err(err(format!(
-            "chdir to cwd ({:?}) set in config.json failed",
-            plan.cwd
-        )))?;
-    }
-    nix::sys::prctl::set_keepcaps(false).map_err(err("clear keep caps"))?;
-    caps::set(None, CapSet::Inheritable, &set_of(inheritable))
-        .map_err(err("capset inheritable"))?;
-    caps::set(None, CapSet::Effective, &set_of(effective)).map_err(err("capset effective"))?;
-    caps::set(None, CapSet::Permitted, &set_of(permitted)).map_err(err("capset permitted"))?;
-    // runc (gocapability) raises every ambient capability of the spec and lowers every other,
-    // failures ignored: the same end state as clearing the set and raising the spec's (a
-    // raise fails where runc's would), in one call instead of one per capability.
-    let _ = caps::clear(None, CapSet::Ambient);
-    for c in set_of(ambient) {
-        let _ = caps::raise(None, CapSet::Ambient, c);
-    }
-    Ok(())
-}
-
-/// runc's `setupUser` for a numeric `uid:gid` (what containerd always passes).
-fn setup_user(plan: &Plan, env: &mut Vec<String>) -> Res<()> {
-    let home = passwd_home(plan.uid).unwrap_or_else(|| "/".to_owned());
-    fix_stdio(plan.uid)?;
-    let groups: Vec<Gid> = plan.groups.iter().map(|g| Gid::from_raw(*g)).collect();
-    let setgroups = std::fs::read_to_string("/proc/self/setgroups").unwrap_or_default();
-    if setgroups.trim() != "deny" {
-        nix::unistd::setgroups(&groups).map_err(err("setgroups"))?;
-    }
-    nix::unistd::setgid(Gid::from_raw(plan.gid)).map_err(err("setgid"))?;
-    nix::unistd::setuid(Uid::from_raw(plan.uid)).map_err(err("setuid"))?;
-    let has_home = env
-        .iter()
-        .any(|e| e.strip_prefix("HOME=").is_some_and(|v| !v.is_empty()));
-    if !has_home {
-        match env.iter_mut().find(|e| e.starts_with("HOME=")) {
-            Some(e) => *e = format!("HOME={home}"),
-            None => env.push(format!("HOME={home}")),
-        }
-    }
-    Ok(())
-}
-
-/// The home directory of the first `/etc/passwd` entry (in the container) with `uid`.
-fn passwd_home(uid: u32) -> Option<String> {
-    let text = std::fs::read_to_string("/etc/passwd").ok()?;
-    text.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        (f.len() >= 6 && f[2].trim().parse() == Ok(uid)).then(|| f[5].to_owned())
-    })
-}
-
-/// runc's `fixStdioPermissions`: stdio (except `/dev/null`) owned by the user, so the command
-/// can reopen `/dev/stdout`.
-fn fix_stdio(uid: u32) -> Res<()> {
-    let null = nix::sys::stat::stat("/dev/null").map_err(err("stat /dev/null"))?;
-    let fix = |fd: std::os::fd::BorrowedFd<'_>| -> Res<()> {
-        let st = nix::sys::stat::fstat(fd).map_err(err("fstat stdio"))?;
-        if st.st_rdev == null.st_rdev {
-            return Ok(());
-        }
-        match nix::unistd::fchown(fd, Some(Uid::from_raw(uid)), Some(Gid::from_raw(st.st_gid))) {
-            Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::EPERM) => Ok(()),
-            Err(e) => Err(format!("fchown stdio: {e}")),
-        }
-    };
-    fix(std::io::stdin().as_fd())?;
-    fix(std::io::stderr().as_fd())?;
-    fix(std::io::stdout().as_fd())
-}
-
-/// runc's `apparmor.ApplyProfile`: the profile takes effect at `execve`.
-fn apparmor_on_exec(profile: &str) -> Res<()> {
-    let data = format!("exec {profile}");
-    let write = |p: &str| {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(p)?
-            .write_all(data.as_bytes())
-    };
-    write("/proc/thread-self/attr/apparmor/exec")
-        .or_else(|_| write("/proc/thread-self/attr/exec"))
-        .map_err(err(format!("apply apparmor profile {profile:?}")))
-}
-
-/// Go's `exec.LookPath` with the process's own `PATH`, as runc resolves the command.
-fn look_path(argv: &[String], env: &[String]) -> Res<String> {
-    let Some(file) = argv.first() else {
-        return Err("exec: no command".to_owned());
-    };
-    let executable =
-        |p: &Path| std::fs::metadata(p).is_ok_and(|m| !m.is_dir() && m.mode() & 0o111 != 0);
-    if file.contains('/') {
-        return if executable(Path::new(file)) {
-            Ok(file.clone())
-        } else {
-            Err(format!(
-                "exec: {file:?}: stat {file}: no such file or directory or not executable"
-            ))
-        };
-    }
-    let path = env
-        .iter()
-        .rev()
-        .find_map(|e| e.strip_prefix("PATH="))
-        .unwrap_or("");
-    for dir in path.split(':') {
-        let dir = if dir.is_empty() { "." } else { dir };
-        let candidate = Path::new(dir).join(file);
-        if executable(&candidate) {
-            return Ok(candidate.to_string_lossy().into_owned());
-        }
-    }
-    Err(format!(
-        "exec: {file:?}: executable file not found in $PATH"
-    ))
 }

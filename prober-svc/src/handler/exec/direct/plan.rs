@@ -77,10 +77,11 @@ pub struct CapSets {
 /// What the helper sends back on its control socket, one line each.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Report {
-    /// The reaper's PID (in the prober's PID namespace): the prober signals it to end the probe.
-    Reaper(i32),
     /// The command could not be started; nothing ran.
     Failed(String),
+    /// What the plan was made for no longer holds (the init entered a user namespace of its
+    /// own): nothing ran, and this container must not be entered again.
+    Refused(String),
     /// The command exited: its code, or 128 + the signal that killed it (as containerd reports).
     Exited(i32),
 }
@@ -89,8 +90,8 @@ impl Report {
     /// The line for this report.
     pub fn line(&self) -> String {
         match self {
-            Report::Reaper(p) => format!("reaper {p}\n"),
             Report::Failed(m) => format!("failed {}\n", m.replace('\n', " ")),
+            Report::Refused(m) => format!("refused {}\n", m.replace('\n', " ")),
             Report::Exited(c) => format!("exited {c}\n"),
         }
     }
@@ -99,8 +100,8 @@ impl Report {
     pub fn parse(line: &str) -> Option<Report> {
         let (kind, rest) = line.split_once(' ')?;
         match kind {
-            "reaper" => rest.parse().ok().map(Report::Reaper),
             "failed" => Some(Report::Failed(rest.to_owned())),
+            "refused" => Some(Report::Refused(rest.to_owned())),
             "exited" => rest.parse().ok().map(Report::Exited),
             _ => None,
         }
@@ -114,7 +115,7 @@ mod tests {
     #[test]
     fn reports_round_trip() {
         for r in [
-            Report::Reaper(42),
+            Report::Refused("the init changed".into()),
             Report::Failed("exec: \"x\": not found".into()),
             Report::Exited(137),
         ] {

@@ -89,6 +89,9 @@ pub enum Refusal {
     /// The prober lacks a privilege direct exec needs for this container.
     #[error("the prober lacks {0}")]
     Privilege(String),
+    /// A probe found that what the plan was made for changed (the helper's words).
+    #[error("{0}")]
+    Changed(String),
 }
 
 /// Where the prober reads the node: `/proc` (a root path, so tests can use a fixture tree).

@@ -3,9 +3,14 @@
 //! command never blocks on a full pipe), and end the probe.
 //!
 //! The probe is over when the command has exited and both pipes are closed, or at the timeout.
-//! Either way the reaper is then told to kill what is left of the command's process tree and
-//! exits after reaping it, so nothing started by a probe outlives it and no zombie stays (the
-//! answer does not wait for that: the helper's exit is awaited in the background).
+//! Either way the helper is then told (`SIGTERM`) to end everything the probe started: its
+//! reaper kills what is left of the command's process tree and exits once it has reaped it, and
+//! the helper kills the tree itself when the reaper does not (the container can stop it). The
+//! answer does not wait for that: the helper's exit is awaited in the background, bounded, and
+//! the helper killed after [`REAP_GRACE`]; the pipes' readers end with the probe, so a process
+//! of the container that kept a pipe holds nothing of the prober. The helper counts against its
+//! container's in-flight bound ([`InFlight`]) until it has exited.
+//!
 //! containerd's `ExecSync` instead kills only the command at the timeout and waits for every
 //! holder of its pipes to exit (a `sleep 10 &` keeps a 1 s probe open 10 s, and its orphans are
 //! left to the container's init): the results are the same — the exit code when the command
@@ -16,6 +21,9 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Child;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::plan::{Plan, Report};
@@ -24,8 +32,26 @@ use crate::handler::exec::runner::{ExecError, ExecOutput};
 use crate::handler::output::MAX_OUTPUT_BYTES;
 
 /// How long the end of a probe may take (the reaper killing and reaping the tree, the helper
-/// exiting) before the prober stops waiting for it.
+/// exiting) before the prober kills the helper (and with it, the reaper).
 const REAP_GRACE: Duration = Duration::from_secs(5);
+
+/// A place among the helpers in flight in one container, held until the helper has exited.
+pub(crate) type InFlight = OwnedSemaphorePermit;
+
+/// Why a direct exec gave no answer.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The probe errors (or times out) with this.
+    Exec(ExecError),
+    /// The helper refused to enter the container: what the plan was made for changed.
+    Refused(String),
+}
+
+impl From<ExecError> for Failure {
+    fn from(e: ExecError) -> Self {
+        Failure::Exec(e)
+    }
+}
 
 /// Reads `r` to its end, keeping the first [`MAX_OUTPUT_BYTES`].
 async fn capped_read(mut r: impl AsyncRead + Unpin) -> Vec<u8> {
@@ -42,12 +68,54 @@ async fn capped_read(mut r: impl AsyncRead + Unpin) -> Vec<u8> {
     }
 }
 
-/// Runs `plan` through a helper from `standby`, giving up after `timeout`.
+/// A pipe's reader, aborted (its descriptor closed) when dropped.
+struct Reader(JoinHandle<Vec<u8>>);
+
+impl Reader {
+    fn start(pipe: Option<impl AsyncRead + Unpin + Send + 'static>) -> Reader {
+        Reader(tokio::spawn(async move {
+            match pipe {
+                Some(p) => capped_read(p).await,
+                None => Vec::new(),
+            }
+        }))
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Tells the helper the probe is over, unless it has exited.
+fn end(child: &mut Child) {
+    if let (Ok(None), Some(pid)) = (child.try_wait(), child.id()) {
+        // Our own unreaped child: the PID is still its own.
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+    }
+}
+
+/// Waits (bounded) for the helper to exit, then drops it (killing it if it has not: the reaper
+/// dies with it) and frees its place in flight.
+async fn settle(mut child: Child, place: InFlight) -> Option<std::process::ExitStatus> {
+    let status = tokio::time::timeout(REAP_GRACE, child.wait())
+        .await
+        .ok()
+        .and_then(Result::ok);
+    drop(child);
+    drop(place);
+    status
+}
+
+/// Runs `plan` through a helper from `standby`, giving up after `timeout`; `place` is this
+/// helper's place among its container's helpers in flight.
 pub(crate) async fn run(
     standby: &Standby,
     plan: &Plan,
     timeout: Duration,
-) -> Result<ExecOutput, ExecError> {
+    place: InFlight,
+) -> Result<ExecOutput, Failure> {
     let deadline = Instant::now() + timeout;
     let body = serde_json::to_vec(plan).map_err(|e| failed(format!("encode plan: {e}")))?;
     let Helper {
@@ -67,31 +135,19 @@ pub(crate) async fn run(
     // The helper is entering the container now: start the next probe's helper meanwhile.
     standby.refill();
     let mut lines = BufReader::new(control).lines();
-    let out = tokio::spawn(async move {
-        match stdout {
-            Some(s) => capped_read(s).await,
-            None => Vec::new(),
-        }
-    });
-    let err = tokio::spawn(async move {
-        match stderr {
-            Some(s) => capped_read(s).await,
-            None => Vec::new(),
-        }
-    });
+    let (mut out, mut err) = (Reader::start(stdout), Reader::start(stderr));
     let outputs = async {
-        let (o, e) = tokio::join!(out, err);
+        let (o, e) = tokio::join!(&mut out.0, &mut err.0);
         (o.unwrap_or_default(), e.unwrap_or_default())
     };
     tokio::pin!(outputs);
 
-    let mut reaper: Option<i32> = None;
     let mut exited: Option<i32> = None;
-    let mut failure: Option<String> = None;
+    let mut problem: Option<Failure> = None;
     let mut control_open = true;
     let mut output: Option<(Vec<u8>, Vec<u8>)> = None;
     let timed_out = loop {
-        if failure.is_some() || (exited.is_some() && output.is_some()) {
+        if problem.is_some() || (exited.is_some() && output.is_some()) {
             break false;
         }
         if !control_open && exited.is_none() {
@@ -101,13 +157,15 @@ pub(crate) async fn run(
         tokio::select! {
             line = lines.next_line(), if control_open => match line {
                 Ok(Some(l)) => match Report::parse(&l) {
-                    Some(Report::Reaper(p)) => reaper = Some(p),
                     // The first report wins (the helper may add one after the reaper's).
                     Some(Report::Exited(c)) => {
                         exited.get_or_insert(c);
                     }
-                    Some(Report::Failed(m)) => failure = Some(m),
-                    None => failure = Some(format!("exec helper: unexpected report {l:?}")),
+                    Some(Report::Failed(m)) => problem = Some(failed(m).into()),
+                    Some(Report::Refused(m)) => problem = Some(Failure::Refused(m)),
+                    None => {
+                        problem = Some(failed(format!("exec helper: unexpected report {l:?}")).into())
+                    }
                 },
                 Ok(None) | Err(_) => control_open = false,
             },
@@ -115,39 +173,21 @@ pub(crate) async fn run(
             _ = tokio::time::sleep_until(deadline) => break true,
         }
     };
-    // End the probe: the reaper kills what is left and exits once it has reaped it all. It
-    // holds the control socket until then, so an open socket means its PID is still its own.
-    match reaper {
-        Some(p) if control_open => {
-            let _ = kill(Pid::from_raw(p), Signal::SIGTERM);
-        }
-        Some(_) => {}
-        None => {
-            let _ = child.start_kill();
-        }
+    end(&mut child);
+    if let Some(p) = problem {
+        settle(child, place).await;
+        return Err(p);
     }
-    let helper_status = if exited.is_some() && failure.is_none() {
-        // The answer is known: the helper's exit (after its reaper's) is waited for off the
-        // probe's path. Dropped after the grace, it is killed and reaped by the runtime.
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(REAP_GRACE, child.wait()).await;
-        });
-        None
-    } else {
-        let _ = tokio::time::timeout(REAP_GRACE, child.wait()).await;
-        child.try_wait().ok().flatten()
-    };
-    if let Some(m) = failure {
-        return Err(failed(m));
-    }
-    let joined = || plan.argv.join(" ");
     let Some(code) = exited else {
         if timed_out {
+            tokio::spawn(settle(child, place));
             return Err(ExecError::Timeout {
-                command: joined(),
+                command: plan.argv.join(" "),
                 timeout,
-            });
+            }
+            .into());
         }
+        let status = settle(child, place).await;
         let stderr = match output {
             Some((_, e)) => e,
             None => {
@@ -159,13 +199,18 @@ pub(crate) async fn run(
         };
         return Err(failed(format!(
             "the exec helper ended ({}) without starting the command: {}",
-            helper_status
+            status
                 .map(|s| s.to_string())
                 .unwrap_or_else(|| "still running".into()),
             String::from_utf8_lossy(&stderr).trim()
-        )));
+        ))
+        .into());
     };
-    // Exited in time: what the pipes held by now (the tree is dead, so they are closed).
+    // The answer is known: the helper's exit (after its reaper's) is waited for off the probe's
+    // path.
+    tokio::spawn(settle(child, place));
+    // Exited in time: what the pipes hold once the tree is dead (a process of the container
+    // that kept them open is not waited for past the grace).
     let (stdout, stderr) = match output {
         Some(o) => o,
         None => tokio::time::timeout(REAP_GRACE, &mut outputs)

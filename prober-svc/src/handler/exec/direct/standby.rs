@@ -7,21 +7,28 @@
 //! hands it the plan and starts the next one while the taken helper enters the container. The CPU
 //! per probe is the same; the start-up is off the probe's path.
 //!
+//! Every helper runs from one sealed in-memory copy of the helper binary ([`sys::sealed_copy`],
+//! made by the first direct probe), never from the file itself: what a process of the helper
+//! shows as `/proc/<pid>/exe` can be read but never written, whatever file `--exec-helper` names
+//! and whoever can write to it (runc's answer to CVE-2019-5736).
+//!
 //! The standby is started by the first direct probe (a prober whose containers all use CRI never
 //! starts one). It holds nothing of a container. When the prober exits, the standby reads an
 //! empty plan (its control socket closed) and exits without a word; when the runner is dropped it
 //! is killed (`kill_on_drop`). A standby that died meanwhile is noticed when taken and replaced by
 //! a helper started on the spot.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 use tokio::net::UnixStream;
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 
 use super::init::HELPER_ARG;
+use super::sys;
 use crate::handler::exec::runner::ExecError;
 
 /// One started helper, waiting for its plan.
@@ -42,13 +49,17 @@ pub(crate) fn failed(message: impl Into<String>) -> ExecError {
 }
 
 impl Helper {
-    /// Starts the helper binary at `path`.
-    pub(crate) fn start(path: &Path) -> Result<Helper, ExecError> {
+    /// Starts the helper from `exe`, the sealed copy of the binary at `path` (named in its
+    /// `argv[0]`).
+    fn start(exe: &OwnedFd, path: &Path) -> Result<Helper, ExecError> {
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()
             .map_err(|e| failed(format!("socketpair: {e}")))?;
         ours.set_nonblocking(true)
             .map_err(|e| failed(format!("socketpair: {e}")))?;
-        let mut child = Command::new(path)
+        // The child resolves its own /proc/self/fd before its execve closes the (close-on-exec)
+        // descriptor: `fexecve` without a path of the host.
+        let mut child = Command::new(format!("/proc/self/fd/{}", exe.as_raw_fd()))
+            .arg0(path)
             .arg(HELPER_ARG)
             .env_clear()
             .stdin(Stdio::from(OwnedFd::from(theirs)))
@@ -71,6 +82,8 @@ impl Helper {
 /// The helper binary and at most one helper started ahead.
 pub(crate) struct Standby {
     path: PathBuf,
+    /// The sealed copy of `path`, made once (or why it could not be).
+    exe: OnceLock<Result<OwnedFd, String>>,
     enabled: bool,
     slot: Mutex<Option<Helper>>,
 }
@@ -80,8 +93,26 @@ impl Standby {
     pub(crate) fn new(path: PathBuf, enabled: bool) -> Self {
         Self {
             path,
+            exe: OnceLock::new(),
             enabled,
             slot: Mutex::new(None),
+        }
+    }
+
+    /// Starts a helper from the sealed copy, making it first if this is the first helper (a
+    /// blocking copy of the binary, once per runner).
+    fn start(&self) -> Result<Helper, ExecError> {
+        let exe = self.exe.get_or_init(|| {
+            sys::sealed_copy(&self.path).map_err(|e| {
+                format!(
+                    "copy the exec helper {} into a sealed memfd: {e}",
+                    self.path.display()
+                )
+            })
+        });
+        match exe {
+            Ok(fd) => Helper::start(fd, &self.path),
+            Err(e) => Err(failed(e.clone())),
         }
     }
 
@@ -96,7 +127,7 @@ impl Standby {
             }
             tracing::debug!("the standby exec helper had exited; starting one for this probe");
         }
-        Helper::start(&self.path)
+        self.start()
     }
 
     /// Starts the next standby helper unless one is waiting. A failure here is only logged:
@@ -105,7 +136,7 @@ impl Standby {
         if !self.enabled || self.slot.lock().is_some() {
             return;
         }
-        match Helper::start(&self.path) {
+        match self.start() {
             Ok(h) => {
                 // A concurrent refill may have won: keep one, drop (kill) the other.
                 let mut slot = self.slot.lock();

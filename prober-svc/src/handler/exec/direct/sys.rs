@@ -1,8 +1,9 @@
 //! The few system calls the exec helper needs that have no safe wrapper in `nix`, `caps` or
 //! `libseccomp`: `fork` (unsafe in `nix` because a multi-threaded parent may hold locks in the
-//! child), `clone` sharing memory until `execve`, loading a pre-compiled seccomp program,
-//! joining a session keyring, and resetting signal actions (Rust's runtime ignores `SIGPIPE` at
-//! start, and `execve` would pass an ignored signal on).
+//! child), `close_range`, `sigtimedwait`, a sealed `memfd` copy of the helper binary, loading a
+//! pre-compiled seccomp program, joining a session keyring, resetting signal actions (Rust's
+//! runtime ignores `SIGPIPE` at start, and `execve` would pass an ignored signal on), and the
+//! start-up hook that makes the helper non-dumpable before any of its code runs.
 //!
 //! Everything here runs only in the helper (`super::init`), which is single-threaded from its
 //! first line to its `execve`: it never starts a thread, and [`assert_single_threaded`] checks
@@ -10,9 +11,54 @@
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;
+use std::fs::File;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::time::Duration;
 
+use nix::sys::signal::{SigSet, Signal};
 use nix::unistd::ForkResult;
+
+/// Run by the C runtime before `main` and before Rust's own start-up, with `main`'s arguments
+/// (glibc passes them to `.init_array` functions): in the exec helper, `PR_SET_DUMPABLE 0`
+/// from its first instruction (runc's `nsexec` does the same as a constructor), so that no
+/// process of the probe path is ever dumpable — no `/proc/<pid>/mem`, `maps`, `exe`, `fd` for
+/// anyone without `CAP_SYS_PTRACE` over the prober's user namespace. `main` sets it again on
+/// every C library (musl passes no arguments: this function then does nothing).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[used]
+#[unsafe(link_section = ".init_array")]
+pub(crate) static NON_DUMPABLE_AT_START: extern "C" fn(
+    libc::c_int,
+    *const *const libc::c_char,
+    *const *const libc::c_char,
+) = non_dumpable_at_start;
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+extern "C" fn non_dumpable_at_start(
+    argc: libc::c_int,
+    argv: *const *const libc::c_char,
+    _envp: *const *const libc::c_char,
+) {
+    if argc < 2 || argv.is_null() {
+        return;
+    }
+    // SAFETY: glibc passes `main`'s argc and argv: argv[1] exists (argc >= 2) and is a
+    // NUL-terminated string.
+    let first = unsafe { *argv.add(1) };
+    if first.is_null() {
+        return;
+    }
+    // SAFETY: as above.
+    let first = unsafe { CStr::from_ptr(first) };
+    if first.to_bytes() == super::init::HELPER_ARG.as_bytes() {
+        // SAFETY: prctl with integer arguments only.
+        unsafe {
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        }
+    }
+}
 
 /// Fails unless this process has exactly one thread (`/proc/self/task` has one entry).
 pub(crate) fn assert_single_threaded() -> io::Result<()> {
@@ -59,45 +105,105 @@ pub(crate) fn fork() -> nix::Result<ForkResult> {
     unsafe { nix::unistd::fork() }
 }
 
-/// Runs `child` in a new process that shares this one's memory until it calls `execve` or
-/// exits — `clone(CLONE_VM | CLONE_VFORK)`, what glibc's `posix_spawn` and Go's `forkExec` (so
-/// runc) use: no page tables copied, no copy-on-write faults, nothing to tear down at its
-/// `execve`. This process is suspended until then. `child` ends in `execve` or returns its exit
-/// code; the process then leaves with the `exit` system call (no exit handlers, no buffers
-/// flushed: they are this process's).
-pub(crate) fn spawn_shared(child: &mut dyn FnMut() -> i32) -> io::Result<nix::unistd::Pid> {
-    /// The child's stack: what the command's set-up needs (capabilities sets, a few strings),
-    /// with room to spare; untouched pages cost nothing.
-    const STACK_BYTES: usize = 1 << 20;
-    extern "C" fn trampoline(arg: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: `arg` is the `&mut &mut dyn FnMut` below, alive while the parent is suspended;
-        // a panic cannot unwind out of this `extern "C"` function (it aborts the child).
-        let f = unsafe { &mut *arg.cast::<&mut dyn FnMut() -> i32>() };
-        f()
+/// `close_range(first, last, 0)`: closes every descriptor in the range (Linux 5.9).
+pub(crate) fn close_range(first: u32, last: u32) -> io::Result<()> {
+    // SAFETY: close_range only closes descriptors of this process; no memory is passed. Any
+    // `OwnedFd` or `File` in the range must not be used afterwards: callers close only numbers
+    // they own no Rust object for (or leak it).
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
-    let mut stack = vec![0u8; STACK_BYTES];
-    // The stack grows down: start at its (16-byte aligned) top.
-    let top = (stack.as_mut_ptr() as usize + STACK_BYTES) & !15;
-    let mut f: &mut dyn FnMut() -> i32 = child;
-    // SAFETY: the helper is single-threaded (`assert_single_threaded`), and with CLONE_VFORK
-    // this thread is suspended until the child has exec'd or exited, so nothing else uses the
-    // shared memory while the child runs (it may allocate: what it leaves in the heap is never
-    // freed, the helper's processes are short-lived). `stack` and `f` outlive the child's use of
-    // them for the same reason. Without CLONE_SIGHAND/CLONE_FILES/CLONE_FS the child's signal
-    // actions, descriptors, cwd and credentials are its own.
-    let pid = unsafe {
-        libc::clone(
-            trampoline,
-            top as *mut libc::c_void,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            (&mut f as *mut &mut dyn FnMut() -> i32).cast(),
+}
+
+/// `pidfd_open(pid, 0)` (Linux 5.3): a descriptor that names this one process for good (a
+/// PID can be reused once its process is reaped; a pidfd cannot).
+pub(crate) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes integers and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `pidfd_send_signal(pidfd, sig, NULL, 0)`; `None` sends no signal but says whether the
+/// process is still alive (`ESRCH` once it has exited).
+pub(crate) fn pidfd_signal(pidfd: &OwnedFd, sig: Option<Signal>) -> io::Result<()> {
+    let sig = sig.map_or(0, |s| s as libc::c_int);
+    // SAFETY: integers and a null siginfo pointer (the kernel then builds one).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
         )
     };
-    drop(stack);
-    if pid < 0 {
-        Err(io::Error::last_os_error())
+    if rc == 0 {
+        Ok(())
     } else {
-        Ok(nix::unistd::Pid::from_raw(pid))
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `MFD_EXEC` (Linux 6.3; not in `libc` yet): the memfd may be executed even where
+/// `vm.memfd_noexec` makes memfds non-executable by default.
+const MFD_EXEC: libc::c_uint = 0x0010;
+
+/// A sealed in-memory copy of the file at `path`, to execute instead of the file (runc's
+/// `cloned_binary`): a process that runs it shows the copy as `/proc/<pid>/exe`, and the seals
+/// (no write, no growing or shrinking, no further seal changes) make any descriptor anyone
+/// reopens from it read-only in effect, whatever `path` is.
+pub(crate) fn sealed_copy(path: &Path) -> io::Result<OwnedFd> {
+    use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+    let name = c"podward-exec-helper";
+    let flags = MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING;
+    let fd = match memfd_create(name, flags | MFdFlags::from_bits_retain(MFD_EXEC)) {
+        Ok(fd) => fd,
+        // Before Linux 6.3 the flag is unknown and every memfd is executable.
+        Err(nix::errno::Errno::EINVAL) => memfd_create(name, flags)?,
+        Err(e) => return Err(e.into()),
+    };
+    let mut copy = File::from(fd);
+    let mut source = File::open(path)?;
+    let n = io::copy(&mut source, &mut copy)?;
+    if n == 0 {
+        return Err(io::Error::other(format!("{} is empty", path.display())));
+    }
+    let seals = SealFlag::F_SEAL_SEAL
+        | SealFlag::F_SEAL_WRITE
+        | SealFlag::F_SEAL_GROW
+        | SealFlag::F_SEAL_SHRINK;
+    fcntl(&copy, FcntlArg::F_ADD_SEALS(seals))?;
+    Ok(OwnedFd::from(copy))
+}
+
+/// Waits up to `timeout` for one of `set` (blocked in this thread) to be pending and takes it;
+/// `None` at the timeout.
+pub(crate) fn wait_signal(set: &SigSet, timeout: Duration) -> io::Result<Option<Signal>> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos()),
+    };
+    loop {
+        // SAFETY: `set` is a valid sigset_t and `ts` a valid timespec for the call; no siginfo
+        // is asked for.
+        let rc = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &ts) };
+        if rc >= 0 {
+            return Signal::try_from(rc).map(Some).map_err(io::Error::from);
+        }
+        match io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::EAGAIN) => return Ok(None),
+            // Another signal's handler ran: a shorter wait is harmless (callers loop).
+            e if e.raw_os_error() == Some(libc::EINTR) => continue,
+            e => return Err(e),
+        }
     }
 }
 
