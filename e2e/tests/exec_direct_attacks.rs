@@ -10,6 +10,7 @@
 //!   the same slow `PATH`.
 //! - `/etc/passwd` as a FIFO: nothing may pile up in the prober or the container.
 //! - an init that unshares a user namespace after its first probe: the next probe is refused.
+//! - `SIGSTOP` to the reaper and the command: the probe still ends, and its processes with it.
 //!
 //! Each attacker writes what it saw and what it managed into a host directory mounted at `/out`.
 
@@ -438,6 +439,75 @@ async fn an_init_that_unshares_a_user_namespace_is_refused() {
         choice.runner == "none" && choice.reason.contains("user namespace"),
         "{choice:?}"
     );
+    drop(direct);
+    p.delete().await.expect("delete pod");
+}
+
+/// Stops (`SIGSTOP`, allowed: same uid) every process of the probe path it sees, again and
+/// again.
+const STOPPER: &str = r#"
+m=__podward-exec-; m="${m}init"
+touch /out/ready
+while :; do
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    [ "$p" = 1 ] && continue
+    case "$(tr '\0' ' ' < $d/cmdline 2>/dev/null)" in
+      *"$m"*) kill -STOP $p 2>/dev/null && echo "stopped $p" >> /out/log;;
+    esac
+  done
+  sleep 0.01
+done
+"#;
+
+/// A container that stops the reaper (and the command before its execve) during probes: each
+/// probe still ends at its timeout, and nothing it started stays, in the container or the
+/// prober.
+#[tokio::test]
+async fn a_reaper_the_container_stops_is_killed_with_its_tree() {
+    let node = TestNode::start().await.expect("node");
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
+    let out = tempfile::tempdir().expect("tempdir");
+    let p = attacker(&driver, &node, "stopper", STOPPER, out.path(), &[]).await;
+    let id = p.container_id("app").expect("container id");
+    wait_ready(out.path()).await;
+    let mnt = std::fs::read_link(format!("/proc/{}/ns/mnt", pid_of_script(STOPPER)))
+        .expect("the attacker's mount namespace");
+    let direct = runner(&node, bin_path("podward-prober"), true);
+    let t = Duration::from_secs(1);
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        let started = tokio::time::Instant::now();
+        let r = run(&direct, &id, &["sleep", "3606"], t).await;
+        assert!(
+            started.elapsed() < t + Duration::from_secs(6),
+            "the probe ended {:?} after it started: {r:?}",
+            started.elapsed()
+        );
+        answers.push(format!("{r:?}"));
+    }
+    assert!(
+        !lines_with(&log_of(out.path()), &["stopped"]).is_empty(),
+        "the attacker never stopped a process of the probe path (the test proves nothing)"
+    );
+    let left = || {
+        let helpers: Vec<i32> = running(HELPER_ARG)
+            .into_iter()
+            .filter(|p| std::fs::read_link(format!("/proc/{p}/ns/mnt")).ok() == Some(mnt.clone()))
+            .collect();
+        (helpers, running("sleep 3606"))
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while left() != (vec![], vec![]) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "left in the container (helpers, commands): {:?}; answers: {answers:?}",
+            left()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     drop(direct);
     p.delete().await.expect("delete pod");
 }
