@@ -45,8 +45,8 @@ async fn attacker(
     out: &Path,
     env: &[(&str, &str)],
 ) -> Pod {
-    let mut c = ContainerSpec::new("app", &["/bin/sh", "-c", script])
-        .mount(&out.to_string_lossy(), "/out");
+    let mut c =
+        ContainerSpec::new("app", &["/bin/sh", "-c", script]).mount(&out.to_string_lossy(), "/out");
     for (k, v) in env {
         c = c.env(k, v);
     }
@@ -420,9 +420,9 @@ async fn an_init_that_unshares_a_user_namespace_is_refused() {
         "the init to enter its own user namespace",
         Duration::from_secs(10),
         async || {
-            running("sleep 3605").iter().any(|p| {
-                std::fs::read_link(format!("/proc/{p}/ns/user")).is_ok_and(|ns| ns != own)
-            })
+            running("sleep 3605")
+                .iter()
+                .any(|p| std::fs::read_link(format!("/proc/{p}/ns/user")).is_ok_and(|ns| ns != own))
         },
     )
     .await;

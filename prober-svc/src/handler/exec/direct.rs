@@ -28,9 +28,9 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use podward_api::cri::ContainerStatusRequest;
-use tokio::sync::Semaphore;
 use podward_api::cri::runtime_service_client::RuntimeServiceClient;
 use podward_api::limits::CRI_MESSAGE_BYTES;
+use tokio::sync::Semaphore;
 use tonic::transport::Channel;
 
 use self::plan::Plan;

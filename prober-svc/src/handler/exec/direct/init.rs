@@ -233,13 +233,13 @@ fn helper(control: &UnixStream) -> Result<i32, Stop> {
     waited.add(Signal::SIGTERM);
     waited.thread_block().map_err(err("block signals"))?;
     // Open while the helper lives: the reaper's check that its parent has not died already.
-    let (alive, alive_writer) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-        .map_err(err("pipe"))?;
+    let (alive, alive_writer) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+            .map_err(err("pipe"))?;
     match sys::fork().map_err(err("fork"))? {
         ForkResult::Child => {
             drop(alive_writer);
-            let code = match reaper::run(control, &plan, devnull, signals, in_reaper, alive)
-            {
+            let code = match reaper::run(control, &plan, devnull, signals, in_reaper, alive) {
                 Ok(c) => c,
                 Err(e) => {
                     let _ = (&*control).write_all(Report::Failed(e).line().as_bytes());

@@ -336,7 +336,41 @@ impl Dispositions {
 
 #[cfg(test)]
 mod tests {
-    use super::Dispositions;
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+
+    use super::{Dispositions, sealed_copy};
+
+    #[test]
+    fn a_sealed_copy_reads_as_the_file_and_takes_no_write_through_any_reopening() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("helper");
+        std::fs::write(&path, b"the helper's bytes").expect("write");
+        let fd = sealed_copy(&path).expect("sealed copy");
+        let reopened = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        let mut text = String::new();
+        std::fs::File::open(&reopened)
+            .and_then(|mut f| f.read_to_string(&mut text))
+            .expect("read the copy");
+        assert_eq!(text, "the helper's bytes");
+        for append in [false, true] {
+            let opened = std::fs::OpenOptions::new()
+                .write(true)
+                .append(append)
+                .open(&reopened);
+            let wrote = opened.and_then(|mut f| f.write_all(b"X"));
+            assert!(wrote.is_err(), "append {append}: a write went through");
+        }
+        let seals = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_GET_SEALS).expect("seals");
+        assert_eq!(seals & 0xf, 0xf, "seal, shrink, grow and write: {seals:#x}");
+        // The file itself may change afterwards: the copy does not.
+        std::fs::write(&path, b"rewritten").expect("rewrite");
+        let mut again = String::new();
+        std::fs::File::open(&reopened)
+            .and_then(|mut f| f.read_to_string(&mut again))
+            .expect("read the copy");
+        assert_eq!(again, "the helper's bytes");
+    }
 
     #[test]
     fn dispositions_hold_what_this_process_ignores_or_catches() {

@@ -153,7 +153,9 @@ fn check_cwd() -> Res<()> {
              possible container breakout detected"
                 .to_owned(),
         ),
-        Err(e) => Err(format!("failed to verify if current working directory is safe: {e}")),
+        Err(e) => Err(format!(
+            "failed to verify if current working directory is safe: {e}"
+        )),
         Ok(wd) if !wd.is_absolute() => Err(format!(
             "current working directory is not absolute -- possible container breakout \
              detected: cwd is {wd:?}"
