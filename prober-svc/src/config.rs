@@ -146,7 +146,9 @@ pub struct Args {
     /// CRI ExecSync's CPU; needs host PID and root with CAP_SYS_ADMIN, see docs/operations.md);
     /// "cri" always uses CRI ExecSync; "auto" is direct where the container allows it and CRI
     /// otherwise (VM runtimes, user namespaces, what direct exec does not reproduce), the choice
-    /// per container logged and shown in Status. [default: auto]
+    /// per container logged and shown in Status. The default is cri, as the chart's: direct exec
+    /// makes the prober a privileged process that enters hostile containers (its hardening:
+    /// docs/prober.md, "Direct exec: threat model"). [default: cri]
     #[arg(long, env = "PODWARD_PROBER_EXEC_MODE", value_enum)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec_mode: Option<ExecMode>,
@@ -250,7 +252,7 @@ impl Default for Config {
             event_qps: 50.0,
             event_burst: 100,
             readiness_gate_condition: DEFAULT_GATE_CONDITION.to_owned(),
-            exec_mode: ExecMode::Auto,
+            exec_mode: ExecMode::Cri,
             exec_helper: None,
             exec_standby: true,
             log_format: LogFormat::Text,

@@ -53,12 +53,12 @@ use super::runner::{ExecChoice, ExecError, ExecOutput, ExecRunner};
 )]
 #[serde(rename_all = "lowercase")]
 pub enum ExecMode {
-    /// Always CRI `ExecSync`.
+    /// Always CRI `ExecSync` (the default: it needs no privilege).
+    #[default]
     Cri,
     /// Always direct; a container direct exec refuses gets errored probes with the reason.
     Direct,
     /// Direct where the container allows it, CRI otherwise.
-    #[default]
     Auto,
 }
 
