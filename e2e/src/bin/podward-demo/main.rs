@@ -84,9 +84,10 @@ async fn main() -> Result<()> {
     );
     let result = run(&args, &style, &stack).await;
     println!("{}", style.bold("== cleaning up"));
-    let warnings = stack.stop().await;
+    let (warnings, kills) = stack.stop().await;
     println!(
-        "   daemon warnings and errors during the run: {warnings}{}",
+        "   daemon warnings and errors during the run: {warnings}{}; expected WARN lines apart \
+         from those (the prober logs each kill shown above, the housekeeper says when it acts): {kills}",
         if warnings == 0 { "" } else { " (shown above)" }
     );
     result

@@ -57,7 +57,7 @@ pub(crate) struct Stack {
     pub(crate) paths: Paths,
     /// shim, prober, housekeeper.
     daemons: Vec<Daemon>,
-    warnings: Arc<AtomicU64>,
+    counts: Arc<LogCounts>,
     printer: JoinHandle<()>,
 }
 
@@ -88,13 +88,8 @@ impl Stack {
             ADMIN_ADDRS.map(str::to_owned)
         };
         let (tx, rx) = mpsc::channel(LOG_QUEUE);
-        let warnings = Arc::new(AtomicU64::new(0));
-        let printer = tokio::spawn(print_logs(
-            rx,
-            args.verbose,
-            warnings.clone(),
-            style.clone(),
-        ));
+        let counts = Arc::new(LogCounts::default());
+        let printer = tokio::spawn(print_logs(rx, args.verbose, counts.clone(), style.clone()));
         let s = |p: &std::path::Path| p.display().to_string();
         let containerd = s(&node.containerd_socket());
         let act = if args.act { vec!["--act"] } else { Vec::new() };
@@ -197,14 +192,15 @@ impl Stack {
             driver,
             paths,
             daemons,
-            warnings,
+            counts,
             printer,
         })
     }
 
     /// SIGTERMs the daemons (housekeeper first, shim last) and waits for them; the number of
-    /// warnings and errors they logged. The node is removed when the stack is dropped.
-    pub(crate) async fn stop(mut self) -> u64 {
+    /// warnings and errors they logged, and apart from those the warnings the demo causes on
+    /// purpose. The node is removed when the stack is dropped.
+    pub(crate) async fn stop(mut self) -> (u64, u64) {
         while let Some(mut d) = self.daemons.pop() {
             if let Err(e) = d.terminate().await {
                 eprintln!("stopping a daemon: {e}");
@@ -212,23 +208,37 @@ impl Stack {
         }
         // The pipes close with the daemons; let the printer show their last lines.
         let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.printer).await;
-        self.warnings.load(Ordering::Relaxed)
+        (
+            self.counts.warnings.load(Ordering::Relaxed),
+            self.counts.kills.load(Ordering::Relaxed),
+        )
     }
 }
 
-/// Prints daemon log lines: all of them with `--verbose`, else only warnings and errors.
+/// Daemon log lines at WARN or ERROR, and the warnings the demo causes on purpose.
+#[derive(Default)]
+struct LogCounts {
+    warnings: AtomicU64,
+    kills: AtomicU64,
+}
+
+/// Prints daemon log lines: all of them with `--verbose`, else only warnings and errors that
+/// the demo did not cause on purpose (the timeline shows those).
 async fn print_logs(
     mut rx: mpsc::Receiver<(String, String)>,
     verbose: bool,
-    warnings: Arc<AtomicU64>,
+    counts: Arc<LogCounts>,
     style: Style,
 ) {
     while let Some((name, line)) = rx.recv().await {
         let level = term::level_of(&line);
-        if level != Level::Other {
-            warnings.fetch_add(1, Ordering::Relaxed);
+        let kill = level == Level::Warn && term::is_expected_warning(&name, &line);
+        if kill {
+            counts.kills.fetch_add(1, Ordering::Relaxed);
+        } else if level != Level::Other {
+            counts.warnings.fetch_add(1, Ordering::Relaxed);
         }
-        if verbose || level != Level::Other {
+        if verbose || (level != Level::Other && !kill) {
             let line = term::printable(&line, 2000);
             let text = format!("[{name}] {line}");
             eprintln!(

@@ -87,6 +87,22 @@ pub(crate) enum Level {
     Other,
 }
 
+/// Whether `line` from daemon `name` is a warning the demo causes on purpose: the prober logs
+/// each liveness or startup kill at WARN (the timeline shows each), and the housekeeper warns
+/// at start that it acts (`--act` given to the demo). They are counted apart from real
+/// warnings, which are always printed.
+pub(crate) fn is_expected_warning(name: &str, line: &str) -> bool {
+    match name {
+        "podward-prober" => {
+            line.contains("podward_prober::kill:") && line.contains("will be restarted")
+        }
+        "podward-housekeeper" => {
+            line.contains("podward_housekeeper::run:") && line.contains("acting (--act)")
+        }
+        _ => false,
+    }
+}
+
 /// The level of a `tracing` text line (`<time>  WARN <target>: ...`) or JSON line
 /// (`"level":"WARN"`).
 pub(crate) fn level_of(line: &str) -> Level {
@@ -128,6 +144,26 @@ mod tests {
     fn escapes_never_reach_the_terminal() {
         assert_eq!(printable("ok\x1b[2J\nnext", 100), "ok?[2J next");
         assert_eq!(printable("abcdef", 3), "abc…");
+    }
+
+    #[test]
+    fn only_kills_and_the_act_notice_are_expected_warnings() {
+        let kill = "2026-11-26T16:09:37.8Z  WARN podward_prober::kill: Container flaky failed \
+                    liveness probe, will be restarted pod=demo";
+        assert!(is_expected_warning("podward-prober", kill));
+        assert!(!is_expected_warning("podward-housekeeper", kill));
+        assert!(!is_expected_warning(
+            "podward-prober",
+            "2026-11-26T16:09:37.8Z  WARN podward_prober::kill: preStop hook failed"
+        ));
+        assert!(is_expected_warning(
+            "podward-housekeeper",
+            "2026-11-26T16:19:36.5Z  WARN podward_housekeeper::run: acting (--act): passes kill"
+        ));
+        assert!(!is_expected_warning(
+            "podward-housekeeper",
+            "2026-11-26T16:19:36.5Z  WARN podward_housekeeper::reconcile: a required source failed"
+        ));
     }
 
     #[test]

@@ -65,9 +65,9 @@ pub(crate) fn plan_lines(pass: &Plan, orphan: &Orphan, style: &Style) -> Vec<Str
     }
     for a in &pass.actions {
         let verb = match (a.outcome(), pass.dry_run) {
-            (Outcome::Done, _) => style.green(&format!("{} DONE", action_words(a.kind()))),
+            (Outcome::Done, _) => style.green(&format!("done: {}", action_words(a.kind()))),
             (Outcome::Failed, _) => style.red(&format!(
-                "{} FAILED ({})",
+                "FAILED: {} ({})",
                 action_words(a.kind()),
                 printable(&a.error, 80)
             )),
