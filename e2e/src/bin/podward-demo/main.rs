@@ -35,7 +35,8 @@ use crate::term::Style;
 /// the pod default/old-job behind as an orphan for the housekeeper. Every few seconds it prints
 /// the pod as the prober and `kubectl describe pod` would show it, and the housekeeper's plan;
 /// lines starting with a time (`+12.3s`) say what just happened. Ctrl-C (or --seconds) stops it
-/// and removes everything it created. Needs root.
+/// and removes everything it created. Colour only when stdout is a terminal and NO_COLOR is unset.
+/// Needs root.
 #[derive(Debug, Parser)]
 #[command(name = "podward-demo", version)]
 pub(crate) struct Args {
@@ -49,8 +50,9 @@ pub(crate) struct Args {
     #[arg(long)]
     act: bool,
 
-    /// Show the daemons' and the harness's own logs (by default only their warnings and errors,
-    /// which should not happen, are shown).
+    /// Show the daemons' and the harness's own logs. By default only warnings and errors are
+    /// shown, which should not happen: the WARN lines the demo causes on purpose (the prober's
+    /// line for each kill, the housekeeper's notice that it acts) are counted at the end instead.
     #[arg(long, short)]
     verbose: bool,
 

@@ -117,16 +117,16 @@ impl<'a> Observer<'a> {
             }
         }
         let uid = self.demo.pod.uid().to_owned();
-        if let Some(cond) = api::condition(&self.stack.api, &uid, GATE) {
-            if self.gate.as_deref() != Some(cond.status.as_str()) {
-                self.gate = Some(cond.status.clone());
-                let status = self.style.verdict(cond.status == "True", &cond.status);
-                out.push(format!(
-                    "{}  API server: pod default/demo condition {GATE}={status}{}",
-                    self.stamp(),
-                    cond.reason_and_message()
-                ));
-            }
+        if let Some(cond) = api::condition(&self.stack.api, &uid, GATE)
+            && self.gate.as_deref() != Some(cond.status.as_str())
+        {
+            self.gate = Some(cond.status.clone());
+            let status = self.style.verdict(cond.status == "True", &cond.status);
+            out.push(format!(
+                "{}  API server: pod default/demo condition {GATE}={status}{}",
+                self.stamp(),
+                cond.reason_and_message()
+            ));
         }
         for ev in api::events(&self.stack.api, &uid) {
             if self.events.insert(ev.name.clone()) {
