@@ -180,9 +180,8 @@ impl<'a> Observer<'a> {
             });
         let hook = match hook {
             Some(t) => format!(
-                "its preStop hook ran first, at {} (touched {}), ",
-                self.stamp_of(t).trim(),
-                self.demo.hook_file.display()
+                "its preStop hook ran first, at {}, ",
+                self.stamp_of(t).trim()
             ),
             None => String::new(),
         };

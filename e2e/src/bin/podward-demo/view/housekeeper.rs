@@ -51,6 +51,13 @@ fn whose(uid: &str, orphan: &Orphan) -> String {
     }
 }
 
+/// `text` made printable, with the orphan's UID (shown in full when the demo left it) cut to
+/// its first eight characters, so that a plan line fits a terminal line or two.
+fn shown(text: &str, orphan: &Orphan, max: usize) -> String {
+    let short = format!("{}…", orphan.uid.get(..8).unwrap_or(&orphan.uid));
+    printable(&text.replace(&orphan.uid, &short), max)
+}
+
 /// The plan of `pass`, one line per action or finding (with its reason), plus one line for a
 /// source that failed.
 pub(crate) fn plan_lines(pass: &Plan, orphan: &Orphan, style: &Style) -> Vec<String> {
@@ -77,8 +84,8 @@ pub(crate) fn plan_lines(pass: &Plan, orphan: &Orphan, style: &Style) -> Vec<Str
         out.push(format!(
             "{verb} of {}: {} — {}",
             whose(&a.pod_uid, orphan),
-            printable(&a.target, 120),
-            printable(&a.reason, 160)
+            shown(&a.target, orphan, 120),
+            shown(&a.reason, orphan, 160)
         ));
     }
     for f in &pass.findings {
@@ -87,8 +94,8 @@ pub(crate) fn plan_lines(pass: &Plan, orphan: &Orphan, style: &Style) -> Vec<Str
             finding_words(f.kind()),
             printable(&f.category, 20),
             whose(&f.pod_uid, orphan),
-            printable(&f.target, 120),
-            printable(&f.reason, 160)
+            shown(&f.target, orphan, 120),
+            shown(&f.reason, orphan, 160)
         ));
     }
     out
