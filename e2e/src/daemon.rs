@@ -41,7 +41,10 @@ impl Daemon {
         Self::spawn_with_output(name, args, DaemonOutput::Forward).await
     }
 
-    /// Starts `name` (a podward binary) with `args`, its output going to `output`.
+    /// Starts `name` (a podward binary) with `args`, its output going to `output`. With
+    /// [`DaemonOutput::Lines`] the daemon runs in a process group of its own, so a terminal's
+    /// Ctrl-C reaches only the caller (the demo), which then stops its daemons in order instead
+    /// of all of them dying at once under its cleanup.
     pub async fn spawn_with_output(
         name: &str,
         args: &[&str],
@@ -54,7 +57,11 @@ impl Daemon {
         })
         .await
         .map_err(|e| HarnessError::Invalid(format!("bin_path task: {e}")))?;
-        let mut child = Command::new(&path)
+        let mut command = Command::new(&path);
+        if matches!(output, DaemonOutput::Lines(_)) {
+            command.process_group(0);
+        }
+        let mut child = command
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -77,7 +77,7 @@ async fn main() -> Result<()> {
         "{}",
         style.bold("== starting containerd in a temporary root (images are built on first use)")
     );
-    let stack = stack::Stack::start(&args, &style).await?;
+    let mut stack = stack::Stack::start(&args, &style).await?;
     println!(
         "   node directory {}, cgroup root {} (kubelet's --cgroup-root; cgroupfs driver, pods under {}/kubepods)",
         stack.node.dir().display(),
@@ -86,6 +86,14 @@ async fn main() -> Result<()> {
     );
     let result = run(&args, &style, &stack).await;
     println!("{}", style.bold("== cleaning up"));
+    stack.stop_watchers().await;
+    let result = match result {
+        Ok(pod) => pod
+            .delete()
+            .await
+            .context("delete the demo pod (kubelet's way)"),
+        Err(e) => Err(e),
+    };
     let (warnings, kills) = stack.stop().await;
     println!(
         "   daemon warnings and errors during the run: {warnings}{}; expected WARN lines apart \
@@ -95,8 +103,9 @@ async fn main() -> Result<()> {
     result
 }
 
-/// The pods, then the status loop until Ctrl-C or `--seconds`.
-async fn run(args: &Args, style: &Style, stack: &stack::Stack) -> Result<()> {
+/// The pods, then the status loop until Ctrl-C or `--seconds`; the demo pod, for the cleanup to
+/// delete.
+async fn run(args: &Args, style: &Style, stack: &stack::Stack) -> Result<podward_e2e::Pod> {
     let orphan = scenario::leave_orphan(stack).await?;
     println!(
         "{} pod default/old-job (uid {}) was deleted from the runtime, but what kubelet cleans up \
@@ -145,9 +154,5 @@ async fn run(args: &Args, style: &Style, stack: &stack::Stack) -> Result<()> {
     print!("{}", observer.block().await);
     println!("{}", observer.outcome(args.act));
     drop(observer);
-    pod.pod
-        .delete()
-        .await
-        .context("delete the demo pod (kubelet's way)")?;
-    Ok(())
+    Ok(pod.pod)
 }

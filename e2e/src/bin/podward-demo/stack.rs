@@ -197,7 +197,20 @@ impl Stack {
         })
     }
 
-    /// SIGTERMs the daemons (housekeeper first, shim last) and waits for them; the number of
+    /// SIGTERMs the housekeeper and the prober and waits for them, leaving the shim. The demo
+    /// deletes its pod after this, as kubelet stops a deleted pod's probe workers before it
+    /// kills the containers: a probe kill racing the deletion would only be noise.
+    pub(crate) async fn stop_watchers(&mut self) {
+        while self.daemons.len() > 1 {
+            if let Some(mut d) = self.daemons.pop()
+                && let Err(e) = d.terminate().await
+            {
+                eprintln!("stopping a daemon: {e}");
+            }
+        }
+    }
+
+    /// SIGTERMs the daemons still running (housekeeper first, shim last) and waits for them; the number of
     /// warnings and errors they logged, and apart from those the warnings the demo causes on
     /// purpose. The node is removed when the stack is dropped.
     pub(crate) async fn stop(mut self) -> (u64, u64) {
