@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 use sha2::{Digest, Sha256};
 
 /// Sysfs mount of the cgroup hierarchies (v1 controllers and, in hybrid mode, `unified`).
-const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+pub(crate) const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// libcni's result cache (not configurable through containerd's CRI config).
 const CNI_CACHE_DIR: &str = "/var/lib/cni/results";
@@ -312,7 +312,11 @@ fn shim_flag<'a>(cmdline: &'a str, name: &str) -> Option<&'a str> {
 /// Every cgroup hierarchy root: each v1 controller mount and the v2 mount (`unified`, or the
 /// root itself on a pure v2 host).
 pub(crate) fn hierarchies() -> Vec<PathBuf> {
-    let root = Path::new(CGROUP_ROOT);
+    hierarchies_under(Path::new(CGROUP_ROOT))
+}
+
+/// Every cgroup hierarchy root under `root` (normally `/sys/fs/cgroup`).
+pub(crate) fn hierarchies_under(root: &Path) -> Vec<PathBuf> {
     if root.join("cgroup.controllers").exists() {
         return vec![root.to_path_buf()];
     }

@@ -15,8 +15,19 @@ use crate::HarnessError;
 /// How long [`Daemon::terminate`] waits for an exit after SIGTERM before it SIGKILLs.
 const TERM_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Where a [`Daemon`]'s stdout and stderr lines go.
+#[derive(Debug, Clone)]
+pub enum DaemonOutput {
+    /// To the test's output (stderr), prefixed with the daemon's name.
+    Forward,
+    /// Into a bounded channel, as `(daemon name, line)`; lines that find it full are dropped
+    /// (a reader that stalls never blocks the daemon, whose pipe keeps draining).
+    Lines(tokio::sync::mpsc::Sender<(String, String)>),
+}
+
 /// A podward daemon ([`crate::bin_path`]) as a child process. Its stdout and stderr are copied
-/// line by line to the test's output, prefixed with its name. Dropping it SIGKILLs it.
+/// line by line to the test's output, prefixed with its name (or wherever [`DaemonOutput`]
+/// says). Dropping it SIGKILLs it.
 #[derive(Debug)]
 pub struct Daemon {
     name: String,
@@ -27,6 +38,18 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `name` (a podward binary) with `args`.
     pub async fn spawn(name: &str, args: &[&str]) -> Result<Daemon, HarnessError> {
+        Self::spawn_with_output(name, args, DaemonOutput::Forward).await
+    }
+
+    /// Starts `name` (a podward binary) with `args`, its output going to `output`. With
+    /// [`DaemonOutput::Lines`] the daemon runs in a process group of its own, so a terminal's
+    /// Ctrl-C reaches only the caller (the demo), which then stops its daemons in order instead
+    /// of all of them dying at once under its cleanup.
+    pub async fn spawn_with_output(
+        name: &str,
+        args: &[&str],
+        output: DaemonOutput,
+    ) -> Result<Daemon, HarnessError> {
         crate::init_test_logging();
         let path = tokio::task::spawn_blocking({
             let name = name.to_owned();
@@ -34,7 +57,11 @@ impl Daemon {
         })
         .await
         .map_err(|e| HarnessError::Invalid(format!("bin_path task: {e}")))?;
-        let mut child = Command::new(&path)
+        let mut command = Command::new(&path);
+        if matches!(output, DaemonOutput::Lines(_)) {
+            command.process_group(0);
+        }
+        let mut child = command
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -46,10 +73,10 @@ impl Daemon {
             .id()
             .ok_or_else(|| HarnessError::Invalid(format!("{name} has no pid")))?;
         if let Some(out) = child.stdout.take() {
-            forward(name.to_owned(), out);
+            forward(name.to_owned(), out, output.clone());
         }
         if let Some(err) = child.stderr.take() {
-            forward(name.to_owned(), err);
+            forward(name.to_owned(), err, output);
         }
         Ok(Daemon {
             name: name.to_owned(),
@@ -166,9 +193,22 @@ impl Daemon {
 /// Longest line copied to the test output; the rest of a longer line is dropped.
 const MAX_LINE: usize = 8 * 1024;
 
-/// Copies a child's output to the test output line by line, holding at most [`MAX_LINE`]
-/// bytes of a line in memory whatever the child writes.
-fn forward(name: String, stream: impl tokio::io::AsyncRead + Unpin + Send + 'static) {
+/// Copies a child's output to `output` line by line, holding at most [`MAX_LINE`] bytes of a
+/// line in memory whatever the child writes.
+fn forward(
+    name: String,
+    stream: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    output: DaemonOutput,
+) {
+    let emit = move |line: &[u8]| {
+        let line = String::from_utf8_lossy(line);
+        match &output {
+            DaemonOutput::Forward => eprintln!("[{name}] {line}"),
+            DaemonOutput::Lines(tx) => {
+                let _ = tx.try_send((name.clone(), line.into_owned()));
+            }
+        }
+    };
     tokio::spawn(async move {
         let mut reader = BufReader::new(stream);
         let mut line: Vec<u8> = Vec::with_capacity(256);
@@ -185,12 +225,12 @@ fn forward(name: String, stream: impl tokio::io::AsyncRead + Unpin + Send + 'sta
             line.extend_from_slice(&part[..part.len().min(room)]);
             reader.consume(consumed);
             if end {
-                eprintln!("[{name}] {}", String::from_utf8_lossy(&line));
+                emit(&line);
                 line.clear();
             }
         }
         if !line.is_empty() {
-            eprintln!("[{name}] {}", String::from_utf8_lossy(&line));
+            emit(&line);
         }
     });
 }

@@ -2,6 +2,7 @@
 
 mod cri_config;
 mod pod;
+mod pod_cgroup;
 mod spec;
 mod state;
 mod sync;
@@ -20,6 +21,7 @@ use tonic::transport::Channel;
 use crate::{HarnessError, TestNode};
 
 pub use pod::Pod;
+pub use pod_cgroup::{QosClass, kubelet_cgroup_parent};
 pub use spec::{ContainerPort, ContainerSpec, PodSpec, RestartPolicy, SecurityContext};
 
 /// How long [`Driver::connect`] waits for the endpoint to answer `Version`.

@@ -49,9 +49,10 @@ mod node;
 pub use binaries::bin_path;
 pub use cleanup::{Footprint, proc_cmdline};
 pub use clients::{cri_proto, go_client};
-pub use daemon::Daemon;
+pub use daemon::{Daemon, DaemonOutput};
 pub use driver::{
-    ContainerPort, ContainerSpec, Driver, Pod, PodSpec, RestartPolicy, SecurityContext,
+    ContainerPort, ContainerSpec, Driver, Pod, PodSpec, QosClass, RestartPolicy, SecurityContext,
+    kubelet_cgroup_parent,
 };
 pub use error::HarnessError;
 pub use images::{ImageSet, image_cache_dir};

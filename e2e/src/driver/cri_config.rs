@@ -18,16 +18,22 @@ use crate::{HarnessError, TestNode};
 
 impl PodSpec {
     /// The `RunPodSandbox` config kubelet would send for this pod on `node` (its cgroup parent
-    /// unless the spec overrides it), with the log directory created. [`crate::Driver::run_pod`]
+    /// unless the spec overrides it or asks for kubelet's pod cgroup, which is then created in
+    /// every hierarchy), with the log directory created. [`crate::Driver::run_pod`]
     /// uses it; tests that drive CRI calls by hand use it too, so every sandbox in the suite is
     /// kubelet-shaped in one place.
     pub fn sandbox_config(&self, node: &TestNode) -> Result<PodSandboxConfig, HarnessError> {
         let log_dir = log_directory(node.dir(), self);
         std::fs::create_dir_all(&log_dir).map_err(HarnessError::io("create", &log_dir))?;
-        let cgroup_parent = self
-            .cgroup_parent
-            .clone()
-            .unwrap_or_else(|| node.cgroup_parent().to_owned());
+        let cgroup_parent = match &self.cgroup_parent {
+            Some(p) => p.clone(),
+            None if self.kubelet_cgroups => {
+                let p = super::pod_cgroup::kubelet_cgroup_parent(node.cgroup_parent(), self);
+                super::pod_cgroup::ensure(Path::new(crate::cleanup::CGROUP_ROOT), &p)?;
+                p
+            }
+            None => node.cgroup_parent().to_owned(),
+        };
         Ok(sandbox_config(node.dir(), &cgroup_parent, self))
     }
 }

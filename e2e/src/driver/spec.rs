@@ -181,6 +181,9 @@ pub struct PodSpec {
     pub restart_backoff: Duration,
     /// cgroup parent of the sandbox; `None` uses the node's [`crate::TestNode::cgroup_parent`].
     pub cgroup_parent: Option<String>,
+    /// Run in a pod cgroup placed as kubelet places it ([`PodSpec::kubelet_cgroups`]); ignored
+    /// when `cgroup_parent` is set.
+    pub kubelet_cgroups: bool,
 }
 
 impl PodSpec {
@@ -198,6 +201,7 @@ impl PodSpec {
             containers: Vec::new(),
             restart_backoff: Duration::ZERO,
             cgroup_parent: None,
+            kubelet_cgroups: false,
         }
     }
 
