@@ -47,7 +47,7 @@ fn check_common(stdout: &str, stderr: &str) {
     };
     // The exec mode the defaults chose, said in so many words.
     need(
-        &["flaky: exec probes run", "default --exec-mode=auto chose"],
+        &["flaky: exec probes run", "default --exec-mode chose"],
         "exec mode",
     );
     // A liveness kill by the prober, its preStop hook first, and the restart.

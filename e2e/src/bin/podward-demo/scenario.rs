@@ -92,6 +92,9 @@ pub(crate) async fn leave_orphan(stack: &Stack) -> Result<Orphan> {
     })
 }
 
+/// The demo pod's containers whose probes are all exec probes.
+pub(crate) const EXEC_PROBED: &[&str] = &["flaky"];
+
 /// Runs `default/demo` (see the crate docs) and registers it in the API server, bound to the
 /// demo's node with the readiness gate and `flaky`'s preStop hook.
 pub(crate) async fn run_demo_pod(stack: &Stack) -> Result<DemoPod> {

@@ -17,7 +17,7 @@ use podward_api::prober::v1::{ContainerStatus, ProbeResult, ProbeType, StatusReq
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
-use crate::scenario::{DemoPod, GATE, Orphan, cgroup_of};
+use crate::scenario::{DemoPod, EXEC_PROBED, GATE, Orphan, cgroup_of};
 use crate::stack::{NODE_NAME, Stack};
 use crate::term::{Style, printable};
 
@@ -145,17 +145,27 @@ impl<'a> Observer<'a> {
     }
 
     fn container_changes(&mut self, c: &ContainerStatus, out: &mut Vec<String>) {
-        if !c.exec_runner.is_empty() && self.runners.insert(c.name.clone()) {
+        // The CRI runner reports no choice of its own: a container whose exec probes have run
+        // without one ran them through CRI `ExecSync` (the shim, then containerd).
+        let runner = match c.exec_runner.as_str() {
+            "" if EXEC_PROBED.contains(&c.name.as_str())
+                && c.probes.iter().any(|p| p.probes_run > 0) =>
+            {
+                "cri"
+            }
+            r => r,
+        };
+        if !runner.is_empty() && self.runners.insert(c.name.clone()) {
             let why = if c.exec_runner_reason.is_empty() {
                 String::new()
             } else {
                 format!(" ({})", printable(&c.exec_runner_reason, TEXT))
             };
             out.push(format!(
-                "{}  {}: exec probes run {}{why}: what the prober's default --exec-mode=auto chose",
+                "{}  {}: exec probes run {}{why}: what the prober's default --exec-mode chose",
                 self.stamp(),
                 c.name,
-                self.style.bold(&c.exec_runner),
+                self.style.bold(runner),
             ));
         }
         let Some(kill) = &c.last_kill else { return };
