@@ -379,8 +379,8 @@ impl Drop for ProbeStream {
 }
 
 impl Connected {
-    /// Closes the connection through the closer thread (see `closer`): the lingering close must
-    /// not block a runtime thread.
+    /// Closes the connection without waiting for the linger (see `closer`): a close must never
+    /// block a runtime thread.
     pub(crate) fn close(self) {
         match self {
             Connected::Ready(s) => closer::close(s),

@@ -11,7 +11,7 @@ use http::header::{HeaderValue, LOCATION};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::time::Instant;
@@ -23,6 +23,7 @@ use crate::handler::dialer::{self, DialError, Options, ProbeStream};
 use crate::handler::go_text::go_errno;
 use crate::handler::host_policy::Guard;
 use crate::handler::output::MAX_OUTPUT_BYTES;
+use crate::handler::scoped;
 use crate::spec::HttpScheme;
 
 /// Why a GET got no response. `Display` is Go's text after `Get "<url>": `.
@@ -180,14 +181,21 @@ async fn send_h2<IO>(
 where
     IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+    // hyper runs the HTTP/2 connection (and the socket) as a task: in the probe's own scope, so
+    // it ends with the probe.
+    let (exec, scope) = scoped::scope();
+    scope
+        .run(async move {
+            let (mut sender, conn) = hyper::client::conn::http2::handshake(exec, io)
+                .await
+                .map_err(GetError::Http)?;
+            drive(conn, async move {
+                let resp = sender.send_request(req).await.map_err(GetError::Http)?;
+                read(resp, head).await
+            })
+            .await
+        })
         .await
-        .map_err(GetError::Http)?;
-    drive(conn, async move {
-        let resp = sender.send_request(req).await.map_err(GetError::Http)?;
-        read(resp, head).await
-    })
-    .await
 }
 
 /// Polls the connection and the exchange together; once the connection is done (the server
