@@ -17,6 +17,7 @@ use rustls::pki_types::ServerName;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
+use super::head::{self, HeadReader, HeadTooLarge};
 use super::request::{ProbeHeaders, RequestError};
 use super::url::ProbeUrl;
 use crate::handler::dialer::{self, DialError, Options, ProbeStream};
@@ -97,7 +98,7 @@ pub(crate) async fn get(
         match url.scheme {
             HttpScheme::Http => {
                 let req = headers.request(url, host, referer, false)?;
-                send(TokioIo::new(stream), false, req, &mut head).await
+                send(TokioIo::new(HeadReader::new(stream)), false, req, &mut head).await
             }
             // Boxed: the TLS and HTTP/2 states would otherwise make every probe's future (boxed
             // per probe by the worker) several KiB larger.
@@ -146,7 +147,11 @@ async fn send_tls(
         .map_err(GetError::Tls)?;
     let h2 = conn.get_ref().1.alpn_protocol() == Some(b"h2");
     let req = headers.request(url, host, referer, h2)?;
-    send(TokioIo::new(conn), h2, req, head).await
+    if h2 {
+        send(TokioIo::new(conn), true, req, head).await
+    } else {
+        send(TokioIo::new(HeadReader::new(conn)), false, req, head).await
+    }
 }
 
 async fn send<IO>(
@@ -161,8 +166,11 @@ where
     if h2 {
         return Box::pin(send_h2(io, req, head)).await;
     }
+    // The heads reach hyper through `HeadReader` (Go's limits; only the fields used), so its
+    // buffer only has to hold what is kept of them: at most Go's limit.
     let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
         .title_case_headers(true)
+        .max_buf_size(head::MAX_HEAD_BYTES + 8192)
         .handshake(io)
         .await
         .map_err(GetError::Http)?;
@@ -271,6 +279,9 @@ fn hyper_text(e: &hyper::Error) -> String {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if let Some(io) = s.downcast_ref::<io::Error>() {
+            if let Some(limit) = io.get_ref().and_then(|e| e.downcast_ref::<HeadTooLarge>()) {
+                return limit.to_string();
+            }
             return format!("read: {}", go_errno(io));
         }
         source = s.source();
