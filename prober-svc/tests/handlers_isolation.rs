@@ -140,7 +140,7 @@ async fn canary(prober: Arc<Prober>, port: u16, period: Duration, until: Instant
         seen.lateness_ms
             .push(started.saturating_duration_since(due).as_millis() as u64);
         let v = prober
-            .probe(ProbeType::Liveness, &spec, &target(&[], &[]))
+            .probe_for_pod("canary", ProbeType::Liveness, &spec, &target(&[], &[]))
             .await;
         seen.duration_ms.push(started.elapsed().as_millis() as u64);
         seen.probes += 1;
@@ -156,6 +156,7 @@ async fn canary(prober: Arc<Prober>, port: u16, period: Duration, until: Instant
 /// Probes `handler` back to back (after `pause`) until `until`; counts the verdicts by kind.
 async fn hostile(
     prober: Arc<Prober>,
+    pod: String,
     handler: Handler,
     pause: Duration,
     until: Instant,
@@ -164,7 +165,7 @@ async fn hostile(
     let spec = spec(handler, 1);
     while Instant::now() < until {
         let _ = prober
-            .probe(ProbeType::Liveness, &spec, &target(&[], &[]))
+            .probe_for_pod(&pod, ProbeType::Liveness, &spec, &target(&[], &[]))
             .await;
         done.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(pause).await;
@@ -207,7 +208,7 @@ async fn never_reading_targets_do_not_delay_or_fail_a_healthy_targets_probes() {
     let until = Instant::now() + Duration::from_secs(8);
     let done: Arc<AtomicUsize> = Arc::default();
     let mut tasks = Vec::new();
-    for t in &grpc_targets {
+    for (i, t) in grpc_targets.iter().enumerate() {
         for _ in 0..2 {
             let handler = Handler::Grpc {
                 port: t.port(),
@@ -215,6 +216,7 @@ async fn never_reading_targets_do_not_delay_or_fail_a_healthy_targets_probes() {
             };
             tasks.push(tokio::spawn(hostile(
                 prober.clone(),
+                format!("grpc-{i}"),
                 handler,
                 Duration::ZERO,
                 until,
@@ -223,11 +225,12 @@ async fn never_reading_targets_do_not_delay_or_fail_a_healthy_targets_probes() {
         }
     }
     let (name, value) = big_header();
-    for t in &http_targets {
+    for (i, t) in http_targets.iter().enumerate() {
         for _ in 0..5 {
             let handler = get(t.port(), "/", &[(name.as_str(), value.as_str())]);
             tasks.push(tokio::spawn(hostile(
                 prober.clone(),
+                format!("http-{i}"),
                 handler,
                 Duration::from_millis(20),
                 until,
@@ -251,8 +254,14 @@ async fn never_reading_targets_do_not_delay_or_fail_a_healthy_targets_probes() {
     }
     let hostile_probes = done.load(Ordering::SeqCst);
     let figures: HashMap<&str, u64> = [
-        ("alone lateness p99 ms", percentile(&alone.lateness_ms, 0.99)),
-        ("alone duration p99 ms", percentile(&alone.duration_ms, 0.99)),
+        (
+            "alone lateness p99 ms",
+            percentile(&alone.lateness_ms, 0.99),
+        ),
+        (
+            "alone duration p99 ms",
+            percentile(&alone.duration_ms, 0.99),
+        ),
         ("lateness p50 ms", percentile(&seen.lateness_ms, 0.5)),
         ("lateness p99 ms", percentile(&seen.lateness_ms, 0.99)),
         ("lateness max ms", percentile(&seen.lateness_ms, 1.0)),
@@ -301,4 +310,75 @@ async fn never_reading_targets_do_not_delay_or_fail_a_healthy_targets_probes() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_at_its_bound_waits_then_fails_its_own_probe_and_other_pods_do_not_notice() {
+    let held = prometheus::IntGauge::new("held", "test").expect("gauge");
+    let prober = Arc::new(prober().with_pod_sockets(2, held.clone()));
+    // Accepts and never answers: each probe holds its socket until its timeout.
+    let silent = NeverReads::start(None);
+    let healthy = healthy_target();
+    let hold = |prober: Arc<Prober>| {
+        let port = silent.port();
+        tokio::spawn(async move {
+            prober
+                .probe_for_pod(
+                    "greedy",
+                    ProbeType::Liveness,
+                    &spec(get(port, "/", &[]), 3),
+                    &target(&[], &[]),
+                )
+                .await
+        })
+    };
+    let first = hold(prober.clone());
+    let second = hold(prober.clone());
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while held.get() < 2 {
+        assert!(Instant::now() < deadline, "two probes in flight");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The greedy pod's third probe waits for its own, then fails with the reason.
+    let third = {
+        let (prober, port) = (prober.clone(), silent.port());
+        tokio::spawn(async move {
+            prober
+                .probe_for_pod(
+                    "greedy",
+                    ProbeType::Liveness,
+                    &spec(get(port, "/", &[]), 1),
+                    &target(&[], &[]),
+                )
+                .await
+        })
+    };
+    // Meanwhile another pod probes at once.
+    let started = Instant::now();
+    let other = prober
+        .probe_for_pod(
+            "other",
+            ProbeType::Liveness,
+            &spec(get(healthy, "/", &[]), 1),
+            &target(&[], &[]),
+        )
+        .await;
+    assert!(is_success(&other), "{other:?}");
+    assert!(started.elapsed() < Duration::from_millis(500));
+    match third.await.expect("join") {
+        ProbeVerdict::Result {
+            result: ProbeResult::Failure,
+            output,
+            ..
+        } => assert!(
+            output
+                .starts_with("probe not started: this pod already has 2 network probes in flight"),
+            "{output}"
+        ),
+        v => panic!("{v:?}"),
+    }
+    for p in [first, second] {
+        assert!(!is_success(&p.await.expect("join")));
+    }
+    assert_eq!(held.get(), 0, "every socket given back");
 }

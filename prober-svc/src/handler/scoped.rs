@@ -83,7 +83,10 @@ mod tests {
     #[tokio::test]
     async fn tasks_run_with_the_work_and_are_dropped_with_it() {
         let (exec, scope) = scope();
-        let (ran, dropped) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (ran, dropped) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
         let (r, d) = (ran.clone(), Dropped(dropped.clone()));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let out = scope
@@ -101,6 +104,9 @@ mod tests {
             .await;
         assert_eq!(out, 7);
         assert!(ran.load(Ordering::SeqCst));
-        assert!(dropped.load(Ordering::SeqCst), "the pending task went with the scope");
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "the pending task went with the scope"
+        );
     }
 }

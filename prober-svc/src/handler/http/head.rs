@@ -215,7 +215,9 @@ impl Scan {
 /// An interim response: 1xx other than 101 (Go treats 101 as final, and so does hyper).
 fn is_interim(status_line: &[u8]) -> bool {
     match status_line.get(9..12) {
-        Some([b'1', b, c]) if status_line.starts_with(b"HTTP/") && status_line.get(8) == Some(&b' ') => {
+        Some([b'1', b, c])
+            if status_line.starts_with(b"HTTP/") && status_line.get(8) == Some(&b' ') =>
+        {
             b.is_ascii_digit() && c.is_ascii_digit() && !(*b == b'0' && *c == b'1')
         }
         _ => false,
