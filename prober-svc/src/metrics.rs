@@ -53,7 +53,7 @@ pub struct Metrics {
     pub probe_errors: IntCounterVec,
     /// Sockets held by network probes in flight, all pods (a closed probe socket is never held:
     /// closes do not wait).
-    pub probe_sockets: IntGauge,
+    pub sockets_held: IntGauge,
 }
 
 impl Metrics {
@@ -66,7 +66,7 @@ impl Metrics {
         registry.register(Box::new(m.spec_errors.clone()))?;
         registry.register(Box::new(m.source_connected.clone()))?;
         registry.register(Box::new(m.probe_errors.clone()))?;
-        registry.register(Box::new(m.probe_sockets.clone()))?;
+        registry.register(Box::new(m.sockets_held.clone()))?;
         Ok(m)
     }
 
@@ -119,8 +119,8 @@ impl Metrics {
                 ),
                 &["probe_type"],
             )?,
-            probe_sockets: IntGauge::new(
-                "podward_prober_probe_sockets",
+            sockets_held: IntGauge::new(
+                "podward_prober_sockets_held",
                 "Sockets held by HTTP, TCP and gRPC probes in flight (at most one each; each pod has at most its per-pod limit in flight).",
             )?,
         })

@@ -79,7 +79,7 @@ impl Prober {
     }
 
     /// Bounds each pod to `per_pod` network probes in flight, reporting the sockets held on
-    /// `held` (`podward_prober_probe_sockets`).
+    /// `held` (`podward_prober_sockets_held`).
     pub fn with_pod_sockets(mut self, per_pod: usize, held: IntGauge) -> Self {
         self.pod_sockets = PodSockets::new(per_pod, Some(held));
         self

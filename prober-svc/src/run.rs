@@ -167,7 +167,7 @@ pub async fn run_with(
     .with_host_policy(host_policy)
     .with_pod_sockets(
         crate::handler::pod_sockets::PER_POD,
-        metrics.probe_sockets.clone(),
+        metrics.sockets_held.clone(),
     );
     // preStop exec hooks go through CRI ExecSync, as kubelet runs them (the direct runner is
     // for probes).

@@ -25,7 +25,7 @@ pub const PER_POD: usize = 64;
 pub struct PodSockets {
     limit: usize,
     pods: Mutex<HashMap<Box<str>, Arc<Semaphore>>>,
-    /// Probe sockets held, all pods (`podward_prober_probe_sockets`), when exported.
+    /// Probe sockets held, all pods (`podward_prober_sockets_held`), when exported.
     held: Option<IntGauge>,
 }
 
