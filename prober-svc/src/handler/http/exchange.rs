@@ -27,6 +27,10 @@ use crate::handler::output::MAX_OUTPUT_BYTES;
 use crate::handler::scoped;
 use crate::spec::HttpScheme;
 
+/// Go's HTTP/2 `MaxHeaderListSize` as kubelet's transport has it (its HTTP/1
+/// `MaxResponseHeaderBytes`).
+const H2_MAX_HEADER_LIST: u32 = head::MAX_HEAD_BYTES as u32;
+
 /// Why a GET got no response. `Display` is Go's text after `Get "<url>": `.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum GetError {
@@ -194,7 +198,11 @@ where
     let (exec, scope) = scoped::scope();
     scope
         .run(async move {
-            let (mut sender, conn) = hyper::client::conn::http2::handshake(exec, io)
+            // Go's HTTP/2 client takes header lists up to MaxResponseHeaderBytes (10 MiB), and
+            // says so in its SETTINGS; hyper's default is 16 KiB.
+            let (mut sender, conn) = hyper::client::conn::http2::Builder::new(exec)
+                .max_header_list_size(H2_MAX_HEADER_LIST)
+                .handshake(io)
                 .await
                 .map_err(GetError::Http)?;
             drive(conn, async move {
