@@ -26,6 +26,10 @@ use super::scoped;
 /// How close to the deadline a cancellation counts as the deadline.
 const DEADLINE_SLACK: Duration = Duration::from_millis(50);
 
+/// grpc-go's client limit on a response's header list (`defaultClientMaxHeaderListSize`);
+/// hyper's default is 16 KiB.
+const MAX_HEADER_LIST: u32 = 16 << 20;
+
 /// grpc-go's first reconnect backoff.
 const REDIAL_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -143,8 +147,8 @@ async fn dial(addr: SocketAddr, deadline: Instant) -> Result<ProbeStream, Connec
 ///
 /// hyper's client is used directly rather than through a tonic `Channel`: a channel runs the
 /// connection on tokio's executor, where it outlives the probe (see `scoped`). The request is what
-/// a channel sends: the client's default HTTP/2 settings, the origin `http://<addr>`, the
-/// User-Agent, and tonic's `grpc-timeout` for the time left.
+/// a channel sends: the client's default HTTP/2 settings (but grpc-go's 16 MiB header list), the
+/// origin `http://<addr>`, the User-Agent, and tonic's `grpc-timeout` for the time left.
 async fn check(
     stream: ProbeStream,
     exec: scoped::ScopedExec,
@@ -155,6 +159,7 @@ async fn check(
 ) -> Result<HealthCheckResponse, CallError> {
     let (sender, conn) = hyper::client::conn::http2::Builder::new(exec)
         .timer(TokioTimer::new())
+        .max_header_list_size(MAX_HEADER_LIST)
         .handshake::<_, tonic::body::Body>(TokioIo::new(stream))
         .await
         .map_err(|e| CallError::Connect(ConnectError::Handshake(e)))?;
