@@ -8,7 +8,9 @@
 //! (Go's wording of durations, gRPC statuses and OS errors, so messages read as kubelet's).
 //! Network handlers dial through [`dialer`] (which checks every address against the
 //! [`host_policy`] guard of a probe that names a host); named ports resolve through [`port`]; exec commands
-//! are `$(VAR)`-expanded by [`expand`].
+//! are `$(VAR)`-expanded by [`expand`]. hyper's HTTP/2 tasks run in the probe's own future
+//! (`scoped`), so nothing a probe opened outlives it; [`pod_sockets`] bounds how many network
+//! probes (hence sockets) one pod has in flight.
 
 pub mod attempt;
 pub mod dialer;
@@ -19,5 +21,7 @@ pub mod grpc;
 pub mod host_policy;
 pub mod http;
 pub mod output;
+pub mod pod_sockets;
 pub mod port;
+mod scoped;
 pub mod tcp;

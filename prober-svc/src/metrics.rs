@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use podward_api::daemon::admin::MetricsPage;
 use prometheus::{
-    CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts,
-    Registry,
+    CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry,
 };
 
 use crate::spec::ProbeType;
@@ -51,6 +51,9 @@ pub struct Metrics {
     /// Probes that errored on every attempt (discarded, as kubelet discards them before its
     /// `prober_probe_total`), by probe type.
     pub probe_errors: IntCounterVec,
+    /// Sockets held by network probes in flight, all pods (a closed probe socket is never held:
+    /// closes do not wait).
+    pub sockets_held: IntGauge,
 }
 
 impl Metrics {
@@ -63,6 +66,7 @@ impl Metrics {
         registry.register(Box::new(m.spec_errors.clone()))?;
         registry.register(Box::new(m.source_connected.clone()))?;
         registry.register(Box::new(m.probe_errors.clone()))?;
+        registry.register(Box::new(m.sockets_held.clone()))?;
         Ok(m)
     }
 
@@ -114,6 +118,10 @@ impl Metrics {
                     "Probes that errored on all three attempts (no answer: unresolvable port, exec runtime error, URL that cannot be built), by probe type. Discarded like kubelet discards them, so prober_probe_total does not count them.",
                 ),
                 &["probe_type"],
+            )?,
+            sockets_held: IntGauge::new(
+                "podward_prober_sockets_held",
+                "Sockets held by HTTP, TCP and gRPC probes in flight (at most one each; each pod has at most its per-pod limit in flight).",
             )?,
         })
     }

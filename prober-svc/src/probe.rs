@@ -8,12 +8,15 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use prometheus::IntGauge;
+use tokio::time::Instant;
 
 use crate::handler::attempt::{Answer, ProbeTarget};
 use crate::handler::exec::runner::{ExecError, ExecRunner};
 use crate::handler::host_policy::NodePolicy;
 use crate::handler::http::{HttpError, HttpProber};
 use crate::handler::output::capped;
+use crate::handler::pod_sockets::{self, PodSockets};
 use crate::handler::tcp::TcpError;
 use crate::handler::{exec, grpc, tcp};
 use crate::model::ContainerInfo;
@@ -59,6 +62,7 @@ pub struct Prober {
     http: HttpProber,
     user_agent: String,
     host_policy: NodePolicy,
+    pod_sockets: Arc<PodSockets>,
 }
 
 impl Prober {
@@ -70,7 +74,15 @@ impl Prober {
             http: HttpProber::new(&user_agent),
             user_agent,
             host_policy: NodePolicy::ALLOW,
+            pod_sockets: PodSockets::new(pod_sockets::PER_POD, None),
         }
+    }
+
+    /// Bounds each pod to `per_pod` network probes in flight, reporting the sockets held on
+    /// `held` (`podward_prober_sockets_held`).
+    pub fn with_pod_sockets(mut self, per_pod: usize, held: IntGauge) -> Self {
+        self.pod_sockets = PodSockets::new(per_pod, Some(held));
+        self
     }
 
     /// Sets `--probe-host-policy` on this node.
@@ -86,9 +98,31 @@ impl Prober {
         spec: &ProbeSpec,
         target: &ProbeTarget<'_>,
     ) -> ProbeVerdict {
+        self.probe_for(None, ty, spec, target).await
+    }
+
+    /// [`Prober::probe`] for a container of the pod `pod_uid`, within the pod's bound on
+    /// network probes in flight.
+    pub async fn probe_for_pod(
+        &self,
+        pod_uid: &str,
+        ty: ProbeType,
+        spec: &ProbeSpec,
+        target: &ProbeTarget<'_>,
+    ) -> ProbeVerdict {
+        self.probe_for(Some(pod_uid), ty, spec, target).await
+    }
+
+    async fn probe_for(
+        &self,
+        pod: Option<&str>,
+        ty: ProbeType,
+        spec: &ProbeSpec,
+        target: &ProbeTarget<'_>,
+    ) -> ProbeVerdict {
         let mut message = String::new();
         for attempt in 1..=MAX_PROBE_RETRIES {
-            match self.attempt(spec, target).await {
+            match self.attempt(pod, spec, target).await {
                 Ok(answer) => return verdict(answer),
                 Err(e) => {
                     tracing::debug!(probe = %ty, attempt, error = %e, "probe errored");
@@ -102,10 +136,23 @@ impl Prober {
 
     async fn attempt(
         &self,
+        pod: Option<&str>,
         spec: &ProbeSpec,
         target: &ProbeTarget<'_>,
     ) -> Result<Answer, AttemptError> {
         let guard = self.host_policy.guard(target.host_ip);
+        // A network probe takes its place in its pod's count for as long as it holds a socket;
+        // a pod at its bound waits for its own probes (up to this probe's timeout), no other.
+        let _in_flight = match (&spec.handler, pod) {
+            (Handler::Exec { .. }, _) | (_, None) => None,
+            (_, Some(pod)) => {
+                let deadline = Instant::now() + spec.timeout;
+                match self.pod_sockets.acquire(pod, deadline).await {
+                    Ok(held) => Some(held),
+                    Err(e) => return Ok(Answer::Failure(e.to_string())),
+                }
+            }
+        };
         Ok(match &spec.handler {
             // Exec and gRPC are boxed: their states (a CRI call, a tonic channel) are far larger
             // than an HTTP or TCP probe's, and the worker boxes every probe's future, so inline they
@@ -147,6 +194,25 @@ impl ProbeRunner for Prober {
                 env: &container.env,
             };
             self.probe(ty, spec, &target).await
+        })
+    }
+
+    fn run_for_pod<'a>(
+        &'a self,
+        pod_uid: &'a str,
+        ty: ProbeType,
+        spec: &'a ProbeSpec,
+        host_ip: std::net::IpAddr,
+        container: &'a ContainerInfo,
+    ) -> BoxFuture<'a, ProbeVerdict> {
+        Box::pin(async move {
+            let target = ProbeTarget {
+                host_ip,
+                container_id: &container.id,
+                ports: &container.ports,
+                env: &container.env,
+            };
+            self.probe_for_pod(pod_uid, ty, spec, &target).await
         })
     }
 

@@ -164,7 +164,11 @@ pub async fn run_with(
             config.exec_standby,
         )),
     )
-    .with_host_policy(host_policy);
+    .with_host_policy(host_policy)
+    .with_pod_sockets(
+        crate::handler::pod_sockets::PER_POD,
+        metrics.sockets_held.clone(),
+    );
     // preStop exec hooks go through CRI ExecSync, as kubelet runs them (the direct runner is
     // for probes).
     let hooks = Arc::new(

@@ -21,6 +21,20 @@ pub trait ProbeRunner: Send + Sync + 'static {
         container: &'a ContainerInfo,
     ) -> BoxFuture<'a, ProbeVerdict>;
 
+    /// [`ProbeRunner::run`] for a container of the pod `pod_uid`: the real runner bounds what one
+    /// pod's probes hold at once; the default ignores the pod.
+    fn run_for_pod<'a>(
+        &'a self,
+        pod_uid: &'a str,
+        ty: ProbeType,
+        spec: &'a ProbeSpec,
+        host_ip: IpAddr,
+        container: &'a ContainerInfo,
+    ) -> BoxFuture<'a, ProbeVerdict> {
+        let _ = pod_uid;
+        self.run(ty, spec, host_ip, container)
+    }
+
     /// How `container_id`'s exec probes run (direct or CRI, and why), once decided.
     fn exec_choice(&self, _container_id: &str) -> Option<crate::handler::exec::runner::ExecChoice> {
         None

@@ -345,7 +345,11 @@ impl Worker {
             return true;
         };
         let began = Instant::now();
-        let verdict = self.ctx.runner.run(self.key.ty, &self.spec, ip, &c).await;
+        let verdict = self
+            .ctx
+            .runner
+            .run_for_pod(&pod.uid, self.key.ty, &self.spec, ip, &c)
+            .await;
         let (result, output) = match verdict {
             ProbeVerdict::Errored { message } => {
                 self.errored(&pod, &c, message.clone());

@@ -39,6 +39,8 @@ struct Scripted {
     statuses: HashMap<String, ServingStatus>,
     delay: Duration,
     agents: Arc<Mutex<Vec<String>>>,
+    /// Bytes of an `x-pad` metadata entry on every answer (none if 0).
+    pad: usize,
 }
 
 #[tonic::async_trait]
@@ -60,9 +62,17 @@ impl Health for Scripted {
             .get(&req.get_ref().service)
             .copied()
             .ok_or_else(|| Status::not_found("unknown service"))?;
-        Ok(Response::new(HealthCheckResponse {
+        let mut resp = Response::new(HealthCheckResponse {
             status: status.into(),
-        }))
+        });
+        if self.pad > 0 {
+            let v = "a"
+                .repeat(self.pad)
+                .parse()
+                .map_err(|_| Status::internal("pad"))?;
+            resp.metadata_mut().insert("x-pad", v);
+        }
+        Ok(resp)
     }
 
     type WatchStream = futures::stream::BoxStream<'static, Result<HealthCheckResponse, Status>>;
@@ -212,4 +222,25 @@ async fn g1_refused_port_is_a_connect_timeout_like_grpc_go() {
         took >= Duration::from_millis(950) && took < Duration::from_millis(2500),
         "{took:?}"
     );
+}
+
+#[tokio::test]
+async fn g1_large_response_metadata_is_read_as_grpc_go_reads_it() {
+    // grpc-go's client takes header lists up to 16 MiB; hyper's default is 16 KiB.
+    let scripted = Scripted {
+        statuses: [(String::new(), ServingStatus::Serving)].into(),
+        pad: 100_000,
+        ..Default::default()
+    };
+    let (addr, task) =
+        serve(tonic::transport::Server::builder().add_service(HealthServer::new(scripted))).await;
+    assert_eq!(
+        probe(addr.port(), None, 2).await,
+        ProbeVerdict::Result {
+            result: ProbeResult::Success,
+            output: "service healthy".into(),
+            warning: false
+        }
+    );
+    task.abort();
 }

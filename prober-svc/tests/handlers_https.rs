@@ -22,6 +22,11 @@ type Seen = Arc<Mutex<Vec<(http::Version, Option<String>, Option<String>)>>>;
 
 /// A TLS server with a fresh self-signed certificate offering `alpn`; records (version, UA, host).
 async fn tls_server(alpn: &[&[u8]]) -> (u16, Seen, tokio::task::JoinHandle<()>) {
+    tls_server_padded(alpn, 0).await
+}
+
+/// [`tls_server`] whose answers carry an `x-pad` header of `pad` bytes (none if 0).
+async fn tls_server_padded(alpn: &[&[u8]], pad: usize) -> (u16, Seen, tokio::task::JoinHandle<()>) {
     let cert = rcgen::generate_simple_self_signed(vec!["probe.test".to_owned()]).expect("cert");
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der()));
     let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
@@ -57,10 +62,15 @@ async fn tls_server(alpn: &[&[u8]]) -> (u16, Seen, tokio::task::JoinHandle<()>) 
                             header("host").or_else(|| req.uri().authority().map(|a| a.to_string()));
                         seen.lock()
                             .push((req.version(), header("user-agent"), host));
-                        async {
-                            Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from_static(
-                                b"tls ok",
-                            ))))
+                        async move {
+                            let mut resp =
+                                http::Response::new(Full::new(Bytes::from_static(b"tls ok")));
+                            if pad > 0 {
+                                let v = http::HeaderValue::from_str(&"a".repeat(pad))
+                                    .expect("header value");
+                                resp.headers_mut().insert("x-pad", v);
+                            }
+                            Ok::<_, Infallible>(resp)
                         }
                     });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -158,4 +168,28 @@ async fn https_to_a_plain_http_server_fails() {
         }
         other => panic!("expected failure, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn h2_response_headers_are_limited_as_gos_not_at_hypers_16_kib() {
+    // Go's HTTP/2 client takes header lists up to its 10 MiB MaxResponseHeaderBytes; hyper's
+    // default is 16 KiB.
+    let (port, seen, task) = tls_server_padded(&[b"h2"], 100_000).await;
+    let v = prober()
+        .probe(
+            ProbeType::Liveness,
+            &spec(https(port), 2),
+            &target(&[], &[]),
+        )
+        .await;
+    assert_eq!(
+        v,
+        ProbeVerdict::Result {
+            result: ProbeResult::Success,
+            output: "tls ok".into(),
+            warning: false
+        }
+    );
+    assert_eq!(seen.lock()[0].0, http::Version::HTTP_2);
+    task.abort();
 }

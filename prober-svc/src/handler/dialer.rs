@@ -124,14 +124,15 @@ fn push_decimal(s: &mut String, n: u32) {
 }
 
 /// Connects to `host:port` before `deadline`; an IP literal is dialled without any lookup, a name
-/// is resolved and its addresses are tried in order.
+/// is resolved and its addresses are tried in order. The socket lingers as kubelet's: close it
+/// with [`closer::close`], or dropping it may wait for the peer.
 pub async fn dial(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, DialError> {
     connect(host, port, deadline, Options::PROBE)
         .await?
         .into_tokio(port_addr(host, port))
 }
 
-/// Connects to one address before `deadline`.
+/// Connects to one address before `deadline` (close it with [`closer::close`], as [`dial`]'s).
 pub async fn dial_addr(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, DialError> {
     connect_addr(addr, deadline, Options::PROBE)
         .await?
@@ -379,8 +380,8 @@ impl Drop for ProbeStream {
 }
 
 impl Connected {
-    /// Closes the connection through the closer thread (see `closer`): the lingering close must
-    /// not block a runtime thread.
+    /// Closes the connection without waiting for the linger (see `closer`): a close must never
+    /// block a runtime thread.
     pub(crate) fn close(self) {
         match self {
             Connected::Ready(s) => closer::close(s),

@@ -6,24 +6,29 @@
 //! kubelet. Only `SERVING` is a Success; every error is a Failure with kubelet's text, so this
 //! handler never errors.
 
-use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+use http::HeaderValue;
+use http::header::USER_AGENT;
+use http::uri::{Authority, Scheme, Uri};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
-use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 use super::attempt::Answer;
-use super::dialer::{self, DialError};
+use super::dialer::{self, DialError, Options, ProbeStream};
 use super::go_text::{go_duration, go_status};
+use super::scoped;
 
 /// How close to the deadline a cancellation counts as the deadline.
 const DEADLINE_SLACK: Duration = Duration::from_millis(50);
+
+/// grpc-go's client limit on a response's header list (`defaultClientMaxHeaderListSize`);
+/// hyper's default is 16 KiB.
+const MAX_HEADER_LIST: u32 = 16 << 20;
 
 /// grpc-go's first reconnect backoff.
 const REDIAL_BACKOFF: Duration = Duration::from_secs(1);
@@ -34,15 +39,20 @@ enum ConnectError {
     /// The probe's deadline passed first (refused connections are retried until then).
     #[error("context deadline exceeded")]
     Deadline,
-    /// The endpoint could not be built from the address and User-Agent.
-    #[error("{0}")]
-    Endpoint(tonic::transport::Error),
     /// The dial failed in a way that is not retried (socket or lookup errors).
     #[error(transparent)]
     Dial(DialError),
     /// The HTTP/2 handshake failed.
     #[error("{0}")]
-    Handshake(tonic::transport::Error),
+    Handshake(hyper::Error),
+}
+
+/// Why the health call gave no response.
+enum CallError {
+    /// The connection never became an HTTP/2 connection.
+    Connect(ConnectError),
+    /// The call ended with a status.
+    Status(tonic::Status),
 }
 
 /// One gRPC probe.
@@ -56,43 +66,41 @@ pub(crate) async fn probe(
     let addr = SocketAddr::new(host, port);
     let shown = addr.to_string();
     let deadline = Instant::now() + timeout;
-    let channel = match connect(addr, user_agent, deadline).await {
-        Ok(ch) => ch,
-        Err(ConnectError::Deadline) => {
-            return Answer::Failure(format!(
-                "timeout: failed to connect service {shown:?} within {}: context deadline exceeded",
-                go_duration(timeout)
-            ));
-        }
-        Err(e) => {
-            return Answer::Failure(format!(
-                "error: failed to connect service at {shown:?}: {e}"
-            ));
-        }
+    let connect_failed = |e: ConnectError| match e {
+        ConnectError::Deadline => Answer::Failure(format!(
+            "timeout: failed to connect service {shown:?} within {}: context deadline exceeded",
+            go_duration(timeout)
+        )),
+        e => Answer::Failure(format!(
+            "error: failed to connect service at {shown:?}: {e}"
+        )),
     };
-    let mut req = tonic::Request::new(HealthCheckRequest {
-        service: service.to_owned(),
-    });
-    req.set_timeout(deadline.saturating_duration_since(Instant::now()));
+    let stream = match dial(addr, deadline).await {
+        Ok(s) => s,
+        Err(e) => return connect_failed(e),
+    };
     let timed_out = || {
         Answer::Failure(format!(
             "timeout: health rpc did not complete within {}",
             go_duration(timeout)
         ))
     };
-    let resp = match tokio::time::timeout_at(deadline, HealthClient::new(channel).check(req)).await
-    {
+    // The connection and hyper's tasks live in this future only: when it ends (answer or
+    // deadline) the socket is closed, whatever the target does.
+    let (exec, scope) = scoped::scope();
+    let call = scope.run(check(stream, exec, addr, service, user_agent, deadline));
+    let resp = match tokio::time::timeout_at(deadline, call).await {
         Err(_) => return timed_out(),
-        Ok(Ok(resp)) => resp.into_inner(),
-        Ok(Err(status)) => {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(CallError::Connect(e))) => return connect_failed(e),
+        Ok(Err(CallError::Status(status))) => {
             return match status.code() {
                 tonic::Code::Unimplemented => Answer::Failure(format!(
                     "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): {}",
                     status.message()
                 )),
                 tonic::Code::DeadlineExceeded => timed_out(),
-                // tonic enforces the grpc-timeout it sent itself and reports "Timeout expired"
-                // as Cancelled; for the caller that is the deadline, as in grpc-go.
+                // A cancellation at the deadline is the deadline, as in grpc-go.
                 tonic::Code::Cancelled if Instant::now() + DEADLINE_SLACK >= deadline => {
                     timed_out()
                 }
@@ -117,17 +125,10 @@ pub(crate) async fn probe(
 }
 
 /// Blocking dial, as grpc-go's `WithBlock`: refused connections are redialled until `deadline`.
-async fn connect(
-    addr: SocketAddr,
-    user_agent: &str,
-    deadline: Instant,
-) -> Result<Channel, ConnectError> {
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-        .and_then(|e| e.user_agent(user_agent))
-        .map_err(ConnectError::Endpoint)?;
-    let stream = loop {
-        match dialer::dial_addr(addr, deadline).await {
-            Ok(s) => break s,
+async fn dial(addr: SocketAddr, deadline: Instant) -> Result<ProbeStream, ConnectError> {
+    loop {
+        match dialer::connect_addr(addr, deadline, Options::PROBE).await {
+            Ok(conn) => return Ok(ProbeStream::new(conn)),
             Err(DialError::Timeout(_)) => return Err(ConnectError::Deadline),
             Err(DialError::Connect { .. }) => {
                 let next = Instant::now() + REDIAL_BACKOFF;
@@ -139,18 +140,78 @@ async fn connect(
             }
             Err(e) => return Err(ConnectError::Dial(e)),
         }
+    }
+}
+
+/// The HTTP/2 handshake and the `Check` call on `stream`, with hyper's tasks on `exec`.
+///
+/// hyper's client is used directly rather than through a tonic `Channel`: a channel runs the
+/// connection on tokio's executor, where it outlives the probe (see `scoped`). The request is what
+/// a channel sends: the client's default HTTP/2 settings (but grpc-go's 16 MiB header list), the
+/// origin `http://<addr>`, the User-Agent, and tonic's `grpc-timeout` for the time left.
+async fn check(
+    stream: ProbeStream,
+    exec: scoped::ScopedExec,
+    addr: SocketAddr,
+    service: &str,
+    user_agent: &str,
+    deadline: Instant,
+) -> Result<HealthCheckResponse, CallError> {
+    let (sender, conn) = hyper::client::conn::http2::Builder::new(exec)
+        .timer(TokioTimer::new())
+        .max_header_list_size(MAX_HEADER_LIST)
+        .handshake::<_, tonic::body::Body>(TokioIo::new(stream))
+        .await
+        .map_err(|e| CallError::Connect(ConnectError::Handshake(e)))?;
+    let origin = Origin {
+        authority: Authority::try_from(addr.to_string()).ok(),
+        user_agent: HeaderValue::from_str(user_agent)
+            .unwrap_or_else(|_| HeaderValue::from_static("kube-probe")),
     };
-    let mut slot = Some(stream);
-    let connector = tower::service_fn(move |_| {
-        let s: Option<TcpStream> = slot.take();
+    let svc = tower::service_fn(move |req: http::Request<tonic::body::Body>| {
+        let mut sender = sender.clone();
+        let req = origin.apply(req);
         async move {
-            s.map(TokioIo::new)
-                .ok_or_else(|| io::Error::other("probe connections are not redialled"))
+            sender.ready().await?;
+            sender.send_request(req).await
         }
     });
-    match tokio::time::timeout_at(deadline, endpoint.connect_with_connector(connector)).await {
-        Err(_) => Err(ConnectError::Deadline),
-        Ok(Err(e)) => Err(ConnectError::Handshake(e)),
-        Ok(Ok(ch)) => Ok(ch),
+    let mut req = tonic::Request::new(HealthCheckRequest {
+        service: service.to_owned(),
+    });
+    req.set_timeout(deadline.saturating_duration_since(Instant::now()));
+    let rpc = async move {
+        HealthClient::new(svc)
+            .check(req)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(CallError::Status)
+    };
+    tokio::pin!(conn);
+    tokio::pin!(rpc);
+    tokio::select! {
+        biased;
+        r = &mut rpc => r,
+        // The connection ended (the target closed it): the call's own error says how.
+        _ = &mut conn => rpc.await,
+    }
+}
+
+/// What a tonic channel adds to every request: the origin and the User-Agent.
+struct Origin {
+    /// `<addr>`; `None` only if the address did not form one (it always does).
+    authority: Option<Authority>,
+    user_agent: HeaderValue,
+}
+
+impl Origin {
+    fn apply<B>(&self, req: http::Request<B>) -> http::Request<B> {
+        let (mut head, body) = req.into_parts();
+        let mut parts = std::mem::take(&mut head.uri).into_parts();
+        parts.scheme = Some(Scheme::HTTP);
+        parts.authority = self.authority.clone();
+        head.uri = Uri::from_parts(parts).unwrap_or_default();
+        head.headers.insert(USER_AGENT, self.user_agent.clone());
+        http::Request::from_parts(head, body)
     }
 }

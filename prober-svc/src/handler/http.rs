@@ -11,8 +11,12 @@
 //!   so is every URL that cannot be built (a `host` Go's URL parser refuses: kubelet's
 //!   `http.NewRequest` error).
 //! - One deadline, `timeoutSeconds`, covers every hop and the body, like Go's `Client.Timeout`.
+//! - Go's head limits, not hyper's (`head`): any number of fields and of interim (1xx)
+//!   responses, as long as all the heads of an exchange stay within 10 MiB
+//!   ([`MAX_HEAD_BYTES`]); past it a Failure with Go's text. The body keeps kubelet's 10 KiB.
 
 mod exchange;
+mod head;
 mod request;
 mod tls;
 mod url;
@@ -33,6 +37,8 @@ use super::dialer::{DialError, ip_string};
 use super::host_policy::Guard;
 use super::port::{PortError, resolve_port};
 use crate::spec::{HttpGetSpec, HttpScheme};
+
+pub use self::head::MAX_HEAD_BYTES;
 
 /// Go's `http.Client` redirect limit, as kubelet's checker enforces it.
 pub const MAX_REDIRECTS: usize = 10;

@@ -11,19 +11,25 @@ use http::header::{HeaderValue, LOCATION};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
+use super::head::{self, HeadReader, HeadTooLarge};
 use super::request::{ProbeHeaders, RequestError};
 use super::url::ProbeUrl;
 use crate::handler::dialer::{self, DialError, Options, ProbeStream};
 use crate::handler::go_text::go_errno;
 use crate::handler::host_policy::Guard;
 use crate::handler::output::MAX_OUTPUT_BYTES;
+use crate::handler::scoped;
 use crate::spec::HttpScheme;
+
+/// Go's HTTP/2 `MaxHeaderListSize` as kubelet's transport has it (its HTTP/1
+/// `MaxResponseHeaderBytes`).
+const H2_MAX_HEADER_LIST: u32 = head::MAX_HEAD_BYTES as u32;
 
 /// Why a GET got no response. `Display` is Go's text after `Get "<url>": `.
 #[derive(Debug, thiserror::Error)]
@@ -96,7 +102,7 @@ pub(crate) async fn get(
         match url.scheme {
             HttpScheme::Http => {
                 let req = headers.request(url, host, referer, false)?;
-                send(TokioIo::new(stream), false, req, &mut head).await
+                send(TokioIo::new(HeadReader::new(stream)), false, req, &mut head).await
             }
             // Boxed: the TLS and HTTP/2 states would otherwise make every probe's future (boxed
             // per probe by the worker) several KiB larger.
@@ -145,7 +151,11 @@ async fn send_tls(
         .map_err(GetError::Tls)?;
     let h2 = conn.get_ref().1.alpn_protocol() == Some(b"h2");
     let req = headers.request(url, host, referer, h2)?;
-    send(TokioIo::new(conn), h2, req, head).await
+    if h2 {
+        send(TokioIo::new(conn), true, req, head).await
+    } else {
+        send(TokioIo::new(HeadReader::new(conn)), false, req, head).await
+    }
 }
 
 async fn send<IO>(
@@ -160,8 +170,11 @@ where
     if h2 {
         return Box::pin(send_h2(io, req, head)).await;
     }
+    // The heads reach hyper through `HeadReader` (Go's limits; only the fields used), so its
+    // buffer only has to hold what is kept of them: at most Go's limit.
     let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
         .title_case_headers(true)
+        .max_buf_size(head::MAX_HEAD_BYTES + 8192)
         .handshake(io)
         .await
         .map_err(GetError::Http)?;
@@ -180,14 +193,25 @@ async fn send_h2<IO>(
 where
     IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+    // hyper runs the HTTP/2 connection (and the socket) as a task: in the probe's own scope, so
+    // it ends with the probe.
+    let (exec, scope) = scoped::scope();
+    scope
+        .run(async move {
+            // Go's HTTP/2 client takes header lists up to MaxResponseHeaderBytes (10 MiB), and
+            // says so in its SETTINGS; hyper's default is 16 KiB.
+            let (mut sender, conn) = hyper::client::conn::http2::Builder::new(exec)
+                .max_header_list_size(H2_MAX_HEADER_LIST)
+                .handshake(io)
+                .await
+                .map_err(GetError::Http)?;
+            drive(conn, async move {
+                let resp = sender.send_request(req).await.map_err(GetError::Http)?;
+                read(resp, head).await
+            })
+            .await
+        })
         .await
-        .map_err(GetError::Http)?;
-    drive(conn, async move {
-        let resp = sender.send_request(req).await.map_err(GetError::Http)?;
-        read(resp, head).await
-    })
-    .await
 }
 
 /// Polls the connection and the exchange together; once the connection is done (the server
@@ -263,6 +287,9 @@ fn hyper_text(e: &hyper::Error) -> String {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if let Some(io) = s.downcast_ref::<io::Error>() {
+            if let Some(limit) = io.get_ref().and_then(|e| e.downcast_ref::<HeadTooLarge>()) {
+                return limit.to_string();
+            }
             return format!("read: {}", go_errno(io));
         }
         source = s.source();
