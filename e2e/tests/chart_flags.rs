@@ -442,7 +442,7 @@ fn check_prober_rbac(objects: &[Value]) {
         [
             want("", "pods", &["get", "list", "watch"]),
             want("", "pods/status", &["patch"]),
-            want("events.k8s.io", "events", &["create", "patch"]),
+            want("", "events", &["create", "patch"]),
         ]
     );
     let k = kinds(objects);

@@ -5,8 +5,8 @@
 //! - a pod with the `podward.io/ready` readiness gate whose HTTP readiness starts failing gets
 //!   exactly one condition write to `False` (with a reason) within period × failureThreshold +
 //!   1 s, and exactly one back to `True` when it recovers;
-//! - a liveness kill is `Unhealthy` × failureThreshold aggregated into one event series, and
-//!   one `Killing`;
+//! - a liveness kill is `Unhealthy` × failureThreshold (one note) aggregated into one core `v1`
+//!   event whose count is 3, and one `Killing`;
 //! - a liveness kill of a container with an exec preStop hook runs the hook before the stop, and
 //!   the stop's grace is what the hook left of the pod's grace;
 //! - the API being down stops neither probing nor kills, and the gate write waits for it;
@@ -150,13 +150,13 @@ fn gate_writes(mock: &MockApiServer, name: &str, status: &str, since: SystemTime
 fn events(mock: &MockApiServer, name: &str, reason: &str) -> Vec<Value> {
     mock.events()
         .into_iter()
-        .filter(|e| e["regarding"]["name"] == name && e["reason"] == reason)
+        .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
         .collect()
 }
 
-/// An event's count: `series.count`, or 1 for a single occurrence.
+/// An event's count (core `v1`, as kubelet's recorder writes it).
 fn count(ev: &Value) -> u64 {
-    ev["series"]["count"].as_u64().unwrap_or(1)
+    ev["count"].as_u64().unwrap_or(0)
 }
 
 /// The gate follows HTTP readiness: one write to False within period × threshold + 1 s of the
@@ -307,21 +307,21 @@ async fn kill_events(env: &Env, mock: &MockApiServer) -> Result<(), String> {
             "the Unhealthy series took {reqs:?}, want one POST and two PATCHes"
         ));
     }
-    let note = unhealthy[0]["note"].as_str().unwrap_or("");
+    let note = unhealthy[0]["message"].as_str().unwrap_or("");
     if !note.starts_with("Liveness probe failed")
-        || killing[0]["note"]
+        || killing[0]["message"]
             .as_str()
             .is_none_or(|n| !n.contains("failed liveness probe"))
     {
         return Err(format!(
             "kubelet's messages: {note:?} / {:?}",
-            killing[0]["note"]
+            killing[0]["message"]
         ));
     }
     eprintln!(
         "events: Unhealthy ×{} ({note}), Killing {:?}",
         count(&unhealthy[0]),
-        killing[0]["note"]
+        killing[0]["message"]
     );
     Ok(())
 }

@@ -6,7 +6,8 @@
 //!   preStop hooks, deletion, phase, the mutable `podward.io/probes` annotation);
 //! - [`gate`]: the `podward.io/ready` readiness-gate condition writer (coalesced, rate-limited,
 //!   retried, zero writes when stable, restart-safe);
-//! - [`events`]: kubelet's events through kube-rs's recorder, aggregated;
+//! - [`events`]: kubelet's events as client-go's recorder writes them, correlated by
+//!   [`correlate`] (series of identical notes, combined similar ones, a per-pod spam filter);
 //! - [`client`] and [`limit`]: the clients (`--kubeconfig` or in-cluster) with kubelet's
 //!   `--kube-api-qps`/`--kube-api-burst` (status, pods) and `--event-qps`/`--event-burst` token
 //!   buckets; [`convert`]: `Pod` → `ApiPod`; [`metrics`].
@@ -16,6 +17,7 @@
 
 pub mod client;
 pub mod convert;
+pub mod correlate;
 pub mod events;
 pub mod gate;
 pub mod limit;
@@ -138,7 +140,8 @@ impl ApiSide {
             );
             let recorder = events::run(
                 events_rx,
-                events::recorder(event_client, &settings.node_name),
+                event_client,
+                events::RecorderConfig::new(&settings.node_name),
                 metrics.clone(),
                 stop.stopped(),
             );
