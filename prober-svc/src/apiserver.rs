@@ -194,8 +194,11 @@ struct Reflected {
 
 impl PodSink for Reflected {
     fn apply(&self, pod: ApiPod) {
-        self.gate.api_pod(&pod);
+        // The manager first: the gate looks at the pod again as soon as it hears of it, and
+        // must then see the readiness this view implies (a removed annotation, a finished pod).
+        let gate_view = pod.clone();
         self.manager.set_api_pod(pod);
+        self.gate.api_pod(&gate_view);
         self.count();
     }
 

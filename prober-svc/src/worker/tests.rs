@@ -4,6 +4,7 @@
 
 mod api;
 mod errored;
+mod gate_rules;
 mod harness;
 mod host_policy;
 mod kill_series;
