@@ -35,6 +35,14 @@ pub fn api_pod(pod: &Pod, gate_type: &str) -> Option<ApiPod> {
         for c in &spec.containers {
             containers.push(container(c, ContainerKind::Regular));
         }
+        for c in spec.ephemeral_containers.iter().flatten() {
+            containers.push(ApiContainer {
+                name: c.name.clone(),
+                kind: ContainerKind::Ephemeral,
+                // The API refuses lifecycle hooks on ephemeral containers.
+                pre_stop: None,
+            });
+        }
     }
     let condition = status
         .and_then(|s| s.conditions.as_ref())

@@ -60,6 +60,9 @@ pub enum ContainerKind {
     Sidecar,
     /// Any other `spec.initContainers[]` entry: never probed by kubelet.
     Init,
+    /// `spec.ephemeralContainers[]` (`kubectl debug`): the API refuses probes on them; never
+    /// probed.
+    Ephemeral,
 }
 
 /// `spec.restartPolicy`.

@@ -7,6 +7,7 @@ mod errored;
 mod gate_rules;
 mod harness;
 mod host_policy;
+mod init_containers;
 mod kill_series;
 mod lifecycle;
 mod spec_names;
