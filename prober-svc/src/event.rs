@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::model::api::ContainerKind;
+use crate::model::api::{ContainerKind, RestartPolicy};
 use crate::model::{ContainerInfo, PodInfo};
 use crate::results::ProbeResult;
 use crate::spec::ProbeType;
@@ -105,7 +105,7 @@ pub struct Kill {
     pub container_id: String,
     /// The probe that failed.
     pub probe: ProbeType,
-    /// kubelet's message ("Container web failed liveness probe, will be restarted").
+    /// kubelet's message ([`killing_message_for`]).
     pub message: String,
     /// The failing probe's output (capped).
     pub output: String,
@@ -150,7 +150,7 @@ impl Event {
 
     /// The kill of container `c` of `pod` (for its `ty` probe) begins.
     pub fn killing(pod: &PodInfo, c: &ContainerInfo, ty: ProbeType, at_ns: i64) -> Self {
-        let message = killing_message(&c.name, ty);
+        let message = killing_message_for(pod, &c.name, ty);
         Self::about(pod, c, ty, at_ns, EventKind::Killing { message })
     }
 
@@ -233,14 +233,41 @@ impl Event {
     }
 }
 
-/// kubelet's message when it stops a container for a failed probe (`computePodActions` in
-/// `kuberuntime_manager.go`: "Container %s failed %s probe, will be restarted").
+/// kubelet's message when it stops a regular container of a pod that restarts it
+/// (`computePodActions` in `kuberuntime_manager.go`: "Container %s failed %s probe, will be
+/// restarted").
 pub fn killing_message(container: &str, ty: ProbeType) -> String {
-    let probe = match ty {
+    format!(
+        "Container {container} failed {} probe, will be restarted",
+        probe_word(ty)
+    )
+}
+
+/// kubelet's message when it stops container `name` of `pod` for a failed `ty` probe: a
+/// sidecar is "Init container X failed liveness probe" (`computeInitContainerActions`); a
+/// regular container's message ends ", will be restarted" unless the pod's `restartPolicy` is
+/// `Never` (`shouldRestartOnFailure`). Without the API's view of the pod: the API's default
+/// policy (`Always`) and a regular container.
+pub fn killing_message_for(pod: &PodInfo, name: &str, ty: ProbeType) -> String {
+    let probe = probe_word(ty);
+    let api = pod.api.as_deref();
+    if api
+        .and_then(|a| a.container(name))
+        .is_some_and(|c| c.kind == ContainerKind::Sidecar)
+    {
+        return format!("Init container {name} failed {probe} probe");
+    }
+    if api.is_some_and(|a| a.restart_policy == RestartPolicy::Never) {
+        return format!("Container {name} failed {probe} probe");
+    }
+    killing_message(name, ty)
+}
+
+fn probe_word(ty: ProbeType) -> &'static str {
+    match ty {
         ProbeType::Startup => "startup",
         _ => "liveness",
-    };
-    format!("Container {container} failed {probe} probe, will be restarted")
+    }
 }
 
 // === Events ===

@@ -137,6 +137,7 @@ async fn a_half_open_connection_is_dropped_and_the_gate_write_completes_on_a_new
         phase: PodPhase::Running,
         deleting: false,
         grace_seconds: Some(30),
+        deletion_grace_seconds: None,
         probes_annotation: None,
         gated: true,
         condition: Some(GateCondition {

@@ -108,6 +108,7 @@ fn seen(name: &str, rv: &str, condition: Option<GateCondition>) -> ApiPod {
         phase: PodPhase::Running,
         deleting: false,
         grace_seconds: Some(30),
+        deletion_grace_seconds: None,
         probes_annotation: None,
         gated: true,
         condition,

@@ -77,6 +77,7 @@ pub fn api_pod(pod: &Pod, gate_type: &str) -> Option<ApiPod> {
         },
         deleting: meta.deletion_timestamp.is_some(),
         grace_seconds: spec.and_then(|s| s.termination_grace_period_seconds),
+        deletion_grace_seconds: meta.deletion_grace_period_seconds,
         probes_annotation: meta
             .annotations
             .as_ref()

@@ -29,6 +29,9 @@ pub struct ApiPod {
     pub deleting: bool,
     /// `spec.terminationGracePeriodSeconds`.
     pub grace_seconds: Option<i64>,
+    /// `metadata.deletionGracePeriodSeconds` (set with the deletion timestamp): the grace of
+    /// every kill of a pod being deleted.
+    pub deletion_grace_seconds: Option<i64>,
     /// The `podward.io/probes` annotation now (annotations are mutable, unlike CRI's copy).
     pub probes_annotation: Option<String>,
     /// `spec.readinessGates` lists the prober's condition type.
@@ -195,6 +198,7 @@ mod tests {
             phase: PodPhase::Running,
             deleting: false,
             grace_seconds: None,
+            deletion_grace_seconds: None,
             probes_annotation: None,
             gated: false,
             condition: None,

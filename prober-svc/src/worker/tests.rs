@@ -9,6 +9,7 @@ mod harness;
 mod host_policy;
 mod init_containers;
 mod kill_series;
+mod kill_texts;
 mod lifecycle;
 mod spec_names;
 mod state_machine;
