@@ -25,6 +25,14 @@ pub const REASON_UNHEALTHY: &str = "Unhealthy";
 /// kubelet's event reason for a probe that succeeded with a warning (`events.ContainerProbeWarning`).
 pub const REASON_PROBE_WARNING: &str = "ProbeWarning";
 
+/// podward's event reason for a probe type declared both in the pod spec and in the annotation
+/// (kubelet runs the spec's; podward defers).
+pub const REASON_PROBE_DECLARED_TWICE: &str = "ProbeDeclaredTwice";
+
+/// podward's event reason for a readiness probe in the annotation of a pod whose
+/// `spec.readinessGates` lacks the prober's condition (no Service would follow it).
+pub const REASON_READINESS_GATE_MISSING: &str = "ReadinessGateMissing";
+
 /// kubelet's event reason for a preStop hook that failed (`events.FailedPreStopHook`).
 pub const REASON_FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
 
@@ -74,6 +82,14 @@ pub enum EventKind {
     },
     /// The container's preStop hook failed (the stop went ahead).
     PreStopFailed,
+    /// The `podward.io/probes` annotation asks for something podward does not do as written
+    /// (a probe type the pod spec declares too, a readiness probe without the readiness gate).
+    AnnotationWarning {
+        /// The event's reason ([`REASON_PROBE_DECLARED_TWICE`], [`REASON_READINESS_GATE_MISSING`]).
+        reason: &'static str,
+        /// What a user reads.
+        message: String,
+    },
 }
 
 /// A probe run kubelet records an event for (`prober.probe` in kubelet's `prober.go`).
@@ -208,6 +224,7 @@ impl Event {
                 format!("{probe} probe warning: {output}"),
             ),
             EventKind::Killing { message } => (false, REASON_KILLING, message.clone()),
+            EventKind::AnnotationWarning { reason, message } => (true, *reason, message.clone()),
             // kubelet leaves the hook's output out of the event so that secrets cannot leak.
             EventKind::PreStopFailed => (
                 true,
@@ -228,7 +245,9 @@ impl Event {
             EventKind::Result { output, .. } => output,
             EventKind::Kill(k) => &k.output,
             EventKind::Probed(Probed::Failed(o) | Probed::Errored(o) | Probed::Warned(o)) => o,
-            EventKind::Killing { .. } | EventKind::PreStopFailed => "",
+            EventKind::Killing { .. }
+            | EventKind::PreStopFailed
+            | EventKind::AnnotationWarning { .. } => "",
         }
     }
 }

@@ -31,6 +31,7 @@ use crate::spec::{ContainerProbes, PodProbes, ProbeSpec, ProbeType, SpecError, p
 use crate::worker::handle::{SpecUpdate, WorkerCtl, WorkerKey, WorkerStatus};
 use crate::worker::{Ctx, SharedPod, Sink, Worker};
 
+mod conflicts;
 pub mod readiness;
 mod status;
 mod unknown;
@@ -199,10 +200,10 @@ impl Manager {
             let (started, uid, kinds_changed) = {
                 let mut cur = entry.shared.write();
                 let started = newly_running(&cur, &pod);
-                // Which names are init or ephemeral containers is known only from the API:
-                // when that view arrives (or changes), the refusal is evaluated again, whatever
-                // came first.
-                let kinds_changed = unprobed_names(&cur) != unprobed_names(&pod);
+                // Which names are init or ephemeral containers, which probes the spec declares
+                // and whether the pod is gated are known only from the API: when that view
+                // arrives (or they change), the annotation is parsed again, whatever came first.
+                let kinds_changed = parse_facts(&cur) != parse_facts(&pod);
                 *cur = Arc::new(pod);
                 (started, cur.uid.clone(), kinds_changed)
             };
@@ -406,7 +407,17 @@ impl Manager {
                 });
             }
         }
-        for e in &parsed.errors {
+        let invalid = parsed.errors.len();
+        if let Some(api) = &pod.api {
+            conflicts::apply(
+                &mut parsed,
+                pod,
+                api,
+                &self.state.events,
+                self.state.clock.now_ns(),
+            );
+        }
+        for e in &parsed.errors[..invalid] {
             tracing::warn!(pod = %pod.name, namespace = %pod.namespace, pod_uid = %pod.uid,
                 container = %e.container, field = %e.field, error = %e.message,
                 "invalid probe in the podward.io/probes annotation; this probe is not run");
@@ -526,14 +537,19 @@ fn newly_running(old: &PodInfo, new: &PodInfo) -> Vec<String> {
         .collect()
 }
 
-/// Names the API shows as plain init or ephemeral containers (never probed).
-fn unprobed_names(pod: &PodInfo) -> Vec<&str> {
-    pod.api.as_ref().map_or_else(Vec::new, |a| {
-        a.containers
+/// What of the API's view the annotation's parse depends on besides the annotation: the
+/// containers' kinds (init and ephemeral ones are never probed), the probe types their spec
+/// declares (kubelet runs those) and whether the pod is gated.
+type ParseFacts<'a> = Option<(Vec<(&'a str, ContainerKind, &'a [ProbeType])>, bool)>;
+
+fn parse_facts(pod: &PodInfo) -> ParseFacts<'_> {
+    pod.api.as_ref().map(|a| {
+        let containers = a
+            .containers
             .iter()
-            .filter(|c| matches!(c.kind, ContainerKind::Init | ContainerKind::Ephemeral))
-            .map(|c| c.name.as_str())
-            .collect()
+            .map(|c| (c.name.as_str(), c.kind, c.spec_probes.as_slice()))
+            .collect();
+        (containers, a.gated)
     })
 }
 

@@ -13,7 +13,7 @@ use crate::model::api::{
     ApiContainer, ApiPod, ConditionStatus, ContainerKind, GateCondition, Hook, PodPhase,
     RestartPolicy,
 };
-use crate::spec::{Handler, parse_pod_probes};
+use crate::spec::{Handler, ProbeType, parse_pod_probes};
 
 /// The prober's view of `pod`; `None` without a UID (not an object the API server made).
 /// `gate_type` is the readiness-gate condition type the prober owns.
@@ -41,6 +41,7 @@ pub fn api_pod(pod: &Pod, gate_type: &str) -> Option<ApiPod> {
                 kind: ContainerKind::Ephemeral,
                 // The API refuses lifecycle hooks on ephemeral containers.
                 pre_stop: None,
+                spec_probes: Vec::new(),
             });
         }
     }
@@ -100,6 +101,14 @@ fn container(c: &Container, kind: ContainerKind) -> ApiContainer {
             .as_ref()
             .and_then(|l| l.pre_stop.as_ref())
             .map(hook),
+        spec_probes: [
+            (ProbeType::Liveness, c.liveness_probe.is_some()),
+            (ProbeType::Readiness, c.readiness_probe.is_some()),
+            (ProbeType::Startup, c.startup_probe.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(ty, set)| set.then_some(ty))
+        .collect(),
     }
 }
 

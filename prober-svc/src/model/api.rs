@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::spec::HttpGetSpec;
+use crate::spec::{HttpGetSpec, ProbeType};
 
 /// A pod as the API server has it, reduced to what the prober uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +51,8 @@ pub struct ApiContainer {
     pub kind: ContainerKind,
     /// `lifecycle.preStop`, if any.
     pub pre_stop: Option<Hook>,
+    /// The probe types the container spec itself declares (kubelet runs those).
+    pub spec_probes: Vec<ProbeType>,
 }
 
 /// Where a container is declared.
@@ -207,11 +209,13 @@ mod tests {
                     name: "app".into(),
                     kind: ContainerKind::Regular,
                     pre_stop: None,
+                    spec_probes: Vec::new(),
                 },
                 ApiContainer {
                     name: "proxy".into(),
                     kind: ContainerKind::Sidecar,
                     pre_stop: None,
+                    spec_probes: Vec::new(),
                 },
             ],
         }

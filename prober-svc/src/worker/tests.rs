@@ -2,6 +2,7 @@
 //! `pkg/kubelet/prober/worker_test.go`), driven through the real manager and kill path with a
 //! scripted probe runner and stopper, in paused tokio time.
 
+mod annotation_conflicts;
 mod api;
 mod errored;
 mod gate_rules;

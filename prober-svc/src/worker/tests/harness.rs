@@ -340,6 +340,7 @@ pub(super) fn api_pod(
                 name: name.into(),
                 kind,
                 pre_stop,
+                spec_probes: Vec::new(),
             })
             .collect(),
     }
