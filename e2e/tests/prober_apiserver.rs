@@ -9,6 +9,8 @@
 //!   event whose count is 3, and one `Killing`;
 //! - a liveness kill of a container with an exec preStop hook runs the hook before the stop, and
 //!   the stop's grace is what the hook left of the pod's grace;
+//! - removing the annotation of a gated pod whose condition is False writes True (the gate's
+//!   rules, docs/prober.md);
 //! - the API being down stops neither probing nor kills, and the gate write waits for it;
 //! - a prober restart (kill -9) changes nothing a Service sees, in either direction, and the new
 //!   prober still writes when a result really changes.
@@ -248,6 +250,47 @@ async fn gate_follows_readiness(env: &Env, mock: &MockApiServer) -> Result<(), S
     Ok(())
 }
 
+/// The gate's rule for a removed annotation: a gated pod whose readiness fails (condition
+/// False) loses its `podward.io/probes` annotation; the condition becomes True (no probe is
+/// ready, as kubelet treats a container without a readiness probe; the gate is immutable).
+async fn annotation_removed(env: &Env, mock: &MockApiServer) -> Result<(), String> {
+    let name = "unannotated";
+    let data = data_dir(env, name);
+    let port = free_port();
+    let pod = run(
+        env,
+        mock,
+        PodSpec::new(name),
+        &readiness_server(port),
+        http_ready(port),
+        &data,
+        true,
+        None,
+    )
+    .await;
+    // No /data/healthz: readiness fails.
+    until("the gate to be False", Duration::from_secs(30), || {
+        gate_status(mock, pod.uid()) == "False"
+    })
+    .await?;
+    let t = SystemTime::now();
+    mock.modify_pod(pod.uid(), |p| {
+        if let Some(a) = p["metadata"]["annotations"].as_object_mut() {
+            a.remove(podward_api::labels::PODWARD_PROBES);
+        }
+    });
+    until(
+        "a write of the gate to True after the annotation went",
+        Duration::from_secs(15),
+        || !gate_writes(mock, name, "True", t).is_empty(),
+    )
+    .await?;
+    if gate_status(mock, pod.uid()) != "True" {
+        return Err(format!("gate is {}", gate_status(mock, pod.uid())));
+    }
+    Ok(())
+}
+
 /// A liveness kill: `Unhealthy` × 3 as one aggregated series, and one `Killing`.
 async fn kill_events(env: &Env, mock: &MockApiServer) -> Result<(), String> {
     let name = "killed";
@@ -442,6 +485,10 @@ async fn readiness_gate_events_prestop_and_api_down_at_the_mock_api_server() {
         (
             "liveness kill: Unhealthy × 3 aggregated, one Killing",
             Box::pin(kill_events(e, m)),
+        ),
+        (
+            "annotation removed from a gated pod whose condition is False: True",
+            Box::pin(annotation_removed(e, m)),
         ),
         (
             "preStop exec hook before the stop, grace reduced by it",
