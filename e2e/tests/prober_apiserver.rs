@@ -11,6 +11,8 @@
 //!   the stop's grace is what the hook left of the pod's grace;
 //! - removing the annotation of a gated pod whose condition is False writes True (the gate's
 //!   rules, docs/prober.md);
+//! - a liveness probe in both the pod spec and the annotation: podward defers (no kill) and a
+//!   `ProbeDeclaredTwice` Warning event reaches the API;
 //! - the API being down stops neither probing nor kills, and the gate write waits for it;
 //! - a prober restart (kill -9) changes nothing a Service sees, in either direction, and the new
 //!   prober still writes when a result really changes.
@@ -291,6 +293,66 @@ async fn annotation_removed(env: &Env, mock: &MockApiServer) -> Result<(), Strin
     Ok(())
 }
 
+/// A liveness probe declared both in the pod spec (kubelet's) and in the annotation: podward
+/// defers (its own would be a second killer): a failing annotation liveness kills nothing, and a
+/// `ProbeDeclaredTwice` Warning event reaches the API.
+async fn declared_twice(env: &Env, mock: &MockApiServer) -> Result<(), String> {
+    let name = "twice";
+    let data = data_dir(env, name);
+    let live = json!({"exec": {"command": ["false"]}, "periodSeconds": 1, "failureThreshold": 1});
+    let spec = PodSpec::new(name)
+        .annotation(
+            podward_api::labels::PODWARD_PROBES,
+            &json!({"app": {"livenessProbe": live}}).to_string(),
+        )
+        .container(
+            ContainerSpec::new("app", &["sh", "-c", &script("true")])
+                .mount(data.to_str().expect("utf8"), "/data"),
+        );
+    let mut obj = pod_object(&spec, NODE);
+    obj["spec"]["containers"][0]["livenessProbe"] = live;
+    mock.put_pod(obj);
+    let pod = env
+        .driver
+        .run_pod(&env.node, spec)
+        .await
+        .map_err(|e| e.to_string())?;
+    until(
+        "a ProbeDeclaredTwice Warning event",
+        Duration::from_secs(20),
+        || !events(mock, name, "ProbeDeclaredTwice").is_empty(),
+    )
+    .await?;
+    // Several annotation periods: no kill, no Killing.
+    let id = pod.container_id("app").ok_or("no container")?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let state = env
+        .driver
+        .client()
+        .container_status(ContainerStatusRequest {
+            container_id: id.clone(),
+            verbose: false,
+        })
+        .await
+        .map_err(|e| format!("ContainerStatus {id}: {e}"))?
+        .into_inner()
+        .status
+        .map(|s| s.state)
+        .unwrap_or_default();
+    // CONTAINER_RUNNING = 1.
+    if state != 1 || !events(mock, name, "Killing").is_empty() {
+        return Err(format!(
+            "podward killed the container (state {state}, Killing {:?})",
+            events(mock, name, "Killing")
+        ));
+    }
+    let ev = &events(mock, name, "ProbeDeclaredTwice")[0];
+    if ev["type"] != "Warning" {
+        return Err(format!("not a Warning: {ev}"));
+    }
+    Ok(())
+}
+
 /// A liveness kill: `Unhealthy` × 3 as one aggregated series, and one `Killing`.
 async fn kill_events(env: &Env, mock: &MockApiServer) -> Result<(), String> {
     let name = "killed";
@@ -489,6 +551,10 @@ async fn readiness_gate_events_prestop_and_api_down_at_the_mock_api_server() {
         (
             "annotation removed from a gated pod whose condition is False: True",
             Box::pin(annotation_removed(e, m)),
+        ),
+        (
+            "liveness in the spec and the annotation: podward defers, a Warning event",
+            Box::pin(declared_twice(e, m)),
         ),
         (
             "preStop exec hook before the stop, grace reduced by it",
