@@ -182,7 +182,14 @@ async fn run(a: Args) {
     let config = client::load_config(Some(&kubeconfig))
         .await
         .expect("config");
-    let kube = client::build(config, Arc::new(TokenBucket::new(a.qps, a.burst))).expect("client");
+    // One client for the reflector and the writer here (the daemon gives each its own, the
+    // writer's with deadlines): a watch must not be cut by a read timeout.
+    let kube = client::build(
+        config,
+        Arc::new(TokenBucket::new(a.qps, a.burst)),
+        client::Deadlines::watches(),
+    )
+    .expect("client");
     let metrics = ApiMetrics::new(None).expect("metrics");
     let gate = Gate::new(DEFAULT_GATE_CONDITION, metrics.clone());
     let view = Arc::new(View::default());

@@ -8,8 +8,10 @@
 //!   watch (`resourceVersion`, bookmarks, `410 Gone` for a version older than its history,
 //!   `timeoutSeconds`);
 //! - `PATCH /api/v1/namespaces/{ns}/pods/{name}/status` (apply, merge or strategic merge: the
-//!   conditions list merged by `type`; a `metadata.uid` that differs is `409`);
-//! - `POST` and merge-`PATCH` of `events.k8s.io/v1` events.
+//!   conditions list merged by `type`; a `metadata.uid` that differs is `422` Invalid, as the
+//!   real API server answers: the uid is immutable);
+//! - `POST` and `PATCH` of core `v1` and `events.k8s.io/v1` events (a patch of flat fields, as
+//!   kubelet's strategic merge patch of `count`, `lastTimestamp`, `message` is, merged).
 //!
 //! Every request is recorded with its arrival time ([`MockApiServer::requests`]), so tests
 //! assert what reached the API and when. [`MockApiServer::set_available`] turns it into a

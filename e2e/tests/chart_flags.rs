@@ -190,6 +190,8 @@ fn mounts(ds: &Value, c: &Value) -> BTreeMap<String, (String, String, bool)> {
         .cloned()
         .unwrap_or_default()
         .iter()
+        // The API token is no host path (check_token_only_in_prober checks it).
+        .filter(|m| m["name"] != "prober-api-token")
         .map(|m| {
             let vol = m["name"].as_str().expect("mount name");
             let hp = host
@@ -253,10 +255,7 @@ fn chart_defaults_render_match_the_daemons_and_keep_their_promises() {
         pod["hostPID"], true,
         "the housekeeper signals PIDs read from cgroup.procs"
     );
-    assert_eq!(
-        pod["automountServiceAccountToken"], true,
-        "the prober uses the Kubernetes API by default (readiness gate, events, pod spec)"
-    );
+    check_token_only_in_prober(ds);
     let prober = container(ds, "prober");
     assert_eq!(
         arg_value(prober, "--node-name").as_deref(),
@@ -411,6 +410,48 @@ fn chart_defaults_render_match_the_daemons_and_keep_their_promises() {
 
 /// RBAC: exactly what the prober's Kubernetes API side uses (pods get/list/watch, pods/status
 /// patch, events create/patch), no wildcards, nothing else.
+/// The prober uses the Kubernetes API by default (readiness gate, events, pod spec): its
+/// container, and no other, gets the service-account token (a projected, pod-bound one).
+fn check_token_only_in_prober(ds: &Value) {
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["automountServiceAccountToken"], false,
+        "no token in every container"
+    );
+    let token = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "prober-api-token")
+        .expect("the token volume");
+    let sources = token["projected"]["sources"].as_array().expect("sources");
+    assert!(
+        sources
+            .iter()
+            .any(|s| s["serviceAccountToken"]["path"] == "token")
+    );
+    assert!(
+        sources
+            .iter()
+            .any(|s| s["configMap"]["name"] == "kube-root-ca.crt")
+    );
+    let all: Vec<&Value> = ["initContainers", "containers"]
+        .iter()
+        .flat_map(|k| pod[*k].as_array().into_iter().flatten())
+        .collect();
+    let with_token: Vec<&str> = all
+        .iter()
+        .filter(|c| {
+            c["volumeMounts"].as_array().into_iter().flatten().any(|m| {
+                m["name"] == "prober-api-token"
+                    || m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount"
+            })
+        })
+        .map(|c| c["name"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(with_token, ["prober"], "the token goes to the prober alone");
+}
+
 fn check_prober_rbac(objects: &[Value]) {
     let role = find(objects, "ClusterRole").expect("ClusterRole");
     let mut got: Vec<(String, String, Vec<String>)> = role["rules"]
@@ -440,9 +481,9 @@ fn check_prober_rbac(objects: &[Value]) {
     assert_eq!(
         got,
         [
+            want("", "events", &["create", "patch"]),
             want("", "pods", &["get", "list", "watch"]),
             want("", "pods/status", &["patch"]),
-            want("events.k8s.io", "events", &["create", "patch"]),
         ]
     );
     let k = kinds(objects);
@@ -451,6 +492,40 @@ fn check_prober_rbac(objects: &[Value]) {
         "one ClusterRole, no namespaced duplicates: {k:?}"
     );
     assert!(k.contains("ValidatingAdmissionPolicy"), "own node only");
+    let of = |kind: &str| -> Vec<&Value> { objects.iter().filter(|o| o["kind"] == kind).collect() };
+    let messages: Vec<String> = of("ValidatingAdmissionPolicy")
+        .iter()
+        .flat_map(|p| p["spec"]["validations"].as_array().into_iter().flatten())
+        .map(|v| {
+            v["message"]
+                .as_str()
+                .or(v["messageExpression"].as_str())
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
+    for want in [
+        "only its own condition in a pod's status.conditions",
+        "(not status.phase)",
+        "(not status.containerStatuses)",
+        "(not metadata.labels)",
+        "lacks ",
+        "declared both in a container's spec and in podward.io/probes",
+    ] {
+        assert!(
+            messages.iter().any(|m| m.contains(want)),
+            "{want:?} not among {messages:?}"
+        );
+    }
+    let actions: Vec<Value> = of("ValidatingAdmissionPolicyBinding")
+        .iter()
+        .map(|b| b["spec"]["validationActions"].clone())
+        .collect();
+    assert!(
+        actions.contains(&serde_json::json!(["Deny"]))
+            && actions.contains(&serde_json::json!(["Warn"])),
+        "the own-node policy denies, the annotation check warns at creation: {actions:?}"
+    );
 }
 
 #[test]
@@ -474,10 +549,7 @@ fn chart_all_options_render_match_the_daemons() {
     let ds = find(&objects, "DaemonSet").expect("DaemonSet");
     check_args_against_binaries(ds);
     let pod = &ds["spec"]["template"]["spec"];
-    assert_eq!(
-        pod["automountServiceAccountToken"], true,
-        "the Kubernetes API side needs the token"
-    );
+    check_token_only_in_prober(ds);
     check_prober_rbac(&objects);
 
     // The installer writes only the two host directories it mounts.

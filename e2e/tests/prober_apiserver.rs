@@ -5,10 +5,14 @@
 //! - a pod with the `podward.io/ready` readiness gate whose HTTP readiness starts failing gets
 //!   exactly one condition write to `False` (with a reason) within period × failureThreshold +
 //!   1 s, and exactly one back to `True` when it recovers;
-//! - a liveness kill is `Unhealthy` × failureThreshold aggregated into one event series, and
-//!   one `Killing`;
+//! - a liveness kill is `Unhealthy` × failureThreshold (one note) aggregated into one core `v1`
+//!   event whose count is 3, and one `Killing`;
 //! - a liveness kill of a container with an exec preStop hook runs the hook before the stop, and
 //!   the stop's grace is what the hook left of the pod's grace;
+//! - removing the annotation of a gated pod whose condition is False writes True (the gate's
+//!   rules, docs/prober.md);
+//! - a liveness probe in both the pod spec and the annotation: podward defers (no kill) and a
+//!   `ProbeDeclaredTwice` Warning event reaches the API;
 //! - the API being down stops neither probing nor kills, and the gate write waits for it;
 //! - a prober restart (kill -9) changes nothing a Service sees, in either direction, and the new
 //!   prober still writes when a result really changes.
@@ -150,13 +154,13 @@ fn gate_writes(mock: &MockApiServer, name: &str, status: &str, since: SystemTime
 fn events(mock: &MockApiServer, name: &str, reason: &str) -> Vec<Value> {
     mock.events()
         .into_iter()
-        .filter(|e| e["regarding"]["name"] == name && e["reason"] == reason)
+        .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
         .collect()
 }
 
-/// An event's count: `series.count`, or 1 for a single occurrence.
+/// An event's count (core `v1`, as kubelet's recorder writes it).
 fn count(ev: &Value) -> u64 {
-    ev["series"]["count"].as_u64().unwrap_or(1)
+    ev["count"].as_u64().unwrap_or(0)
 }
 
 /// The gate follows HTTP readiness: one write to False within period × threshold + 1 s of the
@@ -248,6 +252,107 @@ async fn gate_follows_readiness(env: &Env, mock: &MockApiServer) -> Result<(), S
     Ok(())
 }
 
+/// The gate's rule for a removed annotation: a gated pod whose readiness fails (condition
+/// False) loses its `podward.io/probes` annotation; the condition becomes True (no probe is
+/// ready, as kubelet treats a container without a readiness probe; the gate is immutable).
+async fn annotation_removed(env: &Env, mock: &MockApiServer) -> Result<(), String> {
+    let name = "unannotated";
+    let data = data_dir(env, name);
+    let port = free_port();
+    let pod = run(
+        env,
+        mock,
+        PodSpec::new(name),
+        &readiness_server(port),
+        http_ready(port),
+        &data,
+        true,
+        None,
+    )
+    .await;
+    // No /data/healthz: readiness fails.
+    until("the gate to be False", Duration::from_secs(30), || {
+        gate_status(mock, pod.uid()) == "False"
+    })
+    .await?;
+    let t = SystemTime::now();
+    mock.modify_pod(pod.uid(), |p| {
+        if let Some(a) = p["metadata"]["annotations"].as_object_mut() {
+            a.remove(podward_api::labels::PODWARD_PROBES);
+        }
+    });
+    until(
+        "a write of the gate to True after the annotation went",
+        Duration::from_secs(15),
+        || !gate_writes(mock, name, "True", t).is_empty(),
+    )
+    .await?;
+    if gate_status(mock, pod.uid()) != "True" {
+        return Err(format!("gate is {}", gate_status(mock, pod.uid())));
+    }
+    Ok(())
+}
+
+/// A liveness probe declared both in the pod spec (kubelet's) and in the annotation: podward
+/// defers (its own would be a second killer): a failing annotation liveness kills nothing, and a
+/// `ProbeDeclaredTwice` Warning event reaches the API.
+async fn declared_twice(env: &Env, mock: &MockApiServer) -> Result<(), String> {
+    let name = "twice";
+    let data = data_dir(env, name);
+    let live = json!({"exec": {"command": ["false"]}, "periodSeconds": 1, "failureThreshold": 1});
+    let spec = PodSpec::new(name)
+        .annotation(
+            podward_api::labels::PODWARD_PROBES,
+            &json!({"app": {"livenessProbe": live}}).to_string(),
+        )
+        .container(
+            ContainerSpec::new("app", &["sh", "-c", &script("true")])
+                .mount(data.to_str().expect("utf8"), "/data"),
+        );
+    let mut obj = pod_object(&spec, NODE);
+    obj["spec"]["containers"][0]["livenessProbe"] = live;
+    mock.put_pod(obj);
+    let pod = env
+        .driver
+        .run_pod(&env.node, spec)
+        .await
+        .map_err(|e| e.to_string())?;
+    until(
+        "a ProbeDeclaredTwice Warning event",
+        Duration::from_secs(20),
+        || !events(mock, name, "ProbeDeclaredTwice").is_empty(),
+    )
+    .await?;
+    // Several annotation periods: no kill, no Killing.
+    let id = pod.container_id("app").ok_or("no container")?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let state = env
+        .driver
+        .client()
+        .container_status(ContainerStatusRequest {
+            container_id: id.clone(),
+            verbose: false,
+        })
+        .await
+        .map_err(|e| format!("ContainerStatus {id}: {e}"))?
+        .into_inner()
+        .status
+        .map(|s| s.state)
+        .unwrap_or_default();
+    // CONTAINER_RUNNING = 1.
+    if state != 1 || !events(mock, name, "Killing").is_empty() {
+        return Err(format!(
+            "podward killed the container (state {state}, Killing {:?})",
+            events(mock, name, "Killing")
+        ));
+    }
+    let ev = &events(mock, name, "ProbeDeclaredTwice")[0];
+    if ev["type"] != "Warning" {
+        return Err(format!("not a Warning: {ev}"));
+    }
+    Ok(())
+}
+
 /// A liveness kill: `Unhealthy` × 3 as one aggregated series, and one `Killing`.
 async fn kill_events(env: &Env, mock: &MockApiServer) -> Result<(), String> {
     let name = "killed";
@@ -307,21 +412,21 @@ async fn kill_events(env: &Env, mock: &MockApiServer) -> Result<(), String> {
             "the Unhealthy series took {reqs:?}, want one POST and two PATCHes"
         ));
     }
-    let note = unhealthy[0]["note"].as_str().unwrap_or("");
+    let note = unhealthy[0]["message"].as_str().unwrap_or("");
     if !note.starts_with("Liveness probe failed")
-        || killing[0]["note"]
+        || killing[0]["message"]
             .as_str()
             .is_none_or(|n| !n.contains("failed liveness probe"))
     {
         return Err(format!(
             "kubelet's messages: {note:?} / {:?}",
-            killing[0]["note"]
+            killing[0]["message"]
         ));
     }
     eprintln!(
         "events: Unhealthy ×{} ({note}), Killing {:?}",
         count(&unhealthy[0]),
-        killing[0]["note"]
+        killing[0]["message"]
     );
     Ok(())
 }
@@ -442,6 +547,14 @@ async fn readiness_gate_events_prestop_and_api_down_at_the_mock_api_server() {
         (
             "liveness kill: Unhealthy × 3 aggregated, one Killing",
             Box::pin(kill_events(e, m)),
+        ),
+        (
+            "annotation removed from a gated pod whose condition is False: True",
+            Box::pin(annotation_removed(e, m)),
+        ),
+        (
+            "liveness in the spec and the annotation: podward defers, a Warning event",
+            Box::pin(declared_twice(e, m)),
         ),
         (
             "preStop exec hook before the stop, grace reduced by it",

@@ -6,7 +6,8 @@
 //!   preStop hooks, deletion, phase, the mutable `podward.io/probes` annotation);
 //! - [`gate`]: the `podward.io/ready` readiness-gate condition writer (coalesced, rate-limited,
 //!   retried, zero writes when stable, restart-safe);
-//! - [`events`]: kubelet's events through kube-rs's recorder, aggregated;
+//! - [`events`]: kubelet's events as client-go's recorder writes them, correlated by
+//!   [`correlate`] (series of identical notes, combined similar ones, a per-pod spam filter);
 //! - [`client`] and [`limit`]: the clients (`--kubeconfig` or in-cluster) with kubelet's
 //!   `--kube-api-qps`/`--kube-api-burst` (status, pods) and `--event-qps`/`--event-burst` token
 //!   buckets; [`convert`]: `Pod` → `ApiPod`; [`metrics`].
@@ -16,6 +17,7 @@
 
 pub mod client;
 pub mod convert;
+pub mod correlate;
 pub mod events;
 pub mod gate;
 pub mod limit;
@@ -32,6 +34,7 @@ use prometheus::Registry;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use self::client::Deadlines;
 use self::events::EventQueue;
 use self::gate::{Gate, KubeWriter};
 use self::limit::TokenBucket;
@@ -106,7 +109,7 @@ impl ApiSide {
                 events_rx,
                 metrics,
             } = self;
-            let (main, event_client) = tokio::select! {
+            let clients = tokio::select! {
                 () = stop.stopped() => return,
                 clients = connect(&settings) => clients,
             };
@@ -118,7 +121,7 @@ impl ApiSide {
                 gate: gate.clone(),
                 metrics: metrics.clone(),
             };
-            let pods_api: kube::Api<Pod> = kube::Api::all(main.clone());
+            let pods_api: kube::Api<Pod> = kube::Api::all(clients.pods);
             let reflector = async {
                 pods::reflect(
                     pods_api,
@@ -131,14 +134,15 @@ impl ApiSide {
                 .await;
             };
             let writer = gate.clone().run(
-                Arc::new(KubeWriter::new(main)),
+                Arc::new(KubeWriter::new(clients.status)),
                 Arc::new(manager),
                 clock,
                 stop.stopped(),
             );
             let recorder = events::run(
                 events_rx,
-                events::recorder(event_client, &settings.node_name),
+                clients.events,
+                events::RecorderConfig::new(&settings.node_name),
                 metrics.clone(),
                 stop.stopped(),
             );
@@ -147,9 +151,17 @@ impl ApiSide {
     }
 }
 
-/// The main and event clients; retries (with backoff, logging the first failure) until the
-/// configuration loads.
-async fn connect(settings: &ApiSettings) -> (kube::Client, kube::Client) {
+/// The clients of the API side: the reflector's, the gate writer's (both on kubelet's
+/// `--kube-api-qps` bucket) and the recorder's (`--event-qps`); each its own connections.
+struct Clients {
+    pods: kube::Client,
+    status: kube::Client,
+    events: kube::Client,
+}
+
+/// The clients; retries (with backoff, logging the first failure) until the configuration
+/// loads.
+async fn connect(settings: &ApiSettings) -> Clients {
     let mut backoff = Backoff::new(
         std::time::Duration::from_secs(1),
         std::time::Duration::from_secs(60),
@@ -159,15 +171,16 @@ async fn connect(settings: &ApiSettings) -> (kube::Client, kube::Client) {
     loop {
         let clients = async {
             let config = client::load_config(settings.kubeconfig.as_deref()).await?;
-            let main = client::build(
-                config.clone(),
-                Arc::new(TokenBucket::new(settings.qps, settings.burst)),
-            )?;
-            let events = client::build(
-                config,
-                Arc::new(TokenBucket::new(settings.event_qps, settings.event_burst)),
-            )?;
-            Ok::<_, client::ClientError>((main, events))
+            let main = Arc::new(TokenBucket::new(settings.qps, settings.burst));
+            Ok::<_, client::ClientError>(Clients {
+                pods: client::build(config.clone(), main.clone(), Deadlines::watches())?,
+                status: client::build(config.clone(), main, Deadlines::writes())?,
+                events: client::build(
+                    config,
+                    Arc::new(TokenBucket::new(settings.event_qps, settings.event_burst)),
+                    Deadlines::writes(),
+                )?,
+            })
         };
         match clients.await {
             Ok(c) => return c,
@@ -191,8 +204,11 @@ struct Reflected {
 
 impl PodSink for Reflected {
     fn apply(&self, pod: ApiPod) {
-        self.gate.api_pod(&pod);
+        // The manager first: the gate looks at the pod again as soon as it hears of it, and
+        // must then see the readiness this view implies (a removed annotation, a finished pod).
+        let gate_view = pod.clone();
         self.manager.set_api_pod(pod);
+        self.gate.api_pod(&gate_view);
         self.count();
     }
 

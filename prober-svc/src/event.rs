@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::model::api::ContainerKind;
+use crate::model::api::{ContainerKind, RestartPolicy};
 use crate::model::{ContainerInfo, PodInfo};
 use crate::results::ProbeResult;
 use crate::spec::ProbeType;
@@ -24,6 +24,14 @@ pub const REASON_UNHEALTHY: &str = "Unhealthy";
 
 /// kubelet's event reason for a probe that succeeded with a warning (`events.ContainerProbeWarning`).
 pub const REASON_PROBE_WARNING: &str = "ProbeWarning";
+
+/// podward's event reason for a probe type declared both in the pod spec and in the annotation
+/// (kubelet runs the spec's; podward defers).
+pub const REASON_PROBE_DECLARED_TWICE: &str = "ProbeDeclaredTwice";
+
+/// podward's event reason for a readiness probe in the annotation of a pod whose
+/// `spec.readinessGates` lacks the prober's condition (no Service would follow it).
+pub const REASON_READINESS_GATE_MISSING: &str = "ReadinessGateMissing";
 
 /// kubelet's event reason for a preStop hook that failed (`events.FailedPreStopHook`).
 pub const REASON_FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
@@ -74,6 +82,14 @@ pub enum EventKind {
     },
     /// The container's preStop hook failed (the stop went ahead).
     PreStopFailed,
+    /// The `podward.io/probes` annotation asks for something podward does not do as written
+    /// (a probe type the pod spec declares too, a readiness probe without the readiness gate).
+    AnnotationWarning {
+        /// The event's reason ([`REASON_PROBE_DECLARED_TWICE`], [`REASON_READINESS_GATE_MISSING`]).
+        reason: &'static str,
+        /// What a user reads.
+        message: String,
+    },
 }
 
 /// A probe run kubelet records an event for (`prober.probe` in kubelet's `prober.go`).
@@ -105,7 +121,7 @@ pub struct Kill {
     pub container_id: String,
     /// The probe that failed.
     pub probe: ProbeType,
-    /// kubelet's message ("Container web failed liveness probe, will be restarted").
+    /// kubelet's message ([`killing_message_for`]).
     pub message: String,
     /// The failing probe's output (capped).
     pub output: String,
@@ -150,7 +166,7 @@ impl Event {
 
     /// The kill of container `c` of `pod` (for its `ty` probe) begins.
     pub fn killing(pod: &PodInfo, c: &ContainerInfo, ty: ProbeType, at_ns: i64) -> Self {
-        let message = killing_message(&c.name, ty);
+        let message = killing_message_for(pod, &c.name, ty);
         Self::about(pod, c, ty, at_ns, EventKind::Killing { message })
     }
 
@@ -208,6 +224,7 @@ impl Event {
                 format!("{probe} probe warning: {output}"),
             ),
             EventKind::Killing { message } => (false, REASON_KILLING, message.clone()),
+            EventKind::AnnotationWarning { reason, message } => (true, *reason, message.clone()),
             // kubelet leaves the hook's output out of the event so that secrets cannot leak.
             EventKind::PreStopFailed => (
                 true,
@@ -228,19 +245,48 @@ impl Event {
             EventKind::Result { output, .. } => output,
             EventKind::Kill(k) => &k.output,
             EventKind::Probed(Probed::Failed(o) | Probed::Errored(o) | Probed::Warned(o)) => o,
-            EventKind::Killing { .. } | EventKind::PreStopFailed => "",
+            EventKind::Killing { .. }
+            | EventKind::PreStopFailed
+            | EventKind::AnnotationWarning { .. } => "",
         }
     }
 }
 
-/// kubelet's message when it stops a container for a failed probe (`computePodActions` in
-/// `kuberuntime_manager.go`: "Container %s failed %s probe, will be restarted").
+/// kubelet's message when it stops a regular container of a pod that restarts it
+/// (`computePodActions` in `kuberuntime_manager.go`: "Container %s failed %s probe, will be
+/// restarted").
 pub fn killing_message(container: &str, ty: ProbeType) -> String {
-    let probe = match ty {
+    format!(
+        "Container {container} failed {} probe, will be restarted",
+        probe_word(ty)
+    )
+}
+
+/// kubelet's message when it stops container `name` of `pod` for a failed `ty` probe: a
+/// sidecar is "Init container X failed liveness probe" (`computeInitContainerActions`); a
+/// regular container's message ends ", will be restarted" unless the pod's `restartPolicy` is
+/// `Never` (`shouldRestartOnFailure`). Without the API's view of the pod: the API's default
+/// policy (`Always`) and a regular container.
+pub fn killing_message_for(pod: &PodInfo, name: &str, ty: ProbeType) -> String {
+    let probe = probe_word(ty);
+    let api = pod.api.as_deref();
+    if api
+        .and_then(|a| a.container(name))
+        .is_some_and(|c| c.kind == ContainerKind::Sidecar)
+    {
+        return format!("Init container {name} failed {probe} probe");
+    }
+    if api.is_some_and(|a| a.restart_policy == RestartPolicy::Never) {
+        return format!("Container {name} failed {probe} probe");
+    }
+    killing_message(name, ty)
+}
+
+fn probe_word(ty: ProbeType) -> &'static str {
+    match ty {
         ProbeType::Startup => "startup",
         _ => "liveness",
-    };
-    format!("Container {container} failed {probe} probe, will be restarted")
+    }
 }
 
 // === Events ===

@@ -3,9 +3,11 @@
 //! and logs, counts, records (for `Status`) and publishes (an [`Event`]) what it did. kubelet then
 //! restarts the container by its restart policy.
 //!
-//! In kubelet's order (`killContainer`): the `Killing` event, then the container's preStop hook
-//! when the pod spec has one (`crate::prestop`; bounded by the grace period), then
-//! `StopContainer` with the grace that is left.
+//! In kubelet's order (`killContainer`): the `Killing` event (kubelet's text by restart policy
+//! and container kind), then the container's preStop hook when the pod spec has one and the
+//! grace is above 0 (`crate::prestop`; bounded by the grace period), then `StopContainer` with
+//! the grace that is left, never below 2 s. A pod being deleted gives its
+//! `deletionGracePeriodSeconds`, as kubelet's `setTerminationGracePeriod`.
 //!
 //! Workers only decide that a kill is due; the manager only forwards that decision here.
 //!
@@ -19,7 +21,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::clock::Clock;
-use crate::event::{Event, Events, Kill, killing_message};
+use crate::event::{Event, Events, Kill, killing_message_for};
 use crate::handler::output::capped;
 use crate::metrics::Metrics;
 use crate::model::{ContainerInfo, PodInfo};
@@ -33,13 +35,20 @@ pub const MIN_GRACE_SECONDS: i64 = 2;
 /// The pod grace kubelet defaults to when the annotation is missing.
 pub const DEFAULT_GRACE_SECONDS: i64 = 30;
 
-/// Grace period for a probe-triggered kill, as kubelet's `setTerminationGracePeriod`: the
-/// probe-level `terminationGracePeriodSeconds`, else the pod's, never below 2 s.
-pub fn grace_seconds(spec: &ProbeSpec, pod_grace: Option<i64>) -> i64 {
-    spec.termination_grace_period_seconds
+/// Grace period for a probe-triggered kill, as kubelet's `setTerminationGracePeriod`: a pod
+/// being deleted has its `deletionGracePeriodSeconds`; else the probe-level
+/// `terminationGracePeriodSeconds`, else the pod's. Before kubelet's 2 s minimum, which
+/// `killContainer` applies only after deciding on the preStop hook (a grace of 0 runs none).
+pub fn kill_grace(spec: &ProbeSpec, pod_grace: Option<i64>, deletion_grace: Option<i64>) -> i64 {
+    deletion_grace
+        .or(spec.termination_grace_period_seconds)
         .or(pod_grace)
         .unwrap_or(DEFAULT_GRACE_SECONDS)
-        .max(MIN_GRACE_SECONDS)
+}
+
+/// The grace `StopContainer` gets without a hook: [`kill_grace`], never below 2 s.
+pub fn grace_seconds(spec: &ProbeSpec, pod_grace: Option<i64>) -> i64 {
+    kill_grace(spec, pod_grace, None).max(MIN_GRACE_SECONDS)
 }
 
 /// The kills of one container (by name) of a pod, as `Status` shows them.
@@ -124,11 +133,12 @@ impl Killer {
         let pod_grace = c
             .pod_grace_seconds
             .or_else(|| pod.api.as_ref().and_then(|a| a.grace_seconds));
-        let grace = grace_seconds(spec, pod_grace);
-        let message = killing_message(&c.name, ty);
+        let deletion_grace = pod.api.as_ref().and_then(|a| a.deletion_grace_seconds);
+        let grace = kill_grace(spec, pod_grace, deletion_grace);
+        let message = killing_message_for(pod, &c.name, ty);
         tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
-            container_id = %c.id, probe = ty.name(), grace_seconds = grace, output = %output,
-            "{message}");
+            container_id = %c.id, probe = ty.name(), grace_seconds = grace.max(MIN_GRACE_SECONDS),
+            output = %output, "{message}");
         let labels: KillSeries = [
             ty.name().to_owned(),
             c.name.clone(),
@@ -207,17 +217,18 @@ impl Killer {
 }
 
 impl Inner {
-    /// Runs container `c`'s preStop hook, if the pod spec has one, within `grace` seconds;
-    /// returns the grace left for the stop (kubelet's `executePreStopHook`).
+    /// Runs container `c`'s preStop hook, if the pod spec has one and `grace` is above 0
+    /// (kubelet's `killContainer`), within `grace` seconds; returns the grace left for the stop
+    /// (kubelet's `executePreStopHook`), never below kubelet's 2 s minimum.
     async fn pre_stop(&self, pod: &PodInfo, c: &ContainerInfo, ty: ProbeType, grace: i64) -> i64 {
         let (Some(hooks), Some(hook)) = (
             &self.hooks,
             pod.api.as_ref().and_then(|a| a.pre_stop(&c.name)),
         ) else {
-            return grace;
+            return grace.max(MIN_GRACE_SECONDS);
         };
         if grace <= 0 {
-            return grace;
+            return MIN_GRACE_SECONDS;
         }
         let budget = std::time::Duration::from_secs(grace.unsigned_abs());
         tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
@@ -241,5 +252,35 @@ impl Inner {
         tracing::info!(pod = %pod.name, container = %c.name, hook_ms = began.elapsed().as_millis() as u64,
             grace_seconds = left, "preStop hook done; stopping with the grace left");
         left
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::parse_pod_probes;
+
+    fn liveness(grace: Option<i64>) -> ProbeSpec {
+        let g = grace.map_or(String::new(), |g| {
+            format!(r#","terminationGracePeriodSeconds":{g}"#)
+        });
+        let ann = format!(r#"{{"c":{{"livenessProbe":{{"exec":{{"command":["x"]}}{g}}}}}}}"#);
+        parse_pod_probes(&ann).containers["c"]
+            .liveness
+            .clone()
+            .expect("liveness")
+    }
+
+    #[test]
+    fn kubelets_grace_order_deletion_then_probe_then_pod_and_the_minimum_last() {
+        assert_eq!(kill_grace(&liveness(Some(5)), Some(30), Some(0)), 0);
+        assert_eq!(kill_grace(&liveness(Some(5)), Some(30), Some(60)), 60);
+        assert_eq!(kill_grace(&liveness(Some(5)), Some(30), None), 5);
+        assert_eq!(kill_grace(&liveness(None), Some(0), None), 0);
+        assert_eq!(
+            kill_grace(&liveness(None), None, None),
+            DEFAULT_GRACE_SECONDS
+        );
+        assert_eq!(grace_seconds(&liveness(None), Some(0)), MIN_GRACE_SECONDS);
     }
 }

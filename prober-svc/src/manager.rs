@@ -31,6 +31,7 @@ use crate::spec::{ContainerProbes, PodProbes, ProbeSpec, ProbeType, SpecError, p
 use crate::worker::handle::{SpecUpdate, WorkerCtl, WorkerKey, WorkerStatus};
 use crate::worker::{Ctx, SharedPod, Sink, Worker};
 
+mod conflicts;
 pub mod readiness;
 mod status;
 mod unknown;
@@ -196,15 +197,19 @@ impl Manager {
             // Only the API's copy can change what runs: CRI's is frozen at sandbox creation,
             // and kubelet ignores spec updates of a known pod.
             let wanted = pod.api.as_ref().map(|a| a.probes_annotation.clone());
-            let (started, uid) = {
+            let (started, uid, kinds_changed) = {
                 let mut cur = entry.shared.write();
                 let started = newly_running(&cur, &pod);
+                // Which names are init or ephemeral containers, which probes the spec declares
+                // and whether the pod is gated are known only from the API: when that view
+                // arrives (or they change), the annotation is parsed again, whatever came first.
+                let kinds_changed = parse_facts(&cur) != parse_facts(&pod);
                 *cur = Arc::new(pod);
-                (started, cur.uid.clone())
+                (started, cur.uid.clone(), kinds_changed)
             };
-            let changed = wanted
-                .as_ref()
-                .is_some_and(|w| w.as_deref() != Some(entry.annotation.as_str()));
+            let changed = wanted.as_ref().is_some_and(|w| {
+                w.as_deref() != Some(entry.annotation.as_str()) || (kinds_changed && w.is_some())
+            });
             drop(pods);
             if let (true, Some(wanted)) = (changed, wanted) {
                 self.reannotate(&uid, wanted);
@@ -367,8 +372,8 @@ impl Manager {
         }
     }
 
-    /// The pod's annotation parsed; with the API's view, probes of plain init containers are
-    /// refused as the API server refuses them in a pod spec.
+    /// The pod's annotation parsed; with the API's view, probes of plain init containers and of
+    /// ephemeral containers are refused as the API server refuses them in a pod spec.
     fn parse(&self, pod: &PodInfo, annotation: &str) -> PodProbes {
         let mut parsed = parse_pod_probes(annotation);
         if let Some(p) = self.state.host_policy.get() {
@@ -376,27 +381,43 @@ impl Manager {
             p.policy().deny_hosts(&mut parsed, host_network);
         }
         if let Some(api) = &pod.api {
-            let init: Vec<String> = parsed
+            let refused: Vec<(String, ContainerKind)> = parsed
                 .containers
                 .keys()
-                .filter(|n| {
+                .filter_map(|n| {
                     api.container(n)
-                        .is_some_and(|c| c.kind == ContainerKind::Init)
+                        .filter(|c| {
+                            matches!(c.kind, ContainerKind::Init | ContainerKind::Ephemeral)
+                        })
+                        .map(|c| (n.clone(), c.kind))
                 })
-                .cloned()
                 .collect();
-            for name in init {
+            for (name, kind) in refused {
                 parsed.containers.remove(&name);
+                let message = if kind == ContainerKind::Init {
+                    "Forbidden: probes may not be set for init containers without \
+                     restartPolicy=Always"
+                } else {
+                    "Forbidden: cannot be set for an Ephemeral Container"
+                };
                 parsed.errors.push(SpecError {
                     container: name,
                     field: String::new(),
-                    message: "Forbidden: probes may not be set for init containers without \
-                              restartPolicy=Always"
-                        .to_owned(),
+                    message: message.to_owned(),
                 });
             }
         }
-        for e in &parsed.errors {
+        let invalid = parsed.errors.len();
+        if let Some(api) = &pod.api {
+            conflicts::apply(
+                &mut parsed,
+                pod,
+                api,
+                &self.state.events,
+                self.state.clock.now_ns(),
+            );
+        }
+        for e in &parsed.errors[..invalid] {
             tracing::warn!(pod = %pod.name, namespace = %pod.namespace, pod_uid = %pod.uid,
                 container = %e.container, field = %e.field, error = %e.message,
                 "invalid probe in the podward.io/probes annotation; this probe is not run");
@@ -514,6 +535,22 @@ fn newly_running(old: &PodInfo, new: &PodInfo) -> Vec<String> {
         })
         .map(str::to_owned)
         .collect()
+}
+
+/// What of the API's view the annotation's parse depends on besides the annotation: the
+/// containers' kinds (init and ephemeral ones are never probed), the probe types their spec
+/// declares (kubelet runs those) and whether the pod is gated.
+type ParseFacts<'a> = Option<(Vec<(&'a str, ContainerKind, &'a [ProbeType])>, bool)>;
+
+fn parse_facts(pod: &PodInfo) -> ParseFacts<'_> {
+    pod.api.as_ref().map(|a| {
+        let containers = a
+            .containers
+            .iter()
+            .map(|c| (c.name.as_str(), c.kind, c.spec_probes.as_slice()))
+            .collect();
+        (containers, a.gated)
+    })
 }
 
 /// The annotation that decides a pod's probes: the API's copy when the prober has the pod's API

@@ -18,6 +18,10 @@ use crate::handler::http::HttpProber;
 use crate::model::api::Hook;
 use crate::model::{ContainerInfo, PodInfo};
 
+/// The start of the HTTP probe client's output for an answered status outside 200–399
+/// (kubelet's "HTTP probe failed with statuscode: N").
+const ANSWERED_STATUS: &str = "HTTP probe failed with statuscode: ";
+
 /// Why a hook failed (the stop goes ahead anyway, as in kubelet).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HookError {
@@ -34,7 +38,7 @@ pub enum HookError {
         /// stdout + stderr (capped).
         output: String,
     },
-    /// The HTTP request failed, or was answered with an error status.
+    /// The HTTP request failed (an answered status, whatever it is, is no failure).
     #[error("http lifecycle hook failed: {0}")]
     Http(String),
     /// The pod has no address to send the HTTP hook to.
@@ -67,11 +71,13 @@ pub struct Hooks {
 }
 
 impl Hooks {
-    /// Hooks over `exec` (the exec probes' runner); HTTP requests carry `user_agent`, as probes.
-    pub fn new(exec: std::sync::Arc<dyn ExecRunner>, user_agent: &str) -> Self {
+    /// Hooks over `exec` (the exec probes' runner); HTTP requests carry kubelet's lifecycle
+    /// User-Agent, `kube-lifecycle/<kube_version>` (`NewRequestForHTTPGetAction(..., "lifecycle")`),
+    /// `kube_version` being "major.minor".
+    pub fn new(exec: std::sync::Arc<dyn ExecRunner>, kube_version: &str) -> Self {
         Self {
             exec,
-            http: HttpProber::new(user_agent),
+            http: HttpProber::new(&format!("kube-lifecycle/{kube_version}")),
             host_policy: NodePolicy::ALLOW,
         }
     }
@@ -123,8 +129,13 @@ impl HookRunner for Hooks {
                         )));
                     }
                     let guard = self.host_policy.guard(host_ip);
+                    // kubelet's `runHTTPHandler` fails only when the request fails: any status
+                    // the server answers is a hook that ran. The probe client reports an answered
+                    // error status as a Failure with kubelet's probe text; every other Failure is
+                    // a request that failed (dial, timeout, redirects, a bad response).
                     match self.http.probe(get, timeout, &target, guard).await {
                         Ok(Answer::Success(_) | Answer::Warning(_)) => Ok(()),
+                        Ok(Answer::Failure(o)) if o.starts_with(ANSWERED_STATUS) => Ok(()),
                         Ok(Answer::Failure(o)) => Err(HookError::Http(o)),
                         Err(e) => Err(HookError::Http(e.to_string())),
                     }
@@ -240,8 +251,7 @@ mod tests {
         let node: IpAddr = "10.255.0.1".parse().expect("ip");
         let t = Duration::from_secs(2);
         let hooks = |policy| {
-            Hooks::new(Arc::new(NoExec), "kube-probe/1.33")
-                .with_host_policy(NodePolicy::new(policy, node))
+            Hooks::new(Arc::new(NoExec), "1.33").with_host_policy(NodePolicy::new(policy, node))
         };
 
         let denied = hooks(HostPolicy::DenyLocal).run(&hook, &p, &c, t).await;
@@ -263,6 +273,60 @@ mod tests {
             .await;
         assert!(ok.is_ok(), "{ok:?}");
         assert_eq!(seen.load(Ordering::SeqCst), 2);
+    }
+
+    /// A server answering `status` once, handing the request's head back.
+    async fn answering(status: u16) -> (u16, tokio::sync::oneshot::Receiver<String>) {
+        use tokio::io::AsyncReadExt;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            let mut buf = vec![0u8; 4096];
+            let n = s.read(&mut buf).await.unwrap_or(0);
+            let _ = tx.send(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let _ = s
+                .write_all(
+                    format!(
+                        "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    )
+                    .as_bytes(),
+                )
+                .await;
+        });
+        (port, rx)
+    }
+
+    #[tokio::test]
+    async fn an_httpget_hook_fails_on_transport_errors_only_and_says_kube_lifecycle() {
+        let (p, c) = pod("127.0.0.1");
+        let t = Duration::from_secs(2);
+        let hooks = Hooks::new(Arc::new(NoExec), "1.33");
+        for status in [200, 404, 500] {
+            let (port, head) = answering(status).await;
+            let res = hooks.run(&hook_to_loopback(port), &p, &c, t).await;
+            assert!(
+                res.is_ok(),
+                "kubelet ignores the status ({status}): {res:?}"
+            );
+            let head = head.await.expect("request").to_ascii_lowercase();
+            assert!(
+                head.contains("\r\nuser-agent: kube-lifecycle/1.33\r\n"),
+                "{head}"
+            );
+        }
+        // Nothing listens: a transport error fails the hook.
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            l.local_addr().expect("addr").port()
+        };
+        let res = hooks.run(&hook_to_loopback(port), &p, &c, t).await;
+        assert!(matches!(res, Err(HookError::Http(_))), "{res:?}");
     }
 
     #[test]

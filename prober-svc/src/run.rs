@@ -171,10 +171,7 @@ pub async fn run_with(
     );
     // preStop exec hooks go through CRI ExecSync, as kubelet runs them (the direct runner is
     // for probes).
-    let hooks = Arc::new(
-        Hooks::new(exec, &format!("kube-probe/{}", config.kube_version))
-            .with_host_policy(host_policy),
-    );
+    let hooks = Arc::new(Hooks::new(exec, &config.kube_version).with_host_policy(host_policy));
     let hub = Hub::default();
     let api = match api_settings {
         Some(s) => Some(ApiSide::new(s, Some(&admin.registry))?),

@@ -50,7 +50,10 @@ pub fn event(ev: &Event) -> Option<api::ProbeEvent> {
             api::probe_event::Event::Result(probe_result(Some(*result)) as i32)
         }
         EventKind::Kill(k) => api::probe_event::Event::Kill(kill(k)),
-        EventKind::Probed(_) | EventKind::Killing { .. } | EventKind::PreStopFailed => return None,
+        EventKind::Probed(_)
+        | EventKind::Killing { .. }
+        | EventKind::PreStopFailed
+        | EventKind::AnnotationWarning { .. } => return None,
     };
     Some(api::ProbeEvent {
         pod_uid: ev.pod_uid.clone(),

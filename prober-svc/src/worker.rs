@@ -405,11 +405,13 @@ impl Worker {
             self.on_hold = true;
             self.result_run = 0;
             self.status.lock().on_hold = true;
-            if result == ProbeResult::Failure {
+            // A worker stopped meanwhile (its probe removed or refused, its pod gone) never
+            // kills: its probe is no longer the pod's.
+            if result == ProbeResult::Failure && !self.ctl.stopped() {
                 self.ctx
                     .sink
                     .threshold_failure(&self.key, &pod, &c, &self.spec, &output);
-            } else {
+            } else if result != ProbeResult::Failure {
                 self.ctx.sink.started(&self.key);
             }
         }

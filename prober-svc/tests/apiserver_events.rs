@@ -1,12 +1,13 @@
-//! kubelet's events at the HTTP boundary, through kube-rs's recorder: the exact objects, the
-//! aggregation of repeats into one series, and what a full queue or a down API does.
+//! kubelet's events at the HTTP boundary, as client-go's recorder writes them: the exact objects,
+//! the notes a user reads (a series per identical note, a new event per different note, a
+//! combined event past ten similar ones), bounded retries, and what a full queue does.
 
 #[path = "apiserver_support.rs"]
 mod support;
 
 use std::time::Duration;
 
-use podward_prober::apiserver::events::{self, EventQueue, QUEUE};
+use podward_prober::apiserver::events::{self, EventQueue, QUEUE, RecorderConfig};
 use podward_prober::apiserver::metrics::ApiMetrics;
 use podward_prober::event::{Event, EventKind, EventSink, Probed, killing_message};
 use podward_prober::results::ProbeResult;
@@ -33,30 +34,50 @@ fn failed(output: &str) -> Event {
     event(EventKind::Probed(Probed::Failed(output.into())))
 }
 
-fn regarding() -> serde_json::Value {
+fn involved() -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Pod", "name": "web", "namespace": "shop", "uid": "u-web",
            "fieldPath": "spec.containers{app}"})
 }
 
-#[tokio::test]
-async fn three_liveness_failures_are_one_unhealthy_series_of_three_then_one_killing() {
-    let (client, mut api) = mock();
+const EVENTS: &str = "/api/v1/namespaces/shop/events";
+
+/// A recorder over a mock API server that retries quickly.
+fn recorder(retry_sleep: Duration) -> (EventQueue, ApiServer, ApiMetrics, oneshot::Sender<()>) {
+    let (client, api) = mock();
     let metrics = ApiMetrics::new(None).expect("metrics");
     let (queue, rx) = EventQueue::new(metrics.clone());
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(events::run(
-        rx,
-        events::recorder(client, "node-a"),
-        metrics.clone(),
-        async {
-            let _ = stopped.await;
-        },
-    ));
-    for i in 0..3 {
-        queue.publish(&failed(&format!(
-            "HTTP probe failed with statuscode: 50{i}"
-        )));
-    }
+    let config = RecorderConfig {
+        retry_sleep,
+        ..RecorderConfig::new("node-a")
+    };
+    tokio::spawn(events::run(rx, client, config, metrics.clone(), async {
+        let _ = stopped.await;
+    }));
+    (queue, api, metrics, stop)
+}
+
+/// Answers a create with the object, as the API server does, and returns its name.
+fn created(ex: Exchange) -> String {
+    assert_eq!((ex.method.as_str(), ex.path.as_str()), ("POST", EVENTS));
+    let name = ex.body["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let body = ex.body.clone();
+    ex.reply(201, body);
+    name
+}
+
+#[tokio::test]
+async fn liveness_then_readiness_failures_are_read_with_each_note_and_repeats_count_up() {
+    let (queue, mut api, metrics, stop) = recorder(Duration::from_millis(10));
+    queue.publish(&failed("HTTP probe failed with statuscode: 500"));
+    queue.publish(&failed("HTTP probe failed with statuscode: 500"));
+    let mut readiness = failed("dial tcp 10.0.0.7:8080: connect: connection refused");
+    readiness.probe = ProbeType::Readiness;
+    queue.publish(&readiness);
+    queue.publish(&failed("HTTP probe failed with statuscode: 503"));
     queue.publish(&event(EventKind::Killing {
         message: killing_message("app", ProbeType::Liveness),
     }));
@@ -67,107 +88,190 @@ async fn three_liveness_failures_are_one_unhealthy_series_of_three_then_one_kill
     }));
 
     let create = api.next().await;
-    assert_eq!(
-        (create.method.as_str(), create.path.as_str()),
-        ("POST", "/apis/events.k8s.io/v1/namespaces/shop/events")
-    );
     assert_eq!(create.content_type, "application/json");
     let b = &create.body;
     assert_eq!(
         (b["apiVersion"].as_str(), b["kind"].as_str()),
-        (Some("events.k8s.io/v1"), Some("Event"))
+        (Some("v1"), Some("Event"))
     );
     assert_eq!(b["type"], "Warning");
     assert_eq!(b["reason"], "Unhealthy");
-    assert_eq!(b["action"], "Probe");
     assert_eq!(
-        b["note"],
+        b["message"],
         "Liveness probe failed: HTTP probe failed with statuscode: 500"
     );
-    assert_eq!(b["regarding"], regarding());
+    assert_eq!(b["count"], 1);
+    assert_eq!(b["involvedObject"], involved());
+    assert_eq!(
+        b["source"],
+        json!({"component": "podward-prober", "host": "node-a"})
+    );
     assert_eq!(
         (
-            b["reportingController"].as_str(),
+            b["reportingComponent"].as_str(),
             b["reportingInstance"].as_str()
         ),
         (Some("podward-prober"), Some("node-a"))
     );
     assert_eq!(b["metadata"]["namespace"], "shop");
-    let name = b["metadata"]["name"].as_str().expect("name").to_owned();
-    assert!(name.starts_with("web."), "{name}");
-    assert!(b.get("series").is_none_or(|s| s.is_null()));
-    let body = create.body.clone();
-    create.reply(201, body);
+    assert!(b["firstTimestamp"].is_string() && b["lastTimestamp"].is_string());
+    let first = created(create);
+    assert!(first.starts_with("web."), "{first}");
 
-    for count in [2, 3] {
-        let patch = api.next().await;
-        assert_eq!(patch.method, "PATCH");
-        assert_eq!(
-            patch.path,
-            format!("/apis/events.k8s.io/v1/namespaces/shop/events/{name}")
-        );
-        assert_eq!(patch.content_type, "application/merge-patch+json");
-        assert_eq!(patch.body["series"]["count"], count);
-        assert_eq!(patch.body["reason"], "Unhealthy");
-        assert_eq!(patch.body["regarding"], regarding());
-        let body = patch.body.clone();
-        patch.reply(200, body);
-    }
+    // The identical note: the same object, count 2.
+    let patch = api.next().await;
+    assert_eq!(
+        (patch.method.as_str(), patch.path.as_str()),
+        ("PATCH", format!("{EVENTS}/{first}").as_str())
+    );
+    assert_eq!(patch.content_type, "application/strategic-merge-patch+json");
+    assert_eq!(patch.body["count"], 2);
+    assert_eq!(
+        patch.body["message"],
+        "Liveness probe failed: HTTP probe failed with statuscode: 500"
+    );
+    assert!(patch.body["lastTimestamp"].is_string());
+    patch.reply(200, json!({}));
+
+    // A different note is a different event: the readiness failure is read as such.
+    let ready = api.next().await;
+    assert_eq!(
+        ready.body["message"],
+        "Readiness probe failed: dial tcp 10.0.0.7:8080: connect: connection refused"
+    );
+    assert_eq!(ready.body["count"], 1);
+    assert_ne!(created(ready), first);
+    let code = api.next().await;
+    assert_eq!(
+        code.body["message"],
+        "Liveness probe failed: HTTP probe failed with statuscode: 503"
+    );
+    created(code);
 
     let kill = api.next().await;
-    assert_eq!(kill.method, "POST");
     assert_eq!(kill.body["type"], "Normal");
     assert_eq!(kill.body["reason"], "Killing");
-    assert_eq!(kill.body["action"], "Kill");
     assert_eq!(
-        kill.body["note"],
+        kill.body["message"],
         "Container app failed liveness probe, will be restarted"
     );
-    assert_eq!(kill.body["regarding"], regarding());
-    let body = kill.body.clone();
-    kill.reply(201, body);
+    assert_eq!(kill.body["involvedObject"], involved());
+    created(kill);
     api.quiet_for(Duration::from_millis(500)).await;
-    assert_eq!(metrics.events.with_label_values(&["sent"]).get(), 4);
+    assert_eq!(metrics.events.with_label_values(&["sent"]).get(), 5);
     let _ = stop.send(());
+}
+
+#[tokio::test]
+async fn twelve_different_failure_messages_are_nine_events_and_one_combined_with_the_latest() {
+    let (queue, mut api, _metrics, _stop) = recorder(Duration::from_millis(10));
+    let msg = |i: usize| format!("HTTP probe failed with statuscode: {}", 500 + i);
+    for i in 0..12 {
+        queue.publish(&failed(&msg(i)));
+    }
+    let mut names = Vec::new();
+    for i in 0..9 {
+        let ex = api.next().await;
+        assert_eq!(
+            ex.body["message"],
+            format!("Liveness probe failed: {}", msg(i))
+        );
+        names.push(created(ex));
+    }
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 9, "nine objects");
+    let combined = api.next().await;
+    assert_eq!(
+        combined.body["message"],
+        format!(
+            "(combined from similar events): Liveness probe failed: {}",
+            msg(9)
+        )
+    );
+    assert_eq!(combined.body["count"], 1);
+    let name = created(combined);
+    for (count, i) in [(2, 10), (3, 11)] {
+        let patch = api.next().await;
+        assert_eq!(
+            (patch.method.as_str(), patch.path.as_str()),
+            ("PATCH", format!("{EVENTS}/{name}").as_str())
+        );
+        assert_eq!(patch.body["count"], count);
+        assert_eq!(
+            patch.body["message"],
+            format!(
+                "(combined from similar events): Liveness probe failed: {}",
+                msg(i)
+            ),
+            "the combined event carries the latest note"
+        );
+        patch.reply(200, json!({}));
+    }
+    api.quiet_for(Duration::from_millis(300)).await;
 }
 
 #[tokio::test]
 async fn sidecars_are_named_by_their_init_container_path_and_long_notes_are_cut_to_the_apis_limit()
 {
-    let (client, mut api) = mock();
-    let metrics = ApiMetrics::new(None).expect("metrics");
-    let (queue, rx) = EventQueue::new(metrics.clone());
-    tokio::spawn(events::run(
-        rx,
-        events::recorder(client, "node-a"),
-        metrics,
-        std::future::pending(),
-    ));
+    let (queue, mut api, _metrics, _stop) = recorder(Duration::from_millis(10));
     let mut ev = failed(&"x".repeat(10_240));
     ev.init_container = true;
     ev.probe = ProbeType::Readiness;
     queue.publish(&ev);
     let create = api.next().await;
     assert_eq!(
-        create.body["regarding"]["fieldPath"],
+        create.body["involvedObject"]["fieldPath"],
         "spec.initContainers{app}"
     );
-    let note = create.body["note"].as_str().expect("note");
+    let note = create.body["message"].as_str().expect("message");
     assert_eq!(note.len(), 1024);
     assert!(note.starts_with("Readiness probe failed: xxx"));
 }
 
 #[tokio::test]
-async fn with_the_api_down_events_fail_and_then_drop_without_ever_blocking_the_publisher() {
-    let (client, mut api) = mock();
-    let metrics = ApiMetrics::new(None).expect("metrics");
-    let (queue, rx) = EventQueue::new(metrics.clone());
-    tokio::spawn(events::run(
-        rx,
-        events::recorder(client, "node-a"),
-        metrics.clone(),
-        std::future::pending(),
-    ));
+async fn a_repeat_of_an_expired_event_is_created_anew_with_its_count() {
+    let (queue, mut api, metrics, _stop) = recorder(Duration::from_millis(10));
+    queue.publish(&failed("refused"));
+    queue.publish(&failed("refused"));
+    let name = created(api.next().await);
+    let patch = api.next().await;
+    assert_eq!(patch.method, "PATCH");
+    patch.reply_status(404, "NotFound", "events \"x\" not found", &[]);
+    let again = api.next().await;
+    assert_eq!(again.method, "POST");
+    assert_eq!(again.body["metadata"]["name"], name.as_str());
+    assert_eq!(again.body["count"], 2);
+    created(again);
+    api.quiet_for(Duration::from_millis(300)).await;
+    assert_eq!(metrics.events.with_label_values(&["sent"]).get(), 2);
+}
+
+#[tokio::test]
+async fn failed_writes_are_tried_twelve_times_and_a_rejection_only_once() {
+    let (queue, mut api, metrics, _stop) = recorder(Duration::from_millis(5));
+    queue.publish(&failed("a"));
+    queue.publish(&failed("b"));
+    for i in 0..12 {
+        let ex = api.next().await;
+        assert_eq!(ex.body["message"], "Liveness probe failed: a", "try {i}");
+        if i % 2 == 0 {
+            ex.drop_connection();
+        } else {
+            ex.reply_status(503, "ServiceUnavailable", "down", &[]);
+        }
+    }
+    // Given up after twelve tries; the next event follows, and a rejection is final.
+    let b = api.next().await;
+    assert_eq!(b.body["message"], "Liveness probe failed: b");
+    b.reply_status(403, "Forbidden", "no", &[]);
+    api.quiet_for(Duration::from_millis(300)).await;
+    assert_eq!(metrics.events.with_label_values(&["failed"]).get(), 2);
+}
+
+#[tokio::test]
+async fn with_the_api_down_a_full_queue_drops_without_ever_blocking_the_publisher() {
+    let (queue, mut api, metrics, _stop) = recorder(Duration::from_secs(10));
     let t = std::time::Instant::now();
     for i in 0..(QUEUE + 500) {
         let mut ev = failed("refused");
@@ -181,12 +285,4 @@ async fn with_the_api_down_events_fail_and_then_drop_without_ever_blocking_the_p
     );
     assert!(metrics.events.with_label_values(&["dropped"]).get() >= 400);
     api.next().await.drop_connection();
-    api.next()
-        .await
-        .reply_status(503, "ServiceUnavailable", "down", &[]);
-    // The next event is tried (each on its own: events are not retried, as kubelet's are not
-    // forever); by then the two before it are counted as failed.
-    let third = api.next().await;
-    assert_eq!(metrics.events.with_label_values(&["failed"]).get(), 2);
-    third.reply_status(503, "ServiceUnavailable", "down", &[]);
 }

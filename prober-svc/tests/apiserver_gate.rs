@@ -1,6 +1,7 @@
 //! The readiness-gate writer at the HTTP boundary: the exact server-side apply request, zero
 //! writes in steady state and after a restart, `lastTransitionTime` only on a status change,
-//! `409`, `429` with `Retry-After`, a dropped connection, `404`, and the QPS limit.
+//! `409`, `422` (a UID that is not the pod's, as a real API server answers it), `429` with
+//! `Retry-After`, a dropped connection, `404`, and the QPS limit.
 
 #[path = "apiserver_support.rs"]
 mod support;
@@ -107,6 +108,7 @@ fn seen(name: &str, rv: &str, condition: Option<GateCondition>) -> ApiPod {
         phase: PodPhase::Running,
         deleting: false,
         grace_seconds: Some(30),
+        deletion_grace_seconds: None,
         probes_annotation: None,
         gated: true,
         condition,
@@ -284,7 +286,7 @@ async fn a_409_conflict_is_retried_after_a_backoff_with_the_latest_readiness() {
     w.reply_status(
         409,
         "Conflict",
-        "Operation cannot be fulfilled on pods \"web\": Precondition failed: UID in precondition: u-web, UID in object meta: u-other",
+        "Operation cannot be fulfilled on pods \"web\": the object has been modified; please apply your changes to the latest version and try again",
         &[],
     );
     // Meanwhile the container became ready: the retry carries the latest readiness.
@@ -434,4 +436,62 @@ async fn writes_never_exceed_the_qps_limit_and_a_burst_of_changes_is_coalesced_p
         );
     }
     assert_eq!(s.writes("ok"), 12, "one write per pod");
+}
+
+#[tokio::test]
+async fn a_422_refusing_the_uid_is_another_pod_under_the_name_and_the_write_is_dropped() {
+    let (client, mut api) = mock();
+    let s = Setup::new(client);
+    s.source
+        .0
+        .lock()
+        .insert("u-web".into(), not_ready("app", "x"));
+    s.gate.api_pod(&seen("web", "10", None));
+    let w = api.next().await;
+    assert_eq!(w.body["metadata"]["uid"], "u-web");
+    // What a real API server answers when `web` was re-created (uid u-new): the uid in the
+    // apply body is immutable.
+    let mut st = status(
+        422,
+        "Invalid",
+        "Pod \"web\" is invalid: metadata.uid: Invalid value: \"u-web\": field is immutable",
+        json!({"name": "web", "kind": "pods", "causes": [{"reason": "FieldValueInvalid",
+            "message": "Invalid value: \"u-web\": field is immutable", "field": "metadata.uid"}]}),
+    );
+    st["status"] = json!("Failure");
+    w.reply(422, st);
+    api.quiet_for(Duration::from_millis(1500)).await;
+    assert_eq!((s.writes("gone"), s.writes("error")), (1, 0));
+
+    // The new pod under the name is another pod: written on its own, with its own uid.
+    s.source
+        .0
+        .lock()
+        .insert("u-new".into(), not_ready("app", "y"));
+    let mut new = seen("web", "20", None);
+    new.uid = "u-new".into();
+    s.gate.api_gone("u-web");
+    s.gate.api_pod(&new);
+    let w = api.next().await;
+    assert_eq!(w.body["metadata"]["uid"], "u-new");
+    w.reply(200, written("web", "21"));
+}
+
+#[tokio::test]
+async fn another_422_is_not_retried() {
+    let (client, mut api) = mock();
+    let s = Setup::new(client);
+    s.source
+        .0
+        .lock()
+        .insert("u-web".into(), PodReadiness::Ready);
+    s.gate.api_pod(&seen("web", "10", None));
+    api.next().await.reply_status(
+        422,
+        "Invalid",
+        "Pod \"web\" is invalid: status.conditions[0].type: Invalid value",
+        &[],
+    );
+    api.quiet_for(Duration::from_millis(1500)).await;
+    assert_eq!((s.writes("invalid"), s.writes("error")), (1, 0));
 }

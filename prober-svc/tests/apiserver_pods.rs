@@ -78,11 +78,17 @@ impl Running {
     }
 }
 
+/// kubelet's reflector lists at `resourceVersion=0`: from the API server's watch cache, not a
+/// quorum read of every pod in etcd.
 fn list_query() -> BTreeMap<String, String> {
-    [("fieldSelector", "spec.nodeName=node-a"), ("limit", "500")]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
+    [
+        ("fieldSelector", "spec.nodeName=node-a"),
+        ("resourceVersion", "0"),
+        ("resourceVersionMatch", "NotOlderThan"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
 }
 
 fn watch_query(rv: &str) -> BTreeMap<String, String> {
@@ -222,7 +228,8 @@ async fn a_410_gone_relists_and_deletes_what_the_new_list_lacks_only_once_it_is_
     )
     .await;
 
-    // Relist, in two pages; the pod missing from it goes only after the last page.
+    // Relist (at resourceVersion 0 again), in two pages; the pod missing from it goes only
+    // after the last page.
     let page1 = api.next().await;
     assert_eq!(page1.query, list_query());
     page1.reply(
@@ -233,9 +240,15 @@ async fn a_410_gone_relists_and_deletes_what_the_new_list_lacks_only_once_it_is_
             Some("next-page"),
         ),
     );
+    // A server that pages anyway is followed (a continue token replaces the version).
     let page2 = api.next().await;
-    let mut q = list_query();
-    q.insert("continue".into(), "next-page".into());
+    let q: BTreeMap<String, String> = [
+        ("fieldSelector", "spec.nodeName=node-a"),
+        ("continue", "next-page"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
     assert_eq!(page2.query, q);
     assert!(
         r.sink.deleted.lock().is_empty(),

@@ -156,13 +156,15 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                 Err((code, st)) => json_response(code, &st),
             }
         }
-        ("POST", ["apis", "events.k8s.io", "v1", "namespaces", ns, "events"]) => {
+        ("POST", ["api", "v1", "namespaces", ns, "events"])
+        | ("POST", ["apis", "events.k8s.io", "v1", "namespaces", ns, "events"]) => {
             match shared.store.lock().create_event(ns, body) {
                 Ok(ev) => json_response(201, &ev),
                 Err((code, st)) => json_response(code, &st),
             }
         }
-        (
+        ("PATCH", ["api", "v1", "namespaces", ns, "events", name])
+        | (
             "PATCH",
             [
                 "apis",

@@ -169,16 +169,20 @@ impl Store {
         if let Some(want) = patch["metadata"]["uid"].as_str()
             && want != uid
         {
-            return Err((
-                409,
-                status(
-                    409,
-                    "Conflict",
-                    &format!(
-                        "Operation cannot be fulfilled on pods \"{name}\": Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"
-                    ),
+            // What a real API server answers: the uid is immutable (`ValidateObjectMetaUpdate`),
+            // a 422 Invalid, not a 409 (a precondition is a DeleteOptions/Update thing).
+            let mut st = status(
+                422,
+                "Invalid",
+                &format!(
+                    "Pod \"{name}\" is invalid: metadata.uid: Invalid value: \"{want}\": field is immutable"
                 ),
-            ));
+            );
+            st["details"] = json!({"name": name, "kind": "pods", "causes": [{
+                "reason": "FieldValueInvalid",
+                "message": format!("Invalid value: \"{want}\": field is immutable"),
+                "field": "metadata.uid"}]});
+            return Err((422, st));
         }
         let mut pod = self.pods.get(&uid).cloned().unwrap_or(Value::Null);
         if let Some(st) = patch["status"].as_object() {

@@ -13,7 +13,7 @@ use crate::model::api::{
     ApiContainer, ApiPod, ConditionStatus, ContainerKind, GateCondition, Hook, PodPhase,
     RestartPolicy,
 };
-use crate::spec::{Handler, parse_pod_probes};
+use crate::spec::{Handler, ProbeType, parse_pod_probes};
 
 /// The prober's view of `pod`; `None` without a UID (not an object the API server made).
 /// `gate_type` is the readiness-gate condition type the prober owns.
@@ -34,6 +34,15 @@ pub fn api_pod(pod: &Pod, gate_type: &str) -> Option<ApiPod> {
         }
         for c in &spec.containers {
             containers.push(container(c, ContainerKind::Regular));
+        }
+        for c in spec.ephemeral_containers.iter().flatten() {
+            containers.push(ApiContainer {
+                name: c.name.clone(),
+                kind: ContainerKind::Ephemeral,
+                // The API refuses lifecycle hooks on ephemeral containers.
+                pre_stop: None,
+                spec_probes: Vec::new(),
+            });
         }
     }
     let condition = status
@@ -69,6 +78,7 @@ pub fn api_pod(pod: &Pod, gate_type: &str) -> Option<ApiPod> {
         },
         deleting: meta.deletion_timestamp.is_some(),
         grace_seconds: spec.and_then(|s| s.termination_grace_period_seconds),
+        deletion_grace_seconds: meta.deletion_grace_period_seconds,
         probes_annotation: meta
             .annotations
             .as_ref()
@@ -91,6 +101,14 @@ fn container(c: &Container, kind: ContainerKind) -> ApiContainer {
             .as_ref()
             .and_then(|l| l.pre_stop.as_ref())
             .map(hook),
+        spec_probes: [
+            (ProbeType::Liveness, c.liveness_probe.is_some()),
+            (ProbeType::Readiness, c.readiness_probe.is_some()),
+            (ProbeType::Startup, c.startup_probe.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(ty, set)| set.then_some(ty))
+        .collect(),
     }
 }
 

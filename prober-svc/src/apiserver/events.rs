@@ -1,39 +1,72 @@
-//! kubelet's events (`Unhealthy`, `ProbeWarning`, `Killing`, `FailedPreStopHook`) through
-//! kube-rs's event recorder (`events.k8s.io/v1`), which aggregates repeats into one event series
-//! per (pod, container, reason): a probe failing every second is one object whose count grows.
+//! kubelet's events (`Unhealthy`, `ProbeWarning`, `Killing`, `FailedPreStopHook`) as kubelet's
+//! recorder (client-go's `tools/record`) writes them: core `v1` events, correlated by
+//! [`super::correlate`] (identical notes are one object whose count grows, different notes are
+//! different events, a tenth similar note makes a "(combined from similar events)" event, a per-pod
+//! spam filter), created with POST and bumped with a strategic-merge PATCH of `count`,
+//! `lastTimestamp` and `message`. A bumped event that expired in the meantime (`404`) is created
+//! anew, as client-go does.
 //!
-//! In front of it, kubelet's spam filter (client-go's `EventSourceObjectSpamFilter`): per
-//! container and reason, [`SPAM_BURST`] events, then one per [`SPAM_REFILL`]; so a probe that
-//! fails for hours costs a bounded number of API writes, not one per probe.
+//! Why core `v1` rather than `events.k8s.io/v1` (kube-rs's `Recorder`): the combined event must
+//! carry the latest note, and `events.k8s.io/v1` makes an event's note immutable after creation;
+//! core `v1` is also what kubelet writes, so `kubectl describe pod` reads the same fields.
+//!
+//! A write that fails on the way (transport, timeout, `429`, `5xx`) is tried again, up to
+//! [`MAX_TRIES`] times (kubelet's `maxTriesPerEvent`), [`RETRY_SLEEP`] apart (the first sleep
+//! randomised, so nodes do not retry in step); an answer that rejects it (`4xx`) is final, as in
+//! client-go. Meanwhile later events wait in the queue.
 //!
 //! Publishing never waits: events go into a bounded queue ([`QUEUE`]) that one task drains; a
-//! full queue drops (and counts) the event. The recorder's writes go through the event client,
-//! whose own token bucket (`--event-qps`/`--event-burst`, kubelet's flags) keeps events from
-//! starving the readiness-gate writes.
+//! full queue drops (and counts) the event. Writes go through the event client, whose own token
+//! bucket (`--event-qps`/`--event-burst`, kubelet's flags) keeps events from starving the
+//! readiness-gate writes.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams, PostParams};
+use rand::Rng;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
+use super::correlate::{Correlated, Correlator, Involved, Note, Verdict};
 use super::metrics::ApiMetrics;
 use crate::event::{Event, EventSink, Recorded};
 
 /// Events waiting for the recorder, at most.
 pub const QUEUE: usize = 4096;
-/// Events per (container, reason) before the spam filter holds them back (client-go's 25).
-pub const SPAM_BURST: f64 = 25.0;
-/// One more event per (container, reason) this often once the burst is spent (client-go's
-/// `defaultSpamQPS` of 1/300).
-pub const SPAM_REFILL: Duration = Duration::from_secs(300);
-/// The `reportingController` of every event.
-pub const REPORTING_CONTROLLER: &str = "podward-prober";
-/// The API's limit on an event's `note`.
+/// The `source.component` and `reportingComponent` of every event (kubelet's is `kubelet`).
+pub const COMPONENT: &str = "podward-prober";
+/// The API's limit on an event's note (`events.k8s.io/v1`); kept for core `v1` events too so
+/// that what the prober holds per event is bounded.
 pub const MAX_NOTE_BYTES: usize = 1024;
+/// Tries of one event write before it is given up (client-go's `maxTriesPerEvent`).
+pub const MAX_TRIES: u32 = 12;
+/// Sleep between tries (client-go's `defaultSleepDuration`; the first one is a random fraction).
+pub const RETRY_SLEEP: Duration = Duration::from_secs(10);
+
+/// How the recorder writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecorderConfig {
+    /// This node's name: `source.host` and `reportingInstance`, as kubelet's.
+    pub node: String,
+    /// Tries of one write, at most.
+    pub max_tries: u32,
+    /// Sleep between tries.
+    pub retry_sleep: Duration,
+}
+
+impl RecorderConfig {
+    /// client-go's retry policy for node `node`.
+    pub fn new(node: &str) -> Self {
+        Self {
+            node: node.to_owned(),
+            max_tries: MAX_TRIES,
+            retry_sleep: RETRY_SLEEP,
+        }
+    }
+}
 
 /// The [`EventSink`] side: queues what kubelet's recorder would record.
 #[derive(Clone)]
@@ -61,26 +94,16 @@ impl EventSink for EventQueue {
     }
 }
 
-/// The recorder of node `node` over `client` (`reportingInstance` is the node, as kubelet's).
-pub fn recorder(client: kube::Client, node: &str) -> Recorder {
-    Recorder::new(
-        client,
-        Reporter {
-            controller: REPORTING_CONTROLLER.to_owned(),
-            instance: Some(node.to_owned()),
-        },
-    )
-}
-
-/// Publishes queued events through `recorder` until `shutdown` resolves.
+/// Writes queued events through `client` until `shutdown` resolves.
 pub async fn run(
     mut rx: mpsc::Receiver<Event>,
-    recorder: Recorder,
+    client: kube::Client,
+    config: RecorderConfig,
     metrics: ApiMetrics,
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
-    let mut spam = SpamFilter::default();
+    let mut correlator = Correlator::default();
     let mut failing = false;
     loop {
         let ev = tokio::select! {
@@ -88,12 +111,36 @@ pub async fn run(
             ev = rx.recv() => match ev { Some(ev) => ev, None => return },
         };
         let Some(rec) = ev.recorded() else { continue };
-        if !spam.allow(&ev, rec.reason) {
-            metrics.events.with_label_values(&["filtered"]).inc();
-            continue;
-        }
-        let (kube_event, reference) = to_kube(&ev, rec);
-        match recorder.publish(&kube_event, &reference).await {
+        let correlated = match correlator.correlate(note(&ev, rec)) {
+            Verdict::Write(c) => c,
+            Verdict::Filtered => {
+                metrics.events.with_label_values(&["filtered"]).inc();
+                continue;
+            }
+        };
+        let api: kube::Api<CoreEvent> =
+            kube::Api::namespaced(client.clone(), &correlated.involved.namespace);
+        let mut tries = 0;
+        let outcome = loop {
+            tries += 1;
+            match write(&api, &correlated, &config.node).await {
+                Ok(()) => break Ok(()),
+                Err(e) if tries < config.max_tries && retriable(&e) => {
+                    tracing::debug!(error = %e, tries, "event write failed; trying again");
+                    let sleep = if tries == 1 {
+                        config.retry_sleep.mul_f64(rand::rng().random::<f64>())
+                    } else {
+                        config.retry_sleep
+                    };
+                    tokio::select! {
+                        () = &mut shutdown => return,
+                        () = tokio::time::sleep(sleep) => {}
+                    }
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        match outcome {
             Ok(()) => {
                 metrics.events.with_label_values(&["sent"]).inc();
                 failing = false;
@@ -103,8 +150,8 @@ pub async fn run(
                 if failing {
                     tracing::debug!(error = %e, "cannot record a Kubernetes event");
                 } else {
-                    tracing::warn!(error = %e, pod = %ev.pod_name, namespace = %ev.pod_namespace,
-                        "cannot record a Kubernetes event; events are lost until the API answers");
+                    tracing::warn!(error = %e, pod = %ev.pod_name, namespace = %ev.pod_namespace, tries,
+                        "cannot record a Kubernetes event; it is lost");
                     failing = true;
                 }
             }
@@ -112,116 +159,101 @@ pub async fn run(
     }
 }
 
-/// The kube-rs event and the object it is about: the pod, narrowed to the container as kubelet
-/// does (`fieldPath: spec.containers{web}`).
-pub fn to_kube(ev: &Event, rec: Recorded) -> (KubeEvent, ObjectReference) {
+/// Whether client-go would try the write again: the request did not reach a verdict (transport,
+/// timeout) or the server asked for another try (`429`, `5xx`); a rejection is final.
+fn retriable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        _ => true,
+    }
+}
+
+/// One write of `c`: a new event, or the bump of an earlier one (created anew if it expired).
+async fn write(api: &kube::Api<CoreEvent>, c: &Correlated, node: &str) -> Result<(), kube::Error> {
+    if c.count > 1 {
+        // client-go's two-way strategic merge patch of the fields a repeat changes.
+        let patch = serde_json::json!({
+            "count": c.count,
+            "lastTimestamp": time(c.last_ns),
+            "message": c.message,
+        });
+        match api
+            .patch(&c.name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    api.create(&PostParams::default(), &core_event(c, node))
+        .await
+        .map(|_| ())
+}
+
+/// The core `v1` event kubelet's `makeEvent` builds for `c`.
+pub fn core_event(c: &Correlated, node: &str) -> CoreEvent {
+    CoreEvent {
+        metadata: ObjectMeta {
+            name: Some(c.name.clone()),
+            namespace: Some(c.involved.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Pod".to_owned()),
+            name: Some(c.involved.name.clone()),
+            namespace: Some(c.involved.namespace.clone()),
+            uid: Some(c.involved.uid.clone()),
+            field_path: Some(c.involved.field_path.clone()),
+            ..ObjectReference::default()
+        },
+        reason: Some(c.reason.to_owned()),
+        message: Some(c.message.clone()),
+        first_timestamp: Some(time(c.first_ns)),
+        last_timestamp: Some(time(c.last_ns)),
+        count: Some(c.count),
+        type_: Some(if c.warning { "Warning" } else { "Normal" }.to_owned()),
+        source: Some(EventSource {
+            component: Some(COMPONENT.to_owned()),
+            host: Some(node.to_owned()),
+        }),
+        reporting_component: Some(COMPONENT.to_owned()),
+        reporting_instance: Some(node.to_owned()),
+        ..CoreEvent::default()
+    }
+}
+
+fn time(ns: i64) -> Time {
+    Time(Timestamp::from_nanosecond(i128::from(ns)).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+/// The note kubelet's recorder makes of `ev`: the pod, narrowed to the container as kubelet does
+/// (`spec.containers{web}`, `spec.initContainers{side}`), the message cut to [`MAX_NOTE_BYTES`].
+pub fn note(ev: &Event, rec: Recorded) -> Note {
     let list = if ev.init_container {
         "initContainers"
     } else {
         "containers"
     };
-    let reference = ObjectReference {
-        api_version: Some("v1".to_owned()),
-        kind: Some("Pod".to_owned()),
-        name: Some(ev.pod_name.clone()),
-        namespace: Some(ev.pod_namespace.clone()),
-        uid: Some(ev.pod_uid.clone()),
-        field_path: Some(format!("spec.{list}{{{}}}", ev.container_name)),
-        ..ObjectReference::default()
-    };
-    let action = match rec.reason {
-        crate::event::REASON_KILLING => "Kill",
-        crate::event::REASON_FAILED_PRE_STOP_HOOK => "PreStopHook",
-        _ => "Probe",
-    };
-    let mut note = rec.message;
-    if note.len() > MAX_NOTE_BYTES {
+    let mut message = rec.message;
+    if message.len() > MAX_NOTE_BYTES {
         let mut end = MAX_NOTE_BYTES;
-        while !note.is_char_boundary(end) {
+        while !message.is_char_boundary(end) {
             end -= 1;
         }
-        note.truncate(end);
+        message.truncate(end);
     }
-    let event = KubeEvent {
-        type_: if rec.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
+    Note {
+        involved: Involved {
+            uid: ev.pod_uid.clone(),
+            namespace: ev.pod_namespace.clone(),
+            name: ev.pod_name.clone(),
+            field_path: format!("spec.{list}{{{}}}", ev.container_name),
         },
-        reason: rec.reason.to_owned(),
-        note: Some(note),
-        action: action.to_owned(),
-        secondary: None,
-    };
-    (event, reference)
-}
-
-/// client-go's per-object spam filter, keyed by (pod UID, container, reason).
-#[derive(Default)]
-pub struct SpamFilter {
-    buckets: HashMap<(String, String, &'static str), (f64, Instant)>,
-}
-
-impl SpamFilter {
-    /// Whether `ev` (with `reason`) may go out now; takes a token if so.
-    pub fn allow(&mut self, ev: &Event, reason: &'static str) -> bool {
-        let now = Instant::now();
-        let per_sec = 1.0 / SPAM_REFILL.as_secs_f64();
-        if self.buckets.len() >= 4 * QUEUE {
-            // Forget keys that have refilled completely: they behave as new ones.
-            self.buckets.retain(|_, (tokens, at)| {
-                *tokens + now.saturating_duration_since(*at).as_secs_f64() * per_sec < SPAM_BURST
-            });
-        }
-        let key = (ev.pod_uid.clone(), ev.container_name.clone(), reason);
-        let (tokens, at) = self.buckets.entry(key).or_insert((SPAM_BURST, now));
-        *tokens =
-            (*tokens + now.saturating_duration_since(*at).as_secs_f64() * per_sec).min(SPAM_BURST);
-        *at = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::event::{EventKind, Probed};
-    use crate::spec::ProbeType;
-
-    fn failed(uid: &str) -> Event {
-        Event {
-            pod_uid: uid.into(),
-            pod_name: "p".into(),
-            pod_namespace: "ns".into(),
-            container_name: "c".into(),
-            container_id: "c1".into(),
-            init_container: false,
-            probe: ProbeType::Liveness,
-            at_ns: 0,
-            kind: EventKind::Probed(Probed::Failed("x".into())),
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_spam_filter_lets_25_through_then_one_per_five_minutes_per_container_and_reason() {
-        let mut f = SpamFilter::default();
-        let ev = failed("u");
-        let passed = (0..100).filter(|_| f.allow(&ev, "Unhealthy")).count();
-        assert_eq!(passed, 25);
-        assert!(f.allow(&ev, "Killing"), "another reason has its own budget");
-        assert!(
-            f.allow(&failed("v"), "Unhealthy"),
-            "another pod has its own budget"
-        );
-        tokio::time::advance(Duration::from_secs(299)).await;
-        assert!(!f.allow(&ev, "Unhealthy"));
-        tokio::time::advance(Duration::from_secs(2)).await;
-        assert!(f.allow(&ev, "Unhealthy"), "one more after five minutes");
-        assert!(!f.allow(&ev, "Unhealthy"));
+        warning: rec.warning,
+        reason: rec.reason,
+        message,
+        at_ns: ev.at_ns,
     }
 }

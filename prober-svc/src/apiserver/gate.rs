@@ -14,7 +14,9 @@
 //! - Rate-limited process-wide by the client's token bucket (`--kube-api-qps`/`--kube-api-burst`),
 //!   at most [`MAX_IN_FLIGHT`] writes at once, never two for one pod; failures are retried per
 //!   pod with backoff (`409` soon, `429` after the server's `retryAfterSeconds`), a `404` drops
-//!   the write (the pod is gone).
+//!   the write (the pod is gone), and so does a `422` refusing the `metadata.uid` (the API
+//!   server's answer when another pod now has the name: the uid is immutable); any other `422`
+//!   is not retried either (the same write would be refused again).
 //! - Restart-safe: what the prober has not established since it started is
 //!   [`PodReadiness::Unknown`], and the condition the API has is kept. A prober restart changes
 //!   nothing a Service can see, in either direction, until a real probe result differs.
@@ -86,9 +88,12 @@ pub enum WriteError {
     /// 404: the pod is gone.
     #[error("the pod is gone")]
     Gone,
-    /// 409: a conflict (another instance under the same name, or a concurrent change).
+    /// 409: a concurrent change.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// 422: the server refuses the write as invalid (retrying the same write cannot help).
+    #[error("invalid: {0}")]
+    Invalid(String),
     /// 429: the server throttles; retry after this long if it said.
     #[error("throttled by the API server")]
     Throttled(Option<Duration>),
@@ -121,7 +126,8 @@ impl KubeWriter {
 }
 
 /// The apply configuration of one condition: nothing else of the pod, so the prober owns only
-/// that condition's fields; `metadata.uid` makes the write fail (409) on another pod instance.
+/// that condition's fields; `metadata.uid` makes the write fail (`422`, the uid is immutable) on
+/// another pod instance under the same name.
 pub fn apply_body(
     condition_type: &str,
     target: &Target,
@@ -164,6 +170,10 @@ impl ConditionWriter for KubeWriter {
                 Ok(pod) => Ok(pod.metadata.resource_version.unwrap_or_default()),
                 Err(kube::Error::Api(s)) => Err(match s.code {
                     404 => WriteError::Gone,
+                    // The uid in the apply body is immutable: another pod now has this name,
+                    // and the one the write was for is gone (the reflector brings the new one).
+                    422 if uid_refused(&s) => WriteError::Gone,
+                    422 => WriteError::Invalid(s.message.clone()),
                     409 => WriteError::Conflict(s.message.clone()),
                     429 => WriteError::Throttled(
                         s.details
@@ -177,6 +187,15 @@ impl ConditionWriter for KubeWriter {
             }
         })
     }
+}
+
+/// Whether a `422` answer refuses the write's `metadata.uid` (the API server's "field is
+/// immutable" for a UID that is not the object's).
+fn uid_refused(s: &kube::core::Status) -> bool {
+    s.details
+        .as_ref()
+        .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid"))
+        || s.message.contains("metadata.uid")
 }
 
 /// The readiness gate. Cheap to clone; one [`Gate::run`] task writes.
@@ -468,6 +487,14 @@ impl Gate {
             }
             Err(WriteError::Gone) => {
                 m.gate_writes.with_label_values(&["gone"]).inc();
+                pod.failures = 0;
+                None
+            }
+            Err(WriteError::Invalid(message)) => {
+                m.gate_writes.with_label_values(&["invalid"]).inc();
+                tracing::warn!(pod = %pod.target.name, namespace = %pod.target.namespace,
+                    error = %message,
+                    "the API server refuses the readiness-gate condition as invalid; not retried until the readiness changes");
                 pod.failures = 0;
                 None
             }

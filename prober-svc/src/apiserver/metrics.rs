@@ -34,7 +34,7 @@ impl ApiMetrics {
             gate_writes: IntCounterVec::new(
                 Opts::new(
                     "podward_prober_gate_writes_total",
-                    "Writes of the readiness-gate pod condition, by result (ok, conflict, throttled, gone, error).",
+                    "Writes of the readiness-gate pod condition, by result (ok, conflict, throttled, gone, invalid, error).",
                 ),
                 &["result"],
             )?,

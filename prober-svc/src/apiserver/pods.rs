@@ -1,5 +1,6 @@
 //! The node's pods from the API server: a kube-rs `watcher` on `pods` with
-//! `fieldSelector=spec.nodeName=<node>` (paged list, then a watch with bookmarks; a `410 Gone`
+//! `fieldSelector=spec.nodeName=<node>` (a list at `resourceVersion=0` from the watch cache, then
+//! a watch with bookmarks; a `410 Gone`
 //! relists, a dropped connection resumes from the last resource version, kube-rs's default
 //! backoff between failures), folded into a [`PodSink`] as [`ApiPod`]s.
 //!
@@ -31,9 +32,17 @@ pub trait PodSink: Send + Sync {
     fn known(&self) -> Vec<String>;
 }
 
-/// The watcher's settings for the pods of `node`.
+/// The watcher's settings for the pods of `node`: lists at `resourceVersion=0` (any version,
+/// served from the API server's watch cache, as kubelet's reflector lists) rather than a quorum
+/// read that ranges over every pod of the cluster in etcd for each node at every relist. Unpaged:
+/// kube-rs leaves `resourceVersion=0` out of a request with a `limit`, and the watch cache
+/// answers such a list whole anyway.
 pub fn watch_config(node: &str) -> watcher::Config {
-    watcher::Config::default().fields(&format!("spec.nodeName={node}"))
+    let mut config = watcher::Config::default()
+        .fields(&format!("spec.nodeName={node}"))
+        .any_semantic();
+    config.page_size = None;
+    config
 }
 
 /// Follows the pods of `node` through `api` into `sink` until `shutdown` resolves. Never

@@ -10,6 +10,7 @@
 use std::collections::BTreeSet;
 
 use super::Manager;
+use crate::model::api::PodPhase;
 use crate::results::ProbeResult;
 use crate::spec::ProbeType;
 use crate::worker::handle::WorkerKey;
@@ -45,6 +46,11 @@ pub const REASON_READINESS: &str = "ReadinessProbeFailed";
 pub const REASON_STARTUP: &str = "StartupProbeNotSucceeded";
 /// Condition reason: the container does not run.
 pub const REASON_NOT_RUNNING: &str = "ContainerNotRunning";
+/// Condition reason of a pod whose phase is `Succeeded` (kubelet's `PodCompleted`, the reason of
+/// its `ContainersReady` and `Ready` conditions then).
+pub const REASON_POD_COMPLETED: &str = "PodCompleted";
+/// Condition reason of a pod whose phase is `Failed` (kubelet's `PodFailed`).
+pub const REASON_POD_FAILED: &str = "PodFailed";
 
 /// One container's state for the gate.
 enum Verdict {
@@ -55,9 +61,42 @@ enum Verdict {
 
 impl Manager {
     /// Pod `uid`'s readiness for the readiness gate.
+    ///
+    /// The gate's rules (docs/prober.md, "The readiness gate"): a finished pod is not ready,
+    /// with kubelet's reason; a pod whose API view has no `podward.io/probes` annotation (never
+    /// had one, or it was removed) is ready, as kubelet treats a container without a readiness
+    /// probe; a container whose probe workers ended (it exited and will not restart) is judged
+    /// by its state, never left out.
     pub fn readiness(&self, uid: &str) -> PodReadiness {
-        let Some(shared) = self.state.pods.lock().get(uid).map(|e| e.shared.clone()) else {
-            return PodReadiness::NotProbed;
+        let api = self.state.api.lock().get(uid).cloned();
+        if let Some(reason) = api.as_ref().and_then(|a| match a.phase {
+            PodPhase::Succeeded => Some(REASON_POD_COMPLETED),
+            PodPhase::Failed => Some(REASON_POD_FAILED),
+            _ => None,
+        }) {
+            return PodReadiness::NotReady {
+                container: String::new(),
+                reason,
+                message: String::new(),
+            };
+        }
+        let entry = self.state.pods.lock().get(uid).map(|e| {
+            // Names whose readiness or startup the annotation asks for, workers or not.
+            let gated: Vec<String> = e
+                .probes
+                .iter()
+                .filter(|(n, p)| {
+                    (p.readiness.is_some() || p.startup.is_some()) && !e.unknown.names.contains(*n)
+                })
+                .map(|(n, _)| n.clone())
+                .collect();
+            (e.shared.clone(), gated)
+        });
+        let Some((shared, gated)) = entry else {
+            return match api {
+                Some(a) if a.probes_annotation.is_none() => PodReadiness::Ready,
+                _ => PodReadiness::NotProbed,
+            };
         };
         let pod = shared.read().clone();
         let results = &self.ctx.results;
@@ -74,6 +113,7 @@ impl Manager {
                 .take_while(|(k, _)| k.pod_uid == uid)
                 .filter(|(k, _)| k.ty != ProbeType::Liveness)
                 .map(|(k, _)| k.container.as_str())
+                .chain(gated.iter().map(String::as_str))
                 .collect();
             for name in names {
                 let get = |ty| {

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::spec::HttpGetSpec;
+use crate::spec::{HttpGetSpec, ProbeType};
 
 /// A pod as the API server has it, reduced to what the prober uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +29,9 @@ pub struct ApiPod {
     pub deleting: bool,
     /// `spec.terminationGracePeriodSeconds`.
     pub grace_seconds: Option<i64>,
+    /// `metadata.deletionGracePeriodSeconds` (set with the deletion timestamp): the grace of
+    /// every kill of a pod being deleted.
+    pub deletion_grace_seconds: Option<i64>,
     /// The `podward.io/probes` annotation now (annotations are mutable, unlike CRI's copy).
     pub probes_annotation: Option<String>,
     /// `spec.readinessGates` lists the prober's condition type.
@@ -48,6 +51,8 @@ pub struct ApiContainer {
     pub kind: ContainerKind,
     /// `lifecycle.preStop`, if any.
     pub pre_stop: Option<Hook>,
+    /// The probe types the container spec itself declares (kubelet runs those).
+    pub spec_probes: Vec<ProbeType>,
 }
 
 /// Where a container is declared.
@@ -60,6 +65,9 @@ pub enum ContainerKind {
     Sidecar,
     /// Any other `spec.initContainers[]` entry: never probed by kubelet.
     Init,
+    /// `spec.ephemeralContainers[]` (`kubectl debug`): the API refuses probes on them; never
+    /// probed.
+    Ephemeral,
 }
 
 /// `spec.restartPolicy`.
@@ -192,6 +200,7 @@ mod tests {
             phase: PodPhase::Running,
             deleting: false,
             grace_seconds: None,
+            deletion_grace_seconds: None,
             probes_annotation: None,
             gated: false,
             condition: None,
@@ -200,11 +209,13 @@ mod tests {
                     name: "app".into(),
                     kind: ContainerKind::Regular,
                     pre_stop: None,
+                    spec_probes: Vec::new(),
                 },
                 ApiContainer {
                     name: "proxy".into(),
                     kind: ContainerKind::Sidecar,
                     pre_stop: None,
+                    spec_probes: Vec::new(),
                 },
             ],
         }

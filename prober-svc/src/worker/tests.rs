@@ -2,11 +2,15 @@
 //! `pkg/kubelet/prober/worker_test.go`), driven through the real manager and kill path with a
 //! scripted probe runner and stopper, in paused tokio time.
 
+mod annotation_conflicts;
 mod api;
 mod errored;
+mod gate_rules;
 mod harness;
 mod host_policy;
+mod init_containers;
 mod kill_series;
+mod kill_texts;
 mod lifecycle;
 mod spec_names;
 mod state_machine;

@@ -330,6 +330,7 @@ pub(super) fn api_pod(
         phase: PodPhase::Running,
         deleting: false,
         grace_seconds: Some(30),
+        deletion_grace_seconds: None,
         probes_annotation: annotation.map(str::to_owned),
         gated: true,
         condition: None,
@@ -339,6 +340,7 @@ pub(super) fn api_pod(
                 name: name.into(),
                 kind,
                 pre_stop,
+                spec_probes: Vec::new(),
             })
             .collect(),
     }
