@@ -46,6 +46,7 @@ pub fn plan_settings(config: &Config) -> PlanSettings {
         kubelet_root: config.kubelet_root.clone(),
         remove_exited_containers: config.remove_exited_containers,
         orphan_grace: config.orphan_grace,
+        walk: crate::pod_dir::WalkBounds::DEFAULT,
     }
 }
 
