@@ -249,12 +249,11 @@ fn main() {
         one_size(n, worst);
         return;
     }
+    // Bare numbers are sizes; the number after a flag is that flag's.
     let sizes: Vec<usize> = argv
-        .iter()
-        .skip(1)
-        .enumerate()
-        .filter(|(i, a)| !a.starts_with("--") && !(*i > 0 && argv[*i] == "--worst"))
-        .filter_map(|(_, a)| a.parse().ok())
+        .windows(2)
+        .filter(|w| !w[0].starts_with("--"))
+        .filter_map(|w| w[1].parse().ok())
         .collect();
     let sizes = if sizes.is_empty() {
         vec![1_000, 5_000, 10_000]
