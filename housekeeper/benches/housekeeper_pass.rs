@@ -8,9 +8,10 @@
 //! Passes are dry runs, so the tree is the same for every pass. Each size runs in its own child
 //! process, so the peak RSS (VmHWM) is that size's.
 //!
-//! With `--worst F`, one more orphan is a hostile pod's leftover: an emptyDir holding one
-//! directory of F empty files with 240-byte names (the worst orphan for memory), and another
-//! orphan's removable tree holds more entries than a walk looks at (the worst for time).
+//! With `--worst F`, orphan 1 is also a hostile pod's leftover: its emptyDir holds one directory
+//! of F empty files with 240-byte names (the worst orphan for memory), and orphan 2's removable
+//! tree holds more entries than a walk looks at (the worst for time). Both are among the 256
+//! lowest UIDs, which every pass assesses.
 //!
 //! `cargo bench -p podward-housekeeper --bench housekeeper_pass [-- 1000 5000 10000]`
 //! `cargo bench -p podward-housekeeper --bench housekeeper_pass -- --worst 600000 1000`
@@ -138,20 +139,18 @@ fn fill(dir: &Path, n: usize) {
     }
 }
 
-/// The two worst orphans beside the node's `n` pods: `files` in one emptyDir directory, and
-/// [`TOO_LARGE_FILES`] in another orphan's `containers/`.
-fn add_worst(root: &Path, n: usize, files: usize) {
+/// The two worst orphans, made of the node's orphans 1 and 2 (among the lowest UIDs, so every
+/// pass assesses them): `files` more in the first's emptyDir directory, and
+/// [`TOO_LARGE_FILES`] more in the second's `containers/`.
+fn add_worst(root: &Path, files: usize) {
     let pods = root.join("kubelet/pods");
     fill(
         &pods
-            .join(uid(n))
+            .join(uid(1))
             .join("volumes/kubernetes.io~empty-dir/data/big"),
         files,
     );
-    fill(
-        &pods.join(uid(n + 1)).join("containers/app/many"),
-        TOO_LARGE_FILES,
-    );
+    fill(&pods.join(uid(2)).join("containers/app/many"), TOO_LARGE_FILES);
 }
 
 fn one_size(n: usize, worst: Option<usize>) {
@@ -161,7 +160,7 @@ fn one_size(n: usize, worst: Option<usize>) {
     let built = std::time::Instant::now();
     let (sandboxes, containers) = build_tree(root, n);
     if let Some(files) = worst {
-        add_worst(root, n, files);
+        add_worst(root, files);
     }
     let build_s = built.elapsed().as_secs_f64();
     let (n_sb, n_ct) = (sandboxes.len(), containers.len());
