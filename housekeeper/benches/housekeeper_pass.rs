@@ -150,7 +150,10 @@ fn add_worst(root: &Path, files: usize) {
             .join("volumes/kubernetes.io~empty-dir/data/big"),
         files,
     );
-    fill(&pods.join(uid(2)).join("containers/app/many"), TOO_LARGE_FILES);
+    fill(
+        &pods.join(uid(2)).join("containers/app/many"),
+        TOO_LARGE_FILES,
+    );
 }
 
 fn one_size(n: usize, worst: Option<usize>) {
