@@ -26,7 +26,10 @@ use nix::sys::stat::{Mode as NixMode, SFlag, makedev, mknod};
 use podward_api::housekeeper::v1::{ActionKind, FindingKind};
 use podward_api::outside_text::from_bytes;
 use podward_housekeeper::mounts::MountTable;
-use podward_housekeeper::pod_dir::{PodDir, PodDirError, Removal, assess_removal, remove_pod_dir};
+use podward_housekeeper::pod_dir::{
+    PodDir, PodDirError, Removal, WalkBounds, assess_removal, assess_removal_within,
+    remove_pod_dir, remove_pod_dir_within,
+};
 use podward_housekeeper::reconcile::Mode;
 use rustix::fs::{Mode as Perm, OFlags};
 use uids::uid_of;
@@ -329,4 +332,55 @@ async fn pass_over_hostile_orphans(node: &Arc<FakeNode>) {
         "the clean orphan is still planned: {:#?}",
         plan.actions
     );
+}
+
+#[test]
+fn past_its_bounds_a_walk_says_too_large_and_nothing_is_removed() {
+    let root = kubelet_root();
+    let p = pod(root.path(), "large");
+    let many = p.path.join("containers/app");
+    fs::create_dir_all(&many).expect("mkdir");
+    for i in 0..50 {
+        fs::write(many.join(format!("f{i}")), "").expect("write");
+    }
+    let table = MountTable::default();
+    let by_entries = WalkBounds {
+        max_entries: 10,
+        max_time: Duration::from_secs(60),
+    };
+    match assess_removal_within(&p, &table, by_entries).expect("assess") {
+        Removal::TooLarge { entries, .. } => assert_eq!(entries, 10),
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    let by_time = WalkBounds {
+        max_entries: u64::MAX,
+        max_time: Duration::ZERO,
+    };
+    assert!(matches!(
+        assess_removal_within(&p, &table, by_time).expect("assess"),
+        Removal::TooLarge { .. }
+    ));
+    for bounds in [by_entries, by_time] {
+        match remove_pod_dir_within(&p, &table, bounds) {
+            Err(PodDirError::Blocked { reasons, .. }) => {
+                assert!(
+                    reasons[0].starts_with("too large to assess this pass"),
+                    "{reasons:?}"
+                );
+            }
+            other => panic!("expected Blocked, got {other:?}"),
+        }
+        assert_eq!(
+            fs::read_dir(&many).expect("read").count(),
+            50,
+            "nothing removed"
+        );
+    }
+    // Within its bounds the same tree is clean, and goes.
+    assert_eq!(
+        assess_removal_within(&p, &table, WalkBounds::DEFAULT).expect("assess"),
+        Removal::Clean
+    );
+    remove_pod_dir_within(&p, &table, WalkBounds::DEFAULT).expect("remove");
+    assert!(!p.path.exists());
 }

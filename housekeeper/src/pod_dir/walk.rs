@@ -299,8 +299,9 @@ impl Walk {
             return Ok(());
         }
         Err(match self.mode {
+            // The entry that reached the bound was not judged.
             Mode_::Assess => Halt::Verdict(Verdict::TooLarge {
-                entries: self.entries,
+                entries: self.entries - 1,
                 took,
             }),
             Mode_::Remove => PodDirError::TooLarge {
