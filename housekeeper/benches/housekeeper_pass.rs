@@ -8,7 +8,13 @@
 //! Passes are dry runs, so the tree is the same for every pass. Each size runs in its own child
 //! process, so the peak RSS (VmHWM) is that size's.
 //!
+//! With `--worst F`, orphan 1 is also a hostile pod's leftover: its emptyDir holds one directory
+//! of F empty files with 240-byte names (the worst orphan for memory), and orphan 2's removable
+//! tree holds more entries than a walk looks at (the worst for time). Both are among the 256
+//! lowest UIDs, which every pass assesses.
+//!
 //! `cargo bench -p podward-housekeeper --bench housekeeper_pass [-- 1000 5000 10000]`
+//! `cargo bench -p podward-housekeeper --bench housekeeper_pass -- --worst 600000 1000`
 
 #[path = "support/fake_cri.rs"]
 mod fake_cri;
@@ -121,12 +127,44 @@ fn vm_hwm_kib() -> u64 {
         .unwrap_or(0)
 }
 
-fn one_size(n: usize) {
+/// Files in the orphan whose removable tree is larger than a walk looks at.
+const TOO_LARGE_FILES: usize = 150_000;
+
+/// `n` empty files with 240-byte names in `dir`.
+fn fill(dir: &Path, n: usize) {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let pad = "f".repeat(232);
+    for i in 0..n {
+        std::fs::File::create(dir.join(format!("{pad}{i:08}"))).expect("create");
+    }
+}
+
+/// The two worst orphans, made of the node's orphans 1 and 2 (among the lowest UIDs, so every
+/// pass assesses them): `files` more in the first's emptyDir directory, and
+/// [`TOO_LARGE_FILES`] more in the second's `containers/`.
+fn add_worst(root: &Path, files: usize) {
+    let pods = root.join("kubelet/pods");
+    fill(
+        &pods
+            .join(uid(1))
+            .join("volumes/kubernetes.io~empty-dir/data/big"),
+        files,
+    );
+    fill(
+        &pods.join(uid(2)).join("containers/app/many"),
+        TOO_LARGE_FILES,
+    );
+}
+
+fn one_size(n: usize, worst: Option<usize>) {
     // TMPDIR picks the filesystem of the fake tree (the report says which was used).
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path();
     let built = std::time::Instant::now();
     let (sandboxes, containers) = build_tree(root, n);
+    if let Some(files) = worst {
+        add_worst(root, files);
+    }
     let build_s = built.elapsed().as_secs_f64();
     let (n_sb, n_ct) = (sandboxes.len(), containers.len());
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -174,8 +212,11 @@ fn one_size(n: usize) {
             .map(|s| format!("{} {:.1}", s.name, s.duration_ns as f64 / 1e6))
             .collect();
         let rss = vm_hwm_kib();
+        let worst = worst.map_or(String::new(), |f| {
+            format!("worst_orphan_files={f} too_large_orphan_files={TOO_LARGE_FILES} ")
+        });
         println!(
-            "RESULT tree={} built_in_s={build_s:.1} n={n} sandboxes={n_sb} containers={n_ct} mountinfo_lines={} first_pass_ms={:.1} \
+            "RESULT tree={} built_in_s={build_s:.1} {worst}n={n} sandboxes={n_sb} containers={n_ct} mountinfo_lines={} first_pass_ms={:.1} \
              steady_pass_ms_median={:.1} steady_pass_ms_max={:.1} actions={} findings={} rss_peak_mib={:.1} \
              sources_ms=[{}]",
             root.display(),
@@ -198,29 +239,37 @@ fn one_size(n: usize) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    if let Some(pos) = std::env::args().position(|a| a == "--one") {
-        let n = std::env::args()
-            .nth(pos + 1)
-            .and_then(|s| s.parse().ok())
-            .expect("--one N");
-        one_size(n);
+    let argv: Vec<String> = std::env::args().collect();
+    let flag = |name: &str| {
+        argv.iter()
+            .position(|a| a == name)
+            .and_then(|p| argv.get(p + 1))
+            .and_then(|s| s.parse::<usize>().ok())
+    };
+    let worst = flag("--worst");
+    if let Some(n) = flag("--one") {
+        one_size(n, worst);
         return;
     }
-    let sizes: Vec<usize> = if args.is_empty() {
+    // Bare numbers are sizes; the number after a flag is that flag's.
+    let sizes: Vec<usize> = argv
+        .windows(2)
+        .filter(|w| !w[0].starts_with("--"))
+        .filter_map(|w| w[1].parse().ok())
+        .collect();
+    let sizes = if sizes.is_empty() {
         vec![1_000, 5_000, 10_000]
     } else {
-        args.iter().filter_map(|a| a.parse().ok()).collect()
+        sizes
     };
     let exe = std::env::current_exe().expect("current exe");
     for n in sizes {
-        let status = std::process::Command::new(&exe)
-            .args(["--one", &n.to_string()])
-            .status()
-            .expect("run one size");
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(["--one", &n.to_string()]);
+        if let Some(files) = worst {
+            cmd.args(["--worst", &files.to_string()]);
+        }
+        let status = cmd.status().expect("run one size");
         assert!(status.success(), "size {n} failed");
     }
 }

@@ -54,11 +54,26 @@ mod tests {
             "--dry-run",
             "--cgroup-driver",
             "systemd",
+            "--walk-max-entries",
+            "5000",
+            "--walk-max-time",
+            "500ms",
             "plan",
             "--local",
         ])
         .expect("parse");
         let c = Config::load(&cli.args).expect("load");
+        assert_eq!(
+            c.walk_bounds(),
+            crate::pod_dir::WalkBounds {
+                max_entries: 5000,
+                max_time: std::time::Duration::from_millis(500)
+            }
+        );
+        assert_eq!(
+            Config::default().walk_bounds(),
+            crate::pod_dir::WalkBounds::DEFAULT
+        );
         assert_eq!(c.interval, std::time::Duration::from_secs(3));
         assert!(c.dry_run);
         assert_eq!(c.cgroup_driver, DriverName::Systemd);

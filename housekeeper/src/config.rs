@@ -87,6 +87,11 @@ pub struct Config {
     pub dry_run: bool,
     /// Remove exited containers beyond kubelet's GC policy (otherwise only reported).
     pub remove_exited_containers: bool,
+    /// Entries one walk of a pod dir may look at before it says "too large to assess this pass".
+    pub walk_max_entries: u64,
+    /// Time one walk of a pod dir may take before it says "too large to assess this pass".
+    #[serde(with = "humantime_serde")]
+    pub walk_max_time: Duration,
     /// Loopback address of `/metrics`, `/healthz`, `/readyz`.
     pub admin_addr: SocketAddr,
     /// Log output format.
@@ -115,6 +120,8 @@ impl Default for Config {
             orphan_grace: Duration::from_secs(120),
             dry_run: true,
             remove_exited_containers: false,
+            walk_max_entries: crate::pod_dir::WalkBounds::DEFAULT.max_entries,
+            walk_max_time: crate::pod_dir::WalkBounds::DEFAULT.max_time,
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9643)),
             log_format: LogFormat::Text,
             log_level: "info".into(),
@@ -231,6 +238,15 @@ pub struct Args {
           default_missing_value = "true", global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remove_exited_containers: Option<bool>,
+    /// Entries one walk of an orphan's pod dir may look at; past it (or --walk-max-time) the
+    /// dir is kept and reported "too large to assess this pass". [default: 100000]
+    #[arg(long, env = "PODWARD_HOUSEKEEPER_WALK_MAX_ENTRIES", global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub walk_max_entries: Option<u64>,
+    /// Time one walk of an orphan's pod dir may take, e.g. "2s". [default: 2s]
+    #[arg(long, env = "PODWARD_HOUSEKEEPER_WALK_MAX_TIME", value_parser = duration, global = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub walk_max_time: Option<String>,
     /// Address of /metrics, /healthz and /readyz. [default: 127.0.0.1:9643]
     #[arg(long, env = "PODWARD_HOUSEKEEPER_ADMIN_ADDR", global = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -268,6 +284,14 @@ struct Overrides<'a> {
 }
 
 impl Config {
+    /// How much one walk of a pod dir may look at.
+    pub fn walk_bounds(&self) -> crate::pod_dir::WalkBounds {
+        crate::pod_dir::WalkBounds {
+            max_entries: self.walk_max_entries,
+            max_time: self.walk_max_time,
+        }
+    }
+
     /// Defaults < `--config` file < environment < flags, with `--act` folded into `dry_run`.
     pub fn load(args: &Args) -> Result<Self, ConfigError> {
         let overrides = Overrides {

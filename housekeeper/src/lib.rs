@@ -2,7 +2,8 @@
 //! do, with the safety rules kubelet learned the hard way (`docs/housekeeper.md`).
 //!
 //! A pass reads its sources in kubelet's order ([`sources`]), folds the runtime's answer into the
-//! per-UID absence history ([`orphan`]), builds a sorted plan with reasons and evidence
+//! per-UID absence history ([`orphan`]), has the orphans' pod dirs assessed off the async
+//! runtime ([`assess`]), builds a sorted plan with reasons and evidence
 //! ([`plan`]) and executes it unless dry-run ([`act`]), one action per UID at a time with
 //! per-UID backoff ([`gate`]). [`api`] serves Plan/Reconcile/Status; [`run`] is the daemon.
 //!
@@ -12,6 +13,7 @@
 
 pub mod act;
 pub mod api;
+pub mod assess;
 pub mod cgroup;
 pub mod cli;
 pub mod clock;

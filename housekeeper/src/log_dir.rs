@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use crate::fs_error::FsError;
 use crate::kubelet_names::{self, NameError};
 use crate::mounts::MountTable;
-use crate::pod_dir::{DirScan, PodDirError, Scope, Walk, scan_root};
+use crate::pod_dir::{DirScan, PodDirError, Removal, Scope, Verdict, Walk, WalkBounds, scan_root};
 
 /// One pod log directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,16 +120,22 @@ pub fn remove_log_dir(dir: &LogDir, mounts: &MountTable) -> Result<u64, LogDirEr
         });
     }
     // Read-only pass first, so a mount the table missed stops the removal before anything goes.
-    let mut assess = Walk::assess(&dir.path);
-    assess.run(Scope::Tree)?;
-    let reasons = assess.into_reasons();
+    let bounds = WalkBounds::DEFAULT;
+    let reasons = match Walk::assess(&dir.path, bounds).run(Scope::Tree)? {
+        Verdict::Clean => Vec::new(),
+        Verdict::Blocked(reason) => vec![reason],
+        Verdict::TooLarge { entries, took } => {
+            let too_large = Removal::TooLarge { entries, took };
+            too_large.kept_because(bounds).into_iter().collect()
+        }
+    };
     if !reasons.is_empty() {
         return Err(LogDirError::Blocked {
             path: dir.path.clone(),
             reasons,
         });
     }
-    let mut walk = Walk::remove(&dir.path);
+    let mut walk = Walk::remove(&dir.path, bounds);
     walk.run(Scope::Tree)?;
     Ok(walk.into_report().removed_entries)
 }

@@ -3,10 +3,12 @@
 //! blocked, backing off, kubelet's job, and foreign: what is not in kubelet's name shapes, which
 //! is never acted on).
 //!
-//! Planning reads the filesystem only to assess pod dirs (read-only) and never acts. The plan is
-//! sorted, so a dry run and the real pass that follows produce the same list.
+//! Planning reads no filesystem and never acts: the pod dirs it may act on
+//! ([`pod_dirs_to_assess`]) are assessed before, off the async runtime ([`crate::assess`]), and
+//! their verdicts handed in. The plan is sorted, so a dry run and the real pass that follows
+//! produce the same list.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +21,7 @@ use crate::kubelet_names::{self, Foreign};
 use crate::log_dir::LogDir;
 use crate::mounts::MountTable;
 use crate::orphan::{OrphanTracker, Verdict, human};
-use crate::pod_dir::{DirScan, PodDir, Removal, assess_removal, mounted_volumes};
+use crate::pod_dir::{DirScan, PodDir, Removal, WalkBounds, mounted_volumes};
 use crate::runtime::RuntimeView;
 use crate::sources::Snapshot;
 use crate::{container_gc, sandbox};
@@ -123,7 +125,13 @@ pub struct PlanSettings {
     pub remove_exited_containers: bool,
     /// The grace period (for messages).
     pub orphan_grace: Duration,
+    /// How much one pod dir assessment may walk.
+    pub walk: WalkBounds,
 }
+
+/// The verdict on each pod dir the pass may act on, by UID ([`pod_dirs_to_assess`]); `Err` says
+/// why there is none (it could not be read, or not in time), and the dir is kept.
+pub type Assessments = HashMap<String, Result<Removal, String>>;
 
 /// What executing one action does (the data the act needs, beside the wire `Action`).
 #[derive(Clone, Debug)]
@@ -180,6 +188,8 @@ struct Builder<'a> {
     findings: Vec<Finding>,
     /// UIDs that may be acted on in this pass (orphaned, gate open, within the per-pass cap).
     allowed: HashSet<String>,
+    /// The verdicts on their pod dirs.
+    assessed: Assessments,
     counts: Counts,
     unlisted: usize,
 }
@@ -371,52 +381,49 @@ impl Builder<'_> {
         }
     }
 
-    fn pod_dirs(&mut self, dirs: Vec<PodDir>, mounts: &MountTable) {
+    fn pod_dirs(&mut self, dirs: Vec<PodDir>) {
         for dir in dirs {
             let target = dir.path.display().to_string();
             let Some(absence) = self.orphan(category::POD_DIR, &dir.uid, &target) else {
                 continue;
             };
-            match assess_removal(&dir, mounts) {
-                Ok(Removal::Clean) => {
-                    let evidence = vec![
-                        absence,
-                        "nothing mounted at or under it; no file under volumes/ or volume-subpaths/"
-                            .to_owned(),
-                    ];
-                    let uid = dir.uid.clone();
-                    let reason = "orphaned pod directory";
-                    self.act(
-                        ActionKind::RemovePodDir,
-                        &uid,
-                        target,
-                        reason,
-                        evidence,
-                        Op::RemovePodDir(dir),
-                    );
-                }
-                Ok(Removal::Blocked { reasons }) => {
-                    let reason = format!("orphaned pod directory kept: {}", reasons.join("; "));
-                    self.note(
-                        FindingKind::Blocked,
-                        category::POD_DIR,
-                        &dir.uid,
-                        target,
-                        || reason,
-                    );
-                }
+            let assessed = self.assessed.remove(&dir.uid).unwrap_or_else(|| {
+                Err(
+                    "not assessed this pass (found after the assessments); assessed next pass"
+                        .to_owned(),
+                )
+            });
+            let kept = match &assessed {
                 // An error while checking counts as "possibly in use" (kubelet's podVolumesExist).
-                Err(e) => {
-                    let reason = format!("orphaned pod directory kept: cannot assess it: {e}");
-                    self.note(
-                        FindingKind::Blocked,
-                        category::POD_DIR,
-                        &dir.uid,
-                        target,
-                        || reason,
-                    );
-                }
+                Err(e) => Some(e.clone()),
+                Ok(removal) => removal.kept_because(self.settings.walk),
+            };
+            if let Some(why) = kept {
+                let reason = format!("orphaned pod directory kept: {why}");
+                self.note(
+                    FindingKind::Blocked,
+                    category::POD_DIR,
+                    &dir.uid,
+                    target,
+                    || reason,
+                );
+                continue;
             }
+            let evidence = vec![
+                absence,
+                "nothing mounted at or under it; no file under volumes/ or volume-subpaths/"
+                    .to_owned(),
+            ];
+            let uid = dir.uid.clone();
+            let reason = "orphaned pod directory";
+            self.act(
+                ActionKind::RemovePodDir,
+                &uid,
+                target,
+                reason,
+                evidence,
+                Op::RemovePodDir(dir),
+            );
         }
     }
 
@@ -551,10 +558,60 @@ pub fn present(snapshot: &Snapshot) -> HashSet<String> {
         .unwrap_or_default()
 }
 
-/// Builds the plan for `snapshot`. `tracker` must already hold this pass's observation. When a
-/// required source failed, the plan holds no action and no finding.
+/// The orphaned UIDs a pass may act on: gate open, lowest UIDs first, at most
+/// [`MAX_UIDS_PER_PASS`].
+fn allowed_uids(
+    snapshot: &Snapshot,
+    tracker: &OrphanTracker,
+    gate: &UidGate,
+    now: Duration,
+) -> HashSet<String> {
+    let cgroups = snapshot.cgroups.iter().flat_map(|c| &c.pods.found);
+    let pod_dirs = snapshot.pod_dirs.iter().flat_map(|d| &d.found);
+    let log_dirs = snapshot.log_dirs.iter().flat_map(|d| &d.found);
+    let mut orphaned: Vec<&str> = cgroups
+        .map(|p| p.uid.as_str())
+        .chain(pod_dirs.map(|d| d.uid.as_str()))
+        .chain(log_dirs.map(|d| d.uid.as_str()))
+        .filter(|u| matches!(tracker.verdict(u, now), Verdict::Orphaned { .. }))
+        .filter(|u| gate.check(u, now).is_ok())
+        .collect();
+    orphaned.sort_unstable();
+    orphaned.dedup();
+    orphaned
+        .into_iter()
+        .take(MAX_UIDS_PER_PASS)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The pod dirs [`build`] may plan to remove this pass, which it needs assessed (`tracker`
+/// already holding this pass's observation); none when a required source failed.
+pub fn pod_dirs_to_assess(
+    snapshot: &Snapshot,
+    tracker: &OrphanTracker,
+    gate: &UidGate,
+    now: Duration,
+) -> Vec<PodDir> {
+    if !snapshot.required_ok() {
+        return Vec::new();
+    }
+    let allowed = allowed_uids(snapshot, tracker, gate, now);
+    snapshot
+        .pod_dirs
+        .iter()
+        .flat_map(|d| &d.found)
+        .filter(|d| allowed.contains(&d.uid))
+        .cloned()
+        .collect()
+}
+
+/// Builds the plan for `snapshot`, with the verdicts on the pod dirs [`pod_dirs_to_assess`]
+/// named. `tracker` must already hold this pass's observation. When a required source failed,
+/// the plan holds no action and no finding.
 pub fn build(
     snapshot: Snapshot,
+    assessed: Assessments,
     tracker: &OrphanTracker,
     gate: &UidGate,
     now: Duration,
@@ -565,6 +622,7 @@ pub fn build(
         sources_ok: snapshot.required_ok(),
         ..Default::default()
     };
+    let allowed = allowed_uids(&snapshot, tracker, gate, now);
     let Snapshot {
         cgroups,
         cgroup_driver,
@@ -591,24 +649,6 @@ pub fn build(
             counts: Counts::default(),
         };
     };
-    // The orphaned UIDs this pass may act on: gate open, lowest UIDs first, capped.
-    let mut orphaned: Vec<&str> = cgroups
-        .pods
-        .found
-        .iter()
-        .map(|p| p.uid.as_str())
-        .chain(pod_dirs.found.iter().map(|d| d.uid.as_str()))
-        .chain(log_dirs.found.iter().map(|d| d.uid.as_str()))
-        .filter(|u| matches!(tracker.verdict(u, now), Verdict::Orphaned { .. }))
-        .filter(|u| gate.check(u, now).is_ok())
-        .collect();
-    orphaned.sort_unstable();
-    orphaned.dedup();
-    let allowed = orphaned
-        .into_iter()
-        .take(MAX_UIDS_PER_PASS)
-        .map(str::to_owned)
-        .collect();
     let mut b = Builder {
         tracker,
         gate,
@@ -617,13 +657,14 @@ pub fn build(
         actions: Vec::new(),
         findings: Vec::new(),
         allowed,
+        assessed,
         counts: Counts::new(),
         unlisted: 0,
     };
     b.foreign(category::CGROUP, &cgroups.pods);
     b.cgroups(&cgroups.layout, cgroups.pods.found, &mounts);
     b.foreign(category::POD_DIR, &pod_dirs);
-    b.pod_dirs(pod_dirs.found, &mounts);
+    b.pod_dirs(pod_dirs.found);
     b.foreign(category::LOG_DIR, &log_dirs);
     b.log_dirs(log_dirs.found);
     if let Some(shim) = &shim {

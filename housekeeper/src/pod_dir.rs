@@ -12,7 +12,12 @@
 //!   the whole pod dir (except CSI's `vol_data.json` leftover next to an unmounted, empty `mount/`,
 //!   kubernetes #105536);
 //! - everything else is removed recursively on one filesystem, through directory fds, never
-//!   following a symlink (a symlink is unlinked as a link).
+//!   following a symlink (a symlink is unlinked as a link);
+//! - an immutable or append-only entry (`chattr +i`/`+a`) blocks: removal would fail half-way.
+//!
+//! A pod writes what it likes into its volumes, so the walk is bounded whatever they hold
+//! ([`WalkBounds`]): it streams directories, stops at the first reason not to remove, and past its
+//! bounds says [`Removal::TooLarge`] — never `Clean` on a partial walk.
 
 mod fd;
 mod walk;
@@ -20,12 +25,37 @@ mod walk;
 use std::collections::BinaryHeap;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::fs_error::FsError;
 use crate::kubelet_names::{Foreign, NameError, PodUid};
 use crate::mounts::MountTable;
 
-pub(crate) use self::walk::{Scope, Walk};
+pub(crate) use self::walk::{Scope, Verdict, Walk, shown};
+
+/// How much one walk of a pod (or log) dir may look at before it gives up on a verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalkBounds {
+    /// Entries looked at (`statx`), in the whole tree.
+    pub max_entries: u64,
+    /// Time spent.
+    pub max_time: Duration,
+}
+
+impl WalkBounds {
+    /// kubelet's pod dirs hold tens of entries; a tree a hundred thousand entries large is not
+    /// kubelet's, and a walk of it would cost the pass for every other orphan.
+    pub const DEFAULT: WalkBounds = WalkBounds {
+        max_entries: 100_000,
+        max_time: Duration::from_secs(2),
+    };
+}
+
+impl Default for WalkBounds {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
 
 /// One pod directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,11 +72,37 @@ pub struct PodDir {
 pub enum Removal {
     /// Nothing blocks removal.
     Clean,
-    /// Removal would lose data or cross into a mount; the reasons say what and where.
+    /// Removal would lose data, cross into a mount, or fail half-way; the reasons say what and
+    /// where: every mount the table lists under the dir (capped; the last line says how many were
+    /// left out), else the first entry the walk found in the way (it stops there).
     Blocked {
-        /// One line per blocking entry (capped; the last line says how many were left out).
+        /// One line per reason.
         reasons: Vec<String>,
     },
+    /// The walk reached its [`WalkBounds`] before it knew: the dir is kept, and assessed again
+    /// (from the start) by the next pass.
+    TooLarge {
+        /// Entries looked at.
+        entries: u64,
+        /// Time spent.
+        took: Duration,
+    },
+}
+
+impl Removal {
+    /// The finding's words for a dir that is kept: why.
+    pub fn kept_because(&self, bounds: WalkBounds) -> Option<String> {
+        match self {
+            Removal::Clean => None,
+            Removal::Blocked { reasons } => Some(reasons.join("; ")),
+            Removal::TooLarge { entries, took } => Some(format!(
+                "too large to assess this pass: no reason to keep it among the first {entries} \
+                 entries ({took:.1?}), and a walk stops at {} entries or {:?}; assessed again \
+                 next pass, never removed on a partial walk",
+                bounds.max_entries, bounds.max_time
+            )),
+        }
+    }
 }
 
 /// What `remove_pod_dir` removed.
@@ -65,7 +121,7 @@ pub enum PodDirError {
     #[error(transparent)]
     Io(#[from] FsError),
     /// Removal was refused; nothing was removed.
-    #[error("{path}: removal blocked: {}", reasons.join("; "))]
+    #[error("{}: removal blocked: {}", shown(path), reasons.join("; "))]
     Blocked {
         /// The directory.
         path: PathBuf,
@@ -74,7 +130,7 @@ pub enum PodDirError {
     },
     /// The walk met something that was not there when it was assessed (a new mount, another
     /// filesystem, a file in a volume dir, an entry swapped mid-walk); it stopped at once.
-    #[error("{path}: stopped: {reason}")]
+    #[error("{}: stopped: {reason}", shown(path))]
     Changed {
         /// The entry.
         path: PathBuf,
@@ -82,8 +138,20 @@ pub enum PodDirError {
         reason: String,
     },
     /// The tree is deeper than the walk allows (a hostile tree must not exhaust fds or stack).
-    #[error("{0}: tree too deep")]
+    #[error("{}: tree too deep", shown(.0))]
     TooDeep(PathBuf),
+    /// A removing walk reached its [`WalkBounds`] (the tree grew since it was assessed); what it
+    /// removed before was removable by the rules, the rest stays.
+    #[error(
+        "{}: stopped after {entries} entries: over the walk's bounds",
+        shown(path)
+    )]
+    TooLarge {
+        /// The dir.
+        path: PathBuf,
+        /// Entries looked at.
+        entries: u64,
+    },
     /// The path has no parent or no final component (e.g. `/` or `..`).
     #[error("{0}: not a removable directory path")]
     BadPath(PathBuf),
@@ -253,41 +321,64 @@ pub fn mounted_volumes(dir: &PodDir, mounts: &MountTable) -> Vec<PathBuf> {
     mounts.mounts_at_or_under_resolved(&dir.path)
 }
 
-/// Read-only: walks the pod dir and says whether [`remove_pod_dir`] would remove it, and if not, why.
-/// A pod dir that is gone is `Clean`. A path that is not a kubelet pod dir is `NotAPodDir`.
+/// [`assess_removal_within`] the default [`WalkBounds`].
 pub fn assess_removal(dir: &PodDir, mounts: &MountTable) -> Result<Removal, PodDirError> {
+    assess_removal_within(dir, mounts, WalkBounds::DEFAULT)
+}
+
+/// Read-only: walks the pod dir and says whether [`remove_pod_dir`] would remove it, and if not,
+/// why, or that it could not tell within `bounds`. A pod dir that is gone is `Clean`. A path that
+/// is not a kubelet pod dir is `NotAPodDir`.
+pub fn assess_removal_within(
+    dir: &PodDir,
+    mounts: &MountTable,
+    bounds: WalkBounds,
+) -> Result<Removal, PodDirError> {
     check_pod_dir(dir)?;
     let mounted = mounted_volumes(dir, mounts);
     if !mounted.is_empty() {
         let reasons = mounted
             .iter()
-            .map(|m| format!("{} is mounted", m.display()))
+            .map(|m| format!("{} is mounted", shown(m)))
             .collect();
         return Ok(Removal::Blocked {
             reasons: cap(reasons),
         });
     }
-    let mut walk = Walk::assess(&dir.path);
-    walk.run(Scope::PodDir)?;
-    // The walk caps its own reasons.
-    let reasons = walk.into_reasons();
-    Ok(if reasons.is_empty() {
-        Removal::Clean
-    } else {
-        Removal::Blocked { reasons }
+    Ok(match Walk::assess(&dir.path, bounds).run(Scope::PodDir)? {
+        Verdict::Clean => Removal::Clean,
+        Verdict::Blocked(reason) => Removal::Blocked {
+            reasons: vec![reason],
+        },
+        Verdict::TooLarge { entries, took } => Removal::TooLarge { entries, took },
     })
 }
 
-/// Removes an orphan's pod dir if [`assess_removal`] says `Clean` (else `Blocked`, nothing removed),
-/// re-verifying every entry during the removal walk. `mounts` must be freshly read by the caller.
+/// [`remove_pod_dir_within`] the default [`WalkBounds`].
 pub fn remove_pod_dir(dir: &PodDir, mounts: &MountTable) -> Result<RemovalReport, PodDirError> {
-    if let Removal::Blocked { reasons } = assess_removal(dir, mounts)? {
+    remove_pod_dir_within(dir, mounts, WalkBounds::DEFAULT)
+}
+
+/// Removes an orphan's pod dir if [`assess_removal_within`] says `Clean` (else `Blocked`, nothing
+/// removed), re-verifying every entry during the removal walk. `mounts` must be freshly read by
+/// the caller.
+pub fn remove_pod_dir_within(
+    dir: &PodDir,
+    mounts: &MountTable,
+    bounds: WalkBounds,
+) -> Result<RemovalReport, PodDirError> {
+    let verdict = assess_removal_within(dir, mounts, bounds)?;
+    if let Some(why) = verdict.kept_because(bounds) {
+        let reasons = match verdict {
+            Removal::Blocked { reasons } => reasons,
+            _ => vec![why],
+        };
         return Err(PodDirError::Blocked {
             path: dir.path.clone(),
             reasons,
         });
     }
-    let mut walk = Walk::remove(&dir.path);
+    let mut walk = Walk::remove(&dir.path, bounds);
     walk.run(Scope::PodDir)?;
     Ok(walk.into_report())
 }

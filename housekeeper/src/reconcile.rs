@@ -1,13 +1,17 @@
-//! One pass: read the sources, fold the runtime's answer into the orphan history, plan, and act
-//! unless dry-run. Passes are serialised (the timer loop and the API share one lock), and the
-//! last one is kept for `Status`.
+//! One pass: read the sources, fold the runtime's answer into the orphan history, assess the
+//! orphans' pod dirs, plan, and act unless dry-run. Passes that record are serialised (the timer
+//! loop and the API's `Reconcile` share one lock); the history and the last pass sit behind
+//! another lock that is only ever held for a moment and never across an await, so `Status` and
+//! `Plan` answer while a pass reads, walks or acts.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use podward_api::housekeeper::v1::{Plan, StatusResponse};
+use podward_api::outside_text::for_terminal;
 
 use crate::act::{self, Actuator};
+use crate::assess::Assessor;
 use crate::clock::Clock;
 use crate::gate::UidGate;
 use crate::metrics::Metrics;
@@ -51,7 +55,11 @@ pub struct Reconciler<S, A> {
     gate: UidGate,
     metrics: Option<Metrics>,
     prober: Option<ProberLink>,
-    state: tokio::sync::Mutex<State>,
+    assessor: Assessor,
+    /// Held for the whole of a recording pass (not by `Preview`).
+    passes: tokio::sync::Mutex<()>,
+    /// Held briefly, never across an await.
+    state: parking_lot::Mutex<State>,
 }
 
 impl<S: Sources, A: Actuator> Reconciler<S, A> {
@@ -66,7 +74,9 @@ impl<S: Sources, A: Actuator> Reconciler<S, A> {
             sources,
             actuator,
             clock,
-            state: tokio::sync::Mutex::new(State {
+            assessor: Assessor::new(),
+            passes: tokio::sync::Mutex::new(()),
+            state: parking_lot::Mutex::new(State {
                 tracker: OrphanTracker::new(settings.orphan_grace),
                 passes: 0,
                 last: None,
@@ -99,25 +109,18 @@ impl<S: Sources, A: Actuator> Reconciler<S, A> {
         &self.gate
     }
 
-    /// Runs one pass and returns its plan (with outcomes when it acted) and its duration.
+    /// Runs one pass and returns its plan (with outcomes when it acted) and its duration. A
+    /// `Preview` runs beside a recording pass, on its own copy of the history.
     pub async fn pass(&self, mode: Mode) -> (Plan, Duration) {
-        let mut st = self.state.lock().await;
+        let _serial = match mode {
+            Mode::Preview => None,
+            Mode::DryRun | Mode::Act => Some(self.passes.lock().await),
+        };
         let start = tokio::time::Instant::now();
         let snapshot = sources::read_all(self.sources.as_ref()).await;
         let now = self.clock.now();
         let ok = snapshot.required_ok();
-        let mut preview_tracker;
-        let tracker = if mode == Mode::Preview {
-            preview_tracker = st.tracker.clone();
-            &mut preview_tracker
-        } else {
-            &mut st.tracker
-        };
-        if ok {
-            tracker.observe(now, &plan::present(&snapshot), plan::candidates(&snapshot));
-        } else {
-            // No evidence of absence from a pass that could not read: start counting again.
-            tracker.reset();
+        if !ok {
             let failed: Vec<String> = snapshot
                 .reports
                 .iter()
@@ -126,15 +129,44 @@ impl<S: Sources, A: Actuator> Reconciler<S, A> {
                 .collect();
             tracing::warn!(failed = ?failed, "a required source failed: this pass plans and acts on nothing");
         }
-        let tracker: &OrphanTracker = tracker;
-        let mut pass = plan::build(snapshot, tracker, &self.gate, now, &self.settings);
+        let observe = |tracker: &mut OrphanTracker| {
+            if ok {
+                tracker.observe(now, &plan::present(&snapshot), plan::candidates(&snapshot));
+            } else {
+                // No evidence of absence from a pass that could not read: start counting again.
+                tracker.reset();
+            }
+        };
+        // A preview works on a copy; a recording pass on the history itself, which no other
+        // recording pass touches meanwhile (`passes`).
+        let mut preview = None;
+        let to_assess = {
+            let mut st = self.state.lock();
+            let tracker = if mode == Mode::Preview {
+                preview.insert(st.tracker.clone())
+            } else {
+                &mut st.tracker
+            };
+            observe(tracker);
+            plan::pod_dirs_to_assess(&snapshot, tracker, &self.gate, now)
+        };
+        let mounts = Arc::new(snapshot.mounts.clone().unwrap_or_default());
+        let assessed = self
+            .assessor
+            .assess_all(to_assess, mounts, self.settings.walk)
+            .await;
+        let (mut pass, number) = {
+            let st = self.state.lock();
+            let tracker = preview.as_ref().unwrap_or(&st.tracker);
+            let pass = plan::build(snapshot, assessed, tracker, &self.gate, now, &self.settings);
+            (pass, st.passes + 1)
+        };
         pass.plan.dry_run = mode != Mode::Act;
+        pass.plan.pass = number;
         if mode == Mode::Preview {
-            pass.plan.pass = st.passes + 1;
             return (pass.plan, start.elapsed());
         }
-        st.passes += 1;
-        pass.plan.pass = st.passes;
+        self.state.lock().passes = number;
         if mode == Mode::Act && !pass.ops.is_empty() {
             let extra = act::execute(
                 &mut pass,
@@ -155,11 +187,12 @@ impl<S: Sources, A: Actuator> Reconciler<S, A> {
         }
         self.gate.gc(now);
         let took = start.elapsed();
-        self.finish(&mut st, &pass.plan, &pass.counts, took);
+        self.finish(&pass.plan, &pass.counts, took);
         (pass.plan, took)
     }
 
-    fn finish(&self, st: &mut State, plan: &Plan, counts: &plan::Counts, took: Duration) {
+    fn finish(&self, plan: &Plan, counts: &plan::Counts, took: Duration) {
+        let mut st = self.state.lock();
         let done = plan
             .actions
             .iter()
@@ -175,6 +208,7 @@ impl<S: Sources, A: Actuator> Reconciler<S, A> {
         }
         st.last_duration = took;
         st.last = Some(plan.clone());
+        drop(st);
         if let Some(m) = &self.metrics {
             m.record(plan, counts, took);
         }
@@ -201,14 +235,15 @@ impl<S: Sources, A: Actuator> Reconciler<S, A> {
             findings = plan.findings.len(),
             "pass done"
         );
+        // Targets, reasons and errors carry names from pods' volumes: escaped for the log line.
         for a in &plan.actions {
             tracing::info!(
                 kind = a.kind().as_str_name(),
                 pod_uid = %a.pod_uid,
-                target = %a.target,
+                target = %for_terminal(&a.target),
                 outcome = a.outcome().as_str_name(),
-                error = %a.error,
-                reason = %a.reason,
+                error = %for_terminal(&a.error),
+                reason = %for_terminal(&a.reason),
                 "action"
             );
         }
@@ -216,7 +251,7 @@ impl<S: Sources, A: Actuator> Reconciler<S, A> {
 
     /// The last pass and the counters since start.
     pub async fn status(&self) -> StatusResponse {
-        let st = self.state.lock().await;
+        let st = self.state.lock();
         StatusResponse {
             last_pass: st.last.clone(),
             last_pass_duration_ns: i64::try_from(st.last_duration.as_nanos()).unwrap_or(i64::MAX),

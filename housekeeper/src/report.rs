@@ -4,6 +4,7 @@
 use podward_api::daemon::table;
 use podward_api::housekeeper::v1::housekeeper_client::HousekeeperClient;
 use podward_api::housekeeper::v1::{ActionKind, FindingKind, Outcome, Plan, PlanRequest};
+use podward_api::outside_text::for_terminal;
 
 use crate::config::{Config, RootError, check_roots};
 use crate::reconcile::Mode;
@@ -121,7 +122,10 @@ fn pass_words(plan: &Plan) -> String {
 }
 
 /// The plan as text tables: a header (the pass, whether it acts, whether every source was read),
-/// sources, actions (kind, pod uid, target, reason, evidence), findings.
+/// sources, actions (kind, pod uid, target, reason, evidence), findings. Targets, reasons and
+/// errors carry names from pods' volumes and the node: every one is written through
+/// [`for_terminal`] (the tables do it for their cells), so the text has no control character and
+/// no line a name made.
 pub fn render_table(plan: &Plan) -> String {
     let mut out = format!(
         "{}: sources {}\n",
@@ -137,13 +141,13 @@ pub fn render_table(plan: &Plan) -> String {
         let state = if s.ok {
             format!("ok, {} items", s.items)
         } else if s.optional {
-            format!("unavailable (optional): {}", s.error)
+            format!("unavailable (optional): {}", for_terminal(&s.error))
         } else {
-            format!("FAILED: {}", s.error)
+            format!("FAILED: {}", for_terminal(&s.error))
         };
         out.push_str(&format!(
             "  {:<9} {:>9.1} ms  {state}\n",
-            s.name,
+            for_terminal(&s.name),
             s.duration_ns as f64 / 1e6
         ));
     }
@@ -218,9 +222,10 @@ fn driver_line(plan: &Plan) -> String {
         _ => "",
     };
     format!(
-        "  cgroup driver: {driver}{by}, cgroup {}: {}\n",
-        d.cgroup_version,
-        d.evidence.join("; ")
+        "  cgroup driver: {}{by}, cgroup {}: {}\n",
+        for_terminal(driver),
+        for_terminal(&d.cgroup_version),
+        for_terminal(&d.evidence.join("; "))
     )
 }
 

@@ -46,6 +46,7 @@ pub fn plan_settings(config: &Config) -> PlanSettings {
         kubelet_root: config.kubelet_root.clone(),
         remove_exited_containers: config.remove_exited_containers,
         orphan_grace: config.orphan_grace,
+        walk: config.walk_bounds(),
     }
 }
 
@@ -53,7 +54,8 @@ pub fn plan_settings(config: &Config) -> PlanSettings {
 pub fn node_reconciler(config: &Config) -> Reconciler<NodeSources, NodeActuator> {
     let sources = NodeSources::new(config);
     let systemd = SystemdClient::new(config.systemd_bus.clone());
-    let actuator = NodeActuator::new(sources.runtime_client().clone(), Arc::new(systemd));
+    let actuator = NodeActuator::new(sources.runtime_client().clone(), Arc::new(systemd))
+        .with_walk_bounds(config.walk_bounds());
     Reconciler::new(
         Arc::new(sources),
         Arc::new(actuator),

@@ -14,6 +14,7 @@ use podward_api::cri::{
 };
 use podward_api::labels;
 use podward_api::limits::CRI_MESSAGE_BYTES;
+use podward_api::outside_text::for_terminal;
 use podward_api::tolerant::runtime::RuntimeReader;
 use podward_api::tolerant::{Action, Decoded};
 use tonic::transport::Channel;
@@ -172,10 +173,13 @@ fn whole<M>(call: &'static str, d: Decoded<M>) -> Result<(M, BTreeSet<String>), 
     for r in &d.repairs {
         match (r.action, &r.pod_uid) {
             (Action::Replaced, _) => {
-                tracing::warn!(call, repair = %r, "containerd's answer had an invalid field")
+                // IDs and labels in a repair are containerd's (and a pod's): escaped for the log.
+                tracing::warn!(call, repair = %for_terminal(&r.to_string()),
+                    "containerd's answer had an invalid field")
             }
             (Action::Dropped, Some(uid)) => {
-                tracing::warn!(call, repair = %r, pod_uid = %uid,
+                tracing::warn!(call, repair = %for_terminal(&r.to_string()),
+                    pod_uid = %for_terminal(uid),
                     "an object in containerd's answer cannot be decoded; nothing of its pod is \
                      acted on until it can");
                 held.insert(uid.clone());

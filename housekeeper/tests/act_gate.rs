@@ -43,14 +43,16 @@ async fn one_action_per_uid_at_a_time() {
     }
     // Two executions of the same plan (as two racing passes would): build both, run both.
     let snap2 = read_all(node.as_ref()).await;
-    let mut first = plan::build(
-        plans.pop().expect("snap"),
-        &tracker,
-        &gate,
-        clock.now(),
-        &settings,
-    );
-    let mut second = plan::build(snap2, &tracker, &gate, clock.now(), &settings);
+    let snap1 = plans.pop().expect("snap");
+    let assessor = podward_housekeeper::assess::Assessor::new();
+    let assess = async |snap: &podward_housekeeper::sources::Snapshot| {
+        let dirs = plan::pod_dirs_to_assess(snap, &tracker, &gate, clock.now());
+        let mounts = Arc::new(snap.mounts.clone().unwrap_or_default());
+        assessor.assess_all(dirs, mounts, settings.walk).await
+    };
+    let (assessed1, assessed2) = (assess(&snap1).await, assess(&snap2).await);
+    let mut first = plan::build(snap1, assessed1, &tracker, &gate, clock.now(), &settings);
+    let mut second = plan::build(snap2, assessed2, &tracker, &gate, clock.now(), &settings);
     assert_eq!(first.plan.actions.len(), 3);
     let (n, a, g, c, k) = (
         node.clone(),

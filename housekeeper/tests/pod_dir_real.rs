@@ -150,7 +150,7 @@ fn fill(dir: &Path, tag: &str) {
 fn reasons(dir: &PodDir, table: &MountTable) -> Vec<String> {
     match assess_removal(dir, table).expect("assess") {
         Removal::Blocked { reasons } => reasons,
-        Removal::Clean => panic!("{} must be blocked", dir.path.display()),
+        other => panic!("{} must be blocked: {other:?}", dir.path.display()),
     }
 }
 
@@ -184,9 +184,10 @@ fn mounted_volumes_block_and_lose_nothing() {
         other => panic!("expected Blocked, got {other:?}"),
     }
     // A stale (empty) table must not help: the walk sees the mounts itself (statx mount root /
-    // mount id), even the same-filesystem bind mount, and removes nothing.
+    // mount id), even the same-filesystem bind mount, and removes nothing. The walk stops at the
+    // first.
     let why = reasons(&p, &MountTable::default());
-    assert_eq!(why.len(), 3, "{why:?}");
+    assert_eq!(why.len(), 1, "{why:?}");
     assert!(why.iter().all(|r| r.contains("mount point")), "{why:?}");
     assert!(remove_pod_dir(&p, &MountTable::default()).is_err());
     assert_eq!(tree_hash(&p.path), before_pod);
@@ -256,11 +257,12 @@ fn file_in_volume_blocks_symlink_is_removed_as_link() {
         "cm",
     );
     let before = tree_hash(&blocked.path);
+    // The walk stops at the first file it meets (getdents order): either of the two.
     let why = reasons(&blocked, &f.table());
-    assert_eq!(why.len(), 2, "{why:?}");
+    assert_eq!(why.len(), 1, "{why:?}");
     assert!(
-        why.iter()
-            .any(|r| r.contains("cfg/data.bin is a regular file in a volume directory")),
+        why[0].ends_with("cfg/data.bin is a regular file in a volume directory")
+            || why[0].ends_with("cfg/sub/notes.txt is a regular file in a volume directory"),
         "{why:?}"
     );
     assert!(remove_pod_dir(&blocked, &f.table()).is_err());

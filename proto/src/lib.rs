@@ -9,6 +9,8 @@
 //! - [`limits`]: gRPC message size limits, each with its reason;
 //! - [`tolerant`]: decoding CRI answers so that one invalid string costs that string (or that
 //!   object), never the whole answer;
+//! - [`outside_text`]: file names, annotation text and container output made fit for a terminal,
+//!   a log line or the wire, in one place;
 //! - [`backoff`]: the one retry schedule every reconnect loop uses;
 //! - [`daemon`]: what every podward process shares at its edge (config layering, logs, admin
 //!   HTTP endpoint, shutdown signal).
@@ -18,6 +20,7 @@ pub mod backoff;
 pub mod daemon;
 pub mod labels;
 pub mod limits;
+pub mod outside_text;
 pub mod paths;
 pub mod socket;
 #[cfg(any(test, feature = "test-util"))]

@@ -8,7 +8,7 @@ use crate::cgroup::systemd::{self, SystemdClient};
 use crate::cgroup::{self, CgroupDriver, CgroupError, CgroupLayout, DestroyReport, PodCgroup};
 use crate::log_dir::{self, LogDir, LogDirError};
 use crate::mounts::MountTable;
-use crate::pod_dir::{self, PodDir, PodDirError, RemovalReport};
+use crate::pod_dir::{self, PodDir, PodDirError, RemovalReport, WalkBounds};
 use crate::runtime::{RuntimeClient, RuntimeError};
 
 /// Acts on the real node.
@@ -16,13 +16,25 @@ use crate::runtime::{RuntimeClient, RuntimeError};
 pub struct NodeActuator {
     runtime: RuntimeClient,
     systemd: Arc<SystemdClient>,
+    walk: WalkBounds,
 }
 
 impl NodeActuator {
     /// An actuator that removes sandboxes and containers through `runtime`, and stops pod slices
     /// through `systemd` when the layout's driver is systemd (connected on first use only).
     pub fn new(runtime: RuntimeClient, systemd: Arc<SystemdClient>) -> Self {
-        Self { runtime, systemd }
+        Self {
+            runtime,
+            systemd,
+            walk: WalkBounds::DEFAULT,
+        }
+    }
+
+    /// Removes pod dirs with these walk bounds (the planner's, so a dir it planned is not
+    /// refused as too large).
+    pub fn with_walk_bounds(mut self, walk: WalkBounds) -> Self {
+        self.walk = walk;
+        self
     }
 }
 
@@ -50,7 +62,7 @@ impl Actuator for NodeActuator {
         dir: &PodDir,
         mounts: &MountTable,
     ) -> Result<RemovalReport, PodDirError> {
-        pod_dir::remove_pod_dir(dir, mounts)
+        pod_dir::remove_pod_dir_within(dir, mounts, self.walk)
     }
 
     fn remove_log_dir(&self, dir: &LogDir, mounts: &MountTable) -> Result<u64, LogDirError> {

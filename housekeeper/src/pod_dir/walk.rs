@@ -1,33 +1,48 @@
 //! The fd-based walk behind pod dir and log dir removal: `openat(O_NOFOLLOW|O_DIRECTORY)` for every
 //! directory, `statx(AT_SYMLINK_NOFOLLOW)` for every entry, `unlinkat` relative to the parent fd.
 //!
-//! The same walk runs twice: read-only (collecting every reason not to remove) and then removing,
-//! where any reason — something that appeared since the first walk — stops it at once. Each entry is
-//! checked against the walk's anchor (the root dir): same device, same mount id, not a mount root.
-//! A directory is opened by name with `O_NOFOLLOW`, then its inode is compared with the one `statx`
-//! saw, so an entry swapped for a symlink or another directory mid-walk is never followed.
+//! The same walk runs twice: read-only (it stops at the first reason not to remove: the verdict is
+//! known then) and then removing, where any reason — something that appeared since the first walk —
+//! stops it at once. Each entry is checked against the walk's anchor (the root dir): same device,
+//! same mount id, not a mount root. A directory is opened by name with `O_NOFOLLOW`, then its inode
+//! is compared with the one `statx` saw, so an entry swapped for a symlink or another directory
+//! mid-walk is never followed.
+//!
+//! What a pod wrote into its volumes is hostile, so the walk is bounded whatever the tree holds:
+//! directories are read as streams (`getdents` in chunks, never a whole directory in memory), one
+//! fd and one chunk per level for at most [`MAX_DEPTH`] levels, and at most
+//! [`WalkBounds::max_entries`] entries in [`WalkBounds::max_time`]. A walk that reaches a bound
+//! before its verdict is known says so ([`Verdict::TooLarge`]); it never passes for clean.
 
 use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
-use super::fd::{Meta, cstring, io, kind_name, list, stat_at};
-use super::{PodDirError, RemovalReport};
+use super::fd::{Entries, Meta, io, is_empty, kind_name, stat_at};
+use super::{PodDirError, RemovalReport, WalkBounds};
 
-/// How deep a walk may go; kubelet's trees are a handful of levels, and each level holds one fd.
-const MAX_DEPTH: usize = 128;
-/// Reasons kept per walk; the rest are only counted.
-const MAX_REASONS: usize = 32;
+/// How deep a walk may go; kubelet's trees are a handful of levels, and each level holds one fd
+/// and one `getdents` chunk.
+pub(crate) const MAX_DEPTH: usize = 128;
+/// A path in a reason is cut to this many characters (kept: its start and its end), so a deep
+/// tree of long names cannot make a reason, or a plan of them, huge.
+const MAX_PATH_CHARS: usize = 1024;
 /// kubelet's CSI plugin dir name under `volumes/`.
 const CSI_PLUGIN: &[u8] = b"kubernetes.io~csi";
 /// The CSI metadata file left behind after a hard reboot (kubernetes #105536).
 const CSI_VOL_DATA: &[u8] = b"vol_data.json";
 /// The CSI mount point dir inside a volume dir.
 const CSI_MOUNT: &[u8] = b"mount";
+/// In a pod dir, kubelet's order: volumes, then subpaths, then the rest.
+const POD_DIR_FIRST: &[&[u8]] = &[b"volumes", b"volume-subpaths"];
+/// In a CSI volume dir, `mount/` before `vol_data.json`: the metadata goes only after the mount
+/// dir did.
+const CSI_VOL_FIRST: &[&[u8]] = &[CSI_MOUNT, CSI_VOL_DATA];
 
 /// What the root of the walk is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +51,22 @@ pub(crate) enum Scope {
     PodDir,
     /// Any other tree (a log dir): everything removed on one fs.
     Tree,
+}
+
+/// What a walk found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Nothing stands in the way (assess), or everything was removed (remove).
+    Clean,
+    /// The first reason not to remove (assess only: a removing walk fails instead).
+    Blocked(String),
+    /// A bound was reached before the verdict was known (assess only).
+    TooLarge {
+        /// Entries looked at.
+        entries: u64,
+        /// Time spent.
+        took: Duration,
+    },
 }
 
 /// The rules in force inside a directory.
@@ -59,46 +90,52 @@ enum Mode_ {
     Remove,
 }
 
+/// Why a walk stopped early: its verdict is known, or it failed.
+enum Halt {
+    Verdict(Verdict),
+    Failed(PodDirError),
+}
+
+impl From<PodDirError> for Halt {
+    fn from(e: PodDirError) -> Self {
+        Halt::Failed(e)
+    }
+}
+
 /// One walk over a tree (see the module docs).
 pub(crate) struct Walk {
     root: PathBuf,
     mode: Mode_,
+    bounds: WalkBounds,
+    started: Instant,
+    entries: u64,
     anchor: Option<Meta>,
-    reasons: Vec<String>,
-    more: usize,
     removed: u64,
     csi: Vec<PathBuf>,
 }
 
 impl Walk {
-    /// A read-only walk that collects reasons.
-    pub(crate) fn assess(root: &Path) -> Self {
-        Self::new(root, Mode_::Assess)
+    /// A read-only walk that stops at the first reason not to remove.
+    pub(crate) fn assess(root: &Path, bounds: WalkBounds) -> Self {
+        Self::new(root, Mode_::Assess, bounds)
     }
 
-    /// A removing walk that stops at the first reason.
-    pub(crate) fn remove(root: &Path) -> Self {
-        Self::new(root, Mode_::Remove)
+    /// A removing walk that stops (and fails) at the first reason.
+    pub(crate) fn remove(root: &Path, bounds: WalkBounds) -> Self {
+        Self::new(root, Mode_::Remove, bounds)
     }
 
-    fn new(root: &Path, mode: Mode_) -> Self {
+    fn new(root: &Path, mode: Mode_, bounds: WalkBounds) -> Self {
         Walk {
             root: root.to_path_buf(),
             mode,
+            bounds,
+            started: Instant::now(),
+            entries: 0,
             anchor: None,
-            reasons: Vec::new(),
-            more: 0,
             removed: 0,
             csi: Vec::new(),
         }
-    }
-
-    /// Reasons found (capped, with a count of the rest).
-    pub(crate) fn into_reasons(mut self) -> Vec<String> {
-        if self.more > 0 {
-            self.reasons.push(format!("... and {} more", self.more));
-        }
-        self.reasons
     }
 
     /// What was removed.
@@ -109,14 +146,23 @@ impl Walk {
         }
     }
 
-    /// Walks (and in remove mode removes) the root. A root that does not exist is done.
-    pub(crate) fn run(&mut self, scope: Scope) -> Result<(), PodDirError> {
+    /// Walks (and in remove mode removes) the root. A root that does not exist is `Clean`.
+    pub(crate) fn run(&mut self, scope: Scope) -> Result<Verdict, PodDirError> {
+        self.started = Instant::now();
+        match self.walk_root(scope) {
+            Ok(()) => Ok(Verdict::Clean),
+            Err(Halt::Verdict(v)) => Ok(v),
+            Err(Halt::Failed(e)) => Err(e),
+        }
+    }
+
+    fn walk_root(&mut self, scope: Scope) -> Result<(), Halt> {
         let root = self.root.clone();
         let (Some(parent), Some(name)) = (root.parent(), root.file_name()) else {
-            return Err(PodDirError::BadPath(root));
+            return Err(PodDirError::BadPath(root).into());
         };
         if name == ".." || parent.as_os_str().is_empty() {
-            return Err(PodDirError::BadPath(root));
+            return Err(PodDirError::BadPath(root).into());
         }
         let parent_fd = match rustix::fs::open(
             parent,
@@ -125,19 +171,20 @@ impl Walk {
         ) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(()),
-            Err(e) => return Err(io("open", parent, e)),
+            Err(e) => return Err(io("open", parent, e).into()),
         };
-        let name = cstring(name.as_bytes(), &root)?;
+        let name = CString::new(name.as_bytes()).map_err(|_| PodDirError::BadPath(root.clone()))?;
         let Some(meta) = stat_at(&parent_fd, &name, &root)? else {
             return Ok(());
         };
         if meta.kind != FileType::Directory {
             // A symlink (or file) where the dir should be: never followed, never removed here.
-            return self.refuse(&root, "is not a directory");
+            return Err(self.refuse(&root, "is not a directory"));
         }
         if meta.mount_root {
-            return self.refuse(&root, "is a mount point");
+            return Err(self.refuse(&root, "is a mount point"));
         }
+        self.check_removable(&meta, &root)?;
         let Some(fd) = self.open_dir(&parent_fd, &name, &meta, &root)? else {
             return Ok(());
         };
@@ -151,100 +198,140 @@ impl Walk {
         self.rmdir(&parent_fd, &name, &root)
     }
 
-    /// Handles every entry of an open directory. `ctx == None` is the pod dir itself.
+    /// Handles every entry of an open directory, streaming it. `ctx == None` is the pod dir itself.
     fn contents(
         &mut self,
         fd: &OwnedFd,
         path: &Path,
         ctx: Option<Ctx>,
         depth: usize,
-    ) -> Result<(), PodDirError> {
-        if depth > MAX_DEPTH {
-            return Err(PodDirError::TooDeep(path.to_path_buf()));
+    ) -> Result<(), Halt> {
+        if depth >= MAX_DEPTH {
+            return Err(match self.mode {
+                Mode_::Remove => PodDirError::TooDeep(path.to_path_buf()).into(),
+                Mode_::Assess => self.refuse(
+                    path,
+                    &format!(
+                        "is {MAX_DEPTH} levels down: the housekeeper walks no deeper (one open \
+                         directory per level), so it never removes this tree"
+                    ),
+                ),
+            });
         }
-        let mut names = list(fd, path)?;
-        if ctx.is_none() {
-            // kubelet's order: volumes, then subpaths, then the rest.
-            let rank = |n: &CString| match n.as_bytes() {
-                b"volumes" => 0,
-                b"volume-subpaths" => 1,
-                _ => 2,
-            };
-            names.sort_by_key(rank);
-        } else if ctx == Some(Ctx::CsiVol) {
-            // `mount/` before `vol_data.json`: the metadata goes only after the mount dir did.
-            names.sort_by_key(|n| n.as_bytes() != CSI_MOUNT);
+        let first: &[&[u8]] = match ctx {
+            None => POD_DIR_FIRST,
+            Some(Ctx::CsiVol) => CSI_VOL_FIRST,
+            Some(_) => &[],
+        };
+        let csi_vol_data_ok = ctx == Some(Ctx::CsiVol) && self.csi_leftover_only(fd, path)?;
+        for name in first {
+            let name = CString::new(*name).map_err(|_| PodDirError::BadPath(path.to_path_buf()))?;
+            self.entry(fd, &name, path, ctx, csi_vol_data_ok, depth)?;
         }
-        let csi_vol_data_ok =
-            ctx == Some(Ctx::CsiVol) && self.csi_leftover_only(fd, &names, path)?;
-        for name in names {
-            let child = path.join(OsStr::from_bytes(name.as_bytes()));
-            let Some(meta) = stat_at(fd, &name, &child)? else {
-                continue;
-            };
-            if !self.same_fs(&meta, &child)? {
-                continue;
-            }
-            let child_ctx = match (ctx, name.as_bytes()) {
-                (None, b"volumes") => Ctx::VolumesTop,
-                (None, b"volume-subpaths") => Ctx::RmdirOnly,
-                (None, _) => Ctx::Plain,
-                (Some(Ctx::VolumesTop), CSI_PLUGIN) => Ctx::CsiPlugin,
-                (Some(Ctx::CsiPlugin), _) => Ctx::CsiVol,
-                (Some(Ctx::Plain), _) => Ctx::Plain,
-                (Some(_), _) => Ctx::RmdirOnly,
-            };
-            if meta.kind == FileType::Directory {
-                let Some(child_fd) = self.open_dir(fd, &name, &meta, &child)? else {
-                    continue;
-                };
-                self.contents(&child_fd, &child, Some(child_ctx), depth + 1)?;
-                drop(child_fd);
-                self.rmdir(fd, &name, &child)?;
-                continue;
-            }
-            match ctx {
-                None if matches!(name.as_bytes(), b"volumes" | b"volume-subpaths") => {
-                    self.refuse(&child, "is not a directory")?;
-                }
-                None | Some(Ctx::Plain) => {
-                    self.unlink(fd, &name, &child)?;
-                }
-                Some(Ctx::CsiVol) if csi_vol_data_ok && name.as_bytes() == CSI_VOL_DATA => {
-                    if self.unlink(fd, &name, &child)? {
-                        self.csi.push(child);
-                    }
-                }
-                Some(_) => self.refuse(
-                    &child,
-                    &format!("is a {} in a volume directory", kind_name(meta.kind)),
-                )?,
+        let mut entries = Entries::open(fd, path)?;
+        while let Some(name) = entries.next(path, |n| {
+            (!first.contains(&n.to_bytes())).then(|| n.to_owned())
+        }) {
+            if let Some(name) = name? {
+                self.entry(fd, &name, path, ctx, csi_vol_data_ok, depth)?;
             }
         }
         Ok(())
     }
 
-    /// Whether a CSI volume dir holds only kubelet's leftovers: a regular `vol_data.json`, and at most
-    /// an empty `mount/` dir (its mount-ness is checked when the walk reaches it).
-    fn csi_leftover_only(
+    /// Handles one entry of the directory open at `fd`.
+    fn entry(
         &mut self,
         fd: &OwnedFd,
-        names: &[CString],
+        name: &CStr,
         path: &Path,
-    ) -> Result<bool, PodDirError> {
+        ctx: Option<Ctx>,
+        csi_vol_data_ok: bool,
+        depth: usize,
+    ) -> Result<(), Halt> {
+        let child = path.join(OsStr::from_bytes(name.to_bytes()));
+        let Some(meta) = stat_at(fd, name, &child)? else {
+            return Ok(());
+        };
+        self.tick()?;
+        self.same_fs(&meta, &child)?;
+        self.check_removable(&meta, &child)?;
+        let child_ctx = match (ctx, name.to_bytes()) {
+            (None, b"volumes") => Ctx::VolumesTop,
+            (None, b"volume-subpaths") => Ctx::RmdirOnly,
+            (None, _) => Ctx::Plain,
+            (Some(Ctx::VolumesTop), CSI_PLUGIN) => Ctx::CsiPlugin,
+            (Some(Ctx::CsiPlugin), _) => Ctx::CsiVol,
+            (Some(Ctx::Plain), _) => Ctx::Plain,
+            (Some(_), _) => Ctx::RmdirOnly,
+        };
+        if meta.kind == FileType::Directory {
+            let Some(child_fd) = self.open_dir(fd, name, &meta, &child)? else {
+                return Ok(());
+            };
+            self.contents(&child_fd, &child, Some(child_ctx), depth + 1)?;
+            drop(child_fd);
+            return self.rmdir(fd, name, &child);
+        }
+        match ctx {
+            None if POD_DIR_FIRST.contains(&name.to_bytes()) => {
+                Err(self.refuse(&child, "is not a directory"))
+            }
+            None | Some(Ctx::Plain) => self.unlink(fd, name, &child).map(drop),
+            Some(Ctx::CsiVol) if csi_vol_data_ok && name.to_bytes() == CSI_VOL_DATA => {
+                if self.unlink(fd, name, &child)? {
+                    self.csi.push(child);
+                }
+                Ok(())
+            }
+            Some(_) => Err(self.refuse(
+                &child,
+                &format!("is a {} in a volume directory", kind_name(meta.kind)),
+            )),
+        }
+    }
+
+    /// Counts one entry against the walk's bounds.
+    fn tick(&mut self) -> Result<(), Halt> {
+        self.entries += 1;
+        let took = self.started.elapsed();
+        if self.entries <= self.bounds.max_entries && took <= self.bounds.max_time {
+            return Ok(());
+        }
+        Err(match self.mode {
+            // The entry that reached the bound was not judged.
+            Mode_::Assess => Halt::Verdict(Verdict::TooLarge {
+                entries: self.entries - 1,
+                took,
+            }),
+            Mode_::Remove => PodDirError::TooLarge {
+                path: self.root.clone(),
+                entries: self.entries,
+            }
+            .into(),
+        })
+    }
+
+    /// Whether a CSI volume dir holds only kubelet's leftovers: a regular `vol_data.json`, and at most
+    /// an empty `mount/` dir (its mount-ness is checked when the walk reaches it). Reads no further
+    /// than the first entry that is neither.
+    fn csi_leftover_only(&mut self, fd: &OwnedFd, path: &Path) -> Result<bool, Halt> {
         let mut has_vol_data = false;
-        for name in names {
-            let child = path.join(OsStr::from_bytes(name.as_bytes()));
-            let Some(meta) = stat_at(fd, name, &child)? else {
+        let mut entries = Entries::open(fd, path)?;
+        while let Some(name) = entries.next(path, CStr::to_owned) {
+            let name = name?;
+            self.tick()?;
+            let child = path.join(OsStr::from_bytes(name.to_bytes()));
+            let Some(meta) = stat_at(fd, &name, &child)? else {
                 continue;
             };
-            match name.as_bytes() {
+            match name.to_bytes() {
                 CSI_VOL_DATA if meta.kind == FileType::RegularFile => has_vol_data = true,
                 CSI_MOUNT if meta.kind == FileType::Directory && !meta.mount_root => {
-                    let Some(mount_fd) = self.open_dir(fd, name, &meta, &child)? else {
+                    let Some(mount_fd) = self.open_dir(fd, &name, &meta, &child)? else {
                         continue;
                     };
-                    if !list(&mount_fd, &child)?.is_empty() {
+                    if !is_empty(&mount_fd, &child)? {
                         return Ok(false);
                     }
                 }
@@ -254,10 +341,10 @@ impl Walk {
         Ok(has_vol_data)
     }
 
-    /// Checks an entry against the anchor; a mismatch is a reason (and `false`: don't descend).
-    fn same_fs(&mut self, meta: &Meta, path: &Path) -> Result<bool, PodDirError> {
+    /// Checks an entry against the anchor; a mismatch stops the walk with its reason.
+    fn same_fs(&mut self, meta: &Meta, path: &Path) -> Result<(), Halt> {
         let Some(anchor) = self.anchor else {
-            return Ok(false);
+            return Ok(());
         };
         let reason = if meta.mount_root {
             "is a mount point"
@@ -266,10 +353,21 @@ impl Walk {
         } else if matches!((meta.mnt_id, anchor.mnt_id), (Some(a), Some(b)) if a != b) {
             "is on another mount"
         } else {
-            return Ok(true);
+            return Ok(());
         };
-        self.refuse(path, reason)?;
-        Ok(false)
+        Err(self.refuse(path, reason))
+    }
+
+    /// An immutable or append-only entry can be neither unlinked nor emptied: removal would fail
+    /// half-way, so it is a reason before anything goes.
+    fn check_removable(&mut self, meta: &Meta, path: &Path) -> Result<(), Halt> {
+        if meta.immutable {
+            return Err(self.refuse(path, "is immutable (chattr +i): it cannot be removed"));
+        }
+        if meta.append_only {
+            return Err(self.refuse(path, "is append-only (chattr +a): it cannot be removed"));
+        }
+        Ok(())
     }
 
     /// Opens a child dir without following a symlink and checks it is the inode `statx` saw.
@@ -279,34 +377,32 @@ impl Walk {
         name: &CStr,
         meta: &Meta,
         path: &Path,
-    ) -> Result<Option<OwnedFd>, PodDirError> {
+    ) -> Result<Option<OwnedFd>, Halt> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = match rustix::fs::openat(parent, name, flags, Mode::empty()) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(None),
             Err(Errno::LOOP | Errno::NOTDIR) => {
-                self.refuse(path, "was replaced by a non-directory during the walk")?;
-                return Ok(None);
+                return Err(self.refuse(path, "was replaced by a non-directory during the walk"));
             }
-            Err(e) => return Err(io("open", path, e)),
+            Err(e) => return Err(io("open", path, e).into()),
         };
         let Some(now) = stat_at(&fd, c"", path)? else {
             return Ok(None);
         };
         if now.ino != meta.ino || now.dev != meta.dev {
-            self.refuse(path, "was replaced during the walk")?;
-            return Ok(None);
+            return Err(self.refuse(path, "was replaced during the walk"));
         }
         Ok(Some(fd))
     }
 
-    fn unlink(&mut self, parent: &OwnedFd, name: &CStr, path: &Path) -> Result<bool, PodDirError> {
+    fn unlink(&mut self, parent: &OwnedFd, name: &CStr, path: &Path) -> Result<bool, Halt> {
         self.remove_at(parent, name, path, AtFlags::empty())
     }
 
-    fn rmdir(&mut self, parent: &OwnedFd, name: &CStr, path: &Path) -> Result<(), PodDirError> {
+    fn rmdir(&mut self, parent: &OwnedFd, name: &CStr, path: &Path) -> Result<(), Halt> {
         self.remove_at(parent, name, path, AtFlags::REMOVEDIR)
-            .map(|_| ())
+            .map(drop)
     }
 
     fn remove_at(
@@ -315,7 +411,7 @@ impl Walk {
         name: &CStr,
         path: &Path,
         flags: AtFlags,
-    ) -> Result<bool, PodDirError> {
+    ) -> Result<bool, Halt> {
         if self.mode == Mode_::Assess {
             return Ok(false);
         }
@@ -325,29 +421,33 @@ impl Walk {
                 Ok(true)
             }
             Err(Errno::NOENT) => Ok(false),
-            Err(e) => Err(io(
-                if flags.is_empty() { "unlink" } else { "rmdir" },
-                path,
-                e,
-            )),
+            Err(e) => Err(io(if flags.is_empty() { "unlink" } else { "rmdir" }, path, e).into()),
         }
     }
 
-    /// Records a reason (assess) or stops the walk (remove).
-    fn refuse(&mut self, path: &Path, reason: &str) -> Result<(), PodDirError> {
+    /// The verdict (assess) or the failure (remove) for a reason not to remove `path`.
+    fn refuse(&self, path: &Path, reason: &str) -> Halt {
         match self.mode {
-            Mode_::Remove => Err(PodDirError::Changed {
+            Mode_::Remove => PodDirError::Changed {
                 path: path.to_path_buf(),
                 reason: reason.to_owned(),
-            }),
-            Mode_::Assess => {
-                if self.reasons.len() < MAX_REASONS {
-                    self.reasons.push(format!("{} {reason}", path.display()));
-                } else {
-                    self.more += 1;
-                }
-                Ok(())
             }
+            .into(),
+            Mode_::Assess => Halt::Verdict(Verdict::Blocked(format!("{} {reason}", shown(path)))),
         }
     }
+}
+
+/// `path` as a reason shows it: its exact bytes ([`podward_api::outside_text::from_bytes`]), cut
+/// in the middle past [`MAX_PATH_CHARS`].
+pub(crate) fn shown(path: &Path) -> String {
+    let text = podward_api::outside_text::from_bytes(path.as_os_str().as_bytes());
+    let n = text.chars().count();
+    if n <= MAX_PATH_CHARS {
+        return text;
+    }
+    let keep = MAX_PATH_CHARS / 2;
+    let head: String = text.chars().take(keep).collect();
+    let tail: String = text.chars().skip(n - keep).collect();
+    format!("{head}…({} characters left out)…{tail}", n - 2 * keep)
 }

@@ -132,6 +132,7 @@ impl FakeNode {
             kubelet_root: self.kubelet_root(),
             remove_exited_containers: false,
             orphan_grace: grace,
+            walk: podward_housekeeper::pod_dir::WalkBounds::DEFAULT,
         }
     }
 

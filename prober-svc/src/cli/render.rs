@@ -6,6 +6,9 @@
 //! cursor, recolour or clear an operator's terminal.
 
 use podward_api::daemon::table;
+// Every cell goes through podward's one escaping place (`s`, cut after `max` characters, and
+// whether it was cut).
+use podward_api::outside_text::for_terminal_cut as printable;
 use podward_api::prober::v1 as api;
 use serde_json::Value;
 
@@ -300,34 +303,6 @@ fn age(ns: i64) -> String {
         3600..86400 => format!("{}h{}m", s / 3600, s % 3600 / 60),
         _ => format!("{}d{}h", s / 86400, s % 86400 / 3600),
     }
-}
-
-/// `s` as one printable cell of at most `max` characters (`…` marks a cut), and whether it was
-/// cut. Control characters (newlines, tabs, the ESC of terminal sequences) and the Unicode
-/// bidirectional controls (which reorder what a terminal shows) are written escaped.
-fn printable(s: &str, max: usize) -> (String, bool) {
-    let mut out = String::new();
-    let mut chars = 0;
-    for ch in s.chars() {
-        let shown: String = if ch.is_control() || is_bidi_control(ch) {
-            ch.escape_default().collect()
-        } else {
-            ch.to_string()
-        };
-        let n = shown.chars().count();
-        if chars + n > max {
-            out.push('…');
-            return (out, true);
-        }
-        out.push_str(&shown);
-        chars += n;
-    }
-    (out, false)
-}
-
-/// Unicode's bidirectional formatting characters (marks, embeddings, overrides, isolates).
-fn is_bidi_control(ch: char) -> bool {
-    matches!(ch, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 #[cfg(test)]
