@@ -86,6 +86,8 @@ struct Stream {
     overflow: bool,
     response_done: bool,
     status: Option<i32>,
+    /// `grpc-message` of a failed call, as far as the reader keeps it (for the log).
+    message: Option<String>,
     caller_reset: bool,
 }
 
@@ -174,6 +176,7 @@ impl Calls {
                     overflow: false,
                     response_done: false,
                     status: None,
+                    message: None,
                     caller_reset: false,
                 },
             );
@@ -294,6 +297,9 @@ impl Calls {
         if fields.grpc_status.is_some() {
             s.status = fields.grpc_status;
         }
+        if fields.grpc_message.is_some() {
+            s.message = fields.grpc_message;
+        }
         if end_stream {
             s.response_done = true;
         }
@@ -406,6 +412,7 @@ impl Calls {
             duration_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
             grpc_status = code,
             upstream_status = s.status,
+            grpc_message = s.message.as_deref(),
             "request"
         );
         let Some(method) = s.watched.filter(|_| !s.overflow) else {
