@@ -13,42 +13,10 @@ mod support;
 use std::time::Duration;
 
 use podward_api::cri;
-use podward_api::cri::runtime_service_client::RuntimeServiceClient;
 use podward_api::shim::v1::{SandboxEventKind as SK, WatchRequest, watch_event};
 use podward_e2e::{PodSpec, TestNode};
-use support::{InProcShim, lifecycle};
+use support::{InProcShim, lifecycle, metric, one_connection};
 use tokio::time::Instant;
-use tonic::transport::Channel;
-
-/// kubelet's gRPC-Go sets no SETTINGS_MAX_HEADER_LIST_SIZE (no limit): containerd then sends
-/// trailers of any length. tonic's default (16 KiB) would make containerd reset the stream
-/// instead, so the test's client lifts it as kubelet's does.
-const CLIENT_MAX_HEADER_LIST: u32 = 64 << 20;
-
-/// One HTTP/2 connection to `socket`, as kubelet keeps to its runtime.
-async fn one_connection(socket: &std::path::Path) -> RuntimeServiceClient<Channel> {
-    let path = socket.to_owned();
-    let channel = tonic::transport::Endpoint::from_static("http://localhost")
-        .http2_max_header_list_size(CLIENT_MAX_HEADER_LIST)
-        .connect_with_connector(tower::service_fn(move |_| {
-            let p = path.clone();
-            async move {
-                tokio::net::UnixStream::connect(p)
-                    .await
-                    .map(hyper_util::rt::TokioIo::new)
-            }
-        }))
-        .await
-        .expect("connect");
-    RuntimeServiceClient::new(channel).max_decoding_message_size(64 << 20)
-}
-
-/// The value of an unlabelled counter or gauge in the shim's metrics text (0 when absent).
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
 
 #[tokio::test]
 async fn a_pod_created_after_execs_with_long_commands_reaches_watch_on_the_same_connection() {

@@ -173,6 +173,39 @@ pub(crate) async fn wait_rebuilt(control: &Path) {
     .await;
 }
 
+/// kubelet's gRPC-Go sets no SETTINGS_MAX_HEADER_LIST_SIZE (no limit): containerd then sends
+/// trailers of any length. tonic's default (16 KiB) would make containerd reset the stream
+/// instead, so the tests' kubelet-like client lifts it as kubelet's does.
+pub(crate) const CLIENT_MAX_HEADER_LIST: u32 = 64 << 20;
+
+/// One HTTP/2 connection to `socket`, as kubelet keeps to its runtime (every call on it).
+pub(crate) async fn one_connection(
+    socket: &Path,
+) -> podward_api::cri::runtime_service_client::RuntimeServiceClient<Channel> {
+    let path = socket.to_owned();
+    let channel = tonic::transport::Endpoint::from_static("http://localhost")
+        .http2_max_header_list_size(CLIENT_MAX_HEADER_LIST)
+        .connect_with_connector(tower::service_fn(move |_| {
+            let p = path.clone();
+            async move {
+                tokio::net::UnixStream::connect(p)
+                    .await
+                    .map(hyper_util::rt::TokioIo::new)
+            }
+        }))
+        .await
+        .expect("connect");
+    podward_api::cri::runtime_service_client::RuntimeServiceClient::new(channel)
+        .max_decoding_message_size(64 << 20)
+}
+
+/// The value of an unlabelled counter or gauge in the shim's metrics text (0 when absent).
+pub(crate) fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// Replaces every run of 32+ hex digits (container/sandbox/image IDs, exec tokens are shorter)
 /// with `<id>`, so outcomes of two runs compare.
 pub(crate) fn mask_ids(s: &str) -> String {

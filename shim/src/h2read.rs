@@ -140,18 +140,36 @@ impl Conversation {
     }
 }
 
+impl Drop for Conversation {
+    fn drop(&mut self) {
+        let s = self.shared.get_mut();
+        if !s.observing && !s.junk {
+            s.calls.recorder().blindness().connection_closed();
+        }
+    }
+}
+
 impl Shared {
     fn stop_observing(&mut self, side: Side, e: &FrameError) {
         self.observing = false;
         self.junk = *e == FrameError::Preface;
         let recorder = self.calls.recorder();
         recorder.metrics().observe_errors.inc();
-        tracing::warn!(
-            ?side,
-            error = %e,
-            "cannot follow this CRI connection's HTTP/2; it is relayed unchanged but no longer \
-             observed (the index catches up on the next List)"
-        );
+        if self.junk {
+            // Not HTTP/2: no CRI call can be made on it, nothing to heal.
+            tracing::debug!(
+                ?side,
+                "not an HTTP/2 connection; relayed unchanged, not observed"
+            );
+        } else {
+            recorder.blindness().connection_lost();
+            tracing::warn!(
+                ?side,
+                error = %e,
+                "cannot follow this CRI connection's HTTP/2; it is relayed unchanged but no \
+                 longer observed (the index is relisted from containerd while it is open)"
+            );
+        }
         // Drop what was kept for its calls; they are neither counted nor observed.
         self.calls = Calls::new(recorder);
     }

@@ -62,6 +62,11 @@ impl Recorder {
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }
+
+    /// Where losses of observation are reported (the index heals from them).
+    pub fn blindness(&self) -> &Arc<crate::heal::Blindness> {
+        self.observer.blindness()
+    }
 }
 
 #[derive(Debug)]
@@ -422,8 +427,10 @@ impl Calls {
             || s.response.is_compressed()
             || s.answer.as_ref().is_some_and(|d| d.compressed())
         {
-            // kubelet never compresses CRI messages; a client that does is relayed, not read.
+            // kubelet never compresses CRI messages; a client that does is relayed, not read
+            // (what it changed reaches the index by a relist).
             r.metrics.compressed_skipped.inc();
+            r.blindness().call_lost();
             return;
         }
         let repeat_key = s.request_key.filter(|_| s.status == Some(0));

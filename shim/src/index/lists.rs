@@ -155,6 +155,22 @@ impl Index {
         }
     }
 
+    /// Whether a listed sandbox is known as it is listed (a relist reads it whole otherwise).
+    pub fn knows_sandbox(&self, p: &cri::PodSandbox) -> bool {
+        self.sandboxes
+            .get(&p.id)
+            .is_some_and(|cur| cur.state == convert::sandbox_state(p.state))
+    }
+
+    /// Whether a listed container is known as it is listed: same state and, once exited, its
+    /// exit already known (a List carries no exit code).
+    pub fn knows_container(&self, c: &cri::Container) -> bool {
+        self.containers.get(&c.id).is_some_and(|cur| {
+            cur.state == convert::container_state(c.state)
+                && (cur.state != ContainerState::Exited as i32 || cur.finished_at_ns != 0)
+        })
+    }
+
     pub(super) fn sandbox_list(
         &mut self,
         items: Vec<cri::PodSandbox>,
