@@ -26,10 +26,6 @@ const MAX_CONNECTION_BYTES: usize = 64 << 20;
 /// Open streams tracked per connection; past it the connection is no longer observed.
 const MAX_STREAMS: usize = 4096;
 
-/// DATA parts shorter than this are copied rather than sliced, so a small body does not keep a
-/// whole read buffer alive for the length of its call.
-const COPY_BELOW: usize = 4096;
-
 /// gRPC `CANCELLED`, recorded when the caller went away.
 const CANCELLED: i32 = 1;
 
@@ -112,12 +108,12 @@ impl std::fmt::Debug for Calls {
     }
 }
 
+/// A kept DATA part, copied out of the relay's read buffer: a slice would keep the whole buffer
+/// (up to the read size, whatever the part's length) alive until the call is decoded, so the
+/// memory a call holds would be the buffers it touched, not its body. Only the watched calls'
+/// bodies that are news are kept (an unchanged relist is digested in place, not copied).
 fn part(chunk: &Bytes, range: Range<usize>) -> Bytes {
-    if range.len() < COPY_BELOW {
-        Bytes::copy_from_slice(&chunk[range])
-    } else {
-        chunk.slice(range)
-    }
+    Bytes::copy_from_slice(&chunk[range])
 }
 
 impl Calls {
