@@ -31,6 +31,20 @@ impl InProcShim {
         node: &TestNode,
         tweak: impl FnOnce(&mut podward_shim::config::Config),
     ) -> Self {
+        Self::start_on(node, tweak, false).await
+    }
+
+    /// The shim on a thread and current-thread runtime of its own, as in production (where it
+    /// is a process of one thread), so a test's own tasks do not share its thread.
+    pub(crate) async fn start_on_own_thread(node: &TestNode) -> Self {
+        Self::start_on(node, |_| {}, true).await
+    }
+
+    async fn start_on(
+        node: &TestNode,
+        tweak: impl FnOnce(&mut podward_shim::config::Config),
+        own_thread: bool,
+    ) -> Self {
         let cri = node.dir().join("shim-cri.sock");
         let control = node.dir().join("shim-control.sock");
         let mut config = podward_shim::config::Config {
@@ -49,14 +63,25 @@ impl InProcShim {
             ..Default::default()
         };
         let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
+        let run = async move {
             let shutdown = async {
                 let _ = rx.await;
             };
             if let Err(e) = podward_shim::run_with(config, options, shutdown).await {
                 panic!("in-process shim failed: {e}");
             }
-        });
+        };
+        let task = if own_thread {
+            tokio::task::spawn_blocking(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("shim runtime")
+                    .block_on(run);
+            })
+        } else {
+            tokio::spawn(run)
+        };
         let shim = Self {
             cri,
             control,
