@@ -262,7 +262,8 @@ impl Observer {
     }
 
     /// An observer whose raw observations go to the returned receiver instead of a decoder
-    /// (tests and tools that look at what the reader saw).
+    /// (tests and tools that look at what the reader saw). Nothing takes bodies off its byte
+    /// count: after [`QUEUE_BYTES`] of bodies, further observations are dropped.
     pub fn channel(metrics: Metrics) -> (Self, mpsc::Receiver<Raw>) {
         let (tx, rx) = mpsc::sync_channel(QUEUE_LEN);
         let blindness = Blindness::new(metrics.clone());
