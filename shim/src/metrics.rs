@@ -34,8 +34,8 @@ pub struct Metrics {
     pub upstream_connected: IntGauge,
     /// Mutating calls whose successful result never reached the caller.
     pub undelivered: IntCounter,
-    /// Observations dropped because the decoder queue was full (the index catches up on the next
-    /// List call kubelet makes).
+    /// Observations dropped because the decoder queue was full (in calls or bytes) or the
+    /// decoder failed on one; each wakes a relist that puts the index right.
     pub observations_dropped: IntCounter,
     /// Connections whose HTTP/2 the reader could not follow (relayed on, no longer observed).
     pub observe_errors: IntCounter,
@@ -120,7 +120,8 @@ impl Metrics {
         )?;
         let observations_dropped = IntCounter::new(
             "podward_shim_observations_dropped_total",
-            "Observed calls not decoded because the decoder queue was full",
+            "Observed calls not decoded because the decoder queue was full or the decoder failed on \
+             them (each wakes a relist)",
         )?;
         let observe_errors = IntCounter::new(
             "podward_shim_observe_errors_total",
