@@ -31,6 +31,20 @@ impl InProcShim {
         node: &TestNode,
         tweak: impl FnOnce(&mut podward_shim::config::Config),
     ) -> Self {
+        Self::start_on(node, tweak, false).await
+    }
+
+    /// The shim on a thread and current-thread runtime of its own, as in production (where it
+    /// is a process of one thread), so a test's own tasks do not share its thread.
+    pub(crate) async fn start_on_own_thread(node: &TestNode) -> Self {
+        Self::start_on(node, |_| {}, true).await
+    }
+
+    async fn start_on(
+        node: &TestNode,
+        tweak: impl FnOnce(&mut podward_shim::config::Config),
+        own_thread: bool,
+    ) -> Self {
         let cri = node.dir().join("shim-cri.sock");
         let control = node.dir().join("shim-control.sock");
         let mut config = podward_shim::config::Config {
@@ -49,14 +63,25 @@ impl InProcShim {
             ..Default::default()
         };
         let (stop, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
+        let run = async move {
             let shutdown = async {
                 let _ = rx.await;
             };
             if let Err(e) = podward_shim::run_with(config, options, shutdown).await {
                 panic!("in-process shim failed: {e}");
             }
-        });
+        };
+        let task = if own_thread {
+            tokio::task::spawn_blocking(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("shim runtime")
+                    .block_on(run);
+            })
+        } else {
+            tokio::spawn(run)
+        };
         let shim = Self {
             cri,
             control,
@@ -171,6 +196,39 @@ pub(crate) async fn wait_rebuilt(control: &Path) {
         },
     )
     .await;
+}
+
+/// kubelet's gRPC-Go sets no SETTINGS_MAX_HEADER_LIST_SIZE (no limit): containerd then sends
+/// trailers of any length. tonic's default (16 KiB) would make containerd reset the stream
+/// instead, so the tests' kubelet-like client lifts it as kubelet's does.
+pub(crate) const CLIENT_MAX_HEADER_LIST: u32 = 64 << 20;
+
+/// One HTTP/2 connection to `socket`, as kubelet keeps to its runtime (every call on it).
+pub(crate) async fn one_connection(
+    socket: &Path,
+) -> podward_api::cri::runtime_service_client::RuntimeServiceClient<Channel> {
+    let path = socket.to_owned();
+    let channel = tonic::transport::Endpoint::from_static("http://localhost")
+        .http2_max_header_list_size(CLIENT_MAX_HEADER_LIST)
+        .connect_with_connector(tower::service_fn(move |_| {
+            let p = path.clone();
+            async move {
+                tokio::net::UnixStream::connect(p)
+                    .await
+                    .map(hyper_util::rt::TokioIo::new)
+            }
+        }))
+        .await
+        .expect("connect");
+    podward_api::cri::runtime_service_client::RuntimeServiceClient::new(channel)
+        .max_decoding_message_size(64 << 20)
+}
+
+/// The value of an unlabelled counter or gauge in the shim's metrics text (0 when absent).
+pub(crate) fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// Replaces every run of 32+ hex digits (container/sandbox/image IDs, exec tokens are shorter)

@@ -65,6 +65,12 @@ pub struct Args {
     #[arg(long, env = "PODWARD_SHIM_SHUTDOWN_GRACE", value_parser = duration)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shutdown_grace: Option<String>,
+    /// While a CRI connection is not observed (its HTTP/2 could not be followed), the index is
+    /// relisted from containerd this often (e.g. "1s"); the first relist is immediate.
+    /// [default: 1s]
+    #[arg(long, env = "PODWARD_SHIM_HEAL_PERIOD", value_parser = duration)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heal_period: Option<String>,
     /// Address of the admin HTTP endpoint (/metrics, /healthz, /readyz); keep it on loopback
     /// (it is unauthenticated). [default: 127.0.0.1:9641]
     #[arg(long, env = "PODWARD_SHIM_ADMIN_ADDR")]
@@ -102,6 +108,9 @@ pub struct Config {
     /// How long in-flight calls may take to finish on shutdown.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// Relist period while a connection is not observed.
+    #[serde(with = "humantime_serde")]
+    pub heal_period: Duration,
     /// Admin endpoint address.
     pub admin_addr: SocketAddr,
     /// Log format.
@@ -121,6 +130,7 @@ impl Default for Config {
             max_subscribers: 16,
             handshake_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_millis(1500),
+            heal_period: Duration::from_secs(1),
             admin_addr: SocketAddr::from(([127, 0, 0, 1], 9641)),
             log_format: LogFormat::Text,
             log_level: "info".to_owned(),
@@ -135,6 +145,8 @@ impl Config {
         // A zero-length queue would resync on every event; one slot is the useful minimum.
         c.subscriber_queue = c.subscriber_queue.max(1);
         c.max_subscribers = c.max_subscribers.max(1);
+        // A relist is two List calls to containerd: never in a tight loop.
+        c.heal_period = c.heal_period.max(Duration::from_millis(100));
         Ok(c)
     }
 

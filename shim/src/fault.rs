@@ -16,6 +16,9 @@ pub use hold::HeldResponse;
 pub struct Faults {
     #[cfg(feature = "fault-injection")]
     holds: hold::Holds,
+    /// Paths whose next request makes the reader panic (once each).
+    #[cfg(feature = "fault-injection")]
+    blinds: std::sync::Arc<parking_lot::Mutex<Vec<String>>>,
 }
 
 impl Faults {
@@ -69,5 +72,32 @@ impl Faults {
     #[cfg(feature = "fault-injection")]
     pub fn hold_next_response(&self, path: &str) -> HeldResponse {
         self.holds.arm(path)
+    }
+
+    /// Whether the reader is to fail on this request to `path` (and the fault is then spent).
+    #[cfg(not(feature = "fault-injection"))]
+    #[inline(always)]
+    pub fn blinds(&self, _path: &str) -> bool {
+        false
+    }
+
+    /// Whether the reader is to fail on this request to `path` (and the fault is then spent).
+    #[cfg(feature = "fault-injection")]
+    pub fn blinds(&self, path: &str) -> bool {
+        let mut b = self.blinds.lock();
+        match b.iter().position(|p| p == path) {
+            Some(i) => {
+                b.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Makes the side reader panic on the next request to `path`, as a reader bug would: its
+    /// connection is relayed on but no longer observed.
+    #[cfg(feature = "fault-injection")]
+    pub fn blind_on_next_request(&self, path: &str) {
+        self.blinds.lock().push(path.to_owned());
     }
 }

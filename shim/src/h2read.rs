@@ -6,15 +6,22 @@
 //! watched methods, and sees trailers, RST_STREAM and GOAWAY. The two sides of a connection
 //! share one [`Conversation`]: the client's side opens calls, the server's side ends them.
 //!
-//! If either side cannot follow the bytes (junk, an HPACK error, a flood past the caps), the
-//! connection stops being observed: logged once, counted in
-//! `podward_shim_observe_errors_total`, and its bytes keep flowing unchanged.
+//! Header blocks are decoded as their fragments arrive (`hpack.rs`), whatever their length, so
+//! the reader follows everything the two peers accept. Each direction's HPACK limits are the
+//! ones its peer set in SETTINGS, read on the other direction.
+//!
+//! If either side still cannot follow the bytes (junk, what a peer would refuse too, a bound of
+//! the calls' bookkeeping, a bug), the connection stops being observed: logged once, counted in
+//! `podward_shim_observe_errors_total`, its bytes keep flowing unchanged, and the index is
+//! healed by relisting from containerd while it stays unobserved (`heal.rs`).
 
 mod calls;
 mod fields;
 mod frames;
+mod hpack;
 
 use std::ops::Range;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -25,13 +32,19 @@ pub use frames::FrameError;
 pub(crate) use frames::{
     FrameReader, FrameSink, goaway_frame, graceful_goaway, settings_frame, trailers_only,
 };
+pub use hpack::{HpackError, HuffmanError};
 
 /// Length of the client's HTTP/2 connection preface.
 pub const PREFACE_LEN: usize = frames::PREFACE.len();
 
 use crate::fault::Faults;
 use calls::Calls;
-use fields::HeaderDecoder;
+use hpack::{BlockDecoder, INITIAL_TABLE_SIZE};
+
+/// SETTINGS_HEADER_TABLE_SIZE (RFC 9113 §6.5.2).
+const SETTINGS_HEADER_TABLE_SIZE: u16 = 0x1;
+/// SETTINGS_MAX_HEADER_LIST_SIZE.
+const SETTINGS_MAX_HEADER_LIST_SIZE: u16 = 0x6;
 
 /// Which peer wrote the bytes a reader reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +53,22 @@ pub enum Side {
     Client,
     /// The server (containerd): responses.
     Server,
+}
+
+impl Side {
+    fn index(self) -> usize {
+        match self {
+            Self::Client => 0,
+            Self::Server => 1,
+        }
+    }
+
+    fn other(self) -> Self {
+        match self {
+            Self::Client => Self::Server,
+            Self::Server => Self::Client,
+        }
+    }
 }
 
 /// What both sides of one connection know together.
@@ -56,6 +85,13 @@ struct Shared {
     /// Observation stopped because the client's first bytes were not an HTTP/2 preface.
     junk: bool,
     calls: Calls,
+    /// By encoding side: the largest dynamic table its peer ever allowed in SETTINGS (the
+    /// largest, not the last: a lowered size applies only once acknowledged, and the reader
+    /// must never refuse what the peer still accepts).
+    table_allowed: [u64; 2],
+    /// By encoding side: the largest SETTINGS_MAX_HEADER_LIST_SIZE its peer set (None: no
+    /// limit).
+    list_allowed: [Option<u64>; 2],
 }
 
 impl Conversation {
@@ -66,6 +102,8 @@ impl Conversation {
                 observing: true,
                 junk: false,
                 calls: Calls::new(recorder),
+                table_allowed: [INITIAL_TABLE_SIZE; 2],
+                list_allowed: [None; 2],
             }),
             caller_gone: tokio::sync::Notify::new(),
         })
@@ -102,18 +140,36 @@ impl Conversation {
     }
 }
 
+impl Drop for Conversation {
+    fn drop(&mut self) {
+        let s = self.shared.get_mut();
+        if !s.observing && !s.junk {
+            s.calls.recorder().blindness().connection_closed();
+        }
+    }
+}
+
 impl Shared {
     fn stop_observing(&mut self, side: Side, e: &FrameError) {
         self.observing = false;
         self.junk = *e == FrameError::Preface;
         let recorder = self.calls.recorder();
         recorder.metrics().observe_errors.inc();
-        tracing::warn!(
-            ?side,
-            error = %e,
-            "cannot follow this CRI connection's HTTP/2; it is relayed unchanged but no longer \
-             observed (the index catches up on the next List)"
-        );
+        if self.junk {
+            // Not HTTP/2: no CRI call can be made on it, nothing to heal.
+            tracing::debug!(
+                ?side,
+                "not an HTTP/2 connection; relayed unchanged, not observed"
+            );
+        } else {
+            recorder.blindness().connection_lost();
+            tracing::warn!(
+                ?side,
+                error = %e,
+                "cannot follow this CRI connection's HTTP/2; it is relayed unchanged but no \
+                 longer observed (the index is relisted from containerd while it is open)"
+            );
+        }
         // Drop what was kept for its calls; they are neither counted nor observed.
         self.calls = Calls::new(recorder);
     }
@@ -124,7 +180,9 @@ impl Shared {
 pub struct SideReader {
     side: Side,
     frames: FrameReader,
-    hpack: HeaderDecoder,
+    hpack: BlockDecoder,
+    /// The header block being read: its stream, END_STREAM, and whether it is a PUSH_PROMISE.
+    block: Option<(u32, bool, bool)>,
     conversation: Arc<Conversation>,
     /// Calls whose end was in the bytes just read, to settle once they are handed over.
     completed: Vec<u32>,
@@ -142,7 +200,8 @@ impl SideReader {
                 Side::Client => FrameReader::client(),
                 Side::Server => FrameReader::server(),
             },
-            hpack: HeaderDecoder::new(),
+            hpack: BlockDecoder::new(),
+            block: None,
             conversation,
             completed: Vec::new(),
             hold: None,
@@ -178,12 +237,18 @@ impl SideReader {
             side: self.side,
             caller_reset: &mut caller_reset,
             hpack: &mut self.hpack,
-            calls: &mut shared.calls,
+            block: &mut self.block,
+            shared: &mut shared,
             completed: &mut self.completed,
             hold: &mut self.hold,
             faults: &self.faults,
         };
-        if let Err(e) = self.frames.feed(chunk, &mut sink) {
+        let frames = &mut self.frames;
+        // Whatever goes wrong in the reader must cost the observation of this connection (which
+        // the index heals from), never the relay task that copies its bytes.
+        let read = std::panic::catch_unwind(AssertUnwindSafe(|| frames.feed(chunk, &mut sink)))
+            .unwrap_or(Err(FrameError::Abandoned("the reader panicked")));
+        if let Err(e) = read {
             shared.stop_observing(self.side, &e);
             self.completed.clear();
         }
@@ -222,35 +287,61 @@ impl SideReader {
 struct Sink<'a> {
     side: Side,
     caller_reset: &'a mut bool,
-    hpack: &'a mut HeaderDecoder,
-    calls: &'a mut Calls,
+    hpack: &'a mut BlockDecoder,
+    block: &'a mut Option<(u32, bool, bool)>,
+    shared: &'a mut Shared,
     completed: &'a mut Vec<u32>,
     hold: &'a mut Option<String>,
     faults: &'a Faults,
 }
 
 impl FrameSink for Sink<'_> {
-    fn headers(&mut self, stream: u32, end_stream: bool, block: &[u8]) -> Result<(), FrameError> {
-        let fields = self.hpack.decode(block)?;
+    fn block_start(&mut self, stream: u32, end_stream: bool, promise: bool) {
+        *self.block = Some((stream, end_stream, promise));
+    }
+
+    fn block_fragment(&mut self, fragment: &[u8]) -> Result<(), FrameError> {
+        let allowed = self.shared.table_allowed[self.side.index()];
+        Ok(self.hpack.feed(fragment, allowed)?)
+    }
+
+    fn block_end(&mut self) -> Result<(), FrameError> {
+        let fields = self.hpack.finish()?;
+        let Some((stream, end_stream, promise)) = self.block.take() else {
+            return Ok(());
+        };
+        if promise {
+            return Ok(());
+        }
+        if self.shared.list_allowed[self.side.index()].is_some_and(|max| fields.list_size > max) {
+            // The receiving peer refuses the stream (a reset the reader sees); the block was
+            // still decoded, as the peer decodes it, to keep HPACK in step.
+            tracing::debug!(side = ?self.side, stream, size = fields.list_size,
+                "header list above the receiving peer's SETTINGS_MAX_HEADER_LIST_SIZE");
+        }
+        let calls = &mut self.shared.calls;
         match self.side {
-            Side::Client => self.calls.request_headers(stream, fields, end_stream)?,
+            Side::Client => {
+                if let Some(path) = fields.path.as_deref()
+                    && self.faults.blinds(path)
+                {
+                    panic!("fault injection: the reader panics on a request to {path}");
+                }
+                calls.request_headers(stream, fields, end_stream)?
+            }
             Side::Server => {
                 if self.faults.is_armed()
-                    && let Some(path) = self.calls.path(stream)
+                    && let Some(path) = calls.path(stream)
                     && self.faults.holds(path)
                 {
                     *self.hold = Some(path.to_owned());
                 }
-                if self.calls.response_headers(stream, fields, end_stream) {
+                if calls.response_headers(stream, fields, end_stream) {
                     self.completed.push(stream);
                 }
             }
         }
         Ok(())
-    }
-
-    fn push_promise(&mut self, block: &[u8]) -> Result<(), FrameError> {
-        self.hpack.decode(block).map(drop)
     }
 
     fn data(
@@ -260,10 +351,11 @@ impl FrameSink for Sink<'_> {
         range: Range<usize>,
         end_stream: bool,
     ) -> Result<(), FrameError> {
+        let calls = &mut self.shared.calls;
         match self.side {
-            Side::Client => self.calls.request_data(stream, chunk, range, end_stream),
+            Side::Client => calls.request_data(stream, chunk, range, end_stream),
             Side::Server => {
-                if self.calls.response_data(stream, chunk, range, end_stream)? {
+                if calls.response_data(stream, chunk, range, end_stream)? {
                     self.completed.push(stream);
                 }
                 Ok(())
@@ -272,19 +364,37 @@ impl FrameSink for Sink<'_> {
     }
 
     fn rst_stream(&mut self, stream: u32, _code: u32) {
+        let calls = &mut self.shared.calls;
         match self.side {
             Side::Client => {
                 *self.caller_reset = true;
-                self.calls.caller_reset(stream);
+                calls.caller_reset(stream);
             }
-            Side::Server => self.calls.server_reset(stream),
+            Side::Server => calls.server_reset(stream),
         }
     }
 
     fn goaway(&mut self, last_stream: u32, code: u32) {
         tracing::debug!(side = ?self.side, last_stream, code, "GOAWAY");
         if self.side == Side::Server {
-            self.calls.server_goaway(last_stream);
+            self.shared.calls.server_goaway(last_stream);
+        }
+    }
+
+    fn setting(&mut self, id: u16, value: u32) {
+        // What this side announces limits what the other side may send it.
+        let encoder = self.side.other().index();
+        let value = u64::from(value);
+        match id {
+            SETTINGS_HEADER_TABLE_SIZE => {
+                let t = &mut self.shared.table_allowed[encoder];
+                *t = (*t).max(value);
+            }
+            SETTINGS_MAX_HEADER_LIST_SIZE => {
+                let l = &mut self.shared.list_allowed[encoder];
+                *l = Some(l.map_or(value, |l| l.max(value)));
+            }
+            _ => {}
         }
     }
 }

@@ -160,6 +160,22 @@ pub enum Observation {
         /// Every container.
         containers: Vec<Container>,
     },
+    /// A relist from the runtime while a connection is not observed: the objects that are new
+    /// or changed, read whole (List + Status), and the IDs of every object listed. An object
+    /// missing from the list is removed only if it was created before the list was taken (one
+    /// created since was seen on an observed connection and is not gone).
+    Relisted {
+        /// New or changed sandboxes.
+        sandboxes: Vec<Sandbox>,
+        /// New or changed containers.
+        containers: Vec<Container>,
+        /// Every sandbox ID listed.
+        sandbox_ids: std::collections::HashSet<String>,
+        /// Every container ID listed.
+        container_ids: std::collections::HashSet<String>,
+        /// When the List calls were made (Unix ns).
+        listed_at_ns: i64,
+    },
 }
 
 /// One change to the index, in the order it happened.
@@ -331,7 +347,30 @@ impl Index {
             Observation::Rebuilt {
                 sandboxes,
                 containers,
-            } => self.rebuilt(sandboxes, containers, &mut out),
+            } => {
+                let sandbox_ids = sandboxes.iter().map(|s| s.id.clone()).collect();
+                let container_ids = containers.iter().map(|c| c.id.clone()).collect();
+                let listed = lists::Listed {
+                    sandbox_ids,
+                    container_ids,
+                    at_ns: None,
+                };
+                self.rebuilt(sandboxes, containers, &listed, &mut out)
+            }
+            Observation::Relisted {
+                sandboxes,
+                containers,
+                sandbox_ids,
+                container_ids,
+                listed_at_ns,
+            } => {
+                let listed = lists::Listed {
+                    sandbox_ids,
+                    container_ids,
+                    at_ns: Some(listed_at_ns),
+                };
+                self.rebuilt(sandboxes, containers, &listed, &mut out)
+            }
         }
         out
     }

@@ -9,6 +9,7 @@
 //! - [`publish`]: per-subscriber bounded queues with resync snapshots;
 //! - [`events`]: containerd's task exit / OOM / delete events;
 //! - [`rebuild`]: the index from the runtime at start and after a reconnect;
+//! - [`heal`]: relists from the runtime while observation is lost;
 //! - [`upstream`]: whether containerd is up (readiness, reconnects);
 //! - [`lifecycle_api`]: the control socket's gRPC service;
 //! - [`fault`]: test-only fault injection (cargo feature `fault-injection`).
@@ -19,6 +20,7 @@ pub mod config;
 pub mod events;
 pub mod fault;
 pub mod h2read;
+pub mod heal;
 pub mod index;
 pub mod lifecycle_api;
 mod memory;

@@ -34,8 +34,8 @@ pub struct Metrics {
     pub upstream_connected: IntGauge,
     /// Mutating calls whose successful result never reached the caller.
     pub undelivered: IntCounter,
-    /// Observations dropped because the decoder queue was full (the index catches up on the next
-    /// List call kubelet makes).
+    /// Observations dropped because the decoder queue was full (in calls or bytes) or the
+    /// decoder failed on one; each wakes a relist that puts the index right.
     pub observations_dropped: IntCounter,
     /// Connections whose HTTP/2 the reader could not follow (relayed on, no longer observed).
     pub observe_errors: IntCounter,
@@ -58,6 +58,13 @@ pub struct Metrics {
     /// CRI message fields repaired (invalid UTF-8 replaced) or dropped to decode the rest, by
     /// action.
     pub cri_repairs: IntCounterVec,
+    /// Open client connections whose HTTP/2 is no longer observed (the index is healed by
+    /// relists while this is above 0).
+    pub unobserved_connections: IntGauge,
+    /// Relists from containerd made to heal the index after a loss of observation, by result.
+    pub relists: IntCounterVec,
+    /// Bytes of call bodies waiting in the decoder's queue.
+    pub decoder_queue_bytes: IntGauge,
 }
 
 impl Metrics {
@@ -113,7 +120,8 @@ impl Metrics {
         )?;
         let observations_dropped = IntCounter::new(
             "podward_shim_observations_dropped_total",
-            "Observed calls not decoded because the decoder queue was full",
+            "Observed calls not decoded because the decoder queue was full or the decoder failed on \
+             them (each wakes a relist)",
         )?;
         let observe_errors = IntCounter::new(
             "podward_shim_observe_errors_total",
@@ -181,6 +189,26 @@ impl Metrics {
         )?;
         registry.register(Box::new(watch_rejected.clone()))?;
         registry.register(Box::new(cri_repairs.clone()))?;
+        let unobserved_connections = IntGauge::new(
+            "podward_shim_unobserved_connections",
+            "Open CRI connections no longer observed; the index is healed by relisting from \
+             containerd while this is above 0",
+        )?;
+        let relists = IntCounterVec::new(
+            Opts::new(
+                "podward_shim_relists_total",
+                "Relists from containerd made to heal the index after a loss of observation, by \
+                 result (ok, error)",
+            ),
+            &["result"],
+        )?;
+        let decoder_queue_bytes = IntGauge::new(
+            "podward_shim_decoder_queue_bytes",
+            "Bytes of observed call bodies waiting for the decoder",
+        )?;
+        registry.register(Box::new(unobserved_connections.clone()))?;
+        registry.register(Box::new(relists.clone()))?;
+        registry.register(Box::new(decoder_queue_bytes.clone()))?;
         Ok(Self {
             requests,
             request_errors,
@@ -201,6 +229,9 @@ impl Metrics {
             handshake_timeouts,
             watch_rejected,
             cri_repairs,
+            unobserved_connections,
+            relists,
+            decoder_queue_bytes,
         })
     }
 

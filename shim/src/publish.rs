@@ -84,7 +84,10 @@ impl Publisher {
     /// subscriber.
     pub fn apply(&self, obs: Observation) {
         let now = (self.clock)();
-        let rebuilt = matches!(obs, Observation::Rebuilt { .. });
+        let rebuilt = matches!(
+            obs,
+            Observation::Rebuilt { .. } | Observation::Relisted { .. }
+        );
         let mut guard = self.shared.lock();
         let shared = &mut *guard;
         let changes = shared.index.apply(obs);
@@ -117,6 +120,11 @@ impl Publisher {
         if rebuilt {
             self.release.soon();
         }
+    }
+
+    /// Reads the index under its lock (keep `f` short: the relay's decoder waits on it).
+    pub fn with_index<R>(&self, f: impl FnOnce(&Index) -> R) -> R {
+        f(&self.shared.lock().index)
     }
 
     /// The whole index now.

@@ -105,7 +105,8 @@ pub async fn read_runtime(socket: &Path) -> Result<RuntimeState, RebuildError> {
     Ok(state)
 }
 
-async fn sandbox_entry(
+/// A listed sandbox read whole (its Status); None once it is gone.
+pub(crate) async fn sandbox_entry(
     mut client: RuntimeReader,
     p: cri::PodSandbox,
 ) -> (Option<Sandbox>, Vec<Repair>) {
@@ -137,7 +138,8 @@ async fn sandbox_entry(
     (idx.sandbox(&id).cloned(), repairs)
 }
 
-async fn container_entry(
+/// A listed container read whole (its verbose Status); None once it is gone.
+pub(crate) async fn container_entry(
     mut client: RuntimeReader,
     c: cri::Container,
 ) -> (Option<Container>, Vec<Repair>) {

@@ -24,7 +24,7 @@ use crate::metrics::{Metrics, MetricsError};
 use crate::publish::Publisher;
 use crate::relay::Relay;
 use crate::upstream::Upstream;
-use crate::{events, lifecycle_api, observe, rebuild};
+use crate::{events, heal, lifecycle_api, observe, rebuild};
 
 /// Why the shim could not run.
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +141,14 @@ pub async fn run_with(
     let admin_listener = podward_api::daemon::admin::bind(config.admin_addr).await?;
 
     let observer = observe::spawn(publisher.clone(), metrics.clone()).map_err(RunError::Decoder)?;
+    tokio::spawn(heal::run(
+        config.containerd_socket.clone(),
+        publisher.clone(),
+        observer.blindness().clone(),
+        config.heal_period,
+        admin.readiness.clone(),
+        stop.subscribe(),
+    ));
     let upstream = Upstream::new();
     tokio::spawn(upstream.clone().maintain(
         config.containerd_socket.clone(),

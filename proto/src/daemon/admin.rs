@@ -93,6 +93,9 @@ impl Default for AdminBounds {
 #[derive(Clone, Debug, Default)]
 pub struct Readiness {
     ready: Arc<AtomicBool>,
+    /// A line `/readyz` adds after its verdict: what is degraded though the daemon is ready (or
+    /// why it is not).
+    detail: Arc<std::sync::RwLock<Option<String>>>,
 }
 
 impl Readiness {
@@ -104,6 +107,28 @@ impl Readiness {
     /// Whether the daemon is ready.
     pub fn get(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
+    }
+
+    /// Sets (or clears) the detail line `/readyz` adds after its verdict.
+    pub fn set_detail(&self, detail: Option<String>) {
+        if let Ok(mut d) = self.detail.write() {
+            *d = detail;
+        }
+    }
+
+    /// The detail line, if any.
+    pub fn detail(&self) -> Option<String> {
+        self.detail.read().ok().and_then(|d| d.clone())
+    }
+
+    fn body(&self) -> (bool, String) {
+        let ready = self.get();
+        let mut body = String::from(if ready { "ready\n" } else { "not ready\n" });
+        if let Some(d) = self.detail() {
+            body.push_str(&d);
+            body.push('\n');
+        }
+        (ready, body)
     }
 }
 
@@ -244,8 +269,15 @@ impl Admin {
         }
         match req.uri().path() {
             "/healthz" => fixed(StatusCode::OK, "ok\n"),
-            "/readyz" if self.readiness.get() => fixed(StatusCode::OK, "ready\n"),
-            "/readyz" => fixed(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+            "/readyz" => {
+                let (ready, body) = self.readiness.body();
+                let code = if ready {
+                    StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                text(code, Bytes::from(body))
+            }
             path => match self.render_page(path) {
                 Some(Ok(body)) => Response::builder()
                     .header("content-type", TextEncoder::new().format_type())

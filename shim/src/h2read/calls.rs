@@ -26,10 +26,6 @@ const MAX_CONNECTION_BYTES: usize = 64 << 20;
 /// Open streams tracked per connection; past it the connection is no longer observed.
 const MAX_STREAMS: usize = 4096;
 
-/// DATA parts shorter than this are copied rather than sliced, so a small body does not keep a
-/// whole read buffer alive for the length of its call.
-const COPY_BELOW: usize = 4096;
-
 /// gRPC `CANCELLED`, recorded when the caller went away.
 const CANCELLED: i32 = 1;
 
@@ -62,6 +58,11 @@ impl Recorder {
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }
+
+    /// Where losses of observation are reported (the index heals from them).
+    pub fn blindness(&self) -> &Arc<crate::heal::Blindness> {
+        self.observer.blindness()
+    }
 }
 
 #[derive(Debug)]
@@ -86,6 +87,8 @@ struct Stream {
     overflow: bool,
     response_done: bool,
     status: Option<i32>,
+    /// `grpc-message` of a failed call, as far as the reader keeps it (for the log).
+    message: Option<String>,
     caller_reset: bool,
 }
 
@@ -105,12 +108,12 @@ impl std::fmt::Debug for Calls {
     }
 }
 
+/// A kept DATA part, copied out of the relay's read buffer: a slice would keep the whole buffer
+/// (up to the read size, whatever the part's length) alive until the call is decoded, so the
+/// memory a call holds would be the buffers it touched, not its body. Only the watched calls'
+/// bodies that are news are kept (an unchanged relist is digested in place, not copied).
 fn part(chunk: &Bytes, range: Range<usize>) -> Bytes {
-    if range.len() < COPY_BELOW {
-        Bytes::copy_from_slice(&chunk[range])
-    } else {
-        chunk.slice(range)
-    }
+    Bytes::copy_from_slice(&chunk[range])
 }
 
 impl Calls {
@@ -174,6 +177,7 @@ impl Calls {
                     overflow: false,
                     response_done: false,
                     status: None,
+                    message: None,
                     caller_reset: false,
                 },
             );
@@ -294,6 +298,9 @@ impl Calls {
         if fields.grpc_status.is_some() {
             s.status = fields.grpc_status;
         }
+        if fields.grpc_message.is_some() {
+            s.message = fields.grpc_message;
+        }
         if end_stream {
             s.response_done = true;
         }
@@ -406,6 +413,7 @@ impl Calls {
             duration_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
             grpc_status = code,
             upstream_status = s.status,
+            grpc_message = s.message.as_deref(),
             "request"
         );
         let Some(method) = s.watched.filter(|_| !s.overflow) else {
@@ -415,8 +423,10 @@ impl Calls {
             || s.response.is_compressed()
             || s.answer.as_ref().is_some_and(|d| d.compressed())
         {
-            // kubelet never compresses CRI messages; a client that does is relayed, not read.
+            // kubelet never compresses CRI messages; a client that does is relayed, not read
+            // (what it changed reaches the index by a relist).
             r.metrics.compressed_skipped.inc();
+            r.blindness().call_lost();
             return;
         }
         let repeat_key = s.request_key.filter(|_| s.status == Some(0));

@@ -1,9 +1,9 @@
 //! HTTP/2 framing (RFC 9113 §4 and §6) read incrementally from chunks split anywhere.
 //!
-//! The reader keeps only what it must: the 9-byte frame header, the payload of the few frames
-//! read whole (HEADERS, CONTINUATION, PUSH_PROMISE, RST_STREAM, the start of GOAWAY), and the
-//! header block being assembled. DATA payloads are handed out as ranges of the caller's chunk
-//! as they arrive; every other frame is skipped without a copy.
+//! The reader holds nothing but a frame header and a few fixed-size fields: header block
+//! fragments (HEADERS, CONTINUATION, PUSH_PROMISE) and DATA payloads are handed out as slices
+//! of the caller's chunk as they arrive, SETTINGS parameters one by one, and every other frame
+//! is skipped without a copy. A header block of any length is thus followed in constant memory.
 
 mod write;
 
@@ -15,13 +15,10 @@ use bytes::Bytes;
 use write::frame;
 pub(crate) use write::{goaway_frame, graceful_goaway, settings_frame, trailers_only};
 
+use super::hpack::HpackError;
+
 /// The client connection preface (RFC 9113 §3.4).
 pub(crate) const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// Largest header block (HEADERS + CONTINUATIONs) kept for decoding. gRPC header blocks are a
-/// few hundred bytes; a block beyond this cannot be decoded, so the connection is no longer
-/// observed (and its bytes still flow).
-pub(crate) const MAX_HEADER_BLOCK: usize = 64 << 10;
 
 pub(super) const DATA: u8 = 0x0;
 pub(super) const HEADERS: u8 = 0x1;
@@ -43,9 +40,6 @@ pub enum FrameError {
     /// The client did not start with the connection preface.
     #[error("not an HTTP/2 connection preface")]
     Preface,
-    /// A header block larger than [`MAX_HEADER_BLOCK`].
-    #[error("header block larger than {MAX_HEADER_BLOCK} bytes")]
-    HeaderBlockTooLarge,
     /// CONTINUATION out of place, or another frame where a CONTINUATION must come.
     #[error("CONTINUATION out of sequence")]
     Continuation,
@@ -54,15 +48,21 @@ pub enum FrameError {
     Malformed(&'static str),
     /// The header block did not decode (HPACK).
     #[error("header block: {0}")]
-    Hpack(String),
+    Hpack(#[from] HpackError),
+    /// The reader gave up on purpose (fault injection in tests, or a bound of its own).
+    #[error("{0}")]
+    Abandoned(&'static str),
 }
 
 /// What a frame reader reports, in wire order.
 pub(crate) trait FrameSink {
-    /// A complete header block (HEADERS and its CONTINUATIONs) on `stream`.
-    fn headers(&mut self, stream: u32, end_stream: bool, block: &[u8]) -> Result<(), FrameError>;
-    /// A complete PUSH_PROMISE header block: decoded only to keep the HPACK table in step.
-    fn push_promise(&mut self, block: &[u8]) -> Result<(), FrameError>;
+    /// A header block starts: HEADERS on `stream` (`end_stream` from its flags), or a
+    /// PUSH_PROMISE (`promise`, decoded only to keep the HPACK table in step).
+    fn block_start(&mut self, stream: u32, end_stream: bool, promise: bool);
+    /// The next fragment of the block in progress (padding and priority fields excluded).
+    fn block_fragment(&mut self, fragment: &[u8]) -> Result<(), FrameError>;
+    /// The block in progress is complete (END_HEADERS).
+    fn block_end(&mut self) -> Result<(), FrameError>;
     /// Part of a DATA payload (`chunk[range]`, padding excluded); `end_stream` on the last part
     /// of a frame that ends the stream (the range may then be empty).
     fn data(
@@ -76,7 +76,9 @@ pub(crate) trait FrameSink {
     fn rst_stream(&mut self, stream: u32, code: u32);
     /// GOAWAY.
     fn goaway(&mut self, last_stream: u32, code: u32);
-    /// SETTINGS (only its ACK flag; the settings themselves are not needed).
+    /// One parameter of a SETTINGS frame (not an ACK), in order.
+    fn setting(&mut self, _id: u16, _value: u32) {}
+    /// A SETTINGS frame (after its parameters), or its ACK.
     fn settings(&mut self, _ack: bool) {}
 }
 
@@ -84,13 +86,25 @@ pub(crate) trait FrameSink {
 enum State {
     /// Reading a 9-byte frame header.
     Head,
-    /// Reading a payload that is needed whole (into `payload`).
-    Whole {
+    /// Reading the fixed fields of RST_STREAM or GOAWAY (into `fixed`), then skipping `skip`.
+    Fixed {
         kind: u8,
-        flags: u8,
         stream: u32,
         left: usize,
+        skip: usize,
     },
+    /// A header block fragment frame: `left` payload bytes, of which a pad-length byte (when
+    /// `pad_pending`), `skip` bytes of priority or promised stream ID, the fragment, and `pad`
+    /// bytes of padding.
+    Fragment {
+        pad_pending: bool,
+        skip: usize,
+        left: usize,
+        pad: usize,
+        end_headers: bool,
+    },
+    /// SETTINGS parameters (6 bytes each, gathered in `fixed`).
+    Settings { left: usize },
     /// The pad-length byte of a padded DATA frame.
     DataPad { stream: u32, flags: u8, left: usize },
     /// DATA payload bytes, then `pad` bytes of padding.
@@ -111,15 +125,12 @@ pub(crate) struct FrameReader {
     head: [u8; 9],
     head_len: usize,
     state: State,
-    payload: Vec<u8>,
-    /// The header block being assembled, and whether a CONTINUATION must come next.
-    block: Vec<u8>,
-    block_stream: u32,
-    block_end_stream: bool,
-    block_promise: bool,
+    /// RST_STREAM's code, GOAWAY's last stream and code, a SETTINGS parameter.
+    fixed: [u8; 8],
+    fixed_len: usize,
+    /// Inside a header block: a CONTINUATION on `block_stream` must come next.
     in_block: bool,
-    /// Debug data of the GOAWAY being read, skipped once its first 8 bytes are in.
-    goaway_skip: usize,
+    block_stream: u32,
     frames: u64,
 }
 
@@ -140,13 +151,10 @@ impl FrameReader {
             head: [0; 9],
             head_len: 0,
             state: State::Head,
-            payload: Vec::new(),
-            block: Vec::new(),
-            block_stream: 0,
-            block_end_stream: false,
-            block_promise: false,
+            fixed: [0; 8],
+            fixed_len: 0,
             in_block: false,
-            goaway_skip: 0,
+            block_stream: 0,
             frames: 0,
         }
     }
@@ -197,25 +205,90 @@ impl FrameReader {
                         self.start_frame(chunk, pos, sink)?;
                     }
                 }
-                State::Whole {
+                State::Fixed {
                     kind,
-                    flags,
                     stream,
                     left,
+                    skip,
                 } => {
                     let take = left.min(avail);
-                    self.payload.extend_from_slice(&buf[pos..pos + take]);
+                    self.fixed[self.fixed_len..self.fixed_len + take]
+                        .copy_from_slice(&buf[pos..pos + take]);
+                    self.fixed_len += take;
                     pos += take;
                     if take == left {
-                        self.state = State::Head;
-                        self.whole_frame(kind, flags, stream, sink)?;
+                        self.state = if skip > 0 {
+                            State::Skip { left: skip }
+                        } else {
+                            State::Head
+                        };
+                        self.fixed_frame(kind, stream, sink);
                     } else {
-                        self.state = State::Whole {
+                        self.state = State::Fixed {
                             kind,
-                            flags,
                             stream,
                             left: left - take,
+                            skip,
                         };
+                    }
+                }
+                State::Fragment {
+                    pad_pending,
+                    skip,
+                    left,
+                    pad,
+                    end_headers,
+                } => {
+                    let next;
+                    if pad_pending {
+                        let p = usize::from(buf[pos]);
+                        pos += 1;
+                        if p + skip > left - 1 {
+                            return Err(FrameError::Malformed("HEADERS"));
+                        }
+                        next = (false, skip, left - 1, p);
+                    } else if skip > 0 {
+                        let take = skip.min(avail);
+                        pos += take;
+                        next = (false, skip - take, left - take, pad);
+                    } else {
+                        let take = (left - pad).min(avail);
+                        sink.block_fragment(&buf[pos..pos + take])?;
+                        pos += take;
+                        next = (false, 0, left - take, pad);
+                    }
+                    let (pad_pending, skip, left, pad) = next;
+                    self.state = State::Fragment {
+                        pad_pending,
+                        skip,
+                        left,
+                        pad,
+                        end_headers,
+                    };
+                    if !pad_pending && skip == 0 && left == pad {
+                        self.fragment_done(pad, end_headers, sink)?;
+                    }
+                }
+                State::Settings { left } => {
+                    let take = (6 - self.fixed_len).min(left).min(avail);
+                    self.fixed[self.fixed_len..self.fixed_len + take]
+                        .copy_from_slice(&buf[pos..pos + take]);
+                    self.fixed_len += take;
+                    pos += take;
+                    let left = left - take;
+                    if self.fixed_len == 6 {
+                        self.fixed_len = 0;
+                        let f = self.fixed;
+                        sink.setting(
+                            u16::from_be_bytes([f[0], f[1]]),
+                            u32::from_be_bytes([f[2], f[3], f[4], f[5]]),
+                        );
+                    }
+                    if left == 0 {
+                        self.state = State::Head;
+                        sink.settings(false);
+                    } else {
+                        self.state = State::Settings { left };
                     }
                 }
                 State::DataPad {
@@ -282,6 +355,7 @@ impl FrameReader {
         if self.in_block && kind != CONTINUATION {
             return Err(FrameError::Continuation);
         }
+        self.fixed_len = 0;
         match kind {
             DATA if flags & PADDED != 0 => {
                 if len == 0 {
@@ -294,43 +368,116 @@ impl FrameReader {
                 };
             }
             DATA => self.begin_data(stream, flags, len, 0, chunk, pos, sink)?,
-            HEADERS | CONTINUATION | PUSH_PROMISE | RST_STREAM | GOAWAY => {
-                if kind == CONTINUATION && !self.in_block {
+            HEADERS | PUSH_PROMISE => {
+                let padded = flags & PADDED != 0;
+                let skip = if kind == PUSH_PROMISE {
+                    4
+                } else if flags & PRIORITY != 0 {
+                    5
+                } else {
+                    0
+                };
+                if len < usize::from(padded) + skip {
+                    return Err(FrameError::Malformed(if kind == HEADERS {
+                        "HEADERS"
+                    } else {
+                        "PUSH_PROMISE"
+                    }));
+                }
+                let end_stream = kind == HEADERS && flags & END_STREAM != 0;
+                sink.block_start(stream, end_stream, kind == PUSH_PROMISE);
+                self.in_block = true;
+                self.block_stream = stream;
+                self.begin_fragment(padded, skip, len, flags & END_HEADERS != 0, sink)?;
+            }
+            CONTINUATION => {
+                if !self.in_block || stream != self.block_stream {
                     return Err(FrameError::Continuation);
                 }
-                // GOAWAY's debug data is not needed: keep its first 8 bytes, skip the rest.
-                let keep = if kind == GOAWAY { len.min(8) } else { len };
-                if keep > MAX_HEADER_BLOCK || self.block.len() + keep > MAX_HEADER_BLOCK {
-                    return Err(FrameError::HeaderBlockTooLarge);
-                }
-                self.payload.clear();
-                if keep == 0 {
-                    self.whole_frame(kind, flags, stream, sink)?;
-                    if len > keep {
-                        self.state = State::Skip { left: len - keep };
-                    }
-                } else {
-                    self.state = State::Whole {
-                        kind,
-                        flags,
-                        stream,
-                        left: keep,
-                    };
-                    if kind == GOAWAY && len > keep {
-                        // The skip is queued by `whole_frame` once the 8 bytes are in.
-                        self.payload.reserve(8);
-                        self.goaway_skip = len - keep;
-                    }
-                }
+                self.begin_fragment(false, 0, len, flags & END_HEADERS != 0, sink)?;
             }
-            SETTINGS => {
-                sink.settings(flags & ACK != 0);
+            RST_STREAM => {
+                if len != 4 {
+                    return Err(FrameError::Malformed("RST_STREAM"));
+                }
+                self.state = State::Fixed {
+                    kind,
+                    stream,
+                    left: 4,
+                    skip: 0,
+                };
+            }
+            GOAWAY => {
+                if len < 8 {
+                    return Err(FrameError::Malformed("GOAWAY"));
+                }
+                // The debug data is not needed: keep the first 8 bytes, skip the rest.
+                self.state = State::Fixed {
+                    kind,
+                    stream,
+                    left: 8,
+                    skip: len - 8,
+                };
+            }
+            SETTINGS if flags & ACK != 0 => {
+                sink.settings(true);
                 if len > 0 {
                     self.state = State::Skip { left: len };
                 }
             }
+            SETTINGS => {
+                if len % 6 != 0 {
+                    return Err(FrameError::Malformed("SETTINGS"));
+                }
+                if len == 0 {
+                    sink.settings(false);
+                } else {
+                    self.state = State::Settings { left: len };
+                }
+            }
             _ if len > 0 => self.state = State::Skip { left: len },
             _ => {}
+        }
+        Ok(())
+    }
+
+    fn begin_fragment(
+        &mut self,
+        pad_pending: bool,
+        skip: usize,
+        left: usize,
+        end_headers: bool,
+        sink: &mut impl FrameSink,
+    ) -> Result<(), FrameError> {
+        self.state = State::Fragment {
+            pad_pending,
+            skip,
+            left,
+            pad: 0,
+            end_headers,
+        };
+        if left == 0 {
+            self.fragment_done(0, end_headers, sink)?;
+        }
+        Ok(())
+    }
+
+    /// The fragment of a HEADERS, PUSH_PROMISE or CONTINUATION frame is in; `pad` bytes of
+    /// padding remain.
+    fn fragment_done(
+        &mut self,
+        pad: usize,
+        end_headers: bool,
+        sink: &mut impl FrameSink,
+    ) -> Result<(), FrameError> {
+        self.state = if pad > 0 {
+            State::Skip { left: pad }
+        } else {
+            State::Head
+        };
+        if end_headers {
+            self.in_block = false;
+            sink.block_end()?;
         }
         Ok(())
     }
@@ -367,110 +514,17 @@ impl FrameReader {
         Ok(())
     }
 
-    fn whole_frame(
-        &mut self,
-        kind: u8,
-        flags: u8,
-        stream: u32,
-        sink: &mut impl FrameSink,
-    ) -> Result<(), FrameError> {
-        let p = std::mem::take(&mut self.payload);
-        let result = self.whole_payload(kind, flags, stream, &p, sink);
-        self.payload = p;
-        self.payload.clear();
-        if kind == GOAWAY && self.goaway_skip > 0 {
-            self.state = State::Skip {
-                left: self.goaway_skip,
-            };
-            self.goaway_skip = 0;
-        }
-        result
-    }
-
-    fn whole_payload(
-        &mut self,
-        kind: u8,
-        flags: u8,
-        stream: u32,
-        p: &[u8],
-        sink: &mut impl FrameSink,
-    ) -> Result<(), FrameError> {
+    fn fixed_frame(&mut self, kind: u8, stream: u32, sink: &mut impl FrameSink) {
+        let p = self.fixed;
+        self.fixed_len = 0;
         match kind {
-            HEADERS | PUSH_PROMISE => {
-                let name = if kind == HEADERS {
-                    "HEADERS"
-                } else {
-                    "PUSH_PROMISE"
-                };
-                let mut frag = p;
-                let mut pad = 0;
-                if flags & PADDED != 0 {
-                    let (&n, rest) = frag.split_first().ok_or(FrameError::Malformed(name))?;
-                    pad = usize::from(n);
-                    frag = rest;
-                }
-                let skip = if kind == PUSH_PROMISE {
-                    4
-                } else if flags & PRIORITY != 0 {
-                    5
-                } else {
-                    0
-                };
-                if frag.len() < skip + pad {
-                    return Err(FrameError::Malformed(name));
-                }
-                frag = &frag[skip..frag.len() - pad];
-                self.block.clear();
-                self.block.extend_from_slice(frag);
-                self.block_stream = stream;
-                self.block_end_stream = kind == HEADERS && flags & END_STREAM != 0;
-                self.block_promise = kind == PUSH_PROMISE;
-                self.in_block = true;
-                if flags & END_HEADERS != 0 {
-                    self.end_block(sink)?;
-                }
-            }
-            CONTINUATION => {
-                if stream != self.block_stream {
-                    return Err(FrameError::Continuation);
-                }
-                self.block.extend_from_slice(p);
-                if flags & END_HEADERS != 0 {
-                    self.end_block(sink)?;
-                }
-            }
-            RST_STREAM => {
-                let code: [u8; 4] = p
-                    .try_into()
-                    .map_err(|_| FrameError::Malformed("RST_STREAM"))?;
-                sink.rst_stream(stream, u32::from_be_bytes(code));
-            }
+            RST_STREAM => sink.rst_stream(stream, u32::from_be_bytes([p[0], p[1], p[2], p[3]])),
             GOAWAY => {
-                if p.len() < 8 {
-                    return Err(FrameError::Malformed("GOAWAY"));
-                }
                 let last = u32::from_be_bytes([p[0], p[1], p[2], p[3]]) & 0x7fff_ffff;
                 sink.goaway(last, u32::from_be_bytes([p[4], p[5], p[6], p[7]]));
             }
             _ => {}
         }
-        Ok(())
-    }
-
-    fn end_block(&mut self, sink: &mut impl FrameSink) -> Result<(), FrameError> {
-        self.in_block = false;
-        let block = std::mem::take(&mut self.block);
-        let r = if self.block_promise {
-            sink.push_promise(&block)
-        } else {
-            sink.headers(self.block_stream, self.block_end_stream, &block)
-        };
-        self.block = block;
-        self.block.clear();
-        // A flood of large blocks must not leave a large buffer behind.
-        self.block.shrink_to(4096);
-        self.payload.shrink_to(4096);
-        r
     }
 }
 
@@ -481,14 +535,18 @@ mod tests {
     #[derive(Default)]
     struct Count {
         blocks: usize,
+        fragment_bytes: usize,
+        settings: Vec<(u16, u32)>,
     }
 
     impl FrameSink for Count {
-        fn headers(&mut self, _: u32, _: bool, _: &[u8]) -> Result<(), FrameError> {
-            self.blocks += 1;
+        fn block_start(&mut self, _: u32, _: bool, _: bool) {}
+        fn block_fragment(&mut self, f: &[u8]) -> Result<(), FrameError> {
+            self.fragment_bytes += f.len();
             Ok(())
         }
-        fn push_promise(&mut self, _: &[u8]) -> Result<(), FrameError> {
+        fn block_end(&mut self) -> Result<(), FrameError> {
+            self.blocks += 1;
             Ok(())
         }
         fn data(&mut self, _: u32, _: &Bytes, _: Range<usize>, _: bool) -> Result<(), FrameError> {
@@ -496,10 +554,13 @@ mod tests {
         }
         fn rst_stream(&mut self, _: u32, _: u32) {}
         fn goaway(&mut self, _: u32, _: u32) {}
+        fn setting(&mut self, id: u16, value: u32) {
+            self.settings.push((id, value));
+        }
     }
 
     #[test]
-    fn a_continuation_flood_is_refused_before_it_grows_the_buffer_past_the_cap() {
+    fn a_long_continuation_chain_is_followed_without_holding_it() {
         let mut r = FrameReader::client();
         let mut sink = Count::default();
         r.feed(&Bytes::from_static(PREFACE), &mut sink)
@@ -507,16 +568,60 @@ mod tests {
         r.feed(&Bytes::from(frame(HEADERS, 0, 1, &[0x82])), &mut sink)
             .expect("headers");
         let cont = Bytes::from(frame(CONTINUATION, 0, 1, &[0x82; 16 << 10]));
-        let mut err = None;
         for _ in 0..1024 {
-            if let Err(e) = r.feed(&cont, &mut sink) {
-                err = Some(e);
-                break;
-            }
-            assert!(r.block.len() <= MAX_HEADER_BLOCK);
+            r.feed(&cont, &mut sink).expect("continuation");
+            assert!(!r.at_boundary());
         }
-        assert_eq!(err, Some(FrameError::HeaderBlockTooLarge));
-        assert_eq!(sink.blocks, 0);
+        r.feed(
+            &Bytes::from(frame(CONTINUATION, END_HEADERS, 1, &[0x82])),
+            &mut sink,
+        )
+        .expect("last");
+        assert_eq!(sink.blocks, 1);
+        assert_eq!(sink.fragment_bytes, 2 + (16 << 10) * 1024);
+        assert!(r.at_boundary());
+    }
+
+    #[test]
+    fn padding_and_priority_are_not_part_of_the_fragment() {
+        let mut sink = Count::default();
+        let mut r = FrameReader::server();
+        // Pad length 3, priority (5 bytes), fragment of 2, 3 bytes of padding.
+        let payload = [3, 0, 0, 0, 0, 16, 0x88, 0x82, 0, 0, 0];
+        let f = Bytes::from(frame(HEADERS, END_HEADERS | PADDED | PRIORITY, 1, &payload));
+        for at in 0..f.len() {
+            let mut r2 = FrameReader::server();
+            let mut s2 = Count::default();
+            r2.feed(&f.slice(..at), &mut s2).expect("first part");
+            r2.feed(&f.slice(at..), &mut s2).expect("second part");
+            assert_eq!((s2.blocks, s2.fragment_bytes), (1, 2), "split at {at}");
+        }
+        r.feed(&f, &mut sink).expect("frame");
+        let bad = Bytes::from(frame(HEADERS, END_HEADERS | PADDED, 3, &[9, 0x88]));
+        assert_eq!(
+            FrameReader::server().feed(&bad, &mut sink),
+            Err(FrameError::Malformed("HEADERS"))
+        );
+    }
+
+    #[test]
+    fn settings_parameters_are_reported_split_anywhere() {
+        let mut payload = Vec::new();
+        payload.extend_from_slice(&[0, 1, 0, 1, 0, 0]); // HEADER_TABLE_SIZE 65536
+        payload.extend_from_slice(&[0, 6, 0, 0, 0x40, 0]); // MAX_HEADER_LIST_SIZE 16384
+        let f = Bytes::from(frame(SETTINGS, 0, 0, &payload));
+        for at in 0..=f.len() {
+            let mut r = FrameReader::server();
+            let mut sink = Count::default();
+            r.feed(&f.slice(..at), &mut sink).expect("first part");
+            r.feed(&f.slice(at..), &mut sink).expect("second part");
+            assert_eq!(sink.settings, [(1, 65536), (6, 16384)], "split at {at}");
+        }
+        let odd = Bytes::from(frame(SETTINGS, 0, 0, &[0, 1, 0]));
+        assert_eq!(
+            FrameReader::server().feed(&odd, &mut Count::default()),
+            Err(FrameError::Malformed("SETTINGS"))
+        );
     }
 
     #[test]

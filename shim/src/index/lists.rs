@@ -155,6 +155,22 @@ impl Index {
         }
     }
 
+    /// Whether a listed sandbox is known as it is listed (a relist reads it whole otherwise).
+    pub fn knows_sandbox(&self, p: &cri::PodSandbox) -> bool {
+        self.sandboxes
+            .get(&p.id)
+            .is_some_and(|cur| cur.state == convert::sandbox_state(p.state))
+    }
+
+    /// Whether a listed container is known as it is listed: same state and, once exited, its
+    /// exit already known (a List carries no exit code).
+    pub fn knows_container(&self, c: &cri::Container) -> bool {
+        self.containers.get(&c.id).is_some_and(|cur| {
+            cur.state == convert::container_state(c.state)
+                && (cur.state != ContainerState::Exited as i32 || cur.finished_at_ns != 0)
+        })
+    }
+
     pub(super) fn sandbox_list(
         &mut self,
         items: Vec<cri::PodSandbox>,
@@ -239,15 +255,15 @@ impl Index {
         self.merge_container(fresh, facts, out);
     }
 
-    /// Replaces the index with a rebuild from the runtime, keeping what only the CRI path knew.
+    /// Merges a rebuild or relist from the runtime, keeping what only the CRI path knew, and
+    /// removes what the runtime no longer lists.
     pub(super) fn rebuilt(
         &mut self,
         sandboxes: Vec<Sandbox>,
         containers: Vec<Container>,
+        listed: &Listed,
         out: &mut Vec<Change>,
     ) {
-        let sb_ids: HashSet<String> = sandboxes.iter().map(|s| s.id.clone()).collect();
-        let c_ids: HashSet<String> = containers.iter().map(|c| c.id.clone()).collect();
         for s in sandboxes {
             self.merge_sandbox(s, SandboxFacts { network: true }, out);
         }
@@ -259,23 +275,34 @@ impl Index {
             };
             self.merge_container(c, facts, out);
         }
+        let gone = |id: &String, created_at_ns: i64, ids: &HashSet<String>| {
+            !ids.contains(id) && listed.at_ns.is_none_or(|at| created_at_ns < at)
+        };
         let gone_c: Vec<String> = self
             .containers
-            .keys()
-            .filter(|id| !c_ids.contains(*id))
-            .cloned()
+            .iter()
+            .filter(|(id, c)| gone(id, c.created_at_ns, &listed.container_ids))
+            .map(|(id, _)| id.clone())
             .collect();
         for id in gone_c {
             self.container_remove(&id, out);
         }
         let gone_s: Vec<String> = self
             .sandboxes
-            .keys()
-            .filter(|id| !sb_ids.contains(*id))
-            .cloned()
+            .iter()
+            .filter(|(id, s)| gone(id, s.created_at_ns, &listed.sandbox_ids))
+            .map(|(id, _)| id.clone())
             .collect();
         for id in gone_s {
             self.sandbox_remove(&id, out);
         }
     }
+}
+
+/// What a rebuild or relist listed.
+pub(super) struct Listed {
+    pub(super) sandbox_ids: HashSet<String>,
+    pub(super) container_ids: HashSet<String>,
+    /// When the lists were taken (None: a rebuild, which replaces everything).
+    pub(super) at_ns: Option<i64>,
 }

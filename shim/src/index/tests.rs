@@ -451,3 +451,33 @@ fn unknown_ids_are_ignored() {
     let _ = SK::SandboxEventUpdated;
     let _ = CK::ContainerEventUpdated;
 }
+
+#[test]
+fn a_relist_removes_only_what_existed_before_it_listed() {
+    let mut idx = Index::new();
+    run(&mut idx, "old", Delivery::Delivered);
+    run(&mut idx, "new", Delivery::Delivered);
+    let created = |id: &str| idx.sandbox(id).expect("sandbox").created_at_ns;
+    let (old_at, new_at) = (created("old"), created("new"));
+    // Listed between the two: neither is in the list. "old" is gone; "new" was seen on an
+    // observed connection after the list was taken and stays.
+    let listed_at_ns = new_at.max(old_at + 1);
+    idx.sandboxes.get_mut("new").expect("new").created_at_ns = listed_at_ns;
+    let ch = idx.apply(Observation::Relisted {
+        sandboxes: vec![],
+        containers: vec![],
+        sandbox_ids: Default::default(),
+        container_ids: Default::default(),
+        listed_at_ns,
+    });
+    assert_eq!(kinds(&ch), vec!["SANDBOX_EVENT_REMOVED:old"]);
+    assert!(idx.sandbox("new").is_some());
+    // Listed and known as listed: no Status needed; listed in another state: read whole.
+    let listed = |state| cri::PodSandbox {
+        id: "new".into(),
+        state,
+        ..Default::default()
+    };
+    assert!(idx.knows_sandbox(&listed(cri::PodSandboxState::SandboxReady as i32)));
+    assert!(!idx.knows_sandbox(&listed(cri::PodSandboxState::SandboxNotready as i32)));
+}

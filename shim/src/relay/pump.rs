@@ -2,9 +2,14 @@
 //! waiting for a frame or message to complete, and let the side reader look at it (see
 //! [`Pump::pass_on`] for when it looks).
 //!
-//! Reads go into a `BytesMut` that is split off as a `Bytes` chunk: a watched call's body keeps
-//! a reference-counted slice of it rather than a copy, and when nothing kept one, the next
-//! `reserve` reuses the same allocation.
+//! Reads go into a `BytesMut` that is split off as a `Bytes` chunk; the reader copies out the
+//! few body parts it keeps, so nothing holds the chunk once it is relayed and the next `reserve`
+//! reuses the same allocation.
+//!
+//! The reader's work per chunk is linear in the chunk (HPACK included, whatever the header
+//! blocks say), and each direction yields to the runtime after a large chunk, so a connection
+//! that sends as fast as it can delays another connection's bytes by at most one chunk's worth
+//! of reading.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,7 +24,7 @@ use tokio::time::Instant;
 use crate::fault::Faults;
 use crate::h2read::{SideReader, graceful_goaway};
 
-/// After relaying a chunk at least this large, containerd-to-client yields to the runtime (see
+/// After relaying a chunk at least this large, a direction yields to the runtime (see
 /// [`Pump::containerd_to_client`]).
 const YIELD_AFTER: usize = 16 << 10;
 
@@ -129,6 +134,11 @@ impl Pump {
                 return UpEnd::UpstreamClosed;
             }
             self.reader.settle(true);
+            if chunk.len() >= YIELD_AFTER {
+                // A client writing megabytes of header blocks keeps this loop busy with one
+                // full read after another; the other connections go first between them.
+                tokio::task::yield_now().await;
+            }
         }
     }
 

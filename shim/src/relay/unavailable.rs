@@ -31,14 +31,16 @@ struct Opened {
 }
 
 impl FrameSink for Opened {
-    fn headers(&mut self, stream: u32, _end: bool, _block: &[u8]) -> Result<(), FrameError> {
+    fn block_start(&mut self, stream: u32, _end: bool, promise: bool) {
         // The block is not decoded: every call gets the same answer, and nothing is indexed.
-        if stream % 2 == 1 && !self.streams.contains(&stream) {
+        if !promise && stream % 2 == 1 && !self.streams.contains(&stream) {
             self.streams.push(stream);
         }
+    }
+    fn block_fragment(&mut self, _fragment: &[u8]) -> Result<(), FrameError> {
         Ok(())
     }
-    fn push_promise(&mut self, _block: &[u8]) -> Result<(), FrameError> {
+    fn block_end(&mut self) -> Result<(), FrameError> {
         Ok(())
     }
     fn data(&mut self, _: u32, _: &Bytes, _: Range<usize>, _: bool) -> Result<(), FrameError> {

@@ -1,0 +1,302 @@
+//! HPACK's indexing tables (RFC 7541 §2.3): the static table and one direction's dynamic
+//! table, holding for each entry only what the reader may need of it.
+//!
+//! An entry keeps its size (name and value lengths + 32, what the encoder counts) and which of
+//! the reader's names it has; a value only for those names, and only up to a cap. So the table
+//! costs at most about what the encoder's table size allows, whatever the entries hold, and a
+//! reference to an entry copies nothing (values are shared).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// RFC 7541 §4.1: an entry's size is its name and value lengths plus 32.
+pub(crate) const ENTRY_OVERHEAD: u64 = 32;
+
+/// The header names the reader uses; every other name is [`Name::Other`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Name {
+    /// `:path`.
+    Path,
+    /// `grpc-status`.
+    GrpcStatus,
+    /// `grpc-message`.
+    GrpcMessage,
+    /// `grpc-timeout`.
+    GrpcTimeout,
+    /// Any other name.
+    Other,
+}
+
+impl Name {
+    /// The longest name the reader uses: a name whose first bytes are longer is
+    /// [`Name::Other`] without being read further.
+    pub(crate) const LONGEST: usize = 12;
+
+    /// The name of these bytes.
+    pub(crate) fn of(name: &[u8]) -> Self {
+        match name {
+            b":path" => Self::Path,
+            b"grpc-status" => Self::GrpcStatus,
+            b"grpc-message" => Self::GrpcMessage,
+            b"grpc-timeout" => Self::GrpcTimeout,
+            _ => Self::Other,
+        }
+    }
+
+    /// Most bytes of a value of this name the reader keeps (0: none). A longer value is
+    /// [`Value::TooLong`].
+    pub(crate) fn keep(self) -> usize {
+        match self {
+            // A gRPC path is "/<service>/<method>"; CRI's are under 64 bytes.
+            Self::Path => 1024,
+            Self::GrpcStatus | Self::GrpcTimeout => 16,
+            Self::GrpcMessage => 1024,
+            Self::Other => 0,
+        }
+    }
+}
+
+/// A value as far as the reader keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Value {
+    /// Not kept: the name is not one the reader uses.
+    Skipped,
+    /// One of the static table's values.
+    Static(&'static [u8]),
+    /// The whole value (shared between the table and the fields of a block).
+    Kept(Arc<[u8]>),
+    /// Longer than [`Name::keep`]: only its first bytes are kept.
+    TooLong(Arc<[u8]>),
+}
+
+impl Value {
+    /// The bytes kept (a prefix when [`Value::TooLong`]).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            Self::Skipped => &[],
+            Self::Static(b) => b,
+            Self::Kept(b) | Self::TooLong(b) => b,
+        }
+    }
+}
+
+/// An entry of either table.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub(crate) name: Name,
+    pub(crate) name_len: u64,
+    pub(crate) value: Value,
+    pub(crate) value_len: u64,
+}
+
+impl Entry {
+    /// Its size as HPACK counts it.
+    pub(crate) fn size(&self) -> u64 {
+        self.name_len + self.value_len + ENTRY_OVERHEAD
+    }
+}
+
+/// RFC 7541 Appendix A: the names, and the values of the only entries whose values the reader
+/// uses (`:path`).
+const STATIC: [(&str, &str); 61] = [
+    (":authority", ""),
+    (":method", "GET"),
+    (":method", "POST"),
+    (":path", "/"),
+    (":path", "/index.html"),
+    (":scheme", "http"),
+    (":scheme", "https"),
+    (":status", "200"),
+    (":status", "204"),
+    (":status", "206"),
+    (":status", "304"),
+    (":status", "400"),
+    (":status", "404"),
+    (":status", "500"),
+    ("accept-charset", ""),
+    ("accept-encoding", "gzip, deflate"),
+    ("accept-language", ""),
+    ("accept-ranges", ""),
+    ("accept", ""),
+    ("access-control-allow-origin", ""),
+    ("age", ""),
+    ("allow", ""),
+    ("authorization", ""),
+    ("cache-control", ""),
+    ("content-disposition", ""),
+    ("content-encoding", ""),
+    ("content-language", ""),
+    ("content-length", ""),
+    ("content-location", ""),
+    ("content-range", ""),
+    ("content-type", ""),
+    ("cookie", ""),
+    ("date", ""),
+    ("etag", ""),
+    ("expect", ""),
+    ("expires", ""),
+    ("from", ""),
+    ("host", ""),
+    ("if-match", ""),
+    ("if-modified-since", ""),
+    ("if-none-match", ""),
+    ("if-range", ""),
+    ("if-unmodified-since", ""),
+    ("last-modified", ""),
+    ("link", ""),
+    ("location", ""),
+    ("max-forwards", ""),
+    ("proxy-authenticate", ""),
+    ("proxy-authorization", ""),
+    ("range", ""),
+    ("referer", ""),
+    ("refresh", ""),
+    ("retry-after", ""),
+    ("server", ""),
+    ("set-cookie", ""),
+    ("strict-transport-security", ""),
+    ("transfer-encoding", ""),
+    ("user-agent", ""),
+    ("vary", ""),
+    ("via", ""),
+    ("www-authenticate", ""),
+];
+
+fn static_entry(index: usize) -> Option<Entry> {
+    let (name, value) = STATIC.get(index.checked_sub(1)?)?;
+    let tag = Name::of(name.as_bytes());
+    Some(Entry {
+        name: tag,
+        name_len: name.len() as u64,
+        value: if tag == Name::Other {
+            Value::Skipped
+        } else {
+            Value::Static(value.as_bytes())
+        },
+        value_len: value.len() as u64,
+    })
+}
+
+/// One direction's dynamic table (newest entry first, as HPACK indexes it).
+#[derive(Debug)]
+pub(crate) struct DynamicTable {
+    entries: VecDeque<Entry>,
+    size: u64,
+    max_size: u64,
+}
+
+impl DynamicTable {
+    /// An empty table of `max_size` bytes.
+    pub(crate) fn new(max_size: u64) -> Self {
+        Self {
+            entries: VecDeque::new(),
+            size: 0,
+            max_size,
+        }
+    }
+
+    /// The current maximum size (the last dynamic table size update).
+    #[cfg(test)]
+    pub(crate) fn max_size(&self) -> u64 {
+        self.max_size
+    }
+
+    /// The entries' total size.
+    #[cfg(test)]
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Entries held.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The entry at HPACK `index` (1..=61 static, then dynamic, newest first).
+    pub(crate) fn get(&self, index: u64) -> Option<Entry> {
+        let index = usize::try_from(index).ok()?;
+        if index <= STATIC.len() {
+            return static_entry(index);
+        }
+        self.entries.get(index - STATIC.len() - 1).cloned()
+    }
+
+    /// A dynamic table size update (RFC 7541 §6.3), already checked against what the decoding
+    /// peer allows.
+    pub(crate) fn set_max_size(&mut self, max: u64) {
+        self.max_size = max;
+        self.evict_to(max);
+        if self.entries.capacity() > 2 * self.entries.len() + 16 {
+            self.entries.shrink_to_fit();
+        }
+    }
+
+    /// Adds an entry (RFC 7541 §4.4: one larger than the whole table empties it).
+    pub(crate) fn insert(&mut self, entry: Entry) {
+        let size = entry.size();
+        if size > self.max_size {
+            self.entries.clear();
+            self.size = 0;
+            return;
+        }
+        self.evict_to(self.max_size - size);
+        self.size += size;
+        self.entries.push_front(entry);
+    }
+
+    fn evict_to(&mut self, room: u64) {
+        while self.size > room {
+            match self.entries.pop_back() {
+                Some(e) => self.size -= e.size(),
+                None => {
+                    self.size = 0;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_static_table_agrees_with_another_implementation() {
+        let theirs = httlib_hpack::table::Table::default();
+        for i in 1..=61u32 {
+            let (name, value) = theirs.get(i).expect("their entry");
+            let e = static_entry(i as usize).expect("entry");
+            assert_eq!(e.name_len, name.len() as u64, "{i}");
+            assert_eq!(e.value_len, value.len() as u64, "{i}");
+            assert_eq!(e.name, Name::of(name), "{i}");
+        }
+        assert!(static_entry(0).is_none());
+        assert!(static_entry(62).is_none());
+    }
+
+    #[test]
+    fn entries_are_evicted_oldest_first_and_an_oversized_one_empties_the_table() {
+        let e = |n: u64| Entry {
+            name: Name::Other,
+            name_len: n,
+            value: Value::Skipped,
+            value_len: 0,
+        };
+        let mut t = DynamicTable::new(100);
+        t.insert(e(10)); // 42
+        t.insert(e(20)); // 52
+        assert_eq!(t.len(), 2);
+        t.insert(e(1)); // 33: the oldest (42) goes
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.get(62).expect("newest").name_len, 1);
+        assert_eq!(t.get(63).expect("older").name_len, 20);
+        assert!(t.get(64).is_none());
+        t.insert(e(100));
+        assert_eq!(t.len(), 0);
+        t.insert(e(1));
+        t.set_max_size(0);
+        assert_eq!(t.len(), 0);
+    }
+}
