@@ -82,15 +82,16 @@ pub async fn run(
         settings.election.clone(),
         clock,
     );
-    let election = tokio::spawn(elector.run(leading_tx, stop.stopped()));
+    // Aborted if this future is dropped (the process dies with its tasks, as on SIGKILL).
+    let mut election = Owned(tokio::spawn(elector.run(leading_tx, stop.stopped())));
     let leases: Api<Lease> = Api::namespaced(client, &settings.namespace);
-    let follow = tokio::spawn(follow_leases(
+    let mut follow = Owned(tokio::spawn(follow_leases(
         leases,
         table.clone(),
         metrics.clone(),
         clock,
         stop.stopped(),
-    ));
+    )));
     tracing::info!(namespace = %settings.namespace, identity = %settings.identity,
         period_s = settings.period.as_secs_f64(), normal_rate = settings.rates.normal,
         secondary_rate = settings.rates.secondary, "sentinel watching the node leases");
@@ -102,8 +103,17 @@ pub async fn run(
     }
     stop.trigger();
     // The election task releases the leader lease on the way out.
-    let _ = election.await;
-    let _ = follow.await;
+    let _ = (&mut election.0).await;
+    let _ = (&mut follow.0).await;
+}
+
+/// A task aborted when its owner is dropped.
+struct Owned(tokio::task::JoinHandle<()>);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The leader's loop: every period, marks the nodes the table hands out.
