@@ -13,103 +13,13 @@
 #[path = "sentinel_support.rs"]
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use podward_prober::apiserver::gate::KubeWriter;
-use podward_prober::clock::Clock;
-use podward_prober::lease::{Blind, Health, LeaseMetrics, LeaseSettings, Renewer};
-use podward_prober::sentinel::{
-    self, ElectionTiming, Marker, Rates, SentinelMetrics, SentinelSettings,
-};
+use podward_prober::sentinel::Rates;
 use support::*;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-
-const LEASE: Duration = Duration::from_secs(2);
-const RENEW: Duration = Duration::from_millis(300);
-const PERIOD: Duration = Duration::from_millis(200);
-
-struct Healthy;
-
-impl Health for Healthy {
-    fn check(&self) -> Result<(), Blind> {
-        Ok(())
-    }
-}
-
-/// A node's prober renewing its lease (only the renewer: the rest is not in question here).
-fn prober(cluster: &Cluster, node: &str) -> JoinHandle<()> {
-    let renewer = Renewer::new(
-        cluster.client_named(&format!("prober-{node}")),
-        LeaseSettings {
-            namespace: "podward".into(),
-            node: node.into(),
-            renew_interval: RENEW,
-            duration: LEASE,
-        },
-        Clock::system(),
-        LeaseMetrics::new(None).expect("metrics"),
-    );
-    tokio::spawn(async move { renewer.run(&Healthy, std::future::pending()).await })
-}
-
-fn settings(identity: &str, rates: Rates) -> SentinelSettings {
-    SentinelSettings {
-        namespace: "podward".into(),
-        identity: identity.into(),
-        election_lease: "podward-sentinel".into(),
-        election: ElectionTiming {
-            lease_duration: Duration::from_secs(3),
-            renew_deadline: Duration::from_secs(2),
-            retry_period: Duration::from_millis(200),
-        },
-        period: PERIOD,
-        rates,
-        gate_condition: "podward.io/ready".into(),
-    }
-}
-
-/// A sentinel replica; dropping (aborting) its task is SIGKILL.
-pub fn start_sentinel(
-    cluster: &Cluster,
-    identity: &str,
-    rates: Rates,
-) -> (JoinHandle<()>, SentinelMetrics) {
-    let client = cluster.client_named(identity);
-    let clock = Clock::system();
-    let recorder = kube::runtime::events::Recorder::new(
-        client.clone(),
-        kube::runtime::events::Reporter {
-            controller: "podward-sentinel".into(),
-            instance: Some(identity.into()),
-        },
-    );
-    let marker = Marker::new(
-        client.clone(),
-        Arc::new(KubeWriter::new(client.clone())),
-        recorder,
-        "podward.io/ready",
-        clock,
-    );
-    let metrics = SentinelMetrics::new(None).expect("metrics");
-    let task = tokio::spawn(sentinel::run(
-        client,
-        marker,
-        settings(identity, rates),
-        metrics.clone(),
-        clock,
-        std::future::pending(),
-    ));
-    (task, metrics)
-}
-
-fn fast() -> Rates {
-    Rates {
-        normal: 10.0,
-        ..Rates::default()
-    }
-}
 
 #[tokio::test]
 async fn a_killed_prober_s_gated_pods_go_false_within_lease_duration_and_a_period() {

@@ -24,6 +24,13 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
+use podward_prober::apiserver::gate::KubeWriter;
+use podward_prober::clock::Clock;
+use podward_prober::lease::{Blind, Health, LeaseMetrics, LeaseSettings, Renewer};
+use podward_prober::sentinel::{
+    self, ElectionTiming, Marker, Rates, SentinelMetrics, SentinelSettings,
+};
+use tokio::task::JoinHandle;
 
 type RespBody = BoxBody<Bytes, io::Error>;
 
@@ -423,3 +430,89 @@ pub async fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+pub const LEASE: Duration = Duration::from_secs(2);
+pub const RENEW: Duration = Duration::from_millis(300);
+pub const PERIOD: Duration = Duration::from_millis(200);
+
+pub struct Healthy;
+
+impl Health for Healthy {
+    fn check(&self) -> Result<(), Blind> {
+        Ok(())
+    }
+}
+
+/// A node's prober renewing its lease (only the renewer: the rest is not in question here).
+pub fn prober(cluster: &Cluster, node: &str) -> JoinHandle<()> {
+    let renewer = Renewer::new(
+        cluster.client_named(&format!("prober-{node}")),
+        LeaseSettings {
+            namespace: "podward".into(),
+            node: node.into(),
+            renew_interval: RENEW,
+            duration: LEASE,
+        },
+        Clock::system(),
+        LeaseMetrics::new(None).expect("metrics"),
+    );
+    tokio::spawn(async move { renewer.run(&Healthy, std::future::pending()).await })
+}
+
+pub fn settings(identity: &str, rates: Rates) -> SentinelSettings {
+    SentinelSettings {
+        namespace: "podward".into(),
+        identity: identity.into(),
+        election_lease: "podward-sentinel".into(),
+        election: ElectionTiming {
+            lease_duration: Duration::from_secs(3),
+            renew_deadline: Duration::from_secs(2),
+            retry_period: Duration::from_millis(200),
+        },
+        period: PERIOD,
+        rates,
+        gate_condition: "podward.io/ready".into(),
+    }
+}
+
+/// A sentinel replica; dropping (aborting) its task is SIGKILL.
+pub fn start_sentinel(
+    cluster: &Cluster,
+    identity: &str,
+    rates: Rates,
+) -> (JoinHandle<()>, SentinelMetrics) {
+    let client = cluster.client_named(identity);
+    let clock = Clock::system();
+    let recorder = kube::runtime::events::Recorder::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: "podward-sentinel".into(),
+            instance: Some(identity.into()),
+        },
+    );
+    let marker = Marker::new(
+        client.clone(),
+        Arc::new(KubeWriter::new(client.clone())),
+        recorder,
+        "podward.io/ready",
+        clock,
+    );
+    let metrics = SentinelMetrics::new(None).expect("metrics");
+    let task = tokio::spawn(sentinel::run(
+        client,
+        marker,
+        settings(identity, rates),
+        metrics.clone(),
+        clock,
+        std::future::pending(),
+    ));
+    (task, metrics)
+}
+
+pub fn fast() -> Rates {
+    Rates {
+        normal: 10.0,
+        ..Rates::default()
+    }
+}
+
