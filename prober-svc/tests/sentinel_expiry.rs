@@ -226,9 +226,13 @@ async fn every_node_expiring_at_once_marks_nothing() {
     tokio::time::sleep(PERIOD * 10).await;
     assert!(cluster.status_writes().is_empty(), "{:?}", cluster.status_writes());
     assert_eq!(metrics.waiting.get(), 6);
-    // One node back: the zone is partially disrupted, no longer fully: the rest goes at the
-    // secondary rate.
+    // One node back: the others get a fresh lease duration (as the node lifecycle controller
+    // resets its timestamps when it leaves this mode), then, still silent, go at the secondary
+    // rate of a partially disrupted zone.
     let _back = prober(&cluster, "node-00");
+    assert!(eventually(Duration::from_secs(2), || metrics.expired.get() == 0).await);
+    tokio::time::sleep(LEASE - Duration::from_millis(500)).await;
+    assert!(cluster.status_writes().is_empty(), "a fresh duration first");
     assert!(
         eventually(Duration::from_secs(5), || cluster.status_writes().len() == 5).await,
         "{:?}",

@@ -13,7 +13,8 @@
 //!   slows to the secondary rate (0.01 nodes/s), or stops for a zone of at most 50 nodes;
 //!   a fully expired zone goes at the normal rate unless every zone is fully expired, when
 //!   nothing is marked at all (the sentinel's own network or the API is then the likely fault,
-//!   not every prober at once).
+//!   not every prober at once); leaving that state gives every node not yet marked a fresh
+//!   lease duration, as the controller resets its probe timestamps then.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
@@ -136,6 +137,8 @@ pub struct Table {
     nodes: HashMap<String, NodeLease>,
     queues: BTreeMap<String, VecDeque<String>>,
     limiters: HashMap<String, Limiter>,
+    /// Every zone was fully disrupted at the last look.
+    all_full: bool,
 }
 
 impl Table {
@@ -146,6 +149,7 @@ impl Table {
             nodes: HashMap::new(),
             queues: BTreeMap::new(),
             limiters: HashMap::new(),
+            all_full: false,
         }
     }
 
@@ -237,11 +241,28 @@ impl Table {
         for (zone, name) in newly {
             self.queues.entry(zone).or_default().push_back(name);
         }
-        let states = self.zone_states();
+        let mut states = self.zone_states();
         let all_full = !states.is_empty()
             && states
                 .values()
                 .all(|(s, _)| *s == ZoneState::FullDisruption);
+        if self.all_full && !all_full {
+            // Leaving "everything expired" (the API or the sentinel's network was the likely
+            // fault): every node not yet marked gets a fresh lease duration to renew, as the
+            // node lifecycle controller resets its probe timestamps when it leaves this mode.
+            for (name, n) in &mut self.nodes {
+                if n.state == State::Queued {
+                    n.state = State::Current;
+                    n.observed = now;
+                    tracing::info!(node = %name, "leases renew again: a fresh lease duration for a node not marked yet");
+                }
+            }
+            for q in self.queues.values_mut() {
+                q.clear();
+            }
+            states = self.zone_states();
+        }
+        self.all_full = all_full;
         let mut out = Vec::new();
         for (zone, (state, size)) in &states {
             let qps = if all_full {
@@ -427,5 +448,13 @@ mod tests {
         let mut t = table(rates, 10, t0);
         assert!(t.due(at).is_empty());
         assert_eq!(t.counts().waiting, 10);
+        // One comes back: the others get a fresh duration rather than being marked at once.
+        t.apply("n00", "h", "t9", D, "", at + Duration::from_secs(1));
+        assert!(t.due(at + Duration::from_secs(1)).is_empty());
+        assert_eq!(t.counts().expired, 0);
+        let later = at + Duration::from_secs(1) + D + Duration::from_secs(1);
+        t.apply("n00", "h", "t10", D, "", later);
+        assert_eq!(t.due(later).len(), 1, "9 of 10: partial, at the secondary rate");
+        assert_eq!(t.counts().expired, 9);
     }
 }
