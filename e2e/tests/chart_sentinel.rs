@@ -128,7 +128,11 @@ fn the_sentinel_deployment_runs_what_the_binary_accepts_with_exactly_its_rbac() 
     );
     assert_eq!(
         rules(named(&r.objects, "Role", "-node-lease")),
-        [want("coordination.k8s.io", "leases", &["get", "create", "update"])]
+        [want(
+            "coordination.k8s.io",
+            "leases",
+            &["get", "create", "update"]
+        )]
     );
     let lease_policy = named(&r.objects, "ValidatingAdmissionPolicy", "-own-node-lease");
     let text = lease_policy.to_string();
@@ -159,9 +163,10 @@ fn the_sentinel_can_be_turned_off() {
         .set(json!({"sentinel": {"enabled": false}}))
         .run();
     assert!(r.find("Deployment").is_none());
-    assert!(
-        r.objects
-            .iter()
-            .all(|o| !o["metadata"]["name"].as_str().unwrap_or("").ends_with("-sentinel")),
-    );
+    assert!(r.objects.iter().all(|o| {
+        !o["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("-sentinel")
+    }),);
 }

@@ -395,7 +395,11 @@ pub fn lease_namespace(configured: Option<&str>) -> String {
         .map(str::trim)
         .filter(|n| !n.is_empty())
         .map(str::to_owned)
-        .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|n| !n.is_empty()))
+        .or_else(|| {
+            std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|n| !n.is_empty())
+        })
         .unwrap_or_else(|| "podward".to_owned())
 }
 

@@ -173,7 +173,9 @@ impl Renewer {
             match self.renew().await {
                 Ok(()) => {
                     self.metrics.renewals.with_label_values(&["ok"]).inc();
-                    self.metrics.last_renewal.set(self.clock.now_ns() / 1_000_000_000);
+                    self.metrics
+                        .last_renewal
+                        .set(self.clock.now_ns() / 1_000_000_000);
                     if failing {
                         tracing::info!(node = %self.settings.node, "node lease renewed again");
                         failing = false;

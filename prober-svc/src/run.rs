@@ -210,7 +210,8 @@ pub async fn run_with(
     let stop = Stop::new();
     let lease_task = match (&api, config.lease_settings()?) {
         (Some(api), Some(settings)) => {
-            let health = ProberHealth::new(admin.readiness.clone(), api.metrics(), settings.duration);
+            let health =
+                ProberHealth::new(admin.readiness.clone(), api.metrics(), settings.duration);
             Some(lease::spawn(
                 settings,
                 config.kubeconfig.clone(),

@@ -37,7 +37,11 @@ fn start(client: kube::Client) -> (Readiness, LeaseMetrics, oneshot::Sender<()>)
     let api = ApiMetrics::new(None).expect("metrics");
     api.synced.set(1);
     let metrics = LeaseMetrics::new(None).expect("metrics");
-    let health = Arc::new(ProberHealth::new(source.clone(), api, Duration::from_secs(40)));
+    let health = Arc::new(ProberHealth::new(
+        source.clone(),
+        api,
+        Duration::from_secs(40),
+    ));
     let renewer = Renewer::new(client, settings(), Clock::system(), metrics.clone());
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(async move {
@@ -60,8 +64,16 @@ fn stored(mut body: Value, rv: &str) -> Value {
 /// Creates the lease (GET 404, POST); answers the stored object.
 async fn created(api: &mut ApiServer) -> Value {
     let get = api.next().await;
-    assert_eq!((get.method.as_str(), get.path.as_str()), ("GET", &*format!("{PATH}/node-a")));
-    get.reply_status(404, "NotFound", "leases.coordination.k8s.io \"node-a\" not found", &[]);
+    assert_eq!(
+        (get.method.as_str(), get.path.as_str()),
+        ("GET", &*format!("{PATH}/node-a"))
+    );
+    get.reply_status(
+        404,
+        "NotFound",
+        "leases.coordination.k8s.io \"node-a\" not found",
+        &[],
+    );
     let post = api.next().await;
     assert_eq!((post.method.as_str(), post.path.as_str()), ("POST", PATH));
     let body = post.body.clone();
@@ -81,7 +93,10 @@ async fn creates_then_renews_with_the_resource_version_it_holds() {
     let (_source, metrics, _stop) = start(client);
     let first = created(&mut api).await;
     let mut rv = 1;
-    let mut last_renew = first["spec"]["renewTime"].as_str().expect("time").to_owned();
+    let mut last_renew = first["spec"]["renewTime"]
+        .as_str()
+        .expect("time")
+        .to_owned();
     for _ in 0..3 {
         let put = api.next().await;
         assert_eq!(
@@ -89,7 +104,10 @@ async fn creates_then_renews_with_the_resource_version_it_holds() {
             ("PUT", &*format!("{PATH}/node-a"))
         );
         assert_eq!(put.body["metadata"]["resourceVersion"], rv.to_string());
-        let renew = put.body["spec"]["renewTime"].as_str().expect("time").to_owned();
+        let renew = put.body["spec"]["renewTime"]
+            .as_str()
+            .expect("time")
+            .to_owned();
         assert!(renew > last_renew, "{renew} after {last_renew}");
         assert_eq!(put.body["spec"]["holderIdentity"], "node-a");
         rv += 1;
@@ -143,7 +161,10 @@ async fn a_conflict_reads_the_lease_again_and_writes_on_the_new_version() {
         &[],
     );
     let get = api.next().await;
-    assert_eq!((get.method.as_str(), get.path.as_str()), ("GET", &*format!("{PATH}/node-a")));
+    assert_eq!(
+        (get.method.as_str(), get.path.as_str()),
+        ("GET", &*format!("{PATH}/node-a"))
+    );
     // Someone else wrote it meanwhile (another holder, a newer version).
     let mut theirs = stored(first.clone(), "7");
     theirs["spec"]["holderIdentity"] = json!("node-b");

@@ -34,7 +34,10 @@ async fn two_sentinels_elect_one_leader_and_a_killed_leader_hands_over_within_a_
     let (s0, m0) = start_sentinel(&cluster, "sentinel-0", fast());
     let (s1, m1) = start_sentinel(&cluster, "sentinel-1", fast());
     assert!(
-        eventually(Duration::from_secs(10), || m0.leader.get() + m1.leader.get() == 1).await,
+        eventually(Duration::from_secs(10), || m0.leader.get()
+            + m1.leader.get()
+            == 1)
+        .await,
         "one leader"
     );
     // Stays one leader over several retry periods, and it is the lease's holder.
@@ -80,7 +83,10 @@ async fn two_sentinels_elect_one_leader_and_a_killed_leader_hands_over_within_a_
         cluster.status_writes()
     );
     assert!(
-        cluster.status_writes().iter().all(|w| w.pod != "web-node-c"),
+        cluster
+            .status_writes()
+            .iter()
+            .all(|w| w.pod != "web-node-c"),
         "node-c's prober is alive"
     );
 }

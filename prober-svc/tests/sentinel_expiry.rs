@@ -46,7 +46,11 @@ async fn a_killed_prober_s_gated_pods_go_false_within_lease_duration_and_a_perio
     );
     // Healthy for a while: nothing written.
     tokio::time::sleep(LEASE + PERIOD * 2).await;
-    assert!(cluster.status_writes().is_empty(), "{:?}", cluster.status_writes());
+    assert!(
+        cluster.status_writes().is_empty(),
+        "{:?}",
+        cluster.status_writes()
+    );
 
     let last_renewal = cluster.lease("node-a").expect("lease")["spec"]["renewTime"]
         .as_str()
@@ -58,31 +62,61 @@ async fn a_killed_prober_s_gated_pods_go_false_within_lease_duration_and_a_perio
         cluster.status_writes().len() >= 2
     })
     .await;
-    assert!(marked, "marked within lease duration + a period: {:?}", cluster.status_writes());
+    assert!(
+        marked,
+        "marked within lease duration + a period: {:?}",
+        cluster.status_writes()
+    );
     let writes = cluster.status_writes();
     // Lease duration is counted from the sentinel's last sight of a renewal, at most one
     // renewal interval before the kill.
     let first = writes.iter().map(|w| w.at).min().expect("writes");
-    assert!(first >= killed + LEASE - RENEW, "not before the lease expired");
-    assert!(first <= killed + LEASE + PERIOD + Duration::from_millis(800), "{:?}", first - killed);
+    assert!(
+        first >= killed + LEASE - RENEW,
+        "not before the lease expired"
+    );
+    assert!(
+        first <= killed + LEASE + PERIOD + Duration::from_millis(800),
+        "{:?}",
+        first - killed
+    );
     let mut pods: Vec<&str> = writes.iter().map(|w| w.pod.as_str()).collect();
     pods.sort_unstable();
-    assert_eq!(pods, ["web-1", "web-2"], "only the gated pods that said True");
+    assert_eq!(
+        pods,
+        ["web-1", "web-2"],
+        "only the gated pods that said True"
+    );
     for w in &writes {
         assert_eq!(w.condition["status"], "False");
         assert_eq!(w.condition["reason"], "ProberNotReporting");
         let msg = w.condition["message"].as_str().expect("message");
-        assert!(msg.contains("node-a") && msg.contains(&last_renewal[..19]), "{msg}");
-        assert_eq!(w.field_manager, "podward-prober", "the gate's own field manager");
+        assert!(
+            msg.contains("node-a") && msg.contains(&last_renewal[..19]),
+            "{msg}"
+        );
+        assert_eq!(
+            w.field_manager, "podward-prober",
+            "the gate's own field manager"
+        );
         assert_eq!(w.code, 200);
     }
     for p in ["web-1", "web-2"] {
         assert_eq!(cluster.condition(p).expect("condition")["status"], "False");
     }
-    assert_eq!(cluster.condition("down").expect("condition")["reason"], serde_json::Value::Null);
+    assert_eq!(
+        cluster.condition("down").expect("condition")["reason"],
+        serde_json::Value::Null
+    );
     assert!(cluster.condition("fresh").is_none());
-    assert_eq!(cluster.condition("other").expect("condition")["status"], "True");
-    assert!(!cluster.node_lists().iter().any(|n| n == "node-b"), "node-b never listed");
+    assert_eq!(
+        cluster.condition("other").expect("condition")["status"],
+        "True"
+    );
+    assert!(
+        !cluster.node_lists().iter().any(|n| n == "node-b"),
+        "node-b never listed"
+    );
     // One event per pod marked.
     assert!(eventually(Duration::from_secs(2), || cluster.events().len() == 2).await);
     let mut regarding: Vec<String> = cluster
@@ -158,7 +192,10 @@ async fn the_prober_back_takes_over_and_the_sentinel_does_not_write_again() {
         .filter(|w| w.who == "sentinel-0")
         .collect();
     assert_eq!(sentinel_writes.len(), 1, "{sentinel_writes:?}");
-    assert_eq!(cluster.condition("web-1").expect("condition")["status"], "True");
+    assert_eq!(
+        cluster.condition("web-1").expect("condition")["status"],
+        "True"
+    );
 }
 
 /// `n` nodes with a lease and a gated pod each; their probers.
@@ -192,7 +229,11 @@ async fn a_mass_expiry_in_a_large_zone_goes_at_the_secondary_rate() {
     tokio::time::sleep(Duration::from_millis(3_500)).await;
     let writes = cluster.status_writes();
     // One node per second, not ten: 4 or 5 nodes in 3.5 s after the first.
-    assert!((4..=5).contains(&writes.len()), "{} nodes marked: {writes:?}", writes.len());
+    assert!(
+        (4..=5).contains(&writes.len()),
+        "{} nodes marked: {writes:?}",
+        writes.len()
+    );
     let mut at: Vec<Instant> = writes.iter().map(|w| w.at).collect();
     at.sort();
     for pair in at.windows(2) {
@@ -224,7 +265,11 @@ async fn every_node_expiring_at_once_marks_nothing() {
     }
     assert!(eventually(LEASE * 3, || metrics.expired.get() == 6).await);
     tokio::time::sleep(PERIOD * 10).await;
-    assert!(cluster.status_writes().is_empty(), "{:?}", cluster.status_writes());
+    assert!(
+        cluster.status_writes().is_empty(),
+        "{:?}",
+        cluster.status_writes()
+    );
     assert_eq!(metrics.waiting.get(), 6);
     // One node back: the others get a fresh lease duration (as the node lifecycle controller
     // resets its timestamps when it leaves this mode), then, still silent, go at the secondary
@@ -234,7 +279,9 @@ async fn every_node_expiring_at_once_marks_nothing() {
     tokio::time::sleep(LEASE - Duration::from_millis(500)).await;
     assert!(cluster.status_writes().is_empty(), "a fresh duration first");
     assert!(
-        eventually(Duration::from_secs(5), || cluster.status_writes().len() == 5).await,
+        eventually(Duration::from_secs(5), || cluster.status_writes().len()
+            == 5)
+        .await,
         "{:?}",
         cluster.status_writes()
     );

@@ -20,17 +20,17 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use kube::client::Body;
 use parking_lot::Mutex;
-use serde_json::{Value, json};
-use tokio::sync::{broadcast, mpsc};
-use tokio::time::Instant;
-use tokio_stream::wrappers::ReceiverStream;
 use podward_prober::apiserver::gate::KubeWriter;
 use podward_prober::clock::Clock;
 use podward_prober::lease::{Blind, Health, LeaseMetrics, LeaseSettings, Renewer};
 use podward_prober::sentinel::{
     self, ElectionTiming, Marker, Rates, SentinelMetrics, SentinelSettings,
 };
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
 
 type RespBody = BoxBody<Bytes, io::Error>;
 
@@ -101,10 +101,19 @@ fn query_of(q: Option<&str>) -> BTreeMap<String, String> {
         .filter(|kv| !kv.is_empty())
         .map(|kv| {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            let v = v.replace("%3D", "=").replace("%2F", "/").replace("%2C", ",");
+            let v = v
+                .replace("%3D", "=")
+                .replace("%2F", "/")
+                .replace("%2C", ",");
             (k.to_owned(), v)
         })
         .collect()
+}
+
+impl Default for Cluster {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Cluster {
@@ -241,27 +250,75 @@ impl Cluster {
         let path = parts.uri.path().to_owned();
         let query = query_of(parts.uri.query());
         let method = parts.method.to_string();
-        let segs: Vec<String> = path.trim_matches('/').split('/').map(str::to_owned).collect();
+        let segs: Vec<String> = path
+            .trim_matches('/')
+            .split('/')
+            .map(str::to_owned)
+            .collect();
         let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
         if method == "GET"
             && query.get("watch").is_some_and(|w| w == "true" || w == "1")
-            && matches!(segs.as_slice(), ["apis", "coordination.k8s.io", "v1", "namespaces", _, "leases"])
+            && matches!(
+                segs.as_slice(),
+                [
+                    "apis",
+                    "coordination.k8s.io",
+                    "v1",
+                    "namespaces",
+                    _,
+                    "leases"
+                ]
+            )
         {
             let mut s = self.state.lock();
-            let seen = Seen { who: who.to_owned(), at: Instant::now(), method, path, query: query.clone(), body, code: 200 };
+            let seen = Seen {
+                who: who.to_owned(),
+                at: Instant::now(),
+                method,
+                path,
+                query: query.clone(),
+                body,
+                code: 200,
+            };
             self.record(&mut s, seen);
             drop(s);
             return self.watch_leases(&query);
         }
         let mut s = self.state.lock();
         let (code, out) = match (method.as_str(), segs.as_slice()) {
-            ("GET", ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", name]) => {
-                match s.leases.get(&((*ns).to_owned(), (*name).to_owned())) {
-                    Some(l) => (200, l.clone()),
-                    None => (404, status(404, "NotFound", &format!("leases.coordination.k8s.io \"{name}\" not found"))),
-                }
-            }
-            ("GET", ["apis", "coordination.k8s.io", "v1", "namespaces", _, "leases"]) => {
+            (
+                "GET",
+                [
+                    "apis",
+                    "coordination.k8s.io",
+                    "v1",
+                    "namespaces",
+                    ns,
+                    "leases",
+                    name,
+                ],
+            ) => match s.leases.get(&((*ns).to_owned(), (*name).to_owned())) {
+                Some(l) => (200, l.clone()),
+                None => (
+                    404,
+                    status(
+                        404,
+                        "NotFound",
+                        &format!("leases.coordination.k8s.io \"{name}\" not found"),
+                    ),
+                ),
+            },
+            (
+                "GET",
+                [
+                    "apis",
+                    "coordination.k8s.io",
+                    "v1",
+                    "namespaces",
+                    _,
+                    "leases",
+                ],
+            ) => {
                 let sel = query.get("labelSelector").cloned().unwrap_or_default();
                 let items: Vec<Value> = s
                     .leases
@@ -269,14 +326,34 @@ impl Cluster {
                     .filter(|l| sel.is_empty() || !l["metadata"]["labels"][sel.as_str()].is_null())
                     .cloned()
                     .collect();
-                (200, json!({"apiVersion": "coordination.k8s.io/v1", "kind": "LeaseList",
-                             "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}))
+                (
+                    200,
+                    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "LeaseList",
+                             "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
+                )
             }
-            ("POST", ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases"]) => {
+            (
+                "POST",
+                [
+                    "apis",
+                    "coordination.k8s.io",
+                    "v1",
+                    "namespaces",
+                    ns,
+                    "leases",
+                ],
+            ) => {
                 let name = body["metadata"]["name"].as_str().unwrap_or("").to_owned();
                 let key = ((*ns).to_owned(), name.clone());
                 if s.leases.contains_key(&key) {
-                    (409, status(409, "AlreadyExists", &format!("leases.coordination.k8s.io \"{name}\" already exists")))
+                    (
+                        409,
+                        status(
+                            409,
+                            "AlreadyExists",
+                            &format!("leases.coordination.k8s.io \"{name}\" already exists"),
+                        ),
+                    )
                 } else {
                     s.rv += 1;
                     let mut l = body.clone();
@@ -288,14 +365,43 @@ impl Cluster {
                     (201, l)
                 }
             }
-            ("PUT", ["apis", "coordination.k8s.io", "v1", "namespaces", ns, "leases", name]) => {
+            (
+                "PUT",
+                [
+                    "apis",
+                    "coordination.k8s.io",
+                    "v1",
+                    "namespaces",
+                    ns,
+                    "leases",
+                    name,
+                ],
+            ) => {
                 let key = ((*ns).to_owned(), (*name).to_owned());
                 match s.leases.get(&key).cloned() {
-                    None => (404, status(404, "NotFound", &format!("leases.coordination.k8s.io \"{name}\" not found"))),
-                    Some(cur) if cur["metadata"]["resourceVersion"] != body["metadata"]["resourceVersion"] => (
-                        409,
-                        status(409, "Conflict", &format!("Operation cannot be fulfilled on leases.coordination.k8s.io \"{name}\": the object has been modified; please apply your changes to the latest version and try again")),
+                    None => (
+                        404,
+                        status(
+                            404,
+                            "NotFound",
+                            &format!("leases.coordination.k8s.io \"{name}\" not found"),
+                        ),
                     ),
+                    Some(cur)
+                        if cur["metadata"]["resourceVersion"]
+                            != body["metadata"]["resourceVersion"] =>
+                    {
+                        (
+                            409,
+                            status(
+                                409,
+                                "Conflict",
+                                &format!(
+                                    "Operation cannot be fulfilled on leases.coordination.k8s.io \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+                                ),
+                            ),
+                        )
+                    }
                     Some(_) => {
                         s.rv += 1;
                         let mut l = body.clone();
@@ -311,8 +417,14 @@ impl Cluster {
                     .get("fieldSelector")
                     .and_then(|f| f.strip_prefix("spec.nodeName="))
                     .map(str::to_owned);
-                let limit: usize = query.get("limit").and_then(|l| l.parse().ok()).unwrap_or(usize::MAX);
-                let skip: usize = query.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+                let limit: usize = query
+                    .get("limit")
+                    .and_then(|l| l.parse().ok())
+                    .unwrap_or(usize::MAX);
+                let skip: usize = query
+                    .get("continue")
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0);
                 let matching: Vec<Value> = s
                     .pods
                     .values()
@@ -324,16 +436,24 @@ impl Cluster {
                 if matching.len() > skip + items.len() {
                     meta["continue"] = json!((skip + items.len()).to_string());
                 }
-                (200, json!({"apiVersion": "v1", "kind": "PodList", "metadata": meta, "items": items}))
+                (
+                    200,
+                    json!({"apiVersion": "v1", "kind": "PodList", "metadata": meta, "items": items}),
+                )
             }
             ("PATCH", ["api", "v1", "namespaces", ns, "pods", name, "status"]) => {
                 let found = s
                     .pods
                     .iter()
-                    .find(|(_, p)| p["metadata"]["namespace"] == *ns && p["metadata"]["name"] == *name)
+                    .find(|(_, p)| {
+                        p["metadata"]["namespace"] == *ns && p["metadata"]["name"] == *name
+                    })
                     .map(|(u, _)| u.clone());
                 match found {
-                    None => (404, status(404, "NotFound", &format!("pods \"{name}\" not found"))),
+                    None => (
+                        404,
+                        status(404, "NotFound", &format!("pods \"{name}\" not found")),
+                    ),
                     Some(uid) if body["metadata"]["uid"].as_str().is_some_and(|w| w != uid) => (
                         409,
                         status(409, "Conflict", "Precondition failed: UID in precondition"),
@@ -342,8 +462,15 @@ impl Cluster {
                         s.rv += 1;
                         let rv = s.rv;
                         let pod = s.pods.get_mut(&uid).expect("pod");
-                        let mut conds = pod["status"]["conditions"].as_array().cloned().unwrap_or_default();
-                        for c in body["status"]["conditions"].as_array().into_iter().flatten() {
+                        let mut conds = pod["status"]["conditions"]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default();
+                        for c in body["status"]["conditions"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                        {
                             match conds.iter_mut().find(|o| o["type"] == c["type"]) {
                                 Some(o) => *o = c.clone(),
                                 None => conds.push(c.clone()),
@@ -362,22 +489,40 @@ impl Cluster {
                 s.events.push(ev.clone());
                 (201, ev)
             }
-            _ => (404, status(404, "NotFound", &format!("{method} {path}: not served"))),
+            _ => (
+                404,
+                status(404, "NotFound", &format!("{method} {path}: not served")),
+            ),
         };
-        let seen = Seen { who: who.to_owned(), at: Instant::now(), method, path, query, body, code };
+        let seen = Seen {
+            who: who.to_owned(),
+            at: Instant::now(),
+            method,
+            path,
+            query,
+            body,
+            code,
+        };
         self.record(&mut s, seen);
         respond(code, &out)
     }
 
     fn watch_leases(&self, query: &BTreeMap<String, String>) -> Response<RespBody> {
-        let from: u64 = query.get("resourceVersion").and_then(|r| r.parse().ok()).unwrap_or(0);
+        let from: u64 = query
+            .get("resourceVersion")
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
         let sel = query.get("labelSelector").cloned().unwrap_or_default();
         let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(1024);
         let (backlog, mut live) = {
             let s = self.state.lock();
             let live = self.lease_changes.subscribe();
-            let backlog: Vec<(u64, String)> =
-                s.lease_history.iter().filter(|(r, _)| *r > from).cloned().collect();
+            let backlog: Vec<(u64, String)> = s
+                .lease_history
+                .iter()
+                .filter(|(r, _)| *r > from)
+                .cloned()
+                .collect();
             (backlog, live)
         };
         let wanted = move |line: &str| {
@@ -515,4 +660,3 @@ pub fn fast() -> Rates {
         ..Rates::default()
     }
 }
-

@@ -130,7 +130,10 @@ mod tests {
         assert_eq!(h.check(), Ok(()));
         // Pending and no success for longer than the stall window: stuck.
         tokio::time::advance(Duration::from_secs(41)).await;
-        assert!(matches!(h.check(), Err(Blind::GateStuck { pending: 3, .. })));
+        assert!(matches!(
+            h.check(),
+            Err(Blind::GateStuck { pending: 3, .. })
+        ));
         // Drained: current again.
         api.gate_pending.set(0);
         assert_eq!(h.check(), Ok(()));

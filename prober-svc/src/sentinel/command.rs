@@ -11,10 +11,10 @@ use podward_api::daemon::admin::Admin;
 use super::{
     DEFAULT_ELECTION_LEASE, ElectionTiming, Marker, Rates, SentinelMetrics, SentinelSettings,
 };
+use crate::apiserver::DEFAULT_GATE_CONDITION;
 use crate::apiserver::client::{self, ClientError};
 use crate::apiserver::gate::KubeWriter;
 use crate::apiserver::limit::TokenBucket;
-use crate::apiserver::DEFAULT_GATE_CONDITION;
 use crate::clock::Clock;
 use crate::metrics::MetricsError;
 
@@ -34,32 +34,60 @@ pub struct SentinelArgs {
     #[arg(long, env = "PODWARD_SENTINEL_ELECTION_LEASE", default_value = DEFAULT_ELECTION_LEASE)]
     pub election_lease: String,
     /// Leader lease duration, seconds (client-go's default).
-    #[arg(long, env = "PODWARD_SENTINEL_LEADER_ELECT_LEASE_DURATION_SECONDS", default_value_t = 15)]
+    #[arg(
+        long,
+        env = "PODWARD_SENTINEL_LEADER_ELECT_LEASE_DURATION_SECONDS",
+        default_value_t = 15
+    )]
     pub leader_elect_lease_duration_seconds: u64,
     /// A leader that has not renewed for this long steps down, seconds.
-    #[arg(long, env = "PODWARD_SENTINEL_LEADER_ELECT_RENEW_DEADLINE_SECONDS", default_value_t = 10)]
+    #[arg(
+        long,
+        env = "PODWARD_SENTINEL_LEADER_ELECT_RENEW_DEADLINE_SECONDS",
+        default_value_t = 10
+    )]
     pub leader_elect_renew_deadline_seconds: u64,
     /// Between tries to acquire or renew the leader lease, seconds.
-    #[arg(long, env = "PODWARD_SENTINEL_LEADER_ELECT_RETRY_PERIOD_SECONDS", default_value_t = 2.0)]
+    #[arg(
+        long,
+        env = "PODWARD_SENTINEL_LEADER_ELECT_RETRY_PERIOD_SECONDS",
+        default_value_t = 2.0
+    )]
     pub leader_elect_retry_period_seconds: f64,
     /// Between looks at the node leases, seconds (the node lifecycle controller's
     /// nodeMonitorPeriod).
     #[arg(long, env = "PODWARD_SENTINEL_PERIOD_SECONDS", default_value_t = 5.0)]
     pub period_seconds: f64,
     /// Expired nodes marked per second in a healthy zone (--node-eviction-rate).
-    #[arg(long, env = "PODWARD_SENTINEL_NODE_EVICTION_RATE", default_value_t = 0.1)]
+    #[arg(
+        long,
+        env = "PODWARD_SENTINEL_NODE_EVICTION_RATE",
+        default_value_t = 0.1
+    )]
     pub node_eviction_rate: f64,
     /// Expired nodes marked per second in a partially disrupted zone
     /// (--secondary-node-eviction-rate).
-    #[arg(long, env = "PODWARD_SENTINEL_SECONDARY_NODE_EVICTION_RATE", default_value_t = 0.01)]
+    #[arg(
+        long,
+        env = "PODWARD_SENTINEL_SECONDARY_NODE_EVICTION_RATE",
+        default_value_t = 0.01
+    )]
     pub secondary_node_eviction_rate: f64,
     /// Share of a zone's nodes expired at which the zone is partially disrupted
     /// (--unhealthy-zone-threshold).
-    #[arg(long, env = "PODWARD_SENTINEL_UNHEALTHY_ZONE_THRESHOLD", default_value_t = 0.55)]
+    #[arg(
+        long,
+        env = "PODWARD_SENTINEL_UNHEALTHY_ZONE_THRESHOLD",
+        default_value_t = 0.55
+    )]
     pub unhealthy_zone_threshold: f64,
     /// A partially disrupted zone of at most this many nodes is not marked at all
     /// (--large-cluster-size-threshold).
-    #[arg(long, env = "PODWARD_SENTINEL_LARGE_CLUSTER_SIZE_THRESHOLD", default_value_t = 50)]
+    #[arg(
+        long,
+        env = "PODWARD_SENTINEL_LARGE_CLUSTER_SIZE_THRESHOLD",
+        default_value_t = 50
+    )]
     pub large_cluster_size_threshold: usize,
     /// The readiness-gate condition type.
     #[arg(long, env = "PODWARD_SENTINEL_READINESS_GATE_CONDITION", default_value = DEFAULT_GATE_CONDITION)]
@@ -71,7 +99,11 @@ pub struct SentinelArgs {
     #[arg(long, env = "PODWARD_SENTINEL_KUBE_API_BURST", default_value_t = 40)]
     pub kube_api_burst: u32,
     /// Address of the admin endpoint (/metrics, /healthz, /readyz); port 0 picks one.
-    #[arg(long, env = "PODWARD_SENTINEL_ADMIN_ADDR", default_value = "127.0.0.1:9644")]
+    #[arg(
+        long,
+        env = "PODWARD_SENTINEL_ADMIN_ADDR",
+        default_value = "127.0.0.1:9644"
+    )]
     pub admin_addr: SocketAddr,
 }
 
@@ -185,7 +217,11 @@ pub async fn run(
         Arc::new(TokenBucket::new(args.kube_api_qps, args.kube_api_burst)),
     )?;
     let admin = Admin::new();
-    podward_api::daemon::build_info::register(&admin.registry, "sentinel", env!("CARGO_PKG_VERSION"));
+    podward_api::daemon::build_info::register(
+        &admin.registry,
+        "sentinel",
+        env!("CARGO_PKG_VERSION"),
+    );
     let metrics = SentinelMetrics::new(Some(&admin.registry))?;
     let listener = podward_api::daemon::admin::bind(args.admin_addr).await?;
     admin.readiness.set(true);

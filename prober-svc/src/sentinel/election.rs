@@ -132,7 +132,11 @@ impl Elector {
                 },
                 spec: Some(self.spec(None)),
             };
-            return self.api.create(&PostParams::default(), &lease).await.is_ok();
+            return self
+                .api
+                .create(&PostParams::default(), &lease)
+                .await
+                .is_ok();
         };
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().unwrap_or_default();

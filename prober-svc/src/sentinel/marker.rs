@@ -114,7 +114,10 @@ impl Marker {
                     continue;
                 };
                 out.gated += 1;
-                if !matches!(status, Some(ConditionStatus::True | ConditionStatus::Unknown)) {
+                if !matches!(
+                    status,
+                    Some(ConditionStatus::True | ConditionStatus::Unknown)
+                ) {
                     continue;
                 }
                 if !still_expired() {

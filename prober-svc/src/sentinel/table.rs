@@ -276,10 +276,10 @@ impl Table {
                     ZoneState::PartialDisruption => 0.0,
                 }
             };
-            let limiter = self.limiters.entry(zone.clone()).or_insert(Limiter {
-                qps,
-                next: now,
-            });
+            let limiter = self
+                .limiters
+                .entry(zone.clone())
+                .or_insert(Limiter { qps, next: now });
             limiter.swap(qps, now);
             let Some(queue) = self.queues.get_mut(zone) else {
                 continue;
@@ -454,7 +454,11 @@ mod tests {
         assert_eq!(t.counts().expired, 0);
         let later = at + Duration::from_secs(1) + D + Duration::from_secs(1);
         t.apply("n00", "h", "t10", D, "", later);
-        assert_eq!(t.due(later).len(), 1, "9 of 10: partial, at the secondary rate");
+        assert_eq!(
+            t.due(later).len(),
+            1,
+            "9 of 10: partial, at the secondary rate"
+        );
         assert_eq!(t.counts().expired, 9);
     }
 }
