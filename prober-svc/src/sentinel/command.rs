@@ -27,7 +27,8 @@ pub struct SentinelArgs {
     /// Namespace of the node leases and the leader lease. [default: POD_NAMESPACE, else podward]
     #[arg(long, env = "PODWARD_SENTINEL_NAMESPACE")]
     pub namespace: Option<String>,
-    /// This replica's identity in the leader election. [default: POD_NAME, else HOSTNAME]
+    /// This replica's identity in the leader election; unique per replica.
+    /// [default: POD_NAME (else HOSTNAME) and a random suffix]
     #[arg(long, env = "PODWARD_SENTINEL_IDENTITY")]
     pub identity: Option<String>,
     /// Name of the leader lease.
@@ -124,9 +125,6 @@ pub enum SentinelError {
     /// Metrics could not be registered.
     #[error(transparent)]
     Metrics(#[from] MetricsError),
-    /// The admin endpoint could not be bound.
-    #[error(transparent)]
-    Admin(#[from] podward_api::daemon::admin::BindError),
 }
 
 impl SentinelArgs {
@@ -175,16 +173,25 @@ impl SentinelArgs {
                 message: format!("{threshold} is not in (0, 1]"),
             });
         }
-        let identity = self
-            .identity
-            .clone()
-            .or_else(|| std::env::var("POD_NAME").ok())
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .filter(|i| !i.trim().is_empty())
-            .ok_or(SentinelError::Invalid {
-                setting: "--identity",
-                message: "no identity: set --identity or POD_NAME".to_owned(),
-            })?;
+        // Explicit, or the pod's (or host's) name with a random suffix, as client-go's callers
+        // make theirs: two candidates under one name would both believe they hold the lease.
+        let identity = match self.identity.as_deref().map(str::trim) {
+            Some(i) if !i.is_empty() => i.to_owned(),
+            Some(_) => {
+                return Err(SentinelError::Invalid {
+                    setting: "--identity",
+                    message: "empty".to_owned(),
+                });
+            }
+            None => {
+                let base = std::env::var("POD_NAME")
+                    .or_else(|_| std::env::var("HOSTNAME"))
+                    .ok()
+                    .filter(|b| !b.trim().is_empty())
+                    .unwrap_or_else(|| "podward-sentinel".to_owned());
+                format!("{base}_{:016x}", rand::random::<u64>())
+            }
+        };
         Ok(SentinelSettings {
             namespace: crate::config::lease_namespace(self.namespace.as_deref()),
             identity,
@@ -223,10 +230,18 @@ pub async fn run(
         env!("CARGO_PKG_VERSION"),
     );
     let metrics = SentinelMetrics::new(Some(&admin.registry))?;
-    let listener = podward_api::daemon::admin::bind(args.admin_addr).await?;
     admin.readiness.set(true);
     let stop = podward_api::daemon::stop::Stop::new();
-    let admin_task = tokio::spawn(admin.serve(listener, stop.stopped()));
+    // A port clash must not take the safety net down with it: the sentinel marks without its
+    // admin endpoint (in a pod, kubelet's probes of that endpoint restart it).
+    let admin_task = match podward_api::daemon::admin::bind(args.admin_addr).await {
+        Ok(listener) => Some(tokio::spawn(admin.serve(listener, stop.stopped()))),
+        Err(e) => {
+            tracing::error!(error = %e, addr = %args.admin_addr,
+                "no admin endpoint (/metrics, /healthz, /readyz); the sentinel runs without it");
+            None
+        }
+    };
     let clock = Clock::system();
     let recorder = kube::runtime::events::Recorder::new(
         client.clone(),
@@ -244,6 +259,53 @@ pub async fn run(
     );
     super::run(client, marker, settings, metrics, clock, shutdown).await;
     stop.trigger();
-    let _ = admin_task.await;
+    if let Some(t) = admin_task {
+        let _ = t.await;
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: SentinelArgs,
+    }
+
+    fn parse(argv: &[&str]) -> SentinelArgs {
+        Wrap::try_parse_from(std::iter::once("sentinel").chain(argv.iter().copied()))
+            .expect("parse")
+            .args
+    }
+
+    #[test]
+    fn two_replicas_without_an_identity_never_share_one() {
+        let a = parse(&[]).settings().expect("settings");
+        let b = parse(&[]).settings().expect("settings");
+        assert_ne!(a.identity, b.identity);
+        let c = parse(&["--identity", "sentinel-0"])
+            .settings()
+            .expect("settings");
+        assert_eq!(c.identity, "sentinel-0");
+        assert_eq!(c.rates, Rates::default());
+        assert_eq!(c.election, ElectionTiming::default());
+        assert_eq!(c.period, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn election_timing_must_nest() {
+        let e = parse(&["--leader-elect-renew-deadline-seconds", "20"])
+            .settings()
+            .expect_err("deadline past the lease");
+        assert!(e.to_string().contains("renew deadline"), "{e}");
+        let e = parse(&["--unhealthy-zone-threshold", "0"])
+            .settings()
+            .expect_err("threshold");
+        assert!(e.to_string().contains("--unhealthy-zone-threshold"), "{e}");
+    }
 }
