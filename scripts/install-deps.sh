@@ -18,6 +18,8 @@ APT_PACKAGES=(
                               # manager for the housekeeper's systemd-driver tests (not as PID 1)
   dbus-daemon                 # that manager's own bus
   socat                       # the plain byte relay the shim benchmark compares against
+  prometheus                  # promtool: the chart's alerts tested against synthetic series
+                              # (charts/tests/alerts.py)
   golang-go golang-google-grpc-dev golang-google-protobuf-dev protoc-gen-go protoc-gen-go-grpc
   golang-github-golang-protobuf-1-5-dev
                               # a grpc-go CRI client (kubelet's stack) for the shim's e2e, built

@@ -43,7 +43,7 @@ RESOURCES: dict[str, list[tuple[str, str, bool]]] = {
         ("configmaps", "ConfigMap", True),
         ("secrets", "Secret", True),
     ],
-    "apps/v1": [("daemonsets", "DaemonSet", True)],
+    "apps/v1": [("daemonsets", "DaemonSet", True), ("deployments", "Deployment", True)],
     "rbac.authorization.k8s.io/v1": [
         ("clusterroles", "ClusterRole", False),
         ("clusterrolebindings", "ClusterRoleBinding", False),

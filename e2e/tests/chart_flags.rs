@@ -239,6 +239,10 @@ fn chart_defaults_render_match_the_daemons_and_keep_their_promises() {
                 "ClusterRole",
                 "ClusterRoleBinding",
                 "DaemonSet",
+                // The sentinel and the node lease (chart_sentinel.rs checks them).
+                "Deployment",
+                "Role",
+                "RoleBinding",
                 "ServiceAccount",
                 "ValidatingAdmissionPolicy",
                 "ValidatingAdmissionPolicyBinding"
@@ -453,7 +457,15 @@ fn check_token_only_in_prober(ds: &Value) {
 }
 
 fn check_prober_rbac(objects: &[Value]) {
-    let role = find(objects, "ClusterRole").expect("ClusterRole");
+    let role = objects
+        .iter()
+        .find(|o| {
+            o["kind"] == "ClusterRole"
+                && o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("-prober"))
+        })
+        .expect("the prober's ClusterRole");
     let mut got: Vec<(String, String, Vec<String>)> = role["rules"]
         .as_array()
         .expect("rules")
@@ -487,10 +499,13 @@ fn check_prober_rbac(objects: &[Value]) {
         ]
     );
     let k = kinds(objects);
-    assert!(
-        !k.contains("Role") && !k.contains("RoleBinding"),
-        "one ClusterRole, no namespaced duplicates: {k:?}"
-    );
+    // Namespaced Roles only for the leases (the node lease, the sentinel's), never a duplicate
+    // of the ClusterRole's rules.
+    for r in objects.iter().filter(|o| o["kind"] == "Role") {
+        for rule in r["rules"].as_array().expect("rules") {
+            assert_eq!(strs(&rule["resources"]), ["leases"], "{r}");
+        }
+    }
     assert!(k.contains("ValidatingAdmissionPolicy"), "own node only");
     let of = |kind: &str| -> Vec<&Value> { objects.iter().filter(|o| o["kind"] == kind).collect() };
     let messages: Vec<String> = of("ValidatingAdmissionPolicy")

@@ -161,7 +161,12 @@ fn rendered_alerts(rule: &Value) -> BTreeMap<String, (String, String, String)> {
 #[test]
 fn service_monitor_scrapes_the_probe_families_from_metrics_probes() {
     let r = all_on();
-    let sm = r.get("ServiceMonitor");
+    // The DaemonSet's ServiceMonitor (the sentinel has its own).
+    let sm = r
+        .objects
+        .iter()
+        .find(|o| o["kind"] == "ServiceMonitor" && o["metadata"]["name"] == "podward")
+        .expect("the DaemonSet's ServiceMonitor");
     let endpoints = sm["spec"]["endpoints"].as_array().expect("endpoints");
     let prober: Vec<&Value> = endpoints
         .iter()

@@ -92,6 +92,12 @@ impl ApiSide {
         })
     }
 
+    /// The API side's metrics (the node lease's health reads the reflector's and the gate
+    /// writer's).
+    pub fn metrics(&self) -> ApiMetrics {
+        self.metrics.clone()
+    }
+
     /// The event sinks to add beside the `Watch` hub: the gate (result changes) and the
     /// recorder (what kubelet records as events).
     pub fn sinks(&self) -> Vec<Arc<dyn EventSink>> {

@@ -46,6 +46,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the sentinel (a cluster-scoped controller, two replicas with leader election): sets
+    /// the podward.io/ready condition False (reason ProberNotReporting) on the gated pods of
+    /// nodes whose prober stopped renewing its node lease, rate-limited like the node lifecycle
+    /// controller; never True.
+    Sentinel(crate::sentinel::command::SentinelArgs),
 }
 
 /// A pod by namespace and name, as `--pod` takes it.

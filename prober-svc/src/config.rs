@@ -3,10 +3,12 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use podward_api::daemon::telemetry::LogFormat;
 
 use crate::apiserver::{ApiSettings, DEFAULT_GATE_CONDITION};
+use crate::lease::LeaseSettings;
 use podward_api::paths;
 use serde::{Deserialize, Serialize};
 
@@ -141,6 +143,25 @@ pub struct Args {
     #[arg(long, env = "PODWARD_PROBER_READINESS_GATE_CONDITION")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub readiness_gate_condition: Option<String>,
+
+    /// Namespace of the node leases (podward's own): the prober renews the Lease named after
+    /// its node there while its conditions are current, and the sentinel watches them. Without
+    /// the flag, POD_NAMESPACE (the downward API's usual name) is used. [default: podward]
+    #[arg(long, env = "PODWARD_PROBER_LEASE_NAMESPACE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_namespace: Option<String>,
+
+    /// Seconds between renewals of the node lease (kubelet's node lease: 10). [default: 10]
+    #[arg(long, env = "PODWARD_PROBER_NODE_LEASE_RENEW_INTERVAL_SECONDS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_lease_renew_interval_seconds: Option<u64>,
+
+    /// The node lease's duration: how long one renewal vouches for this node's conditions
+    /// before the sentinel marks them False (kubelet's --node-lease-duration-seconds).
+    /// 0 turns the lease off. [default: 40]
+    #[arg(long, env = "PODWARD_PROBER_NODE_LEASE_DURATION_SECONDS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_lease_duration_seconds: Option<u64>,
     /// How exec probes run: "direct" starts the command in the container's namespaces, cgroup,
     /// credentials, capabilities and seccomp filter exactly as runc exec would (about a fifth of
     /// CRI ExecSync's CPU; needs host PID and root with CAP_SYS_ADMIN, see docs/operations.md);
@@ -219,6 +240,12 @@ pub struct Config {
     pub event_burst: u32,
     /// The readiness-gate condition type.
     pub readiness_gate_condition: String,
+    /// Namespace of the node leases; `None`: POD_NAMESPACE, else `podward`.
+    pub lease_namespace: Option<String>,
+    /// Seconds between node lease renewals.
+    pub node_lease_renew_interval_seconds: u64,
+    /// The node lease's duration in seconds; 0: no lease.
+    pub node_lease_duration_seconds: u64,
     /// How exec probes run.
     pub exec_mode: ExecMode,
     /// The direct-exec helper binary; `None` = this binary.
@@ -252,6 +279,9 @@ impl Default for Config {
             event_qps: 50.0,
             event_burst: 100,
             readiness_gate_condition: DEFAULT_GATE_CONDITION.to_owned(),
+            lease_namespace: None,
+            node_lease_renew_interval_seconds: 10,
+            node_lease_duration_seconds: 40,
             exec_mode: ExecMode::Cri,
             exec_helper: None,
             exec_standby: true,
@@ -324,10 +354,55 @@ impl Config {
         }))
     }
 
+    /// How to keep the node lease; `None` without a node name or with a duration of 0.
+    pub fn lease_settings(&self) -> Result<Option<LeaseSettings>, InvalidSetting> {
+        let interval = self.node_lease_renew_interval_seconds;
+        let duration = self.node_lease_duration_seconds;
+        if duration == 0 {
+            return Ok(None);
+        }
+        if interval == 0 || interval >= duration {
+            return Err(InvalidSetting {
+                setting: "--node-lease-renew-interval-seconds",
+                message: format!(
+                    "{interval} must be at least 1 and less than --node-lease-duration-seconds ({duration})"
+                ),
+            });
+        }
+        let Some(node) = self
+            .node_name
+            .as_deref()
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+        else {
+            return Ok(None);
+        };
+        Ok(Some(LeaseSettings {
+            namespace: lease_namespace(self.lease_namespace.as_deref()),
+            node: node.to_owned(),
+            renew_interval: Duration::from_secs(interval),
+            duration: Duration::from_secs(duration),
+        }))
+    }
+
     /// The node IP to probe host-network pods at: the configured one, else detected.
     pub fn node_ip(&self) -> IpAddr {
         self.node_ip.unwrap_or_else(detect_node_ip)
     }
+}
+
+/// The leases' namespace: `configured`, else POD_NAMESPACE (the downward API), else `podward`.
+pub fn lease_namespace(configured: Option<&str>) -> String {
+    configured
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .or_else(|| {
+            std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|n| !n.is_empty())
+        })
+        .unwrap_or_else(|| "podward".to_owned())
 }
 
 /// The host's primary IPv4 address: the source address the kernel picks for a route to a

@@ -30,6 +30,12 @@ async fn daemon() -> anyhow::Result<()> {
             print!("{out}");
             Ok(())
         }
+        Some(Command::Sentinel(args)) => {
+            telemetry::init(cfg.log_format, &cfg.log_level)?;
+            podward_prober::sentinel::command::run(args, signal::shutdown())
+                .await
+                .context("podward-prober sentinel")
+        }
         None => {
             // The downward API's usual variable, when neither the flag, PODWARD_PROBER_NODE_NAME
             // nor the config file names the node.

@@ -22,6 +22,7 @@ use crate::handler::exec::direct::DirectExec;
 use crate::handler::host_policy::NodePolicy;
 use crate::hub::Hub;
 use crate::kill::Killer;
+use crate::lease::{self, LeaseMetrics, ProberHealth};
 use crate::manager::Manager;
 use crate::metrics::{Metrics, MetricsError, PROBES_PATH};
 use crate::prestop::Hooks;
@@ -208,6 +209,21 @@ pub async fn run_with(
     }
 
     let stop = Stop::new();
+    let lease_task = match (&api, config.lease_settings()?) {
+        (Some(api), Some(settings)) => {
+            let health =
+                ProberHealth::new(admin.readiness.clone(), api.metrics(), settings.duration);
+            Some(lease::spawn(
+                settings,
+                config.kubeconfig.clone(),
+                Arc::new(health),
+                clock,
+                LeaseMetrics::new(Some(&admin.registry))?,
+                stop.clone(),
+            ))
+        }
+        _ => None,
+    };
     let api_task = api.map(|a| a.spawn(manager.clone(), clock, stop.clone()));
     let readiness = admin.readiness.clone();
     let handshake_timeouts = grpc::handshake_timeouts(&admin.registry, "podward_prober");
@@ -247,6 +263,9 @@ pub async fn run_with(
     stop.trigger();
     let _ = source_task.await;
     if let Some(t) = api_task {
+        let _ = t.await;
+    }
+    if let Some(t) = lease_task {
         let _ = t.await;
     }
     manager.stop_all();

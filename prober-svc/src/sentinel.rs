@@ -1,0 +1,294 @@
+//! The sentinel (`podward-prober sentinel`): readiness you can trust when a node's prober is
+//! gone. kubelet's node lease has the node lifecycle controller behind it; the prober's node
+//! lease ([`crate::lease`]) has this.
+//!
+//! - Every replica watches the node leases (one watch: the leases of podward's namespace with
+//!   the node-lease label) into a [`Table`]; one replica leads ([`election`]).
+//! - The leader, every period (5 s, the node lifecycle controller's `nodeMonitorPeriod`), hands
+//!   the nodes whose lease expired to the [`Marker`] at the rate the [`Table`]'s zones allow:
+//!   their gated pods' `podward.io/ready` goes `False` (reason `ProberNotReporting`), one event
+//!   per pod. Never `True`: the node's prober, when back, writes its own results.
+//! - Nodes without a lease (podward not installed there) are not followed, so never touched.
+//! - The gated pods are listed per node when the node is marked, not watched: one watch (the
+//!   leases) whatever the cluster's size, and the pods' memory only for a page at a time.
+
+pub mod command;
+pub mod election;
+pub mod marker;
+pub mod metrics;
+pub mod table;
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use parking_lot::Mutex;
+use podward_api::daemon::stop::Stop;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+pub use self::election::{ElectionTiming, Elector};
+pub use self::marker::{Marker, REASON};
+pub use self::metrics::SentinelMetrics;
+pub use self::table::{Rates, Table};
+use crate::clock::Clock;
+use crate::lease::NODE_LEASE_LABEL;
+
+/// Name of the sentinel's leader lease (in the same namespace as the node leases).
+pub const DEFAULT_ELECTION_LEASE: &str = "podward-sentinel";
+
+/// How the sentinel runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentinelSettings {
+    /// Namespace of the node leases and of the leader lease.
+    pub namespace: String,
+    /// This replica's name in the leader election (its pod name).
+    pub identity: String,
+    /// The leader lease's name.
+    pub election_lease: String,
+    /// Leader election timing.
+    pub election: ElectionTiming,
+    /// Between two looks at the leases.
+    pub period: Duration,
+    /// The node lifecycle controller's rates.
+    pub rates: Rates,
+    /// The readiness-gate condition type.
+    pub gate_condition: String,
+}
+
+/// Runs the sentinel through `client` until `shutdown` resolves; `marker` writes.
+pub async fn run(
+    client: kube::Client,
+    marker: Marker,
+    settings: SentinelSettings,
+    metrics: SentinelMetrics,
+    clock: Clock,
+    shutdown: impl Future<Output = ()>,
+) {
+    let stop = Stop::new();
+    let table = Arc::new(Mutex::new(Table::new(settings.rates.clone())));
+    let (leading_tx, leading) = watch::channel(false);
+    let elector = Elector::new(
+        client.clone(),
+        &settings.namespace,
+        &settings.election_lease,
+        &settings.identity,
+        settings.election.clone(),
+        clock,
+    );
+    // Aborted if this future is dropped (the process dies with its tasks, as on SIGKILL).
+    let mut election = Owned(tokio::spawn(elector.run(leading_tx, stop.stopped())));
+    let leases: Api<Lease> = Api::namespaced(client, &settings.namespace);
+    let mut follow = Owned(tokio::spawn(follow_leases(
+        leases,
+        table.clone(),
+        metrics.clone(),
+        clock,
+        stop.stopped(),
+    )));
+    tracing::info!(namespace = %settings.namespace, identity = %settings.identity,
+        period_s = settings.period.as_secs_f64(), normal_rate = settings.rates.normal,
+        secondary_rate = settings.rates.secondary, "sentinel watching the node leases");
+    let marking = mark_loop(&marker, &table, &metrics, leading, settings.period, clock);
+    tokio::pin!(shutdown);
+    tokio::select! {
+        () = &mut shutdown => {}
+        () = marking => {}
+    }
+    stop.trigger();
+    // The election task releases the leader lease on the way out.
+    let _ = (&mut election.0).await;
+    let _ = (&mut follow.0).await;
+}
+
+/// A task aborted when its owner is dropped.
+struct Owned(tokio::task::JoinHandle<()>);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The leader's loop: every period, marks the nodes the table hands out.
+async fn mark_loop(
+    marker: &Marker,
+    table: &Mutex<Table>,
+    metrics: &SentinelMetrics,
+    mut leading: watch::Receiver<bool>,
+    period: Duration,
+    clock: Clock,
+) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            changed = leading.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let lead = *leading.borrow_and_update();
+                metrics.leader.set(i64::from(lead));
+                continue;
+            }
+        }
+        if !*leading.borrow() {
+            continue;
+        }
+        let now = Instant::now();
+        let due = {
+            let mut t = table.lock();
+            let before = t.counts().expired;
+            let due = t.due(now);
+            let c = t.counts();
+            let newly = c.expired.saturating_sub(before);
+            if newly > 0 {
+                metrics.expirations.inc_by(newly as u64);
+                metrics.last_transition.set(clock.now_ns() / 1_000_000_000);
+            }
+            set_counts(metrics, &t);
+            due
+        };
+        for d in due {
+            let check = || *leading.borrow() && table.lock().expired(&d.node, Instant::now());
+            tracing::warn!(node = %d.node, last_renewal = %d.renew_time, zone = %d.zone,
+                "node lease expired: marking the node's gated pods not ready");
+            match marker.mark(&d.node, &d.renew_time, check).await {
+                Ok(m) => {
+                    metrics.pods_marked.inc_by(m.written as u64);
+                    metrics.errors.inc_by(m.failed as u64);
+                    if m.written > 0 {
+                        metrics.last_transition.set(clock.now_ns() / 1_000_000_000);
+                    }
+                    tracing::info!(node = %d.node, gated = m.gated, marked = m.written,
+                        failed = m.failed, renewed = m.renewed, "node marked");
+                    let mut t = table.lock();
+                    if m.failed > 0 {
+                        t.retry(&d.node);
+                    } else if m.written == 0 {
+                        t.refund(&d.zone, Instant::now());
+                    }
+                }
+                Err(e) => {
+                    metrics.errors.inc();
+                    tracing::warn!(error = %e, "cannot mark an expired node; retrying");
+                    table.lock().retry(&d.node);
+                }
+            }
+        }
+    }
+}
+
+fn set_counts(metrics: &SentinelMetrics, t: &Table) {
+    let c = t.counts();
+    let g = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    metrics.leases.set(g(c.leases));
+    metrics.expired.set(g(c.expired));
+    metrics.waiting.set(g(c.waiting));
+}
+
+/// Follows the node leases into `table` until `shutdown` (kube-rs's watcher: a paged list,
+/// then a watch; a relist drops the leases it no longer sees).
+async fn follow_leases(
+    api: Api<Lease>,
+    table: Arc<Mutex<Table>>,
+    metrics: SentinelMetrics,
+    clock: Clock,
+    shutdown: impl Future<Output = ()>,
+) {
+    let stream = watcher::watcher(api, watcher::Config::default().labels(NODE_LEASE_LABEL))
+        .default_backoff();
+    tokio::pin!(stream);
+    tokio::pin!(shutdown);
+    let mut relist: Option<HashSet<String>> = None;
+    loop {
+        let next = tokio::select! {
+            () = &mut shutdown => return,
+            next = stream.next() => next,
+        };
+        let Some(next) = next else { return };
+        let now = Instant::now();
+        match next {
+            Ok(Event::Init) => relist = Some(HashSet::new()),
+            Ok(Event::InitApply(l)) => {
+                if let Some(node) = apply(&table, &l, now, &metrics, clock)
+                    && let Some(seen) = &mut relist
+                {
+                    seen.insert(node);
+                }
+            }
+            Ok(Event::InitDone) => {
+                if let Some(seen) = relist.take() {
+                    let mut t = table.lock();
+                    for node in t.nodes() {
+                        if !seen.contains(&node) {
+                            t.remove(&node);
+                        }
+                    }
+                    set_counts(&metrics, &t);
+                }
+            }
+            Ok(Event::Apply(l)) => {
+                apply(&table, &l, now, &metrics, clock);
+            }
+            Ok(Event::Delete(l)) => {
+                if let Some(node) = l.metadata.name.as_deref() {
+                    let mut t = table.lock();
+                    t.remove(node);
+                    set_counts(&metrics, &t);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "watching the node leases failed; retrying"),
+        }
+    }
+}
+
+/// Folds lease `l` into `table`; the node's name.
+fn apply(
+    table: &Mutex<Table>,
+    l: &Lease,
+    now: Instant,
+    metrics: &SentinelMetrics,
+    clock: Clock,
+) -> Option<String> {
+    let node = l.metadata.name.clone()?;
+    let spec = l.spec.clone().unwrap_or_default();
+    let renew = spec
+        .renew_time
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .unwrap_or_default();
+    let duration = spec
+        .lease_duration_seconds
+        .and_then(|s| u64::try_from(s).ok())
+        .filter(|s| *s > 0)
+        .map_or(Duration::from_secs(40), Duration::from_secs);
+    let zone = l
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|ls| ls.get(table::ZONE_LABEL))
+        .map_or("", String::as_str);
+    let mut t = table.lock();
+    let back = t.apply(
+        &node,
+        spec.holder_identity.as_deref().unwrap_or(""),
+        &renew,
+        duration,
+        zone,
+        now,
+    );
+    if back {
+        tracing::info!(node = %node, "node lease renewed again: its prober reports");
+        metrics.last_transition.set(clock.now_ns() / 1_000_000_000);
+    }
+    set_counts(metrics, &t);
+    Some(node)
+}

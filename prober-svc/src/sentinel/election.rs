@@ -1,0 +1,244 @@
+//! Leader election on a Lease, client-go's `leaderelection` algorithm (15 s lease, 10 s renew
+//! deadline, 2 s retry period by default), so that of the sentinel's replicas exactly one marks.
+//!
+//! Hand-written (≈150 lines): kube-rs has no leader election, and the crates that add one are
+//! not among the project's dependencies. The algorithm is client-go's `tryAcquireOrRenew`:
+//! read the lease; take it if it is free, ours, or *not seen to change* for its duration on our
+//! own clock (the holder's clock is not trusted, as in client-go's `observedTime`); write it
+//! back with the resource version read (a `409` means someone else won this round). A leader
+//! that cannot renew within the renew deadline steps down before its lease can expire for the
+//! others. A leader that stops (SIGTERM) releases the lease, so the other takes over at its next
+//! retry instead of after a lease duration.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::PostParams;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::clock::Clock;
+use crate::lease::micro_time;
+
+/// Leader election timing (client-go's names and defaults).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ElectionTiming {
+    /// How long a holder's lease stays valid for the others without a renewal.
+    pub lease_duration: Duration,
+    /// A leader that has not renewed for this long steps down.
+    pub renew_deadline: Duration,
+    /// Between tries to acquire or renew.
+    pub retry_period: Duration,
+}
+
+impl Default for ElectionTiming {
+    fn default() -> Self {
+        Self {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// One candidate.
+pub struct Elector {
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    timing: ElectionTiming,
+    clock: Clock,
+    /// The record last read (holder, renewTime) and when it was first seen so.
+    observed: Option<((String, String), Instant)>,
+}
+
+impl Elector {
+    /// Candidate `identity` for lease `name` of `namespace`, through `client`.
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        name: &str,
+        identity: &str,
+        timing: ElectionTiming,
+        clock: Clock,
+    ) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            name: name.to_owned(),
+            identity: identity.to_owned(),
+            timing,
+            clock,
+            observed: None,
+        }
+    }
+
+    /// Campaigns (and leads) until `shutdown`; `leading` says whether this candidate leads.
+    pub async fn run(
+        mut self,
+        leading: watch::Sender<bool>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        let mut last_renew: Option<Instant> = None;
+        loop {
+            let ok = tokio::select! {
+                () = &mut shutdown => break,
+                ok = self.try_acquire_or_renew() => ok,
+            };
+            let now = Instant::now();
+            if ok {
+                if last_renew.is_none() {
+                    tracing::info!(identity = %self.identity, lease = %self.name, "became the leader");
+                    leading.send_replace(true);
+                }
+                last_renew = Some(now);
+            } else if let Some(at) = last_renew
+                && now.saturating_duration_since(at) >= self.timing.renew_deadline
+            {
+                tracing::warn!(identity = %self.identity, lease = %self.name,
+                    "could not renew the leader lease within the renew deadline; stepping down");
+                leading.send_replace(false);
+                last_renew = None;
+            }
+            let wait = jittered(self.timing.retry_period);
+            tokio::select! {
+                () = &mut shutdown => break,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+        if last_renew.is_some() {
+            leading.send_replace(false);
+            self.release().await;
+        }
+    }
+
+    /// One round; true when this candidate holds the lease after it.
+    async fn try_acquire_or_renew(&mut self) -> bool {
+        let now = Instant::now();
+        let current = match self.api.get_opt(&self.name).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the leader lease failed");
+                return false;
+            }
+        };
+        let Some(mut lease) = current else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.name.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(self.spec(None)),
+            };
+            return self
+                .api
+                .create(&PostParams::default(), &lease)
+                .await
+                .is_ok();
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let record = (
+            holder.clone(),
+            spec.renew_time
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default(),
+        );
+        let observed_at = match &self.observed {
+            Some((r, at)) if *r == record => *at,
+            _ => {
+                self.observed = Some((record, now));
+                now
+            }
+        };
+        let duration = spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map_or(self.timing.lease_duration, Duration::from_secs);
+        let ours = holder == self.identity;
+        if !holder.is_empty() && !ours && now.saturating_duration_since(observed_at) < duration {
+            return false;
+        }
+        let transitions = spec.lease_transitions.unwrap_or(0);
+        lease.spec = Some(if ours {
+            LeaseSpec {
+                renew_time: Some(micro_time(self.clock.now_ns())),
+                lease_duration_seconds: Some(secs(self.timing.lease_duration)),
+                ..spec
+            }
+        } else {
+            self.spec(Some(transitions.saturating_add(1)))
+        });
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(l) => {
+                let s = l.spec.unwrap_or_default();
+                self.observed = Some((
+                    (
+                        s.holder_identity.unwrap_or_default(),
+                        s.renew_time.map(|t| t.0.to_string()).unwrap_or_default(),
+                    ),
+                    now,
+                ));
+                true
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "writing the leader lease failed");
+                false
+            }
+        }
+    }
+
+    /// Gives the lease up (holder cleared, 1 s duration), client-go's `ReleaseOnCancel`.
+    async fn release(&self) {
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else {
+            return;
+        };
+        let Some(spec) = lease.spec.as_mut() else {
+            return;
+        };
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(micro_time(self.clock.now_ns()));
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => tracing::info!(identity = %self.identity, "released the leader lease"),
+            Err(e) => tracing::debug!(error = %e, "releasing the leader lease failed"),
+        }
+    }
+
+    fn spec(&self, transitions: Option<i32>) -> LeaseSpec {
+        let now = micro_time(self.clock.now_ns());
+        LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: Some(secs(self.timing.lease_duration)),
+            acquire_time: Some(now.clone()),
+            renew_time: Some(now),
+            lease_transitions: transitions,
+            ..LeaseSpec::default()
+        }
+    }
+}
+
+fn secs(d: Duration) -> i32 {
+    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
+}
+
+/// `d` with up to +20 % jitter (client-go's `JitterFactor` 1.2), so that candidates started
+/// together do not try together.
+fn jittered(d: Duration) -> Duration {
+    use rand::Rng;
+    d.mul_f64(rand::rng().random_range(1.0..1.2))
+}

@@ -1,0 +1,213 @@
+//! Marks one expired node's gated pods: lists the node's pods (`fieldSelector=spec.nodeName`,
+//! paged), and for each pod that lists the readiness gate and whose condition says `True` (or
+//! `Unknown`), writes the condition `False` with reason [`REASON`] — the same server-side apply
+//! request as the prober's gate writer ([`crate::apiserver::gate::KubeWriter`]: field manager
+//! `podward-prober`, only that condition, the pod's UID as a precondition), so the prober, when
+//! back, takes the condition over without a conflict. One Warning event per pod marked.
+//!
+//! Never `True`, and never a pod whose condition is already `False` or absent (absent: the gate
+//! already keeps the pod unready). The lease is checked again before every write, so a prober
+//! that comes back while its node is being marked stops the marking.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::Api;
+use kube::api::ListParams;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+
+use crate::apiserver::gate::{ConditionWriter, Target, WriteError};
+use crate::clock::Clock;
+use crate::model::api::{ConditionStatus, GateCondition};
+
+/// The condition's reason when the sentinel marks it.
+pub const REASON: &str = "ProberNotReporting";
+
+/// Pods per list page.
+const PAGE: u32 = 500;
+
+/// What marking one node did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Marked {
+    /// Gated pods found on the node.
+    pub gated: usize,
+    /// Of them written `False`.
+    pub written: usize,
+    /// Writes that failed (the node is tried again).
+    pub failed: usize,
+    /// The lease was renewed during the marking: stopped.
+    pub renewed: bool,
+}
+
+/// Why a node could not be marked.
+#[derive(Debug, thiserror::Error)]
+pub enum MarkError {
+    /// Listing the node's pods failed.
+    #[error("listing the pods of node {node}: {source}")]
+    List {
+        /// The node.
+        node: String,
+        /// The API's answer.
+        source: kube::Error,
+    },
+}
+
+/// Marks nodes' gated pods.
+pub struct Marker {
+    pods: Api<Pod>,
+    writer: Arc<dyn ConditionWriter>,
+    recorder: Recorder,
+    condition_type: String,
+    clock: Clock,
+}
+
+impl Marker {
+    /// A marker listing through `client`, writing through `writer`, recording with `recorder`.
+    pub fn new(
+        client: kube::Client,
+        writer: Arc<dyn ConditionWriter>,
+        recorder: Recorder,
+        condition_type: &str,
+        clock: Clock,
+    ) -> Self {
+        Self {
+            pods: Api::all(client),
+            writer,
+            recorder,
+            condition_type: condition_type.to_owned(),
+            clock,
+        }
+    }
+
+    /// Marks node `node` (whose lease was last renewed at `renew_time`); `still_expired` is
+    /// asked before each write.
+    pub async fn mark(
+        &self,
+        node: &str,
+        renew_time: &str,
+        still_expired: impl Fn() -> bool,
+    ) -> Result<Marked, MarkError> {
+        let mut out = Marked::default();
+        let message = format!(
+            "podward-prober on node {node} stopped renewing its lease (last renewal {}); \
+             readiness is unknown until it reports again",
+            if renew_time.is_empty() {
+                "never"
+            } else {
+                renew_time
+            }
+        );
+        let mut params = ListParams::default()
+            .fields(&format!("spec.nodeName={node}"))
+            .limit(PAGE);
+        loop {
+            let page = self
+                .pods
+                .list(&params)
+                .await
+                .map_err(|source| MarkError::List {
+                    node: node.to_owned(),
+                    source,
+                })?;
+            for pod in &page.items {
+                let Some((target, status)) = self.gated(pod) else {
+                    continue;
+                };
+                out.gated += 1;
+                if !matches!(
+                    status,
+                    Some(ConditionStatus::True | ConditionStatus::Unknown)
+                ) {
+                    continue;
+                }
+                if !still_expired() {
+                    out.renewed = true;
+                    return Ok(out);
+                }
+                let condition = GateCondition {
+                    status: ConditionStatus::False,
+                    reason: REASON.to_owned(),
+                    message: message.clone(),
+                    last_transition_time: rfc3339(self.clock.now_ns()),
+                };
+                match self
+                    .writer
+                    .write(&self.condition_type, &target, &condition)
+                    .await
+                {
+                    Ok(_) => {
+                        out.written += 1;
+                        self.record(&target, &message).await;
+                    }
+                    // Gone, or another pod under the name now: nothing to mark.
+                    Err(WriteError::Gone | WriteError::Conflict(_)) => {}
+                    Err(e) => {
+                        out.failed += 1;
+                        tracing::warn!(node, pod = %target.name, namespace = %target.namespace,
+                            error = %e, "cannot mark the readiness-gate condition False");
+                    }
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(c) => params = params.continue_token(&c),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// The write target and the condition's status of a gated pod; `None` for other pods.
+    fn gated(&self, pod: &Pod) -> Option<(Target, Option<ConditionStatus>)> {
+        let spec = pod.spec.as_ref()?;
+        let gated = spec
+            .readiness_gates
+            .iter()
+            .flatten()
+            .any(|g| g.condition_type == self.condition_type);
+        if !gated {
+            return None;
+        }
+        let meta = &pod.metadata;
+        let target = Target {
+            namespace: meta.namespace.clone()?,
+            name: meta.name.clone()?,
+            uid: meta.uid.clone()?,
+        };
+        let status = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == self.condition_type))
+            .map(|c| ConditionStatus::parse(&c.status));
+        Some((target, status))
+    }
+
+    /// The pod's event (failures are logged: an event lost is not worth a retry).
+    async fn record(&self, target: &Target, message: &str) {
+        let reference = ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Pod".to_owned()),
+            name: Some(target.name.clone()),
+            namespace: Some(target.namespace.clone()),
+            uid: Some(target.uid.clone()),
+            ..ObjectReference::default()
+        };
+        let event = KubeEvent {
+            type_: EventType::Warning,
+            reason: REASON.to_owned(),
+            note: Some(message.to_owned()),
+            action: "MarkNotReady".to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::debug!(pod = %target.name, error = %e, "cannot record the sentinel's event");
+        }
+    }
+}
+
+/// Unix nanoseconds as the API's `Time` (RFC 3339, whole seconds).
+fn rfc3339(ns: i64) -> String {
+    k8s_openapi::jiff::Timestamp::from_second(ns.div_euclid(1_000_000_000))
+        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}

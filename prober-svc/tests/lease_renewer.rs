@@ -1,0 +1,185 @@
+//! The node lease renewer at the HTTP boundary: it creates the lease when missing and replaces
+//! it with a new `renewTime` at every interval; it stops renewing while the pod source is not
+//! read (alive but blind) and starts again when it is; a `409` as a real API server answers it
+//! (the object has been modified) reads the lease again and writes on top of the new version.
+
+#[path = "apiserver_support.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use podward_api::daemon::admin::Readiness;
+use podward_prober::apiserver::metrics::ApiMetrics;
+use podward_prober::clock::Clock;
+use podward_prober::lease::{LeaseMetrics, LeaseSettings, ProberHealth, Renewer};
+use serde_json::{Value, json};
+use support::*;
+use tokio::sync::oneshot;
+
+const PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/podward/leases";
+const INTERVAL: Duration = Duration::from_millis(300);
+
+fn settings() -> LeaseSettings {
+    LeaseSettings {
+        namespace: "podward".into(),
+        node: "node-a".into(),
+        renew_interval: INTERVAL,
+        duration: Duration::from_secs(40),
+    }
+}
+
+/// A renewer with a healthy prober behind it (source read, pods synced, nothing pending); the
+/// source's latch to break it.
+fn start(client: kube::Client) -> (Readiness, LeaseMetrics, oneshot::Sender<()>) {
+    let source = Readiness::default();
+    source.set(true);
+    let api = ApiMetrics::new(None).expect("metrics");
+    api.synced.set(1);
+    let metrics = LeaseMetrics::new(None).expect("metrics");
+    let health = Arc::new(ProberHealth::new(
+        source.clone(),
+        api,
+        Duration::from_secs(40),
+    ));
+    let renewer = Renewer::new(client, settings(), Clock::system(), metrics.clone());
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        renewer
+            .run(&*health, async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    (source, metrics, stop)
+}
+
+/// The lease as the API server answers it after a write: `body` with a resource version.
+fn stored(mut body: Value, rv: &str) -> Value {
+    body["metadata"]["resourceVersion"] = json!(rv);
+    body["metadata"]["uid"] = json!("lease-uid");
+    body
+}
+
+/// Creates the lease (GET 404, POST); answers the stored object.
+async fn created(api: &mut ApiServer) -> Value {
+    let get = api.next().await;
+    assert_eq!(
+        (get.method.as_str(), get.path.as_str()),
+        ("GET", &*format!("{PATH}/node-a"))
+    );
+    get.reply_status(
+        404,
+        "NotFound",
+        "leases.coordination.k8s.io \"node-a\" not found",
+        &[],
+    );
+    let post = api.next().await;
+    assert_eq!((post.method.as_str(), post.path.as_str()), ("POST", PATH));
+    let body = post.body.clone();
+    assert_eq!(body["metadata"]["name"], "node-a");
+    assert_eq!(body["metadata"]["labels"]["podward.io/node-lease"], "true");
+    assert_eq!(body["spec"]["holderIdentity"], "node-a");
+    assert_eq!(body["spec"]["leaseDurationSeconds"], 40);
+    assert!(body["spec"]["renewTime"].is_string(), "{body}");
+    let s = stored(body, "1");
+    post.reply(201, s.clone());
+    s
+}
+
+#[tokio::test]
+async fn creates_then_renews_with_the_resource_version_it_holds() {
+    let (client, mut api) = mock();
+    let (_source, metrics, _stop) = start(client);
+    let first = created(&mut api).await;
+    let mut rv = 1;
+    let mut last_renew = first["spec"]["renewTime"]
+        .as_str()
+        .expect("time")
+        .to_owned();
+    for _ in 0..3 {
+        let put = api.next().await;
+        assert_eq!(
+            (put.method.as_str(), put.path.as_str()),
+            ("PUT", &*format!("{PATH}/node-a"))
+        );
+        assert_eq!(put.body["metadata"]["resourceVersion"], rv.to_string());
+        let renew = put.body["spec"]["renewTime"]
+            .as_str()
+            .expect("time")
+            .to_owned();
+        assert!(renew > last_renew, "{renew} after {last_renew}");
+        assert_eq!(put.body["spec"]["holderIdentity"], "node-a");
+        rv += 1;
+        last_renew = renew;
+        let s = stored(put.body.clone(), &rv.to_string());
+        put.reply(200, s);
+    }
+    // No read between renewals: the lease is kept from the last answer, as kubelet does.
+    assert!(metrics.renewals.with_label_values(&["ok"]).get() >= 3);
+}
+
+#[tokio::test]
+async fn alive_but_blind_stops_renewing_and_resumes_when_the_source_is_read_again() {
+    let (client, mut api) = mock();
+    let (source, metrics, _stop) = start(client);
+    let first = created(&mut api).await;
+    let put = api.next().await;
+    assert_eq!(put.method, "PUT");
+    let s = stored(put.body.clone(), "2");
+    put.reply(200, s);
+    // The pod source breaks (the shim's stream lost and containerd unreachable).
+    source.set(false);
+    // A renewal that was already under way may still arrive; after it, nothing.
+    if let Ok(ex) = tokio::time::timeout(INTERVAL * 2, api.next()).await {
+        ex.reply(200, stored(first.clone(), "3"));
+    }
+    api.quiet_for(INTERVAL * 5).await;
+    assert!(metrics.renewals.with_label_values(&["skipped"]).get() >= 3);
+    assert_eq!(metrics.healthy.get(), 0);
+    // Read again: renewing again.
+    source.set(true);
+    let put = api.next().await;
+    assert_eq!(put.method, "PUT");
+    let s = stored(put.body.clone(), "4");
+    put.reply(200, s);
+    assert_eq!(metrics.healthy.get(), 1);
+}
+
+#[tokio::test]
+async fn a_conflict_reads_the_lease_again_and_writes_on_the_new_version() {
+    let (client, mut api) = mock();
+    let (_source, metrics, _stop) = start(client);
+    let first = created(&mut api).await;
+    let put = api.next().await;
+    assert_eq!(put.body["metadata"]["resourceVersion"], "1");
+    // As kube-apiserver answers an update with a stale resourceVersion.
+    put.reply_status(
+        409,
+        "Conflict",
+        "Operation cannot be fulfilled on leases.coordination.k8s.io \"node-a\": the object has been modified; please apply your changes to the latest version and try again",
+        &[],
+    );
+    let get = api.next().await;
+    assert_eq!(
+        (get.method.as_str(), get.path.as_str()),
+        ("GET", &*format!("{PATH}/node-a"))
+    );
+    // Someone else wrote it meanwhile (another holder, a newer version).
+    let mut theirs = stored(first.clone(), "7");
+    theirs["spec"]["holderIdentity"] = json!("node-b");
+    theirs["spec"]["leaseTransitions"] = json!(3);
+    get.reply(200, theirs);
+    let put = api.next().await;
+    assert_eq!(put.method, "PUT");
+    assert_eq!(put.body["metadata"]["resourceVersion"], "7");
+    assert_eq!(put.body["spec"]["holderIdentity"], "node-a");
+    assert_eq!(put.body["spec"]["leaseTransitions"], 3);
+    let s = stored(put.body.clone(), "8");
+    put.reply(200, s);
+    // The conflict did not count as a failed renewal: it was resolved in the same round.
+    let next = api.next().await;
+    assert_eq!(next.body["metadata"]["resourceVersion"], "8");
+    assert_eq!(metrics.renewals.with_label_values(&["conflict"]).get(), 0);
+    assert_eq!(metrics.renewals.with_label_values(&["error"]).get(), 0);
+}

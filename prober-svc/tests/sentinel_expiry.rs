@@ -1,0 +1,288 @@
+//! The sentinel at the HTTP boundary, against a stateful API stand-in shared with real node
+//! lease renewers (`sentinel_support.rs`), at short durations:
+//!
+//! - a prober killed (its renewer task dropped, as by SIGKILL: no goodbye): its node's gated
+//!   pods go `False` (reason `ProberNotReporting`, the node and the last renewal named) within
+//!   lease duration + one sentinel period, one event per pod; pods without the gate, pods
+//!   already `False`, and a node that never had a lease are not touched; never `True`;
+//! - the prober back: its renewals stop the sentinel, whose writes do not come back (the
+//!   prober's own results take over);
+//! - a mass expiry is rate-limited as the node lifecycle controller: the secondary rate in a
+//!   partially disrupted zone, nothing when every node expired at once.
+
+#[path = "sentinel_support.rs"]
+mod support;
+
+use std::time::Duration;
+
+use podward_prober::apiserver::gate::KubeWriter;
+use podward_prober::sentinel::Rates;
+use support::*;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+#[tokio::test]
+async fn a_killed_prober_s_gated_pods_go_false_within_lease_duration_and_a_period() {
+    let cluster = Cluster::new();
+    for n in ["node-a", "node-c", "node-d"] {
+        cluster.add_pod(&format!("{n}-filler"), n, false, None);
+    }
+    cluster.add_pod("web-1", "node-a", true, Some("True"));
+    cluster.add_pod("web-2", "node-a", true, Some("True"));
+    cluster.add_pod("plain", "node-a", false, None);
+    cluster.add_pod("down", "node-a", true, Some("False"));
+    cluster.add_pod("fresh", "node-a", true, None);
+    // node-b never had a lease: podward is not installed there.
+    cluster.add_pod("other", "node-b", true, Some("True"));
+    let a = prober(&cluster, "node-a");
+    let _c = prober(&cluster, "node-c");
+    let _d = prober(&cluster, "node-d");
+    let (_s, metrics) = start_sentinel(&cluster, "sentinel-0", fast());
+    assert!(
+        eventually(Duration::from_secs(10), || metrics.leader.get() == 1
+            && metrics.leases.get() == 3)
+        .await,
+        "the sentinel leads and sees the three leases"
+    );
+    // Healthy for a while: nothing written.
+    tokio::time::sleep(LEASE + PERIOD * 2).await;
+    assert!(
+        cluster.status_writes().is_empty(),
+        "{:?}",
+        cluster.status_writes()
+    );
+
+    let last_renewal = cluster.lease("node-a").expect("lease")["spec"]["renewTime"]
+        .as_str()
+        .expect("renewTime")
+        .to_owned();
+    a.abort();
+    let killed = Instant::now();
+    let marked = eventually(LEASE + PERIOD + Duration::from_secs(2), || {
+        cluster.status_writes().len() >= 2
+    })
+    .await;
+    assert!(
+        marked,
+        "marked within lease duration + a period: {:?}",
+        cluster.status_writes()
+    );
+    let writes = cluster.status_writes();
+    // Lease duration is counted from the sentinel's last sight of a renewal, at most one
+    // renewal interval before the kill.
+    let first = writes.iter().map(|w| w.at).min().expect("writes");
+    assert!(
+        first >= killed + LEASE - RENEW,
+        "not before the lease expired"
+    );
+    assert!(
+        first <= killed + LEASE + PERIOD + Duration::from_millis(800),
+        "{:?}",
+        first - killed
+    );
+    let mut pods: Vec<&str> = writes.iter().map(|w| w.pod.as_str()).collect();
+    pods.sort_unstable();
+    assert_eq!(
+        pods,
+        ["web-1", "web-2"],
+        "only the gated pods that said True"
+    );
+    for w in &writes {
+        assert_eq!(w.condition["status"], "False");
+        assert_eq!(w.condition["reason"], "ProberNotReporting");
+        let msg = w.condition["message"].as_str().expect("message");
+        assert!(
+            msg.contains("node-a") && msg.contains(&last_renewal[..19]),
+            "{msg}"
+        );
+        assert_eq!(
+            w.field_manager, "podward-prober",
+            "the gate's own field manager"
+        );
+        assert_eq!(w.code, 200);
+    }
+    for p in ["web-1", "web-2"] {
+        assert_eq!(cluster.condition(p).expect("condition")["status"], "False");
+    }
+    assert_eq!(
+        cluster.condition("down").expect("condition")["reason"],
+        serde_json::Value::Null
+    );
+    assert!(cluster.condition("fresh").is_none());
+    assert_eq!(
+        cluster.condition("other").expect("condition")["status"],
+        "True"
+    );
+    assert!(
+        !cluster.node_lists().iter().any(|n| n == "node-b"),
+        "node-b never listed"
+    );
+    // One event per pod marked.
+    assert!(eventually(Duration::from_secs(2), || cluster.events().len() == 2).await);
+    let mut regarding: Vec<String> = cluster
+        .events()
+        .iter()
+        .map(|e| {
+            assert_eq!(e["reason"], "ProberNotReporting");
+            assert_eq!(e["type"], "Warning");
+            e["regarding"]["name"].as_str().unwrap_or("").to_owned()
+        })
+        .collect();
+    regarding.sort();
+    assert_eq!(regarding, ["web-1", "web-2"]);
+    // Later periods write nothing more.
+    tokio::time::sleep(PERIOD * 5).await;
+    assert_eq!(cluster.status_writes().len(), 2);
+    assert_eq!(metrics.pods_marked.get(), 2);
+    assert_eq!(metrics.expired.get(), 1);
+    assert!(
+        cluster
+            .status_writes()
+            .iter()
+            .all(|w| w.condition["status"] != "True"),
+        "never True"
+    );
+}
+
+#[tokio::test]
+async fn the_prober_back_takes_over_and_the_sentinel_does_not_write_again() {
+    let cluster = Cluster::new();
+    cluster.add_pod("web-1", "node-a", true, Some("True"));
+    for n in ["node-c", "node-d"] {
+        cluster.add_pod(&format!("{n}-filler"), n, false, None);
+    }
+    let a = prober(&cluster, "node-a");
+    let _c = prober(&cluster, "node-c");
+    let _d = prober(&cluster, "node-d");
+    let (_s, metrics) = start_sentinel(&cluster, "sentinel-0", fast());
+    assert!(eventually(Duration::from_secs(10), || metrics.leases.get() == 3).await);
+    a.abort();
+    assert!(
+        eventually(LEASE * 3, || cluster.status_writes().len() == 1).await,
+        "marked"
+    );
+    // The prober comes back: it renews, then its gate writes its fresh result.
+    let _a = prober(&cluster, "node-a");
+    assert!(eventually(Duration::from_secs(3), || metrics.expired.get() == 0).await);
+    let writer = KubeWriter::new(cluster.client_named("prober-node-a"));
+    use podward_prober::apiserver::gate::{ConditionWriter, Target};
+    use podward_prober::model::api::{ConditionStatus, GateCondition};
+    writer
+        .write(
+            "podward.io/ready",
+            &Target {
+                namespace: "shop".into(),
+                name: "web-1".into(),
+                uid: "uid-web-1".into(),
+            },
+            &GateCondition {
+                status: ConditionStatus::True,
+                reason: String::new(),
+                message: String::new(),
+                last_transition_time: "2027-01-01T00:00:00Z".into(),
+            },
+        )
+        .await
+        .expect("the prober's write");
+    // No flap: the sentinel leaves the condition to the prober.
+    tokio::time::sleep(LEASE + PERIOD * 3).await;
+    let sentinel_writes: Vec<_> = cluster
+        .status_writes()
+        .into_iter()
+        .filter(|w| w.who == "sentinel-0")
+        .collect();
+    assert_eq!(sentinel_writes.len(), 1, "{sentinel_writes:?}");
+    assert_eq!(
+        cluster.condition("web-1").expect("condition")["status"],
+        "True"
+    );
+}
+
+/// `n` nodes with a lease and a gated pod each; their probers.
+fn nodes(cluster: &Cluster, n: usize) -> Vec<JoinHandle<()>> {
+    (0..n)
+        .map(|i| {
+            let node = format!("node-{i:02}");
+            cluster.add_pod(&format!("web-{i:02}"), &node, true, Some("True"));
+            prober(cluster, &node)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_mass_expiry_in_a_large_zone_goes_at_the_secondary_rate() {
+    let cluster = Cluster::new();
+    let probers = nodes(&cluster, 12);
+    let rates = Rates {
+        normal: 10.0,
+        secondary: 1.0,
+        unhealthy_zone_threshold: 0.55,
+        large_cluster_threshold: 5,
+    };
+    let (_s, metrics) = start_sentinel(&cluster, "sentinel-0", rates);
+    assert!(eventually(Duration::from_secs(10), || metrics.leases.get() == 12).await);
+    // 8 of 12 go at once: 67 % ≥ 55 %, a partially disrupted zone of more than 5 nodes.
+    for p in &probers[..8] {
+        p.abort();
+    }
+    assert!(eventually(LEASE * 3, || !cluster.status_writes().is_empty()).await);
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let writes = cluster.status_writes();
+    // One node per second, not ten: 4 or 5 nodes in 3.5 s after the first.
+    assert!(
+        (4..=5).contains(&writes.len()),
+        "{} nodes marked: {writes:?}",
+        writes.len()
+    );
+    let mut at: Vec<Instant> = writes.iter().map(|w| w.at).collect();
+    at.sort();
+    for pair in at.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= Duration::from_millis(800),
+            "spaced by the secondary rate: {:?}",
+            pair[1] - pair[0]
+        );
+    }
+    assert!(metrics.waiting.get() >= 3, "the rest waits");
+}
+
+#[tokio::test]
+async fn every_node_expiring_at_once_marks_nothing() {
+    let cluster = Cluster::new();
+    let probers = nodes(&cluster, 6);
+    let rates = Rates {
+        normal: 10.0,
+        secondary: 10.0,
+        unhealthy_zone_threshold: 0.55,
+        large_cluster_threshold: 0,
+    };
+    let (_s, metrics) = start_sentinel(&cluster, "sentinel-0", rates);
+    assert!(eventually(Duration::from_secs(10), || metrics.leases.get() == 6).await);
+    // Every lease stops together: the sentinel's side (its network, the API) is the likely
+    // fault, as the node lifecycle controller assumes when every zone is fully disrupted.
+    for p in &probers {
+        p.abort();
+    }
+    assert!(eventually(LEASE * 3, || metrics.expired.get() == 6).await);
+    tokio::time::sleep(PERIOD * 10).await;
+    assert!(
+        cluster.status_writes().is_empty(),
+        "{:?}",
+        cluster.status_writes()
+    );
+    assert_eq!(metrics.waiting.get(), 6);
+    // One node back: the others get a fresh lease duration (as the node lifecycle controller
+    // resets its timestamps when it leaves this mode), then, still silent, go at the secondary
+    // rate of a partially disrupted zone.
+    let _back = prober(&cluster, "node-00");
+    assert!(eventually(Duration::from_secs(2), || metrics.expired.get() == 0).await);
+    tokio::time::sleep(LEASE - Duration::from_millis(500)).await;
+    assert!(cluster.status_writes().is_empty(), "a fresh duration first");
+    assert!(
+        eventually(Duration::from_secs(5), || cluster.status_writes().len()
+            == 5)
+        .await,
+        "{:?}",
+        cluster.status_writes()
+    );
+}
