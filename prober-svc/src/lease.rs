@@ -301,7 +301,18 @@ pub fn spawn(
         let client = loop {
             let made = async {
                 let config = client::load_config(kubeconfig.as_deref()).await?;
-                client::build(config, Arc::new(TokenBucket::new(LEASE_QPS, LEASE_BURST)))
+                // kubelet's heartbeat client times out after one renew interval: a renewal
+                // stuck on a dead connection must not outlive the next one.
+                let deadline = Some(settings.renew_interval);
+                let deadlines = client::Deadlines {
+                    request: deadline,
+                    read: deadline,
+                };
+                client::build(
+                    config,
+                    Arc::new(TokenBucket::new(LEASE_QPS, LEASE_BURST)),
+                    deadlines,
+                )
             };
             tokio::select! {
                 () = stop.stopped() => return,

@@ -219,10 +219,11 @@ pub async fn run(
 ) -> Result<(), SentinelError> {
     let settings = args.settings()?;
     let config = client::load_config(args.kubeconfig.as_deref()).await?;
-    let client = client::build(
-        config,
-        Arc::new(TokenBucket::new(args.kube_api_qps, args.kube_api_burst)),
-    )?;
+    let bucket = Arc::new(TokenBucket::new(args.kube_api_qps, args.kube_api_burst));
+    // The lease watch may be quiet for minutes (no read timeout); the marker's writes have the
+    // gate writer's deadlines, so a half-open connection never holds a node's marking.
+    let client = client::build(config.clone(), bucket.clone(), client::Deadlines::watches())?;
+    let writes = client::build(config, bucket, client::Deadlines::writes())?;
     let admin = Admin::new();
     podward_api::daemon::build_info::register(
         &admin.registry,
@@ -244,15 +245,15 @@ pub async fn run(
     };
     let clock = Clock::system();
     let recorder = kube::runtime::events::Recorder::new(
-        client.clone(),
+        writes.clone(),
         kube::runtime::events::Reporter {
             controller: "podward-sentinel".to_owned(),
             instance: Some(settings.identity.clone()),
         },
     );
     let marker = Marker::new(
-        client.clone(),
-        Arc::new(KubeWriter::new(client.clone())),
+        writes.clone(),
+        Arc::new(KubeWriter::new(writes)),
         recorder,
         &settings.gate_condition,
         clock,
