@@ -113,6 +113,17 @@ impl PodPlan {
         let mut volumes = HashMap::new();
         for v in spec["volumes"].as_array().expect("volumes") {
             let name = v["name"].as_str().expect("volume name").to_owned();
+            if v["projected"].is_object() {
+                // What kubelet projects (the service-account token, the CA, the namespace) has
+                // no API server behind it here: files of the same names stand in.
+                let dir = node.dir().join("projected").join(&name);
+                std::fs::create_dir_all(&dir).expect("create projected dir");
+                for file in ["token", "ca.crt", "namespace"] {
+                    std::fs::write(dir.join(file), b"").expect("write projected file");
+                }
+                volumes.insert(name, dir);
+                continue;
+            }
             let path = v["hostPath"]["path"].as_str().expect("hostPath");
             let dir = if path == "/sys/fs/cgroup" {
                 // A real but empty cgroup2 directory under the node's own cgroup parent (removed

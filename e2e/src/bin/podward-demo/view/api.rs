@@ -96,30 +96,49 @@ fn time(v: &Value) -> Option<SystemTime> {
 
 /// The events about pod `uid`, oldest (by last occurrence) first.
 pub(crate) fn events(api: &MockApiServer, uid: &str) -> Vec<Event> {
-    let mut out: Vec<Event> = api
-        .events()
-        .iter()
-        .filter(|e| e["regarding"]["uid"] == uid)
-        .map(|e| {
-            let s = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
-            let first = time(&e["eventTime"]);
-            Event {
-                name: e["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-                ty: s("type"),
-                reason: s("reason"),
-                note: s("note"),
-                from: s("reportingController"),
-                count: e["series"]["count"].as_u64().unwrap_or(1),
-                first,
-                last: time(&e["series"]["lastObservedTime"]).or(first),
-            }
-        })
-        .collect();
+    let mut out: Vec<Event> = api.events().iter().filter_map(|e| event(e, uid)).collect();
     out.sort_by_key(|e| e.last);
     out
+}
+
+/// `e` as `kubectl describe` shows it, if it regards the pod `uid`: a core `v1` event (what the
+/// prober writes, as kubelet does) or an `events.k8s.io/v1` one (the sentinel's).
+fn event(e: &Value, uid: &str) -> Option<Event> {
+    let s = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+    let name = e["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    if e["involvedObject"]["uid"] == uid {
+        let first = time(&e["firstTimestamp"]);
+        return Some(Event {
+            name,
+            ty: s("type"),
+            reason: s("reason"),
+            note: s("message"),
+            from: e["source"]["component"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            count: e["count"].as_u64().unwrap_or(1),
+            first,
+            last: time(&e["lastTimestamp"]).or(first),
+        });
+    }
+    if e["regarding"]["uid"] != uid {
+        return None;
+    }
+    let first = time(&e["eventTime"]);
+    Some(Event {
+        name,
+        ty: s("type"),
+        reason: s("reason"),
+        note: s("note"),
+        from: s("reportingController"),
+        count: e["series"]["count"].as_u64().unwrap_or(1),
+        first,
+        last: time(&e["series"]["lastObservedTime"]).or(first),
+    })
 }
 
 /// kubectl's short duration: `45s`, `2m10s`.
