@@ -37,6 +37,7 @@ pub mod run;
 pub mod runner;
 pub mod source;
 pub mod spec;
+pub mod starvation;
 pub mod stopper;
 pub mod wire;
 pub mod worker;

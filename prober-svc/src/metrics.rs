@@ -51,6 +51,9 @@ pub struct Metrics {
     /// Probes that errored on every attempt (discarded, as kubelet discards them before its
     /// `prober_probe_total`), by probe type.
     pub probe_errors: IntCounterVec,
+    /// Probes that timed out while the prober itself was starved (recorded Unknown, retried at
+    /// once, not counted as failures), by probe type.
+    pub probes_starved: IntCounterVec,
 }
 
 impl Metrics {
@@ -63,6 +66,7 @@ impl Metrics {
         registry.register(Box::new(m.spec_errors.clone()))?;
         registry.register(Box::new(m.source_connected.clone()))?;
         registry.register(Box::new(m.probe_errors.clone()))?;
+        registry.register(Box::new(m.probes_starved.clone()))?;
         Ok(m)
     }
 
@@ -112,6 +116,13 @@ impl Metrics {
                 Opts::new(
                     "podward_prober_probe_errors_total",
                     "Probes that errored on all three attempts (no answer: unresolvable port, exec runtime error, URL that cannot be built), by probe type. Discarded like kubelet discards them, so prober_probe_total does not count them.",
+                ),
+                &["probe_type"],
+            )?,
+            probes_starved: IntCounterVec::new(
+                Opts::new(
+                    "podward_prober_probes_starved_total",
+                    "Probes that reached their timeout while the prober itself was starved of CPU for more than half of it: recorded Unknown and probed again at once (a few times at most), never counted as failures, by probe type.",
                 ),
                 &["probe_type"],
             )?,

@@ -9,4 +9,5 @@ mod host_policy;
 mod kill_series;
 mod lifecycle;
 mod spec_names;
+mod starved;
 mod state_machine;
