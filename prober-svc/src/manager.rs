@@ -129,6 +129,7 @@ impl Manager {
             sink,
             metrics,
             starvation: OnceLock::new(),
+            starved_logged_at_ns: std::sync::atomic::AtomicI64::new(i64::MIN),
         });
         Self { state, ctx }
     }

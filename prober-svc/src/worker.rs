@@ -17,6 +17,7 @@
 //!   or container (with the API, also the deletion timestamp): liveness/startup publish Success
 //!   and stop probing that instance, readiness keeps probing.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -107,7 +108,14 @@ pub struct Ctx {
     pub metrics: Arc<Metrics>,
     /// The prober's own starvation; unset, every timeout counts (kubelet's behaviour).
     pub starvation: OnceLock<Arc<dyn StarvationMeter>>,
+    /// When a starved probe was last logged at WARN (Unix ns): once per [`STARVED_LOG_EVERY`]
+    /// for the whole node, since a starved prober has thousands of workers starved at once and
+    /// a line from each would starve it further.
+    pub starved_logged_at_ns: AtomicI64,
 }
+
+/// How often a starved probe is logged at WARN (the others at DEBUG; all are counted).
+pub const STARVED_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// How many times one probe is run again at once after timing out while the prober was starved;
 /// bounded so a prober starved for good still moves on to its next period (the probe is then
@@ -465,8 +473,8 @@ impl Worker {
         None
     }
 
-    /// A probe that timed out while the prober was starved: counted, logged (at most once per
-    /// worker per streak, so a starved node is not also flooded with logs), recorded Unknown.
+    /// A probe that timed out while the prober was starved: counted, logged (WARN at most once
+    /// per [`STARVED_LOG_EVERY`] on the node), recorded Unknown.
     fn starved(
         &self,
         pod: &PodInfo,
@@ -480,20 +488,34 @@ impl Worker {
             .probes_starved
             .with_label_values(&[self.key.ty.name()])
             .inc();
-        let mut st = self.status.lock();
-        if st.last_probe_result != Some(ProbeResult::Unknown) {
+        let now = self.ctx.clock.now_ns();
+        let every = i64::try_from(STARVED_LOG_EVERY.as_nanos()).unwrap_or(i64::MAX);
+        let last = self.ctx.starved_logged_at_ns.load(Ordering::Relaxed);
+        let warn = now.saturating_sub(last) >= every
+            && self
+                .ctx
+                .starved_logged_at_ns
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok();
+        if warn {
             tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
                 container_id = %c.id, probe = self.key.ty.name(),
                 took_ms = took.as_millis(), starved_ms = starved.as_millis(),
                 timeout_ms = self.spec.timeout.as_millis(), retry,
-                "probe timed out while the prober itself was starved: result unknown, not \
-                 counted; probing again at once");
+                "probe timed out while the prober itself was starved of CPU: result unknown, \
+                 not counted, probing again at once (logged once per 10 s for the node; all \
+                 are counted in podward_prober_probes_starved_total)");
+        } else {
+            tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
+                took_ms = took.as_millis(), starved_ms = starved.as_millis(), retry,
+                "probe timed out while the prober itself was starved");
         }
+        let mut st = self.status.lock();
         st.last_probe_result = Some(ProbeResult::Unknown);
         if st.last_output != STARVED_OUTPUT {
             st.last_output = STARVED_OUTPUT.to_owned();
         }
-        st.last_probe_at_ns = self.ctx.clock.now_ns();
+        st.last_probe_at_ns = now;
     }
 
     /// An errored probe (kubelet: "probe errored and resulted in unknown state"): discarded for
