@@ -39,6 +39,7 @@ pub mod runner;
 pub mod sentinel;
 pub mod source;
 pub mod spec;
+pub mod starvation;
 pub mod stopper;
 pub mod wire;
 pub mod worker;

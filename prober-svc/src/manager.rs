@@ -129,6 +129,8 @@ impl Manager {
             clock,
             sink,
             metrics,
+            starvation: OnceLock::new(),
+            starved_logged_at_ns: std::sync::atomic::AtomicI64::new(i64::MIN),
         });
         Self { state, ctx }
     }
@@ -137,6 +139,14 @@ impl Manager {
     /// worker. Set once, before the first pod; a second call is ignored.
     pub fn with_host_policy(self, policy: NodePolicy) -> Self {
         let _ = self.state.host_policy.set(policy);
+        self
+    }
+
+    /// Measures the prober's own starvation with `meter`: a probe that timed out while the
+    /// prober was starved is then retried rather than failed (`docs/prober.md`, "Starvation").
+    /// Set once, before the first pod; a second call is ignored. Unset, every timeout counts.
+    pub fn with_starvation(self, meter: Arc<dyn crate::starvation::StarvationMeter>) -> Self {
+        let _ = self.ctx.starvation.set(meter);
         self
     }
 

@@ -54,6 +54,9 @@ pub struct Metrics {
     /// Sockets held by network probes in flight, all pods (a closed probe socket is never held:
     /// closes do not wait).
     pub sockets_held: IntGauge,
+    /// Probes that timed out while the prober itself was starved (recorded Unknown, retried at
+    /// once, not counted as failures), by probe type.
+    pub probes_starved: IntCounterVec,
 }
 
 impl Metrics {
@@ -67,6 +70,7 @@ impl Metrics {
         registry.register(Box::new(m.source_connected.clone()))?;
         registry.register(Box::new(m.probe_errors.clone()))?;
         registry.register(Box::new(m.sockets_held.clone()))?;
+        registry.register(Box::new(m.probes_starved.clone()))?;
         Ok(m)
     }
 
@@ -122,6 +126,13 @@ impl Metrics {
             sockets_held: IntGauge::new(
                 "podward_prober_sockets_held",
                 "Sockets held by HTTP, TCP and gRPC probes in flight (at most one each; each pod has at most its per-pod limit in flight).",
+            )?,
+            probes_starved: IntCounterVec::new(
+                Opts::new(
+                    "podward_prober_probes_starved_total",
+                    "Probes that reached their timeout while the prober itself was starved of CPU for more than half of it: recorded Unknown and probed again at once (a few times at most), never counted as failures, by probe type.",
+                ),
+                &["probe_type"],
             )?,
         })
     }

@@ -28,6 +28,7 @@ use crate::metrics::{Metrics, MetricsError, PROBES_PATH};
 use crate::prestop::Hooks;
 use crate::probe::{Prober, ProberOptions};
 use crate::source::{SourceConfig, follow};
+use crate::starvation::TickLag;
 use crate::stopper::{CriStopper, Stopper};
 
 /// Why the prober could not run.
@@ -198,7 +199,8 @@ pub async fn run_with(
         clock,
     );
     let manager = Manager::new(Arc::new(prober), killer, events, metrics_shared, clock)
-        .with_host_policy(host_policy);
+        .with_host_policy(host_policy)
+        .with_starvation(Arc::new(TickLag::start()));
     if let Some(f) = on_start {
         f(Parts {
             manager: manager.clone(),

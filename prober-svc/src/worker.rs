@@ -17,7 +17,8 @@
 //!   or container (with the API, also the deletion timestamp): liveness/startup publish Success
 //!   and stop probing that instance, readiness keeps probing.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
@@ -33,6 +34,7 @@ use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::results::{ProbeResult, Results};
 use crate::runner::{ProbeRunner, ProbeVerdict};
 use crate::spec::{ProbeSpec, ProbeType};
+use crate::starvation::StarvationMeter;
 
 pub mod handle;
 
@@ -104,7 +106,25 @@ pub struct Ctx {
     pub sink: Arc<dyn Sink>,
     /// Prometheus metrics.
     pub metrics: Arc<Metrics>,
+    /// The prober's own starvation; unset, every timeout counts (kubelet's behaviour).
+    pub starvation: OnceLock<Arc<dyn StarvationMeter>>,
+    /// When a starved probe was last logged at WARN (Unix ns): once per [`STARVED_LOG_EVERY`]
+    /// for the whole node, since a starved prober has thousands of workers starved at once and
+    /// a line from each would starve it further.
+    pub starved_logged_at_ns: AtomicI64,
 }
+
+/// How often a starved probe is logged at WARN (the others at DEBUG; all are counted).
+pub const STARVED_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// How many times one probe is run again at once after timing out while the prober was starved;
+/// bounded so a prober starved for good still moves on to its next period (the probe is then
+/// discarded, neither success nor failure).
+pub const MAX_STARVED_RETRIES: u32 = 2;
+
+/// Output recorded for a probe discarded because the prober was starved.
+const STARVED_OUTPUT: &str =
+    "probe timed out while the prober itself was starved of CPU; result unknown, not counted";
 
 /// One worker. Built by the manager, consumed by [`Worker::run`].
 pub struct Worker {
@@ -344,12 +364,9 @@ impl Worker {
             // No address yet (pod network not set up): like a kubelet probe error, discarded.
             return true;
         };
-        let began = Instant::now();
-        let verdict = self
-            .ctx
-            .runner
-            .run_for_pod(&pod.uid, self.key.ty, &self.spec, ip, &c)
-            .await;
+        let Some((verdict, took)) = self.run_unstarved(&pod, &c, ip).await else {
+            return true;
+        };
         let (result, output) = match verdict {
             ProbeVerdict::Errored { message } => {
                 self.errored(&pod, &c, message.clone());
@@ -374,7 +391,7 @@ impl Worker {
             }
         };
         if result == ProbeResult::Success {
-            self.metrics.success(began.elapsed());
+            self.metrics.success(took);
         } else {
             self.metrics.failed();
             tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
@@ -416,6 +433,95 @@ impl Worker {
             }
         }
         true
+    }
+
+    /// Runs the probe; runs it again at once (at most [`MAX_STARVED_RETRIES`] times) when it
+    /// failed by reaching its timeout while the prober itself was starved for more than half the
+    /// timeout: such a failure says nothing of the target. `None` when every run was starved: the
+    /// probe is discarded (recorded Unknown). Returns the verdict and how long its run took.
+    async fn run_unstarved(
+        &self,
+        pod: &PodInfo,
+        c: &ContainerInfo,
+        ip: std::net::IpAddr,
+    ) -> Option<(ProbeVerdict, Duration)> {
+        let meter = self.ctx.starvation.get();
+        for retry in 0..=MAX_STARVED_RETRIES {
+            let began = Instant::now();
+            let starved_before = meter.map(|m| m.starved());
+            let verdict = self
+                .ctx
+                .runner
+                .run_for_pod(&pod.uid, self.key.ty, &self.spec, ip, c)
+                .await;
+            let took = began.elapsed();
+            let failed = matches!(
+                verdict,
+                ProbeVerdict::Result {
+                    result: ProbeResult::Failure,
+                    ..
+                }
+            );
+            let (Some(m), Some(before)) = (meter, starved_before) else {
+                return Some((verdict, took));
+            };
+            // Only a failure that lasted the whole timeout can be the prober's own lateness; a
+            // quick failure (refused, a bad status) is the target's whatever the load.
+            if !failed || took < self.spec.timeout {
+                return Some((verdict, took));
+            }
+            let starved = m.starved().saturating_sub(before);
+            if starved.saturating_mul(2) <= self.spec.timeout {
+                return Some((verdict, took));
+            }
+            self.starved(pod, c, took, starved, retry);
+        }
+        None
+    }
+
+    /// A probe that timed out while the prober was starved: counted, logged (WARN at most once
+    /// per [`STARVED_LOG_EVERY`] on the node), recorded Unknown.
+    fn starved(
+        &self,
+        pod: &PodInfo,
+        c: &ContainerInfo,
+        took: Duration,
+        starved: Duration,
+        retry: u32,
+    ) {
+        self.ctx
+            .metrics
+            .probes_starved
+            .with_label_values(&[self.key.ty.name()])
+            .inc();
+        let now = self.ctx.clock.now_ns();
+        let every = i64::try_from(STARVED_LOG_EVERY.as_nanos()).unwrap_or(i64::MAX);
+        let last = self.ctx.starved_logged_at_ns.load(Ordering::Relaxed);
+        let warn = now.saturating_sub(last) >= every
+            && self
+                .ctx
+                .starved_logged_at_ns
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok();
+        if warn {
+            tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
+                container_id = %c.id, probe = self.key.ty.name(),
+                took_ms = took.as_millis(), starved_ms = starved.as_millis(),
+                timeout_ms = self.spec.timeout.as_millis(), retry,
+                "probe timed out while the prober itself was starved of CPU: result unknown, \
+                 not counted, probing again at once (logged once per 10 s for the node; all \
+                 are counted in podward_prober_probes_starved_total)");
+        } else {
+            tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
+                took_ms = took.as_millis(), starved_ms = starved.as_millis(), retry,
+                "probe timed out while the prober itself was starved");
+        }
+        let mut st = self.status.lock();
+        st.last_probe_result = Some(ProbeResult::Unknown);
+        if st.last_output != STARVED_OUTPUT {
+            st.last_output = STARVED_OUTPUT.to_owned();
+        }
+        st.last_probe_at_ns = now;
     }
 
     /// An errored probe (kubelet: "probe errored and resulted in unknown state"): discarded for

@@ -13,4 +13,5 @@ mod kill_series;
 mod kill_texts;
 mod lifecycle;
 mod spec_names;
+mod starved;
 mod state_machine;
