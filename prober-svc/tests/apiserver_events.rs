@@ -286,3 +286,49 @@ async fn with_the_api_down_a_full_queue_drops_without_ever_blocking_the_publishe
     assert!(metrics.events.with_label_values(&["dropped"]).get() >= 400);
     api.next().await.drop_connection();
 }
+
+/// A server without core `v1` events (a `404` on the create, as an API server answers for a
+/// resource it does not serve) gets `events.k8s.io/v1` events instead, from then on: nothing a
+/// user would read is lost.
+#[tokio::test]
+async fn a_server_without_core_events_gets_events_k8s_io_ones() {
+    const V1: &str = "/apis/events.k8s.io/v1/namespaces/shop/events";
+    let (queue, mut api, metrics, stop) = recorder(Duration::from_millis(10));
+    queue.publish(&failed("HTTP probe failed with statuscode: 500"));
+    queue.publish(&failed("HTTP probe failed with statuscode: 503"));
+
+    let core = api.next().await;
+    assert_eq!((core.method.as_str(), core.path.as_str()), ("POST", EVENTS));
+    core.reply_status(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+        &[],
+    );
+    for note in [
+        "Liveness probe failed: HTTP probe failed with statuscode: 500",
+        "Liveness probe failed: HTTP probe failed with statuscode: 503",
+    ] {
+        let ex = api.next().await;
+        assert_eq!((ex.method.as_str(), ex.path.as_str()), ("POST", V1));
+        assert_eq!(ex.body["note"], note);
+        assert_eq!(ex.body["reason"], "Unhealthy");
+        assert_eq!(ex.body["type"], "Warning");
+        assert_eq!(ex.body["regarding"]["uid"], "u-web");
+        assert_eq!(ex.body["reportingController"], "podward-prober");
+        let body = ex.body.clone();
+        ex.reply(201, body);
+    }
+    // The identical note again: its own series is bumped, on events.k8s.io/v1 too.
+    queue.publish(&failed("HTTP probe failed with statuscode: 503"));
+    let bump = api.next().await;
+    assert_eq!(bump.method, "PATCH");
+    assert!(bump.path.starts_with(V1), "{}", bump.path);
+    assert_eq!(bump.body["series"]["count"], 2, "{}", bump.body);
+    let body = bump.body.clone();
+    bump.reply(200, body);
+    api.quiet_for(Duration::from_millis(200)).await;
+    assert_eq!(metrics.events.with_label_values(&["sent"]).get(), 3);
+    assert_eq!(metrics.events.with_label_values(&["failed"]).get(), 0);
+    let _ = stop.send(());
+}

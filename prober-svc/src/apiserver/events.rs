@@ -8,7 +8,10 @@
 //!
 //! Why core `v1` rather than `events.k8s.io/v1` (kube-rs's `Recorder`): the combined event must
 //! carry the latest note, and `events.k8s.io/v1` makes an event's note immutable after creation;
-//! core `v1` is also what kubelet writes, so `kubectl describe pod` reads the same fields.
+//! core `v1` is also what kubelet writes, so `kubectl describe pod` reads the same fields. An API
+//! server that answers a core `v1` create with `404` (one that serves only `events.k8s.io/v1`)
+//! gets kube-rs's `Recorder` from then on: the same correlated notes, but a series' note stays the
+//! first one's there.
 //!
 //! A write that fails on the way (transport, timeout, `429`, `5xx`) is tried again, up to
 //! [`MAX_TRIES`] times (kubelet's `maxTriesPerEvent`), [`RETRY_SLEEP`] apart (the first sleep
@@ -27,6 +30,7 @@ use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReferenc
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use rand::Rng;
 use tokio::sync::mpsc;
 
@@ -105,6 +109,8 @@ pub async fn run(
     tokio::pin!(shutdown);
     let mut correlator = Correlator::default();
     let mut failing = false;
+    let mut fallback = Fallback::new(client.clone(), &config.node);
+    let mut core = true;
     loop {
         let ev = tokio::select! {
             () = &mut shutdown => return,
@@ -123,7 +129,12 @@ pub async fn run(
         let mut tries = 0;
         let outcome = loop {
             tries += 1;
-            match write(&api, &correlated, &config.node).await {
+            let written = if core {
+                write(&api, &correlated, &config.node).await
+            } else {
+                fallback.publish(&correlated).await
+            };
+            match written {
                 Ok(()) => break Ok(()),
                 Err(e) if tries < config.max_tries && retriable(&e) => {
                     tracing::debug!(error = %e, tries, "event write failed; trying again");
@@ -139,6 +150,20 @@ pub async fn run(
                 }
                 Err(e) => break Err(e),
             }
+        };
+        let outcome = match outcome {
+            // The create itself was not found: no core `v1` events on this server.
+            Err(kube::Error::Api(s)) if core && s.code == 404 => {
+                let published = fallback.publish(&correlated).await;
+                if published.is_ok() {
+                    tracing::info!(
+                        "the API server has no core v1 events; recording events.k8s.io/v1 events"
+                    );
+                    core = false;
+                }
+                published
+            }
+            other => other,
         };
         match outcome {
             Ok(()) => {
@@ -191,6 +216,72 @@ async fn write(api: &kube::Api<CoreEvent>, c: &Correlated, node: &str) -> Result
         .map(|_| ())
 }
 
+/// kube-rs's recorder (`events.k8s.io/v1`), for a server without core `v1` events. Its series
+/// are keyed without the note, so each correlated event gets a recorder of its own: a different
+/// note is a new event there too, a repeat bumps its own series.
+struct Fallback {
+    client: kube::Client,
+    reporter: Reporter,
+    recorders: std::collections::HashMap<String, Recorder>,
+}
+
+impl Fallback {
+    fn new(client: kube::Client, node: &str) -> Self {
+        Self {
+            client,
+            reporter: Reporter {
+                controller: COMPONENT.to_owned(),
+                instance: Some(node.to_owned()),
+            },
+            recorders: std::collections::HashMap::new(),
+        }
+    }
+
+    async fn publish(&mut self, c: &Correlated) -> Result<(), kube::Error> {
+        if c.count == 1 || !self.recorders.contains_key(&c.name) {
+            // Bounded as the correlator's caches are; a forgotten series starts a new event.
+            if self.recorders.len() >= QUEUE {
+                self.recorders.clear();
+            }
+            let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+            self.recorders.insert(c.name.clone(), recorder);
+        }
+        let Some(recorder) = self.recorders.get(&c.name) else {
+            return Ok(());
+        };
+        let action = match c.reason {
+            crate::event::REASON_KILLING => "Kill",
+            crate::event::REASON_FAILED_PRE_STOP_HOOK => "PreStopHook",
+            _ => "Probe",
+        };
+        let event = KubeEvent {
+            type_: if c.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: c.reason.to_owned(),
+            note: Some(c.message.clone()),
+            action: action.to_owned(),
+            secondary: None,
+        };
+        recorder.publish(&event, &reference(&c.involved)).await
+    }
+}
+
+/// The object an event is about: the pod, narrowed to the container.
+fn reference(involved: &Involved) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Pod".to_owned()),
+        name: Some(involved.name.clone()),
+        namespace: Some(involved.namespace.clone()),
+        uid: Some(involved.uid.clone()),
+        field_path: Some(involved.field_path.clone()),
+        ..ObjectReference::default()
+    }
+}
+
 /// The core `v1` event kubelet's `makeEvent` builds for `c`.
 pub fn core_event(c: &Correlated, node: &str) -> CoreEvent {
     CoreEvent {
@@ -199,15 +290,7 @@ pub fn core_event(c: &Correlated, node: &str) -> CoreEvent {
             namespace: Some(c.involved.namespace.clone()),
             ..ObjectMeta::default()
         },
-        involved_object: ObjectReference {
-            api_version: Some("v1".to_owned()),
-            kind: Some("Pod".to_owned()),
-            name: Some(c.involved.name.clone()),
-            namespace: Some(c.involved.namespace.clone()),
-            uid: Some(c.involved.uid.clone()),
-            field_path: Some(c.involved.field_path.clone()),
-            ..ObjectReference::default()
-        },
+        involved_object: reference(&c.involved),
         reason: Some(c.reason.to_owned()),
         message: Some(c.message.clone()),
         first_timestamp: Some(time(c.first_ns)),
