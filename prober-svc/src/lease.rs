@@ -146,6 +146,7 @@ impl Renewer {
         let mut tick = tokio::time::interval(self.settings.renew_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut was_blind: Option<Blind> = None;
+        let mut ever_current = false;
         let mut failing = false;
         loop {
             tokio::select! {
@@ -157,14 +158,21 @@ impl Renewer {
                     self.metrics.healthy.set(0);
                     self.metrics.renewals.with_label_values(&["skipped"]).inc();
                     if was_blind.as_ref() != Some(&why) {
-                        tracing::warn!(node = %self.settings.node, reason = %why,
-                            "not renewing the node lease: this prober's conditions are not current");
+                        // A prober that is starting is not current yet: that is no news.
+                        if ever_current {
+                            tracing::warn!(node = %self.settings.node, reason = %why,
+                                "not renewing the node lease: this prober's conditions are not current");
+                        } else {
+                            tracing::info!(node = %self.settings.node, reason = %why,
+                                "the node lease waits for this prober's conditions to be current");
+                        }
                         was_blind = Some(why);
                     }
                     continue;
                 }
                 Ok(()) => {
                     self.metrics.healthy.set(1);
+                    ever_current = true;
                     if was_blind.take().is_some() {
                         tracing::info!(node = %self.settings.node, "current again; renewing the node lease");
                     }

@@ -122,6 +122,9 @@ impl Stack {
                     NODE_NAME,
                     "--kubeconfig",
                     &s(&kubeconfig),
+                    // No sentinel watches this node, and the stand-in serves no Leases.
+                    "--node-lease-duration-seconds",
+                    "0",
                 ]
                 .map(str::to_owned)
                 .to_vec(),
