@@ -186,15 +186,7 @@ impl ProbeRunner for Prober {
         host_ip: std::net::IpAddr,
         container: &'a ContainerInfo,
     ) -> BoxFuture<'a, ProbeVerdict> {
-        Box::pin(async move {
-            let target = ProbeTarget {
-                host_ip,
-                container_id: &container.id,
-                ports: &container.ports,
-                env: &container.env,
-            };
-            self.probe(ty, spec, &target).await
-        })
+        Box::pin(async move { self.probe(ty, spec, &target(host_ip, container)).await })
     }
 
     fn run_for_pod<'a>(
@@ -206,18 +198,23 @@ impl ProbeRunner for Prober {
         container: &'a ContainerInfo,
     ) -> BoxFuture<'a, ProbeVerdict> {
         Box::pin(async move {
-            let target = ProbeTarget {
-                host_ip,
-                container_id: &container.id,
-                ports: &container.ports,
-                env: &container.env,
-            };
-            self.probe_for_pod(pod_uid, ty, spec, &target).await
+            self.probe_for_pod(pod_uid, ty, spec, &target(host_ip, container))
+                .await
         })
     }
 
     fn exec_choice(&self, container_id: &str) -> Option<crate::handler::exec::runner::ExecChoice> {
         self.exec.choice(container_id)
+    }
+}
+
+/// What a probe of `container` at `host_ip` aims at.
+fn target(host_ip: std::net::IpAddr, container: &ContainerInfo) -> ProbeTarget<'_> {
+    ProbeTarget {
+        host_ip,
+        container_id: &container.id,
+        ports: &container.ports,
+        env: &container.env,
     }
 }
 
