@@ -226,11 +226,16 @@ async fn a_mass_expiry_in_a_large_zone_goes_at_the_secondary_rate() {
         p.abort();
     }
     assert!(eventually(LEASE * 3, || !cluster.status_writes().is_empty()).await);
+    // One node per second, not ten: at most 5 nodes in 3.5 s after the first (ten a second
+    // would have marked all 8), and the marking goes on (a fourth node, polled: a loaded
+    // machine spaces the writes a little wider than the rate).
     tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let early = cluster.status_writes().len();
+    assert!(early <= 5, "{early} nodes marked in 3.5 s");
+    assert!(eventually(LEASE * 3, || cluster.status_writes().len() >= 4).await);
     let writes = cluster.status_writes();
-    // One node per second, not ten: 4 or 5 nodes in 3.5 s after the first.
     assert!(
-        (4..=5).contains(&writes.len()),
+        writes.len() < 8,
         "{} nodes marked: {writes:?}",
         writes.len()
     );
