@@ -342,11 +342,7 @@ impl Worker {
                     .is_some_and(|a| !a.restarts(&self.key.container));
             return !done;
         }
-        let terminating = pod.terminating() || c.stop_requested_at_ns != 0;
-        if terminating && matches!(self.key.ty, ProbeType::Liveness | ProbeType::Startup) {
-            self.set(&pod, &c, ProbeResult::Success, "");
-            self.on_hold = true;
-            self.status.lock().on_hold = true;
+        if self.hold_for_termination(&pod, &c) {
             return true;
         }
         let since_start_s = (self.ctx.clock.now_ns() - c.started_at_ns) / 1_000_000_000;
@@ -367,6 +363,16 @@ impl Worker {
         let Some((verdict, took)) = self.run_unstarved(&pod, &c, ip).await else {
             return true;
         };
+        // Termination may have begun while the probe ran (the app's TERM handler is often what
+        // made it fail): kubelet stops liveness and startup at termination and never acts on a
+        // result that lands after, so this one is dropped as if the probe had not run.
+        let latest = self.pod.read().clone();
+        let same = latest
+            .current(&self.key.container)
+            .filter(|now| now.id == c.id);
+        if same.is_some_and(|now| self.hold_for_termination(&latest, now)) {
+            return true;
+        }
         let (result, output) = match verdict {
             ProbeVerdict::Errored { message } => {
                 self.errored(&pod, &c, message.clone());
@@ -432,6 +438,19 @@ impl Worker {
                 self.ctx.sink.started(&self.key);
             }
         }
+        true
+    }
+
+    /// Liveness and startup stop when the pod or the container is terminating (kubelet's
+    /// `StopLivenessAndStartup`): the result is Success and the worker holds. `true` when held.
+    fn hold_for_termination(&mut self, pod: &PodInfo, c: &ContainerInfo) -> bool {
+        let terminating = pod.terminating() || c.stop_requested_at_ns != 0;
+        if !terminating || !matches!(self.key.ty, ProbeType::Liveness | ProbeType::Startup) {
+            return false;
+        }
+        self.set(pod, c, ProbeResult::Success, "");
+        self.on_hold = true;
+        self.status.lock().on_hold = true;
         true
     }
 

@@ -127,6 +127,42 @@ async fn a12_termination_stops_liveness_and_keeps_readiness_probing() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a12b_a_liveness_failure_that_ends_after_termination_began_is_discarded() {
+    // A liveness probe is in flight when kubelet asks to stop the pod, and the app's TERM
+    // handler makes it fail: kubelet stops liveness at termination and never acts on that
+    // result, so neither may the prober (no Failure recorded, no kill, still live).
+    let n = Node::steady().await;
+    let spec = r#"{"c":{"livenessProbe":{"exec":{"command":["true"]},"periodSeconds":1,"failureThreshold":1}}}"#;
+    n.manager
+        .update_pod(pod("u", spec, vec![running(&n.clock, "c1", "c", 0, S)]));
+    run_for(2 * S).await;
+    n.script.set(
+        "c",
+        ProbeType::Liveness,
+        failure(),
+        Duration::from_millis(800),
+    );
+    let before = n.script.calls_of(ProbeType::Liveness).len();
+    // Wait until the slow failing probe has started, then begin termination under it.
+    while n.script.calls_of(ProbeType::Liveness).len() == before {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut p = pod("u", spec, vec![running(&n.clock, "c1", "c", 0, 3 * S)]);
+    p.stop_requested_at_ns = n.clock.now_ns();
+    n.manager.update_pod(p);
+    run_for(5 * S).await;
+    assert!(
+        n.kills.done.lock().is_empty(),
+        "no kill from a probe that ended during termination"
+    );
+    assert_eq!(
+        n.result("c1", ProbeType::Liveness),
+        Some(ProbeResult::Success)
+    );
+    assert!(n.flags("u", "c").0, "still live");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a13_after_a_prober_restart_first_probes_are_jittered_within_one_period() {
     // The prober started 0.5 s ago; periods of 10 s spread the first probes over [0, 10 s).
     let n = Node::started(Duration::from_millis(500)).await;
