@@ -30,7 +30,6 @@ pub(super) const T0: i64 = 1_000_000 * 1_000_000_000;
 /// A probe call the fake saw.
 #[derive(Clone, Debug)]
 pub(super) struct Call {
-    #[allow(dead_code)] // shown in assertion messages
     pub(super) container_id: String,
     pub(super) ty: ProbeType,
     pub(super) at: Instant,
