@@ -5,8 +5,11 @@
 //! Only the lifecycle calls below are ever decoded. Everything else (PullImage with its registry
 //! credentials, Exec, unknown methods) is relayed without a copy.
 
+mod calls;
+mod connection;
 mod decode;
 mod digest;
+mod grpc_headers;
 mod unchanged;
 
 use std::panic::AssertUnwindSafe;
@@ -23,6 +26,8 @@ use crate::publish::Publisher;
 pub(crate) use digest::{Digest, Digester};
 pub(crate) use unchanged::{Unchanged, Verdict};
 
+pub use calls::Recorder;
+pub use connection::{Conversation, SideReader};
 pub use decode::decode;
 
 /// Raw observations waiting for the decoder; a full queue drops the observation (counted, and

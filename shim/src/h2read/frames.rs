@@ -13,7 +13,7 @@ use bytes::Bytes;
 
 #[cfg(test)]
 use write::frame;
-pub(crate) use write::{goaway_frame, graceful_goaway, settings_frame, trailers_only};
+pub(crate) use write::{goaway_frame, graceful_goaway, literal_headers, settings_frame};
 
 use super::hpack::HpackError;
 
