@@ -157,26 +157,7 @@ impl BlockDecoder {
             match self.step {
                 Step::Start => {
                     input = rest;
-                    let (kind, prefix) = if b & 0x80 != 0 {
-                        (Kind::Indexed, 7)
-                    } else if b & 0x40 != 0 {
-                        (Kind::Incremental, 6)
-                    } else if b & 0x20 != 0 {
-                        (Kind::SizeUpdate, 5)
-                    } else {
-                        (Kind::NotIndexed, 4)
-                    };
-                    let mask = (1u8 << prefix) - 1;
-                    let value = u64::from(b & mask);
-                    if value < u64::from(mask) {
-                        self.int_done(kind, value, allowed_table)?;
-                    } else {
-                        self.step = Step::Int {
-                            kind,
-                            value,
-                            shift: 0,
-                        };
-                    }
+                    self.representation(b, allowed_table)?;
                 }
                 Step::Int { kind, value, shift } => {
                     input = rest;
@@ -222,29 +203,63 @@ impl BlockDecoder {
                 Step::Str {
                     part,
                     left,
-                    mut huffman,
-                } => {
-                    let n = usize::try_from(left).map_or(input.len(), |l| l.min(input.len()));
-                    let (bytes, rest) = input.split_at(n);
-                    input = rest;
-                    self.str_bytes(bytes, huffman.as_mut())?;
-                    let left = left - n as u64;
-                    if left > 0 {
-                        self.step = Step::Str {
-                            part,
-                            left,
-                            huffman,
-                        };
-                    } else {
-                        if let Some(h) = huffman {
-                            h.finish()?;
-                        }
-                        self.str_done(part);
-                    }
-                }
+                    huffman,
+                } => input = self.read_str(input, part, left, huffman)?,
             }
         }
         Ok(())
+    }
+
+    /// The first byte of a representation (RFC 7541 §6): its kind and its integer's prefix.
+    fn representation(&mut self, b: u8, allowed_table: u64) -> Result<(), HpackError> {
+        let (kind, prefix) = if b & 0x80 != 0 {
+            (Kind::Indexed, 7)
+        } else if b & 0x40 != 0 {
+            (Kind::Incremental, 6)
+        } else if b & 0x20 != 0 {
+            (Kind::SizeUpdate, 5)
+        } else {
+            (Kind::NotIndexed, 4)
+        };
+        let mask = (1u8 << prefix) - 1;
+        let value = u64::from(b & mask);
+        if value < u64::from(mask) {
+            self.int_done(kind, value, allowed_table)?;
+        } else {
+            self.step = Step::Int {
+                kind,
+                value,
+                shift: 0,
+            };
+        }
+        Ok(())
+    }
+
+    /// As many of a string's `left` bytes as `input` has; returns the rest of `input`.
+    fn read_str<'a>(
+        &mut self,
+        input: &'a [u8],
+        part: Part,
+        left: u64,
+        mut huffman: Option<Huffman>,
+    ) -> Result<&'a [u8], HpackError> {
+        let n = usize::try_from(left).map_or(input.len(), |l| l.min(input.len()));
+        let (bytes, rest) = input.split_at(n);
+        self.str_bytes(bytes, huffman.as_mut())?;
+        let left = left - n as u64;
+        if left > 0 {
+            self.step = Step::Str {
+                part,
+                left,
+                huffman,
+            };
+        } else {
+            if let Some(h) = huffman {
+                h.finish()?;
+            }
+            self.str_done(part);
+        }
+        Ok(rest)
     }
 
     /// The block ended: what it said. The decoder is then ready for the next block.
