@@ -1,6 +1,7 @@
-//! Observation of the watched CRI methods: which paths are watched, the raw bytes the relay's
-//! reader keeps for them, and decoding those bytes (off the relay path, in one task) into
-//! [`Observation`]s for the index.
+//! Observation of the watched CRI methods: the CRI calls read from each connection's HTTP/2
+//! streams (`connection.rs`, `calls.rs`), which paths are watched, the raw bytes kept for them,
+//! and decoding those bytes (off the relay path, in one task) into [`Observation`]s for the
+//! index.
 //!
 //! Only the lifecycle calls below are ever decoded. Everything else (PullImage with its registry
 //! credentials, Exec, unknown methods) is relayed without a copy.
