@@ -245,3 +245,6 @@ impl<E: StreamEvents> FrameSink for Sink<'_, E> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
