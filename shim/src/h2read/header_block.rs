@@ -6,7 +6,33 @@
 //! for the wanted names: what a block costs is then the wanted values' caps, whatever the block's
 //! length.
 
-use super::hpack::table::{Name, Value};
+use std::sync::Arc;
+
+/// Which of the reader's wanted fields ([`Wanted`]) a header name is, by its place in that
+/// list; every other name is [`Name::OTHER`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Name(pub(crate) u8);
+
+impl Name {
+    /// A name the reader does not keep.
+    pub(crate) const OTHER: Self = Self(u8::MAX);
+}
+
+/// A value as far as the reader keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Value {
+    /// Not kept: the name is not one the reader uses.
+    Skipped,
+    /// One of the static table's values.
+    Static(&'static [u8]),
+    /// The whole value (shared between the table and the fields of a block).
+    Kept(Arc<[u8]>),
+    /// Longer than the wanted field's cap: only its first bytes are kept.
+    TooLong(Arc<[u8]>),
+}
+
+/// What RFC 9113 §6.5.2 counts per field in a header list's size, besides its name and value.
+const FIELD_OVERHEAD: u64 = 32;
 
 /// Most fields a reader may want.
 pub const MAX_WANTED: usize = 8;
@@ -124,7 +150,7 @@ impl HeaderBlock {
     pub(crate) fn add(&mut self, name: Name, name_len: u64, value: Value, value_len: u64) {
         self.list_size = self
             .list_size
-            .saturating_add(name_len + value_len + super::hpack::table::ENTRY_OVERHEAD);
+            .saturating_add(name_len + value_len + FIELD_OVERHEAD);
         if let Some(slot) = self.values.get_mut(usize::from(name.0)) {
             *slot = Some(value);
         }

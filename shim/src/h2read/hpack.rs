@@ -26,9 +26,9 @@ use std::sync::Arc;
 
 use huffman::Huffman;
 pub use huffman::HuffmanError;
-use table::{DynamicTable, Entry, Name, Value};
+use table::{DynamicTable, Entry};
 
-use super::header_block::{HeaderBlock, Wanted};
+use super::header_block::{HeaderBlock, Name, Value, Wanted};
 
 /// HPACK's initial dynamic table size (RFC 7541 §4.2, HTTP/2's SETTINGS_HEADER_TABLE_SIZE
 /// default).

@@ -7,35 +7,11 @@
 //! reference to an entry copies nothing (values are shared).
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
-use crate::h2read::header_block::Wanted;
+use super::super::header_block::{Name, Value, Wanted};
 
 /// RFC 7541 §4.1: an entry's size is its name and value lengths plus 32.
 pub(crate) const ENTRY_OVERHEAD: u64 = 32;
-
-/// Which of the reader's wanted fields ([`Wanted`]) a header name is, by its place in that
-/// list; every other name is [`Name::OTHER`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Name(pub(crate) u8);
-
-impl Name {
-    /// A name the reader does not keep.
-    pub(crate) const OTHER: Self = Self(u8::MAX);
-}
-
-/// A value as far as the reader keeps it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Value {
-    /// Not kept: the name is not one the reader uses.
-    Skipped,
-    /// One of the static table's values.
-    Static(&'static [u8]),
-    /// The whole value (shared between the table and the fields of a block).
-    Kept(Arc<[u8]>),
-    /// Longer than the wanted field's cap: only its first bytes are kept.
-    TooLong(Arc<[u8]>),
-}
 
 /// An entry of either table.
 #[derive(Debug, Clone)]
