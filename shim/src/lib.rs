@@ -3,8 +3,9 @@
 //!
 //! - [`relay`]: every client connection gets its own connection to containerd; bytes are copied
 //!   both ways unchanged;
-//! - [`h2read`]: the passive HTTP/2 reader beside the copy (frames, HPACK, calls);
-//! - [`observe`]: which calls are watched and how their bytes become [`index::Observation`]s;
+//! - [`h2read`]: a passive HTTP/2 reader (frames, HPACK), reporting streams in HTTP/2 terms;
+//! - [`observe`]: the CRI calls read from those streams, which are watched, and how their
+//!   bytes become [`index::Observation`]s;
 //! - [`index`]: the sandboxes and containers, and the ordered changes to them;
 //! - [`publish`]: per-subscriber bounded queues with resync snapshots;
 //! - [`events`]: containerd's task exit / OOM / delete events;

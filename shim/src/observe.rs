@@ -1,12 +1,16 @@
-//! Observation of the watched CRI methods: which paths are watched, the raw bytes the relay's
-//! reader keeps for them, and decoding those bytes (off the relay path, in one task) into
-//! [`Observation`]s for the index.
+//! Observation of the watched CRI methods: the CRI calls read from each connection's HTTP/2
+//! streams (`connection.rs`, `calls.rs`), which paths are watched, the raw bytes kept for them,
+//! and decoding those bytes (off the relay path, in one task) into [`Observation`]s for the
+//! index.
 //!
 //! Only the lifecycle calls below are ever decoded. Everything else (PullImage with its registry
 //! credentials, Exec, unknown methods) is relayed without a copy.
 
+mod calls;
+mod connection;
 mod decode;
 mod digest;
+mod grpc_headers;
 mod unchanged;
 
 use std::panic::AssertUnwindSafe;
@@ -23,6 +27,8 @@ use crate::publish::Publisher;
 pub(crate) use digest::{Digest, Digester};
 pub(crate) use unchanged::{Unchanged, Verdict};
 
+pub use calls::Recorder;
+pub use connection::{Conversation, SideReader};
 pub use decode::decode;
 
 /// Raw observations waiting for the decoder; a full queue drops the observation (counted, and

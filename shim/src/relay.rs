@@ -3,7 +3,7 @@
 //! Every accepted connection gets its own connection to containerd, as if the client had dialled
 //! containerd itself: containerd sees the same connections, SETTINGS, PINGs, flow control and
 //! GOAWAYs, and one client's flow-control window is never another's. Bytes are copied both ways
-//! unchanged, in order, as they arrive; an [`h2read::SideReader`](crate::h2read::SideReader)
+//! unchanged, in order, as they arrive; an [`observe::SideReader`](crate::observe::SideReader)
 //! per direction reads what was copied, beside the copy, to find the watched calls.
 //!
 //! Nothing is terminated or re-encoded, so every client that works against containerd works
@@ -27,7 +27,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::fault::Faults;
-use crate::h2read::Recorder;
+use crate::observe::Recorder;
 
 /// Default read buffer per direction of a connection.
 pub const DEFAULT_BUFFER: usize = 64 << 10;

@@ -18,9 +18,9 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::fault::Faults;
-use crate::h2read::Recorder;
 use crate::lifecycle_api::LifecycleApi;
 use crate::metrics::{Metrics, MetricsError};
+use crate::observe::Recorder;
 use crate::publish::Publisher;
 use crate::relay::Relay;
 use crate::upstream::Upstream;

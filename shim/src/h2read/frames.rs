@@ -5,6 +5,7 @@
 //! of the caller's chunk as they arrive, SETTINGS parameters one by one, and every other frame
 //! is skipped without a copy. A header block of any length is thus followed in constant memory.
 
+mod payload;
 mod write;
 
 use std::ops::Range;
@@ -13,7 +14,7 @@ use bytes::Bytes;
 
 #[cfg(test)]
 use write::frame;
-pub(crate) use write::{goaway_frame, graceful_goaway, settings_frame, trailers_only};
+pub(crate) use write::{goaway_frame, graceful_goaway, literal_headers, settings_frame};
 
 use super::hpack::HpackError;
 
@@ -180,167 +181,80 @@ impl FrameReader {
         chunk: &Bytes,
         sink: &mut impl FrameSink,
     ) -> Result<(), FrameError> {
-        let buf = &chunk[..];
-        let mut pos = 0;
-        if self.preface_left > 0 {
-            let take = self.preface_left.min(buf.len());
-            let from = PREFACE.len() - self.preface_left;
-            if buf[..take] != PREFACE[from..from + take] {
-                return Err(FrameError::Preface);
-            }
-            self.preface_left -= take;
-            pos = take;
-        }
-        while pos < buf.len() {
-            let avail = buf.len() - pos;
-            match self.state {
-                State::Head => {
-                    let take = (9 - self.head_len).min(avail);
-                    self.head[self.head_len..self.head_len + take]
-                        .copy_from_slice(&buf[pos..pos + take]);
-                    self.head_len += take;
-                    pos += take;
-                    if self.head_len == 9 {
-                        self.head_len = 0;
-                        self.start_frame(chunk, pos, sink)?;
-                    }
-                }
+        let mut pos = self.read_preface(chunk)?;
+        while pos < chunk.len() {
+            pos = match self.state {
+                State::Head => self.read_head(chunk, pos, sink)?,
                 State::Fixed {
                     kind,
                     stream,
                     left,
                     skip,
-                } => {
-                    let take = left.min(avail);
-                    self.fixed[self.fixed_len..self.fixed_len + take]
-                        .copy_from_slice(&buf[pos..pos + take]);
-                    self.fixed_len += take;
-                    pos += take;
-                    if take == left {
-                        self.state = if skip > 0 {
-                            State::Skip { left: skip }
-                        } else {
-                            State::Head
-                        };
-                        self.fixed_frame(kind, stream, sink);
-                    } else {
-                        self.state = State::Fixed {
-                            kind,
-                            stream,
-                            left: left - take,
-                            skip,
-                        };
-                    }
-                }
-                State::Fragment {
-                    pad_pending,
-                    skip,
-                    left,
-                    pad,
-                    end_headers,
-                } => {
-                    let next;
-                    if pad_pending {
-                        let p = usize::from(buf[pos]);
-                        pos += 1;
-                        if p + skip > left - 1 {
-                            return Err(FrameError::Malformed("HEADERS"));
-                        }
-                        next = (false, skip, left - 1, p);
-                    } else if skip > 0 {
-                        let take = skip.min(avail);
-                        pos += take;
-                        next = (false, skip - take, left - take, pad);
-                    } else {
-                        let take = (left - pad).min(avail);
-                        sink.block_fragment(&buf[pos..pos + take])?;
-                        pos += take;
-                        next = (false, 0, left - take, pad);
-                    }
-                    let (pad_pending, skip, left, pad) = next;
-                    self.state = State::Fragment {
-                        pad_pending,
-                        skip,
-                        left,
-                        pad,
-                        end_headers,
-                    };
-                    if !pad_pending && skip == 0 && left == pad {
-                        self.fragment_done(pad, end_headers, sink)?;
-                    }
-                }
-                State::Settings { left } => {
-                    let take = (6 - self.fixed_len).min(left).min(avail);
-                    self.fixed[self.fixed_len..self.fixed_len + take]
-                        .copy_from_slice(&buf[pos..pos + take]);
-                    self.fixed_len += take;
-                    pos += take;
-                    let left = left - take;
-                    if self.fixed_len == 6 {
-                        self.fixed_len = 0;
-                        let f = self.fixed;
-                        sink.setting(
-                            u16::from_be_bytes([f[0], f[1]]),
-                            u32::from_be_bytes([f[2], f[3], f[4], f[5]]),
-                        );
-                    }
-                    if left == 0 {
-                        self.state = State::Head;
-                        sink.settings(false);
-                    } else {
-                        self.state = State::Settings { left };
-                    }
-                }
+                } => self.read_fixed(chunk, pos, (kind, stream, left, skip), sink),
+                State::Fragment { .. } => self.read_fragment(chunk, pos, sink)?,
+                State::Settings { left } => self.read_setting(chunk, pos, left, sink),
                 State::DataPad {
                     stream,
                     flags,
                     left,
                 } => {
-                    let pad = usize::from(buf[pos]);
-                    pos += 1;
+                    let pad = usize::from(chunk[pos]);
                     let rest = left - 1;
                     if pad > rest {
                         return Err(FrameError::Malformed("DATA"));
                     }
-                    self.begin_data(stream, flags, rest - pad, pad, chunk, pos, sink)?;
+                    self.begin_data(stream, flags, rest - pad, pad, chunk, pos + 1, sink)?;
+                    pos + 1
                 }
-                State::Data {
-                    stream,
-                    end_stream,
-                    left,
-                    pad,
-                } => {
-                    let take = left.min(avail);
-                    let last = take == left;
-                    sink.data(stream, chunk, pos..pos + take, end_stream && last)?;
-                    pos += take;
-                    self.state = if !last {
-                        State::Data {
-                            stream,
-                            end_stream,
-                            left: left - take,
-                            pad,
-                        }
-                    } else if pad > 0 {
-                        State::Skip { left: pad }
-                    } else {
-                        State::Head
-                    };
-                }
+                State::Data { .. } => self.read_data(chunk, pos, sink)?,
                 State::Skip { left } => {
-                    let take = left.min(avail);
-                    pos += take;
+                    let take = left.min(chunk.len() - pos);
                     self.state = if take == left {
                         State::Head
                     } else {
                         State::Skip { left: left - take }
                     };
+                    pos + take
                 }
-            }
+            };
         }
         Ok(())
     }
 
+    /// Checks the part of the client's connection preface in `chunk`; returns where the frames
+    /// start.
+    fn read_preface(&mut self, chunk: &[u8]) -> Result<usize, FrameError> {
+        if self.preface_left == 0 {
+            return Ok(0);
+        }
+        let take = self.preface_left.min(chunk.len());
+        let from = PREFACE.len() - self.preface_left;
+        if chunk[..take] != PREFACE[from..from + take] {
+            return Err(FrameError::Preface);
+        }
+        self.preface_left -= take;
+        Ok(take)
+    }
+
+    /// Bytes of a frame header; the frame starts once all 9 are in.
+    fn read_head(
+        &mut self,
+        chunk: &Bytes,
+        pos: usize,
+        sink: &mut impl FrameSink,
+    ) -> Result<usize, FrameError> {
+        let take = (9 - self.head_len).min(chunk.len() - pos);
+        self.head[self.head_len..self.head_len + take].copy_from_slice(&chunk[pos..pos + take]);
+        self.head_len += take;
+        let pos = pos + take;
+        if self.head_len == 9 {
+            self.head_len = 0;
+            self.start_frame(chunk, pos, sink)?;
+        }
+        Ok(pos)
+    }
+
+    /// A frame header is complete: what its payload is read as.
     fn start_frame(
         &mut self,
         chunk: &Bytes,
@@ -368,57 +282,14 @@ impl FrameReader {
                 };
             }
             DATA => self.begin_data(stream, flags, len, 0, chunk, pos, sink)?,
-            HEADERS | PUSH_PROMISE => {
-                let padded = flags & PADDED != 0;
-                let skip = if kind == PUSH_PROMISE {
-                    4
-                } else if flags & PRIORITY != 0 {
-                    5
-                } else {
-                    0
-                };
-                if len < usize::from(padded) + skip {
-                    return Err(FrameError::Malformed(if kind == HEADERS {
-                        "HEADERS"
-                    } else {
-                        "PUSH_PROMISE"
-                    }));
-                }
-                let end_stream = kind == HEADERS && flags & END_STREAM != 0;
-                sink.block_start(stream, end_stream, kind == PUSH_PROMISE);
-                self.in_block = true;
-                self.block_stream = stream;
-                self.begin_fragment(padded, skip, len, flags & END_HEADERS != 0, sink)?;
-            }
+            HEADERS | PUSH_PROMISE => self.start_block(kind, flags, stream, len, sink)?,
             CONTINUATION => {
                 if !self.in_block || stream != self.block_stream {
                     return Err(FrameError::Continuation);
                 }
                 self.begin_fragment(false, 0, len, flags & END_HEADERS != 0, sink)?;
             }
-            RST_STREAM => {
-                if len != 4 {
-                    return Err(FrameError::Malformed("RST_STREAM"));
-                }
-                self.state = State::Fixed {
-                    kind,
-                    stream,
-                    left: 4,
-                    skip: 0,
-                };
-            }
-            GOAWAY => {
-                if len < 8 {
-                    return Err(FrameError::Malformed("GOAWAY"));
-                }
-                // The debug data is not needed: keep the first 8 bytes, skip the rest.
-                self.state = State::Fixed {
-                    kind,
-                    stream,
-                    left: 8,
-                    skip: len - 8,
-                };
-            }
+            RST_STREAM | GOAWAY => self.start_fixed(kind, stream, len)?,
             SETTINGS if flags & ACK != 0 => {
                 sink.settings(true);
                 if len > 0 {
@@ -441,219 +312,59 @@ impl FrameReader {
         Ok(())
     }
 
-    fn begin_fragment(
+    /// HEADERS or PUSH_PROMISE: a header block starts.
+    fn start_block(
         &mut self,
-        pad_pending: bool,
-        skip: usize,
-        left: usize,
-        end_headers: bool,
-        sink: &mut impl FrameSink,
-    ) -> Result<(), FrameError> {
-        self.state = State::Fragment {
-            pad_pending,
-            skip,
-            left,
-            pad: 0,
-            end_headers,
-        };
-        if left == 0 {
-            self.fragment_done(0, end_headers, sink)?;
-        }
-        Ok(())
-    }
-
-    /// The fragment of a HEADERS, PUSH_PROMISE or CONTINUATION frame is in; `pad` bytes of
-    /// padding remain.
-    fn fragment_done(
-        &mut self,
-        pad: usize,
-        end_headers: bool,
-        sink: &mut impl FrameSink,
-    ) -> Result<(), FrameError> {
-        self.state = if pad > 0 {
-            State::Skip { left: pad }
-        } else {
-            State::Head
-        };
-        if end_headers {
-            self.in_block = false;
-            sink.block_end()?;
-        }
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn begin_data(
-        &mut self,
-        stream: u32,
+        kind: u8,
         flags: u8,
+        stream: u32,
         len: usize,
-        pad: usize,
-        chunk: &Bytes,
-        pos: usize,
         sink: &mut impl FrameSink,
     ) -> Result<(), FrameError> {
-        let end_stream = flags & END_STREAM != 0;
-        if len == 0 {
-            if end_stream {
-                sink.data(stream, chunk, pos..pos, true)?;
-            }
-            self.state = if pad > 0 {
-                State::Skip { left: pad }
-            } else {
-                State::Head
-            };
+        let padded = flags & PADDED != 0;
+        let skip = if kind == PUSH_PROMISE {
+            4
+        } else if flags & PRIORITY != 0 {
+            5
         } else {
-            self.state = State::Data {
-                stream,
-                end_stream,
-                left: len,
-                pad,
-            };
+            0
+        };
+        if len < usize::from(padded) + skip {
+            return Err(FrameError::Malformed(if kind == HEADERS {
+                "HEADERS"
+            } else {
+                "PUSH_PROMISE"
+            }));
         }
-        Ok(())
+        let end_stream = kind == HEADERS && flags & END_STREAM != 0;
+        sink.block_start(stream, end_stream, kind == PUSH_PROMISE);
+        self.in_block = true;
+        self.block_stream = stream;
+        self.begin_fragment(padded, skip, len, flags & END_HEADERS != 0, sink)
     }
 
-    fn fixed_frame(&mut self, kind: u8, stream: u32, sink: &mut impl FrameSink) {
-        let p = self.fixed;
-        self.fixed_len = 0;
-        match kind {
-            RST_STREAM => sink.rst_stream(stream, u32::from_be_bytes([p[0], p[1], p[2], p[3]])),
-            GOAWAY => {
-                let last = u32::from_be_bytes([p[0], p[1], p[2], p[3]]) & 0x7fff_ffff;
-                sink.goaway(last, u32::from_be_bytes([p[4], p[5], p[6], p[7]]));
+    /// RST_STREAM or GOAWAY: their fixed fields are read, GOAWAY's debug data skipped.
+    fn start_fixed(&mut self, kind: u8, stream: u32, len: usize) -> Result<(), FrameError> {
+        let fixed = if kind == RST_STREAM {
+            if len != 4 {
+                return Err(FrameError::Malformed("RST_STREAM"));
             }
-            _ => {}
-        }
+            4
+        } else {
+            if len < 8 {
+                return Err(FrameError::Malformed("GOAWAY"));
+            }
+            8
+        };
+        self.state = State::Fixed {
+            kind,
+            stream,
+            left: fixed,
+            skip: len - fixed,
+        };
+        Ok(())
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Default)]
-    struct Count {
-        blocks: usize,
-        fragment_bytes: usize,
-        settings: Vec<(u16, u32)>,
-    }
-
-    impl FrameSink for Count {
-        fn block_start(&mut self, _: u32, _: bool, _: bool) {}
-        fn block_fragment(&mut self, f: &[u8]) -> Result<(), FrameError> {
-            self.fragment_bytes += f.len();
-            Ok(())
-        }
-        fn block_end(&mut self) -> Result<(), FrameError> {
-            self.blocks += 1;
-            Ok(())
-        }
-        fn data(&mut self, _: u32, _: &Bytes, _: Range<usize>, _: bool) -> Result<(), FrameError> {
-            Ok(())
-        }
-        fn rst_stream(&mut self, _: u32, _: u32) {}
-        fn goaway(&mut self, _: u32, _: u32) {}
-        fn setting(&mut self, id: u16, value: u32) {
-            self.settings.push((id, value));
-        }
-    }
-
-    #[test]
-    fn a_long_continuation_chain_is_followed_without_holding_it() {
-        let mut r = FrameReader::client();
-        let mut sink = Count::default();
-        r.feed(&Bytes::from_static(PREFACE), &mut sink)
-            .expect("preface");
-        r.feed(&Bytes::from(frame(HEADERS, 0, 1, &[0x82])), &mut sink)
-            .expect("headers");
-        let cont = Bytes::from(frame(CONTINUATION, 0, 1, &[0x82; 16 << 10]));
-        for _ in 0..1024 {
-            r.feed(&cont, &mut sink).expect("continuation");
-            assert!(!r.at_boundary());
-        }
-        r.feed(
-            &Bytes::from(frame(CONTINUATION, END_HEADERS, 1, &[0x82])),
-            &mut sink,
-        )
-        .expect("last");
-        assert_eq!(sink.blocks, 1);
-        assert_eq!(sink.fragment_bytes, 2 + (16 << 10) * 1024);
-        assert!(r.at_boundary());
-    }
-
-    #[test]
-    fn padding_and_priority_are_not_part_of_the_fragment() {
-        let mut sink = Count::default();
-        let mut r = FrameReader::server();
-        // Pad length 3, priority (5 bytes), fragment of 2, 3 bytes of padding.
-        let payload = [3, 0, 0, 0, 0, 16, 0x88, 0x82, 0, 0, 0];
-        let f = Bytes::from(frame(HEADERS, END_HEADERS | PADDED | PRIORITY, 1, &payload));
-        for at in 0..f.len() {
-            let mut r2 = FrameReader::server();
-            let mut s2 = Count::default();
-            r2.feed(&f.slice(..at), &mut s2).expect("first part");
-            r2.feed(&f.slice(at..), &mut s2).expect("second part");
-            assert_eq!((s2.blocks, s2.fragment_bytes), (1, 2), "split at {at}");
-        }
-        r.feed(&f, &mut sink).expect("frame");
-        let bad = Bytes::from(frame(HEADERS, END_HEADERS | PADDED, 3, &[9, 0x88]));
-        assert_eq!(
-            FrameReader::server().feed(&bad, &mut sink),
-            Err(FrameError::Malformed("HEADERS"))
-        );
-    }
-
-    #[test]
-    fn settings_parameters_are_reported_split_anywhere() {
-        let mut payload = Vec::new();
-        payload.extend_from_slice(&[0, 1, 0, 1, 0, 0]); // HEADER_TABLE_SIZE 65536
-        payload.extend_from_slice(&[0, 6, 0, 0, 0x40, 0]); // MAX_HEADER_LIST_SIZE 16384
-        let f = Bytes::from(frame(SETTINGS, 0, 0, &payload));
-        for at in 0..=f.len() {
-            let mut r = FrameReader::server();
-            let mut sink = Count::default();
-            r.feed(&f.slice(..at), &mut sink).expect("first part");
-            r.feed(&f.slice(at..), &mut sink).expect("second part");
-            assert_eq!(sink.settings, [(1, 65536), (6, 16384)], "split at {at}");
-        }
-        let odd = Bytes::from(frame(SETTINGS, 0, 0, &[0, 1, 0]));
-        assert_eq!(
-            FrameReader::server().feed(&odd, &mut Count::default()),
-            Err(FrameError::Malformed("SETTINGS"))
-        );
-    }
-
-    #[test]
-    fn junk_and_out_of_place_continuations_are_errors() {
-        let mut sink = Count::default();
-        let mut r = FrameReader::client();
-        let junk = Bytes::from_static(b"GET / HTTP/1.1\r\n\r\n");
-        assert_eq!(r.feed(&junk, &mut sink), Err(FrameError::Preface));
-        let mut r = FrameReader::server();
-        let cont = Bytes::from(frame(CONTINUATION, END_HEADERS, 1, &[0x82]));
-        assert_eq!(r.feed(&cont, &mut sink), Err(FrameError::Continuation));
-        let mut r = FrameReader::server();
-        let mut two = frame(HEADERS, 0, 1, &[0x82]);
-        two.extend(frame(DATA, 0, 1, b"x"));
-        assert_eq!(
-            r.feed(&Bytes::from(two), &mut sink),
-            Err(FrameError::Continuation)
-        );
-    }
-
-    #[test]
-    fn a_goaway_is_only_added_between_frames() {
-        let mut sink = Count::default();
-        let mut r = FrameReader::server();
-        assert!(!r.at_boundary(), "nothing from the server yet");
-        let settings = Bytes::from(settings_frame(false));
-        r.feed(&settings.slice(..5), &mut sink).expect("half");
-        assert!(!r.at_boundary());
-        r.feed(&settings.slice(5..), &mut sink).expect("rest");
-        assert!(r.at_boundary());
-        r.feed(&Bytes::from(frame(HEADERS, 0, 1, &[0x88])), &mut sink)
-            .expect("headers");
-        assert!(!r.at_boundary(), "inside a header block");
-    }
-}
+mod tests;

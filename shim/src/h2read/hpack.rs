@@ -7,9 +7,10 @@
 //! `httlib-hpack`, `hpack` and `loona-hpack`/`fluke-hpack` take the whole block as one slice and
 //! return every field as an owned copy (an indexed field of 4 KB referenced 60,000 times in a
 //! block is 240 MB of copies), and h2's decoder is not public. Here every field is reduced, as it
-//! is decoded, to what the reader uses ([`Fields`]): `:path`, `grpc-status`, `grpc-timeout` and a
-//! capped `grpc-message`. A table entry keeps its size and, for those names only, its (capped)
-//! value, shared by reference, so a reference to an entry copies nothing.
+//! is decoded, to what the reader's user wants of it ([`Wanted`]: a few names, each value up to a
+//! cap) and its size, into a [`HeaderBlock`]. A table entry keeps its size and, for the wanted
+//! names only, its (capped) value, shared by reference, so a reference to an entry copies
+//! nothing.
 //!
 //! What it refuses is what every conforming peer refuses as a COMPRESSION_ERROR, which ends the
 //! connection anyway: an index outside the tables, a table size above the decoding peer's
@@ -17,7 +18,7 @@
 //! block that ends inside a field. Nothing else: no cap on a string's or a block's length.
 
 mod huffman;
-mod table;
+pub(super) mod table;
 #[cfg(test)]
 mod tests;
 
@@ -25,9 +26,9 @@ use std::sync::Arc;
 
 use huffman::Huffman;
 pub use huffman::HuffmanError;
-use table::{DynamicTable, ENTRY_OVERHEAD, Entry, Name, Value};
+use table::{DynamicTable, Entry};
 
-use super::fields::Fields;
+use super::header_block::{HeaderBlock, Name, Value, Wanted};
 
 /// HPACK's initial dynamic table size (RFC 7541 §4.2, HTTP/2's SETTINGS_HEADER_TABLE_SIZE
 /// default).
@@ -112,41 +113,34 @@ struct Literal {
     keep: usize,
 }
 
-/// The fields of the block being decoded, as shared values (nothing copied per reference).
-#[derive(Debug, Default)]
-struct Found {
-    path: Option<Value>,
-    grpc_status: Option<Value>,
-    grpc_message: Option<Value>,
-    grpc_timeout: Option<Value>,
-    /// The header list's size as RFC 9113 §6.5.2 counts it (for SETTINGS_MAX_HEADER_LIST_SIZE).
-    list_size: u64,
-}
-
 /// One direction's HPACK decoding state: its dynamic table and the block in progress.
 #[derive(Debug)]
 pub(crate) struct BlockDecoder {
+    wanted: Wanted,
     table: DynamicTable,
     step: Step,
     literal: Literal,
-    found: Found,
+    /// The block being decoded, as far as it is kept (values shared, nothing copied per
+    /// reference).
+    found: HeaderBlock,
 }
 
 impl BlockDecoder {
-    /// A decoder with HPACK's initial table.
-    pub(crate) fn new() -> Self {
+    /// A decoder with HPACK's initial table, keeping the `wanted` fields.
+    pub(crate) fn new(wanted: Wanted) -> Self {
         Self {
-            table: DynamicTable::new(INITIAL_TABLE_SIZE),
+            wanted,
+            table: DynamicTable::new(INITIAL_TABLE_SIZE, &wanted),
             step: Step::Start,
             literal: Literal {
                 kind: Kind::NotIndexed,
-                name: Name::Other,
+                name: Name::OTHER,
                 name_len: 0,
                 len: 0,
                 kept: Vec::new(),
                 keep: 0,
             },
-            found: Found::default(),
+            found: HeaderBlock::default(),
         }
     }
 
@@ -163,26 +157,7 @@ impl BlockDecoder {
             match self.step {
                 Step::Start => {
                     input = rest;
-                    let (kind, prefix) = if b & 0x80 != 0 {
-                        (Kind::Indexed, 7)
-                    } else if b & 0x40 != 0 {
-                        (Kind::Incremental, 6)
-                    } else if b & 0x20 != 0 {
-                        (Kind::SizeUpdate, 5)
-                    } else {
-                        (Kind::NotIndexed, 4)
-                    };
-                    let mask = (1u8 << prefix) - 1;
-                    let value = u64::from(b & mask);
-                    if value < u64::from(mask) {
-                        self.int_done(kind, value, allowed_table)?;
-                    } else {
-                        self.step = Step::Int {
-                            kind,
-                            value,
-                            shift: 0,
-                        };
-                    }
+                    self.representation(b, allowed_table)?;
                 }
                 Step::Int { kind, value, shift } => {
                     input = rest;
@@ -228,39 +203,73 @@ impl BlockDecoder {
                 Step::Str {
                     part,
                     left,
-                    mut huffman,
-                } => {
-                    let n = usize::try_from(left).map_or(input.len(), |l| l.min(input.len()));
-                    let (bytes, rest) = input.split_at(n);
-                    input = rest;
-                    self.str_bytes(bytes, huffman.as_mut())?;
-                    let left = left - n as u64;
-                    if left > 0 {
-                        self.step = Step::Str {
-                            part,
-                            left,
-                            huffman,
-                        };
-                    } else {
-                        if let Some(h) = huffman {
-                            h.finish()?;
-                        }
-                        self.str_done(part);
-                    }
-                }
+                    huffman,
+                } => input = self.read_str(input, part, left, huffman)?,
             }
         }
         Ok(())
     }
 
+    /// The first byte of a representation (RFC 7541 §6): its kind and its integer's prefix.
+    fn representation(&mut self, b: u8, allowed_table: u64) -> Result<(), HpackError> {
+        let (kind, prefix) = if b & 0x80 != 0 {
+            (Kind::Indexed, 7)
+        } else if b & 0x40 != 0 {
+            (Kind::Incremental, 6)
+        } else if b & 0x20 != 0 {
+            (Kind::SizeUpdate, 5)
+        } else {
+            (Kind::NotIndexed, 4)
+        };
+        let mask = (1u8 << prefix) - 1;
+        let value = u64::from(b & mask);
+        if value < u64::from(mask) {
+            self.int_done(kind, value, allowed_table)?;
+        } else {
+            self.step = Step::Int {
+                kind,
+                value,
+                shift: 0,
+            };
+        }
+        Ok(())
+    }
+
+    /// As many of a string's `left` bytes as `input` has; returns the rest of `input`.
+    fn read_str<'a>(
+        &mut self,
+        input: &'a [u8],
+        part: Part,
+        left: u64,
+        mut huffman: Option<Huffman>,
+    ) -> Result<&'a [u8], HpackError> {
+        let n = usize::try_from(left).map_or(input.len(), |l| l.min(input.len()));
+        let (bytes, rest) = input.split_at(n);
+        self.str_bytes(bytes, huffman.as_mut())?;
+        let left = left - n as u64;
+        if left > 0 {
+            self.step = Step::Str {
+                part,
+                left,
+                huffman,
+            };
+        } else {
+            if let Some(h) = huffman {
+                h.finish()?;
+            }
+            self.str_done(part);
+        }
+        Ok(rest)
+    }
+
     /// The block ended: what it said. The decoder is then ready for the next block.
-    pub(crate) fn finish(&mut self) -> Result<Fields, HpackError> {
+    pub(crate) fn finish(&mut self) -> Result<HeaderBlock, HpackError> {
         let found = std::mem::take(&mut self.found);
         if !matches!(self.step, Step::Start) {
             self.step = Step::Start;
             return Err(HpackError::Truncated);
         }
-        Ok(found.into_fields())
+        Ok(found)
     }
 
     fn int_done(&mut self, kind: Kind, value: u64, allowed_table: u64) -> Result<(), HpackError> {
@@ -303,9 +312,8 @@ impl BlockDecoder {
         l.len = 0;
         l.kept.clear();
         l.keep = match part {
-            // One byte more than the longest name the reader uses tells a longer name apart.
-            Part::Name => Name::LONGEST + 1,
-            Part::Value => l.name.keep(),
+            Part::Name => self.wanted.name_bytes(),
+            Part::Value => self.wanted.keep(l.name),
         };
         self.step = Step::Str {
             part,
@@ -345,7 +353,7 @@ impl BlockDecoder {
         let l = &mut self.literal;
         match part {
             Part::Name => {
-                l.name = Name::of(&l.kept);
+                l.name = self.wanted.name_of(&l.kept);
                 l.name_len = l.len;
                 self.step = Step::StrStart { part: Part::Value };
             }
@@ -366,8 +374,8 @@ impl BlockDecoder {
                     });
                 }
                 self.found.add(l.name, l.name_len, value, l.len);
-                // A long grpc-message must not leave a large buffer behind.
-                l.kept.shrink_to(Name::Path.keep());
+                // A long value must not leave a large buffer behind.
+                l.kept.shrink_to(self.wanted.largest_keep());
             }
         }
     }
@@ -386,48 +394,5 @@ fn int_more(value: u64, shift: u32, b: u8) -> Result<(u64, Option<u32>), HpackEr
         Ok((value, None))
     } else {
         Ok((value, Some(shift + 7)))
-    }
-}
-
-impl Found {
-    fn add(&mut self, name: Name, name_len: u64, value: Value, value_len: u64) {
-        self.list_size = self
-            .list_size
-            .saturating_add(name_len + value_len + ENTRY_OVERHEAD);
-        let slot = match name {
-            Name::Path => &mut self.path,
-            Name::GrpcStatus => &mut self.grpc_status,
-            Name::GrpcMessage => &mut self.grpc_message,
-            Name::GrpcTimeout => &mut self.grpc_timeout,
-            Name::Other => return,
-        };
-        *slot = Some(value);
-    }
-
-    fn into_fields(self) -> Fields {
-        fn whole(v: &Option<Value>) -> Option<&[u8]> {
-            match v {
-                Some(Value::Kept(b)) => Some(&b[..]),
-                Some(Value::Static(b)) => Some(*b),
-                _ => None,
-            }
-        }
-        Fields {
-            // A path longer than the reader keeps is no method it watches: its first bytes
-            // name it in the metrics.
-            path: self
-                .path
-                .as_ref()
-                .map(|v| String::from_utf8_lossy(v.bytes()).into_owned()),
-            grpc_timeout: whole(&self.grpc_timeout).and_then(super::fields::parse_grpc_timeout),
-            grpc_status: whole(&self.grpc_status)
-                .and_then(|v| std::str::from_utf8(v).ok())
-                .and_then(|v| v.trim().parse().ok()),
-            grpc_message: self
-                .grpc_message
-                .as_ref()
-                .map(|v| String::from_utf8_lossy(v.bytes()).into_owned()),
-            list_size: self.list_size,
-        }
     }
 }

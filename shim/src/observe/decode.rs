@@ -145,6 +145,8 @@ struct Call<'a> {
 }
 
 impl Call<'_> {
+    // Long, but flat: one short arm per watched method, which reads better side by side than
+    // spread over one function each.
     fn decode(&self, r: &mut Repairs) -> Option<Observation> {
         let (req, resp) = (self.request, self.response);
         Some(match self.method {

@@ -22,7 +22,8 @@ use tokio::time::Instant;
 
 use super::pump::{Activity, Pump, UpEnd};
 use super::{DRAIN_AFTER_CLIENT, Relay};
-use crate::h2read::{Conversation, Side, SideReader};
+use crate::h2read::Side;
+use crate::observe::{Conversation, SideReader};
 
 /// How long a connection must have been quiet, with no open call, before a graceful close: the
 /// client may have sent a new stream just before it read the GOAWAY.

@@ -22,7 +22,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::fault::Faults;
-use crate::h2read::{SideReader, graceful_goaway};
+use crate::h2read::graceful_goaway;
+use crate::observe::SideReader;
 
 /// After relaying a chunk at least this large, a direction yields to the runtime (see
 /// [`Pump::containerd_to_client`]).

@@ -16,10 +16,25 @@ use tokio::net::UnixStream;
 use tokio::time::Instant;
 
 use crate::h2read::{
-    FrameError, FrameReader, FrameSink, goaway_frame, settings_frame, trailers_only,
+    FrameError, FrameReader, FrameSink, goaway_frame, literal_headers, settings_frame,
 };
 
 const MESSAGE: &str = "podward-shim: containerd is not reachable";
+
+/// A trailers-only gRPC answer (one HEADERS frame ending the stream) with `grpc-status` and
+/// `grpc-message`.
+fn trailers_only(stream: u32, grpc_status: &str, message: &str) -> Vec<u8> {
+    literal_headers(
+        stream,
+        &[
+            (":status", "200"),
+            ("content-type", "application/grpc"),
+            ("grpc-status", grpc_status),
+            ("grpc-message", message),
+        ],
+        true,
+    )
+}
 
 /// After answering, how long to wait for more of the client's streams before the GOAWAY.
 const LINGER: Duration = Duration::from_millis(20);

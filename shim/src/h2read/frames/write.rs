@@ -1,6 +1,6 @@
 //! The few frames the shim ever writes itself: a graceful GOAWAY at shutdown, and the minimal
-//! server side of a connection when containerd is absent (SETTINGS, its ACK, trailers-only
-//! `UNAVAILABLE`, GOAWAY).
+//! server side of a connection when containerd is absent (SETTINGS, its ACK, a header block
+//! ending a stream, GOAWAY).
 
 use bytes::Bytes;
 
@@ -30,17 +30,12 @@ pub(crate) fn goaway_frame(last_stream: u32, debug: &[u8]) -> Vec<u8> {
     frame(GOAWAY, 0, 0, &p)
 }
 
-/// A trailers-only gRPC answer (one HEADERS frame ending the stream) with `grpc-status` and
-/// `grpc-message`. HPACK literals without indexing, so no encoder state is involved; names and
+/// A HEADERS frame holding one whole header block of `fields`, ending the stream if
+/// `end_stream`. HPACK literals without indexing, so no encoder state is involved; names and
 /// values must be shorter than 127 bytes (one-byte lengths).
-pub(crate) fn trailers_only(stream: u32, grpc_status: &str, message: &str) -> Vec<u8> {
+pub(crate) fn literal_headers(stream: u32, fields: &[(&str, &str)], end_stream: bool) -> Vec<u8> {
     let mut block = Vec::new();
-    for (n, v) in [
-        (":status", "200"),
-        ("content-type", "application/grpc"),
-        ("grpc-status", grpc_status),
-        ("grpc-message", message),
-    ] {
+    for (n, v) in fields {
         debug_assert!(n.len() < 127 && v.len() < 127);
         block.push(0x00);
         block.push(n.len() as u8);
@@ -48,7 +43,12 @@ pub(crate) fn trailers_only(stream: u32, grpc_status: &str, message: &str) -> Ve
         block.push(v.len() as u8);
         block.extend_from_slice(v.as_bytes());
     }
-    frame(HEADERS, END_STREAM | END_HEADERS, stream, &block)
+    let flags = if end_stream {
+        END_STREAM | END_HEADERS
+    } else {
+        END_HEADERS
+    };
+    frame(HEADERS, flags, stream, &block)
 }
 
 /// A GOAWAY frame (RFC 9113 §6.8) saying "no new streams; every stream so far will be served"

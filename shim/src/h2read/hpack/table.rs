@@ -7,78 +7,11 @@
 //! reference to an entry copies nothing (values are shared).
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+
+use super::super::header_block::{Name, Value, Wanted};
 
 /// RFC 7541 §4.1: an entry's size is its name and value lengths plus 32.
 pub(crate) const ENTRY_OVERHEAD: u64 = 32;
-
-/// The header names the reader uses; every other name is [`Name::Other`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Name {
-    /// `:path`.
-    Path,
-    /// `grpc-status`.
-    GrpcStatus,
-    /// `grpc-message`.
-    GrpcMessage,
-    /// `grpc-timeout`.
-    GrpcTimeout,
-    /// Any other name.
-    Other,
-}
-
-impl Name {
-    /// The longest name the reader uses: a name whose first bytes are longer is
-    /// [`Name::Other`] without being read further.
-    pub(crate) const LONGEST: usize = 12;
-
-    /// The name of these bytes.
-    pub(crate) fn of(name: &[u8]) -> Self {
-        match name {
-            b":path" => Self::Path,
-            b"grpc-status" => Self::GrpcStatus,
-            b"grpc-message" => Self::GrpcMessage,
-            b"grpc-timeout" => Self::GrpcTimeout,
-            _ => Self::Other,
-        }
-    }
-
-    /// Most bytes of a value of this name the reader keeps (0: none). A longer value is
-    /// [`Value::TooLong`].
-    pub(crate) fn keep(self) -> usize {
-        match self {
-            // A gRPC path is "/<service>/<method>"; CRI's are under 64 bytes.
-            Self::Path => 1024,
-            Self::GrpcStatus | Self::GrpcTimeout => 16,
-            Self::GrpcMessage => 1024,
-            Self::Other => 0,
-        }
-    }
-}
-
-/// A value as far as the reader keeps it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Value {
-    /// Not kept: the name is not one the reader uses.
-    Skipped,
-    /// One of the static table's values.
-    Static(&'static [u8]),
-    /// The whole value (shared between the table and the fields of a block).
-    Kept(Arc<[u8]>),
-    /// Longer than [`Name::keep`]: only its first bytes are kept.
-    TooLong(Arc<[u8]>),
-}
-
-impl Value {
-    /// The bytes kept (a prefix when [`Value::TooLong`]).
-    pub(crate) fn bytes(&self) -> &[u8] {
-        match self {
-            Self::Skipped => &[],
-            Self::Static(b) => b,
-            Self::Kept(b) | Self::TooLong(b) => b,
-        }
-    }
-}
 
 /// An entry of either table.
 #[derive(Debug, Clone)]
@@ -96,8 +29,7 @@ impl Entry {
     }
 }
 
-/// RFC 7541 Appendix A: the names, and the values of the only entries whose values the reader
-/// uses (`:path`).
+/// RFC 7541 Appendix A: the names and values of the static table.
 const STATIC: [(&str, &str); 61] = [
     (":authority", ""),
     (":method", "GET"),
@@ -162,13 +94,19 @@ const STATIC: [(&str, &str); 61] = [
     ("www-authenticate", ""),
 ];
 
-fn static_entry(index: usize) -> Option<Entry> {
-    let (name, value) = STATIC.get(index.checked_sub(1)?)?;
-    let tag = Name::of(name.as_bytes());
+/// The static table's names as the reader's [`Wanted`] fields name them.
+fn static_names(wanted: &Wanted) -> [Name; STATIC.len()] {
+    std::array::from_fn(|i| wanted.name_of(STATIC[i].0.as_bytes()))
+}
+
+fn static_entry(names: &[Name; STATIC.len()], index: usize) -> Option<Entry> {
+    let i = index.checked_sub(1)?;
+    let (name, value) = STATIC.get(i)?;
+    let tag = names[i];
     Some(Entry {
         name: tag,
         name_len: name.len() as u64,
-        value: if tag == Name::Other {
+        value: if tag == Name::OTHER {
             Value::Skipped
         } else {
             Value::Static(value.as_bytes())
@@ -180,15 +118,18 @@ fn static_entry(index: usize) -> Option<Entry> {
 /// One direction's dynamic table (newest entry first, as HPACK indexes it).
 #[derive(Debug)]
 pub(crate) struct DynamicTable {
+    /// The static table's names, as the reader's wanted fields name them.
+    static_names: [Name; STATIC.len()],
     entries: VecDeque<Entry>,
     size: u64,
     max_size: u64,
 }
 
 impl DynamicTable {
-    /// An empty table of `max_size` bytes.
-    pub(crate) fn new(max_size: u64) -> Self {
+    /// An empty table of `max_size` bytes, keeping values of the `wanted` fields.
+    pub(crate) fn new(max_size: u64, wanted: &Wanted) -> Self {
         Self {
+            static_names: static_names(wanted),
             entries: VecDeque::new(),
             size: 0,
             max_size,
@@ -217,7 +158,7 @@ impl DynamicTable {
     pub(crate) fn get(&self, index: u64) -> Option<Entry> {
         let index = usize::try_from(index).ok()?;
         if index <= STATIC.len() {
-            return static_entry(index);
+            return static_entry(&self.static_names, index);
         }
         self.entries.get(index - STATIC.len() - 1).cloned()
     }
@@ -262,29 +203,43 @@ impl DynamicTable {
 mod tests {
     use super::*;
 
+    use crate::h2read::WantedField;
+
+    const WANTED: Wanted = Wanted::new(&[
+        WantedField {
+            name: b":path",
+            keep: 1024,
+        },
+        WantedField {
+            name: b"content-type",
+            keep: 64,
+        },
+    ]);
+
     #[test]
     fn the_static_table_agrees_with_another_implementation() {
         let theirs = httlib_hpack::table::Table::default();
+        let names = static_names(&WANTED);
         for i in 1..=61u32 {
             let (name, value) = theirs.get(i).expect("their entry");
-            let e = static_entry(i as usize).expect("entry");
+            let e = static_entry(&names, i as usize).expect("entry");
             assert_eq!(e.name_len, name.len() as u64, "{i}");
             assert_eq!(e.value_len, value.len() as u64, "{i}");
-            assert_eq!(e.name, Name::of(name), "{i}");
+            assert_eq!(e.name, WANTED.name_of(name), "{i}");
         }
-        assert!(static_entry(0).is_none());
-        assert!(static_entry(62).is_none());
+        assert!(static_entry(&names, 0).is_none());
+        assert!(static_entry(&names, 62).is_none());
     }
 
     #[test]
     fn entries_are_evicted_oldest_first_and_an_oversized_one_empties_the_table() {
         let e = |n: u64| Entry {
-            name: Name::Other,
+            name: Name::OTHER,
             name_len: n,
             value: Value::Skipped,
             value_len: 0,
         };
-        let mut t = DynamicTable::new(100);
+        let mut t = DynamicTable::new(100, &WANTED);
         t.insert(e(10)); // 42
         t.insert(e(20)); // 52
         assert_eq!(t.len(), 2);

@@ -1,4 +1,4 @@
-//! The calls of one connection as its frames describe them: stream ID → method, deadline, the
+//! The calls of one connection as its HTTP/2 streams describe them: stream ID → method, deadline, the
 //! bodies of watched calls, how the call ended. Finished calls go to the metrics and, for the
 //! watched methods, to the observer (decoded later, off the relay path).
 
@@ -10,10 +10,10 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use super::fields::Fields;
-use super::frames::FrameError;
+use super::grpc_headers::Fields;
+use super::{Body, Digest, Digester, Observer, Outcome, Raw, Unchanged, Verdict, Watched};
+use crate::h2read::FrameError;
 use crate::metrics::{MethodMetrics, MethodTable, Metrics};
-use crate::observe::{Body, Digest, Digester, Observer, Outcome, Raw, Unchanged, Verdict, Watched};
 
 /// Largest body kept per direction of one watched call: one CRI message at containerd's own
 /// limit, with its 5-byte gRPC prefix. A bigger one is relayed but not observed.
@@ -149,7 +149,7 @@ impl Calls {
     ) -> Result<(), FrameError> {
         if !self.streams.contains_key(&id) {
             if self.streams.len() >= MAX_STREAMS {
-                return Err(FrameError::Malformed("too many open streams for"));
+                return Err(FrameError::Abandoned("too many open streams"));
             }
             let path = fields.path.unwrap_or_default();
             let method = self.recorder.methods.get(&path);
@@ -271,7 +271,7 @@ impl Calls {
         self.buffered += range.len();
         body.push(part(chunk, range));
         if self.buffered > MAX_CONNECTION_BYTES {
-            return Err(FrameError::Malformed("too much observed data held for"));
+            return Err(FrameError::Abandoned("too much observed data held"));
         }
         Ok(())
     }

@@ -1,9 +1,34 @@
-//! What a header block says that the reader uses, as the HPACK decoder (`hpack.rs`) leaves it.
-//!
-//! Every header block of a direction goes through that direction's decoder, watched or not:
-//! HPACK's dynamic table is shared by all streams, so skipping one block would garble the next.
+//! What the reader takes from a gRPC call's header blocks: the fields it asks the HPACK
+//! decoder to keep ([`WANTED`], each cut to a cap) and what they say ([`Fields`]).
 
 use std::time::Duration;
+
+use crate::h2read::{FieldValue, HeaderBlock, Wanted, WantedField};
+
+/// The header fields kept from every block, in the order [`Fields::of`] reads them.
+pub(crate) const WANTED: Wanted = Wanted::new(&[
+    // A gRPC path is "/<service>/<method>"; CRI's are under 64 bytes.
+    WantedField {
+        name: b":path",
+        keep: 1024,
+    },
+    WantedField {
+        name: b"grpc-status",
+        keep: 16,
+    },
+    WantedField {
+        name: b"grpc-message",
+        keep: 1024,
+    },
+    WantedField {
+        name: b"grpc-timeout",
+        keep: 16,
+    },
+]);
+const PATH: usize = 0;
+const GRPC_STATUS: usize = 1;
+const GRPC_MESSAGE: usize = 2;
+const GRPC_TIMEOUT: usize = 3;
 
 /// What a header block says that the reader needs.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -16,8 +41,32 @@ pub(crate) struct Fields {
     pub(crate) grpc_status: Option<i32>,
     /// `grpc-message`, as sent (percent-encoded), cut to its first bytes when long.
     pub(crate) grpc_message: Option<String>,
-    /// The header list's size as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC 9113 §6.5.2).
-    pub(crate) list_size: u64,
+}
+
+impl Fields {
+    /// What `block` (decoded keeping [`WANTED`]) says.
+    pub(crate) fn of(block: &HeaderBlock) -> Self {
+        let text = |i| {
+            block
+                .get(i)
+                .map(|v: FieldValue<'_>| String::from_utf8_lossy(v.bytes()).into_owned())
+        };
+        Self {
+            // A path longer than the reader keeps is no method it watches: its first bytes
+            // name it in the metrics.
+            path: text(PATH),
+            grpc_timeout: block
+                .get(GRPC_TIMEOUT)
+                .and_then(FieldValue::whole)
+                .and_then(parse_grpc_timeout),
+            grpc_status: block
+                .get(GRPC_STATUS)
+                .and_then(FieldValue::whole)
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .and_then(|v| v.trim().parse().ok()),
+            grpc_message: text(GRPC_MESSAGE),
+        }
+    }
 }
 
 /// Parses a `grpc-timeout` value (`<1..8 digits><unit>`, unit one of H M S m u n; gRPC's
