@@ -291,3 +291,40 @@ async fn every_node_expiring_at_once_marks_nothing() {
         cluster.status_writes()
     );
 }
+
+#[tokio::test]
+async fn a_cluster_of_one_or_two_nodes_is_marked_when_its_probers_are_all_gone() {
+    // One or two expired leases are no partition: every lease of a one-node cluster expires
+    // with its one prober, and that node's pods must not keep `True` without bound.
+    for n in [1, 2] {
+        let cluster = Cluster::new();
+        let probers = nodes(&cluster, n);
+        let (s, metrics) = start_sentinel(&cluster, "sentinel-0", Rates::default());
+        assert!(
+            eventually(Duration::from_secs(10), || metrics.leader.get() == 1
+                && metrics.leases.get() == i64::try_from(n).expect("n"))
+            .await
+        );
+        for p in &probers {
+            p.abort();
+        }
+        let killed = Instant::now();
+        // At the default normal rate (0.1 nodes/s) the first node goes at once; a second one,
+        // ten seconds later.
+        let within =
+            LEASE + PERIOD + Duration::from_secs(2) + Duration::from_secs(10) * (n as u32 - 1);
+        assert!(
+            eventually(within, || cluster.status_writes().len() == n).await,
+            "{n} node(s): {:?} after {:?}",
+            cluster.status_writes(),
+            killed.elapsed()
+        );
+        assert!(
+            cluster
+                .status_writes()
+                .iter()
+                .all(|w| w.condition["reason"] == "ProberNotReporting")
+        );
+        s.abort();
+    }
+}
