@@ -117,6 +117,30 @@ async fn until_async_leases(admin: SocketAddr) {
     }
 }
 
+/// `podward-prober status` as an operator runs it on the node (its node name and kubeconfig
+/// from the flags): exit success, stdout.
+async fn status(env: &Env, kubeconfig: &std::path::Path) -> (bool, String) {
+    let out = tokio::process::Command::new(podward_e2e::bin_path("podward-prober"))
+        .arg("--socket")
+        .arg(&env.prober_socket)
+        .args([
+            "--node-name",
+            NODE,
+            "--lease-namespace",
+            NAMESPACE,
+            "--kubeconfig",
+        ])
+        .arg(kubeconfig)
+        .arg("status")
+        .output()
+        .await
+        .expect("run podward-prober status");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_prober_s_gated_pod_goes_false_then_its_fresh_result_takes_it_back() {
     let mock = MockApiServer::start().await.expect("mock API server");
@@ -210,6 +234,16 @@ async fn a_killed_prober_s_gated_pod_goes_false_then_its_fresh_result_takes_it_b
     .await;
     until_async_leases(sentinel_admin).await;
 
+    let (ok, out) = status(&env, &kubeconfig).await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&format!(
+            "Node lease {NAMESPACE}/{NODE}: holder {NODE}, last renewal "
+        )) && out.contains("duration 4s: current")
+            && out.contains("leader sentinel-e2e, last renewal "),
+        "{out}"
+    );
+
     // kill -9, and the prober stays down.
     env.kill_prober().await;
     let killed = SystemTime::now();
@@ -244,6 +278,15 @@ async fn a_killed_prober_s_gated_pod_goes_false_then_its_fresh_result_takes_it_b
     let ev = sentinel_events(&mock, name);
     assert_eq!(ev.len(), 1, "one event: {ev:?}");
     assert_eq!(ev[0]["type"], "Warning");
+
+    // The prober is gone, `status` says so (exit 1) and still shows the leases.
+    let (ok, out) = status(&env, &kubeconfig).await;
+    assert!(!ok);
+    assert!(
+        out.contains("duration 4s: EXPIRED ") && out.contains("leader sentinel-e2e"),
+        "{out}"
+    );
+    eprintln!("status with the prober down:\n{out}");
 
     // Back: the first fresh result takes the condition over.
     env.start_prober().await;

@@ -14,6 +14,7 @@
 //!   waits behind a queue of condition writes.
 
 mod health;
+pub mod report;
 
 use std::future::Future;
 use std::path::PathBuf;
