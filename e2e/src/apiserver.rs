@@ -224,6 +224,26 @@ impl MockApiServer {
         }
     }
 
+    /// Changes lease `namespace/name` with `f` as an unconditional update would (a new
+    /// resource version; watches see `MODIFIED`); false when there is no such lease.
+    pub fn update_lease(&self, namespace: &str, name: &str, f: impl FnOnce(&mut Value)) -> bool {
+        let mut store = self.shared.store.lock();
+        let Ok(mut lease) = store.get_lease(namespace, name) else {
+            return false;
+        };
+        f(&mut lease);
+        if let Some(m) = lease["metadata"].as_object_mut() {
+            m.remove("resourceVersion");
+        }
+        match store.replace_lease(namespace, name, lease) {
+            Ok((_, change)) => {
+                let _ = self.shared.changes.send(change);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Every event object stored (after creates and patches), by name.
     pub fn events(&self) -> Vec<Value> {
         self.shared.store.lock().events()
