@@ -10,6 +10,9 @@
 //! - `PATCH /api/v1/namespaces/{ns}/pods/{name}/status` (apply, merge or strategic merge: the
 //!   conditions list merged by `type`; a `metadata.uid` that differs is `422` Invalid, as the
 //!   real API server answers: the uid is immutable);
+//! - `coordination.k8s.io/v1` Leases, what the node-lease renewer and the sentinel send: get,
+//!   create (`409 AlreadyExists`), replace with the resource-version check (`409 Conflict`; a
+//!   missing lease `404 NotFound`), delete, list and watch by `labelSelector`;
 //! - `POST` and `PATCH` of core `v1` and `events.k8s.io/v1` events (a patch of flat fields, as
 //!   kubelet's strategic merge patch of `count`, `lastTimestamp`, `message` is, merged).
 //!
@@ -72,7 +75,7 @@ impl Recorded {
 /// Shared between the accept loop, the connections and the test.
 pub(crate) struct Shared {
     pub(crate) store: Mutex<Store>,
-    pub(crate) changes: broadcast::Sender<(u64, String)>,
+    pub(crate) changes: broadcast::Sender<store::Change>,
     pub(crate) requests: Mutex<Vec<Recorded>>,
     pub(crate) available: AtomicBool,
     pub(crate) bookmark_every: Duration,
@@ -202,6 +205,43 @@ impl MockApiServer {
             .into_iter()
             .filter(|r| r.is_status_write(name))
             .collect()
+    }
+
+    /// Lease `namespace/name`, as stored now.
+    pub fn lease(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.shared.store.lock().get_lease(namespace, name).ok()
+    }
+
+    /// Creates lease `lease` (its `metadata.name`) in `namespace`; watches see `ADDED`.
+    pub fn create_lease(&self, namespace: &str, lease: Value) -> Result<Value, HarnessError> {
+        let r = self.shared.store.lock().create_lease(namespace, lease);
+        match r {
+            Ok((l, change)) => {
+                let _ = self.shared.changes.send(change);
+                Ok(l)
+            }
+            Err((code, st)) => Err(HarnessError::Invalid(format!("create lease: {code} {st}"))),
+        }
+    }
+
+    /// Changes lease `namespace/name` with `f` as an unconditional update would (a new
+    /// resource version; watches see `MODIFIED`); false when there is no such lease.
+    pub fn update_lease(&self, namespace: &str, name: &str, f: impl FnOnce(&mut Value)) -> bool {
+        let mut store = self.shared.store.lock();
+        let Ok(mut lease) = store.get_lease(namespace, name) else {
+            return false;
+        };
+        f(&mut lease);
+        if let Some(m) = lease["metadata"].as_object_mut() {
+            m.remove("resourceVersion");
+        }
+        match store.replace_lease(namespace, name, lease) {
+            Ok((_, change)) => {
+                let _ = self.shared.changes.send(change);
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Every event object stored (after creates and patches), by name.

@@ -494,6 +494,7 @@ fn check_prober_rbac(objects: &[Value]) {
         got,
         [
             want("", "events", &["create", "patch"]),
+            want("", "nodes", &["get"]),
             want("", "pods", &["get", "list", "watch"]),
             want("", "pods/status", &["patch"]),
         ]

@@ -75,6 +75,13 @@ impl Env {
 
     /// kill -9 the prober and start a new one on the same socket.
     pub(crate) async fn restart_prober_hard(&mut self) {
+        self.kill_prober().await;
+        self.start_prober().await;
+    }
+
+    /// kill -9 the prober and wait for it to be gone; it stays down until
+    /// [`Env::start_prober`].
+    pub(crate) async fn kill_prober(&mut self) {
         self.prober.kill9();
         // Wait for the crash to complete (the kernel releases its sockets at exit).
         let prober = &self.prober;
@@ -83,6 +90,11 @@ impl Env {
             async move { gone }
         })
         .await;
+    }
+
+    /// Starts a new prober on the same socket (after [`Env::kill_prober`]) and waits until it
+    /// is ready.
+    pub(crate) async fn start_prober(&mut self) {
         // A fresh admin port anyway: another test may have been handed the old one.
         self.prober_admin = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
         self.prober = spawn_prober(

@@ -11,7 +11,8 @@ use podward_api::limits::API_MESSAGE_BYTES;
 use podward_api::prober::v1::prober_client::ProberClient;
 use podward_api::prober::v1::{StatusRequest, StatusResponse};
 
-use crate::config::Args;
+use crate::config::{Args, Config};
+use crate::lease::report::{self, LeaseNames};
 
 mod render;
 
@@ -36,7 +37,10 @@ pub enum Command {
     /// Print what the running prober sees (asks it over --socket): per probed pod, container
     /// and probe, whether the container is started, ready and live, the probe's verdict, its
     /// last result and output, its consecutive results, and the kills; then the last kill per
-    /// container and the errors in podward.io/probes annotations.
+    /// container and the errors in podward.io/probes annotations. With a node name (--node-name,
+    /// NODE_NAME), the table ends with this node's lease (holder, last renewal, current or
+    /// expired by how long) and the sentinel's leader lease, read from the Kubernetes API
+    /// (--kubeconfig, else in-cluster) — printed even when the prober cannot be reached.
     Status {
         /// Only this pod.
         #[arg(long, value_name = "NAMESPACE/NAME")]
@@ -152,6 +156,38 @@ pub async fn status_command(
     }
 }
 
+/// The lease lines of `status` for a prober configured as `cfg`: its node's lease and the
+/// sentinel's leader lease as the API has them (`None` when the prober has no node name: it
+/// keeps no lease then). Read even when the prober itself cannot be reached: that is when they
+/// matter.
+pub async fn lease_section(cfg: &Config) -> Option<String> {
+    let node = cfg
+        .node_name
+        .clone()
+        .or_else(|| std::env::var("NODE_NAME").ok())
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())?;
+    let namespace = crate::config::lease_namespace(cfg.lease_namespace.as_deref());
+    if cfg.node_lease_duration_seconds == 0 {
+        return Some(format!(
+            "Node lease {namespace}/{node}: off (--node-lease-duration-seconds 0): no sentinel covers this node\n"
+        ));
+    }
+    let names = LeaseNames {
+        namespace,
+        node,
+        election: crate::sentinel::DEFAULT_ELECTION_LEASE.to_owned(),
+    };
+    Some(
+        report::section(
+            cfg.kubeconfig.as_deref(),
+            &names,
+            podward_api::time::now_ns(),
+        )
+        .await,
+    )
+}
+
 /// The pods of `status` named `pod` (all without one). Namespace and name can match more than
 /// one UID (a pod re-created while the old one is still followed): all are kept.
 pub fn select(
@@ -196,7 +232,6 @@ mod tests {
     use podward_api::prober::v1::PodStatus;
 
     use super::*;
-    use crate::config::Config;
 
     #[test]
     fn cli_is_consistent() {

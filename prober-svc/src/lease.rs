@@ -12,8 +12,13 @@
 //!   blind stops renewing: the lease says "my conditions are current", not "my process exists".
 //! - Its own client with its own token bucket, as kubelet's heartbeat client: a renewal never
 //!   waits behind a queue of condition writes.
+//! - It carries the node's zone (the Node's `topology.kubernetes.io/zone` label, read once per
+//!   process), so the sentinel rate-limits per zone as the node lifecycle controller does
+//!   without watching every Node. A Node that cannot be read (no RBAC, not found) leaves the
+//!   lease without a zone.
 
 mod health;
+pub mod report;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -21,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
 use kube::api::PostParams;
@@ -119,6 +125,10 @@ pub struct Renewer {
     metrics: LeaseMetrics,
     /// The lease as the last answer had it (replaced without a read when it is current).
     cached: Option<Lease>,
+    nodes: Api<Node>,
+    /// The node's zone label, once the Node was read (`Some(None)`: it has none, or cannot be
+    /// read).
+    zone: Option<Option<String>>,
 }
 
 impl Renewer {
@@ -130,11 +140,13 @@ impl Renewer {
         metrics: LeaseMetrics,
     ) -> Self {
         Self {
-            api: Api::namespaced(client, &settings.namespace),
+            api: Api::namespaced(client.clone(), &settings.namespace),
+            nodes: Api::all(client),
             settings,
             clock,
             metrics,
             cached: None,
+            zone: None,
         }
     }
 
@@ -210,6 +222,9 @@ impl Renewer {
     /// One renewal: replace the cached lease with a new `renewTime` (create it when missing);
     /// on a conflict read it again and retry.
     pub async fn renew(&mut self) -> Result<(), RenewError> {
+        if self.zone.is_none() {
+            self.zone = self.read_zone().await;
+        }
         for _ in 0..MAX_TRIES {
             let base = match self.cached.take() {
                 Some(l) => l,
@@ -248,22 +263,52 @@ impl Renewer {
         Err(RenewError::Conflicts)
     }
 
+    /// The node's zone label; `None` to ask again at the next renewal (the API did not
+    /// answer), `Some(None)` when the Node has no zone or cannot be read.
+    async fn read_zone(&self) -> Option<Option<String>> {
+        match self.nodes.get_opt(&self.settings.node).await {
+            Ok(node) => {
+                let zone = node
+                    .and_then(|n| n.metadata.labels)
+                    .and_then(|mut l| l.remove(crate::sentinel::table::ZONE_LABEL))
+                    .filter(|z| !z.is_empty());
+                tracing::info!(node = %self.settings.node, zone = zone.as_deref().unwrap_or(""),
+                    "the node lease carries the node's zone");
+                Some(zone)
+            }
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => {
+                tracing::info!(node = %self.settings.node, code = s.code,
+                    "cannot read this node's zone; the node lease has none");
+                Some(None)
+            }
+            Err(e) => {
+                tracing::debug!(node = %self.settings.node, error = %e, "reading the node's zone failed");
+                None
+            }
+        }
+    }
+
+    /// This lease's labels: the node-lease label, and the zone when known.
+    fn label(&self, labels: &mut std::collections::BTreeMap<String, String>) {
+        labels.insert(NODE_LEASE_LABEL.to_owned(), "true".to_owned());
+        if let Some(Some(zone)) = &self.zone {
+            labels.insert(crate::sentinel::table::ZONE_LABEL.to_owned(), zone.clone());
+        }
+    }
+
     /// A new lease for this node.
     fn fresh(&self) -> Lease {
+        let mut labels: std::collections::BTreeMap<String, String> = [(
+            "app.kubernetes.io/managed-by".to_owned(),
+            "podward-prober".to_owned(),
+        )]
+        .into();
+        self.label(&mut labels);
         Lease {
             metadata: ObjectMeta {
                 name: Some(self.settings.node.clone()),
                 namespace: Some(self.settings.namespace.clone()),
-                labels: Some(
-                    [
-                        (NODE_LEASE_LABEL.to_owned(), "true".to_owned()),
-                        (
-                            "app.kubernetes.io/managed-by".to_owned(),
-                            "podward-prober".to_owned(),
-                        ),
-                    ]
-                    .into(),
-                ),
+                labels: Some(labels),
                 ..ObjectMeta::default()
             },
             spec: Some(self.spec(None)),
@@ -274,10 +319,7 @@ impl Renewer {
     fn renewed(&self, mut base: Lease) -> Lease {
         let transitions = base.spec.as_ref().and_then(|s| s.lease_transitions);
         base.spec = Some(self.spec(transitions));
-        base.metadata
-            .labels
-            .get_or_insert_with(Default::default)
-            .insert(NODE_LEASE_LABEL.to_owned(), "true".to_owned());
+        self.label(base.metadata.labels.get_or_insert_with(Default::default));
         base
     }
 

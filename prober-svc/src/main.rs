@@ -5,7 +5,7 @@ use anyhow::Context;
 use clap::Parser;
 use podward_api::daemon::{config, signal, telemetry};
 use podward_prober::Config;
-use podward_prober::cli::{Cli, Command, status_command};
+use podward_prober::cli::{Cli, Command, lease_section, status_command};
 use podward_prober::handler::exec::direct::init::HELPER_ARG;
 
 fn main() -> anyhow::Result<()> {
@@ -25,10 +25,17 @@ async fn daemon() -> anyhow::Result<()> {
         config::load(cli.args.config.as_deref(), &cli.args).context("configuration")?;
     match cli.command {
         Some(Command::Status { pod, json }) => {
-            // The status goes to stdout, an error to stderr (and exit status 1); no logs.
-            let out = status_command(&cfg.socket, pod.as_ref(), json).await?;
-            print!("{out}");
-            Ok(())
+            // The status goes to stdout, an error to stderr (and exit status 1); no logs. The
+            // lease lines follow the table, even when the prober cannot be reached.
+            let out = status_command(&cfg.socket, pod.as_ref(), json).await;
+            if let Ok(o) = &out {
+                print!("{o}");
+            }
+            if !json && let Some(leases) = lease_section(&cfg).await {
+                let gap = if out.is_ok() { "\n" } else { "" };
+                print!("{gap}{leases}");
+            }
+            out.map(drop).map_err(Into::into)
         }
         Some(Command::Sentinel(args)) => {
             telemetry::init(cfg.log_format, &cfg.log_level)?;

@@ -1,7 +1,8 @@
 //! The node lease renewer at the HTTP boundary: it creates the lease when missing and replaces
 //! it with a new `renewTime` at every interval; it stops renewing while the pod source is not
 //! read (alive but blind) and starts again when it is; a `409` as a real API server answers it
-//! (the object has been modified) reads the lease again and writes on top of the new version.
+//! (the object has been modified) reads the lease again and writes on top of the new version;
+//! the lease carries the Node's zone label, read once.
 
 #[path = "apiserver_support.rs"]
 mod support;
@@ -61,8 +62,19 @@ fn stored(mut body: Value, rv: &str) -> Value {
     body
 }
 
-/// Creates the lease (GET 404, POST); answers the stored object.
+/// Reads the node's zone (the Node, once per process), then creates the lease (GET 404,
+/// POST) with that zone; answers the stored object.
 async fn created(api: &mut ApiServer) -> Value {
+    let node = api.next().await;
+    assert_eq!(
+        (node.method.as_str(), node.path.as_str()),
+        ("GET", "/api/v1/nodes/node-a")
+    );
+    node.reply(
+        200,
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a",
+               "labels": {"topology.kubernetes.io/zone": "zone-1"}}}),
+    );
     let get = api.next().await;
     assert_eq!(
         (get.method.as_str(), get.path.as_str()),
@@ -79,6 +91,10 @@ async fn created(api: &mut ApiServer) -> Value {
     let body = post.body.clone();
     assert_eq!(body["metadata"]["name"], "node-a");
     assert_eq!(body["metadata"]["labels"]["podward.io/node-lease"], "true");
+    assert_eq!(
+        body["metadata"]["labels"]["topology.kubernetes.io/zone"], "zone-1",
+        "the node's zone, for the sentinel's per-zone rates"
+    );
     assert_eq!(body["spec"]["holderIdentity"], "node-a");
     assert_eq!(body["spec"]["leaseDurationSeconds"], 40);
     assert!(body["spec"]["renewTime"].is_string(), "{body}");

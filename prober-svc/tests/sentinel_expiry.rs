@@ -291,3 +291,84 @@ async fn every_node_expiring_at_once_marks_nothing() {
         cluster.status_writes()
     );
 }
+
+#[tokio::test]
+async fn a_cluster_of_one_or_two_nodes_is_marked_when_its_probers_are_all_gone() {
+    // One or two expired leases are no partition: every lease of a one-node cluster expires
+    // with its one prober, and that node's pods must not keep `True` without bound.
+    for n in [1, 2] {
+        let cluster = Cluster::new();
+        let probers = nodes(&cluster, n);
+        let (s, metrics) = start_sentinel(&cluster, "sentinel-0", Rates::default());
+        assert!(
+            eventually(Duration::from_secs(10), || metrics.leader.get() == 1
+                && metrics.leases.get() == i64::try_from(n).expect("n"))
+            .await
+        );
+        for p in &probers {
+            p.abort();
+        }
+        let killed = Instant::now();
+        // At the default normal rate (0.1 nodes/s) the first node goes at once; a second one,
+        // ten seconds later.
+        let within =
+            LEASE + PERIOD + Duration::from_secs(2) + Duration::from_secs(10) * (n as u32 - 1);
+        assert!(
+            eventually(within, || cluster.status_writes().len() == n).await,
+            "{n} node(s): {:?} after {:?}",
+            cluster.status_writes(),
+            killed.elapsed()
+        );
+        assert!(
+            cluster
+                .status_writes()
+                .iter()
+                .all(|w| w.condition["reason"] == "ProberNotReporting")
+        );
+        s.abort();
+    }
+}
+
+#[tokio::test]
+async fn a_zone_that_drops_whole_is_marked_at_the_normal_rate_while_other_zones_renew() {
+    // 4 of 7 nodes expired would be a partial disruption of one small zone (nothing marked);
+    // with zones, the 4 are a fully disrupted zone-a beside a healthy zone-b: the normal rate.
+    let cluster = Cluster::new();
+    let mut probers = Vec::new();
+    for (i, zone) in ["zone-a"; 4].into_iter().chain(["zone-b"; 3]).enumerate() {
+        let node = format!("node-{i:02}");
+        cluster.add_node(&node, zone);
+        cluster.add_pod(&format!("web-{i:02}"), &node, true, Some("True"));
+        probers.push(prober(&cluster, &node));
+    }
+    let (_s, metrics) = start_sentinel(&cluster, "sentinel-0", fast());
+    assert!(
+        eventually(Duration::from_secs(10), || metrics.leader.get() == 1
+            && metrics.leases.get() == 7)
+        .await
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || (0..7).all(|i| {
+            cluster.lease(&format!("node-{i:02}")).is_some_and(|l| {
+                l["metadata"]["labels"]["topology.kubernetes.io/zone"]
+                    == if i < 4 { "zone-a" } else { "zone-b" }
+            })
+        }))
+        .await,
+        "every lease carries its node's zone"
+    );
+    for p in &probers[..4] {
+        p.abort();
+    }
+    assert!(
+        eventually(LEASE + PERIOD + Duration::from_secs(3), || {
+            cluster.status_writes().len() == 4
+        })
+        .await,
+        "{:?}",
+        cluster.status_writes()
+    );
+    let mut pods: Vec<String> = cluster.status_writes().into_iter().map(|w| w.pod).collect();
+    pods.sort();
+    assert_eq!(pods, ["web-00", "web-01", "web-02", "web-03"]);
+}

@@ -3,7 +3,8 @@
 //! `apiserver_support.rs`, but answering by itself): Leases (get, create, replace with the
 //! resource-version check a real API server makes — a stale version is `409` "the object has
 //! been modified" —, list and watch by label), Pods (list by `spec.nodeName`, paged; status
-//! patches merging conditions by `type`, the UID precondition) and `events.k8s.io/v1` events.
+//! patches merging conditions by `type`, the UID precondition), Nodes (get: their zone label)
+//! and `events.k8s.io/v1` events.
 //! Every request is recorded. Several clients (two sentinels, a prober) share one stand-in.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
@@ -67,6 +68,8 @@ struct State {
     lease_history: Vec<(u64, String)>,
     /// uid → pod.
     pods: BTreeMap<String, Value>,
+    /// name → Node (only what the renewer reads: its zone label).
+    nodes: BTreeMap<String, Value>,
     events: Vec<Value>,
     requests: Vec<Seen>,
 }
@@ -170,6 +173,13 @@ impl Cluster {
         p["metadata"]["resourceVersion"] = json!(s.rv.to_string());
         s.pods.insert(uid.clone(), p);
         uid
+    }
+
+    /// Adds Node `name` in `zone` (its `topology.kubernetes.io/zone` label).
+    pub fn add_node(&self, name: &str, zone: &str) {
+        let node = json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}}});
+        self.state.lock().nodes.insert(name.to_owned(), node);
     }
 
     /// Pod `name`'s `podward.io/ready` condition.
@@ -412,6 +422,13 @@ impl Cluster {
                     }
                 }
             }
+            ("GET", ["api", "v1", "nodes", name]) => match s.nodes.get(*name) {
+                Some(n) => (200, n.clone()),
+                None => (
+                    404,
+                    status(404, "NotFound", &format!("nodes \"{name}\" not found")),
+                ),
+            },
             ("GET", ["api", "v1", "pods"]) => {
                 let node = query
                     .get("fieldSelector")

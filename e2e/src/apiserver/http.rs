@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::store::status;
+use super::store::{Failure, Filter, Selector, status};
 use super::{Recorded, Shared};
 
 type Body = BoxBody<Bytes, io::Error>;
@@ -134,8 +134,8 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                 .get("fieldSelector")
                 .and_then(|f| f.strip_prefix("spec.nodeName="))
                 .map(str::to_owned);
-            if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
-                watch(&shared, &query, node)
+            if is_watch(&query) {
+                watch(&shared, &query, Filter::Pods { node })
             } else {
                 let limit = query.get("limit").and_then(|l| l.parse().ok());
                 let list = shared.store.lock().list(
@@ -179,6 +179,76 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             Ok(ev) => json_response(200, &ev),
             Err((code, st)) => json_response(code, &st),
         },
+        ("GET", ["apis", "coordination.k8s.io", "v1", "leases"]) => {
+            lease_list(&shared, &query, None)
+        }
+        (
+            "GET",
+            [
+                "apis",
+                "coordination.k8s.io",
+                "v1",
+                "namespaces",
+                ns,
+                "leases",
+            ],
+        ) => lease_list(&shared, &query, Some(ns)),
+        (
+            "GET",
+            [
+                "apis",
+                "coordination.k8s.io",
+                "v1",
+                "namespaces",
+                ns,
+                "leases",
+                name,
+            ],
+        ) => answer(shared.store.lock().get_lease(ns, name), 200),
+        (
+            "POST",
+            [
+                "apis",
+                "coordination.k8s.io",
+                "v1",
+                "namespaces",
+                ns,
+                "leases",
+            ],
+        ) => {
+            let r = shared.store.lock().create_lease(ns, body);
+            publish(&shared, r, 201)
+        }
+        (
+            "PUT",
+            [
+                "apis",
+                "coordination.k8s.io",
+                "v1",
+                "namespaces",
+                ns,
+                "leases",
+                name,
+            ],
+        ) => {
+            let r = shared.store.lock().replace_lease(ns, name, body);
+            publish(&shared, r, 200)
+        }
+        (
+            "DELETE",
+            [
+                "apis",
+                "coordination.k8s.io",
+                "v1",
+                "namespaces",
+                ns,
+                "leases",
+                name,
+            ],
+        ) => {
+            let r = shared.store.lock().delete_lease(ns, name);
+            publish(&shared, r, 200)
+        }
         _ => json_response(
             404,
             &status(
@@ -191,13 +261,65 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     Ok(resp)
 }
 
-/// A watch response: the history after `resourceVersion`, then live changes and bookmarks,
-/// until `timeoutSeconds` or the client goes.
-fn watch(
+fn is_watch(query: &BTreeMap<String, String>) -> bool {
+    query.get("watch").is_some_and(|w| w == "true" || w == "1")
+}
+
+/// The object, or the failure's `Status`.
+fn answer(r: Result<Value, Failure>, code: u16) -> Response<Body> {
+    match r {
+        Ok(v) => json_response(code, &v),
+        Err((code, st)) => json_response(code, &st),
+    }
+}
+
+/// A write's answer; its change goes to the watches.
+fn publish(
+    shared: &Shared,
+    r: Result<(Value, super::store::Change), Failure>,
+    code: u16,
+) -> Response<Body> {
+    answer(
+        r.map(|(v, change)| {
+            let _ = shared.changes.send(change);
+            v
+        }),
+        code,
+    )
+}
+
+/// A lease list or watch (`labelSelector`; a bad one is `400`, as the API server answers).
+fn lease_list(
     shared: &Arc<Shared>,
     query: &BTreeMap<String, String>,
-    node: Option<String>,
+    namespace: Option<&str>,
 ) -> Response<Body> {
+    let selector = match Selector::parse(query.get("labelSelector").map_or("", String::as_str)) {
+        Ok(s) => s,
+        Err(e) => return json_response(400, &status(400, "BadRequest", &e)),
+    };
+    if is_watch(query) {
+        return watch(
+            shared,
+            query,
+            Filter::Leases {
+                namespace: namespace.map(str::to_owned),
+                selector,
+            },
+        );
+    }
+    let list = shared.store.lock().list_leases(
+        namespace,
+        &selector,
+        query.get("limit").and_then(|l| l.parse().ok()),
+        query.get("continue").map(String::as_str),
+    );
+    json_response(200, &list)
+}
+
+/// A watch response: the history after `resourceVersion` that `filter` wants, then live changes
+/// and bookmarks, until `timeoutSeconds` or the client goes.
+fn watch(shared: &Arc<Shared>, query: &BTreeMap<String, String>, filter: Filter) -> Response<Body> {
     let from: Option<u64> = query
         .get("resourceVersion")
         .and_then(|r| r.parse().ok())
@@ -215,7 +337,7 @@ fn watch(
         let store = shared.store.lock();
         let live = shared.changes.subscribe();
         let start = from.unwrap_or(store.rv());
-        (live, store.since(start, node.as_deref()), start)
+        (live, store.since(start, &filter), start)
     };
     let shared = shared.clone();
     tokio::spawn(async move {
@@ -247,23 +369,20 @@ fn watch(
                 () = &mut end => return,
                 () = tx.closed() => return,
                 _ = tick.tick(), if bookmarks => {
-                    let bm = json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+                    let (api_version, kind) = filter.bookmark_kind();
+                    let bm = json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version,
                         "metadata": {"resourceVersion": last.to_string()}}});
                     if !send(format!("{bm}\n")).await {
                         return;
                     }
                 }
                 change = live.recv() => match change {
-                    Ok((rv, line)) => {
+                    Ok((rv, scope, line)) => {
                         if rv <= last {
                             continue;
                         }
-                        let ours = match &node {
-                            None => true,
-                            Some(n) => shared.store.lock().node_of_change(rv).is_none_or(|c| &c == n),
-                        };
                         last = rv;
-                        if ours && !send(line).await {
+                        if filter.wants(&scope) && !send(line).await {
                             return;
                         }
                     }

@@ -1,22 +1,91 @@
-//! The mock API server's objects: pods (with a resource-version history for watches) and events.
+//! The mock API server's objects: pods and `coordination.k8s.io/v1` leases (with one
+//! resource-version history for watches, as etcd has one revision for every kind) and events.
+
+mod lease;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde_json::{Value, json};
 
-/// A change watches see: the resource version and the watch event line.
-pub(crate) type Change = (u64, String);
+pub(crate) use self::lease::Selector;
+
+/// What a change was to: watches of one kind, scope and selector filter on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// A pod, bound to this node ("" when unbound).
+    Pod {
+        /// `spec.nodeName`.
+        node: String,
+    },
+    /// A lease of this namespace, with these labels.
+    Lease {
+        /// `metadata.namespace`.
+        namespace: String,
+        /// `metadata.labels`.
+        labels: BTreeMap<String, String>,
+    },
+}
+
+/// Which changes a watch (or list) wants.
+#[derive(Debug, Clone)]
+pub(crate) enum Filter {
+    /// Pods, of one node when given (`fieldSelector=spec.nodeName=`).
+    Pods {
+        /// The node.
+        node: Option<String>,
+    },
+    /// Leases, of one namespace when given, matching a label selector.
+    Leases {
+        /// The namespace (`None`: every namespace).
+        namespace: Option<String>,
+        /// `labelSelector`.
+        selector: Selector,
+    },
+}
+
+impl Filter {
+    /// Whether a change to `scope` concerns this watch.
+    pub(crate) fn wants(&self, scope: &Scope) -> bool {
+        match (self, scope) {
+            (Self::Pods { node }, Scope::Pod { node: n }) => node.as_ref().is_none_or(|w| w == n),
+            (
+                Self::Leases {
+                    namespace,
+                    selector,
+                },
+                Scope::Lease {
+                    namespace: ns,
+                    labels,
+                },
+            ) => namespace.as_ref().is_none_or(|w| w == ns) && selector.matches(labels),
+            _ => false,
+        }
+    }
+
+    /// The `kind` of a BOOKMARK object on this watch.
+    pub(crate) fn bookmark_kind(&self) -> (&'static str, &'static str) {
+        match self {
+            Self::Pods { .. } => ("v1", "Pod"),
+            Self::Leases { .. } => ("coordination.k8s.io/v1", "Lease"),
+        }
+    }
+}
+
+/// A change watches see: the resource version, what changed and the watch event line.
+pub(crate) type Change = (u64, Scope, String);
 
 /// Why a request failed: HTTP status and a `metav1.Status` body.
 pub(crate) type Failure = (u16, Value);
 
-/// Pods and events in memory.
+/// Pods, leases and events in memory.
 pub struct Store {
     rv: u64,
     pods: BTreeMap<String, Value>,
     by_name: HashMap<(String, String), String>,
-    /// (rv, node, watch line) of recent changes, oldest first.
-    history: VecDeque<(u64, String, String)>,
+    /// (namespace, name) → lease.
+    leases: BTreeMap<(String, String), Value>,
+    /// Recent changes, oldest first.
+    history: VecDeque<Change>,
     cap: usize,
     events: BTreeMap<(String, String), Value>,
 }
@@ -47,6 +116,7 @@ impl Store {
             rv: 1000,
             pods: BTreeMap::new(),
             by_name: HashMap::new(),
+            leases: BTreeMap::new(),
             history: VecDeque::new(),
             cap: cap.max(1),
             events: BTreeMap::new(),
@@ -59,13 +129,20 @@ impl Store {
     }
 
     fn record(&mut self, ty: &str, pod: &Value) -> Change {
+        let scope = Scope::Pod { node: node_of(pod) };
+        self.record_as(ty, pod, scope)
+    }
+
+    /// Records a change at the current resource version.
+    fn record_as(&mut self, ty: &str, object: &Value, scope: Scope) -> Change {
         let rv = self.rv;
-        let line = format!("{}\n", json!({"type": ty, "object": pod}));
-        self.history.push_back((rv, node_of(pod), line.clone()));
+        let line = format!("{}\n", json!({"type": ty, "object": object}));
+        let change = (rv, scope, line);
+        self.history.push_back(change.clone());
         while self.history.len() > self.cap {
             self.history.pop_front();
         }
-        (rv, line)
+        change
     }
 
     pub(crate) fn put_pod(&mut self, mut pod: Value) -> Option<Change> {
@@ -120,8 +197,9 @@ impl Store {
         json!({"apiVersion": "v1", "kind": "PodList", "metadata": meta, "items": items})
     }
 
-    /// Watch lines after `rv` for `node`; `Err` when the history no longer reaches back there.
-    pub(crate) fn since(&self, rv: u64, node: Option<&str>) -> Result<Vec<Change>, Failure> {
+    /// Watch lines after `rv` that `filter` wants; `Err` when the history no longer reaches back
+    /// there.
+    pub(crate) fn since(&self, rv: u64, filter: &Filter) -> Result<Vec<(u64, String)>, Failure> {
         if let Some((oldest, _, _)) = self.history.front()
             && rv + 1 < *oldest
             && self.history.len() >= self.cap
@@ -138,18 +216,9 @@ impl Store {
         Ok(self
             .history
             .iter()
-            .filter(|(r, n, _)| *r > rv && node.is_none_or(|want| n == want))
+            .filter(|(r, scope, _)| *r > rv && filter.wants(scope))
             .map(|(r, _, l)| (*r, l.clone()))
             .collect())
-    }
-
-    /// The node a change was for (watch filtering of live changes).
-    pub(crate) fn node_of_change(&self, rv: u64) -> Option<String> {
-        self.history
-            .iter()
-            .rev()
-            .find(|(r, _, _)| *r == rv)
-            .map(|(_, n, _)| n.clone())
     }
 
     /// Applies a status patch: conditions merged by `type`, other status fields replaced; a

@@ -15,6 +15,11 @@
 //!   nothing is marked at all (the sentinel's own network or the API is then the likely fault,
 //!   not every prober at once); leaving that state gives every node not yet marked a fresh
 //!   lease duration, as the controller resets its probe timestamps then.
+//! - Unlike the controller, "every zone fully disrupted" needs more than
+//!   [`PARTITION_MIN_EXPIRED`] - 1 expired nodes, the count partial disruption needs: a
+//!   cluster of one node loses every lease with its one prober, and its pods must not keep
+//!   `True` without bound (the controller marks a NotReady node's pods at once, whatever the
+//!   disruption; only evictions stop).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
@@ -23,6 +28,10 @@ use tokio::time::Instant;
 
 /// The zone label the node lifecycle controller groups nodes by.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// Fewest expired nodes that make "every zone fully disrupted" a likely partition (the
+/// controller's partial disruption needs more than 2 not-ready nodes too).
+pub const PARTITION_MIN_EXPIRED: usize = 3;
 
 /// The node lifecycle controller's rates, as flags.
 #[derive(Debug, Clone, PartialEq)]
@@ -242,10 +251,10 @@ impl Table {
             self.queues.entry(zone).or_default().push_back(name);
         }
         let mut states = self.zone_states();
-        let all_full = !states.is_empty()
-            && states
-                .values()
-                .all(|(s, _)| *s == ZoneState::FullDisruption);
+        let all_full = states
+            .values()
+            .all(|(s, _)| *s == ZoneState::FullDisruption)
+            && states.values().map(|(_, size)| size).sum::<usize>() >= PARTITION_MIN_EXPIRED;
         if self.all_full && !all_full {
             // Leaving "everything expired" (the API or the sentinel's network was the likely
             // fault): every node not yet marked gets a fresh lease duration to renew, as the

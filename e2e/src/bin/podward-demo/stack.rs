@@ -122,7 +122,7 @@ impl Stack {
                     NODE_NAME,
                     "--kubeconfig",
                     &s(&kubeconfig),
-                    // No sentinel watches this node, and the stand-in serves no Leases.
+                    // No sentinel runs in the demo: a lease would only add requests to its log.
                     "--node-lease-duration-seconds",
                     "0",
                 ]

@@ -1,0 +1,325 @@
+//! Readiness when the prober is gone, end to end: a real containerd, the real shim and
+//! `podward-prober` daemon renewing its node lease at a short cadence (every 1 s, 4 s duration)
+//! and a real `podward-prober sentinel` process, both talking to the API stand-in
+//! ([`podward_e2e::apiserver::MockApiServer`], which serves Leases as kube-apiserver does):
+//!
+//! - a gated pod whose readiness probe succeeds is `podward.io/ready=True`;
+//! - `kill -9` the prober and keep it down: the condition goes `False` (reason
+//!   `ProberNotReporting`, the message naming the node) within lease duration + one sentinel
+//!   period, with exactly one event;
+//! - a gated pod on a node that never had a lease (podward not installed there) is untouched;
+//! - the prober back: its fresh result takes the condition back to `True`, and nothing flaps
+//!   after that (the sentinel writes nothing more).
+
+#[path = "prober_support.rs"]
+mod support;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use podward_e2e::apiserver::{MockApiServer, Recorded, pod_object};
+use podward_e2e::{ContainerSpec, Daemon, PodSpec, free_port};
+use serde_json::{Value, json};
+use support::*;
+use tokio::time::Instant;
+
+const NODE: &str = "e2e-node";
+const GATE: &str = "podward.io/ready";
+const NAMESPACE: &str = "podward";
+/// The prober's lease cadence here: renew every 1 s, 4 s duration.
+const RENEW: Duration = Duration::from_secs(1);
+const LEASE: Duration = Duration::from_secs(4);
+/// The sentinel's period here.
+const PERIOD: Duration = Duration::from_secs(1);
+
+/// Polls `cond` every 100 ms until it holds or `timeout` passes.
+async fn until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + timeout;
+    while !cond() {
+        assert!(
+            Instant::now() < end,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The gate condition on pod `uid` in the stand-in (`Null` when absent).
+fn gate(mock: &MockApiServer, uid: &str) -> Value {
+    mock.pod(uid)
+        .and_then(|p| {
+            p["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == GATE)
+                .cloned()
+        })
+        .unwrap_or(Value::Null)
+}
+
+/// The statuses pod `name`'s gate was written to after `since`, in order.
+fn written(mock: &MockApiServer, name: &str, since: SystemTime) -> Vec<String> {
+    mock.status_writes(name)
+        .iter()
+        .filter(|r| r.at >= since)
+        .filter_map(|r: &Recorded| r.condition(GATE)?["status"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The sentinel's events about pod `name`.
+fn sentinel_events(mock: &MockApiServer, name: &str) -> Vec<Value> {
+    mock.events()
+        .into_iter()
+        .filter(|e| e["regarding"]["name"] == name && e["reason"] == "ProberNotReporting")
+        .collect()
+}
+
+async fn spawn_sentinel(kubeconfig: &std::path::Path) -> (Daemon, SocketAddr) {
+    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    let args = [
+        "sentinel",
+        "--kubeconfig",
+        kubeconfig.to_str().expect("utf8"),
+        "--namespace",
+        NAMESPACE,
+        "--identity",
+        "sentinel-e2e",
+        "--period-seconds",
+        "1",
+        "--admin-addr",
+        &admin.to_string(),
+    ];
+    let d = Daemon::spawn("podward-prober", &args)
+        .await
+        .expect("spawn the sentinel");
+    d.wait_healthy(admin, Duration::from_secs(30))
+        .await
+        .expect("sentinel healthy");
+    (d, admin)
+}
+
+/// Waits until the sentinel's metrics say it leads and follows exactly one lease.
+async fn until_async_leases(admin: SocketAddr) {
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = scrape(admin).await.unwrap_or_default();
+        if sample(&m, &["podward_sentinel_leases "]) == Some(1.0)
+            && sample(&m, &["podward_sentinel_leader "]) == Some(1.0)
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "the sentinel never led with one lease: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `podward-prober status` as an operator runs it on the node (its node name and kubeconfig
+/// from the flags): exit success, stdout.
+async fn status(env: &Env, kubeconfig: &std::path::Path) -> (bool, String) {
+    let out = tokio::process::Command::new(podward_e2e::bin_path("podward-prober"))
+        .arg("--socket")
+        .arg(&env.prober_socket)
+        .args([
+            "--node-name",
+            NODE,
+            "--lease-namespace",
+            NAMESPACE,
+            "--kubeconfig",
+        ])
+        .arg(kubeconfig)
+        .arg("status")
+        .output()
+        .await
+        .expect("run podward-prober status");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_prober_s_gated_pod_goes_false_then_its_fresh_result_takes_it_back() {
+    let mock = MockApiServer::start().await.expect("mock API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig: PathBuf = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
+    let mut env = Env::start_with(
+        [
+            "--node-name",
+            NODE,
+            "--kubeconfig",
+            kubeconfig.to_str().expect("utf8"),
+            "--lease-namespace",
+            NAMESPACE,
+            "--node-lease-renew-interval-seconds",
+            "1",
+            "--node-lease-duration-seconds",
+            "4",
+        ]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect(),
+    )
+    .await;
+    let (mut sentinel, sentinel_admin) = spawn_sentinel(&kubeconfig).await;
+
+    // A gated pod on a node podward is not installed on: no lease, ever.
+    let mut stranger = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "elsewhere", "namespace": "default", "uid": "uid-elsewhere"},
+        "spec": {"nodeName": "unleased-node", "readinessGates": [{"conditionType": GATE}],
+                 "containers": [{"name": "app", "image": "app:1"}]},
+        "status": {"phase": "Running", "conditions": [
+            {"type": GATE, "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+    });
+    mock.put_pod(stranger.take());
+
+    // A gated pod whose HTTP readiness succeeds.
+    let name = "served";
+    let data = env.node.dir().join(format!("data-{name}"));
+    std::fs::create_dir_all(&data).expect("data dir");
+    std::fs::write(data.join("healthz"), "ok").expect("healthz");
+    let port = free_port();
+    let probes = json!({"readinessProbe": {"httpGet": {"path": "/healthz", "port": port},
+        "periodSeconds": 1, "failureThreshold": 3, "timeoutSeconds": 1}});
+    let spec = PodSpec::new(name)
+        .annotation(
+            podward_api::labels::PODWARD_PROBES,
+            &json!({ "app": probes }).to_string(),
+        )
+        .container(
+            ContainerSpec::new(
+                "app",
+                &[
+                    "sh",
+                    "-c",
+                    &script(&format!("httpd -p 127.0.0.1:{port} -h /data")),
+                ],
+            )
+            .mount(data.to_str().expect("utf8"), "/data"),
+        );
+    let mut obj = pod_object(&spec, NODE);
+    obj["spec"]["readinessGates"] = json!([{ "conditionType": GATE }]);
+    mock.put_pod(obj);
+    let pod = env.driver.run_pod(&env.node, spec).await.expect("run pod");
+    let uid = pod.uid().to_owned();
+    until("the gate to be True", Duration::from_secs(60), || {
+        gate(&mock, &uid)["status"] == "True"
+    })
+    .await;
+    until(
+        "the node lease, held by the node",
+        Duration::from_secs(30),
+        || {
+            mock.lease(NAMESPACE, NODE)
+                .is_some_and(|l| l["spec"]["holderIdentity"] == NODE)
+        },
+    )
+    .await;
+    assert_eq!(
+        mock.lease(NAMESPACE, NODE).expect("lease")["spec"]["leaseDurationSeconds"],
+        4
+    );
+    until(
+        "the sentinel to lead and follow one lease",
+        Duration::from_secs(30),
+        || {
+            mock.lease(NAMESPACE, "podward-sentinel")
+                .is_some_and(|l| l["spec"]["holderIdentity"] == "sentinel-e2e")
+        },
+    )
+    .await;
+    until_async_leases(sentinel_admin).await;
+
+    let (ok, out) = status(&env, &kubeconfig).await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&format!(
+            "Node lease {NAMESPACE}/{NODE}: holder {NODE}, last renewal "
+        )) && out.contains("duration 4s: current")
+            && out.contains("leader sentinel-e2e, last renewal "),
+        "{out}"
+    );
+
+    // kill -9, and the prober stays down.
+    env.kill_prober().await;
+    let killed = SystemTime::now();
+    let killed_at = Instant::now();
+    until(
+        "the sentinel to mark the gate False",
+        LEASE + PERIOD + Duration::from_secs(3),
+        || gate(&mock, &uid)["status"] == "False",
+    )
+    .await;
+    let took = killed_at.elapsed();
+    // The sentinel last saw a renewal at most one interval before the kill.
+    assert!(
+        took + RENEW >= LEASE,
+        "marked before the lease expired: {took:?}"
+    );
+    assert!(
+        took <= LEASE + PERIOD + Duration::from_secs(1),
+        "marked {took:?} after the kill (bound: lease {LEASE:?} + period {PERIOD:?} + 1 s of slack)"
+    );
+    eprintln!("gate False {took:?} after kill -9 (lease {LEASE:?}, sentinel period {PERIOD:?})");
+    let c = gate(&mock, &uid);
+    assert_eq!(c["reason"], "ProberNotReporting", "{c}");
+    assert!(
+        c["message"].as_str().is_some_and(|m| m.contains(NODE)),
+        "the message names the node: {c}"
+    );
+    until("the sentinel's event", Duration::from_secs(5), || {
+        !sentinel_events(&mock, name).is_empty()
+    })
+    .await;
+    let ev = sentinel_events(&mock, name);
+    assert_eq!(ev.len(), 1, "one event: {ev:?}");
+    assert_eq!(ev[0]["type"], "Warning");
+
+    // The prober is gone, `status` says so (exit 1) and still shows the leases.
+    let (ok, out) = status(&env, &kubeconfig).await;
+    assert!(!ok);
+    assert!(
+        out.contains("duration 4s: EXPIRED ") && out.contains("leader sentinel-e2e"),
+        "{out}"
+    );
+    eprintln!("status with the prober down:\n{out}");
+
+    // Back: the first fresh result takes the condition over.
+    env.start_prober().await;
+    until("the prober's fresh True", Duration::from_secs(30), || {
+        gate(&mock, &uid)["status"] == "True"
+    })
+    .await;
+    let back_at = Instant::now();
+    // Watch a lease duration and two periods more: nothing flaps, the sentinel writes no more.
+    while back_at.elapsed() < LEASE + PERIOD * 2 {
+        assert_eq!(
+            gate(&mock, &uid)["status"],
+            "True",
+            "flapped after the prober came back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        written(&mock, name, killed),
+        ["False", "True"],
+        "after the kill: the sentinel's False, then the prober's True, nothing else"
+    );
+    assert_eq!(sentinel_events(&mock, name).len(), 1, "still one event");
+
+    // The node without a lease: never listed, never written.
+    assert_eq!(gate(&mock, "uid-elsewhere")["status"], "True");
+    assert!(mock.status_writes("elsewhere").is_empty());
+    assert!(
+        !mock.requests().iter().any(|r| r.path == "/api/v1/pods"
+            && r.query
+                .get("fieldSelector")
+                .is_some_and(|f| f.contains("unleased-node"))),
+        "the unleased node's pods were listed"
+    );
+    sentinel.terminate().await.expect("sentinel stops");
+}
