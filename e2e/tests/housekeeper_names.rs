@@ -78,7 +78,7 @@ async fn an_acting_housekeeper_removes_only_kubelets_leftovers_and_its_plan_says
             "--prober-socket",
             &s(&cfg.prober_socket),
             "--containerd-socket",
-            &s(&cfg.containerd_socket),
+            &s(&cfg.common.containerd_socket),
             "--kubelet-cgroup-root",
             &cfg.kubelet_cgroup_root,
             "--kubelet-root",

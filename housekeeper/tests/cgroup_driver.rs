@@ -311,7 +311,10 @@ impl Node {
             socket: p("hk.sock"),
             shim_socket: p("shim.sock"),
             prober_socket: p("prober.sock"),
-            containerd_socket: p("cri.sock"),
+            common: podward_api::daemon::config::Common {
+                containerd_socket: p("cri.sock"),
+                ..Config::default().common
+            },
             cgroup_root: p("cgroup"),
             cgroup_driver: flag,
             systemd_bus: format!("unix:path={}", p("no-bus").display()),

@@ -276,7 +276,10 @@ async fn a_pass_on_a_systemd_node_acts_through_dbus_and_says_so() {
         socket: tmp.path().join("hk.sock"),
         shim_socket: tmp.path().join("shim.sock"),
         prober_socket: tmp.path().join("prober.sock"),
-        containerd_socket: sock,
+        common: podward_api::daemon::config::Common {
+            containerd_socket: sock,
+            ..Config::default().common
+        },
         cgroup_root: sd.unified.clone(),
         cgroup_driver: DriverName::Auto,
         systemd_bus: sd.bus.clone(),

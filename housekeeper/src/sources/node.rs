@@ -45,7 +45,7 @@ impl NodeSources {
             kubelet_root: config.kubelet_root.clone(),
             log_root: config.log_root.clone(),
             mountinfo: config.mountinfo.clone(),
-            runtime: RuntimeClient::new(&config.containerd_socket, RUNTIME_TIMEOUT),
+            runtime: RuntimeClient::new(&config.common.containerd_socket, RUNTIME_TIMEOUT),
             shim: ShimClient::new(&config.shim_socket, SHIM_TIMEOUT),
         }
     }
