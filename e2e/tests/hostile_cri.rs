@@ -340,7 +340,7 @@ async fn the_prober_reading_containerd_directly_keeps_every_pod_despite_an_inval
 async fn the_housekeepers_runtime_view_keeps_every_sandbox_despite_an_invalid_annotation() {
     let node = TestNode::start().await.expect("node");
     let (clean, evil) = two_pods(&node).await;
-    let client = podward_housekeeper::runtime::RuntimeClient::new(
+    let client = podward_housekeeper::sources::runtime::RuntimeClient::new(
         &node.containerd_socket(),
         Duration::from_secs(10),
     );

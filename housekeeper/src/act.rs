@@ -2,8 +2,13 @@
 //! the same UID at once ([`UidGate`]), and the decisive facts re-read right before each
 //! destructive step: the UID must still be absent from a fresh runtime list, and pod dirs are
 //! removed against a fresh mount table.
+//!
+//! The actions layer: the only code that changes the node, on a plan the decision layer
+//! ([`crate::decision`]) made. Telling the prober which pods are gone ([`prober_link`]) is an
+//! effect of a pass too, so it lives here.
 
 mod node;
+pub mod prober_link;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -15,14 +20,14 @@ use futures::StreamExt;
 use podward_api::housekeeper::v1::{Finding, FindingKind, Outcome};
 
 pub use self::node::NodeActuator;
-use crate::cgroup::{CgroupError, CgroupLayout, DestroyReport, PodCgroup};
 use crate::clock::Clock;
-use crate::gate::{Closed, UidGate};
-use crate::log_dir::{LogDir, LogDirError};
-use crate::mounts::MountTable;
-use crate::plan::{Op, PassPlan, category};
-use crate::pod_dir::{PodDir, PodDirError, RemovalReport, mounted_volumes};
-use crate::runtime::{ContainerPhase, RuntimeError, RuntimeView};
+use crate::decision::plan::{Op, PassPlan, category};
+use crate::decision::uid_gate::{Closed, UidGate};
+use crate::node::cgroup::{CgroupError, CgroupLayout, DestroyReport, PodCgroup};
+use crate::node::log_dir::{LogDir, LogDirError};
+use crate::node::mounts::MountTable;
+use crate::node::pod_dir::{PodDir, PodDirError, RemovalReport, mounted_volumes};
+use crate::sources::runtime::{ContainerPhase, RuntimeError, RuntimeView};
 use crate::sources::{SourceError, Sources};
 
 /// How many pods are worked on at the same time.

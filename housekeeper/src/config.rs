@@ -37,8 +37,8 @@ pub enum DriverName {
 
 impl DriverName {
     /// What the flag asks of driver detection.
-    pub fn flag(self) -> crate::cgroup::DriverFlag {
-        use crate::cgroup::{CgroupDriver, DriverFlag};
+    pub fn flag(self) -> crate::node::cgroup::DriverFlag {
+        use crate::node::cgroup::{CgroupDriver, DriverFlag};
         match self {
             Self::Auto => DriverFlag::Auto,
             Self::Cgroupfs => DriverFlag::Set(CgroupDriver::Cgroupfs),
@@ -103,7 +103,7 @@ impl Default for Config {
             prober_socket: paths::PROBER_SOCKET.into(),
             cgroup_root: "/sys/fs/cgroup".into(),
             cgroup_driver: DriverName::Auto,
-            systemd_bus: crate::cgroup::systemd::SYSTEM_BUS.into(),
+            systemd_bus: crate::node::cgroup::systemd::SYSTEM_BUS.into(),
             kubelet_cgroup_root: "/".into(),
             kubelet_root: "/var/lib/kubelet".into(),
             log_root: "/var/log/pods".into(),
@@ -113,8 +113,8 @@ impl Default for Config {
             orphan_grace: Duration::from_secs(120),
             dry_run: true,
             remove_exited_containers: false,
-            walk_max_entries: crate::pod_dir::WalkBounds::DEFAULT.max_entries,
-            walk_max_time: crate::pod_dir::WalkBounds::DEFAULT.max_time,
+            walk_max_entries: crate::node::pod_dir::WalkBounds::DEFAULT.max_entries,
+            walk_max_time: crate::node::pod_dir::WalkBounds::DEFAULT.max_time,
             common: Common::with_admin_port(9643),
         }
     }
@@ -276,8 +276,8 @@ struct Overrides<'a> {
 
 impl Config {
     /// How much one walk of a pod dir may look at.
-    pub fn walk_bounds(&self) -> crate::pod_dir::WalkBounds {
-        crate::pod_dir::WalkBounds {
+    pub fn walk_bounds(&self) -> crate::node::pod_dir::WalkBounds {
+        crate::node::pod_dir::WalkBounds {
             max_entries: self.walk_max_entries,
             max_time: self.walk_max_time,
         }

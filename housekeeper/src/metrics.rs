@@ -6,7 +6,7 @@ use podward_api::daemon::metrics::MetricsError;
 use podward_api::housekeeper::v1::{Outcome, Plan};
 use prometheus::{Gauge, Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
 
-use crate::plan::{Counts, category, category_of};
+use crate::decision::plan::{Counts, category, category_of};
 
 /// The housekeeper's metrics.
 #[derive(Clone, Debug)]

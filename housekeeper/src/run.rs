@@ -10,14 +10,14 @@ use podward_api::housekeeper::v1::housekeeper_server::HousekeeperServer;
 use podward_api::socket::{SocketPerms, serve_unix};
 
 use crate::act::NodeActuator;
-use crate::api::Api;
-use crate::cgroup::systemd::SystemdClient;
+use crate::act::prober_link::ProberLink;
 use crate::clock::MonotonicClock;
 use crate::config::{Config, RootError, check_roots};
+use crate::decision::plan::PlanSettings;
 use crate::metrics::Metrics;
-use crate::plan::PlanSettings;
-use crate::prober_link::ProberLink;
+use crate::node::cgroup::systemd::SystemdClient;
 use crate::reconcile::{Mode, Reconciler};
+use crate::service::Api;
 use crate::sources::NodeSources;
 
 /// Why the daemon could not start: the daemons' shared reasons, or a root flag that points at

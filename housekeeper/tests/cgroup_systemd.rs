@@ -23,14 +23,14 @@ use podward_api::cri::{CgroupDriver as CriCgroupDriver, PodSandbox, PodSandboxMe
 use podward_api::housekeeper::v1::{ActionKind, Outcome};
 use podward_api::test_util::eventually;
 use podward_housekeeper::act::{Actuator, NodeActuator};
-use podward_housekeeper::cgroup::systemd::{SystemdClient, SystemdError};
-use podward_housekeeper::cgroup::{
+use podward_housekeeper::config::{Config, DriverName};
+use podward_housekeeper::node::cgroup::systemd::{SystemdClient, SystemdError};
+use podward_housekeeper::node::cgroup::{
     CgroupDriver, CgroupError, CgroupLayout, DriverFlag, FoundBy, PodCgroup, RuntimeAnswer,
     decide_driver, scan_pod_cgroups,
 };
-use podward_housekeeper::config::{Config, DriverName};
 use podward_housekeeper::reconcile::Mode;
-use podward_housekeeper::runtime::RuntimeClient;
+use podward_housekeeper::sources::runtime::RuntimeClient;
 use user_systemd::UserSystemd;
 
 const A: &str = "aaaaaaaa-1111-4000-8000-000000000001";
@@ -93,7 +93,7 @@ async fn destroy(
     a: &Arc<NodeActuator>,
     layout: &CgroupLayout,
     cg: PodCgroup,
-) -> Result<podward_housekeeper::cgroup::DestroyReport, CgroupError> {
+) -> Result<podward_housekeeper::node::cgroup::DestroyReport, CgroupError> {
     let (a, layout) = (a.clone(), layout.clone());
     tokio::task::spawn_blocking(move || a.destroy_cgroup(&layout, &cg))
         .await

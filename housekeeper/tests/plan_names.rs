@@ -15,7 +15,7 @@ use fake::{FakeNode, RecordingActuator, U1, container, reconciler, sandbox};
 use podward_api::housekeeper::v1::{Finding, FindingKind, Plan};
 use podward_api::shim::v1::{Delivery, Sandbox, Snapshot};
 use podward_housekeeper::reconcile::Mode;
-use podward_housekeeper::runtime::{ContainerPhase, RuntimeView};
+use podward_housekeeper::sources::runtime::{ContainerPhase, RuntimeView};
 
 /// The finding's kind by name (`FOREIGN`, `WAITING`, ...).
 fn kind(f: &Finding) -> &'static str {

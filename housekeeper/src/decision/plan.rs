@@ -4,7 +4,7 @@
 //! is never acted on).
 //!
 //! Planning reads no filesystem and never acts: the pod dirs it may act on
-//! ([`pod_dirs_to_assess`]) are assessed before, off the async runtime ([`crate::assess`]), and
+//! ([`pod_dirs_to_assess`]) are assessed before, off the async runtime ([`crate::decision::assess`]), and
 //! their verdicts handed in. The plan is sorted, so a dry run and the real pass that follows
 //! produce the same list.
 
@@ -15,16 +15,16 @@ use std::time::Duration;
 
 use podward_api::housekeeper::v1::{Action, ActionKind, Finding, FindingKind, Outcome, Plan};
 
-use crate::cgroup::{CgroupLayout, PodCgroup};
-use crate::gate::{Closed, UidGate};
-use crate::kubelet_names::{self, Foreign};
-use crate::log_dir::LogDir;
-use crate::mounts::MountTable;
-use crate::orphan::{OrphanTracker, Verdict, human};
-use crate::pod_dir::{DirScan, PodDir, Removal, WalkBounds, mounted_volumes};
-use crate::runtime::RuntimeView;
+use crate::decision::orphan::{OrphanTracker, Verdict, human};
+use crate::decision::uid_gate::{Closed, UidGate};
+use crate::decision::{container_gc, sandbox};
+use crate::node::cgroup::{CgroupLayout, PodCgroup};
+use crate::node::kubelet_names::{self, Foreign};
+use crate::node::log_dir::LogDir;
+use crate::node::mounts::MountTable;
+use crate::node::pod_dir::{DirScan, PodDir, Removal, WalkBounds, mounted_volumes};
 use crate::sources::Snapshot;
-use crate::{container_gc, sandbox};
+use crate::sources::runtime::RuntimeView;
 
 /// Category names (findings, metrics).
 pub mod category {
@@ -242,7 +242,7 @@ impl Builder<'_> {
             let reason = format!(
                 "{} more entries not in kubelet's shapes (at most {} listed per root)",
                 scan.foreign_unlisted,
-                crate::pod_dir::MAX_FOREIGN
+                crate::node::pod_dir::MAX_FOREIGN
             );
             self.list_foreign(category, String::new(), &reason);
         }

@@ -19,7 +19,7 @@ use podward_api::tolerant::runtime::RuntimeReader;
 use podward_api::tolerant::{Action, Decoded};
 use tonic::transport::Channel;
 
-use crate::cgroup::{CgroupDriver, RuntimeAnswer};
+use crate::node::cgroup::{CgroupDriver, RuntimeAnswer};
 
 /// A sandbox, reduced to what the housekeeper decides on.
 #[derive(Clone, Debug, PartialEq, Eq)]
