@@ -267,16 +267,7 @@ pub async fn execute<S: Sources, A: Actuator>(
         actuator,
         kubelet_root,
     };
-    // Actions are sorted by UID: consecutive runs are one pod's group.
-    let ops = std::mem::take(&mut pass.ops);
-    let mut groups: Vec<(String, Vec<(usize, Op)>)> = Vec::new();
-    for (i, op) in ops.into_iter().enumerate() {
-        let uid = pass.plan.actions[i].pod_uid.clone();
-        match groups.last_mut() {
-            Some((u, g)) if *u == uid => g.push((i, op)),
-            _ => groups.push((uid, vec![(i, op)])),
-        }
-    }
+    let groups = by_pod(pass);
     let ctx = &ctx;
     let results: Vec<GroupResult> = futures::stream::iter(groups)
         .map(|(uid, ops)| async move {
@@ -315,6 +306,26 @@ pub async fn execute<S: Sources, A: Actuator>(
         .buffer_unordered(PARALLEL_PODS)
         .collect()
         .await;
+    record(pass, results)
+}
+
+/// Takes `pass`'s ops, grouped by pod with each op's index in `plan.actions`. Actions are sorted
+/// by UID, so consecutive runs are one pod's group.
+fn by_pod(pass: &mut PassPlan) -> Vec<(String, Vec<(usize, Op)>)> {
+    let ops = std::mem::take(&mut pass.ops);
+    let mut groups: Vec<(String, Vec<(usize, Op)>)> = Vec::new();
+    for (i, op) in ops.into_iter().enumerate() {
+        let uid = pass.plan.actions[i].pod_uid.clone();
+        match groups.last_mut() {
+            Some((u, g)) if *u == uid => g.push((i, op)),
+            _ => groups.push((uid, vec![(i, op)])),
+        }
+    }
+    groups
+}
+
+/// Writes each step's outcome into its action and returns the findings the act produced.
+fn record(pass: &mut PassPlan, results: Vec<GroupResult>) -> Vec<Finding> {
     let mut extra = Vec::new();
     for (outs, reported) in results {
         extra.extend(reported);

@@ -17,7 +17,7 @@ use crate::decision::plan::PlanSettings;
 use crate::metrics::Metrics;
 use crate::node::cgroup::systemd::SystemdClient;
 use crate::reconcile::{Mode, Reconciler};
-use crate::service::Api;
+use crate::service::Service;
 use crate::sources::NodeSources;
 
 /// Why the daemon could not start: the daemons' shared reasons, or a root flag that points at
@@ -72,36 +72,13 @@ pub async fn run(
     );
     let admin_listener = podward_api::daemon::admin::bind(config.common.admin_addr).await?;
     let listener = serve_unix(&config.socket, SocketPerms::default()).await?;
-    tracing::info!(
-        socket = %config.socket.display(),
-        admin = %config.common.admin_addr,
-        containerd = %config.common.containerd_socket.display(),
-        namespace = %config.common.containerd_namespace,
-        cgroup_driver = ?config.cgroup_driver,
-        interval = ?config.interval,
-        orphan_grace = ?config.orphan_grace,
-        dry_run = config.dry_run,
-        "podward-housekeeper serving"
-    );
-    if config.dry_run {
-        tracing::info!(
-            "dry run: passes plan and report, and change nothing; start with --act to let them act"
-        );
-    } else {
-        tracing::warn!(
-            kubelet_root = %config.kubelet_root.display(),
-            log_root = %config.log_root.display(),
-            cgroup_root = %config.cgroup_root.display(),
-            "acting (--act): passes kill and remove orphaned pod cgroups, pod and log directories \
-             and leaked sandboxes"
-        );
-    }
+    log_start(&config);
 
     let stop = Stop::new();
     let readiness = admin.readiness.clone();
     let handshake_timeouts = grpc::handshake_timeouts(&admin.registry, "podward_housekeeper");
     let admin_task = tokio::spawn(admin.serve(admin_listener, stop.stopped()));
-    let api = HousekeeperServer::new(Api::new(reconciler.clone(), config.dry_run));
+    let api = HousekeeperServer::new(Service::new(reconciler.clone(), config.dry_run));
     // Handshake deadline, keepalive and stream bounds shared by every podward gRPC socket
     // (docs/operations.md).
     let incoming = grpc::incoming(
@@ -145,5 +122,33 @@ pub async fn run(
             tracing::warn!(error = %e, "API server task ended abnormally");
             Ok(())
         }
+    }
+}
+
+/// Says at start what the daemon serves and whether its passes act.
+fn log_start(config: &Config) {
+    tracing::info!(
+        socket = %config.socket.display(),
+        admin = %config.common.admin_addr,
+        containerd = %config.common.containerd_socket.display(),
+        namespace = %config.common.containerd_namespace,
+        cgroup_driver = ?config.cgroup_driver,
+        interval = ?config.interval,
+        orphan_grace = ?config.orphan_grace,
+        dry_run = config.dry_run,
+        "podward-housekeeper serving"
+    );
+    if config.dry_run {
+        tracing::info!(
+            "dry run: passes plan and report, and change nothing; start with --act to let them act"
+        );
+    } else {
+        tracing::warn!(
+            kubelet_root = %config.kubelet_root.display(),
+            log_root = %config.log_root.display(),
+            cgroup_root = %config.cgroup_root.display(),
+            "acting (--act): passes kill and remove orphaned pod cgroups, pod and log directories \
+             and leaked sandboxes"
+        );
     }
 }
