@@ -392,7 +392,7 @@ async fn a_housekeeping_pass_with_an_invalid_annotation_on_the_node_still_cleans
     );
 }
 
-/// The housekeeper's API socket has the shared gRPC bounds (issue #16, defect 7): a client that
+/// The housekeeper's API socket has the shared gRPC bounds: a client that
 /// never sends the HTTP/2 preface is closed at the handshake deadline, and answers nothing.
 #[tokio::test]
 async fn the_housekeepers_api_socket_closes_a_client_that_never_speaks() {
