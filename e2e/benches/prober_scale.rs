@@ -286,9 +286,11 @@ async fn scale(o: &Opts, shim_sock: &std::path::Path) -> Result<f64, Box<dyn std
         socket: dir.path().join("prober.sock"),
         shim_socket: shim_sock.to_owned(),
         // No exec probes here: containerd's socket points at nothing.
-        containerd_socket: dir.path().join("no-containerd.sock"),
+        common: podward_api::daemon::config::Common {
+            containerd_socket: dir.path().join("no-containerd.sock"),
+            ..podward_api::daemon::config::Common::with_admin_port(0)
+        },
         node_ip: Some("127.0.0.1".parse()?),
-        admin_addr: "127.0.0.1:0".parse()?,
         poll_interval_seconds: 3600,
         ..Config::default()
     };

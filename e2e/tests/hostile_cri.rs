@@ -340,7 +340,7 @@ async fn the_prober_reading_containerd_directly_keeps_every_pod_despite_an_inval
 async fn the_housekeepers_runtime_view_keeps_every_sandbox_despite_an_invalid_annotation() {
     let node = TestNode::start().await.expect("node");
     let (clean, evil) = two_pods(&node).await;
-    let client = podward_housekeeper::runtime::RuntimeClient::new(
+    let client = podward_housekeeper::sources::runtime::RuntimeClient::new(
         &node.containerd_socket(),
         Duration::from_secs(10),
     );
@@ -392,7 +392,7 @@ async fn a_housekeeping_pass_with_an_invalid_annotation_on_the_node_still_cleans
     );
 }
 
-/// The housekeeper's API socket has the shared gRPC bounds (issue #16, defect 7): a client that
+/// The housekeeper's API socket has the shared gRPC bounds: a client that
 /// never sends the HTTP/2 preface is closed at the handshake deadline, and answers nothing.
 #[tokio::test]
 async fn the_housekeepers_api_socket_closes_a_client_that_never_speaks() {

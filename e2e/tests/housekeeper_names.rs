@@ -1,4 +1,4 @@
-//! Issue #16, defects 1 and 6, on a real containerd with the real binary: an acting housekeeper
+//! Only kubelet's names are acted on (real containerd, real binary): an acting housekeeper
 //! (`--act`) whose roots hold things that are not kubelet's (user files, a cgroup with a live
 //! process named almost like a pod) removes exactly the real orphan and reports the rest as
 //! FOREIGN; `plan` against it says it acts, in the table and in `--json`; and
@@ -49,7 +49,7 @@ async fn an_acting_housekeeper_removes_only_kubelets_leftovers_and_its_plan_says
     let mut orphan_cg = PodCgroup::create(&node, ORPHAN);
     let orphan_pid = orphan_cg.spawn_sleeper();
     let (orphan_dir, orphan_log) = leave_dirs(&cfg, ORPHAN);
-    // Not kubelet's: issue #16's files under both roots, and a cgroup next to the pod cgroups
+    // Not kubelet's: a user's files under both roots, and a cgroup next to the pod cgroups
     // whose name is one case-change away from a pod's, with a live process in it.
     let user_files = [
         cfg.log_root.join("etc/passwd"),
@@ -78,7 +78,7 @@ async fn an_acting_housekeeper_removes_only_kubelets_leftovers_and_its_plan_says
             "--prober-socket",
             &s(&cfg.prober_socket),
             "--containerd-socket",
-            &s(&cfg.containerd_socket),
+            &s(&cfg.common.containerd_socket),
             "--kubelet-cgroup-root",
             &cfg.kubelet_cgroup_root,
             "--kubelet-root",

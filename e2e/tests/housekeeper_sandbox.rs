@@ -48,9 +48,11 @@ async fn undelivered_unused_sandbox_is_removed_and_a_normal_one_is_not() {
     let mut held = faults.hold_next_response(RUN_POD_SANDBOX);
     let shim_cfg = podward_shim::config::Config {
         listen: cri_sock.clone(),
-        containerd_socket: node.containerd_socket(),
+        common: podward_api::daemon::config::Common {
+            containerd_socket: node.containerd_socket(),
+            ..podward_api::daemon::config::Common::with_admin_port(0)
+        },
         control_socket: cfg.shim_socket.clone(),
-        admin_addr: "127.0.0.1:0".parse().expect("addr"),
         ..Default::default()
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -1,6 +1,6 @@
 //! The prober and the Kubernetes API on a real containerd, shim and prober: the prober's kube-rs
 //! client talks to a mock API server on loopback ([`podward_e2e::apiserver::MockApiServer`])
-//! through a kubeconfig, and every assertion is about what reached that server (issue #15):
+//! through a kubeconfig, and every assertion is about what reached that server:
 //!
 //! - a pod with the `podward.io/ready` readiness gate whose HTTP readiness starts failing gets
 //!   exactly one condition write to `False` (with a reason) within period × failureThreshold +

@@ -49,9 +49,11 @@ impl InProcShim {
         let control = node.dir().join("shim-control.sock");
         let mut config = podward_shim::config::Config {
             listen: cri.clone(),
-            containerd_socket: node.containerd_socket(),
+            common: podward_api::daemon::config::Common {
+                containerd_socket: node.containerd_socket(),
+                ..podward_api::daemon::config::Common::with_admin_port(0)
+            },
             control_socket: control.clone(),
-            admin_addr: "127.0.0.1:0".parse().expect("addr"),
             ..Default::default()
         };
         tweak(&mut config);

@@ -183,7 +183,10 @@ fn one_size(n: usize, worst: Option<usize>) {
             &sock,
         );
         let config = Config {
-            containerd_socket: sock,
+            common: podward_api::daemon::config::Common {
+                containerd_socket: sock,
+                ..Config::default().common
+            },
             shim_socket: root.join("no-shim.sock"),
             prober_socket: root.join("no-prober.sock"),
             cgroup_root: root.join("cgroup"),

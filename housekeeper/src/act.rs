@@ -2,8 +2,13 @@
 //! the same UID at once ([`UidGate`]), and the decisive facts re-read right before each
 //! destructive step: the UID must still be absent from a fresh runtime list, and pod dirs are
 //! removed against a fresh mount table.
+//!
+//! The actions layer: the only code that changes the node, on a plan the decision layer
+//! ([`crate::decision`]) made. Telling the prober which pods are gone ([`prober_link`]) is an
+//! effect of a pass too, so it lives here.
 
 mod node;
+pub mod prober_link;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -15,14 +20,14 @@ use futures::StreamExt;
 use podward_api::housekeeper::v1::{Finding, FindingKind, Outcome};
 
 pub use self::node::NodeActuator;
-use crate::cgroup::{CgroupError, CgroupLayout, DestroyReport, PodCgroup};
 use crate::clock::Clock;
-use crate::gate::{Closed, UidGate};
-use crate::log_dir::{LogDir, LogDirError};
-use crate::mounts::MountTable;
-use crate::plan::{Op, PassPlan, category};
-use crate::pod_dir::{PodDir, PodDirError, RemovalReport, mounted_volumes};
-use crate::runtime::{ContainerPhase, RuntimeError, RuntimeView};
+use crate::decision::plan::{Op, PassPlan, category};
+use crate::decision::uid_gate::{Closed, UidGate};
+use crate::node::cgroup::{CgroupError, CgroupLayout, DestroyReport, PodCgroup};
+use crate::node::log_dir::{LogDir, LogDirError};
+use crate::node::mounts::MountTable;
+use crate::node::pod_dir::{PodDir, PodDirError, RemovalReport, mounted_volumes};
+use crate::sources::runtime::{ContainerPhase, RuntimeError, RuntimeView};
 use crate::sources::{SourceError, Sources};
 
 /// How many pods are worked on at the same time.
@@ -262,16 +267,7 @@ pub async fn execute<S: Sources, A: Actuator>(
         actuator,
         kubelet_root,
     };
-    // Actions are sorted by UID: consecutive runs are one pod's group.
-    let ops = std::mem::take(&mut pass.ops);
-    let mut groups: Vec<(String, Vec<(usize, Op)>)> = Vec::new();
-    for (i, op) in ops.into_iter().enumerate() {
-        let uid = pass.plan.actions[i].pod_uid.clone();
-        match groups.last_mut() {
-            Some((u, g)) if *u == uid => g.push((i, op)),
-            _ => groups.push((uid, vec![(i, op)])),
-        }
-    }
+    let groups = by_pod(pass);
     let ctx = &ctx;
     let results: Vec<GroupResult> = futures::stream::iter(groups)
         .map(|(uid, ops)| async move {
@@ -310,6 +306,26 @@ pub async fn execute<S: Sources, A: Actuator>(
         .buffer_unordered(PARALLEL_PODS)
         .collect()
         .await;
+    record(pass, results)
+}
+
+/// Takes `pass`'s ops, grouped by pod with each op's index in `plan.actions`. Actions are sorted
+/// by UID, so consecutive runs are one pod's group.
+fn by_pod(pass: &mut PassPlan) -> Vec<(String, Vec<(usize, Op)>)> {
+    let ops = std::mem::take(&mut pass.ops);
+    let mut groups: Vec<(String, Vec<(usize, Op)>)> = Vec::new();
+    for (i, op) in ops.into_iter().enumerate() {
+        let uid = pass.plan.actions[i].pod_uid.clone();
+        match groups.last_mut() {
+            Some((u, g)) if *u == uid => g.push((i, op)),
+            _ => groups.push((uid, vec![(i, op)])),
+        }
+    }
+    groups
+}
+
+/// Writes each step's outcome into its action and returns the findings the act produced.
+fn record(pass: &mut PassPlan, results: Vec<GroupResult>) -> Vec<Finding> {
     let mut extra = Vec::new();
     for (outs, reported) in results {
         extra.extend(reported);

@@ -65,14 +65,14 @@ mod tests {
         let c = Config::load(&cli.args).expect("load");
         assert_eq!(
             c.walk_bounds(),
-            crate::pod_dir::WalkBounds {
+            crate::node::pod_dir::WalkBounds {
                 max_entries: 5000,
                 max_time: std::time::Duration::from_millis(500)
             }
         );
         assert_eq!(
             Config::default().walk_bounds(),
-            crate::pod_dir::WalkBounds::DEFAULT
+            crate::node::pod_dir::WalkBounds::DEFAULT
         );
         assert_eq!(c.interval, std::time::Duration::from_secs(3));
         assert!(c.dry_run);

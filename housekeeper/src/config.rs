@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use podward_api::daemon::config::ConfigError;
+use podward_api::daemon::config::{Common, ConfigError};
 use podward_api::daemon::telemetry::LogFormat;
 use podward_api::paths;
 use serde::{Deserialize, Serialize};
@@ -37,8 +37,8 @@ pub enum DriverName {
 
 impl DriverName {
     /// What the flag asks of driver detection.
-    pub fn flag(self) -> crate::cgroup::DriverFlag {
-        use crate::cgroup::{CgroupDriver, DriverFlag};
+    pub fn flag(self) -> crate::node::cgroup::DriverFlag {
+        use crate::node::cgroup::{CgroupDriver, DriverFlag};
         match self {
             Self::Auto => DriverFlag::Auto,
             Self::Cgroupfs => DriverFlag::Set(CgroupDriver::Cgroupfs),
@@ -57,10 +57,6 @@ pub struct Config {
     pub shim_socket: PathBuf,
     /// The prober's socket, told to drop workers of pods that are gone (ignored when down).
     pub prober_socket: PathBuf,
-    /// containerd's CRI socket, read directly (not through the shim).
-    pub containerd_socket: PathBuf,
-    /// containerd namespace of the CRI plugin; recorded in logs (CRI itself is namespace-bound).
-    pub containerd_namespace: String,
     /// Mount point of the cgroup filesystems (v1 controllers below it, or the v2 hierarchy).
     pub cgroup_root: PathBuf,
     /// kubelet's cgroup driver, or `auto` (docs/housekeeper.md: how it is decided).
@@ -92,12 +88,11 @@ pub struct Config {
     /// Time one walk of a pod dir may take before it says "too large to assess this pass".
     #[serde(with = "humantime_serde")]
     pub walk_max_time: Duration,
-    /// Loopback address of `/metrics`, `/healthz`, `/readyz`.
-    pub admin_addr: SocketAddr,
-    /// Log output format.
-    pub log_format: LogFormat,
-    /// Log filter (`RUST_LOG` syntax).
-    pub log_level: String,
+    /// containerd's CRI socket (read directly, not through the shim), the CRI plugin's namespace
+    /// (recorded in logs: CRI itself is namespace-bound), the admin endpoint and logs: the
+    /// settings every daemon has.
+    #[serde(flatten)]
+    pub common: Common,
 }
 
 impl Default for Config {
@@ -106,11 +101,9 @@ impl Default for Config {
             socket: paths::HOUSEKEEPER_SOCKET.into(),
             shim_socket: paths::SHIM_SOCKET.into(),
             prober_socket: paths::PROBER_SOCKET.into(),
-            containerd_socket: paths::CONTAINERD_SOCKET.into(),
-            containerd_namespace: podward_api::labels::CONTAINERD_K8S_NAMESPACE.into(),
             cgroup_root: "/sys/fs/cgroup".into(),
             cgroup_driver: DriverName::Auto,
-            systemd_bus: crate::cgroup::systemd::SYSTEM_BUS.into(),
+            systemd_bus: crate::node::cgroup::systemd::SYSTEM_BUS.into(),
             kubelet_cgroup_root: "/".into(),
             kubelet_root: "/var/lib/kubelet".into(),
             log_root: "/var/log/pods".into(),
@@ -120,11 +113,9 @@ impl Default for Config {
             orphan_grace: Duration::from_secs(120),
             dry_run: true,
             remove_exited_containers: false,
-            walk_max_entries: crate::pod_dir::WalkBounds::DEFAULT.max_entries,
-            walk_max_time: crate::pod_dir::WalkBounds::DEFAULT.max_time,
-            admin_addr: SocketAddr::from(([127, 0, 0, 1], 9643)),
-            log_format: LogFormat::Text,
-            log_level: "info".into(),
+            walk_max_entries: crate::node::pod_dir::WalkBounds::DEFAULT.max_entries,
+            walk_max_time: crate::node::pod_dir::WalkBounds::DEFAULT.max_time,
+            common: Common::with_admin_port(9643),
         }
     }
 }
@@ -285,8 +276,8 @@ struct Overrides<'a> {
 
 impl Config {
     /// How much one walk of a pod dir may look at.
-    pub fn walk_bounds(&self) -> crate::pod_dir::WalkBounds {
-        crate::pod_dir::WalkBounds {
+    pub fn walk_bounds(&self) -> crate::node::pod_dir::WalkBounds {
+        crate::node::pod_dir::WalkBounds {
             max_entries: self.walk_max_entries,
             max_time: self.walk_max_time,
         }
@@ -306,10 +297,20 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// Loads `text` as the config file, with no flags.
+    fn from_file(text: &str) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("housekeeper.toml");
+        std::fs::write(&file, text).expect("write");
+        Config::load(&Args {
+            config: Some(file),
+            ..Args::default()
+        })
+    }
+
     #[test]
     fn durations_parse_as_humantime() {
-        let c: Config =
-            toml::from_str("interval = \"3s\"\norphan_grace = \"2m 10s\"\n").expect("parse");
+        let c = from_file("interval = \"3s\"\norphan_grace = \"2m 10s\"\n").expect("parse");
         assert_eq!(c.interval, Duration::from_secs(3));
         assert_eq!(c.orphan_grace, Duration::from_secs(130));
         assert_eq!(c.kubelet_root, PathBuf::from("/var/lib/kubelet"));
@@ -317,6 +318,6 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_rejected() {
-        assert!(toml::from_str::<Config>("intervall = \"3s\"\n").is_err());
+        assert!(from_file("intervall = \"3s\"\n").is_err());
     }
 }

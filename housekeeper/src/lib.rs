@@ -1,41 +1,34 @@
 //! podward-housekeeper: does out of process what kubelet's `HandlePodCleanups` and container GC
 //! do, with the safety rules kubelet learned the hard way (`docs/housekeeper.md`).
 //!
-//! A pass reads its sources in kubelet's order ([`sources`]), folds the runtime's answer into the
-//! per-UID absence history ([`orphan`]), has the orphans' pod dirs assessed off the async
-//! runtime ([`assess`]), builds a sorted plan with reasons and evidence
-//! ([`plan`]) and executes it unless dry-run ([`act`]), one action per UID at a time with
-//! per-UID backoff ([`gate`]). [`api`] serves Plan/Reconcile/Status; [`run`] is the daemon.
+//! The crate is four layers, each importing only the ones below it:
 //!
-//! The node-side modules ([`cgroup`], [`mounts`], [`pod_dir`], [`log_dir`], [`procs`]) find and
-//! remove things on the filesystem; everything above them only decides. [`kubelet_names`] is the
-//! one place that says which outside names are kubelet's: nothing else is ever acted on.
+//! - [`node`]: the node's filesystem (pod cgroups, pod and log directories, the mount table,
+//!   process states) found and removed by root path, and [`node::kubelet_names`], the one place
+//!   that says which outside names are kubelet's: nothing else is ever acted on.
+//! - [`sources`]: what one pass reads, in kubelet's order (pod cgroups, the runtime, the shim's
+//!   index, pod and log directories, mounts), behind the `Sources` trait.
+//! - [`decision`]: the orphan rule over the per-UID absence history, the assessment of orphans'
+//!   pod dirs, the sorted plan with reasons and evidence, and the UID gate (one action per UID at
+//!   a time, per-UID backoff). It changes nothing.
+//! - [`act`]: executes a plan unless dry-run, re-reading the decisive facts before each
+//!   destructive step, and tells the prober which pods are gone.
+//!
+//! Above them, the daemon: [`reconcile`] runs one pass through the four; [`service`] serves
+//! Plan/Reconcile/Status; [`run`] is the daemon; [`report`] prints a plan for `plan`; [`cli`],
+//! [`config`], [`metrics`] and [`clock`] are its edge.
 
 pub mod act;
-pub mod api;
-pub mod assess;
-pub mod cgroup;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod container_gc;
-pub mod fs_error;
-pub mod gate;
-pub mod kubelet_names;
-pub mod log_dir;
+pub mod decision;
 pub mod metrics;
-pub mod mounts;
-pub mod orphan;
-pub mod plan;
-pub mod pod_dir;
-pub mod prober_link;
-pub mod procs;
+pub mod node;
 pub mod reconcile;
 pub mod report;
 pub mod run;
-pub mod runtime;
-pub mod sandbox;
-pub mod shim_source;
+pub mod service;
 pub mod sources;
 
 pub use self::config::Config;

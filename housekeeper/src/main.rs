@@ -17,17 +17,18 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Plan { json, local }) => {
             // The plan goes to stdout; logs (warnings only) to stderr.
             let filter = if cli.args.log_level.is_some() {
-                config.log_level.as_str()
+                config.common.log_level.as_str()
             } else {
                 "warn"
             };
-            telemetry::init(config.log_format, filter).map_err(anyhow::Error::msg)?;
+            telemetry::init(config.common.log_format, filter).map_err(anyhow::Error::msg)?;
             let out = rt.block_on(report::plan_command(&config, json, local))?;
             print!("{out}");
             Ok(())
         }
         None => {
-            telemetry::init(config.log_format, &config.log_level).map_err(anyhow::Error::msg)?;
+            telemetry::init(config.common.log_format, &config.common.log_level)
+                .map_err(anyhow::Error::msg)?;
             // `shutdown()` installs the signal handlers inside the runtime, before `run` serves.
             rt.block_on(async { podward_housekeeper::run(config, signal::shutdown()).await })?;
             Ok(())

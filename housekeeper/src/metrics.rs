@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
+use podward_api::daemon::metrics::MetricsError;
 use podward_api::housekeeper::v1::{Outcome, Plan};
 use prometheus::{Gauge, Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
 
-use crate::plan::{Counts, category, category_of};
+use crate::decision::plan::{Counts, category, category_of};
 
 /// The housekeeper's metrics.
 #[derive(Clone, Debug)]
@@ -19,9 +20,6 @@ pub struct Metrics {
     last_success: Gauge,
     source_errors: IntCounterVec,
 }
-
-/// Errors registering metrics (a duplicate name).
-pub type MetricsError = prometheus::Error;
 
 impl Metrics {
     /// Creates and registers the metrics on `registry`.

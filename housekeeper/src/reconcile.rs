@@ -10,14 +10,14 @@ use std::time::Duration;
 use podward_api::housekeeper::v1::{Plan, StatusResponse};
 use podward_api::outside_text::for_terminal;
 
+use crate::act::prober_link::ProberLink;
 use crate::act::{self, Actuator};
-use crate::assess::Assessor;
 use crate::clock::Clock;
-use crate::gate::UidGate;
+use crate::decision::assess::Assessor;
+use crate::decision::orphan::OrphanTracker;
+use crate::decision::plan::{self, PlanSettings};
+use crate::decision::uid_gate::UidGate;
 use crate::metrics::Metrics;
-use crate::orphan::OrphanTracker;
-use crate::plan::{self, PlanSettings};
-use crate::prober_link::ProberLink;
 use crate::sources::{self, Sources};
 
 /// Passes slower than this log a warning with the per-source breakdown (kubelet's

@@ -7,38 +7,22 @@ use podward_api::daemon::admin::Admin;
 use podward_api::daemon::grpc;
 use podward_api::daemon::stop::Stop;
 use podward_api::housekeeper::v1::housekeeper_server::HousekeeperServer;
-use podward_api::socket::{SocketError, SocketPerms, serve_unix};
+use podward_api::socket::{SocketPerms, serve_unix};
 
 use crate::act::NodeActuator;
-use crate::api::Api;
-use crate::cgroup::systemd::SystemdClient;
+use crate::act::prober_link::ProberLink;
 use crate::clock::MonotonicClock;
 use crate::config::{Config, RootError, check_roots};
-use crate::metrics::{Metrics, MetricsError};
-use crate::plan::PlanSettings;
-use crate::prober_link::ProberLink;
+use crate::decision::plan::PlanSettings;
+use crate::metrics::Metrics;
+use crate::node::cgroup::systemd::SystemdClient;
 use crate::reconcile::{Mode, Reconciler};
+use crate::service::Service;
 use crate::sources::NodeSources;
 
-/// Why the daemon could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// A root flag points at something the housekeeper must not clean under.
-    #[error(transparent)]
-    Roots(#[from] RootError),
-    /// The API socket could not be served.
-    #[error("API socket: {0}")]
-    Socket(#[from] SocketError),
-    /// The admin endpoint could not be bound.
-    #[error(transparent)]
-    Admin(#[from] podward_api::daemon::admin::BindError),
-    /// Metrics could not be registered.
-    #[error("metrics: {0}")]
-    Metrics(#[from] MetricsError),
-    /// The gRPC server stopped with an error.
-    #[error("API server: {0}")]
-    Serve(#[from] tonic::transport::Error),
-}
+/// Why the daemon could not start: the daemons' shared reasons, or a root flag that points at
+/// something the housekeeper must not clean under.
+pub type RunError = podward_api::daemon::run::RunError<RootError>;
 
 /// The planner's settings for `config`.
 pub fn plan_settings(config: &Config) -> PlanSettings {
@@ -73,7 +57,7 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), RunError> {
-    check_roots(&config)?;
+    check_roots(&config).map_err(RunError::Daemon)?;
     let admin = Admin::new();
     podward_api::daemon::build_info::register(
         &admin.registry,
@@ -86,38 +70,15 @@ pub async fn run(
             .with_metrics(metrics)
             .with_prober(ProberLink::new(&config.prober_socket)),
     );
-    let admin_listener = podward_api::daemon::admin::bind(config.admin_addr).await?;
+    let admin_listener = podward_api::daemon::admin::bind(config.common.admin_addr).await?;
     let listener = serve_unix(&config.socket, SocketPerms::default()).await?;
-    tracing::info!(
-        socket = %config.socket.display(),
-        admin = %config.admin_addr,
-        containerd = %config.containerd_socket.display(),
-        namespace = %config.containerd_namespace,
-        cgroup_driver = ?config.cgroup_driver,
-        interval = ?config.interval,
-        orphan_grace = ?config.orphan_grace,
-        dry_run = config.dry_run,
-        "podward-housekeeper serving"
-    );
-    if config.dry_run {
-        tracing::info!(
-            "dry run: passes plan and report, and change nothing; start with --act to let them act"
-        );
-    } else {
-        tracing::warn!(
-            kubelet_root = %config.kubelet_root.display(),
-            log_root = %config.log_root.display(),
-            cgroup_root = %config.cgroup_root.display(),
-            "acting (--act): passes kill and remove orphaned pod cgroups, pod and log directories \
-             and leaked sandboxes"
-        );
-    }
+    log_start(&config);
 
     let stop = Stop::new();
     let readiness = admin.readiness.clone();
     let handshake_timeouts = grpc::handshake_timeouts(&admin.registry, "podward_housekeeper");
     let admin_task = tokio::spawn(admin.serve(admin_listener, stop.stopped()));
-    let api = HousekeeperServer::new(Api::new(reconciler.clone(), config.dry_run));
+    let api = HousekeeperServer::new(Service::new(reconciler.clone(), config.dry_run));
     // Handshake deadline, keepalive and stream bounds shared by every podward gRPC socket
     // (docs/operations.md).
     let incoming = grpc::incoming(
@@ -161,5 +122,33 @@ pub async fn run(
             tracing::warn!(error = %e, "API server task ended abnormally");
             Ok(())
         }
+    }
+}
+
+/// Says at start what the daemon serves and whether its passes act.
+fn log_start(config: &Config) {
+    tracing::info!(
+        socket = %config.socket.display(),
+        admin = %config.common.admin_addr,
+        containerd = %config.common.containerd_socket.display(),
+        namespace = %config.common.containerd_namespace,
+        cgroup_driver = ?config.cgroup_driver,
+        interval = ?config.interval,
+        orphan_grace = ?config.orphan_grace,
+        dry_run = config.dry_run,
+        "podward-housekeeper serving"
+    );
+    if config.dry_run {
+        tracing::info!(
+            "dry run: passes plan and report, and change nothing; start with --act to let them act"
+        );
+    } else {
+        tracing::warn!(
+            kubelet_root = %config.kubelet_root.display(),
+            log_root = %config.log_root.display(),
+            cgroup_root = %config.cgroup_root.display(),
+            "acting (--act): passes kill and remove orphaned pod cgroups, pod and log directories \
+             and leaked sandboxes"
+        );
     }
 }

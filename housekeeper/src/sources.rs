@@ -7,8 +7,14 @@
 //! whole pass plan nothing. The cgroups source also fails when it found no pod cgroup root at all
 //! while the runtime reports running pods: it would otherwise say "ok, 0 items" on a node whose
 //! cgroups it simply cannot see (a wrong driver, root or mount), and the plan says why instead.
+//!
+//! The sources layer: what the housekeeper reads. The runtime ([`runtime`], containerd's CRI
+//! plugin, read directly) and the shim's index ([`shim_source`]) live here; the node's own
+//! filesystem is read through [`crate::node`]. Nothing here decides or acts.
 
 mod node;
+pub mod runtime;
+pub mod shim_source;
 
 use std::future::Future;
 use std::path::Path;
@@ -19,15 +25,15 @@ use podward_api::housekeeper::v1::{CgroupDriverReport, SourceReport};
 use podward_api::shim::v1::Snapshot as ShimIndex;
 
 pub use self::node::NodeSources;
-use crate::cgroup::{
+use crate::node::cgroup::{
     CgroupError, CgroupLayout, Detection, DriverFlag, PodCgroup, RuntimeAnswer, decide_driver,
     scan_cgroups,
 };
-use crate::log_dir::{LogDirError, LogDirScan};
-use crate::mounts::{MountError, MountTable};
-use crate::pod_dir::{DirScan, PodDirError, PodDirScan};
-use crate::runtime::{RuntimeError, RuntimeView};
-use crate::shim_source::ShimError;
+use crate::node::log_dir::{LogDirError, LogDirScan};
+use crate::node::mounts::{MountError, MountTable};
+use crate::node::pod_dir::{DirScan, PodDirError, PodDirScan};
+use crate::sources::runtime::{RuntimeError, RuntimeView};
+use crate::sources::shim_source::ShimError;
 
 /// Why a source could not be read.
 #[derive(Debug, thiserror::Error)]

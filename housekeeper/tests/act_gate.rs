@@ -14,12 +14,12 @@ use podward_api::housekeeper::v1::{ActionKind, FindingKind, Outcome};
 use podward_api::test_util::eventually;
 use podward_housekeeper::act;
 use podward_housekeeper::clock::{Clock, ManualClock};
-use podward_housekeeper::gate::{BACKOFF_MAX, UidGate};
-use podward_housekeeper::orphan::OrphanTracker;
-use podward_housekeeper::plan;
+use podward_housekeeper::decision::orphan::OrphanTracker;
+use podward_housekeeper::decision::plan;
+use podward_housekeeper::decision::uid_gate::{BACKOFF_MAX, UidGate};
 use podward_housekeeper::reconcile::Mode;
-use podward_housekeeper::runtime::RuntimeView;
 use podward_housekeeper::sources::read_all;
+use podward_housekeeper::sources::runtime::RuntimeView;
 
 const BAD: &str = "00000000-0000-4000-8000-0000000000ba";
 const GOOD: &str = "00000000-0000-4000-8000-000000000009";
@@ -44,7 +44,7 @@ async fn one_action_per_uid_at_a_time() {
     // Two executions of the same plan (as two racing passes would): build both, run both.
     let snap2 = read_all(node.as_ref()).await;
     let snap1 = plans.pop().expect("snap");
-    let assessor = podward_housekeeper::assess::Assessor::new();
+    let assessor = podward_housekeeper::decision::assess::Assessor::new();
     let assess = async |snap: &podward_housekeeper::sources::Snapshot| {
         let dirs = plan::pod_dirs_to_assess(snap, &tracker, &gate, clock.now());
         let mounts = Arc::new(snap.mounts.clone().unwrap_or_default());

@@ -16,9 +16,9 @@ use podward_api::prober::v1::{
     CleanupPodsRequest, CleanupPodsResponse, PodStatus, ProbeEvent, StatusRequest, StatusResponse,
     WatchRequest,
 };
-use podward_housekeeper::prober_link::ProberLink;
+use podward_housekeeper::act::prober_link::ProberLink;
 use podward_housekeeper::reconcile::Mode;
-use podward_housekeeper::runtime::RuntimeView;
+use podward_housekeeper::sources::runtime::RuntimeView;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 

@@ -18,11 +18,11 @@ use std::time::Duration;
 use podward_api::cri::{
     CgroupDriver as CriCgroupDriver, PodSandbox, PodSandboxMetadata, PodSandboxState,
 };
-use podward_housekeeper::cgroup::{
+use podward_housekeeper::config::{Config, DriverName};
+use podward_housekeeper::node::cgroup::{
     CgroupDriver, CgroupError, CgroupVersion, DriverFlag, FoundBy, RuntimeAnswer, decide_driver,
     scan_pod_cgroups,
 };
-use podward_housekeeper::config::{Config, DriverName};
 
 const SYSTEMD: DriverFlag = DriverFlag::Set(CgroupDriver::Systemd);
 const CGROUPFS: DriverFlag = DriverFlag::Set(CgroupDriver::Cgroupfs);
@@ -311,7 +311,10 @@ impl Node {
             socket: p("hk.sock"),
             shim_socket: p("shim.sock"),
             prober_socket: p("prober.sock"),
-            containerd_socket: p("cri.sock"),
+            common: podward_api::daemon::config::Common {
+                containerd_socket: p("cri.sock"),
+                ..Config::default().common
+            },
             cgroup_root: p("cgroup"),
             cgroup_driver: flag,
             systemd_bus: format!("unix:path={}", p("no-bus").display()),

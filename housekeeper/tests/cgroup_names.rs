@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use podward_housekeeper::cgroup::{
+use podward_housekeeper::node::cgroup::{
     CgroupDriver, CgroupError, CgroupLayout, HierarchyKind, PodCgroup, Qos, parse_pod_cgroup_name,
     reduce_cpu, scan_cgroups, scan_pod_cgroups,
 };
@@ -426,7 +426,7 @@ fn scan_of_10k_pod_cgroups_finds_each() {
 
 #[test]
 fn process_state_from_fake_and_real_proc() {
-    use podward_housekeeper::procs::process_state;
+    use podward_housekeeper::node::procs::process_state;
     let tmp = tempfile::tempdir().expect("tempdir");
     let write = |pid: i32, stat: &str| {
         fs::create_dir_all(tmp.path().join(pid.to_string())).expect("mkdir");

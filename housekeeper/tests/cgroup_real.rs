@@ -9,7 +9,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use podward_housekeeper::cgroup::{
+use podward_housekeeper::node::cgroup::{
     CgroupDriver, CgroupError, PodCgroup, Qos, destroy, reduce_cpu, scan_pod_cgroups,
 };
 use real_cgroups::TestCgroups;

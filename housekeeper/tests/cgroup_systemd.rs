@@ -23,14 +23,14 @@ use podward_api::cri::{CgroupDriver as CriCgroupDriver, PodSandbox, PodSandboxMe
 use podward_api::housekeeper::v1::{ActionKind, Outcome};
 use podward_api::test_util::eventually;
 use podward_housekeeper::act::{Actuator, NodeActuator};
-use podward_housekeeper::cgroup::systemd::{SystemdClient, SystemdError};
-use podward_housekeeper::cgroup::{
+use podward_housekeeper::config::{Config, DriverName};
+use podward_housekeeper::node::cgroup::systemd::{SystemdClient, SystemdError};
+use podward_housekeeper::node::cgroup::{
     CgroupDriver, CgroupError, CgroupLayout, DriverFlag, FoundBy, PodCgroup, RuntimeAnswer,
     decide_driver, scan_pod_cgroups,
 };
-use podward_housekeeper::config::{Config, DriverName};
 use podward_housekeeper::reconcile::Mode;
-use podward_housekeeper::runtime::RuntimeClient;
+use podward_housekeeper::sources::runtime::RuntimeClient;
 use user_systemd::UserSystemd;
 
 const A: &str = "aaaaaaaa-1111-4000-8000-000000000001";
@@ -93,7 +93,7 @@ async fn destroy(
     a: &Arc<NodeActuator>,
     layout: &CgroupLayout,
     cg: PodCgroup,
-) -> Result<podward_housekeeper::cgroup::DestroyReport, CgroupError> {
+) -> Result<podward_housekeeper::node::cgroup::DestroyReport, CgroupError> {
     let (a, layout) = (a.clone(), layout.clone());
     tokio::task::spawn_blocking(move || a.destroy_cgroup(&layout, &cg))
         .await
@@ -276,7 +276,10 @@ async fn a_pass_on_a_systemd_node_acts_through_dbus_and_says_so() {
         socket: tmp.path().join("hk.sock"),
         shim_socket: tmp.path().join("shim.sock"),
         prober_socket: tmp.path().join("prober.sock"),
-        containerd_socket: sock,
+        common: podward_api::daemon::config::Common {
+            containerd_socket: sock,
+            ..Config::default().common
+        },
         cgroup_root: sd.unified.clone(),
         cgroup_driver: DriverName::Auto,
         systemd_bus: sd.bus.clone(),

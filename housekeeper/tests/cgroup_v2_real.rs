@@ -13,11 +13,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use podward_housekeeper::cgroup::{
+use podward_housekeeper::node::cgroup::{
     CgroupDriver, CgroupError, CgroupLayout, CgroupVersion, HierarchyKind, PodCgroup, Qos, destroy,
     kill_processes, reduce_cpu, scan_pod_cgroups,
 };
-use podward_housekeeper::fs_error::FsError;
+use podward_housekeeper::node::fs_error::FsError;
 use real_cgroups::TestCgroups;
 
 fn find(pods: &[PodCgroup], uid: &str) -> PodCgroup {

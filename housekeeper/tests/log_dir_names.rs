@@ -6,10 +6,10 @@
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 
-use podward_housekeeper::log_dir::{
+use podward_housekeeper::node::log_dir::{
     LogDir, LogDirError, parse_log_dir_name, remove_log_dir, scan_log_dirs,
 };
-use podward_housekeeper::mounts::MountTable;
+use podward_housekeeper::node::mounts::MountTable;
 
 const UID: &str = "6b1aa4d4-6d1f-4f65-ae2b-0e0ad1dc5b1b";
 const HASH: &str = "0123456789abcdef0123456789abcdef";

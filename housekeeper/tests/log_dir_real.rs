@@ -7,8 +7,8 @@ use std::path::Path;
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, unshare};
-use podward_housekeeper::log_dir::{LogDirError, remove_log_dir, scan_log_dirs};
-use podward_housekeeper::mounts::MountTable;
+use podward_housekeeper::node::log_dir::{LogDirError, remove_log_dir, scan_log_dirs};
+use podward_housekeeper::node::mounts::MountTable;
 
 /// Unmounts on drop, even when an assertion fails.
 struct Unmount(std::path::PathBuf);

@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use podward_housekeeper::mounts::{MountError, MountTable};
+use podward_housekeeper::node::mounts::{MountError, MountTable};
 
 const SAMPLE: &str = "\
 22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw

@@ -11,7 +11,7 @@ use std::time::Duration;
 use fake::{FakeNode, RecordingActuator, U1, planned, reconciler, sandbox};
 use podward_api::housekeeper::v1::FindingKind;
 use podward_housekeeper::reconcile::Mode;
-use podward_housekeeper::runtime::RuntimeView;
+use podward_housekeeper::sources::runtime::RuntimeView;
 
 const GRACE: Duration = Duration::from_secs(120);
 const READY: &str = "00000000-0000-4000-8000-00000000000a";

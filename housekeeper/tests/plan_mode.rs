@@ -16,9 +16,9 @@ use podward_api::housekeeper::v1::housekeeper_client::HousekeeperClient;
 use podward_api::housekeeper::v1::housekeeper_server::HousekeeperServer;
 use podward_api::test_util::eventually;
 use podward_housekeeper::Config;
-use podward_housekeeper::api::Api;
 use podward_housekeeper::reconcile::{Mode, Reconciler};
 use podward_housekeeper::report::plan_command;
+use podward_housekeeper::service::Service;
 use tokio_stream::wrappers::UnixListenerStream;
 
 /// Serves the API of `r` (a daemon whose own mode is `dry_run`) on a socket under the node.
@@ -31,7 +31,7 @@ fn serve(
     let listener = tokio::net::UnixListener::bind(&socket).expect("bind");
     let server = tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
-            .add_service(HousekeeperServer::new(Api::new(r, dry_run)))
+            .add_service(HousekeeperServer::new(Service::new(r, dry_run)))
             .serve_with_incoming(UnixListenerStream::new(listener))
             .await;
     });

@@ -15,7 +15,7 @@ use fake::{FakeNode, RecordingActuator, U1, container, reconciler, sandbox};
 use podward_api::housekeeper::v1::{Finding, FindingKind, Plan};
 use podward_api::shim::v1::{Delivery, Sandbox, Snapshot};
 use podward_housekeeper::reconcile::Mode;
-use podward_housekeeper::runtime::{ContainerPhase, RuntimeView};
+use podward_housekeeper::sources::runtime::{ContainerPhase, RuntimeView};
 
 /// The finding's kind by name (`FOREIGN`, `WAITING`, ...).
 fn kind(f: &Finding) -> &'static str {
@@ -58,7 +58,7 @@ fn really() -> Arc<RecordingActuator> {
 async fn an_acting_pass_over_a_wrong_log_root_removes_only_kubelets_log_dirs() {
     let node = FakeNode::new();
     let logs = node.root().join("logs");
-    // What `--log-root` pointed at the wrong place finds: issue #16's reproduction.
+    // What `--log-root` pointed at the wrong place finds: a user's own files.
     let user_data = [
         "etc/passwd",
         "home/alice/thesis.txt",

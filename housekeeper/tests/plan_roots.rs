@@ -17,11 +17,13 @@ fn config(dir: &Path) -> Config {
         socket: dir.join("housekeeper.sock"),
         shim_socket: dir.join("shim.sock"),
         prober_socket: dir.join("prober.sock"),
-        containerd_socket: dir.join("containerd.sock"),
+        common: podward_api::daemon::config::Common {
+            containerd_socket: dir.join("containerd.sock"),
+            ..podward_api::daemon::config::Common::with_admin_port(0)
+        },
         kubelet_root: dir.join("kubelet"),
         log_root: dir.join("logs"),
         cgroup_root: "/sys/fs/cgroup".into(),
-        admin_addr: "127.0.0.1:0".parse().expect("addr"),
         interval: Duration::from_secs(3600),
         ..Config::default()
     }

@@ -12,7 +12,7 @@ use fake::{FakeNode, RecordingActuator, U1, container, nth_uid, planned, reconci
 use podward_api::housekeeper::v1::{FindingKind, Outcome};
 use podward_api::shim::v1::{Delivery, Sandbox, Snapshot};
 use podward_housekeeper::reconcile::Mode;
-use podward_housekeeper::runtime::{ContainerPhase, RuntimeView};
+use podward_housekeeper::sources::runtime::{ContainerPhase, RuntimeView};
 
 const P1: &str = "00000000-0000-4000-8000-0000000000f1";
 const P2: &str = "00000000-0000-4000-8000-0000000000f2";
@@ -144,7 +144,7 @@ async fn a_regular_file_in_a_volume_blocks_the_pod_dir_and_is_reported() {
 #[tokio::test]
 async fn a_backlog_is_acted_on_in_bounded_batches_lowest_uids_first() {
     let node = FakeNode::new();
-    let n = podward_housekeeper::plan::MAX_UIDS_PER_PASS + 10;
+    let n = podward_housekeeper::decision::plan::MAX_UIDS_PER_PASS + 10;
     let uids: Vec<String> = (0..n).map(nth_uid).collect();
     for u in &uids {
         std::fs::create_dir_all(node.pod_dir(u)).expect("pod dir");
@@ -156,7 +156,7 @@ async fn a_backlog_is_acted_on_in_bounded_batches_lowest_uids_first() {
     let acted: Vec<_> = p.actions.iter().map(|a| a.pod_uid.clone()).collect();
     assert_eq!(
         acted,
-        uids[..podward_housekeeper::plan::MAX_UIDS_PER_PASS].to_vec()
+        uids[..podward_housekeeper::decision::plan::MAX_UIDS_PER_PASS].to_vec()
     );
     let deferred = p
         .findings
@@ -166,6 +166,6 @@ async fn a_backlog_is_acted_on_in_bounded_batches_lowest_uids_first() {
     assert_eq!(deferred, 10, "the rest wait for the next pass");
     assert_eq!(
         act.calls().len(),
-        podward_housekeeper::plan::MAX_UIDS_PER_PASS
+        podward_housekeeper::decision::plan::MAX_UIDS_PER_PASS
     );
 }

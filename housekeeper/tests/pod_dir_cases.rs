@@ -10,8 +10,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Instant;
 
-use podward_housekeeper::mounts::MountTable;
-use podward_housekeeper::pod_dir::{
+use podward_housekeeper::node::mounts::MountTable;
+use podward_housekeeper::node::pod_dir::{
     PodDir, PodDirError, Removal, assess_removal, remove_pod_dir, scan_pod_dirs,
 };
 use uids::uid_of;
@@ -442,7 +442,7 @@ fn scan_of_10k_pod_dirs_finds_each_and_its_mounts() {
     let start = Instant::now();
     let mounted: usize = dirs
         .iter()
-        .map(|d| podward_housekeeper::pod_dir::mounted_volumes(d, &table).len())
+        .map(|d| podward_housekeeper::node::pod_dir::mounted_volumes(d, &table).len())
         .sum();
     let checked = start.elapsed();
     assert_eq!(mounted, 5_000);

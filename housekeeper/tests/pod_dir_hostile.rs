@@ -25,8 +25,8 @@ use fake::{FakeNode, RecordingActuator, reconciler};
 use nix::sys::stat::{Mode as NixMode, SFlag, makedev, mknod};
 use podward_api::housekeeper::v1::{ActionKind, FindingKind};
 use podward_api::outside_text::from_bytes;
-use podward_housekeeper::mounts::MountTable;
-use podward_housekeeper::pod_dir::{
+use podward_housekeeper::node::mounts::MountTable;
+use podward_housekeeper::node::pod_dir::{
     PodDir, PodDirError, Removal, WalkBounds, assess_removal, assess_removal_within,
     remove_pod_dir, remove_pod_dir_within,
 };

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use fake::{FakeNode, RecordingActuator, nth_uid, reconciler};
 use podward_api::housekeeper::v1::FindingKind;
-use podward_housekeeper::pod_dir::WalkBounds;
+use podward_housekeeper::node::pod_dir::WalkBounds;
 use podward_housekeeper::reconcile::Mode;
 use rustix::fs::{Mode as Perm, OFlags};
 

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, unshare};
-use podward_housekeeper::mounts::MountTable;
-use podward_housekeeper::pod_dir::{
+use podward_housekeeper::node::mounts::MountTable;
+use podward_housekeeper::node::pod_dir::{
     PodDir, PodDirError, Removal, assess_removal, mounted_volumes, remove_pod_dir, scan_pod_dirs,
 };
 use sha2::{Digest, Sha256};

@@ -5,6 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use podward_api::daemon::config::Common;
 use podward_api::daemon::telemetry::LogFormat;
 
 use crate::apiserver::{ApiSettings, DEFAULT_GATE_CONDITION};
@@ -208,16 +209,10 @@ pub struct Config {
     pub socket: PathBuf,
     /// The shim's control socket.
     pub shim_socket: PathBuf,
-    /// containerd's socket (exec probes, kills, fallback source).
-    pub containerd_socket: PathBuf,
-    /// containerd namespace of the CRI plugin (reported only: CRI calls carry no namespace).
-    pub containerd_namespace: String,
     /// Probe address for host-network pods; `None` = detect at start.
     pub node_ip: Option<IpAddr>,
     /// Kubernetes version in the probes' User-Agent.
     pub kube_version: String,
-    /// Admin endpoint address.
-    pub admin_addr: SocketAddr,
     /// Whether `/metrics` carries the probe families too (`/metrics/probes` always does).
     pub metrics_with_probes: bool,
     /// Seconds between containerd polls while the shim is down.
@@ -252,10 +247,11 @@ pub struct Config {
     pub exec_helper: Option<PathBuf>,
     /// Keep one direct-exec helper started ahead of the next probe.
     pub exec_standby: bool,
-    /// Log format.
-    pub log_format: LogFormat,
-    /// Log filter.
-    pub log_level: String,
+    /// containerd's socket (exec probes, kills, fallback source), the CRI plugin's namespace
+    /// (reported only: CRI calls carry no namespace), the admin endpoint and logs: the settings
+    /// every daemon has.
+    #[serde(flatten)]
+    pub common: Common,
 }
 
 impl Default for Config {
@@ -263,11 +259,8 @@ impl Default for Config {
         Self {
             socket: PathBuf::from(paths::PROBER_SOCKET),
             shim_socket: PathBuf::from(paths::SHIM_SOCKET),
-            containerd_socket: PathBuf::from(paths::CONTAINERD_SOCKET),
-            containerd_namespace: podward_api::labels::CONTAINERD_K8S_NAMESPACE.to_owned(),
             node_ip: None,
             kube_version: "1.33".to_owned(),
-            admin_addr: SocketAddr::from(([127, 0, 0, 1], 9642)),
             metrics_with_probes: true,
             poll_interval_seconds: 2,
             probe_host_policy: HostPolicy::DenyLocal,
@@ -285,8 +278,7 @@ impl Default for Config {
             exec_mode: ExecMode::Cri,
             exec_helper: None,
             exec_standby: true,
-            log_format: LogFormat::Text,
-            log_level: "info".to_owned(),
+            common: Common::with_admin_port(9642),
         }
     }
 }

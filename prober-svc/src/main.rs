@@ -38,7 +38,7 @@ async fn daemon() -> anyhow::Result<()> {
             out.map(drop).map_err(Into::into)
         }
         Some(Command::Sentinel(args)) => {
-            telemetry::init(cfg.log_format, &cfg.log_level)?;
+            telemetry::init(cfg.common.log_format, &cfg.common.log_level)?;
             podward_prober::sentinel::command::run(args, signal::shutdown())
                 .await
                 .context("podward-prober sentinel")
@@ -49,7 +49,7 @@ async fn daemon() -> anyhow::Result<()> {
             if cfg.node_name.is_none() {
                 cfg.node_name = std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty());
             }
-            telemetry::init(cfg.log_format, &cfg.log_level)?;
+            telemetry::init(cfg.common.log_format, &cfg.common.log_level)?;
             podward_prober::run(cfg, signal::shutdown())
                 .await
                 .context("podward-prober")

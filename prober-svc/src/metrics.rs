@@ -19,6 +19,7 @@ use crate::spec::ProbeType;
 
 pub mod series;
 
+pub use podward_api::daemon::metrics::MetricsError;
 pub use series::{SeriesHandle as WorkerMetrics, SeriesSet};
 
 /// Where kubelet serves its probe families (`proberMetricsPath` in kubelet's
@@ -28,11 +29,6 @@ pub const PROBES_PATH: &str = "/metrics/probes";
 /// The registry family kubelet puts on [`PROBES_PATH`] beside the probe families
 /// (`RegisterProcessStartTime` in `InstallDefaultHandlers`); the process collector exports it.
 const PROCESS_START_TIME: &str = "process_start_time_seconds";
-
-/// Errors registering metrics (a duplicate name: a programming error, reported at start-up).
-#[derive(Debug, thiserror::Error)]
-#[error("cannot register metric: {0}")]
-pub struct MetricsError(#[from] prometheus::Error);
 
 /// Every metric of the prober.
 #[derive(Clone)]

@@ -10,7 +10,7 @@ use podward_api::daemon::admin::Admin;
 use podward_api::daemon::grpc;
 use podward_api::daemon::stop::Stop;
 use podward_api::prober::v1::prober_server::ProberServer;
-use podward_api::socket::{SocketError, SocketPerms, serve_unix};
+use podward_api::socket::{SocketPerms, serve_unix};
 
 use crate::api::ProberService;
 use crate::apiserver::ApiSide;
@@ -24,35 +24,15 @@ use crate::hub::Hub;
 use crate::kill::Killer;
 use crate::lease::{self, LeaseMetrics, ProberHealth};
 use crate::manager::Manager;
-use crate::metrics::{Metrics, MetricsError, PROBES_PATH};
+use crate::metrics::{Metrics, PROBES_PATH};
 use crate::prestop::Hooks;
 use crate::probe::{Prober, ProberOptions};
 use crate::source::{SourceConfig, follow};
 use crate::starvation::TickLag;
 use crate::stopper::{CriStopper, Stopper};
 
-/// Why the prober could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// The API socket could not be served.
-    #[error("API socket: {0}")]
-    Socket(#[from] SocketError),
-    /// The admin endpoint could not be bound.
-    #[error(transparent)]
-    Admin(#[from] podward_api::daemon::admin::BindError),
-    /// Metrics could not be registered.
-    #[error(transparent)]
-    Metrics(#[from] MetricsError),
-    /// A metrics page could not be added to the admin endpoint.
-    #[error(transparent)]
-    AdminPath(#[from] podward_api::daemon::admin::PathError),
-    /// The gRPC server failed.
-    #[error("API server: {0}")]
-    Serve(#[from] tonic::transport::Error),
-    /// A setting cannot work.
-    #[error(transparent)]
-    Config(#[from] InvalidSetting),
-}
+/// Why the prober could not run: the daemons' shared reasons, or a setting that cannot work.
+pub type RunError = podward_api::daemon::run::RunError<InvalidSetting>;
 
 /// What an embedding (a test, the benchmark) can set besides the [`Config`].
 pub struct Options {
@@ -122,7 +102,7 @@ pub async fn run_with(
         on_start,
     } = options;
     raise_open_files();
-    let api_settings = config.api_settings()?;
+    let api_settings = config.api_settings().map_err(RunError::Daemon)?;
     podward_api::daemon::build_info::register(&admin.registry, "prober", env!("CARGO_PKG_VERSION"));
     let metrics = Metrics::new(&admin.registry)?;
     // The probe families are always where kubelet serves its own, and on /metrics unless the
@@ -131,8 +111,10 @@ pub async fn run_with(
     if config.metrics_with_probes {
         admin.add_text(metrics.series().clone());
     }
-    let admin_listener = podward_api::daemon::admin::bind(config.admin_addr).await?;
-    let admin_addr = admin_listener.local_addr().unwrap_or(config.admin_addr);
+    let admin_listener = podward_api::daemon::admin::bind(config.common.admin_addr).await?;
+    let admin_addr = admin_listener
+        .local_addr()
+        .unwrap_or(config.common.admin_addr);
     let api_listener = serve_unix(&config.socket, SocketPerms::default()).await?;
     let node_ip = config.node_ip();
     let host_policy = NodePolicy::new(config.probe_host_policy, node_ip);
@@ -141,8 +123,8 @@ pub async fn run_with(
         admin = %admin_addr,
         metrics_with_probes = config.metrics_with_probes,
         shim = %config.shim_socket.display(),
-        containerd = %config.containerd_socket.display(),
-        containerd_namespace = %config.containerd_namespace,
+        containerd = %config.common.containerd_socket.display(),
+        containerd_namespace = %config.common.containerd_namespace,
         exec_mode = ?config.exec_mode,
         exec_standby = config.exec_standby,
         %node_ip,
@@ -150,7 +132,7 @@ pub async fn run_with(
         "podward-prober starting"
     );
 
-    let containerd = podward_api::socket::channel(&config.containerd_socket);
+    let containerd = podward_api::socket::channel(&config.common.containerd_socket);
     let exec = Arc::new(CriExec::new(containerd.clone()));
     let prober = Prober::new(
         ProberOptions {
@@ -211,7 +193,7 @@ pub async fn run_with(
     }
 
     let stop = Stop::new();
-    let lease_task = match (&api, config.lease_settings()?) {
+    let lease_task = match (&api, config.lease_settings().map_err(RunError::Daemon)?) {
         (Some(api), Some(settings)) => {
             let health =
                 ProberHealth::new(admin.readiness.clone(), api.metrics(), settings.duration);

@@ -105,9 +105,11 @@ where
     let config = Config {
         socket: dir.path().join("prober.sock"),
         shim_socket: dir.path().join("no-shim.sock"),
-        containerd_socket: dir.path().join("no-containerd.sock"),
+        common: podward_api::daemon::config::Common {
+            containerd_socket: dir.path().join("no-containerd.sock"),
+            ..podward_api::daemon::config::Common::with_admin_port(0)
+        },
         node_ip: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-        admin_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         metrics_with_probes,
         ..Config::default()
     };

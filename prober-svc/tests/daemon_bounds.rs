@@ -1,4 +1,4 @@
-//! The daemon's sockets are bounded (issue #16, defect 7), checked on the real binary: a
+//! The daemon's sockets are bounded, checked on the real binary: a
 //! connection to the API socket that never sends the HTTP/2 preface is closed at the handshake
 //! deadline, one Watch more than `--max-subscribers` is RESOURCE_EXHAUSTED naming the limit,
 //! and an `--admin-addr` that is not loopback is warned about at start.

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use podward_api::daemon::config::Common;
 use podward_api::daemon::telemetry::LogFormat;
 use podward_api::paths;
 use serde::{Deserialize, Serialize};
@@ -92,12 +93,8 @@ pub struct Args {
 pub struct Config {
     /// CRI socket served to kubelet.
     pub listen: PathBuf,
-    /// containerd's socket (relay target, rebuild and event source).
-    pub containerd_socket: PathBuf,
     /// Socket of the Lifecycle control API.
     pub control_socket: PathBuf,
-    /// containerd namespace whose events are watched.
-    pub containerd_namespace: String,
     /// Bounded queue length per Watch subscriber (events).
     pub subscriber_queue: usize,
     /// Most Watch subscribers at once.
@@ -111,29 +108,23 @@ pub struct Config {
     /// Relist period while a connection is not observed.
     #[serde(with = "humantime_serde")]
     pub heal_period: Duration,
-    /// Admin endpoint address.
-    pub admin_addr: SocketAddr,
-    /// Log format.
-    pub log_format: LogFormat,
-    /// Log filter.
-    pub log_level: String,
+    /// containerd's socket (relay target, rebuild and event source), the namespace whose events
+    /// are watched, the admin endpoint and logs: the settings every daemon has.
+    #[serde(flatten)]
+    pub common: Common,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Self {
             listen: PathBuf::from(paths::CRI_SOCKET),
-            containerd_socket: PathBuf::from(paths::CONTAINERD_SOCKET),
             control_socket: PathBuf::from(paths::SHIM_SOCKET),
-            containerd_namespace: podward_api::labels::CONTAINERD_K8S_NAMESPACE.to_owned(),
             subscriber_queue: 1024,
             max_subscribers: 16,
             handshake_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_millis(1500),
             heal_period: Duration::from_secs(1),
-            admin_addr: SocketAddr::from(([127, 0, 0, 1], 9641)),
-            log_format: LogFormat::Text,
-            log_level: "info".to_owned(),
+            common: Common::with_admin_port(9641),
         }
     }
 }
@@ -153,11 +144,11 @@ impl Config {
     /// Why the configuration is risky though valid, if it is: said once at start.
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
-        if !self.admin_addr.ip().is_loopback() {
+        if !self.common.admin_addr.ip().is_loopback() {
             w.push(format!(
                 "--admin-addr {} is not a loopback address: /metrics, /healthz and /readyz are \
                  unauthenticated and now reachable from the network",
-                self.admin_addr
+                self.common.admin_addr
             ));
         }
         w
@@ -191,8 +182,8 @@ mod tests {
         let c = Config::load(&args).expect("load");
         assert_eq!(c.listen, PathBuf::from("/tmp/a.sock"));
         assert_eq!(c.subscriber_queue, 9);
-        assert_eq!(c.containerd_namespace, "k8s.io");
-        assert_eq!(c.admin_addr.to_string(), "127.0.0.1:9641");
+        assert_eq!(c.common.containerd_namespace, "k8s.io");
+        assert_eq!(c.common.admin_addr.to_string(), "127.0.0.1:9641");
         assert_eq!(c.handshake_timeout, Duration::from_secs(10));
         assert!(c.warnings().is_empty());
     }

@@ -11,7 +11,7 @@ use podward_shim::config::{Args, Config};
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let config = Config::load(&args).context("loading configuration")?;
-    podward_api::daemon::telemetry::init(config.log_format, &config.log_level)
+    podward_api::daemon::telemetry::init(config.common.log_format, &config.common.log_level)
         .map_err(anyhow::Error::msg)?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),

@@ -4,14 +4,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use podward_api::daemon::metrics::MetricsError;
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
 };
-
-/// Errors while registering metrics (a duplicate name means a programming error).
-#[derive(Debug, thiserror::Error)]
-#[error("cannot register metric: {0}")]
-pub struct MetricsError(#[from] prometheus::Error);
 
 /// Every metric the shim exports. Cheap to clone (the collectors are reference-counted).
 #[derive(Clone, Debug)]

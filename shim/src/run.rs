@@ -12,39 +12,27 @@ use std::time::Duration;
 
 use podward_api::daemon::admin::Admin;
 use podward_api::daemon::stop::Stop;
-use podward_api::socket::{SocketError, SocketPerms, activated_listeners, serve_unix};
+use podward_api::socket::{SocketPerms, activated_listeners, serve_unix};
 use tokio::net::UnixListener;
 use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::fault::Faults;
 use crate::lifecycle_api::LifecycleApi;
-use crate::metrics::{Metrics, MetricsError};
+use crate::metrics::Metrics;
 use crate::observe::Recorder;
 use crate::publish::Publisher;
 use crate::relay::Relay;
 use crate::upstream::Upstream;
 use crate::{events, heal, lifecycle_api, observe, rebuild};
 
-/// Why the shim could not run.
+/// Why the shim could not run: the daemons' shared reasons, or its decoder thread.
+pub type RunError = podward_api::daemon::run::RunError<DecoderStartError>;
+
+/// The decoder thread could not be started.
 #[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// A socket could not be served.
-    #[error(transparent)]
-    Socket(#[from] SocketError),
-    /// The admin endpoint could not be bound.
-    #[error(transparent)]
-    Admin(#[from] podward_api::daemon::admin::BindError),
-    /// Metrics registration failed.
-    #[error(transparent)]
-    Metrics(#[from] MetricsError),
-    /// The decoder thread could not be started.
-    #[error("starting the decoder thread: {0}")]
-    Decoder(#[source] std::io::Error),
-    /// The control API server failed.
-    #[error("control API: {0}")]
-    Control(#[from] tonic::transport::Error),
-}
+#[error("starting the decoder thread: {0}")]
+pub struct DecoderStartError(#[source] std::io::Error);
 
 /// What an embedding (a test, mostly) can set besides the [`Config`].
 pub struct Options {
@@ -130,7 +118,7 @@ pub async fn run_with(
     // Sockets first: a second instance must fail before it touches anything.
     let mut activated = activated_listeners()?.into_iter();
     // kubelet and crictl keep the access they had to containerd's socket.
-    let perms = SocketPerms::copied_from(&config.containerd_socket).unwrap_or_default();
+    let perms = SocketPerms::copied_from(&config.common.containerd_socket).unwrap_or_default();
     let cri = bind(activated.next(), &config.listen, perms).await?;
     let control = bind(
         activated.next(),
@@ -138,11 +126,12 @@ pub async fn run_with(
         SocketPerms::default(),
     )
     .await?;
-    let admin_listener = podward_api::daemon::admin::bind(config.admin_addr).await?;
+    let admin_listener = podward_api::daemon::admin::bind(config.common.admin_addr).await?;
 
-    let observer = observe::spawn(publisher.clone(), metrics.clone()).map_err(RunError::Decoder)?;
+    let observer = observe::spawn(publisher.clone(), metrics.clone())
+        .map_err(|e| RunError::Daemon(DecoderStartError(e)))?;
     tokio::spawn(heal::run(
-        config.containerd_socket.clone(),
+        config.common.containerd_socket.clone(),
         publisher.clone(),
         observer.blindness().clone(),
         config.heal_period,
@@ -151,13 +140,13 @@ pub async fn run_with(
     ));
     let upstream = Upstream::new();
     tokio::spawn(upstream.clone().maintain(
-        config.containerd_socket.clone(),
+        config.common.containerd_socket.clone(),
         metrics.clone(),
         stop.subscribe(),
     ));
     let (rebuilt_tx, rebuilt_rx) = watch::channel(0u64);
     tokio::spawn(rebuild::run(
-        config.containerd_socket.clone(),
+        config.common.containerd_socket.clone(),
         publisher.clone(),
         metrics.clone(),
         upstream.generations(),
@@ -165,8 +154,8 @@ pub async fn run_with(
         stop.subscribe(),
     ));
     tokio::spawn(events::run(
-        config.containerd_socket.clone(),
-        config.containerd_namespace.clone(),
+        config.common.containerd_socket.clone(),
+        config.common.containerd_namespace.clone(),
         publisher.clone(),
         upstream.generations(),
         stop.subscribe(),
@@ -182,7 +171,7 @@ pub async fn run_with(
     tokio::spawn(admin.clone().serve(admin_listener, admin_stop));
 
     let relay = Arc::new(Relay {
-        containerd: config.containerd_socket.clone(),
+        containerd: config.common.containerd_socket.clone(),
         recorder: Arc::new(Recorder::new(metrics.clone(), observer, clock)),
         faults,
         handshake_timeout: config.handshake_timeout,
@@ -213,7 +202,7 @@ pub async fn run_with(
     tracing::info!(
         listen = %config.listen.display(),
         control = %config.control_socket.display(),
-        containerd = %config.containerd_socket.display(),
+        containerd = %config.common.containerd_socket.display(),
         "serving"
     );
 

@@ -25,9 +25,12 @@ pub(crate) fn as_shim(args: &[String]) {
     let config = podward_shim::config::Config {
         listen: PathBuf::from(&args[0]),
         control_socket: PathBuf::from(&args[1]),
-        containerd_socket: PathBuf::from(&args[2]),
-        admin_addr: args[3].parse().expect("admin addr"),
-        log_level: "warn".into(),
+        common: podward_api::daemon::config::Common {
+            containerd_socket: PathBuf::from(&args[2]),
+            admin_addr: args[3].parse().expect("admin addr"),
+            log_level: "warn".into(),
+            ..podward_shim::config::Config::default().common
+        },
         ..Default::default()
     };
     let options = podward_shim::Options {

@@ -25,7 +25,10 @@ pub fn config(node: &TestNode) -> Config {
         socket: dir.join("housekeeper.sock"),
         shim_socket: dir.join("shim.sock"),
         prober_socket: dir.join("prober.sock"),
-        containerd_socket: node.containerd_socket(),
+        common: podward_api::daemon::config::Common {
+            containerd_socket: node.containerd_socket(),
+            ..podward_api::daemon::config::Common::with_admin_port(0)
+        },
         cgroup_root: "/sys/fs/cgroup".into(),
         kubelet_cgroup_root: node.cgroup_parent().to_owned(),
         kubelet_root: dir.join("kubelet"),
@@ -34,7 +37,6 @@ pub fn config(node: &TestNode) -> Config {
         interval: Duration::from_secs(3600),
         orphan_grace: Duration::ZERO,
         dry_run: false,
-        admin_addr: "127.0.0.1:0".parse().expect("addr"),
         ..Config::default()
     }
 }

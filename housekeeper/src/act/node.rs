@@ -4,12 +4,14 @@
 use std::sync::Arc;
 
 use super::Actuator;
-use crate::cgroup::systemd::{self, SystemdClient};
-use crate::cgroup::{self, CgroupDriver, CgroupError, CgroupLayout, DestroyReport, PodCgroup};
-use crate::log_dir::{self, LogDir, LogDirError};
-use crate::mounts::MountTable;
-use crate::pod_dir::{self, PodDir, PodDirError, RemovalReport, WalkBounds};
-use crate::runtime::{RuntimeClient, RuntimeError};
+use crate::node::cgroup::systemd::{self, SystemdClient};
+use crate::node::cgroup::{
+    self, CgroupDriver, CgroupError, CgroupLayout, DestroyReport, PodCgroup,
+};
+use crate::node::log_dir::{self, LogDir, LogDirError};
+use crate::node::mounts::MountTable;
+use crate::node::pod_dir::{self, PodDir, PodDirError, RemovalReport, WalkBounds};
+use crate::sources::runtime::{RuntimeClient, RuntimeError};
 
 /// Acts on the real node.
 #[derive(Clone, Debug)]

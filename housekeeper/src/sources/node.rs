@@ -7,13 +7,13 @@ use std::time::Duration;
 use podward_api::shim::v1::Snapshot as ShimIndex;
 
 use super::{CgroupScan, SourceError, Sources};
-use crate::cgroup::DriverFlag;
 use crate::config::Config;
-use crate::log_dir::{LogDirScan, scan_log_dirs};
-use crate::mounts::MountTable;
-use crate::pod_dir::{PodDirScan, scan_pod_dirs};
-use crate::runtime::{RuntimeClient, RuntimeView};
-use crate::shim_source::ShimClient;
+use crate::node::cgroup::DriverFlag;
+use crate::node::log_dir::{LogDirScan, scan_log_dirs};
+use crate::node::mounts::MountTable;
+use crate::node::pod_dir::{PodDirScan, scan_pod_dirs};
+use crate::sources::runtime::{RuntimeClient, RuntimeView};
+use crate::sources::shim_source::ShimClient;
 
 /// How long a CRI call may take before the source counts as failed.
 pub(crate) const RUNTIME_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,7 +45,7 @@ impl NodeSources {
             kubelet_root: config.kubelet_root.clone(),
             log_root: config.log_root.clone(),
             mountinfo: config.mountinfo.clone(),
-            runtime: RuntimeClient::new(&config.containerd_socket, RUNTIME_TIMEOUT),
+            runtime: RuntimeClient::new(&config.common.containerd_socket, RUNTIME_TIMEOUT),
             shim: ShimClient::new(&config.shim_socket, SHIM_TIMEOUT),
         }
     }

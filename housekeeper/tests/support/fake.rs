@@ -14,17 +14,17 @@ use parking_lot::Mutex;
 use podward_api::housekeeper::v1::ActionKind;
 use podward_api::shim::v1::Snapshot as ShimIndex;
 use podward_housekeeper::act::Actuator;
-use podward_housekeeper::cgroup::{
+use podward_housekeeper::clock::ManualClock;
+use podward_housekeeper::decision::plan::PlanSettings;
+use podward_housekeeper::node::cgroup::{
     CgroupError, CgroupLayout, DestroyReport, DriverFlag, PodCgroup, RuntimeAnswer,
 };
-use podward_housekeeper::clock::ManualClock;
-use podward_housekeeper::fs_error::FsError;
-use podward_housekeeper::log_dir::{self, LogDir, LogDirError, LogDirScan};
-use podward_housekeeper::mounts::MountTable;
-use podward_housekeeper::plan::PlanSettings;
-use podward_housekeeper::pod_dir::{self, PodDir, PodDirError, PodDirScan, RemovalReport};
+use podward_housekeeper::node::fs_error::FsError;
+use podward_housekeeper::node::log_dir::{self, LogDir, LogDirError, LogDirScan};
+use podward_housekeeper::node::mounts::MountTable;
+use podward_housekeeper::node::pod_dir::{self, PodDir, PodDirError, PodDirScan, RemovalReport};
 use podward_housekeeper::reconcile::Reconciler;
-use podward_housekeeper::runtime::{
+use podward_housekeeper::sources::runtime::{
     ContainerInfo, ContainerPhase, RuntimeError, RuntimeView, SandboxInfo,
 };
 use podward_housekeeper::sources::{self, CgroupScan, SourceError, Sources, names};
@@ -132,7 +132,7 @@ impl FakeNode {
             kubelet_root: self.kubelet_root(),
             remove_exited_containers: false,
             orphan_grace: grace,
-            walk: podward_housekeeper::pod_dir::WalkBounds::DEFAULT,
+            walk: podward_housekeeper::node::pod_dir::WalkBounds::DEFAULT,
         }
     }
 

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, unshare};
-use podward_housekeeper::cgroup::{CgroupDriver, CgroupLayout};
+use podward_housekeeper::node::cgroup::{CgroupDriver, CgroupLayout};
 
 /// The hybrid set, relative to `/sys/fs/cgroup`.
 pub const HIERARCHIES: [&str; 5] = ["cpu", "memory", "pids", "freezer", "unified"];

@@ -4,11 +4,52 @@
 //! all `Option` and carry `env = "PODWARD_..."`, so clap already resolves flag-over-env. This
 //! module lays the `Some` values of `Args` over the file and deserialises the result into
 //! `Config`, so unknown keys in the file are rejected with their name.
+//!
+//! The settings all three daemons have are one struct, [`Common`], that each `Config` embeds with
+//! `#[serde(flatten)]`: its keys stay top-level in the file, and the flags and environment
+//! variables stay each daemon's own (their names and help differ per daemon).
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::telemetry::LogFormat;
+use crate::paths;
+
+/// The settings every daemon has, under the same keys in each daemon's file.
+///
+/// Embedded with `#[serde(flatten)]`, so it has no `deny_unknown_fields` of its own (serde
+/// rejects unknown keys at the embedding struct) and no `Default`: [`load`] lays the embedding
+/// daemon's defaults under the file, so a daemon's own default (its admin port) is the one used.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Common {
+    /// containerd's socket (CRI and containerd's own API).
+    pub containerd_socket: PathBuf,
+    /// containerd namespace of the CRI plugin.
+    pub containerd_namespace: String,
+    /// Address of the admin endpoint (`/metrics`, `/healthz`, `/readyz`); keep it on loopback.
+    pub admin_addr: SocketAddr,
+    /// Log output format.
+    pub log_format: LogFormat,
+    /// Log filter (`RUST_LOG` syntax).
+    pub log_level: String,
+}
+
+impl Common {
+    /// The built-in defaults, with the admin endpoint on loopback at `admin_port` (each daemon
+    /// has its own, so that all three can run on one node).
+    pub fn with_admin_port(admin_port: u16) -> Self {
+        Self {
+            containerd_socket: PathBuf::from(paths::CONTAINERD_SOCKET),
+            containerd_namespace: crate::labels::CONTAINERD_K8S_NAMESPACE.to_owned(),
+            admin_addr: SocketAddr::from(([127, 0, 0, 1], admin_port)),
+            log_format: LogFormat::Text,
+            log_level: "info".to_owned(),
+        }
+    }
+}
 
 /// Errors while loading configuration.
 #[derive(Debug, thiserror::Error)]
@@ -35,14 +76,20 @@ pub enum ConfigError {
     Override(String),
 }
 
-/// Loads `C` from the optional TOML `file`, with `overrides` (the parsed flags and environment)
-/// laid on top. Fields of `overrides` that serialise to nothing (`None`) leave the lower layers.
+/// Loads `C` from `C::default()`, the optional TOML `file` over it, and `overrides` (the parsed
+/// flags and environment) on top. Fields of `overrides` that serialise to nothing (`None`) leave
+/// the lower layers.
+///
+/// The defaults are a layer of their own (rather than left to `#[serde(default)]`) because a
+/// flattened struct such as [`Common`] would otherwise take its own defaults, not the daemon's.
 pub fn load<C, O>(file: Option<&Path>, overrides: &O) -> Result<C, ConfigError>
 where
-    C: DeserializeOwned,
+    C: DeserializeOwned + Serialize + Default,
     O: Serialize,
 {
-    let mut table = match file {
+    let mut table =
+        toml::Table::try_from(C::default()).map_err(|e| ConfigError::Override(e.to_string()))?;
+    let from_file = match file {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
                 path: path.to_owned(),
@@ -55,6 +102,7 @@ where
         }
         None => toml::Table::new(),
     };
+    merge(&mut table, from_file);
     let over =
         toml::Table::try_from(overrides).map_err(|e| ConfigError::Override(e.to_string()))?;
     merge(&mut table, over);
@@ -82,18 +130,16 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
 
 #[cfg(test)]
 mod tests {
-    use serde::Deserialize;
-
     use super::*;
 
-    #[derive(Debug, Deserialize, PartialEq)]
+    #[derive(Debug, Deserialize, Serialize, PartialEq)]
     #[serde(deny_unknown_fields, default)]
     struct Cfg {
         a: u32,
         b: String,
         nested: Nested,
     }
-    #[derive(Debug, Deserialize, PartialEq, Default)]
+    #[derive(Debug, Deserialize, Serialize, PartialEq, Default)]
     #[serde(deny_unknown_fields, default)]
     struct Nested {
         x: bool,
@@ -133,5 +179,37 @@ mod tests {
         std::fs::write(&f, "nope = 1\n").expect("write");
         let err = load::<Cfg, _>(Some(&f), &Over::default()).expect_err("must fail");
         assert!(err.to_string().contains("nope"), "{err}");
+    }
+
+    #[derive(Debug, Deserialize, Serialize, PartialEq)]
+    #[serde(deny_unknown_fields, default)]
+    struct Daemon {
+        own: u32,
+        #[serde(flatten)]
+        common: Common,
+    }
+    impl Default for Daemon {
+        fn default() -> Self {
+            Self {
+                own: 1,
+                common: Common::with_admin_port(9999),
+            }
+        }
+    }
+
+    #[test]
+    fn common_keys_stay_top_level_and_take_the_daemons_defaults() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("c.toml");
+        std::fs::write(&f, "log_level = \"debug\"\nown = 2\n").expect("write");
+        let d: Daemon = load(Some(&f), &Over::default()).expect("load");
+        assert_eq!(d.own, 2);
+        assert_eq!(d.common.log_level, "debug");
+        assert_eq!(d.common.admin_addr.to_string(), "127.0.0.1:9999");
+        let d: Daemon = load(None, &Over::default()).expect("load");
+        assert_eq!(d, Daemon::default());
+        std::fs::write(&f, "log_levle = \"debug\"\n").expect("write");
+        let err = load::<Daemon, _>(Some(&f), &Over::default()).expect_err("must fail");
+        assert!(err.to_string().contains("log_levle"), "{err}");
     }
 }

@@ -232,9 +232,11 @@ impl TestShim {
     ) -> Self {
         let mut config = podward_shim::config::Config {
             listen: dir.join("cri.sock"),
-            containerd_socket: dir.join("containerd.sock"),
             control_socket: dir.join("shim.sock"),
-            admin_addr: "127.0.0.1:0".parse().expect("addr"),
+            common: podward_api::daemon::config::Common {
+                containerd_socket: dir.join("containerd.sock"),
+                ..podward_api::daemon::config::Common::with_admin_port(0)
+            },
             ..Default::default()
         };
         tweak(&mut config);

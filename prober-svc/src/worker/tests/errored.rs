@@ -1,5 +1,5 @@
 //! Errored probes are discarded (A8) but never invisible: `Status.last_error`, a count, and
-//! `podward_prober_probe_errors_total` (issue #16, defect 4).
+//! `podward_prober_probe_errors_total`.
 
 use super::harness::*;
 use crate::spec::ProbeType;

@@ -1,5 +1,5 @@
 //! `--probe-host-policy` on the spec: a probe it refuses before any dial is a spec error with no
-//! worker (issue #16, defect 8); the pod's other probes run.
+//! worker; the pod's other probes run.
 
 use std::net::IpAddr;
 

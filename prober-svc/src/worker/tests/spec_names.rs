@@ -1,5 +1,5 @@
 //! Names in the annotation that the pod has no container for: a spec error, never a phantom
-//! worker (issue #16, defect 3).
+//! worker.
 
 use super::harness::*;
 use crate::manager::UNKNOWN_CONTAINER_GRACE;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::runtime::{ContainerInfo, ContainerPhase, RuntimeView};
+use crate::sources::runtime::{ContainerInfo, ContainerPhase, RuntimeView};
 
 /// kubelet's `--maximum-dead-containers-per-container` default.
 pub const MAX_PER_POD_CONTAINER: usize = 1;

@@ -94,7 +94,9 @@ pub fn kill_processes(layout: &CgroupLayout, cg: &PodCgroup) -> Result<Vec<i32>,
             let d_state = remaining
                 .iter()
                 .copied()
-                .filter(|pid| crate::procs::process_state(&layout.proc_root, *pid) == Some('D'))
+                .filter(|pid| {
+                    crate::node::procs::process_state(&layout.proc_root, *pid) == Some('D')
+                })
                 .collect();
             return Err(CgroupError::Busy {
                 name: cg.name.clone(),

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 
 use podward_api::shim::v1::{Delivery, Snapshot as ShimIndex};
 
-use crate::runtime::RuntimeView;
+use crate::sources::runtime::RuntimeView;
 
 /// A sandbox to stop and remove, with why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,7 +83,7 @@ mod tests {
     use podward_api::shim::v1::{Container, Sandbox};
 
     use super::*;
-    use crate::runtime::{ContainerInfo, ContainerPhase, SandboxInfo};
+    use crate::sources::runtime::{ContainerInfo, ContainerPhase, SandboxInfo};
 
     fn rt_sb(id: &str, uid: &str, attempt: u32, created: i64) -> SandboxInfo {
         SandboxInfo {

@@ -190,6 +190,9 @@ fn seen(paths: &[PathBuf]) -> String {
 /// ([`CgroupError::DriverMismatch`]); both layouts on disk with nothing else to decide
 /// ([`CgroupError::AmbiguousLayout`]); no hierarchy; an invalid `--kubelet-cgroup-root` for the
 /// chosen driver.
+// One function on purpose: the decision is one table over (containerd's answer, the flag, the
+// layouts on disk), and its cases read side by side against docs/housekeeper.md ("Which cgroup
+// driver").
 pub fn decide_driver(
     root: &Path,
     cgroup_root: &str,

@@ -2,15 +2,17 @@
 //!
 //! Only names in that exact shape (a DNS-1123 namespace and pod name, a pod UID in kubelet's shape;
 //! or the legacy `<uid>`) are log dirs; everything else under the root is foreign and never
-//! touched (`crate::kubelet_names`). kubelet's own `evictPodLogsDirectories` `RemoveAll`s any
+//! touched (`crate::node::kubelet_names`). kubelet's own `evictPodLogsDirectories` `RemoveAll`s any
 //! entry whose last `_` field is an unknown "UID", which with a wrong `--log-root` is everything.
 
 use std::path::{Path, PathBuf};
 
-use crate::fs_error::FsError;
-use crate::kubelet_names::{self, NameError};
-use crate::mounts::MountTable;
-use crate::pod_dir::{DirScan, PodDirError, Removal, Scope, Verdict, Walk, WalkBounds, scan_root};
+use crate::node::fs_error::FsError;
+use crate::node::kubelet_names::{self, NameError};
+use crate::node::mounts::MountTable;
+use crate::node::pod_dir::{
+    DirScan, PodDirError, Removal, Scope, Verdict, Walk, WalkBounds, scan_root,
+};
 
 /// One pod log directory.
 #[derive(Clone, Debug, PartialEq, Eq)]

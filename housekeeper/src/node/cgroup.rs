@@ -26,7 +26,7 @@ pub use self::kill::{DestroyReport, destroy, kill_processes, remove_dirs};
 pub use self::layout::{CgroupLayout, Hierarchy, HierarchyKind};
 pub use self::name::parse_pod_cgroup_name;
 pub use self::scan::{scan_cgroups, scan_pod_cgroups};
-use crate::fs_error::FsError;
+use crate::node::fs_error::FsError;
 
 /// How kubelet names cgroups (`--cgroup-driver`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

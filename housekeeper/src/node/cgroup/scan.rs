@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::ErrorKind;
 
 use super::{CgroupError, CgroupLayout, PodCgroup, Qos};
-use crate::kubelet_names::Foreign;
-use crate::pod_dir::{DirScan, ForeignSet};
+use crate::node::kubelet_names::Foreign;
+use crate::node::pod_dir::{DirScan, ForeignSet};
 
 /// Every pod cgroup under the layout, one entry per UID (sorted by UID), with its path in each
 /// hierarchy where it exists — see [`scan_cgroups`], without what is not kubelet's.

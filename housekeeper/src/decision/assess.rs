@@ -13,9 +13,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use parking_lot::Mutex;
 
-use crate::mounts::MountTable;
-use crate::plan::Assessments;
-use crate::pod_dir::{PodDir, WalkBounds, assess_removal_within};
+use crate::decision::plan::Assessments;
+use crate::node::mounts::MountTable;
+use crate::node::pod_dir::{PodDir, WalkBounds, assess_removal_within};
 
 /// Walks run at the same time (the node's disks, not its CPUs, are what they wait on).
 pub const PARALLEL_WALKS: usize = 4;
@@ -73,7 +73,7 @@ impl Assessor {
         dir: PodDir,
         mounts: Arc<MountTable>,
         bounds: WalkBounds,
-    ) -> Result<crate::pod_dir::Removal, String> {
+    ) -> Result<crate::node::pod_dir::Removal, String> {
         let uid = dir.uid.clone();
         if self.stuck.lock().contains(&uid) {
             return Err(

@@ -15,12 +15,12 @@ use crate::reconcile::{Mode, Reconciler};
 use crate::sources::Sources;
 
 /// The API over one reconciler.
-pub struct Api<S, A> {
+pub struct Service<S, A> {
     reconciler: Arc<Reconciler<S, A>>,
     dry_run: bool,
 }
 
-impl<S, A> Api<S, A> {
+impl<S, A> Service<S, A> {
     /// Serves `reconciler`; with `dry_run`, `Reconcile` never acts.
     pub fn new(reconciler: Arc<Reconciler<S, A>>, dry_run: bool) -> Self {
         Self {
@@ -31,7 +31,7 @@ impl<S, A> Api<S, A> {
 }
 
 #[tonic::async_trait]
-impl<S: Sources, A: Actuator> Housekeeper for Api<S, A> {
+impl<S: Sources, A: Actuator> Housekeeper for Service<S, A> {
     async fn plan(&self, _req: Request<PlanRequest>) -> Result<Response<PlanResponse>, Status> {
         let (mut plan, _) = self.reconciler.pass(Mode::Preview).await;
         // A preview never acts, but the question is what the daemon's next pass will do.

@@ -5,7 +5,7 @@ use std::ffi::CStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
-use crate::fs_error::FsError;
+use crate::node::fs_error::FsError;
 
 use rustix::fs::{AtFlags, Dir, FileType, StatxAttributes, StatxFlags};
 use rustix::io::Errno;

@@ -4,7 +4,7 @@
 //! The rules come from kubelet's `cleanupOrphanedPodDirs` and the incidents that shaped it
 //! (kubernetes #72257: a one-filesystem check blind to same-device bind mounts wiped volume subpaths
 //! on 26 of 29 nodes; #60987: `rm -rf` of pod dirs with live volumes):
-//! - only `<root>/pods/<uid>` with a UID in kubelet's shape is a pod dir (`crate::kubelet_names`):
+//! - only `<root>/pods/<uid>` with a UID in kubelet's shape is a pod dir (`crate::node::kubelet_names`):
 //!   other entries are foreign, and removal re-checks the name before reading anything;
 //! - nothing may be mounted at or under the dir (mount table prefix scan, checked again during the
 //!   walk with `statx` mount-root, mount-id and device numbers);
@@ -27,9 +27,9 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::fs_error::FsError;
-use crate::kubelet_names::{Foreign, NameError, PodUid};
-use crate::mounts::MountTable;
+use crate::node::fs_error::FsError;
+use crate::node::kubelet_names::{Foreign, NameError, PodUid};
+use crate::node::mounts::MountTable;
 
 pub(crate) use self::walk::{Scope, Verdict, Walk, shown};
 

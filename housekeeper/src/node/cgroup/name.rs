@@ -98,7 +98,7 @@ pub(crate) fn pod_cgroup_name(
 /// `pod`; exactly two parts make `parts[1]` the UID. We require the `pod` prefix like kubelet's
 /// `IsPodCgroup` (a `Contains` would take `foopod<x>` for a pod), so `system`, `pod<uid>/x.scope` and a
 /// UID containing `pod` are all rejected (kubelet's TestIsCgroupPod), and the UID must be in one of
-/// kubelet's shapes (`crate::kubelet_names::PodUid`).
+/// kubelet's shapes (`crate::node::kubelet_names::PodUid`).
 pub fn parse_pod_cgroup_name(driver: CgroupDriver, entry: &str) -> Option<String> {
     let base = match driver {
         CgroupDriver::Cgroupfs => entry.to_owned(),
@@ -107,7 +107,7 @@ pub fn parse_pod_cgroup_name(driver: CgroupDriver, entry: &str) -> Option<String
     let uid = base.strip_prefix(POD_PREFIX)?;
     // The UID is joined onto other roots (`<kubelet-root>/pods/<uid>`) and acted on: only kubelet's
     // UID shapes (which hold no `pod`, `/`, `.` or `..`) ever come out of here.
-    crate::kubelet_names::PodUid::parse(uid)
+    crate::node::kubelet_names::PodUid::parse(uid)
         .ok()
         .map(String::from)
 }
