@@ -36,7 +36,8 @@ use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
-use crate::{HarnessError, PodSpec};
+use crate::driver::PodSpec;
+use crate::error::HarnessError;
 
 pub use self::store::Store;
 

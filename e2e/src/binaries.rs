@@ -5,7 +5,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use crate::HarnessError;
+use crate::error::HarnessError;
 use crate::lock::FileLock;
 
 /// The daemons a test may run.

@@ -21,7 +21,7 @@ const CNI_CACHE_DIR: &str = "/var/lib/cni/results";
 /// Where containerd 1.6 puts shim sockets (not configurable).
 const SHIM_SOCKET_DIR: &str = "/run/containerd/s";
 
-/// Everything a [`crate::TestNode`] can leave behind, so a test can check that nothing was.
+/// Everything a [`crate::node::TestNode`] can leave behind, so a test can check that nothing was.
 #[derive(Debug, Clone)]
 pub struct Footprint {
     /// The node's private directory.

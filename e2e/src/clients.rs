@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::HarnessError;
 use crate::binaries::run_checked;
+use crate::error::HarnessError;
 
 /// The k8s-cri crate's `v1.proto` in cargo's registry (the crate is a dependency, so cargo has
 /// unpacked it).

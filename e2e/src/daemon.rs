@@ -10,7 +10,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::HarnessError;
+use crate::error::HarnessError;
 
 /// How long [`Daemon::terminate`] waits for an exit after SIGTERM before it SIGKILLs.
 const TERM_TIMEOUT: Duration = Duration::from_secs(20);
@@ -25,7 +25,7 @@ pub enum DaemonOutput {
     Lines(tokio::sync::mpsc::Sender<(String, String)>),
 }
 
-/// A podward daemon ([`crate::bin_path`]) as a child process. Its stdout and stderr are copied
+/// A podward daemon ([`crate::binaries::bin_path`]) as a child process. Its stdout and stderr are copied
 /// line by line to the test's output, prefixed with its name (or wherever [`DaemonOutput`]
 /// says). Dropping it SIGKILLs it.
 #[derive(Debug)]
@@ -50,10 +50,10 @@ impl Daemon {
         args: &[&str],
         output: DaemonOutput,
     ) -> Result<Daemon, HarnessError> {
-        crate::init_test_logging();
+        crate::logging::init_test_logging();
         let path = tokio::task::spawn_blocking({
             let name = name.to_owned();
-            move || crate::bin_path(&name)
+            move || crate::binaries::bin_path(&name)
         })
         .await
         .map_err(|e| HarnessError::Invalid(format!("bin_path task: {e}")))?;

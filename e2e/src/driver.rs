@@ -18,7 +18,8 @@ use podward_api::cri::{
 };
 use tonic::transport::Channel;
 
-use crate::{HarnessError, TestNode};
+use crate::error::HarnessError;
+use crate::node::TestNode;
 
 pub use pod::Pod;
 pub use pod_cgroup::{QosClass, kubelet_cgroup_parent};

@@ -12,8 +12,13 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::HarnessError;
+use crate::error::HarnessError;
 use crate::lock::FileLock;
+
+/// A busybox image built from Debian's `busybox-static`: `sh`, `cat`, `sleep`, `httpd`, `nc`, ...
+pub const BUSYBOX_IMAGE: &str = "podward.test/busybox:latest";
+/// A tiny static pause image (`e2e/assets/pause.c`), used as every sandbox's image.
+pub const PAUSE_IMAGE: &str = "podward.test/pause:latest";
 
 /// Bump when the image layout code changes, so stale caches are not reused.
 const FORMAT_VERSION: &str = "podward-e2e-images/1";
@@ -39,9 +44,9 @@ pub fn image_cache_dir() -> PathBuf {
 /// The built image tarballs (OCI archives), ready for `ctr images import` or `skopeo copy`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImageSet {
-    /// OCI archive of [`crate::BUSYBOX_IMAGE`] (ref name `latest`).
+    /// OCI archive of [`crate::images::BUSYBOX_IMAGE`] (ref name `latest`).
     pub busybox: PathBuf,
-    /// OCI archive of [`crate::PAUSE_IMAGE`] (ref name `latest`).
+    /// OCI archive of [`crate::images::PAUSE_IMAGE`] (ref name `latest`).
     pub pause: PathBuf,
     /// Whether this call built the tarballs (false: they came from the cache).
     pub built: bool,

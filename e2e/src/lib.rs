@@ -43,6 +43,7 @@ mod driver;
 mod error;
 mod images;
 mod lock;
+mod logging;
 mod net;
 mod node;
 
@@ -55,29 +56,10 @@ pub use driver::{
     kubelet_cgroup_parent,
 };
 pub use error::HarnessError;
-pub use images::{ImageSet, image_cache_dir};
+pub use images::{BUSYBOX_IMAGE, ImageSet, PAUSE_IMAGE, image_cache_dir};
+pub use logging::init_test_logging;
 pub use net::{free_port, http_get};
 pub use node::TestNode;
 
 /// The CRI and containerd clients tests talk with (re-exported so tests need no direct dependency).
 pub use podward_api::cri;
-
-/// A busybox image built from Debian's `busybox-static`: `sh`, `cat`, `sleep`, `httpd`, `nc`, ...
-pub const BUSYBOX_IMAGE: &str = "podward.test/busybox:latest";
-/// A tiny static pause image (`e2e/assets/pause.c`), used as every sandbox's image.
-pub const PAUSE_IMAGE: &str = "podward.test/pause:latest";
-
-/// Installs a test-output tracing subscriber once (`RUST_LOG` filters; default `info`), so the
-/// harness's and the daemons' logs show up with a failing test. Safe to call from every test.
-pub fn init_test_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // A second call fails because a subscriber is already set: that is the point of "once".
-    // Colour only on a terminal: captured test output and the demo redirected to a file stay
-    // plain text.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_test_writer()
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .try_init();
-}

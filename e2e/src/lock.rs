@@ -5,7 +5,7 @@ use std::path::Path;
 
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::HarnessError;
+use crate::error::HarnessError;
 
 /// An exclusive lock on a file; released when dropped (or when the process dies).
 #[derive(Debug)]

@@ -18,8 +18,9 @@ use podward_api::cri::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::Channel;
 
 use crate::cleanup::Footprint;
+use crate::error::HarnessError;
 use crate::images::ImageSet;
-use crate::{BUSYBOX_IMAGE, HarnessError, PAUSE_IMAGE};
+use crate::images::{BUSYBOX_IMAGE, PAUSE_IMAGE};
 
 use config::NodePaths;
 use registry::Registry;
@@ -50,7 +51,7 @@ impl TestNode {
     /// answers and imports the images. Also starts a loopback registry when `docker-registry`
     /// and `skopeo` are installed (see [`TestNode::registry`]).
     pub async fn start() -> Result<TestNode, HarnessError> {
-        crate::init_test_logging();
+        crate::logging::init_test_logging();
         let started = Instant::now();
         let images = tokio::task::spawn_blocking(ImageSet::ensure)
             .await

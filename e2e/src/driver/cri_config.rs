@@ -14,7 +14,8 @@ use podward_api::labels;
 use serde_json::json;
 
 use super::spec::{ContainerSpec, PodSpec};
-use crate::{HarnessError, TestNode};
+use crate::error::HarnessError;
+use crate::node::TestNode;
 
 impl PodSpec {
     /// The `RunPodSandbox` config kubelet would send for this pod on `node` (its cgroup parent

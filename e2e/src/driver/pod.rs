@@ -15,7 +15,8 @@ use tonic::transport::Channel;
 use super::spec::PodSpec;
 use super::state::PodState;
 use super::sync::{SyncLoop, sandbox_containers};
-use crate::{HarnessError, TestNode};
+use crate::error::HarnessError;
+use crate::node::TestNode;
 
 /// A pod run by the [`crate::Driver`]. Dropping it stops its sync loop (the node's teardown
 /// removes the sandbox); [`Pod::delete`] removes it the way kubelet does.

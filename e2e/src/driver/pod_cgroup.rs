@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use super::spec::PodSpec;
-use crate::HarnessError;
+use crate::error::HarnessError;
 
 /// kubelet's QoS class of a pod (`v1qos.GetPodQOS`), reduced to the resources the driver sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +56,7 @@ impl PodSpec {
 }
 
 /// The `cgroup_parent` kubelet passes for `spec` when its `--cgroup-root` is `cgroup_root` (a
-/// [`crate::TestNode::cgroup_parent`]): `<cgroup_root>/kubepods/<class>/pod<uid>`.
+/// [`crate::node::TestNode::cgroup_parent`]): `<cgroup_root>/kubepods/<class>/pod<uid>`.
 pub fn kubelet_cgroup_parent(cgroup_root: &str, spec: &PodSpec) -> String {
     let mut p = format!("{}/kubepods", cgroup_root.trim_end_matches('/'));
     if let Some(class) = spec.qos_class().dir() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::BUSYBOX_IMAGE;
+use crate::images::BUSYBOX_IMAGE;
 
 /// The pod's restart policy (`spec.restartPolicy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -179,7 +179,7 @@ pub struct PodSpec {
     /// Wait this long before restarting an exited container (kubelet backs off from 10 s;
     /// the default 0 restarts as soon as the exit is seen, to keep tests fast).
     pub restart_backoff: Duration,
-    /// cgroup parent of the sandbox; `None` uses the node's [`crate::TestNode::cgroup_parent`].
+    /// cgroup parent of the sandbox; `None` uses the node's [`crate::node::TestNode::cgroup_parent`].
     pub cgroup_parent: Option<String>,
     /// Run in a pod cgroup placed as kubelet places it ([`PodSpec::kubelet_cgroups`]); ignored
     /// when `cgroup_parent` is set.
@@ -212,7 +212,7 @@ impl PodSpec {
     }
 
     /// Uses the node's pod network instead of the host's (needs `containernetworking-plugins`;
-    /// see [`crate::TestNode::pod_subnet`]).
+    /// see [`crate::node::TestNode::pod_subnet`]).
     pub fn pod_network(mut self) -> Self {
         self.host_network = false;
         self

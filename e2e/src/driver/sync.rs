@@ -17,7 +17,7 @@ use tonic::transport::Channel;
 
 use super::spec::{ContainerSpec, PodSpec};
 use super::state::PodState;
-use crate::HarnessError;
+use crate::error::HarnessError;
 
 /// Relist period (kubelet's PLEG relists every second; tests want faster reactions).
 const PERIOD: Duration = Duration::from_millis(100);

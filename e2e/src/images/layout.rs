@@ -9,7 +9,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::rootfs::ImageConfig;
-use crate::HarnessError;
+use crate::error::HarnessError;
 
 const LAYER_MEDIA_TYPE: &str = "application/vnd.oci.image.layer.v1.tar";
 const CONFIG_MEDIA_TYPE: &str = "application/vnd.oci.image.config.v1+json";

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::HarnessError;
+use crate::error::HarnessError;
 
 use super::BUSYBOX_BINARY;
 

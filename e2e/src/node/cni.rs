@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use rand::Rng;
 use serde_json::json;
 
-use crate::HarnessError;
+use crate::error::HarnessError;
 
 /// Where Debian installs the CNI plugins.
 pub(crate) const CNI_BIN_DIR: &str = "/usr/lib/cni";

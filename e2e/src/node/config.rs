@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::PAUSE_IMAGE;
+use crate::images::PAUSE_IMAGE;
 
 /// Paths of one node, all under its private directory.
 #[derive(Debug, Clone)]

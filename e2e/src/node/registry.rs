@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::HarnessError;
 use crate::binaries::run_checked;
+use crate::error::HarnessError;
 
 /// The repository (and tag) busybox is pushed as: pull `<host>/busybox:latest`.
 pub(crate) const BUSYBOX_REPO: &str = "busybox:latest";
@@ -43,7 +43,7 @@ impl Registry {
             return Ok(None);
         };
         std::fs::create_dir_all(dir).map_err(HarnessError::io("create", dir))?;
-        let port = crate::free_port();
+        let port = crate::net::free_port();
         let host = format!("127.0.0.1:{port}");
         let config = dir.join("config.yml");
         let yaml = format!(
