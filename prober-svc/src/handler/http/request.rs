@@ -216,9 +216,13 @@ impl ProbeHeaders {
 /// optional query, of the bytes its parser accepts there (no `#`: the URL keeps no fragment).
 fn valid_target(target: &str) -> bool {
     target.starts_with('/')
-        && target
-            .bytes()
-            .all(|b| b.is_ascii_graphic() && !matches!(b, b'#' | b'"' | b'<' | b'>' | b'\\' | b'^' | b'`' | b'{' | b'|' | b'}'))
+        && target.bytes().all(|b| {
+            b.is_ascii_graphic()
+                && !matches!(
+                    b,
+                    b'#' | b'"' | b'<' | b'>' | b'\\' | b'^' | b'`' | b'{' | b'|' | b'}'
+                )
+        })
 }
 
 fn field(out: &mut Vec<u8>, name: &[u8], value: &HeaderValue) {

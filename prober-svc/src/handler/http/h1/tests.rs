@@ -62,9 +62,7 @@ async fn with_hyper(response: Vec<u8>, piece: usize) -> Outcome {
     let (client, server) = tokio::io::duplex(1 << 16);
     let server = tokio::spawn(serve(server, response, piece));
     let (url, headers, host) = probe_request();
-    let req = headers
-        .request(&url, &host, None, false)
-        .expect("request");
+    let req = headers.request(&url, &host, None, false).expect("request");
     let (mut sender, conn) = match hyper::client::conn::http1::Builder::new()
         .title_case_headers(true)
         .max_buf_size(MAX_HEAD_BYTES + 8192)
@@ -218,7 +216,12 @@ fn cases() -> Vec<Vec<u8>> {
     .map(|b| b.to_vec())
     .collect();
     // The 10 KiB cut, for every framing.
-    for len in [MAX_OUTPUT_BYTES - 1, MAX_OUTPUT_BYTES, MAX_OUTPUT_BYTES + 1, 30_000] {
+    for len in [
+        MAX_OUTPUT_BYTES - 1,
+        MAX_OUTPUT_BYTES,
+        MAX_OUTPUT_BYTES + 1,
+        30_000,
+    ] {
         let body = vec![b'a'; len];
         let mut r = format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n\r\n").into_bytes();
         r.extend_from_slice(&body);
@@ -284,16 +287,37 @@ async fn requests_are_the_bytes_hyper_wrote() {
     let ua = HeaderValue::from_static("kube-probe/1.33");
     let specs: Vec<Vec<(&str, &str)>> = vec![
         vec![],
-        vec![("x-cUSTOM-header", "one"), ("Accept", "application/json"), ("X-Custom-Header", "two"), ("a-first", "1")],
+        vec![
+            ("x-cUSTOM-header", "one"),
+            ("Accept", "application/json"),
+            ("X-Custom-Header", "two"),
+            ("a-first", "1"),
+        ],
         vec![("User-Agent", ""), ("Accept", "")],
         vec![("User-Agent", "mine/1"), ("Host", "example.com")],
-        vec![("connection", "keep-alive"), ("zeta", "z"), ("Connection", "upgrade")],
+        vec![
+            ("connection", "keep-alive"),
+            ("zeta", "z"),
+            ("Connection", "upgrade"),
+        ],
         vec![("Referer", "http://mine/"), ("x", "y")],
         vec![("aaa", "1"), ("zzz", "2")],
-        vec![("Content-Length", "5"), ("Transfer-Encoding", "chunked"), ("Trailer", "x")],
+        vec![
+            ("Content-Length", "5"),
+            ("Transfer-Encoding", "chunked"),
+            ("Trailer", "x"),
+        ],
     ];
-    let targets = ["/healthz", "/?foo", "/a/b?x=1&y=%20", "/weird{}|^`\"<>\\path"];
-    let referers = [None, Some(HeaderValue::from_static("http://127.0.0.1:8080/start"))];
+    let targets = [
+        "/healthz",
+        "/?foo",
+        "/a/b?x=1&y=%20",
+        "/weird{}|^`\"<>\\path",
+    ];
+    let referers = [
+        None,
+        Some(HeaderValue::from_static("http://127.0.0.1:8080/start")),
+    ];
     for spec in &specs {
         let owned: Vec<(String, String)> = spec
             .iter()
