@@ -16,6 +16,7 @@
 //!   ([`MAX_HEAD_BYTES`]); past it a Failure with Go's text. The body keeps kubelet's 10 KiB.
 
 mod exchange;
+mod h1;
 mod head;
 mod request;
 mod tls;

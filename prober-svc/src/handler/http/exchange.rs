@@ -1,6 +1,7 @@
 //! One HTTP exchange on a fresh connection: dial (probe dialer), TLS if https, send the GET,
 //! read the status, `Location` and at most 10 KiB of body — all before the probe's deadline.
-//! The hyper connection is driven in the same task as the request (no task spawned per probe).
+//! HTTP/1 (plain, or TLS without `h2`) is the probe's own exchange (`h1`); HTTP/2 goes through
+//! hyper, driven in the probe's scope.
 
 use std::future::Future;
 use std::io;
@@ -17,7 +18,8 @@ use rustls::pki_types::ServerName;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
-use super::head::{self, HeadReader, HeadTooLarge};
+use super::h1::{self, H1BodyError, H1Error};
+use super::head::{self, HeadTooLarge};
 use super::request::{ProbeHeaders, RequestError};
 use super::url::ProbeUrl;
 use crate::handler::dialer::{self, DialError, Options, ProbeStream};
@@ -49,9 +51,12 @@ pub(crate) enum GetError {
     /// The TLS handshake failed.
     #[error("{}", tls_text(.0))]
     Tls(io::Error),
-    /// The HTTP exchange failed before the response head.
+    /// The HTTP/2 exchange failed before the response head.
     #[error("{}", hyper_text(.0))]
     Http(hyper::Error),
+    /// The HTTP/1 exchange failed before the response head.
+    #[error(transparent)]
+    H1(#[from] H1Error),
     /// `timeoutSeconds` passed before the response head.
     #[error("context deadline exceeded (Client.Timeout exceeded while awaiting headers)")]
     HeadersTimeout,
@@ -66,9 +71,12 @@ pub(crate) enum BodyError {
         "context deadline exceeded (Client.Timeout or context cancellation while reading body)"
     )]
     Timeout,
-    /// The connection failed while the body was read.
+    /// The connection failed while the body was read (HTTP/2).
     #[error("{}", hyper_text(.0))]
     Read(hyper::Error),
+    /// The connection failed while the body was read (HTTP/1).
+    #[error(transparent)]
+    H1(#[from] H1BodyError),
 }
 
 /// What came back.
@@ -101,8 +109,8 @@ pub(crate) async fn get(
     let work = async {
         match url.scheme {
             HttpScheme::Http => {
-                let req = headers.request(url, host, referer, false)?;
-                send(TokioIo::new(HeadReader::new(stream)), false, req, &mut head).await
+                let mut stream = stream;
+                send_h1(&mut stream, url, headers, host, referer, &mut head).await
             }
             // Boxed: the TLS and HTTP/2 states would otherwise make every probe's future (boxed
             // per probe by the worker) several KiB larger.
@@ -129,10 +137,7 @@ pub(crate) async fn get(
 }
 
 /// Status line and `Location` of a response whose body is being read.
-struct Head {
-    status: u16,
-    location: Option<String>,
-}
+use super::h1::H1Head as Head;
 
 async fn send_tls(
     stream: ProbeStream,
@@ -149,40 +154,35 @@ async fn send_tls(
         .connect(name, stream)
         .await
         .map_err(GetError::Tls)?;
-    let h2 = conn.get_ref().1.alpn_protocol() == Some(b"h2");
-    let req = headers.request(url, host, referer, h2)?;
-    if h2 {
-        send(TokioIo::new(conn), true, req, head).await
-    } else {
-        send(TokioIo::new(HeadReader::new(conn)), false, req, head).await
+    if conn.get_ref().1.alpn_protocol() == Some(b"h2") {
+        let req = headers.request(url, host, referer, true)?;
+        return Box::pin(send_h2(TokioIo::new(conn), req, head)).await;
     }
+    let mut conn = conn;
+    send_h1(&mut conn, url, headers, host, referer, head).await
 }
 
-async fn send<IO>(
-    io: IO,
-    h2: bool,
-    req: Request<Empty<Bytes>>,
+/// The HTTP/1.1 exchange (`h1`): the request written as hyper wrote it, the response read
+/// under Go's head limits with hyper's framing rules.
+async fn send_h1<S>(
+    io: &mut S,
+    url: &ProbeUrl,
+    headers: &ProbeHeaders,
+    host: &HeaderValue,
+    referer: Option<&HeaderValue>,
     head: &mut Option<Head>,
 ) -> Result<RawResponse, GetError>
 where
-    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    if h2 {
-        return Box::pin(send_h2(io, req, head)).await;
-    }
-    // The heads reach hyper through `HeadReader` (Go's limits; only the fields used), so its
-    // buffer only has to hold what is kept of them: at most Go's limit.
-    let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
-        .title_case_headers(true)
-        .max_buf_size(head::MAX_HEAD_BYTES + 8192)
-        .handshake(io)
-        .await
-        .map_err(GetError::Http)?;
-    drive(conn, async move {
-        let resp = sender.send_request(req).await.map_err(GetError::Http)?;
-        read(resp, head).await
+    let mut request = Vec::with_capacity(256);
+    headers.write_h1(url, host, referer, &mut request)?;
+    let (Head { status, location }, body) = h1::exchange(io, request, head).await?;
+    Ok(RawResponse {
+        status,
+        location,
+        body: body.map_err(BodyError::H1),
     })
-    .await
 }
 
 async fn send_h2<IO>(
@@ -275,7 +275,7 @@ fn dial_text(e: &DialError) -> String {
 }
 
 /// hyper's errors in Go's words where the case is common.
-fn hyper_text(e: &hyper::Error) -> String {
+pub(super) fn hyper_text(e: &hyper::Error) -> String {
     if e.is_incomplete_message() || e.is_canceled() {
         return "EOF".to_owned();
     }

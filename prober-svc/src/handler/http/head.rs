@@ -1,25 +1,26 @@
-//! kubelet's response-head limits for HTTP/1, read in front of hyper's parser.
+//! kubelet's response-head limits for HTTP/1, applied in front of the head parser (`h1`).
 //!
 //! Go's transport (1.24 and later, which kubelet 1.33 is built with) reads a response head of any
 //! number of fields and skips any number of interim (1xx) responses; what it bounds is the bytes:
 //! every interim head plus the final head together may not pass `MaxResponseHeaderBytes`, 10 MiB
-//! by default (kubelet keeps the default). hyper bounds the field count (100 by default; a larger
-//! bound costs a heap array of that many entries on every parse attempt, and every attempt parses
-//! the head again from its start) and the buffer (~400 KB), and skips interim responses without
-//! any bound. So this reader sits between the socket and hyper: in one pass, line by line, it
-//! counts the head bytes against Go's limit, drops the interim responses (Go does not show them
-//! either) and every field the probe does not use, and hands hyper the status line and the few
-//! fields that frame the body or that the probe reads. hyper still writes the request, byte for
-//! byte as before, and still frames the body.
+//! by default (kubelet keeps the default). The parser (hyper's `httparse`, with hyper's bound of
+//! 100 fields) parses a head again from its start on every attempt. So [`Scan`] reads the heads
+//! first: in one pass, line by line, it counts the head bytes against Go's limit, drops the interim
+//! responses (Go does not show them either) and every field the probe does not use, and hands the
+//! parser the status line and the few fields that frame the body or that the probe reads.
 //!
-//! A field line that hyper would reject (no colon, a name that is not a token) is passed on so that
-//! hyper rejects it as before; one longer than any name with no colon yet is cut to a short prefix
-//! that hyper rejects the same way.
+//! A field line that the parser would reject (no colon, a name that is not a token) is passed on
+//! so that it is rejected as before; one longer than any name with no colon yet is cut to a short
+//! prefix that is rejected the same way.
 
+#[cfg(test)]
 use std::io;
+#[cfg(test)]
 use std::pin::Pin;
+#[cfg(test)]
 use std::task::{Context, Poll, ready};
 
+#[cfg(test)]
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Go's `MaxResponseHeaderBytes` default (`http.DefaultMaxHeaderBytes`... for responses, the
@@ -72,7 +73,7 @@ enum LineMode {
 
 /// The line-by-line reader of the heads (no I/O: tests feed it bytes).
 #[derive(Debug)]
-struct Scan {
+pub(super) struct Scan {
     phase: Phase,
     /// The head being read is an interim (1xx other than 101) response.
     interim: bool,
@@ -85,7 +86,7 @@ struct Scan {
 }
 
 impl Scan {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             phase: Phase::Status,
             interim: false,
@@ -98,7 +99,7 @@ impl Scan {
     }
 
     /// Reads `chunk`, appending what hyper is to see to `out`.
-    fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<u8>) -> Result<(), HeadTooLarge> {
+    pub(super) fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<u8>) -> Result<(), HeadTooLarge> {
         while !chunk.is_empty() {
             if self.phase == Phase::Body {
                 out.extend_from_slice(chunk);
@@ -203,7 +204,7 @@ impl Scan {
 
     /// The connection ended inside a head: what was read of the line goes to hyper, which then
     /// reports the incomplete message as before.
-    fn end_of_stream(&mut self, out: &mut Vec<u8>) {
+    pub(super) fn end_of_stream(&mut self, out: &mut Vec<u8>) {
         if self.phase != Phase::Body && !self.interim && self.mode != LineMode::Drop {
             out.extend_from_slice(&self.line);
         }
@@ -229,7 +230,9 @@ fn is_token(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-/// The connection as hyper reads it: the heads filtered by [`Scan`], then the body as it comes.
+/// The connection as hyper reads it: the heads filtered by [`Scan`], then the body as it comes
+/// (what hyper's client read; the tests compare `h1` with it).
+#[cfg(test)]
 #[derive(Debug)]
 pub(crate) struct HeadReader<S> {
     inner: S,
@@ -239,6 +242,7 @@ pub(crate) struct HeadReader<S> {
     pos: usize,
 }
 
+#[cfg(test)]
 impl<S> HeadReader<S> {
     /// Wraps a fresh connection, before its response.
     pub(crate) fn new(inner: S) -> Self {
@@ -251,6 +255,7 @@ impl<S> HeadReader<S> {
     }
 }
 
+#[cfg(test)]
 impl<S: AsyncRead + Unpin> AsyncRead for HeadReader<S> {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -286,6 +291,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for HeadReader<S> {
     }
 }
 
+#[cfg(test)]
 impl<S: AsyncWrite + Unpin> AsyncWrite for HeadReader<S> {
     fn poll_write(
         self: Pin<&mut Self>,

@@ -154,6 +154,97 @@ impl ProbeHeaders {
     }
 }
 
+impl ProbeHeaders {
+    /// The HTTP/1.1 request for `url` as bytes, exactly as hyper's client wrote the
+    /// [`ProbeHeaders::request`] with title-cased names: the request line, then the fields in
+    /// `HeaderMap` order (a name's values together, at its first insertion) — `Host`,
+    /// `User-Agent`, the sorted others with `Referer` in its place, `Connection: close` (beside a
+    /// user's own `Connection` values, where the map puts it).
+    pub(crate) fn write_h1(
+        &self,
+        url: &ProbeUrl,
+        host: &HeaderValue,
+        referer: Option<&HeaderValue>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), RequestError> {
+        // A plain target is written as it is, as `Uri` prints it back; anything else goes
+        // through `Uri` as before (its error, or its printing).
+        out.extend_from_slice(b"GET ");
+        if valid_target(&url.target) {
+            out.extend_from_slice(url.target.as_bytes());
+        } else {
+            let uri = url.target.parse::<Uri>().map_err(RequestError::Url)?;
+            out.extend_from_slice(uri.to_string().as_bytes());
+        }
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        field(out, b"Host", host);
+        if let Some(ua) = &self.user_agent {
+            field(out, b"User-Agent", ua);
+        }
+        let mut referer_pending =
+            referer.filter(|_| !self.others.iter().any(|(n, _)| n == header::REFERER));
+        let user_connection = self.others.iter().any(|(n, _)| n == header::CONNECTION);
+        let close = HeaderValue::from_static("close");
+        let mut others = self.others.iter().peekable();
+        while let Some((name, value)) = others.next() {
+            if let Some(r) = referer_pending.filter(|_| name.as_str() > header::REFERER.as_str()) {
+                field(out, b"Referer", r);
+                referer_pending = None;
+            }
+            title_case(out, name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+            if name == header::CONNECTION
+                && others.peek().is_none_or(|(n, _)| n != header::CONNECTION)
+            {
+                field(out, b"Connection", &close);
+            }
+        }
+        if let Some(r) = referer_pending {
+            field(out, b"Referer", r);
+        }
+        if !user_connection {
+            field(out, b"Connection", &close);
+        }
+        out.extend_from_slice(b"\r\n");
+        Ok(())
+    }
+}
+
+/// A request target `http::Uri` takes and prints back unchanged: an absolute path with an
+/// optional query, of the bytes its parser accepts there (no `#`: the URL keeps no fragment).
+fn valid_target(target: &str) -> bool {
+    target.starts_with('/')
+        && target.bytes().all(|b| {
+            b.is_ascii_graphic()
+                && !matches!(
+                    b,
+                    b'#' | b'"' | b'<' | b'>' | b'\\' | b'^' | b'`' | b'{' | b'|' | b'}'
+                )
+        })
+}
+
+fn field(out: &mut Vec<u8>, name: &[u8], value: &HeaderValue) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// hyper's `title_case`: upper-case the first letter and every letter after a `-`.
+fn title_case(out: &mut Vec<u8>, name: &[u8]) {
+    let mut prev = b'-';
+    for &c in name {
+        out.push(if prev == b'-' {
+            c.to_ascii_uppercase()
+        } else {
+            c
+        });
+        prev = c;
+    }
+}
+
 /// Go's `CanonicalMIMEHeaderKey` for a valid token.
 pub(crate) fn canonical(name: &str) -> String {
     let mut upper = true;
