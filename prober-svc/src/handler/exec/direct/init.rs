@@ -35,6 +35,9 @@
 
 mod command;
 mod container_file;
+mod descriptors;
+mod failure;
+mod namespaces;
 mod reaper;
 
 use std::fs::File;
@@ -49,25 +52,12 @@ use nix::sys::stat::Mode;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
 
+use self::descriptors::release_stdio;
+use self::failure::{Res, err};
+use self::namespaces::{CLONE_NEWTIME, Join, NAMESPACES, ns_id};
+pub use super::plan::HELPER_ARG;
 use super::plan::{Plan, Report};
 use super::sys;
-
-/// The hidden first argument that turns `podward-prober` into the exec helper.
-pub const HELPER_ARG: &str = "__podward-exec-init";
-
-/// `CLONE_NEWTIME` (nix has no constant for it).
-const CLONE_NEWTIME: i32 = 0x80;
-
-/// Namespaces joined, in runc's order (time last: it, like pid, applies to children).
-const NAMESPACES: [(&str, &str, i32); 7] = [
-    ("ipc", "ipc", libc::CLONE_NEWIPC),
-    ("uts", "uts", libc::CLONE_NEWUTS),
-    ("net", "net", libc::CLONE_NEWNET),
-    ("pid", "pid_for_children", libc::CLONE_NEWPID),
-    ("mnt", "mnt", libc::CLONE_NEWNS),
-    ("cgroup", "cgroup", libc::CLONE_NEWCGROUP),
-    ("time", "time_for_children", CLONE_NEWTIME),
-];
 
 /// How long the reaper has, once told the probe is over, to kill and reap the command's tree
 /// before the helper kills it all itself.
@@ -76,12 +66,6 @@ const REAPER_GRACE: Duration = Duration::from_millis(500);
 /// Rounds of killing the reaper's children (each round's dead pass their own children to the
 /// stopped reaper, the subreaper) before the reaper itself is killed.
 const KILL_ROUNDS: usize = 50;
-
-type Res<T> = Result<T, String>;
-
-fn err<E: std::fmt::Display>(what: impl std::fmt::Display) -> impl FnOnce(E) -> String {
-    move |e| format!("{what}: {e}")
-}
 
 /// Why the helper stopped before the command ran.
 enum Stop {
@@ -95,13 +79,6 @@ impl From<String> for Stop {
     fn from(e: String) -> Self {
         Stop::Failed(e)
     }
-}
-
-/// A namespace of the container's init to join, opened.
-struct Join {
-    name: &'static str,
-    fd: OwnedFd,
-    flag: i32,
 }
 
 /// Runs the helper; never returns.
@@ -132,12 +109,6 @@ pub fn main() -> ! {
             std::process::exit(125);
         }
     }
-}
-
-/// `(device, inode)` of a namespace file.
-fn ns_id(path: &str) -> Option<(u64, u64)> {
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.dev(), m.ino()))
 }
 
 /// Stage 1; returns the exit code for the helper.
@@ -223,10 +194,7 @@ fn helper(control: &UnixStream) -> Result<i32, Stop> {
     let (for_children, in_reaper): (Vec<Join>, Vec<Join>) = joins
         .into_iter()
         .partition(|j| j.flag == libc::CLONE_NEWPID || j.flag == CLONE_NEWTIME);
-    for j in &for_children {
-        nix::sched::setns(&j.fd, nix::sched::CloneFlags::from_bits_retain(j.flag))
-            .map_err(err(format!("setns {}", j.name)))?;
-    }
+    namespaces::enter(&for_children)?;
     drop(for_children);
     let mut waited = SigSet::empty();
     waited.add(Signal::SIGCHLD);
@@ -384,12 +352,6 @@ fn set_rlimit(resource: u32, soft: u64, hard: u64) -> Res<()> {
         n => return Err(format!("unknown rlimit {n}")),
     };
     nix::sys::resource::setrlimit(r, soft, hard).map_err(err(format!("setrlimit {r:?}")))
-}
-
-/// Points stdout and stderr at `/dev/null`, so this process does not hold the probe's pipes.
-fn release_stdio(devnull: &File) -> Res<()> {
-    nix::unistd::dup2_stdout(devnull).map_err(err("dup2 stdout"))?;
-    nix::unistd::dup2_stderr(devnull).map_err(err("dup2 stderr"))
 }
 
 #[cfg(test)]

@@ -7,6 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use super::seccomp::Program;
 
+/// The hidden first argument that turns `podward-prober` into the exec helper (which reads a
+/// [`Plan`] on its stdin).
+pub const HELPER_ARG: &str = "__podward-exec-init";
+
 /// One exec, fully resolved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {

@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 use tokio::net::UnixStream;
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 
-use super::init::HELPER_ARG;
+use super::plan::HELPER_ARG;
 use super::sys;
 use crate::handler::exec::runner::ExecError;
 

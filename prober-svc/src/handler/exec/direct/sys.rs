@@ -52,7 +52,7 @@ extern "C" fn non_dumpable_at_start(
     }
     // SAFETY: as above.
     let first = unsafe { CStr::from_ptr(first) };
-    if first.to_bytes() == super::init::HELPER_ARG.as_bytes() {
+    if first.to_bytes() == super::plan::HELPER_ARG.as_bytes() {
         // SAFETY: prctl with integer arguments only.
         unsafe {
             libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);

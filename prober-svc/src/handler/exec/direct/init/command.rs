@@ -22,8 +22,9 @@ use caps::{CapSet, CapsHashSet};
 use nix::sys::signal::SigSet;
 use nix::unistd::{Gid, Uid};
 
-use super::reaper::close_all_but;
-use super::{Res, container_file, err};
+use super::container_file;
+use super::descriptors::close_all_but;
+use super::failure::{Res, err};
 use crate::handler::exec::direct::plan::{CapSets, Plan};
 use crate::handler::exec::direct::sys;
 

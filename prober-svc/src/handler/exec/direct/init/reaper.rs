@@ -9,14 +9,17 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
 
-use super::{Join, Res, command, err, release_stdio};
+use super::command;
+use super::descriptors::{close_all_but, release_stdio};
+use super::failure::{Res, err};
+use super::namespaces::{self, Join};
 use crate::handler::exec::direct::plan::{Plan, Report};
 use crate::handler::exec::direct::sys;
 
@@ -40,10 +43,7 @@ pub(super) fn run(
         _ => return Err("the exec helper is gone".to_owned()),
     }
     drop(helper);
-    for j in &joins {
-        nix::sched::setns(&j.fd, nix::sched::CloneFlags::from_bits_retain(j.flag))
-            .map_err(err(format!("setns {}", j.name)))?;
-    }
+    namespaces::enter(&joins)?;
     drop(joins);
     // Inside the container now: nothing but stdio, the control socket and /dev/null stays open
     // (whatever the prober itself inherited, even close-on-exec, must not be reachable before
@@ -97,20 +97,6 @@ pub(super) fn run(
             Err(e) => return Err(format!("sigwait: {e}")),
         }
     }
-}
-
-/// Closes every descriptor from 3 up but `keep`.
-pub(super) fn close_all_but(keep: &[RawFd]) -> Res<()> {
-    let mut keep: Vec<u32> = keep.iter().filter_map(|k| u32::try_from(*k).ok()).collect();
-    keep.sort_unstable();
-    let mut first = 3u32;
-    for k in keep.into_iter().filter(|k| *k >= 3) {
-        if k > first {
-            sys::close_range(first, k - 1).map_err(err("close_range"))?;
-        }
-        first = first.max(k + 1);
-    }
-    sys::close_range(first, u32::MAX).map_err(err("close_range"))
 }
 
 fn report_exit(control: &UnixStream, reported: &mut bool, code: i32) {
