@@ -27,7 +27,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use self::handle::{SpecUpdate, WorkerCtl, WorkerKey, WorkerStatus};
 use crate::clock::Clock;
-use crate::event::Probed;
+use crate::event::{Event, Events, Probed};
 use crate::handler::output::capped;
 use crate::metrics::{Metrics, WorkerMetrics};
 use crate::model::{ContainerInfo, PodInfo, RunState};
@@ -66,17 +66,9 @@ pub fn initial_value(ty: ProbeType) -> ProbeResult {
     }
 }
 
-/// What the manager does with what workers publish.
+/// What a worker tells the manager: only what the manager acts on (a kill, a readiness
+/// trigger, forgetting the worker). Everything else a worker publishes itself as an [`Event`].
 pub trait Sink: Send + Sync + 'static {
-    /// A result changed in the cache (kubelet's results-manager update).
-    fn changed(
-        &self,
-        key: &WorkerKey,
-        pod: &PodInfo,
-        container: &ContainerInfo,
-        result: ProbeResult,
-        output: &str,
-    );
     /// A liveness or startup probe reached its failure threshold on a running container: kill it.
     fn threshold_failure(
         &self,
@@ -86,8 +78,6 @@ pub trait Sink: Send + Sync + 'static {
         spec: &ProbeSpec,
         output: &str,
     );
-    /// A probe ran with an outcome kubelet records as an event (failed, errored, warning).
-    fn probed(&self, key: &WorkerKey, pod: &PodInfo, container: &ContainerInfo, probed: Probed);
     /// A startup probe succeeded: readiness should be probed now (kubelet's manual trigger).
     fn started(&self, key: &WorkerKey);
     /// The worker's loop ended (it was stopped).
@@ -96,14 +86,16 @@ pub trait Sink: Send + Sync + 'static {
 
 /// What every worker shares.
 pub struct Ctx {
-    /// The results cache.
-    pub results: Results,
+    /// The results cache (the view reads it too).
+    pub results: Arc<Results>,
     /// The probe handlers.
     pub runner: Arc<dyn ProbeRunner>,
     /// Time.
     pub clock: Clock,
-    /// Where published changes go.
+    /// What the manager must act on.
     pub sink: Arc<dyn Sink>,
+    /// Where workers publish result changes and the probes kubelet records.
+    pub events: Events,
     /// Prometheus metrics.
     pub metrics: Arc<Metrics>,
     /// The prober's own starvation; unset, every timeout counts (kubelet's behaviour).
@@ -263,15 +255,32 @@ impl Worker {
         self.ctx.sink.exited(&self.key, &self.ctl);
     }
 
+    /// Publishes `result` (kubelet's results-manager update): into the cache, and as an event
+    /// when it changed.
     fn set(&self, pod: &PodInfo, c: &ContainerInfo, result: ProbeResult, output: &str) {
-        if self.ctx.results.set(&c.id, self.key.ty, result) {
-            {
-                let mut st = self.status.lock();
-                st.result = Some(result);
-                st.last_transition_at_ns = self.ctx.clock.now_ns();
-            }
-            self.ctx.sink.changed(&self.key, pod, c, result, output);
+        if !self.ctx.results.set(&c.id, self.key.ty, result) {
+            return;
         }
+        let at_ns = self.ctx.clock.now_ns();
+        {
+            let mut st = self.status.lock();
+            st.result = Some(result);
+            st.last_transition_at_ns = at_ns;
+        }
+        tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
+            container_id = %c.id, probe = self.key.ty.name(), result = ?result, "probe result changed");
+        let output = capped(output).to_owned();
+        self.ctx
+            .events
+            .publish(Event::result(pod, c, self.key.ty, result, output, at_ns));
+    }
+
+    /// Publishes one probe run kubelet records as an event (failed, errored, warned).
+    fn probed(&self, pod: &PodInfo, c: &ContainerInfo, probed: Probed) {
+        let at_ns = self.ctx.clock.now_ns();
+        self.ctx
+            .events
+            .publish(Event::probed(pod, c, self.key.ty, probed, at_ns));
     }
 
     /// Whether `c` counts as started (kubelet's `isContainerStarted`).
@@ -294,7 +303,7 @@ impl Worker {
         started_before_restart(c, &self.ctx.clock)
     }
 
-    /// One step of the state machine; false ends the worker.
+    /// One step of the state machine (kubelet's `doProbe`); false ends the worker.
     async fn do_probe(&mut self) -> bool {
         self.take_update();
         let pod = self.pod.read().clone();
@@ -304,34 +313,64 @@ impl Worker {
         let Some(c) = pod.current(&self.key.container).cloned() else {
             return true; // no instance yet: keep waiting
         };
-        if self.container_id.as_deref() != Some(&*c.id) {
-            if let Some(old) = self.container_id.take() {
-                self.ctx.results.remove(&old, self.key.ty);
-            }
-            self.container_id = Some(c.id.clone());
-            {
-                let mut st = self.status.lock();
-                *st = WorkerStatus {
-                    container_id: c.id.to_string(),
-                    probes_run: st.probes_run,
-                    probes_errored: st.probes_errored,
-                    ..WorkerStatus::default()
-                };
-            }
-            // After a prober restart, leave containers that ran before it without a result, so
-            // they keep their readiness until a real verdict (kubelet's restart grace rule).
-            if !self.started_before_restart(&c) {
-                self.set(&pod, &c, initial_value(self.key.ty), "");
-            }
-            self.on_hold = false;
-            self.last_result = None;
-            self.result_run = 0;
-        }
-        if self.on_hold {
+        self.follow_instance(&pod, &c);
+        let ip = match self.due(&pod, &c) {
+            Due::Probe(ip) => ip,
+            Due::Wait => return true,
+            Due::Exit => return false,
+        };
+        let Some((verdict, took)) = self.run_unstarved(&pod, &c, ip).await else {
             return true;
+        };
+        let Some((result, output)) = self.count(&pod, &c, verdict, took) else {
+            return true;
+        };
+        let below = match result {
+            ProbeResult::Success => self.result_run < self.spec.success_threshold,
+            _ => self.result_run < self.spec.failure_threshold,
+        };
+        if !below {
+            self.reach_threshold(&pod, &c, result, &output);
+        }
+        true
+    }
+
+    /// A new instance of the container (or the first): the counters and the hold start again
+    /// for it, and its initial value is published.
+    fn follow_instance(&mut self, pod: &PodInfo, c: &ContainerInfo) {
+        if self.container_id.as_deref() == Some(&*c.id) {
+            return;
+        }
+        if let Some(old) = self.container_id.take() {
+            self.ctx.results.remove(&old, self.key.ty);
+        }
+        self.container_id = Some(c.id.clone());
+        {
+            let mut st = self.status.lock();
+            *st = WorkerStatus {
+                container_id: c.id.to_string(),
+                probes_run: st.probes_run,
+                probes_errored: st.probes_errored,
+                ..WorkerStatus::default()
+            };
+        }
+        // After a prober restart, leave containers that ran before it without a result, so
+        // they keep their readiness until a real verdict (kubelet's restart grace rule).
+        if !self.started_before_restart(c) {
+            self.set(pod, c, initial_value(self.key.ty), "");
+        }
+        self.on_hold = false;
+        self.last_result = None;
+        self.result_run = 0;
+    }
+
+    /// Whether container `c` is probed now (at the pod's IP), waited for, or never again.
+    fn due(&mut self, pod: &PodInfo, c: &ContainerInfo) -> Due {
+        if self.on_hold {
+            return Due::Wait;
         }
         if c.state != RunState::Running {
-            self.set(&pod, &c, ProbeResult::Failure, "");
+            self.set(pod, c, ProbeResult::Failure, "");
             // kubelet stops only when the container exited for good (restartPolicy Never, not
             // a sidecar). Without the API's view the policy is unknown: keep waiting for a new
             // instance until the pod goes.
@@ -340,40 +379,44 @@ impl Worker {
                     .api
                     .as_ref()
                     .is_some_and(|a| !a.restarts(&self.key.container));
-            return !done;
+            return if done { Due::Exit } else { Due::Wait };
         }
         let terminating = pod.terminating() || c.stop_requested_at_ns != 0;
         if terminating && matches!(self.key.ty, ProbeType::Liveness | ProbeType::Startup) {
-            self.set(&pod, &c, ProbeResult::Success, "");
+            self.set(pod, c, ProbeResult::Success, "");
             self.on_hold = true;
             self.status.lock().on_hold = true;
-            return true;
+            return Due::Wait;
         }
         let since_start_s = (self.ctx.clock.now_ns() - c.started_at_ns) / 1_000_000_000;
         if since_start_s < i64::from(self.spec.initial_delay_seconds) {
-            return true;
+            return Due::Wait;
         }
-        if self.is_started(&c) {
-            if self.key.ty == ProbeType::Startup {
-                return true;
-            }
-        } else if self.key.ty != ProbeType::Startup {
-            return true;
+        // Startup probes run until the container started, the others only after.
+        if self.is_started(c) != (self.key.ty != ProbeType::Startup) {
+            return Due::Wait;
         }
-        let Some(ip) = pod.ip else {
+        match pod.ip {
+            Some(ip) => Due::Probe(ip),
             // No address yet (pod network not set up): like a kubelet probe error, discarded.
-            return true;
-        };
-        let Some((verdict, took)) = self.run_unstarved(&pod, &c, ip).await else {
-            return true;
-        };
+            None => Due::Wait,
+        }
+    }
+
+    /// Counts one probe's verdict (metrics, status, the run of equal results) and publishes
+    /// what kubelet records of it; `None` for an errored probe, which is discarded.
+    fn count(
+        &mut self,
+        pod: &PodInfo,
+        c: &ContainerInfo,
+        verdict: ProbeVerdict,
+        took: Duration,
+    ) -> Option<(ProbeResult, String)> {
         let (result, output) = match verdict {
             ProbeVerdict::Errored { message } => {
-                self.errored(&pod, &c, message.clone());
-                self.ctx
-                    .sink
-                    .probed(&self.key, &pod, &c, Probed::Errored(message));
-                return true;
+                self.errored(pod, c, message.clone());
+                self.probed(pod, c, Probed::Errored(message));
+                return None;
             }
             ProbeVerdict::Result {
                 result,
@@ -383,9 +426,7 @@ impl Worker {
                 if warning {
                     tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
                         output = %output, "probe warning");
-                    self.ctx
-                        .sink
-                        .probed(&self.key, &pod, &c, Probed::Warned(output.clone()));
+                    self.probed(pod, c, Probed::Warned(output.clone()));
                 }
                 (result, output)
             }
@@ -396,9 +437,7 @@ impl Worker {
             self.metrics.failed();
             tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
                 output = %output, "probe failed");
-            self.ctx
-                .sink
-                .probed(&self.key, &pod, &c, Probed::Failed(output.clone()));
+            self.probed(pod, c, Probed::Failed(output.clone()));
         }
         if self.last_result == Some(result) {
             self.result_run = self.result_run.saturating_add(1);
@@ -407,32 +446,38 @@ impl Worker {
             self.result_run = 1;
         }
         self.record(result, &output);
-        let below = match result {
-            ProbeResult::Success => self.result_run < self.spec.success_threshold,
-            _ => self.result_run < self.spec.failure_threshold,
-        };
-        if below {
-            return true;
-        }
-        self.status.lock().verdict = true;
-        self.set(&pod, &c, result, &output);
-        if (self.key.ty == ProbeType::Liveness && result == ProbeResult::Failure)
-            || self.key.ty == ProbeType::Startup
+        Some((result, output))
+    }
+
+    /// The run of equal results reached its threshold: publish the result; a liveness failure
+    /// or any startup result holds the worker until a new instance, and goes to the manager (a
+    /// kill, or a readiness trigger).
+    fn reach_threshold(
+        &mut self,
+        pod: &PodInfo,
+        c: &ContainerInfo,
+        result: ProbeResult,
+        output: &str,
+    ) {
+        self.status.lock().reached_threshold = true;
+        self.set(pod, c, result, output);
+        if !((self.key.ty == ProbeType::Liveness && result == ProbeResult::Failure)
+            || self.key.ty == ProbeType::Startup)
         {
-            self.on_hold = true;
-            self.result_run = 0;
-            self.status.lock().on_hold = true;
-            // A worker stopped meanwhile (its probe removed or refused, its pod gone) never
-            // kills: its probe is no longer the pod's.
-            if result == ProbeResult::Failure && !self.ctl.stopped() {
-                self.ctx
-                    .sink
-                    .threshold_failure(&self.key, &pod, &c, &self.spec, &output);
-            } else if result != ProbeResult::Failure {
-                self.ctx.sink.started(&self.key);
-            }
+            return;
         }
-        true
+        self.on_hold = true;
+        self.result_run = 0;
+        self.status.lock().on_hold = true;
+        // A worker stopped meanwhile (its probe removed or refused, its pod gone) never
+        // kills: its probe is no longer the pod's.
+        if result == ProbeResult::Failure && !self.ctl.stopped() {
+            self.ctx
+                .sink
+                .threshold_failure(&self.key, pod, c, &self.spec, output);
+        } else if result != ProbeResult::Failure {
+            self.ctx.sink.started(&self.key);
+        }
     }
 
     /// Runs the probe; runs it again at once (at most [`MAX_STARVED_RETRIES`] times) when it
@@ -570,6 +615,16 @@ impl Worker {
             }
         }
     }
+}
+
+/// What a worker does at its tick.
+enum Due {
+    /// Probe, at this address.
+    Probe(std::net::IpAddr),
+    /// Nothing this time.
+    Wait,
+    /// End: the container will not run again.
+    Exit,
 }
 
 /// A fixed-rate ticker for `period`, first tick one period from now; missed ticks are dropped

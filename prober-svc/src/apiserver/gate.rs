@@ -1,6 +1,6 @@
 //! The readiness gate: for pods that list `readinessGates: [{conditionType: podward.io/ready}]`
 //! (the type is `--readiness-gate-condition`), the prober owns that pod condition and keeps it
-//! equal to what it knows of the pod's readiness ([`PodReadiness`], from the manager).
+//! equal to what it knows of the pod's readiness ([`PodReadiness`], from the [`View`]).
 //!
 //! - Written to `pods/status` by server-side apply with field manager `podward-prober`: only
 //!   this one condition (the conditions list is a map keyed by `type`), never kubelet's, with the
@@ -41,10 +41,10 @@ use tokio::time::Instant;
 use super::metrics::ApiMetrics;
 use crate::clock::Clock;
 use crate::event::{Event, EventKind, EventSink};
-use crate::manager::Manager;
-use crate::manager::readiness::PodReadiness;
 use crate::model::api::{ApiPod, ConditionStatus, GateCondition};
 use crate::spec::ProbeType;
+use crate::view::View;
+use crate::view::readiness::PodReadiness;
 
 /// The field manager of the prober's writes (server-side apply).
 pub const FIELD_MANAGER: &str = "podward-prober";
@@ -59,15 +59,15 @@ const LOOK: usize = 256;
 const FIRST_RETRY: Duration = Duration::from_millis(250);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
-/// Where the gate reads a pod's readiness (the manager; tests script it).
+/// Where the gate reads a pod's readiness (the prober's [`View`]; tests script it).
 pub trait ReadinessSource: Send + Sync + 'static {
     /// Pod `uid`'s readiness.
     fn readiness(&self, uid: &str) -> PodReadiness;
 }
 
-impl ReadinessSource for Manager {
+impl ReadinessSource for View {
     fn readiness(&self, uid: &str) -> PodReadiness {
-        Manager::readiness(self, uid)
+        View::readiness(self, uid)
     }
 }
 
@@ -374,7 +374,7 @@ impl Gate {
             if tasks.set.len() >= MAX_IN_FLIGHT {
                 break;
             }
-            // Pick the pods to look at (under the lock), then ask the manager (outside it).
+            // Pick the pods to look at (under the lock), then ask the view (outside it).
             let batch: Vec<String> = {
                 let mut st = self.inner.state.lock();
                 let mut batch = Vec::new();

@@ -255,12 +255,12 @@ impl Node {
     }
 
     pub(super) fn result(&self, id: &str, ty: ProbeType) -> Option<ProbeResult> {
-        self.manager.results().get(id, ty)
+        self.manager.view().results().get(id, ty)
     }
 
     /// (started, ready, live) of container `name` in pod `uid` from the Status API.
     pub(super) fn flags(&self, uid: &str, name: &str) -> (bool, bool, bool) {
-        let st = self.manager.status(Some(uid));
+        let st = self.manager.view().status(Some(uid));
         let c = st
             .pods
             .first()

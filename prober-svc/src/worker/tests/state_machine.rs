@@ -354,7 +354,7 @@ async fn a8_errored_probes_are_discarded_without_touching_counters() {
         n.result("c1", ProbeType::Liveness),
         Some(ProbeResult::Success)
     );
-    let st = n.manager.status(Some("u"));
+    let st = n.manager.view().status(Some("u"));
     let probe = &st.pods[0].containers[0].probes[0];
     assert_eq!(probe.consecutive_failures, 1, "errors did not count");
     assert_eq!(probe.probes_run, 1, "errors are not results");
