@@ -33,7 +33,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use parking_lot::Mutex;
-use rand::Rng;
+use podward_api::backoff::Backoff;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -57,7 +57,10 @@ const LOOK: usize = 256;
 
 /// First retry delay after a failed write; doubles per failure up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_millis(250);
+/// Longest retry delay after failed writes.
 const MAX_RETRY: Duration = Duration::from_secs(30);
+/// Jitter of each retry delay (±20 %), so that pods that failed together do not retry together.
+const RETRY_JITTER: f64 = 0.2;
 
 /// Where the gate reads a pod's readiness (the prober's [`View`]; tests script it).
 pub trait ReadinessSource: Send + Sync + 'static {
@@ -232,6 +235,8 @@ struct GatePod {
     written_rv: Option<u64>,
     /// Failed writes in a row.
     failures: u32,
+    /// The retry schedule after failed writes (reset by a success).
+    backoff: Backoff,
     /// Not before this instant (backoff, throttling).
     not_before: Option<Instant>,
 }
@@ -288,6 +293,7 @@ impl Gate {
             current: None,
             written_rv: None,
             failures: 0,
+            backoff: retry_backoff(),
             not_before: None,
         });
         entry.target = target;
@@ -482,12 +488,14 @@ impl Gate {
                 pod.current = Some(condition);
                 pod.written_rv = rv.parse().ok();
                 pod.failures = 0;
+                pod.backoff.reset();
                 pod.not_before = None;
                 None
             }
             Err(WriteError::Gone) => {
                 m.gate_writes.with_label_values(&["gone"]).inc();
                 pod.failures = 0;
+                pod.backoff.reset();
                 None
             }
             Err(WriteError::Invalid(message)) => {
@@ -496,6 +504,7 @@ impl Gate {
                     error = %message,
                     "the API server refuses the readiness-gate condition as invalid; not retried until the readiness changes");
                 pod.failures = 0;
+                pod.backoff.reset();
                 None
             }
             Err(e) => {
@@ -506,9 +515,11 @@ impl Gate {
                 };
                 m.gate_writes.with_label_values(&[label]).inc();
                 pod.failures = pod.failures.saturating_add(1);
+                // The schedule moves on either way: throttling is a failure in a row too.
+                let next = pod.backoff.next_delay();
                 let delay = match &e {
                     WriteError::Throttled(Some(d)) => *d,
-                    _ => backoff(pod.failures),
+                    _ => next,
                 };
                 let log = pod.failures == 1;
                 if log {
@@ -619,12 +630,10 @@ fn rfc3339(ns: i64) -> String {
         .unwrap_or_default()
 }
 
-/// Retry delay after `failures` failed writes in a row: doubling from [`FIRST_RETRY`] up to
-/// [`MAX_RETRY`], ±20 % jitter so that pods that failed together do not retry together.
-fn backoff(failures: u32) -> Duration {
-    let base = FIRST_RETRY.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
-    base.min(MAX_RETRY)
-        .mul_f64(rand::rng().random_range(0.8..1.2))
+/// The retry schedule of one pod's writes: doubling from [`FIRST_RETRY`] up to [`MAX_RETRY`],
+/// with [`RETRY_JITTER`].
+fn retry_backoff() -> Backoff {
+    Backoff::new(FIRST_RETRY, MAX_RETRY, RETRY_JITTER)
 }
 
 async fn sleep_until(t: Option<Instant>) {
