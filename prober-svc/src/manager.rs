@@ -1,8 +1,9 @@
 //! kubelet's probe manager: it keeps the [`Registry`] of pods and their workers. Workers per
 //! (pod, container, probe type) appear when a pod with a `podward.io/probes` annotation appears
 //! and go with it. Workers publish their own events; the manager hears only what it must act on
-//! ([`Sink`]): a failure at threshold (to the kill path), a startup success (a readiness trigger)
-//! and a worker's exit. What the prober knows of a pod is read through the [`View`].
+//! ([`crate::worker::Sink`], in `sink.rs`): a failure at threshold (to the kill path), a startup
+//! success (a readiness trigger) and a worker's exit. What the prober knows of a pod is read
+//! through the [`View`].
 //!
 //! Like kubelet, adding a pod is idempotent and later spec changes seen through CRI are ignored
 //! (a worker key that exists is skipped *per key*, not for the rest of the pod: kubelet's
@@ -13,7 +14,7 @@
 //! `MutableContainerProbes` does).
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::RwLock;
 
@@ -23,17 +24,20 @@ use crate::handler::host_policy::NodePolicy;
 use crate::kill::Killer;
 use crate::metrics::Metrics;
 use crate::model::api::ApiPod;
-use crate::model::{ContainerInfo, PodInfo, RunState};
+use crate::model::{PodInfo, RunState};
 use crate::registry::{PodEntry, Registry, UnknownNames, WorkerEntry, pod_workers};
 use crate::results::Results;
 use crate::runner::ProbeRunner;
 use crate::spec::{ContainerProbes, PodProbes, ProbeSpec, ProbeType};
 use crate::view::View;
-use crate::worker::handle::{SpecUpdate, WorkerCtl, WorkerKey};
-use crate::worker::{Ctx, SharedPod, Sink, Worker};
+use crate::worker::handle::{SpecUpdate, WorkerKey};
+use crate::worker::{Ctx, SharedPod, Worker};
+
+use self::sink::ManagerSink;
 
 mod annotation;
 mod conflicts;
+mod sink;
 mod unknown;
 
 pub use crate::registry::UNKNOWN_CONTAINER_GRACE;
@@ -98,9 +102,7 @@ impl Manager {
             clock,
             host_policy: OnceLock::new(),
         });
-        let sink = Arc::new(ManagerSink {
-            inner: Arc::downgrade(&inner),
-        });
+        let sink = Arc::new(ManagerSink::new(&inner));
         let view = View::new(registry, results.clone(), killer, runner.clone(), clock);
         let ctx = Arc::new(Ctx {
             results,
@@ -496,59 +498,4 @@ fn newly_running(old: &PodInfo, new: &PodInfo) -> Vec<String> {
         })
         .map(str::to_owned)
         .collect()
-}
-
-/// What the manager does with what a worker tells it; weak so workers do not keep the manager
-/// alive.
-struct ManagerSink {
-    inner: Weak<Inner>,
-}
-
-impl Sink for ManagerSink {
-    fn threshold_failure(
-        &self,
-        key: &WorkerKey,
-        pod: &PodInfo,
-        c: &ContainerInfo,
-        spec: &ProbeSpec,
-        output: &str,
-    ) {
-        let Some(inner) = self.inner.upgrade() else {
-            return;
-        };
-        // A probe in flight when its pod was removed must not kill (nor count a kill in a series
-        // `remove_pod` already deleted): checked and killed under the pods lock, so a removal
-        // comes either before (no kill) or after (it forgets this one too).
-        let pods = inner.registry.pods.lock();
-        if pods.contains_key(&pod.uid) {
-            inner.killer.kill(pod, c, key.ty, spec, output);
-        }
-    }
-
-    fn started(&self, key: &WorkerKey) {
-        let Some(inner) = self.inner.upgrade() else {
-            return;
-        };
-        trigger(
-            &inner.registry,
-            &key.pod_uid,
-            &key.container,
-            ProbeType::Readiness,
-        );
-    }
-
-    fn exited(&self, key: &WorkerKey, ctl: &Arc<WorkerCtl>) {
-        let Some(inner) = self.inner.upgrade() else {
-            return;
-        };
-        let mut workers = inner.registry.workers.lock();
-        if workers.get(key).is_some_and(|w| Arc::ptr_eq(&w.ctl, ctl)) {
-            workers.remove(key);
-            inner
-                .metrics
-                .workers
-                .with_label_values(&[key.ty.name()])
-                .dec();
-        }
-    }
 }

@@ -17,7 +17,7 @@
 //!   or container (with the API, also the deletion timestamp): liveness/startup publish Success
 //!   and stop probing that instance, readiness keeps probing.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -27,16 +27,20 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use self::handle::{SpecUpdate, WorkerCtl, WorkerKey, WorkerStatus};
 use crate::clock::Clock;
-use crate::event::{Event, Events, Probed};
-use crate::handler::output::capped;
+use crate::event::{Event, Events};
+use crate::handler::attempt::Outcome;
 use crate::metrics::{Metrics, WorkerMetrics};
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::results::{ProbeResult, Results};
-use crate::runner::{ProbeRunner, ProbeVerdict};
+use crate::runner::ProbeRunner;
 use crate::spec::{ProbeSpec, ProbeType};
 use crate::starvation::StarvationMeter;
 
 pub mod handle;
+mod record;
+mod unstarved;
+
+pub use unstarved::{MAX_STARVED_RETRIES, STARVED_LOG_EVERY};
 
 #[cfg(test)]
 mod tests;
@@ -105,18 +109,6 @@ pub struct Ctx {
     /// a line from each would starve it further.
     pub starved_logged_at_ns: AtomicI64,
 }
-
-/// How often a starved probe is logged at WARN (the others at DEBUG; all are counted).
-pub const STARVED_LOG_EVERY: Duration = Duration::from_secs(10);
-
-/// How many times one probe is run again at once after timing out while the prober was starved;
-/// bounded so a prober starved for good still moves on to its next period (the probe is then
-/// discarded, neither success nor failure).
-pub const MAX_STARVED_RETRIES: u32 = 2;
-
-/// Output recorded for a probe discarded because the prober was starved.
-const STARVED_OUTPUT: &str =
-    "probe timed out while the prober itself was starved of CPU; result unknown, not counted";
 
 /// One worker. Built by the manager, consumed by [`Worker::run`].
 pub struct Worker {
@@ -269,14 +261,18 @@ impl Worker {
         }
         tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
             container_id = %c.id, probe = self.key.ty.name(), result = ?result, "probe result changed");
-        let output = capped(output).to_owned();
-        self.ctx
-            .events
-            .publish(Event::result(pod, c, self.key.ty, result, output, at_ns));
+        self.ctx.events.publish(Event::result(
+            pod,
+            c,
+            self.key.ty,
+            result,
+            output.to_owned(),
+            at_ns,
+        ));
     }
 
     /// Publishes one probe run kubelet records as an event (failed, errored, warned).
-    fn probed(&self, pod: &PodInfo, c: &ContainerInfo, probed: Probed) {
+    fn probed(&self, pod: &PodInfo, c: &ContainerInfo, probed: Outcome) {
         let at_ns = self.ctx.clock.now_ns();
         self.ctx
             .events
@@ -319,10 +315,10 @@ impl Worker {
             Due::Wait => return true,
             Due::Exit => return false,
         };
-        let Some((verdict, took)) = self.run_unstarved(&pod, &c, ip).await else {
+        let Some((outcome, took)) = self.run_unstarved(&pod, &c, ip).await else {
             return true;
         };
-        let Some((result, output)) = self.count(&pod, &c, verdict, took) else {
+        let Some((result, output)) = self.count(&pod, &c, outcome, took) else {
             return true;
         };
         let below = match result {
@@ -403,33 +399,29 @@ impl Worker {
         }
     }
 
-    /// Counts one probe's verdict (metrics, status, the run of equal results) and publishes
+    /// Counts one probe's outcome (metrics, status, the run of equal results) and publishes
     /// what kubelet records of it; `None` for an errored probe, which is discarded.
     fn count(
         &mut self,
         pod: &PodInfo,
         c: &ContainerInfo,
-        verdict: ProbeVerdict,
+        outcome: Outcome,
         took: Duration,
     ) -> Option<(ProbeResult, String)> {
-        let (result, output) = match verdict {
-            ProbeVerdict::Errored { message } => {
+        let (result, output) = match outcome {
+            Outcome::Errored(message) => {
                 self.errored(pod, c, message.clone());
-                self.probed(pod, c, Probed::Errored(message));
+                self.probed(pod, c, Outcome::Errored(message));
                 return None;
             }
-            ProbeVerdict::Result {
-                result,
-                output,
-                warning,
-            } => {
-                if warning {
-                    tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
-                        output = %output, "probe warning");
-                    self.probed(pod, c, Probed::Warned(output.clone()));
-                }
-                (result, output)
+            Outcome::Warning(output) => {
+                tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
+                    output = %output, "probe warning");
+                self.probed(pod, c, Outcome::Warning(output.clone()));
+                (ProbeResult::Success, output)
             }
+            Outcome::Success(output) => (ProbeResult::Success, output),
+            Outcome::Failure(output) => (ProbeResult::Failure, output),
         };
         if result == ProbeResult::Success {
             self.metrics.success(took);
@@ -437,7 +429,7 @@ impl Worker {
             self.metrics.failed();
             tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
                 output = %output, "probe failed");
-            self.probed(pod, c, Probed::Failed(output.clone()));
+            self.probed(pod, c, Outcome::Failure(output.clone()));
         }
         if self.last_result == Some(result) {
             self.result_run = self.result_run.saturating_add(1);
@@ -477,142 +469,6 @@ impl Worker {
                 .threshold_failure(&self.key, pod, c, &self.spec, output);
         } else if result != ProbeResult::Failure {
             self.ctx.sink.started(&self.key);
-        }
-    }
-
-    /// Runs the probe; runs it again at once (at most [`MAX_STARVED_RETRIES`] times) when it
-    /// failed by reaching its timeout while the prober itself was starved for more than half the
-    /// timeout: such a failure says nothing of the target. `None` when every run was starved: the
-    /// probe is discarded (recorded Unknown). Returns the verdict and how long its run took.
-    async fn run_unstarved(
-        &self,
-        pod: &PodInfo,
-        c: &ContainerInfo,
-        ip: std::net::IpAddr,
-    ) -> Option<(ProbeVerdict, Duration)> {
-        let meter = self.ctx.starvation.get();
-        for retry in 0..=MAX_STARVED_RETRIES {
-            let began = Instant::now();
-            let starved_before = meter.map(|m| m.starved());
-            let verdict = self
-                .ctx
-                .runner
-                .run_for_pod(&pod.uid, self.key.ty, &self.spec, ip, c)
-                .await;
-            let took = began.elapsed();
-            let failed = matches!(
-                verdict,
-                ProbeVerdict::Result {
-                    result: ProbeResult::Failure,
-                    ..
-                }
-            );
-            let (Some(m), Some(before)) = (meter, starved_before) else {
-                return Some((verdict, took));
-            };
-            // Only a failure that lasted the whole timeout can be the prober's own lateness; a
-            // quick failure (refused, a bad status) is the target's whatever the load.
-            if !failed || took < self.spec.timeout {
-                return Some((verdict, took));
-            }
-            let starved = m.starved().saturating_sub(before);
-            if starved.saturating_mul(2) <= self.spec.timeout {
-                return Some((verdict, took));
-            }
-            self.starved(pod, c, took, starved, retry);
-        }
-        None
-    }
-
-    /// A probe that timed out while the prober was starved: counted, logged (WARN at most once
-    /// per [`STARVED_LOG_EVERY`] on the node), recorded Unknown.
-    fn starved(
-        &self,
-        pod: &PodInfo,
-        c: &ContainerInfo,
-        took: Duration,
-        starved: Duration,
-        retry: u32,
-    ) {
-        self.ctx
-            .metrics
-            .probes_starved
-            .with_label_values(&[self.key.ty.name()])
-            .inc();
-        let now = self.ctx.clock.now_ns();
-        let every = i64::try_from(STARVED_LOG_EVERY.as_nanos()).unwrap_or(i64::MAX);
-        let last = self.ctx.starved_logged_at_ns.load(Ordering::Relaxed);
-        let warn = now.saturating_sub(last) >= every
-            && self
-                .ctx
-                .starved_logged_at_ns
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok();
-        if warn {
-            tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
-                container_id = %c.id, probe = self.key.ty.name(),
-                took_ms = took.as_millis(), starved_ms = starved.as_millis(),
-                timeout_ms = self.spec.timeout.as_millis(), retry,
-                "probe timed out while the prober itself was starved of CPU: result unknown, \
-                 not counted, probing again at once (logged once per 10 s for the node; all \
-                 are counted in podward_prober_probes_starved_total)");
-        } else {
-            tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
-                took_ms = took.as_millis(), starved_ms = starved.as_millis(), retry,
-                "probe timed out while the prober itself was starved");
-        }
-        let mut st = self.status.lock();
-        st.last_probe_result = Some(ProbeResult::Unknown);
-        if st.last_output != STARVED_OUTPUT {
-            st.last_output = STARVED_OUTPUT.to_owned();
-        }
-        st.last_probe_at_ns = now;
-    }
-
-    /// An errored probe (kubelet: "probe errored and resulted in unknown state"): discarded for
-    /// the counters, but visible — `Status.last_error`, a log line when the error changes, and
-    /// `podward_prober_probe_errors_total`.
-    fn errored(&self, pod: &PodInfo, c: &ContainerInfo, message: String) {
-        self.ctx
-            .metrics
-            .probe_errors
-            .with_label_values(&[self.key.ty.name()])
-            .inc();
-        let mut st = self.status.lock();
-        st.probes_errored += 1;
-        st.last_error_at_ns = self.ctx.clock.now_ns();
-        if st.last_error != message {
-            tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
-                container_id = %c.id, probe = self.key.ty.name(), error = %message,
-                "probe errored and resulted in unknown state; result discarded (logged again \
-                 when the error changes)");
-            st.last_error = message;
-        }
-    }
-
-    fn record(&self, result: ProbeResult, output: &str) {
-        let mut st = self.status.lock();
-        if !st.last_error.is_empty() {
-            tracing::info!(container_id = %st.container_id, probe = self.key.ty.name(),
-                "probe answers again after erroring");
-            st.last_error.clear();
-        }
-        st.last_probe_result = Some(result);
-        // Steady probes repeat their output: keep the old copy rather than allocate per probe.
-        if st.last_output != output {
-            st.last_output = capped(output).to_owned();
-        }
-        st.last_probe_at_ns = self.ctx.clock.now_ns();
-        st.probes_run += 1;
-        match result {
-            ProbeResult::Success => {
-                st.consecutive_successes = self.result_run;
-                st.consecutive_failures = 0;
-            }
-            _ => {
-                st.consecutive_failures = self.result_run;
-                st.consecutive_successes = 0;
-            }
         }
     }
 }

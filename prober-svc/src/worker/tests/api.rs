@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use super::harness::*;
-use crate::event::{EventKind, Probed};
+use crate::event::EventKind;
+use crate::handler::attempt::Outcome;
 use crate::model::RunState;
 use crate::model::api::{ContainerKind, Hook, PodPhase, RestartPolicy};
 use crate::results::ProbeResult;
@@ -337,7 +338,7 @@ async fn every_failed_errored_or_warned_probe_is_an_event_below_the_threshold_to
     n.manager
         .update_pod(pod("u", LIVE, vec![running(&n.clock, "c1", "c", 0, S)]));
     run_for(4 * S).await;
-    let probed: Vec<Probed> = n
+    let probed: Vec<Outcome> = n
         .seen
         .0
         .lock()
@@ -348,9 +349,9 @@ async fn every_failed_errored_or_warned_probe_is_an_event_below_the_threshold_to
         })
         .collect();
     assert_eq!(probed.len(), 3, "{probed:?}");
-    assert!(matches!(probed[0], Probed::Failed(_)));
-    assert!(matches!(probed[1], Probed::Errored(_)));
-    assert!(matches!(probed[2], Probed::Warned(_)));
+    assert!(matches!(probed[0], Outcome::Failure(_)));
+    assert!(matches!(probed[1], Outcome::Errored(_)));
+    assert!(matches!(probed[2], Outcome::Warning(_)));
     assert!(
         n.kills.done.lock().is_empty(),
         "one failure is below the threshold of 2"
