@@ -17,7 +17,6 @@ use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::attempt::ProbeTarget;
-use podward_prober::results::ProbeResult;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 
 /// Concurrent probes in flight.

@@ -24,7 +24,6 @@ use handlers_support::{LOCALHOST, get, prober, spec, target};
 use parking_lot::Mutex;
 use podward_prober::handler::attempt::Outcome;
 use podward_prober::probe::Prober;
-use podward_prober::results::ProbeResult;
 use podward_prober::spec::{Handler, ProbeType};
 use socket2::{Domain, Socket, Type};
 use tokio::time::Instant;

@@ -9,7 +9,6 @@ use handlers_support::{prober, spec, target};
 use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::attempt::ProbeTarget;
 use podward_prober::handler::port::ContainerPort;
-use podward_prober::results::ProbeResult;
 use podward_prober::spec::{Handler, PortRef, ProbeType};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
