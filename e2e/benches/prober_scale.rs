@@ -326,11 +326,11 @@ async fn scale(o: &Opts, shim_sock: &std::path::Path) -> Result<f64, Box<dyn std
     };
     let want = o.containers * per;
     let t = Instant::now();
-    while manager.worker_count() < want {
+    while manager.registry().worker_count() < want {
         if t.elapsed() > Duration::from_secs(60) {
             return Err(format!(
                 "only {} of {want} workers after 60 s",
-                manager.worker_count()
+                manager.registry().worker_count()
             )
             .into());
         }
@@ -390,7 +390,7 @@ async fn scale(o: &Opts, shim_sock: &std::path::Path) -> Result<f64, Box<dyn std
     // Status of every worker is large and would count in the peak above).
     let mut shown = 0;
     let failing = if failed1 > failed0 {
-        manager.status(None).pods
+        manager.view().status(None).pods
     } else {
         Vec::new()
     };

@@ -53,7 +53,7 @@ impl ProberApi for ProberService {
     ) -> Result<Response<api::StatusResponse>, Status> {
         let uid = request.into_inner().pod_uid;
         let uid = (!uid.is_empty()).then_some(uid);
-        Ok(Response::new(self.manager.status(uid.as_deref())))
+        Ok(Response::new(self.manager.view().status(uid.as_deref())))
     }
 
     type WatchStream = EventStream;

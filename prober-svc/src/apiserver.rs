@@ -141,7 +141,7 @@ impl ApiSide {
             };
             let writer = gate.clone().run(
                 Arc::new(KubeWriter::new(clients.status)),
-                Arc::new(manager),
+                Arc::new(manager.view().clone()),
                 clock,
                 stop.stopped(),
             );
@@ -225,7 +225,7 @@ impl PodSink for Reflected {
     }
 
     fn known(&self) -> Vec<String> {
-        self.manager.api_pod_uids()
+        self.manager.registry().api_pod_uids()
     }
 }
 
@@ -233,6 +233,6 @@ impl Reflected {
     fn count(&self) {
         self.metrics
             .pods
-            .set(i64::try_from(self.manager.api_pod_count()).unwrap_or(i64::MAX));
+            .set(i64::try_from(self.manager.registry().api_pod_count()).unwrap_or(i64::MAX));
     }
 }

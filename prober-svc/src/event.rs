@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use crate::handler::attempt::Outcome;
 use crate::model::api::{ContainerKind, RestartPolicy};
 use crate::model::{ContainerInfo, PodInfo};
 use crate::results::ProbeResult;
@@ -73,8 +74,8 @@ pub enum EventKind {
     /// The container was stopped after its liveness or startup probe failed at threshold.
     Kill(Kill),
     /// One probe run that kubelet reports with an event of its own (a failure, an error, a
-    /// warning), whether or not it changed the result.
-    Probed(Probed),
+    /// warning), whether or not it changed the result; never a plain success.
+    Probed(Outcome),
     /// A kill begins: kubelet records `Killing` before the preStop hook and the stop.
     Killing {
         /// kubelet's message ("Container web failed liveness probe, will be restarted").
@@ -90,17 +91,6 @@ pub enum EventKind {
         /// What a user reads.
         message: String,
     },
-}
-
-/// A probe run kubelet records an event for (`prober.probe` in kubelet's `prober.go`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Probed {
-    /// The probe failed with this output.
-    Failed(String),
-    /// The handler errored on every attempt with this message (the result is discarded).
-    Errored(String),
-    /// The probe succeeded with a warning (an HTTP redirect to another host), with this output.
-    Warned(String),
 }
 
 /// What kubelet's event recorder would record for an [`Event`].
@@ -158,7 +148,7 @@ impl Event {
         pod: &PodInfo,
         c: &ContainerInfo,
         ty: ProbeType,
-        probed: Probed,
+        probed: Outcome,
         at_ns: i64,
     ) -> Self {
         Self::about(pod, c, ty, at_ns, EventKind::Probed(probed))
@@ -207,18 +197,20 @@ impl Event {
     pub fn recorded(&self) -> Option<Recorded> {
         let probe = self.probe.name();
         let (warning, reason, message) = match &self.kind {
-            EventKind::Result { .. } | EventKind::Kill(_) => return None,
-            EventKind::Probed(Probed::Failed(output)) => (
+            EventKind::Result { .. }
+            | EventKind::Kill(_)
+            | EventKind::Probed(Outcome::Success(_)) => return None,
+            EventKind::Probed(Outcome::Failure(output)) => (
                 true,
                 REASON_UNHEALTHY,
                 format!("{probe} probe failed: {output}"),
             ),
-            EventKind::Probed(Probed::Errored(error)) => (
+            EventKind::Probed(Outcome::Errored(error)) => (
                 true,
                 REASON_UNHEALTHY,
                 format!("{probe} probe errored and resulted in unknown state: {error}"),
             ),
-            EventKind::Probed(Probed::Warned(output)) => (
+            EventKind::Probed(Outcome::Warning(output)) => (
                 true,
                 REASON_PROBE_WARNING,
                 format!("{probe} probe warning: {output}"),
@@ -244,7 +236,7 @@ impl Event {
         match &self.kind {
             EventKind::Result { output, .. } => output,
             EventKind::Kill(k) => &k.output,
-            EventKind::Probed(Probed::Failed(o) | Probed::Errored(o) | Probed::Warned(o)) => o,
+            EventKind::Probed(outcome) => outcome.output(),
             EventKind::Killing { .. }
             | EventKind::PreStopFailed
             | EventKind::AnnotationWarning { .. } => "",
@@ -363,7 +355,7 @@ mod tests {
             ))
         );
         assert_eq!(
-            recorded(EventKind::Probed(Probed::Failed(
+            recorded(EventKind::Probed(Outcome::Failure(
                 "HTTP probe failed with statuscode: 500".into()
             ))),
             Some((
@@ -373,7 +365,7 @@ mod tests {
             ))
         );
         assert_eq!(
-            recorded(EventKind::Probed(Probed::Errored(
+            recorded(EventKind::Probed(Outcome::Errored(
                 "strconv.Atoi: parsing \"http\": invalid syntax".into()
             ))),
             Some((
@@ -383,7 +375,7 @@ mod tests {
             ))
         );
         assert_eq!(
-            recorded(EventKind::Probed(Probed::Warned(
+            recorded(EventKind::Probed(Outcome::Warning(
                 "Probe terminated redirects, Response body: x".into()
             ))),
             Some((

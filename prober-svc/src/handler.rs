@@ -1,10 +1,10 @@
 //! The probe handlers, one module per kind, as kubelet's `pkg/probe/{exec,http,tcp,grpc}`: each
-//! makes one attempt against a [`attempt::ProbeTarget`] and answers with an [`attempt::Answer`]
+//! makes one attempt against a [`attempt::ProbeTarget`] and answers with an [`attempt::Outcome`]
 //! (or its own typed error, which the prober retries). Retries and the mapping to what a worker
 //! counts are one floor up, in `crate::probe`; nothing here knows about workers.
 //!
 //! What the handlers share sits in leaf modules they all import and that import none of them:
-//! [`attempt`] (target and answer), [`output`] (kubelet's 10 KiB output limit) and [`go_text`]
+//! [`attempt`] (target and outcome), [`output`] (kubelet's 10 KiB output limit) and [`go_text`]
 //! (Go's wording of durations, gRPC statuses and OS errors, so messages read as kubelet's).
 //! Network handlers dial through [`dialer`] (which checks every address against the
 //! [`host_policy`] guard of a probe that names a host); named ports resolve through [`port`]; exec commands

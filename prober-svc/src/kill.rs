@@ -22,7 +22,6 @@ use parking_lot::Mutex;
 
 use crate::clock::Clock;
 use crate::event::{Event, Events, Kill, killing_message_for};
-use crate::handler::output::capped;
 use crate::metrics::Metrics;
 use crate::model::{ContainerInfo, PodInfo};
 use crate::prestop::{HookRunner, grace_after_hook};
@@ -110,7 +109,8 @@ impl Killer {
         }
     }
 
-    /// The `ty` probe of container `c` failed at threshold with `output`: stop the container,
+    /// The `ty` probe of container `c` failed at threshold with `output` (capped, as the worker
+    /// keeps it): stop the container,
     /// unless this instance was killed already. Returns at once; the stop (up to the grace
     /// period) runs in its own task, and is recorded and published when it returns.
     pub fn kill(
@@ -155,7 +155,7 @@ impl Killer {
         let inner = self.inner.clone();
         let pod = pod.clone();
         let c = c.clone();
-        let output = capped(output).to_owned();
+        let output = output.to_owned();
         tokio::spawn(async move {
             inner
                 .events

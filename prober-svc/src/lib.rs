@@ -4,16 +4,18 @@
 //! - [`source`] follows the shim's Lifecycle stream (or polls containerd's CRI when the shim is
 //!   down) and tells the [`manager`] which pods ([`model`]) exist;
 //! - [`manager`] parses each new pod's annotation ([`spec`]) and runs one [`worker`] per (pod,
-//!   container, probe type), as kubelet does;
+//!   container, probe type), as kubelet does, keeping pods and workers in the [`registry`];
 //! - a worker probes through the [`runner`] seam, whose real side is [`probe`] (retries and
-//!   mapping) over the [`handler`]s (exec, HTTP, TCP, gRPC), counts the verdicts and publishes
-//!   results into the [`results`] cache;
-//! - result changes become [`event`]s, delivered to every sink: the [`hub`] behind [`api`]'s
-//!   `Watch` (with `Status` read from the manager, through [`wire`]);
-//! - a liveness or startup failure at threshold goes to [`kill`], which stops the container
-//!   through the [`stopper`] seam (CRI `StopContainer`), records it and publishes its event;
+//!   mapping) over the [`handler`]s (exec, HTTP, TCP, gRPC), counts the verdicts, publishes
+//!   results into the [`results`] cache and its own [`event`]s (result changes, what kubelet
+//!   records), delivered to every sink: the [`hub`] behind [`api`]'s `Watch`, the readiness gate;
+//! - the [`view`] reads the registry and the results: a pod's readiness for the gate, `Status`
+//!   for [`api`] (through [`wire`]);
+//! - a liveness or startup failure at threshold goes (through the manager, which checks the pod
+//!   is still followed) to [`kill`], which stops the container through the [`stopper`] seam
+//!   (CRI `StopContainer`), records it and publishes its event;
 //! - [`apiserver`] adds what CRI lacks from the Kubernetes API (pod reflector), owns the
-//!   `podward.io/ready` readiness-gate condition and records kubelet's events; [`prestop`] runs a
+//!   `podward.io/ready` readiness-gate condition (from the [`view`]) and records kubelet's events; [`prestop`] runs a
 //!   container's preStop hook before a kill;
 //! - [`metrics`] keeps kubelet's metric names (also on kubelet's `/metrics/probes`); [`config`],
 //!   [`clock`] and [`run`] are the daemon, [`cli`] its command line and the one-shot `status`.
@@ -33,6 +35,7 @@ pub mod metrics;
 pub mod model;
 pub mod prestop;
 pub mod probe;
+pub mod registry;
 pub mod results;
 pub mod run;
 pub mod runner;
@@ -41,6 +44,7 @@ pub mod source;
 pub mod spec;
 pub mod starvation;
 pub mod stopper;
+pub mod view;
 pub mod wire;
 pub mod worker;
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::handler::attempt::{Answer, ProbeTarget};
+use crate::handler::attempt::{Outcome, ProbeTarget};
 use crate::handler::exec::runner::{ExecError, ExecRunner};
 use crate::handler::host_policy::{HostPolicy, NodePolicy};
 use crate::handler::http::HttpProber;
@@ -134,9 +134,9 @@ impl HookRunner for Hooks {
                     // error status as a Failure with kubelet's probe text; every other Failure is
                     // a request that failed (dial, timeout, redirects, a bad response).
                     match self.http.probe(get, timeout, &target, guard).await {
-                        Ok(Answer::Success(_) | Answer::Warning(_)) => Ok(()),
-                        Ok(Answer::Failure(o)) if o.starts_with(ANSWERED_STATUS) => Ok(()),
-                        Ok(Answer::Failure(o)) => Err(HookError::Http(o)),
+                        Ok(Outcome::Success(_) | Outcome::Warning(_)) => Ok(()),
+                        Ok(Outcome::Failure(o)) if o.starts_with(ANSWERED_STATUS) => Ok(()),
+                        Ok(Outcome::Failure(o) | Outcome::Errored(o)) => Err(HookError::Http(o)),
                         Err(e) => Err(HookError::Http(e.to_string())),
                     }
                 }

@@ -1,9 +1,8 @@
-//! The one entry point workers call, as kubelet's `prober.go`: pick the handler, retry it while it
-//! *errors* (up to three back-to-back attempts), and map its answer to what the worker counts.
-//!
-//! Answer mapping (kubelet `prober.probe`): Success → Success; Warning (an HTTP redirect to
-//! another host) → Success with `warning`; Failure → Failure; an error on all three attempts →
-//! [`ProbeVerdict::Errored`], which the worker discards without touching its counters.
+//! The one entry point workers call, as kubelet's `prober.go`: pick the handler and retry it while
+//! it *errors* (up to three back-to-back attempts). The handler's [`Outcome`] is the probe's; an
+//! error on all three attempts is [`Outcome::Errored`], which the worker discards without
+//! touching its counters (kubelet `prober.probe`: a Warning, an HTTP redirect to another host,
+//! counts as a Success and is recorded as an event).
 
 use std::sync::Arc;
 
@@ -11,17 +10,15 @@ use futures::future::BoxFuture;
 use prometheus::IntGauge;
 use tokio::time::Instant;
 
-use crate::handler::attempt::{Answer, ProbeTarget};
+use crate::handler::attempt::{Outcome, ProbeTarget};
 use crate::handler::exec::runner::{ExecError, ExecRunner};
 use crate::handler::host_policy::NodePolicy;
 use crate::handler::http::{HttpError, HttpProber};
-use crate::handler::output::capped;
 use crate::handler::pod_sockets::{self, PodSockets};
 use crate::handler::tcp::TcpError;
 use crate::handler::{exec, grpc, tcp};
 use crate::model::ContainerInfo;
-use crate::results::ProbeResult;
-use crate::runner::{ProbeRunner, ProbeVerdict};
+use crate::runner::ProbeRunner;
 use crate::spec::{Handler, ProbeSpec, ProbeType};
 
 /// kubelet's `maxProbeRetries`.
@@ -97,7 +94,7 @@ impl Prober {
         ty: ProbeType,
         spec: &ProbeSpec,
         target: &ProbeTarget<'_>,
-    ) -> ProbeVerdict {
+    ) -> Outcome {
         self.probe_for(None, ty, spec, target).await
     }
 
@@ -109,7 +106,7 @@ impl Prober {
         ty: ProbeType,
         spec: &ProbeSpec,
         target: &ProbeTarget<'_>,
-    ) -> ProbeVerdict {
+    ) -> Outcome {
         self.probe_for(Some(pod_uid), ty, spec, target).await
     }
 
@@ -119,19 +116,18 @@ impl Prober {
         ty: ProbeType,
         spec: &ProbeSpec,
         target: &ProbeTarget<'_>,
-    ) -> ProbeVerdict {
+    ) -> Outcome {
         let mut message = String::new();
         for attempt in 1..=MAX_PROBE_RETRIES {
             match self.attempt(pod, spec, target).await {
-                Ok(answer) => return verdict(answer),
+                Ok(outcome) => return outcome,
                 Err(e) => {
                     tracing::debug!(probe = %ty, attempt, error = %e, "probe errored");
                     message = e.to_string();
                 }
             }
         }
-        message.truncate(capped(&message).len());
-        ProbeVerdict::Errored { message }
+        Outcome::Errored(message)
     }
 
     async fn attempt(
@@ -139,7 +135,7 @@ impl Prober {
         pod: Option<&str>,
         spec: &ProbeSpec,
         target: &ProbeTarget<'_>,
-    ) -> Result<Answer, AttemptError> {
+    ) -> Result<Outcome, AttemptError> {
         let guard = self.host_policy.guard(target.host_ip);
         // A network probe takes its place in its pod's count for as long as it holds a socket;
         // a pod at its bound waits for its own probes (up to this probe's timeout), no other.
@@ -149,7 +145,7 @@ impl Prober {
                 let deadline = Instant::now() + spec.timeout;
                 match self.pod_sockets.acquire(pod, deadline).await {
                     Ok(held) => Some(held),
-                    Err(e) => return Ok(Answer::Failure(e.to_string())),
+                    Err(e) => return Ok(Outcome::Failure(e.to_string())),
                 }
             }
         };
@@ -185,7 +181,7 @@ impl ProbeRunner for Prober {
         spec: &'a ProbeSpec,
         host_ip: std::net::IpAddr,
         container: &'a ContainerInfo,
-    ) -> BoxFuture<'a, ProbeVerdict> {
+    ) -> BoxFuture<'a, Outcome> {
         Box::pin(async move { self.probe(ty, spec, &target(host_ip, container)).await })
     }
 
@@ -196,7 +192,7 @@ impl ProbeRunner for Prober {
         spec: &'a ProbeSpec,
         host_ip: std::net::IpAddr,
         container: &'a ContainerInfo,
-    ) -> BoxFuture<'a, ProbeVerdict> {
+    ) -> BoxFuture<'a, Outcome> {
         Box::pin(async move {
             self.probe_for_pod(pod_uid, ty, spec, &target(host_ip, container))
                 .await
@@ -215,19 +211,5 @@ fn target(host_ip: std::net::IpAddr, container: &ContainerInfo) -> ProbeTarget<'
         container_id: &container.id,
         ports: &container.ports,
         env: &container.env,
-    }
-}
-
-fn verdict(answer: Answer) -> ProbeVerdict {
-    let (result, mut output, warning) = match answer {
-        Answer::Success(o) => (ProbeResult::Success, o, false),
-        Answer::Warning(o) => (ProbeResult::Success, o, true),
-        Answer::Failure(o) => (ProbeResult::Failure, o, false),
-    };
-    output.truncate(capped(&output).len());
-    ProbeVerdict::Result {
-        result,
-        output,
-        warning,
     }
 }

@@ -3,6 +3,7 @@
 //! in-process, through [`run_with`] when they need to see or replace a part.
 
 use std::future::Future;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,7 +90,9 @@ pub async fn run(
     run_with(config, Options::default(), shutdown).await
 }
 
-/// Runs the prober with `config` and `options` until `shutdown` resolves.
+/// Runs the prober with `config` and `options` until `shutdown` resolves: its parts are built
+/// (metrics, listeners, the API side, the manager with its prober and kill path), handed to
+/// `options.on_start`, run as tasks, and stopped in order.
 pub async fn run_with(
     config: Config,
     options: Options,
@@ -103,60 +106,15 @@ pub async fn run_with(
     } = options;
     raise_open_files();
     let api_settings = config.api_settings().map_err(RunError::Daemon)?;
-    podward_api::daemon::build_info::register(&admin.registry, "prober", env!("CARGO_PKG_VERSION"));
-    let metrics = Metrics::new(&admin.registry)?;
-    // The probe families are always where kubelet serves its own, and on /metrics unless the
-    // operator's scraper takes them from there (docs/operations.md, "Metrics").
-    admin.add_page(PROBES_PATH, metrics.probes_page())?;
-    if config.metrics_with_probes {
-        admin.add_text(metrics.series().clone());
-    }
+    let metrics = register_metrics(&mut admin, &config)?;
     let admin_listener = podward_api::daemon::admin::bind(config.common.admin_addr).await?;
     let admin_addr = admin_listener
         .local_addr()
         .unwrap_or(config.common.admin_addr);
     let api_listener = serve_unix(&config.socket, SocketPerms::default()).await?;
     let node_ip = config.node_ip();
-    let host_policy = NodePolicy::new(config.probe_host_policy, node_ip);
-    tracing::info!(
-        socket = %config.socket.display(),
-        admin = %admin_addr,
-        metrics_with_probes = config.metrics_with_probes,
-        shim = %config.shim_socket.display(),
-        containerd = %config.common.containerd_socket.display(),
-        containerd_namespace = %config.common.containerd_namespace,
-        exec_mode = ?config.exec_mode,
-        exec_standby = config.exec_standby,
-        %node_ip,
-        probe_host_policy = %config.probe_host_policy,
-        "podward-prober starting"
-    );
-
+    log_start(&config, admin_addr, node_ip);
     let containerd = podward_api::socket::channel(&config.common.containerd_socket);
-    let exec = Arc::new(CriExec::new(containerd.clone()));
-    let prober = Prober::new(
-        ProberOptions {
-            kube_version: config.kube_version.clone(),
-        },
-        Arc::new(DirectExec::with_standby(
-            config.exec_mode,
-            containerd.clone(),
-            config
-                .exec_helper
-                .clone()
-                .unwrap_or_else(|| "/proc/self/exe".into()),
-            config.exec_standby,
-        )),
-    )
-    .with_host_policy(host_policy)
-    .with_pod_sockets(
-        crate::handler::pod_sockets::PER_POD,
-        metrics.sockets_held.clone(),
-    );
-    // preStop exec hooks go through CRI ExecSync, as kubelet runs them (the direct runner is
-    // for probes).
-    let hooks = Arc::new(Hooks::new(exec, &config.kube_version).with_host_policy(host_policy));
-    let hub = Hub::default();
     let api = match api_settings {
         Some(s) => Some(ApiSide::new(s, Some(&admin.registry))?),
         None => {
@@ -166,23 +124,21 @@ pub async fn run_with(
             None
         }
     };
+    let hub = Hub::default();
     let mut sinks: Vec<Arc<dyn EventSink>> = vec![Arc::new(hub.clone())];
     if let Some(api) = &api {
         sinks.extend(api.sinks());
     }
-    let events = Events::new(sinks);
     let stopper = stopper.unwrap_or_else(|| Arc::new(CriStopper::new(containerd.clone())));
-    let metrics_shared = Arc::new(metrics.clone());
-    let killer = Killer::new(
+    let manager = build_manager(
+        &config,
+        NodePolicy::new(config.probe_host_policy, node_ip),
+        &metrics,
+        &containerd,
+        Events::new(sinks),
         stopper,
-        Some(hooks),
-        metrics_shared.clone(),
-        events.clone(),
         clock,
     );
-    let manager = Manager::new(Arc::new(prober), killer, events, metrics_shared, clock)
-        .with_host_policy(host_policy)
-        .with_starvation(Arc::new(TickLag::start()));
     if let Some(f) = on_start {
         f(Parts {
             manager: manager.clone(),
@@ -260,4 +216,74 @@ pub async fn run_with(
         Ok(r) => r.map_err(RunError::from),
         Err(_) => Ok(()),
     }
+}
+
+/// The prober's metrics, registered on the admin endpoint: the probe families always where
+/// kubelet serves its own, and on `/metrics` unless the operator's scraper takes them from there
+/// (docs/operations.md, "Metrics").
+fn register_metrics(admin: &mut Admin, config: &Config) -> Result<Metrics, RunError> {
+    podward_api::daemon::build_info::register(&admin.registry, "prober", env!("CARGO_PKG_VERSION"));
+    let metrics = Metrics::new(&admin.registry)?;
+    admin.add_page(PROBES_PATH, metrics.probes_page())?;
+    if config.metrics_with_probes {
+        admin.add_text(metrics.series().clone());
+    }
+    Ok(metrics)
+}
+
+fn log_start(config: &Config, admin_addr: std::net::SocketAddr, node_ip: IpAddr) {
+    tracing::info!(
+        socket = %config.socket.display(),
+        admin = %admin_addr,
+        metrics_with_probes = config.metrics_with_probes,
+        shim = %config.shim_socket.display(),
+        containerd = %config.common.containerd_socket.display(),
+        containerd_namespace = %config.common.containerd_namespace,
+        exec_mode = ?config.exec_mode,
+        exec_standby = config.exec_standby,
+        %node_ip,
+        probe_host_policy = %config.probe_host_policy,
+        "podward-prober starting"
+    );
+}
+
+/// The manager with its prober (the handlers, exec direct or through CRI) and its kill path
+/// (preStop hooks, then `stopper`), publishing to `events`.
+fn build_manager(
+    config: &Config,
+    host_policy: NodePolicy,
+    metrics: &Metrics,
+    containerd: &tonic::transport::Channel,
+    events: Events,
+    stopper: Arc<dyn Stopper>,
+    clock: Clock,
+) -> Manager {
+    let prober = Prober::new(
+        ProberOptions {
+            kube_version: config.kube_version.clone(),
+        },
+        Arc::new(DirectExec::with_standby(
+            config.exec_mode,
+            containerd.clone(),
+            config
+                .exec_helper
+                .clone()
+                .unwrap_or_else(|| "/proc/self/exe".into()),
+            config.exec_standby,
+        )),
+    )
+    .with_host_policy(host_policy)
+    .with_pod_sockets(
+        crate::handler::pod_sockets::PER_POD,
+        metrics.sockets_held.clone(),
+    );
+    // preStop exec hooks go through CRI ExecSync, as kubelet runs them (the direct runner is
+    // for probes).
+    let exec = Arc::new(CriExec::new(containerd.clone()));
+    let hooks = Arc::new(Hooks::new(exec, &config.kube_version).with_host_policy(host_policy));
+    let metrics = Arc::new(metrics.clone());
+    let killer = Killer::new(stopper, Some(hooks), metrics.clone(), events.clone(), clock);
+    Manager::new(Arc::new(prober), killer, events, metrics, clock)
+        .with_host_policy(host_policy)
+        .with_starvation(Arc::new(TickLag::start()))
 }

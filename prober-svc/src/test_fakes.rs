@@ -7,12 +7,13 @@ use futures::future::BoxFuture;
 
 use crate::clock::Clock;
 use crate::event::Events;
+use crate::handler::attempt::Outcome;
 use crate::hub::Hub;
 use crate::kill::Killer;
 use crate::manager::Manager;
 use crate::metrics::Metrics;
 use crate::model::ContainerInfo;
-use crate::runner::{ProbeRunner, ProbeVerdict};
+use crate::runner::ProbeRunner;
 use crate::spec::{ProbeSpec, ProbeType};
 use crate::stopper::{StopError, Stopper};
 
@@ -27,7 +28,7 @@ impl ProbeRunner for Never {
         _: &'a ProbeSpec,
         _: IpAddr,
         _: &'a ContainerInfo,
-    ) -> BoxFuture<'a, ProbeVerdict> {
+    ) -> BoxFuture<'a, Outcome> {
         Box::pin(std::future::pending())
     }
 }

@@ -17,7 +17,7 @@
 //!   or container (with the API, also the deletion timestamp): liveness/startup publish Success
 //!   and stop probing that instance, readiness keeps probing.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -27,16 +27,20 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use self::handle::{SpecUpdate, WorkerCtl, WorkerKey, WorkerStatus};
 use crate::clock::Clock;
-use crate::event::Probed;
-use crate::handler::output::capped;
+use crate::event::{Event, Events};
+use crate::handler::attempt::Outcome;
 use crate::metrics::{Metrics, WorkerMetrics};
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::results::{ProbeResult, Results};
-use crate::runner::{ProbeRunner, ProbeVerdict};
+use crate::runner::ProbeRunner;
 use crate::spec::{ProbeSpec, ProbeType};
 use crate::starvation::StarvationMeter;
 
 pub mod handle;
+mod record;
+mod unstarved;
+
+pub use unstarved::{MAX_STARVED_RETRIES, STARVED_LOG_EVERY};
 
 #[cfg(test)]
 mod tests;
@@ -66,17 +70,9 @@ pub fn initial_value(ty: ProbeType) -> ProbeResult {
     }
 }
 
-/// What the manager does with what workers publish.
+/// What a worker tells the manager: only what the manager acts on (a kill, a readiness
+/// trigger, forgetting the worker). Everything else a worker publishes itself as an [`Event`].
 pub trait Sink: Send + Sync + 'static {
-    /// A result changed in the cache (kubelet's results-manager update).
-    fn changed(
-        &self,
-        key: &WorkerKey,
-        pod: &PodInfo,
-        container: &ContainerInfo,
-        result: ProbeResult,
-        output: &str,
-    );
     /// A liveness or startup probe reached its failure threshold on a running container: kill it.
     fn threshold_failure(
         &self,
@@ -86,8 +82,6 @@ pub trait Sink: Send + Sync + 'static {
         spec: &ProbeSpec,
         output: &str,
     );
-    /// A probe ran with an outcome kubelet records as an event (failed, errored, warning).
-    fn probed(&self, key: &WorkerKey, pod: &PodInfo, container: &ContainerInfo, probed: Probed);
     /// A startup probe succeeded: readiness should be probed now (kubelet's manual trigger).
     fn started(&self, key: &WorkerKey);
     /// The worker's loop ended (it was stopped).
@@ -96,14 +90,16 @@ pub trait Sink: Send + Sync + 'static {
 
 /// What every worker shares.
 pub struct Ctx {
-    /// The results cache.
-    pub results: Results,
+    /// The results cache (the view reads it too).
+    pub results: Arc<Results>,
     /// The probe handlers.
     pub runner: Arc<dyn ProbeRunner>,
     /// Time.
     pub clock: Clock,
-    /// Where published changes go.
+    /// What the manager must act on.
     pub sink: Arc<dyn Sink>,
+    /// Where workers publish result changes and the probes kubelet records.
+    pub events: Events,
     /// Prometheus metrics.
     pub metrics: Arc<Metrics>,
     /// The prober's own starvation; unset, every timeout counts (kubelet's behaviour).
@@ -113,18 +109,6 @@ pub struct Ctx {
     /// a line from each would starve it further.
     pub starved_logged_at_ns: AtomicI64,
 }
-
-/// How often a starved probe is logged at WARN (the others at DEBUG; all are counted).
-pub const STARVED_LOG_EVERY: Duration = Duration::from_secs(10);
-
-/// How many times one probe is run again at once after timing out while the prober was starved;
-/// bounded so a prober starved for good still moves on to its next period (the probe is then
-/// discarded, neither success nor failure).
-pub const MAX_STARVED_RETRIES: u32 = 2;
-
-/// Output recorded for a probe discarded because the prober was starved.
-const STARVED_OUTPUT: &str =
-    "probe timed out while the prober itself was starved of CPU; result unknown, not counted";
 
 /// One worker. Built by the manager, consumed by [`Worker::run`].
 pub struct Worker {
@@ -263,15 +247,36 @@ impl Worker {
         self.ctx.sink.exited(&self.key, &self.ctl);
     }
 
+    /// Publishes `result` (kubelet's results-manager update): into the cache, and as an event
+    /// when it changed.
     fn set(&self, pod: &PodInfo, c: &ContainerInfo, result: ProbeResult, output: &str) {
-        if self.ctx.results.set(&c.id, self.key.ty, result) {
-            {
-                let mut st = self.status.lock();
-                st.result = Some(result);
-                st.last_transition_at_ns = self.ctx.clock.now_ns();
-            }
-            self.ctx.sink.changed(&self.key, pod, c, result, output);
+        if !self.ctx.results.set(&c.id, self.key.ty, result) {
+            return;
         }
+        let at_ns = self.ctx.clock.now_ns();
+        {
+            let mut st = self.status.lock();
+            st.result = Some(result);
+            st.last_transition_at_ns = at_ns;
+        }
+        tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
+            container_id = %c.id, probe = self.key.ty.name(), result = ?result, "probe result changed");
+        self.ctx.events.publish(Event::result(
+            pod,
+            c,
+            self.key.ty,
+            result,
+            output.to_owned(),
+            at_ns,
+        ));
+    }
+
+    /// Publishes one probe run kubelet records as an event (failed, errored, warned).
+    fn probed(&self, pod: &PodInfo, c: &ContainerInfo, probed: Outcome) {
+        let at_ns = self.ctx.clock.now_ns();
+        self.ctx
+            .events
+            .publish(Event::probed(pod, c, self.key.ty, probed, at_ns));
     }
 
     /// Whether `c` counts as started (kubelet's `isContainerStarted`).
@@ -294,7 +299,7 @@ impl Worker {
         started_before_restart(c, &self.ctx.clock)
     }
 
-    /// One step of the state machine; false ends the worker.
+    /// One step of the state machine (kubelet's `doProbe`); false ends the worker.
     async fn do_probe(&mut self) -> bool {
         self.take_update();
         let pod = self.pod.read().clone();
@@ -304,63 +309,13 @@ impl Worker {
         let Some(c) = pod.current(&self.key.container).cloned() else {
             return true; // no instance yet: keep waiting
         };
-        if self.container_id.as_deref() != Some(&*c.id) {
-            if let Some(old) = self.container_id.take() {
-                self.ctx.results.remove(&old, self.key.ty);
-            }
-            self.container_id = Some(c.id.clone());
-            {
-                let mut st = self.status.lock();
-                *st = WorkerStatus {
-                    container_id: c.id.to_string(),
-                    probes_run: st.probes_run,
-                    probes_errored: st.probes_errored,
-                    ..WorkerStatus::default()
-                };
-            }
-            // After a prober restart, leave containers that ran before it without a result, so
-            // they keep their readiness until a real verdict (kubelet's restart grace rule).
-            if !self.started_before_restart(&c) {
-                self.set(&pod, &c, initial_value(self.key.ty), "");
-            }
-            self.on_hold = false;
-            self.last_result = None;
-            self.result_run = 0;
-        }
-        if self.on_hold {
-            return true;
-        }
-        if c.state != RunState::Running {
-            self.set(&pod, &c, ProbeResult::Failure, "");
-            // kubelet stops only when the container exited for good (restartPolicy Never, not
-            // a sidecar). Without the API's view the policy is unknown: keep waiting for a new
-            // instance until the pod goes.
-            let done = c.state == RunState::Exited
-                && pod
-                    .api
-                    .as_ref()
-                    .is_some_and(|a| !a.restarts(&self.key.container));
-            return !done;
-        }
-        if self.hold_for_termination(&pod, &c) {
-            return true;
-        }
-        let since_start_s = (self.ctx.clock.now_ns() - c.started_at_ns) / 1_000_000_000;
-        if since_start_s < i64::from(self.spec.initial_delay_seconds) {
-            return true;
-        }
-        if self.is_started(&c) {
-            if self.key.ty == ProbeType::Startup {
-                return true;
-            }
-        } else if self.key.ty != ProbeType::Startup {
-            return true;
-        }
-        let Some(ip) = pod.ip else {
-            // No address yet (pod network not set up): like a kubelet probe error, discarded.
-            return true;
+        self.follow_instance(&pod, &c);
+        let ip = match self.due(&pod, &c) {
+            Due::Probe(ip) => ip,
+            Due::Wait => return true,
+            Due::Exit => return false,
         };
-        let Some((verdict, took)) = self.run_unstarved(&pod, &c, ip).await else {
+        let Some((outcome, took)) = self.run_unstarved(&pod, &c, ip).await else {
             return true;
         };
         // Termination may have begun while the probe ran (the app's TERM handler is often what
@@ -373,72 +328,81 @@ impl Worker {
         if same.is_some_and(|now| self.hold_for_termination(&latest, now)) {
             return true;
         }
-        let (result, output) = match verdict {
-            ProbeVerdict::Errored { message } => {
-                self.errored(&pod, &c, message.clone());
-                self.ctx
-                    .sink
-                    .probed(&self.key, &pod, &c, Probed::Errored(message));
-                return true;
-            }
-            ProbeVerdict::Result {
-                result,
-                output,
-                warning,
-            } => {
-                if warning {
-                    tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
-                        output = %output, "probe warning");
-                    self.ctx
-                        .sink
-                        .probed(&self.key, &pod, &c, Probed::Warned(output.clone()));
-                }
-                (result, output)
-            }
+        let Some((result, output)) = self.count(&pod, &c, outcome, took) else {
+            return true;
         };
-        if result == ProbeResult::Success {
-            self.metrics.success(took);
-        } else {
-            self.metrics.failed();
-            tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
-                output = %output, "probe failed");
-            self.ctx
-                .sink
-                .probed(&self.key, &pod, &c, Probed::Failed(output.clone()));
-        }
-        if self.last_result == Some(result) {
-            self.result_run = self.result_run.saturating_add(1);
-        } else {
-            self.last_result = Some(result);
-            self.result_run = 1;
-        }
-        self.record(result, &output);
         let below = match result {
             ProbeResult::Success => self.result_run < self.spec.success_threshold,
             _ => self.result_run < self.spec.failure_threshold,
         };
-        if below {
-            return true;
-        }
-        self.status.lock().verdict = true;
-        self.set(&pod, &c, result, &output);
-        if (self.key.ty == ProbeType::Liveness && result == ProbeResult::Failure)
-            || self.key.ty == ProbeType::Startup
-        {
-            self.on_hold = true;
-            self.result_run = 0;
-            self.status.lock().on_hold = true;
-            // A worker stopped meanwhile (its probe removed or refused, its pod gone) never
-            // kills: its probe is no longer the pod's.
-            if result == ProbeResult::Failure && !self.ctl.stopped() {
-                self.ctx
-                    .sink
-                    .threshold_failure(&self.key, &pod, &c, &self.spec, &output);
-            } else if result != ProbeResult::Failure {
-                self.ctx.sink.started(&self.key);
-            }
+        if !below {
+            self.reach_threshold(&pod, &c, result, &output);
         }
         true
+    }
+
+    /// A new instance of the container (or the first): the counters and the hold start again
+    /// for it, and its initial value is published.
+    fn follow_instance(&mut self, pod: &PodInfo, c: &ContainerInfo) {
+        if self.container_id.as_deref() == Some(&*c.id) {
+            return;
+        }
+        if let Some(old) = self.container_id.take() {
+            self.ctx.results.remove(&old, self.key.ty);
+        }
+        self.container_id = Some(c.id.clone());
+        {
+            let mut st = self.status.lock();
+            *st = WorkerStatus {
+                container_id: c.id.to_string(),
+                probes_run: st.probes_run,
+                probes_errored: st.probes_errored,
+                ..WorkerStatus::default()
+            };
+        }
+        // After a prober restart, leave containers that ran before it without a result, so
+        // they keep their readiness until a real verdict (kubelet's restart grace rule).
+        if !self.started_before_restart(c) {
+            self.set(pod, c, initial_value(self.key.ty), "");
+        }
+        self.on_hold = false;
+        self.last_result = None;
+        self.result_run = 0;
+    }
+
+    /// Whether container `c` is probed now (at the pod's IP), waited for, or never again.
+    fn due(&mut self, pod: &PodInfo, c: &ContainerInfo) -> Due {
+        if self.on_hold {
+            return Due::Wait;
+        }
+        if c.state != RunState::Running {
+            self.set(pod, c, ProbeResult::Failure, "");
+            // kubelet stops only when the container exited for good (restartPolicy Never, not
+            // a sidecar). Without the API's view the policy is unknown: keep waiting for a new
+            // instance until the pod goes.
+            let done = c.state == RunState::Exited
+                && pod
+                    .api
+                    .as_ref()
+                    .is_some_and(|a| !a.restarts(&self.key.container));
+            return if done { Due::Exit } else { Due::Wait };
+        }
+        if self.hold_for_termination(pod, c) {
+            return Due::Wait;
+        }
+        let since_start_s = (self.ctx.clock.now_ns() - c.started_at_ns) / 1_000_000_000;
+        if since_start_s < i64::from(self.spec.initial_delay_seconds) {
+            return Due::Wait;
+        }
+        // Startup probes run until the container started, the others only after.
+        if self.is_started(c) != (self.key.ty != ProbeType::Startup) {
+            return Due::Wait;
+        }
+        match pod.ip {
+            Some(ip) => Due::Probe(ip),
+            // No address yet (pod network not set up): like a kubelet probe error, discarded.
+            None => Due::Wait,
+        }
     }
 
     /// Liveness and startup stop when the pod or the container is terminating (kubelet's
@@ -454,141 +418,88 @@ impl Worker {
         true
     }
 
-    /// Runs the probe; runs it again at once (at most [`MAX_STARVED_RETRIES`] times) when it
-    /// failed by reaching its timeout while the prober itself was starved for more than half the
-    /// timeout: such a failure says nothing of the target. `None` when every run was starved: the
-    /// probe is discarded (recorded Unknown). Returns the verdict and how long its run took.
-    async fn run_unstarved(
-        &self,
+    /// Counts one probe's outcome (metrics, status, the run of equal results) and publishes
+    /// what kubelet records of it; `None` for an errored probe, which is discarded.
+    fn count(
+        &mut self,
         pod: &PodInfo,
         c: &ContainerInfo,
-        ip: std::net::IpAddr,
-    ) -> Option<(ProbeVerdict, Duration)> {
-        let meter = self.ctx.starvation.get();
-        for retry in 0..=MAX_STARVED_RETRIES {
-            let began = Instant::now();
-            let starved_before = meter.map(|m| m.starved());
-            let verdict = self
-                .ctx
-                .runner
-                .run_for_pod(&pod.uid, self.key.ty, &self.spec, ip, c)
-                .await;
-            let took = began.elapsed();
-            let failed = matches!(
-                verdict,
-                ProbeVerdict::Result {
-                    result: ProbeResult::Failure,
-                    ..
-                }
-            );
-            let (Some(m), Some(before)) = (meter, starved_before) else {
-                return Some((verdict, took));
-            };
-            // Only a failure that lasted the whole timeout can be the prober's own lateness; a
-            // quick failure (refused, a bad status) is the target's whatever the load.
-            if !failed || took < self.spec.timeout {
-                return Some((verdict, took));
-            }
-            let starved = m.starved().saturating_sub(before);
-            if starved.saturating_mul(2) <= self.spec.timeout {
-                return Some((verdict, took));
-            }
-            self.starved(pod, c, took, starved, retry);
-        }
-        None
-    }
-
-    /// A probe that timed out while the prober was starved: counted, logged (WARN at most once
-    /// per [`STARVED_LOG_EVERY`] on the node), recorded Unknown.
-    fn starved(
-        &self,
-        pod: &PodInfo,
-        c: &ContainerInfo,
+        outcome: Outcome,
         took: Duration,
-        starved: Duration,
-        retry: u32,
-    ) {
-        self.ctx
-            .metrics
-            .probes_starved
-            .with_label_values(&[self.key.ty.name()])
-            .inc();
-        let now = self.ctx.clock.now_ns();
-        let every = i64::try_from(STARVED_LOG_EVERY.as_nanos()).unwrap_or(i64::MAX);
-        let last = self.ctx.starved_logged_at_ns.load(Ordering::Relaxed);
-        let warn = now.saturating_sub(last) >= every
-            && self
-                .ctx
-                .starved_logged_at_ns
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok();
-        if warn {
-            tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
-                container_id = %c.id, probe = self.key.ty.name(),
-                took_ms = took.as_millis(), starved_ms = starved.as_millis(),
-                timeout_ms = self.spec.timeout.as_millis(), retry,
-                "probe timed out while the prober itself was starved of CPU: result unknown, \
-                 not counted, probing again at once (logged once per 10 s for the node; all \
-                 are counted in podward_prober_probes_starved_total)");
+    ) -> Option<(ProbeResult, String)> {
+        let (result, output) = match outcome {
+            Outcome::Errored(message) => {
+                self.errored(pod, c, message.clone());
+                self.probed(pod, c, Outcome::Errored(message));
+                return None;
+            }
+            Outcome::Warning(output) => {
+                tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
+                    output = %output, "probe warning");
+                self.probed(pod, c, Outcome::Warning(output.clone()));
+                (ProbeResult::Success, output)
+            }
+            Outcome::Success(output) => (ProbeResult::Success, output),
+            Outcome::Failure(output) => (ProbeResult::Failure, output),
+        };
+        if result == ProbeResult::Success {
+            self.metrics.success(took);
         } else {
+            self.metrics.failed();
             tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
-                took_ms = took.as_millis(), starved_ms = starved.as_millis(), retry,
-                "probe timed out while the prober itself was starved");
+                output = %output, "probe failed");
+            self.probed(pod, c, Outcome::Failure(output.clone()));
         }
-        let mut st = self.status.lock();
-        st.last_probe_result = Some(ProbeResult::Unknown);
-        if st.last_output != STARVED_OUTPUT {
-            st.last_output = STARVED_OUTPUT.to_owned();
+        if self.last_result == Some(result) {
+            self.result_run = self.result_run.saturating_add(1);
+        } else {
+            self.last_result = Some(result);
+            self.result_run = 1;
         }
-        st.last_probe_at_ns = now;
+        self.record(result, &output);
+        Some((result, output))
     }
 
-    /// An errored probe (kubelet: "probe errored and resulted in unknown state"): discarded for
-    /// the counters, but visible — `Status.last_error`, a log line when the error changes, and
-    /// `podward_prober_probe_errors_total`.
-    fn errored(&self, pod: &PodInfo, c: &ContainerInfo, message: String) {
-        self.ctx
-            .metrics
-            .probe_errors
-            .with_label_values(&[self.key.ty.name()])
-            .inc();
-        let mut st = self.status.lock();
-        st.probes_errored += 1;
-        st.last_error_at_ns = self.ctx.clock.now_ns();
-        if st.last_error != message {
-            tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
-                container_id = %c.id, probe = self.key.ty.name(), error = %message,
-                "probe errored and resulted in unknown state; result discarded (logged again \
-                 when the error changes)");
-            st.last_error = message;
+    /// The run of equal results reached its threshold: publish the result; a liveness failure
+    /// or any startup result holds the worker until a new instance, and goes to the manager (a
+    /// kill, or a readiness trigger).
+    fn reach_threshold(
+        &mut self,
+        pod: &PodInfo,
+        c: &ContainerInfo,
+        result: ProbeResult,
+        output: &str,
+    ) {
+        self.status.lock().reached_threshold = true;
+        self.set(pod, c, result, output);
+        if !((self.key.ty == ProbeType::Liveness && result == ProbeResult::Failure)
+            || self.key.ty == ProbeType::Startup)
+        {
+            return;
+        }
+        self.on_hold = true;
+        self.result_run = 0;
+        self.status.lock().on_hold = true;
+        // A worker stopped meanwhile (its probe removed or refused, its pod gone) never
+        // kills: its probe is no longer the pod's.
+        if result == ProbeResult::Failure && !self.ctl.stopped() {
+            self.ctx
+                .sink
+                .threshold_failure(&self.key, pod, c, &self.spec, output);
+        } else if result != ProbeResult::Failure {
+            self.ctx.sink.started(&self.key);
         }
     }
+}
 
-    fn record(&self, result: ProbeResult, output: &str) {
-        let mut st = self.status.lock();
-        if !st.last_error.is_empty() {
-            tracing::info!(container_id = %st.container_id, probe = self.key.ty.name(),
-                "probe answers again after erroring");
-            st.last_error.clear();
-        }
-        st.last_probe_result = Some(result);
-        // Steady probes repeat their output: keep the old copy rather than allocate per probe.
-        if st.last_output != output {
-            st.last_output = capped(output).to_owned();
-        }
-        st.last_probe_at_ns = self.ctx.clock.now_ns();
-        st.probes_run += 1;
-        match result {
-            ProbeResult::Success => {
-                st.consecutive_successes = self.result_run;
-                st.consecutive_failures = 0;
-            }
-            _ => {
-                st.consecutive_failures = self.result_run;
-                st.consecutive_successes = 0;
-            }
-        }
-    }
+/// What a worker does at its tick.
+enum Due {
+    /// Probe, at this address.
+    Probe(std::net::IpAddr),
+    /// Nothing this time.
+    Wait,
+    /// End: the container will not run again.
+    Exit,
 }
 
 /// A fixed-rate ticker for `period`, first tick one period from now; missed ticks are dropped

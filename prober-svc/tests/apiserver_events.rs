@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use podward_prober::apiserver::events::{self, EventQueue, QUEUE, RecorderConfig};
 use podward_prober::apiserver::metrics::ApiMetrics;
-use podward_prober::event::{Event, EventKind, EventSink, Probed, killing_message};
+use podward_prober::event::{Event, EventKind, EventSink, killing_message};
+use podward_prober::handler::attempt::Outcome;
 use podward_prober::results::ProbeResult;
 use podward_prober::spec::ProbeType;
 use serde_json::json;
@@ -31,7 +32,7 @@ fn event(kind: EventKind) -> Event {
 }
 
 fn failed(output: &str) -> Event {
-    event(EventKind::Probed(Probed::Failed(output.into())))
+    event(EventKind::Probed(Outcome::Failure(output.into())))
 }
 
 fn involved() -> serde_json::Value {

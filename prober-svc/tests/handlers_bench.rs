@@ -15,9 +15,8 @@ use bytes::Bytes;
 use handlers_support::{prober, spec, target};
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
+use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::attempt::ProbeTarget;
-use podward_prober::results::ProbeResult;
-use podward_prober::runner::ProbeVerdict;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 
 /// Concurrent probes in flight.
@@ -120,10 +119,7 @@ fn run(handler: Handler) -> Run {
                         )
                         .await
                     {
-                        ProbeVerdict::Result {
-                            result: ProbeResult::Success,
-                            ..
-                        } => ok += 1,
+                        Outcome::Success(_) | Outcome::Warning(_) => ok += 1,
                         other => {
                             if failed == 0 {
                                 eprintln!("first failure: {other:?}");

@@ -15,13 +15,13 @@ use hyper::body::Frame;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use parking_lot::Mutex;
 use podward_api::cri::{ExecSyncRequest, ExecSyncResponse};
+use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::attempt::ProbeTarget;
 use podward_prober::handler::exec::cri::CriExec;
 use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
 use podward_prober::handler::expand::expand;
 use podward_prober::probe::{Prober, ProberOptions};
 use podward_prober::results::ProbeResult;
-use podward_prober::runner::ProbeVerdict;
 use podward_prober::spec::{Handler, ProbeType};
 use prost::Message;
 use tokio::net::TcpListener;
@@ -39,7 +39,7 @@ async fn run_with(
     cmd: &[&str],
     env: &[(String, String)],
     timeout: u64,
-) -> (ProbeVerdict, Vec<(String, Vec<String>, Duration)>) {
+) -> (Outcome, Vec<(String, Vec<String>, Duration)>) {
     let fake = Arc::new(FakeExec::new(answers));
     let prober = Prober::new(ProberOptions::default(), fake.clone());
     let handler = Handler::Exec {
@@ -58,11 +58,10 @@ async fn run_with(
     (v, calls)
 }
 
-fn verdict(result: ProbeResult, output: &str) -> ProbeVerdict {
-    ProbeVerdict::Result {
-        result,
-        output: output.to_owned(),
-        warning: false,
+fn verdict(result: ProbeResult, output: &str) -> Outcome {
+    match result {
+        ProbeResult::Success => Outcome::Success(output.to_owned()),
+        _ => Outcome::Failure(output.to_owned()),
     }
 }
 
@@ -109,7 +108,7 @@ async fn e1_exit_codes_map_and_output_is_stdout_then_stderr() {
 #[tokio::test]
 async fn e1_output_capped_at_10240_bytes() {
     let (v, _) = run_with(vec![out(&[b'o'; 11 * 1024], b"", 0)], &["x"], &[], 1).await;
-    let ProbeVerdict::Result { output, .. } = v else {
+    let (Outcome::Success(output) | Outcome::Warning(output) | Outcome::Failure(output)) = v else {
         panic!("{v:?}")
     };
     assert_eq!(output.len(), 10240);
@@ -120,7 +119,7 @@ async fn e1_output_capped_at_10240_bytes() {
         1,
     )
     .await;
-    let ProbeVerdict::Result { output, .. } = v else {
+    let (Outcome::Success(output) | Outcome::Warning(output) | Outcome::Failure(output)) = v else {
         panic!("{v:?}")
     };
     assert_eq!(output.len(), 10240);
@@ -150,9 +149,7 @@ async fn e3_other_errors_are_retried_three_times_then_errored() {
     let (v, calls) = run_with(vec![err()], &["x"], &[], 1).await;
     assert_eq!(
         v,
-        ProbeVerdict::Errored {
-            message: "rpc error: code = Unknown desc = container is stopping".to_owned()
-        }
+        Outcome::Errored("rpc error: code = Unknown desc = container is stopping".to_owned())
     );
     assert_eq!(calls.len(), 3);
     let (v, calls) = run_with(vec![err(), err(), out(b"fine", b"", 0)], &["x"], &[], 1).await;

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use handlers_support::{prober, spec, target};
 use parking_lot::Mutex;
-use podward_prober::results::ProbeResult;
-use podward_prober::runner::ProbeVerdict;
+use podward_prober::handler::attempt::Outcome;
 use podward_prober::spec::{Handler, ProbeType};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -85,7 +84,7 @@ impl Health for Scripted {
     }
 }
 
-async fn probe(port: u16, service: Option<&str>, timeout: u64) -> ProbeVerdict {
+async fn probe(port: u16, service: Option<&str>, timeout: u64) -> Outcome {
     let handler = Handler::Grpc {
         port,
         service: service.map(str::to_owned),
@@ -99,12 +98,8 @@ async fn probe(port: u16, service: Option<&str>, timeout: u64) -> ProbeVerdict {
         .await
 }
 
-fn failure(output: impl Into<String>) -> ProbeVerdict {
-    ProbeVerdict::Result {
-        result: ProbeResult::Failure,
-        output: output.into(),
-        warning: false,
-    }
+fn failure(output: impl Into<String>) -> Outcome {
+    Outcome::Failure(output.into())
 }
 
 #[tokio::test]
@@ -117,11 +112,7 @@ async fn g1_tonic_health_serving_and_not_serving() {
     let (addr, task) = serve(tonic::transport::Server::builder().add_service(svc)).await;
     assert_eq!(
         probe(addr.port(), None, 1).await,
-        ProbeVerdict::Result {
-            result: ProbeResult::Success,
-            output: "service healthy".into(),
-            warning: false
-        }
+        Outcome::Success("service healthy".into())
     );
     assert_eq!(
         probe(addr.port(), Some("down"), 1).await,
@@ -172,7 +163,7 @@ async fn g1_server_without_health_service_is_unimplemented_failure() {
         serve(tonic::transport::Server::builder().add_routes(tonic::service::Routes::default()))
             .await;
     match probe(addr.port(), None, 1).await {
-        ProbeVerdict::Result { result: ProbeResult::Failure, output, warning: false } => assert!(
+        Outcome::Failure(output) => assert!(
             output.starts_with("error: this server does not implement the grpc health protocol (grpc.health.v1.Health): "),
             "{output}"
         ),
@@ -236,11 +227,7 @@ async fn g1_large_response_metadata_is_read_as_grpc_go_reads_it() {
         serve(tonic::transport::Server::builder().add_service(HealthServer::new(scripted))).await;
     assert_eq!(
         probe(addr.port(), None, 2).await,
-        ProbeVerdict::Result {
-            result: ProbeResult::Success,
-            output: "service healthy".into(),
-            warning: false
-        }
+        Outcome::Success("service healthy".into())
     );
     task.abort();
 }

@@ -7,8 +7,8 @@ mod handlers_support;
 use std::sync::atomic::Ordering;
 
 use handlers_support::{LOCALHOST, RawServer, response, result, run, spec, target};
+use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::host_policy::{HostPolicy, NodePolicy};
-use podward_prober::runner::ProbeVerdict;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 
 fn get_host(host: &str, port: u16) -> Handler {
@@ -25,14 +25,13 @@ fn get_host(host: &str, port: u16) -> Handler {
 async fn h7_a_host_go_cannot_parse_is_a_probe_error_never_a_failure() {
     let server = RawServer::start(|_| response(500, &[], b"")).await;
     let v = run(get_host("bad host\r\nX: y", 8080)).await;
+    // Go's `net.JoinHostPort` brackets a host with a colon in it.
     assert_eq!(
         v,
-        ProbeVerdict::Errored {
-            // Go's `net.JoinHostPort` brackets a host with a colon in it.
-            message:
-                r#"parse "http://[bad%20host%0D%0AX:%20y]:8080/healthz": invalid URL escape "%20""#
-                    .into()
-        }
+        Outcome::Errored(
+            r#"parse "http://[bad%20host%0D%0AX:%20y]:8080/healthz": invalid URL escape "%20""#
+                .into()
+        )
     );
     // Every byte Go escapes in a host, an ASCII one, makes the URL unparseable; the rest is sent.
     for (host, escape) in [
@@ -50,7 +49,7 @@ async fn h7_a_host_go_cannot_parse_is_a_probe_error_never_a_failure() {
         ("nul\0", "%00"),
     ] {
         match run(get_host(host, server.port())).await {
-            ProbeVerdict::Errored { message } => assert!(
+            Outcome::Errored(message) => assert!(
                 message.ends_with(&format!("invalid URL escape \"{escape}\"")),
                 "{host:?}: {message}"
             ),
@@ -65,7 +64,7 @@ async fn h7_a_host_go_cannot_parse_is_a_probe_error_never_a_failure() {
     // What Go's parser accepts is probed as usual (here: a 500 is a Failure).
     for ok in ["127.0.0.1", "localhost"] {
         match run(get_host(ok, server.port())).await {
-            ProbeVerdict::Result { .. } => {}
+            Outcome::Success(_) | Outcome::Warning(_) | Outcome::Failure(_) => {}
             other => panic!("{ok:?}: {other:?}"),
         }
     }
@@ -78,7 +77,7 @@ fn prober_with(policy: HostPolicy) -> podward_prober::probe::Prober {
         .with_host_policy(NodePolicy::new(policy, "10.255.0.1".parse().expect("ip")))
 }
 
-async fn run_with(policy: HostPolicy, handler: Handler) -> ProbeVerdict {
+async fn run_with(policy: HostPolicy, handler: Handler) -> Outcome {
     prober_with(policy)
         .probe(ProbeType::Liveness, &spec(handler, 1), &target(&[], &[]))
         .await
@@ -97,7 +96,7 @@ async fn a_host_that_resolves_to_loopback_is_a_probe_error_under_deny_local() {
         },
     ] {
         match run_with(HostPolicy::DenyLocal, handler.clone()).await {
-            ProbeVerdict::Errored { message } => assert!(
+            Outcome::Errored(message) => assert!(
                 message.contains("loopback address denied by --probe-host-policy=deny-local"),
                 "{message}"
             ),
@@ -124,7 +123,10 @@ async fn a_host_that_resolves_to_loopback_is_a_probe_error_under_deny_local() {
         )
         .await;
     assert!(
-        matches!(hostnet, ProbeVerdict::Result { .. }),
+        matches!(
+            hostnet,
+            Outcome::Success(_) | Outcome::Warning(_) | Outcome::Failure(_)
+        ),
         "{hostnet:?}"
     );
 }

@@ -6,9 +6,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use handlers_support::{RawServer, Reply, get, prober, response, result, run, spec, target};
+use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::port::ContainerPort;
 use podward_prober::results::ProbeResult;
-use podward_prober::runner::ProbeVerdict;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 
 // --- H1: result mapping and body limit ---
@@ -257,7 +257,7 @@ async fn h5_body_read_error_is_an_error_retried_three_times() {
     })
     .await;
     let v = run(get(srv.port(), "/", &[])).await;
-    assert!(matches!(v, ProbeVerdict::Errored { .. }), "{v:?}");
+    assert!(matches!(v, Outcome::Errored(_)), "{v:?}");
     assert_eq!(srv.connections.load(Ordering::SeqCst), 3);
 }
 
@@ -325,9 +325,7 @@ async fn h6_unresolvable_port_errors_without_connecting() {
     let v = run(handler).await;
     assert_eq!(
         v,
-        ProbeVerdict::Errored {
-            message: r#"strconv.Atoi: parsing "http": invalid syntax"#.into()
-        }
+        Outcome::Errored(r#"strconv.Atoi: parsing "http": invalid syntax"#.into())
     );
 }
 
@@ -354,10 +352,10 @@ async fn h5_body_stalling_past_the_deadline_is_an_error_not_a_failure() {
     let v = run(get(port, "/", &[])).await;
     assert_eq!(
         v,
-        ProbeVerdict::Errored {
-            message: "context deadline exceeded (Client.Timeout or context cancellation while reading body)"
+        Outcome::Errored(
+            "context deadline exceeded (Client.Timeout or context cancellation while reading body)"
                 .into()
-        }
+        )
     );
     assert!(
         started.elapsed() >= Duration::from_millis(2900),

@@ -5,8 +5,7 @@
 mod handlers_support;
 
 use handlers_support::{RawServer, prober, response, spec, target};
-use podward_prober::results::ProbeResult;
-use podward_prober::runner::ProbeVerdict;
+use podward_prober::handler::attempt::Outcome;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 
 const SERVER_PORT_ENV: &str = "PODWARD_TEST_PROXY_CHILD_SERVER_PORT";
@@ -54,12 +53,5 @@ async fn child_probes_with_proxy_env() {
     let v = prober()
         .probe(ProbeType::Liveness, &spec(handler, 2), &target(&[], &[]))
         .await;
-    assert_eq!(
-        v,
-        ProbeVerdict::Result {
-            result: ProbeResult::Success,
-            output: "direct".into(),
-            warning: false
-        }
-    );
+    assert_eq!(v, Outcome::Success("direct".into()));
 }

@@ -11,8 +11,7 @@ use handlers_support::{prober, spec, target};
 use http_body_util::Full;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use parking_lot::Mutex;
-use podward_prober::results::ProbeResult;
-use podward_prober::runner::ProbeVerdict;
+use podward_prober::handler::attempt::Outcome;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::net::TcpListener;
@@ -102,14 +101,7 @@ async fn https_self_signed_http1_succeeds() {
             &target(&[], &[]),
         )
         .await;
-    assert_eq!(
-        v,
-        ProbeVerdict::Result {
-            result: ProbeResult::Success,
-            output: "tls ok".into(),
-            warning: false
-        }
-    );
+    assert_eq!(v, Outcome::Success("tls ok".into()));
     let seen = seen.lock().clone();
     assert_eq!(seen[0].0, http::Version::HTTP_11);
     assert_eq!(seen[0].1.as_deref(), Some("kube-probe/1.33"));
@@ -126,14 +118,7 @@ async fn https_self_signed_h2_via_alpn_succeeds() {
             &target(&[], &[]),
         )
         .await;
-    assert_eq!(
-        v,
-        ProbeVerdict::Result {
-            result: ProbeResult::Success,
-            output: "tls ok".into(),
-            warning: false
-        }
-    );
+    assert_eq!(v, Outcome::Success("tls ok".into()));
     let seen = seen.lock().clone();
     assert_eq!(seen[0].0, http::Version::HTTP_2);
     assert_eq!(seen[0].2, Some(format!("127.0.0.1:{port}")));
@@ -153,11 +138,7 @@ async fn https_to_a_plain_http_server_fails() {
         )
         .await;
     match v {
-        ProbeVerdict::Result {
-            result: ProbeResult::Failure,
-            output,
-            ..
-        } => {
+        Outcome::Failure(output) => {
             assert!(
                 output.starts_with(&format!(
                     "Get \"https://127.0.0.1:{}/secure\": ",
@@ -182,14 +163,7 @@ async fn h2_response_headers_are_limited_as_gos_not_at_hypers_16_kib() {
             &target(&[], &[]),
         )
         .await;
-    assert_eq!(
-        v,
-        ProbeVerdict::Result {
-            result: ProbeResult::Success,
-            output: "tls ok".into(),
-            warning: false
-        }
-    );
+    assert_eq!(v, Outcome::Success("tls ok".into()));
     assert_eq!(seen.lock()[0].0, http::Version::HTTP_2);
     task.abort();
 }

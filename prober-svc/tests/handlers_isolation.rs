@@ -22,9 +22,8 @@ use std::time::Duration;
 
 use handlers_support::{LOCALHOST, get, prober, spec, target};
 use parking_lot::Mutex;
+use podward_prober::handler::attempt::Outcome;
 use podward_prober::probe::Prober;
-use podward_prober::results::ProbeResult;
-use podward_prober::runner::ProbeVerdict;
 use podward_prober::spec::{Handler, ProbeType};
 use socket2::{Domain, Socket, Type};
 use tokio::time::Instant;
@@ -108,14 +107,8 @@ fn big_header() -> (String, String) {
     ("X-Pad".to_owned(), "a".repeat(4000))
 }
 
-fn is_success(v: &ProbeVerdict) -> bool {
-    matches!(
-        v,
-        ProbeVerdict::Result {
-            result: ProbeResult::Success,
-            ..
-        }
-    )
+fn is_success(v: &Outcome) -> bool {
+    matches!(v, Outcome::Success(_) | Outcome::Warning(_))
 }
 
 /// What the healthy probes saw.
@@ -366,11 +359,7 @@ async fn a_pod_at_its_bound_waits_then_fails_its_own_probe_and_other_pods_do_not
     assert!(is_success(&other), "{other:?}");
     assert!(started.elapsed() < Duration::from_millis(500));
     match third.await.expect("join") {
-        ProbeVerdict::Result {
-            result: ProbeResult::Failure,
-            output,
-            ..
-        } => assert!(
+        Outcome::Failure(output) => assert!(
             output
                 .starts_with("probe not started: this pod already has 2 network probes in flight"),
             "{output}"

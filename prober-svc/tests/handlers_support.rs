@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
+use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::attempt::ProbeTarget;
 use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
 use podward_prober::probe::{Prober, ProberOptions};
 use podward_prober::results::ProbeResult;
-use podward_prober::runner::ProbeVerdict;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeSpec, ProbeType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -35,21 +35,19 @@ pub fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> Handler {
 }
 
 /// Runs `handler` once as a liveness probe with a 1 s timeout against 127.0.0.1.
-pub async fn run(handler: Handler) -> ProbeVerdict {
+pub async fn run(handler: Handler) -> Outcome {
     prober()
         .probe(ProbeType::Liveness, &spec(handler, 1), &target(&[], &[]))
         .await
 }
 
-/// (result, output, warning) of a verdict; panics on an errored one.
-pub fn result(v: &ProbeVerdict) -> (ProbeResult, &str, bool) {
+/// (result, output, warning) of an outcome; panics on an errored one.
+pub fn result(v: &Outcome) -> (ProbeResult, &str, bool) {
     match v {
-        ProbeVerdict::Result {
-            result,
-            output,
-            warning,
-        } => (*result, output.as_str(), *warning),
-        ProbeVerdict::Errored { message } => panic!("unexpected error verdict: {message}"),
+        Outcome::Success(output) => (ProbeResult::Success, output.as_str(), false),
+        Outcome::Warning(output) => (ProbeResult::Success, output.as_str(), true),
+        Outcome::Failure(output) => (ProbeResult::Failure, output.as_str(), false),
+        Outcome::Errored(message) => panic!("unexpected errored outcome: {message}"),
     }
 }
 

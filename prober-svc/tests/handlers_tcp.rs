@@ -6,10 +6,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use handlers_support::{prober, spec, target};
+use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::attempt::ProbeTarget;
 use podward_prober::handler::port::ContainerPort;
-use podward_prober::results::ProbeResult;
-use podward_prober::runner::ProbeVerdict;
 use podward_prober::spec::{Handler, PortRef, ProbeType};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
@@ -32,14 +31,7 @@ async fn t1_open_port_succeeds_and_sends_nothing() {
             &target(&[], &[]),
         )
         .await;
-    assert_eq!(
-        v,
-        ProbeVerdict::Result {
-            result: ProbeResult::Success,
-            output: String::new(),
-            warning: false
-        }
-    );
+    assert_eq!(v, Outcome::Success(String::new()));
     let (mut sock, _) = tokio::time::timeout(Duration::from_secs(2), listener.accept())
         .await
         .expect("accepted")
@@ -68,11 +60,9 @@ async fn t1_refused_port_fails_with_go_text() {
         .await;
     assert_eq!(
         v,
-        ProbeVerdict::Result {
-            result: ProbeResult::Failure,
-            output: format!("dial tcp 127.0.0.1:{port}: connect: connection refused"),
-            warning: false
-        }
+        Outcome::Failure(format!(
+            "dial tcp 127.0.0.1:{port}: connect: connection refused"
+        ))
     );
 }
 
@@ -110,14 +100,7 @@ async fn t1_unanswered_connect_times_out_within_the_timeout() {
         )
         .await;
     let elapsed = started.elapsed();
-    assert_eq!(
-        v,
-        ProbeVerdict::Result {
-            result: ProbeResult::Failure,
-            output: format!("dial tcp {addr}: i/o timeout"),
-            warning: false
-        }
-    );
+    assert_eq!(v, Outcome::Failure(format!("dial tcp {addr}: i/o timeout")));
     assert!(
         elapsed >= Duration::from_millis(950) && elapsed < Duration::from_millis(2500),
         "took {elapsed:?}"
@@ -147,14 +130,7 @@ async fn t1_host_override_and_named_port_are_honoured() {
             &t,
         )
         .await;
-    assert_eq!(
-        v,
-        ProbeVerdict::Result {
-            result: ProbeResult::Success,
-            output: String::new(),
-            warning: false
-        }
-    );
+    assert_eq!(v, Outcome::Success(String::new()));
     let v = prober()
         .probe(
             ProbeType::Readiness,
@@ -163,13 +139,7 @@ async fn t1_host_override_and_named_port_are_honoured() {
         )
         .await;
     assert!(
-        matches!(
-            v,
-            ProbeVerdict::Result {
-                result: ProbeResult::Success,
-                ..
-            }
-        ),
+        matches!(v, Outcome::Success(_) | Outcome::Warning(_)),
         "{v:?}"
     );
 }
@@ -185,8 +155,6 @@ async fn t1_unresolvable_port_errors() {
         .await;
     assert_eq!(
         v,
-        ProbeVerdict::Errored {
-            message: r#"strconv.Atoi: parsing "nope": invalid syntax"#.into()
-        }
+        Outcome::Errored(r#"strconv.Atoi: parsing "nope": invalid syntax"#.into())
     );
 }

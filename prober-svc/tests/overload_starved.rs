@@ -92,7 +92,7 @@ fn spin(d: Duration) {
 
 /// (probes run, consecutive failures) of `uid`'s probe of type `ty`.
 fn runs(m: &Manager, uid: &str, ty: ProbeType) -> (u64, u32) {
-    let st = m.status(Some(uid));
+    let st = m.view().status(Some(uid));
     st.pods[0].containers[0]
         .probes
         .iter()

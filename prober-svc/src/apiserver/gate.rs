@@ -1,6 +1,6 @@
 //! The readiness gate: for pods that list `readinessGates: [{conditionType: podward.io/ready}]`
 //! (the type is `--readiness-gate-condition`), the prober owns that pod condition and keeps it
-//! equal to what it knows of the pod's readiness ([`PodReadiness`], from the manager).
+//! equal to what it knows of the pod's readiness ([`PodReadiness`], from the [`View`]).
 //!
 //! - Written to `pods/status` by server-side apply with field manager `podward-prober`: only
 //!   this one condition (the conditions list is a map keyed by `type`), never kubelet's, with the
@@ -27,27 +27,23 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::Api;
-use kube::api::{Patch, PatchParams};
 use parking_lot::Mutex;
-use rand::Rng;
+use podward_api::backoff::Backoff;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+pub use self::write::{ConditionWriter, FIELD_MANAGER, KubeWriter, Target, WriteError, apply_body};
 use super::metrics::ApiMetrics;
 use crate::clock::Clock;
 use crate::event::{Event, EventKind, EventSink};
-use crate::manager::Manager;
-use crate::manager::readiness::PodReadiness;
 use crate::model::api::{ApiPod, ConditionStatus, GateCondition};
 use crate::spec::ProbeType;
+use crate::view::View;
+use crate::view::readiness::PodReadiness;
 
-/// The field manager of the prober's writes (server-side apply).
-pub const FIELD_MANAGER: &str = "podward-prober";
+mod write;
 
 /// Condition writes in flight at once (each for a different pod).
 pub const MAX_IN_FLIGHT: usize = 8;
@@ -57,145 +53,21 @@ const LOOK: usize = 256;
 
 /// First retry delay after a failed write; doubles per failure up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_millis(250);
+/// Longest retry delay after failed writes.
 const MAX_RETRY: Duration = Duration::from_secs(30);
+/// Jitter of each retry delay (±20 %), so that pods that failed together do not retry together.
+const RETRY_JITTER: f64 = 0.2;
 
-/// Where the gate reads a pod's readiness (the manager; tests script it).
+/// Where the gate reads a pod's readiness (the prober's [`View`]; tests script it).
 pub trait ReadinessSource: Send + Sync + 'static {
     /// Pod `uid`'s readiness.
     fn readiness(&self, uid: &str) -> PodReadiness;
 }
 
-impl ReadinessSource for Manager {
+impl ReadinessSource for View {
     fn readiness(&self, uid: &str) -> PodReadiness {
-        Manager::readiness(self, uid)
+        View::readiness(self, uid)
     }
-}
-
-/// The pod a condition is written to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// UID (a precondition of the write).
-    pub uid: String,
-}
-
-/// Why a write failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WriteError {
-    /// 404: the pod is gone.
-    #[error("the pod is gone")]
-    Gone,
-    /// 409: a concurrent change.
-    #[error("conflict: {0}")]
-    Conflict(String),
-    /// 422: the server refuses the write as invalid (retrying the same write cannot help).
-    #[error("invalid: {0}")]
-    Invalid(String),
-    /// 429: the server throttles; retry after this long if it said.
-    #[error("throttled by the API server")]
-    Throttled(Option<Duration>),
-    /// Anything else: the API unreachable, a 5xx, a dropped connection.
-    #[error("{0}")]
-    Failed(String),
-}
-
-/// Writes the condition to one pod; answers the pod's new resource version.
-pub trait ConditionWriter: Send + Sync + 'static {
-    /// Writes `condition` (of type `condition_type`) to `target`.
-    fn write<'a>(
-        &'a self,
-        condition_type: &'a str,
-        target: &'a Target,
-        condition: &'a GateCondition,
-    ) -> BoxFuture<'a, Result<String, WriteError>>;
-}
-
-/// The real writer: server-side apply of the one condition to `pods/status`.
-pub struct KubeWriter {
-    client: kube::Client,
-}
-
-impl KubeWriter {
-    /// Writes through `client`.
-    pub fn new(client: kube::Client) -> Self {
-        Self { client }
-    }
-}
-
-/// The apply configuration of one condition: nothing else of the pod, so the prober owns only
-/// that condition's fields; `metadata.uid` makes the write fail (`422`, the uid is immutable) on
-/// another pod instance under the same name.
-pub fn apply_body(
-    condition_type: &str,
-    target: &Target,
-    condition: &GateCondition,
-) -> serde_json::Value {
-    let mut c = serde_json::json!({
-        "type": condition_type,
-        "status": condition.status.as_str(),
-        "lastTransitionTime": condition.last_transition_time,
-    });
-    if !condition.reason.is_empty() {
-        c["reason"] = condition.reason.clone().into();
-    }
-    if !condition.message.is_empty() {
-        c["message"] = condition.message.clone().into();
-    }
-    serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": target.name, "namespace": target.namespace, "uid": target.uid},
-        "status": {"conditions": [c]},
-    })
-}
-
-impl ConditionWriter for KubeWriter {
-    fn write<'a>(
-        &'a self,
-        condition_type: &'a str,
-        target: &'a Target,
-        condition: &'a GateCondition,
-    ) -> BoxFuture<'a, Result<String, WriteError>> {
-        Box::pin(async move {
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), &target.namespace);
-            let body = apply_body(condition_type, target, condition);
-            let params = PatchParams::apply(FIELD_MANAGER).force();
-            match api
-                .patch_status(&target.name, &params, &Patch::Apply(&body))
-                .await
-            {
-                Ok(pod) => Ok(pod.metadata.resource_version.unwrap_or_default()),
-                Err(kube::Error::Api(s)) => Err(match s.code {
-                    404 => WriteError::Gone,
-                    // The uid in the apply body is immutable: another pod now has this name,
-                    // and the one the write was for is gone (the reflector brings the new one).
-                    422 if uid_refused(&s) => WriteError::Gone,
-                    422 => WriteError::Invalid(s.message.clone()),
-                    409 => WriteError::Conflict(s.message.clone()),
-                    429 => WriteError::Throttled(
-                        s.details
-                            .as_ref()
-                            .map(|d| Duration::from_secs(u64::from(d.retry_after_seconds)))
-                            .filter(|d| !d.is_zero()),
-                    ),
-                    code => WriteError::Failed(format!("{code}: {}", s.message)),
-                }),
-                Err(e) => Err(WriteError::Failed(e.to_string())),
-            }
-        })
-    }
-}
-
-/// Whether a `422` answer refuses the write's `metadata.uid` (the API server's "field is
-/// immutable" for a UID that is not the object's).
-fn uid_refused(s: &kube::core::Status) -> bool {
-    s.details
-        .as_ref()
-        .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid"))
-        || s.message.contains("metadata.uid")
 }
 
 /// The readiness gate. Cheap to clone; one [`Gate::run`] task writes.
@@ -232,6 +104,8 @@ struct GatePod {
     written_rv: Option<u64>,
     /// Failed writes in a row.
     failures: u32,
+    /// The retry schedule after failed writes (reset by a success).
+    backoff: Backoff,
     /// Not before this instant (backoff, throttling).
     not_before: Option<Instant>,
 }
@@ -288,6 +162,7 @@ impl Gate {
             current: None,
             written_rv: None,
             failures: 0,
+            backoff: retry_backoff(),
             not_before: None,
         });
         entry.target = target;
@@ -374,7 +249,7 @@ impl Gate {
             if tasks.set.len() >= MAX_IN_FLIGHT {
                 break;
             }
-            // Pick the pods to look at (under the lock), then ask the manager (outside it).
+            // Pick the pods to look at (under the lock), then ask the view (outside it).
             let batch: Vec<String> = {
                 let mut st = self.inner.state.lock();
                 let mut batch = Vec::new();
@@ -482,12 +357,14 @@ impl Gate {
                 pod.current = Some(condition);
                 pod.written_rv = rv.parse().ok();
                 pod.failures = 0;
+                pod.backoff.reset();
                 pod.not_before = None;
                 None
             }
             Err(WriteError::Gone) => {
                 m.gate_writes.with_label_values(&["gone"]).inc();
                 pod.failures = 0;
+                pod.backoff.reset();
                 None
             }
             Err(WriteError::Invalid(message)) => {
@@ -496,6 +373,7 @@ impl Gate {
                     error = %message,
                     "the API server refuses the readiness-gate condition as invalid; not retried until the readiness changes");
                 pod.failures = 0;
+                pod.backoff.reset();
                 None
             }
             Err(e) => {
@@ -506,9 +384,11 @@ impl Gate {
                 };
                 m.gate_writes.with_label_values(&[label]).inc();
                 pod.failures = pod.failures.saturating_add(1);
+                // The schedule moves on either way: throttling is a failure in a row too.
+                let next = pod.backoff.next_delay();
                 let delay = match &e {
                     WriteError::Throttled(Some(d)) => *d,
-                    _ => backoff(pod.failures),
+                    _ => next,
                 };
                 let log = pod.failures == 1;
                 if log {
@@ -619,12 +499,10 @@ fn rfc3339(ns: i64) -> String {
         .unwrap_or_default()
 }
 
-/// Retry delay after `failures` failed writes in a row: doubling from [`FIRST_RETRY`] up to
-/// [`MAX_RETRY`], ±20 % jitter so that pods that failed together do not retry together.
-fn backoff(failures: u32) -> Duration {
-    let base = FIRST_RETRY.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
-    base.min(MAX_RETRY)
-        .mul_f64(rand::rng().random_range(0.8..1.2))
+/// The retry schedule of one pod's writes: doubling from [`FIRST_RETRY`] up to [`MAX_RETRY`],
+/// with [`RETRY_JITTER`].
+fn retry_backoff() -> Backoff {
+    Backoff::new(FIRST_RETRY, MAX_RETRY, RETRY_JITTER)
 }
 
 async fn sleep_until(t: Option<Instant>) {

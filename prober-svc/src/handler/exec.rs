@@ -13,7 +13,7 @@ pub mod runner;
 use std::time::Duration;
 
 use self::runner::{ExecError, ExecOutput, ExecRunner};
-use super::attempt::{Answer, ProbeTarget};
+use super::attempt::{Outcome, ProbeTarget};
 use super::expand::expand_command;
 use super::output::MAX_OUTPUT_BYTES;
 
@@ -23,18 +23,18 @@ pub(crate) async fn probe(
     command: &[String],
     timeout: Duration,
     target: &ProbeTarget<'_>,
-) -> Result<Answer, ExecError> {
+) -> Result<Outcome, ExecError> {
     let cmd = expand_command(command, target.env);
     match runner.exec_sync(target.container_id, cmd, timeout).await {
         Ok(out) => {
             let data = capped_output(&out);
             Ok(if out.exit_code == 0 {
-                Answer::Success(data)
+                Outcome::Success(data)
             } else {
-                Answer::Failure(data)
+                Outcome::Failure(data)
             })
         }
-        Err(e @ ExecError::Timeout { .. }) => Ok(Answer::Failure(e.to_string())),
+        Err(e @ ExecError::Timeout { .. }) => Ok(Outcome::Failure(e.to_string())),
         Err(e) => Err(e),
     }
 }

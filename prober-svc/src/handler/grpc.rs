@@ -18,7 +18,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
-use super::attempt::Answer;
+use super::attempt::Outcome;
 use super::dialer::{self, DialError, Options, ProbeStream};
 use super::go_text::{go_duration, go_status};
 use super::scoped;
@@ -62,16 +62,16 @@ pub(crate) async fn probe(
     service: &str,
     timeout: Duration,
     user_agent: &str,
-) -> Answer {
+) -> Outcome {
     let addr = SocketAddr::new(host, port);
     let shown = addr.to_string();
     let deadline = Instant::now() + timeout;
     let connect_failed = |e: ConnectError| match e {
-        ConnectError::Deadline => Answer::Failure(format!(
+        ConnectError::Deadline => Outcome::Failure(format!(
             "timeout: failed to connect service {shown:?} within {}: context deadline exceeded",
             go_duration(timeout)
         )),
-        e => Answer::Failure(format!(
+        e => Outcome::Failure(format!(
             "error: failed to connect service at {shown:?}: {e}"
         )),
     };
@@ -80,7 +80,7 @@ pub(crate) async fn probe(
         Err(e) => return connect_failed(e),
     };
     let timed_out = || {
-        Answer::Failure(format!(
+        Outcome::Failure(format!(
             "timeout: health rpc did not complete within {}",
             go_duration(timeout)
         ))
@@ -95,7 +95,7 @@ pub(crate) async fn probe(
         Ok(Err(CallError::Connect(e))) => return connect_failed(e),
         Ok(Err(CallError::Status(status))) => {
             return match status.code() {
-                tonic::Code::Unimplemented => Answer::Failure(format!(
+                tonic::Code::Unimplemented => Outcome::Failure(format!(
                     "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): {}",
                     status.message()
                 )),
@@ -104,7 +104,7 @@ pub(crate) async fn probe(
                 tonic::Code::Cancelled if Instant::now() + DEADLINE_SLACK >= deadline => {
                     timed_out()
                 }
-                _ => Answer::Failure(format!(
+                _ => Outcome::Failure(format!(
                     "error: health rpc probe failed: {}",
                     go_status(status.code(), status.message())
                 )),
@@ -112,12 +112,12 @@ pub(crate) async fn probe(
         }
     };
     match ServingStatus::try_from(resp.status) {
-        Ok(ServingStatus::Serving) => Answer::Success("service healthy".to_owned()),
-        Ok(other) => Answer::Failure(format!(
+        Ok(ServingStatus::Serving) => Outcome::Success("service healthy".to_owned()),
+        Ok(other) => Outcome::Failure(format!(
             "service unhealthy (responded with {:?})",
             other.as_str_name()
         )),
-        Err(_) => Answer::Failure(format!(
+        Err(_) => Outcome::Failure(format!(
             "service unhealthy (responded with \"{}\")",
             resp.status
         )),

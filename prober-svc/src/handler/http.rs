@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use self::exchange::{BodyError, RawResponse};
 use self::request::{ProbeHeaders, RequestError};
 use self::url::ProbeUrl;
-use super::attempt::{Answer, ProbeTarget};
+use super::attempt::{Outcome, ProbeTarget};
 use super::dialer::{DialError, ip_string};
 use super::host_policy::Guard;
 use super::port::{PortError, resolve_port};
@@ -101,7 +101,7 @@ impl HttpProber {
         timeout: Duration,
         target: &ProbeTarget<'_>,
         guard: Guard,
-    ) -> Result<Answer, HttpError> {
+    ) -> Result<Outcome, HttpError> {
         let port = resolve_port(&get.port, target.ports)?;
         let deadline = Instant::now() + timeout;
         let host = match &get.host {
@@ -120,7 +120,7 @@ impl HttpProber {
         } else {
             custom = match ProbeHeaders::new(&get.headers, &self.user_agent) {
                 Ok(h) => h,
-                Err(e) => return Ok(Answer::Failure(format!("Get \"{url}\": {e}"))),
+                Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
             };
             &custom
         };
@@ -136,7 +136,7 @@ impl HttpProber {
                     // Go's transport refuses it when sending (a Failure in kubelet); with the
                     // host checked above, only non-header bytes of a redirect could get here.
                     Err(_) => {
-                        return Ok(Answer::Failure(format!(
+                        return Ok(Outcome::Failure(format!(
                             "Get \"{url}\": {}",
                             RequestError::Host
                         )));
@@ -165,7 +165,7 @@ impl HttpProber {
                         error,
                     });
                 }
-                Err(e) => return Ok(Answer::Failure(format!("Get \"{url}\": {e}"))),
+                Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
             };
             requests += 1;
             let location = resp.location.as_deref().filter(|l| !l.is_empty());
@@ -183,7 +183,7 @@ impl HttpProber {
                 {
                     return result(resp, echo);
                 }
-                Err(e) => return Ok(Answer::Failure(format!("Get \"{url}\": {e}"))),
+                Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
             };
             // Go compares `URL.Hostname()` with the first request's; a name differing only in
             // case is the same host (the resolver lower-cases nothing, but DNS is case-blind).
@@ -191,7 +191,7 @@ impl HttpProber {
                 return result(resp, echo);
             }
             if requests >= MAX_REDIRECTS {
-                return Ok(Answer::Failure(format!(
+                return Ok(Outcome::Failure(format!(
                     "Get {location:?}: stopped after {MAX_REDIRECTS} redirects"
                 )));
             }
@@ -239,7 +239,7 @@ fn referer_for(last: &ProbeUrl, next: &ProbeUrl) -> Option<HeaderValue> {
 pub const BODY_NOT_SHOWN: &str = "(response body not shown: the probe names a host)";
 
 /// kubelet's mapping of the final response; `echo` false keeps the body out of the output.
-fn result(resp: RawResponse, echo: bool) -> Result<Answer, HttpError> {
+fn result(resp: RawResponse, echo: bool) -> Result<Outcome, HttpError> {
     let body = resp.body?;
     let body = if !echo {
         String::new()
@@ -250,12 +250,12 @@ fn result(resp: RawResponse, echo: bool) -> Result<Answer, HttpError> {
         }
     };
     Ok(match resp.status {
-        200..=299 => Answer::Success(body),
-        300..=399 if !echo => Answer::Warning(format!(
+        200..=299 => Outcome::Success(body),
+        300..=399 if !echo => Outcome::Warning(format!(
             "Probe terminated redirects, Response body: {BODY_NOT_SHOWN}"
         )),
-        300..=399 => Answer::Warning(format!("Probe terminated redirects, Response body: {body}")),
-        code => Answer::Failure(format!("HTTP probe failed with statuscode: {code}")),
+        300..=399 => Outcome::Warning(format!("Probe terminated redirects, Response body: {body}")),
+        code => Outcome::Failure(format!("HTTP probe failed with statuscode: {code}")),
     })
 }
 

@@ -1,5 +1,6 @@
 //! kubelet's limit on probe output: 10 KiB of exec output or HTTP body is read, and every output
-//! the prober keeps or sends (a verdict, `Status`, `Watch` events) is cut to the same size.
+//! the prober keeps or sends (`Status`, `Watch` and Kubernetes events, a kill's record) is cut to
+//! the same size, once, where a worker takes a probe's outcome (`Outcome::capped`).
 
 /// Largest probe output kept (kubelet's `maxReadLength` / `LimitWriter` size).
 pub const MAX_OUTPUT_BYTES: usize = 10 * 1024;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::attempt::{Answer, ProbeTarget};
+use super::attempt::{Outcome, ProbeTarget};
 use super::dialer::{self, DialError, Options};
 use super::host_policy::Guard;
 use super::port::{PortError, resolve_port};
@@ -32,7 +32,7 @@ pub(crate) async fn probe(
     timeout: Duration,
     target: &ProbeTarget<'_>,
     guard: Guard,
-) -> Result<Answer, TcpError> {
+) -> Result<Outcome, TcpError> {
     let port = resolve_port(port, target.ports)?;
     let deadline = Instant::now() + timeout;
     // A connection that carries no data: no TCP_NODELAY (see `Options::NO_DATA`).
@@ -46,9 +46,9 @@ pub(crate) async fn probe(
         Ok(conn) => {
             // Closed at once, with the probe dialer's linger, off the runtime's threads.
             conn.close();
-            Answer::Success(String::new())
+            Outcome::Success(String::new())
         }
         Err(e) if e.is_denied() => return Err(TcpError::Denied(e)),
-        Err(e) => Answer::Failure(e.to_string()),
+        Err(e) => Outcome::Failure(e.to_string()),
     })
 }

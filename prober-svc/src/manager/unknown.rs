@@ -9,51 +9,13 @@
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Manager, State};
+use super::{Inner, Manager};
 use crate::model::{PodInfo, RunState};
-use crate::spec::SpecError;
+use crate::registry::{PodEntry, UNKNOWN_CONTAINER_GRACE, unknown_name_error};
 use crate::worker::handle::WorkerKey;
-
-/// How long a pod with a running container may go without a new container before the names of
-/// its annotation that no container has are reported (kubelet starts a pod's app containers in
-/// one sync, so once they run, a name still missing is a typo or a removed container).
-pub const UNKNOWN_CONTAINER_GRACE: Duration = Duration::from_secs(60);
-
-/// A pod's unknown names and the check that finds them.
-#[derive(Debug, Default)]
-pub(super) struct Unknown {
-    /// Names reported unknown (their workers are stopped).
-    pub(super) names: BTreeSet<String>,
-    /// When a container name first appeared in the pod last (the grace runs from there).
-    last_new: Option<Instant>,
-    /// Names of containers seen so far.
-    seen: BTreeSet<String>,
-    /// Whether a check task is waiting.
-    scheduled: bool,
-}
-
-impl Unknown {
-    /// The spec error of each unknown name.
-    pub(super) fn errors(&self) -> impl Iterator<Item = SpecError> + '_ {
-        self.names.iter().map(|n| error(n))
-    }
-}
-
-fn error(name: &str) -> SpecError {
-    SpecError {
-        container: name.to_owned(),
-        field: String::new(),
-        message: format!(
-            "no container named {name:?} in this pod (none appeared within {}s of its \
-             containers running); its probes are not run",
-            UNKNOWN_CONTAINER_GRACE.as_secs()
-        ),
-    }
-}
 
 fn has_running(pod: &PodInfo) -> bool {
     pod.containers
@@ -68,7 +30,7 @@ impl Manager {
         let mut back = Vec::new();
         let mut schedule = false;
         {
-            let mut pods = self.state.pods.lock();
+            let mut pods = self.inner.registry.pods.lock();
             let Some(entry) = pods.get_mut(uid) else {
                 return;
             };
@@ -96,11 +58,17 @@ impl Manager {
                 schedule = true;
             }
             if !back.is_empty() {
-                set_gauge(&self.state, entry_errors(entry), &pod);
+                self.inner.set_spec_errors(&pod, entry_errors(entry));
             }
         }
         if !back.is_empty() {
-            let shared = self.state.pods.lock().get(uid).map(|e| e.shared.clone());
+            let shared = self
+                .inner
+                .registry
+                .pods
+                .lock()
+                .get(uid)
+                .map(|e| e.shared.clone());
             if let Some(shared) = shared {
                 for (name, probes) in &back {
                     tracing::info!(pod_uid = %uid, container = %name,
@@ -110,36 +78,28 @@ impl Manager {
             }
         }
         if schedule {
-            tokio::spawn(check(Arc::downgrade(&self.state), uid.to_owned()));
+            tokio::spawn(check(Arc::downgrade(&self.inner), uid.to_owned()));
         }
     }
 }
 
-fn entry_errors(entry: &super::PodEntry) -> usize {
+fn entry_errors(entry: &PodEntry) -> usize {
     entry.spec_errors.len() + entry.unknown.names.len()
 }
 
-fn set_gauge(state: &State, n: usize, pod: &PodInfo) {
-    state
-        .metrics
-        .spec_errors
-        .with_label_values(&[&pod.name, &pod.namespace, &pod.uid])
-        .set(n as f64);
-}
-
 /// Waits out the grace from the last new container, then reports the names still missing.
-async fn check(state: Weak<State>, uid: String) {
+async fn check(state: Weak<Inner>, uid: String) {
     loop {
         let due = {
             let Some(state) = state.upgrade() else { return };
-            let pods = state.pods.lock();
+            let pods = state.registry.pods.lock();
             let Some(entry) = pods.get(&uid) else { return };
             entry.unknown.last_new.unwrap_or_else(Instant::now) + UNKNOWN_CONTAINER_GRACE
         };
         tokio::time::sleep_until(due).await;
         let Some(state) = state.upgrade() else { return };
         let stale = {
-            let pods = state.pods.lock();
+            let pods = state.registry.pods.lock();
             let Some(entry) = pods.get(&uid) else { return };
             entry
                 .unknown
@@ -155,10 +115,10 @@ async fn check(state: Weak<State>, uid: String) {
 
 /// Reports every name of the annotation that no container of the pod has, and stops its
 /// workers.
-fn flag(state: &State, uid: &str) {
+fn flag(state: &Inner, uid: &str) {
     let mut stop = Vec::new();
     {
-        let mut pods = state.pods.lock();
+        let mut pods = state.registry.pods.lock();
         let Some(entry) = pods.get_mut(uid) else {
             return;
         };
@@ -167,14 +127,14 @@ fn flag(state: &State, uid: &str) {
         for name in entry.probes.keys() {
             if pod.current(name).is_none() && entry.unknown.names.insert(name.clone()) {
                 tracing::warn!(pod = %pod.name, namespace = %pod.namespace, pod_uid = %pod.uid,
-                    container = %name, error = %error(name).message,
+                    container = %name, error = %unknown_name_error(name).message,
                     "podward.io/probes names a container this pod does not have");
                 stop.push(name.clone());
             }
         }
-        set_gauge(state, entry_errors(entry), &pod);
+        state.set_spec_errors(&pod, entry_errors(entry));
     }
-    let mut workers = state.workers.lock();
+    let mut workers = state.registry.workers.lock();
     let keys: Vec<WorkerKey> = workers
         .keys()
         .filter(|k| k.pod_uid == uid && stop.contains(&k.container))

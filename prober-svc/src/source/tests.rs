@@ -91,10 +91,10 @@ async fn snapshot_events_and_resync_drive_the_manager() {
         &m,
         node_ip,
     );
-    let mut uids = m.pod_uids();
+    let mut uids = m.registry().pod_uids();
     uids.sort();
     assert_eq!(uids, vec!["a", "b"]);
-    assert_eq!(m.worker_count(), 2);
+    assert_eq!(m.registry().worker_count(), 2);
     let pod_a = index.pod("a").expect("pod a");
     assert_eq!(pod_a.ip, "10.1.0.7".parse().ok(), "pod IP");
     assert_eq!(
@@ -123,7 +123,7 @@ async fn snapshot_events_and_resync_drive_the_manager() {
         &m,
         node_ip,
     );
-    let st = m.status(Some("a"));
+    let st = m.view().status(Some("a"));
     assert_eq!(st.pods[0].containers[0].container_id, "a2");
 
     // The sandbox goes: the pod and its worker go.
@@ -139,7 +139,7 @@ async fn snapshot_events_and_resync_drive_the_manager() {
         &m,
         node_ip,
     );
-    assert_eq!(m.pod_uids(), vec!["b"]);
+    assert_eq!(m.registry().pod_uids(), vec!["b"]);
 
     // A resync snapshot replaces everything.
     apply(
@@ -148,6 +148,6 @@ async fn snapshot_events_and_resync_drive_the_manager() {
         &m,
         node_ip,
     );
-    assert_eq!(m.pod_uids(), vec!["c"]);
-    assert_eq!(m.worker_count(), 1);
+    assert_eq!(m.registry().pod_uids(), vec!["c"]);
+    assert_eq!(m.registry().worker_count(), 1);
 }

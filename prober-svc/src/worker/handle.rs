@@ -114,7 +114,7 @@ pub struct WorkerStatus {
     pub last_error_at_ns: i64,
     /// Probes of this worker that errored.
     pub probes_errored: u64,
-    /// Whether this worker's own probes reached a verdict (a threshold) for this instance; an
+    /// Whether this worker's own probes reached a threshold for this instance; an
     /// initial value is none (the readiness gate keeps the API's condition until one).
-    pub verdict: bool,
+    pub reached_threshold: bool,
 }

@@ -44,7 +44,7 @@ async fn a_probe_type_in_the_spec_and_the_annotation_is_kubelets_alone_never_a_s
     n.manager.set_api_pod(view);
     n.manager.update_pod(p);
     assert_eq!(
-        n.manager.worker_count(),
+        n.manager.registry().worker_count(),
         1,
         "readiness only: kubelet has liveness"
     );
@@ -54,7 +54,7 @@ async fn a_probe_type_in_the_spec_and_the_annotation_is_kubelets_alone_never_a_s
     assert_eq!(w.len(), 1, "{w:?}");
     assert_eq!((w[0].0.as_str(), w[0].1), ("c", "ProbeDeclaredTwice"));
     assert!(w[0].2.contains("livenessProbe"), "{}", w[0].2);
-    let st = n.manager.status(Some("u"));
+    let st = n.manager.view().status(Some("u"));
     let errs = &st.pods[0].spec_errors;
     assert_eq!(errs.len(), 1);
     assert_eq!(
@@ -76,12 +76,12 @@ async fn a_readiness_probe_on_a_pod_without_the_gate_is_told_and_still_runs() {
     view.gated = false;
     n.manager.set_api_pod(view);
     n.manager.update_pod(p);
-    assert_eq!(n.manager.worker_count(), 2);
+    assert_eq!(n.manager.registry().worker_count(), 2);
     let w = warnings(&n);
     assert_eq!(w.len(), 1, "{w:?}");
     assert_eq!(w[0].1, "ReadinessGateMissing");
     assert!(w[0].2.contains("readinessGates"), "{}", w[0].2);
-    let st = n.manager.status(Some("u"));
+    let st = n.manager.view().status(Some("u"));
     assert_eq!(st.pods[0].spec_errors.len(), 1);
     assert_eq!(st.pods[0].spec_errors[0].field, "readinessProbe");
 }
@@ -91,7 +91,7 @@ async fn seen_from_cri_first_the_spec_probe_still_wins_when_the_api_view_arrives
     let n = Node::steady().await;
     let p = pod("u", BOTH, vec![running(&n.clock, "c1", "c", 0, S)]);
     n.manager.update_pod(p.clone());
-    assert_eq!(n.manager.worker_count(), 2);
+    assert_eq!(n.manager.registry().worker_count(), 2);
     let mut view = api_pod(
         &p,
         RestartPolicy::Always,
@@ -101,7 +101,7 @@ async fn seen_from_cri_first_the_spec_probe_still_wins_when_the_api_view_arrives
     view.containers[0].spec_probes = vec![ProbeType::Liveness];
     n.manager.set_api_pod(view);
     assert_eq!(
-        n.manager.worker_count(),
+        n.manager.registry().worker_count(),
         1,
         "the annotation's liveness stopped"
     );

@@ -5,12 +5,13 @@
 use std::time::Duration;
 
 use super::harness::*;
-use crate::event::{EventKind, Probed};
-use crate::manager::readiness::{PodReadiness, REASON_READINESS};
+use crate::event::EventKind;
+use crate::handler::attempt::Outcome;
 use crate::model::RunState;
 use crate::model::api::{ContainerKind, Hook, PodPhase, RestartPolicy};
 use crate::results::ProbeResult;
 use crate::spec::ProbeType;
+use crate::view::readiness::{PodReadiness, REASON_READINESS};
 
 const LIVE_READY: &str = r#"{"c":{
   "livenessProbe":{"exec":{"command":["true"]},"periodSeconds":1,"failureThreshold":3},
@@ -42,7 +43,7 @@ async fn an_exited_container_of_a_never_pod_ends_its_workers_as_in_kubelet() {
         "the worker published Failure, then ended and took its result along"
     );
     assert_eq!(
-        n.manager.worker_count(),
+        n.manager.registry().worker_count(),
         0,
         "no worker waits for a restart that never comes"
     );
@@ -66,7 +67,11 @@ async fn on_failure_pods_and_sidecars_of_never_pods_keep_their_workers() {
         ));
         n.manager.update_pod(p);
         run_for(3 * S).await;
-        assert_eq!(n.manager.worker_count(), 2, "{policy:?} {kind:?}");
+        assert_eq!(
+            n.manager.registry().worker_count(),
+            2,
+            "{policy:?} {kind:?}"
+        );
     }
 }
 
@@ -76,12 +81,12 @@ async fn a_succeeded_or_failed_pod_ends_every_worker() {
     let p = pod("u", LIVE_READY, vec![running(&n.clock, "c1", "c", 0, S)]);
     n.manager.update_pod(p.clone());
     run_for(2 * S).await;
-    assert_eq!(n.manager.worker_count(), 2);
+    assert_eq!(n.manager.registry().worker_count(), 2);
     let mut api = api_pod(&p, RestartPolicy::Never, Some(LIVE_READY), regular());
     api.phase = PodPhase::Succeeded;
     n.manager.set_api_pod(api);
     run_for(2 * S).await;
-    assert_eq!(n.manager.worker_count(), 0);
+    assert_eq!(n.manager.registry().worker_count(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -129,7 +134,7 @@ async fn the_apis_annotation_wins_and_an_edit_applies_to_the_running_pod() {
     ));
     n.manager.update_pod(p.clone());
     assert_eq!(
-        n.manager.worker_count(),
+        n.manager.registry().worker_count(),
         2,
         "the API's copy: liveness + readiness"
     );
@@ -146,7 +151,7 @@ async fn the_apis_annotation_wins_and_an_edit_applies_to_the_running_pod() {
     n.manager
         .set_api_pod(api_pod(&p, RestartPolicy::Always, Some(edited), regular()));
     assert_eq!(
-        n.manager.worker_count(),
+        n.manager.registry().worker_count(),
         2,
         "readiness kept, liveness gone, startup added"
     );
@@ -163,17 +168,17 @@ async fn the_apis_annotation_wins_and_an_edit_applies_to_the_running_pod() {
         "readiness now probes every 5 s: {after} in 10 s"
     );
     run_for(S).await;
-    assert_eq!(n.manager.worker_count(), 2);
+    assert_eq!(n.manager.registry().worker_count(), 2);
 
     // The annotation removed through the API: no probes any more.
     n.manager
         .set_api_pod(api_pod(&p, RestartPolicy::Always, None, regular()));
     run_for(S).await;
-    assert_eq!(n.manager.worker_count(), 0);
+    assert_eq!(n.manager.registry().worker_count(), 0);
     // ... and added back: probing starts again for the same running pod.
     n.manager
         .set_api_pod(api_pod(&p, RestartPolicy::Always, Some(LIVE), regular()));
-    assert_eq!(n.manager.worker_count(), 1);
+    assert_eq!(n.manager.registry().worker_count(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -193,11 +198,11 @@ async fn probes_named_for_a_plain_init_container_are_refused_with_a_spec_error()
     ));
     n.manager.update_pod(p);
     assert_eq!(
-        n.manager.worker_count(),
+        n.manager.registry().worker_count(),
         1,
         "the sidecar is probed, the init container not"
     );
-    let st = n.manager.status(Some("u"));
+    let st = n.manager.view().status(Some("u"));
     let errs = &st.pods[0].spec_errors;
     assert_eq!(errs.len(), 1);
     assert_eq!(errs[0].container, "setup");
@@ -230,26 +235,26 @@ async fn after_a_restart_readiness_is_unknown_until_a_real_result_in_both_direct
         let c = running(&n.clock, "c1", "c", 0, Duration::from_secs(600));
         n.manager.update_pod(pod("u", ann, vec![c]));
         assert_eq!(
-            n.manager.readiness("u"),
+            n.manager.view().readiness("u"),
             PodReadiness::Unknown,
             "no guess: the gate keeps whatever the API has"
         );
         // Jitter (< one period) plus the probe's own 3 s: still unknown meanwhile.
         run_for(2 * S).await;
-        assert_eq!(n.manager.readiness("u"), PodReadiness::Unknown);
+        assert_eq!(n.manager.view().readiness("u"), PodReadiness::Unknown);
         // A success publishes at once (successThreshold 1); failures need failureThreshold (3)
         // in a row, so one or two failed probes leave it unknown too.
         run_for(12 * S).await;
         if want == PodReadiness::Ready {
-            assert_eq!(n.manager.readiness("u"), want);
+            assert_eq!(n.manager.view().readiness("u"), want);
         } else {
             assert_eq!(
-                n.manager.readiness("u"),
+                n.manager.view().readiness("u"),
                 PodReadiness::Unknown,
                 "one failure is no result"
             );
             run_for(25 * S).await;
-            assert_eq!(n.manager.readiness("u"), want);
+            assert_eq!(n.manager.view().readiness("u"), want);
         }
     }
 }
@@ -266,24 +271,24 @@ async fn after_a_restart_a_container_started_within_the_restart_grace_is_unknown
         let c = running(&n.clock, "c1", "c", 0, Duration::from_secs(3));
         n.manager.update_pod(pod("u", ann, vec![c]));
         run_for(MS).await;
-        assert_eq!(n.manager.readiness("u"), PodReadiness::Unknown);
+        assert_eq!(n.manager.view().readiness("u"), PodReadiness::Unknown);
         // Two failures are below failureThreshold 3: still no verdict.
         run_for(2 * S).await;
         if ready {
-            assert_eq!(n.manager.readiness("u"), PodReadiness::Ready);
+            assert_eq!(n.manager.view().readiness("u"), PodReadiness::Ready);
         } else {
-            assert_eq!(n.manager.readiness("u"), PodReadiness::Unknown);
+            assert_eq!(n.manager.view().readiness("u"), PodReadiness::Unknown);
             run_for(3 * S).await;
             assert!(
                 matches!(
-                    n.manager.readiness("u"),
+                    n.manager.view().readiness("u"),
                     PodReadiness::NotReady {
                         reason: REASON_READINESS,
                         ..
                     }
                 ),
                 "{:?}",
-                n.manager.readiness("u")
+                n.manager.view().readiness("u")
             );
         }
     }
@@ -302,24 +307,24 @@ async fn a_new_container_is_not_ready_until_its_readiness_succeeds() {
     run_for(MS).await;
     assert!(
         matches!(
-            n.manager.readiness("u"),
+            n.manager.view().readiness("u"),
             PodReadiness::NotReady {
                 reason: "StartupProbeNotSucceeded",
                 ..
             }
         ),
         "{:?}",
-        n.manager.readiness("u")
+        n.manager.view().readiness("u")
     );
     run_for(3 * S).await;
     assert!(
-        matches!(n.manager.readiness("u"), PodReadiness::NotReady { reason: REASON_READINESS, ref message, .. } if message.ends_with("has not succeeded yet")),
+        matches!(n.manager.view().readiness("u"), PodReadiness::NotReady { reason: REASON_READINESS, ref message, .. } if message.ends_with("has not succeeded yet")),
         "{:?}",
-        n.manager.readiness("u")
+        n.manager.view().readiness("u")
     );
     run_for(5 * S).await;
-    assert_eq!(n.manager.readiness("u"), PodReadiness::Ready);
-    assert_eq!(n.manager.readiness("nope"), PodReadiness::NotProbed);
+    assert_eq!(n.manager.view().readiness("u"), PodReadiness::Ready);
+    assert_eq!(n.manager.view().readiness("nope"), PodReadiness::NotProbed);
 }
 
 #[tokio::test(start_paused = true)]
@@ -333,7 +338,7 @@ async fn every_failed_errored_or_warned_probe_is_an_event_below_the_threshold_to
     n.manager
         .update_pod(pod("u", LIVE, vec![running(&n.clock, "c1", "c", 0, S)]));
     run_for(4 * S).await;
-    let probed: Vec<Probed> = n
+    let probed: Vec<Outcome> = n
         .seen
         .0
         .lock()
@@ -344,9 +349,9 @@ async fn every_failed_errored_or_warned_probe_is_an_event_below_the_threshold_to
         })
         .collect();
     assert_eq!(probed.len(), 3, "{probed:?}");
-    assert!(matches!(probed[0], Probed::Failed(_)));
-    assert!(matches!(probed[1], Probed::Errored(_)));
-    assert!(matches!(probed[2], Probed::Warned(_)));
+    assert!(matches!(probed[0], Outcome::Failure(_)));
+    assert!(matches!(probed[1], Outcome::Errored(_)));
+    assert!(matches!(probed[2], Outcome::Warning(_)));
     assert!(
         n.kills.done.lock().is_empty(),
         "one failure is below the threshold of 2"

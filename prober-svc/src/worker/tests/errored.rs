@@ -5,7 +5,7 @@ use super::harness::*;
 use crate::spec::ProbeType;
 
 fn probe_status(n: &Node) -> podward_api::prober::v1::ProbeStatus {
-    n.manager.status(Some("u")).pods[0].containers[0].probes[0].clone()
+    n.manager.view().status(Some("u")).pods[0].containers[0].probes[0].clone()
 }
 
 #[tokio::test(start_paused = true)]

@@ -29,7 +29,7 @@ async fn gated() -> (Node, Gate, ApiServer) {
     let gate = Gate::new("podward.io/ready", ApiMetrics::new(None).expect("metrics"));
     tokio::spawn(gate.clone().run(
         Arc::new(KubeWriter::new(client)),
-        Arc::new(n.manager.clone()),
+        Arc::new(n.manager.view().clone()),
         n.clock,
         std::future::pending(),
     ));
@@ -155,7 +155,7 @@ async fn an_exited_container_of_a_never_pod_is_not_ready_and_never_written_true(
     n.manager.update_pod(pod("u", READY, vec![c]));
     run_for(3 * S).await;
     assert_eq!(
-        n.manager.worker_count(),
+        n.manager.registry().worker_count(),
         0,
         "the worker ended, as kubelet's"
     );

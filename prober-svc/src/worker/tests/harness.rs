@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::clock::Clock;
 use crate::event::{Event, EventSink, Events};
+use crate::handler::attempt::Outcome;
 use crate::hub::Hub;
 use crate::kill::Killer;
 use crate::manager::Manager;
@@ -20,7 +21,7 @@ use crate::model::api::{ApiContainer, ApiPod, ContainerKind, Hook, PodPhase, Res
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::prestop::{HookError, HookRunner};
 use crate::results::ProbeResult;
-use crate::runner::{ProbeRunner, ProbeVerdict};
+use crate::runner::ProbeRunner;
 use crate::spec::{ProbeSpec, ProbeType};
 use crate::stopper::{StopError, Stopper};
 
@@ -35,10 +36,10 @@ pub(super) struct Call {
     pub(super) at: Instant,
 }
 
-/// What the fake answers for (container name, type): a verdict and how long the probe takes.
+/// What the fake answers for (container name, type): an outcome and how long the probe takes.
 #[derive(Clone)]
 struct Answer {
-    verdict: ProbeVerdict,
+    outcome: Outcome,
     takes: Duration,
 }
 
@@ -46,53 +47,40 @@ struct Answer {
 #[derive(Default)]
 pub(super) struct Script {
     answers: Mutex<HashMap<(String, ProbeType), Answer>>,
-    queued: Mutex<HashMap<(String, ProbeType), Vec<ProbeVerdict>>>,
+    queued: Mutex<HashMap<(String, ProbeType), Vec<Outcome>>>,
     pub(super) calls: Mutex<Vec<Call>>,
     in_flight: AtomicUsize,
     pub(super) max_in_flight: AtomicUsize,
 }
 
-pub(super) fn success() -> ProbeVerdict {
-    ProbeVerdict::Result {
-        result: ProbeResult::Success,
-        output: "ok".into(),
-        warning: false,
-    }
+pub(super) fn success() -> Outcome {
+    Outcome::Success("ok".into())
 }
 
-pub(super) fn failure() -> ProbeVerdict {
-    ProbeVerdict::Result {
-        result: ProbeResult::Failure,
-        output: "cat: can't open '/tmp/health'".into(),
-        warning: false,
-    }
+pub(super) fn failure() -> Outcome {
+    Outcome::Failure("cat: can't open '/tmp/health'".into())
 }
 
-pub(super) fn success_with_warning() -> ProbeVerdict {
-    ProbeVerdict::Result {
-        result: ProbeResult::Success,
-        output: "Probe terminated redirects, Response body: <a href=\"http://0.0.0.0/\">Found</a>."
-            .into(),
-        warning: true,
-    }
+pub(super) fn success_with_warning() -> Outcome {
+    Outcome::Warning(
+        "Probe terminated redirects, Response body: <a href=\"http://0.0.0.0/\">Found</a>.".into(),
+    )
 }
 
-pub(super) fn errored() -> ProbeVerdict {
-    ProbeVerdict::Errored {
-        message: "strconv.Atoi: parsing \"http\": invalid syntax".into(),
-    }
+pub(super) fn errored() -> Outcome {
+    Outcome::Errored("strconv.Atoi: parsing \"http\": invalid syntax".into())
 }
 
 impl Script {
     /// From now on, probes of (name, ty) return `v` and take `takes`.
-    pub(super) fn set(&self, name: &str, ty: ProbeType, v: ProbeVerdict, takes: Duration) {
+    pub(super) fn set(&self, name: &str, ty: ProbeType, v: Outcome, takes: Duration) {
         self.answers
             .lock()
-            .insert((name.into(), ty), Answer { verdict: v, takes });
+            .insert((name.into(), ty), Answer { outcome: v, takes });
     }
 
     /// The next probes of (name, ty) return these, in order, before the standing answer.
-    pub(super) fn queue(&self, name: &str, ty: ProbeType, vs: Vec<ProbeVerdict>) {
+    pub(super) fn queue(&self, name: &str, ty: ProbeType, vs: Vec<Outcome>) {
         self.queued.lock().insert((name.into(), ty), vs);
     }
 
@@ -114,7 +102,7 @@ impl ProbeRunner for Script {
         _spec: &'a ProbeSpec,
         _host_ip: IpAddr,
         c: &'a ContainerInfo,
-    ) -> BoxFuture<'a, ProbeVerdict> {
+    ) -> BoxFuture<'a, Outcome> {
         Box::pin(async move {
             self.calls.lock().push(Call {
                 container_id: c.id.to_string(),
@@ -130,14 +118,14 @@ impl ProbeRunner for Script {
                     .and_then(|v| (!v.is_empty()).then(|| v.remove(0)))
             };
             let answer = self.answers.lock().get(&key).cloned().unwrap_or(Answer {
-                verdict: success(),
+                outcome: success(),
                 takes: Duration::ZERO,
             });
             if !answer.takes.is_zero() {
                 tokio::time::sleep(answer.takes).await;
             }
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
-            queued.unwrap_or(answer.verdict)
+            queued.unwrap_or(answer.outcome)
         })
     }
 }
@@ -254,12 +242,12 @@ impl Node {
     }
 
     pub(super) fn result(&self, id: &str, ty: ProbeType) -> Option<ProbeResult> {
-        self.manager.results().get(id, ty)
+        self.manager.view().results().get(id, ty)
     }
 
     /// (started, ready, live) of container `name` in pod `uid` from the Status API.
     pub(super) fn flags(&self, uid: &str, name: &str) -> (bool, bool, bool) {
-        let st = self.manager.status(Some(uid));
+        let st = self.manager.view().status(Some(uid));
         let c = st
             .pods
             .first()

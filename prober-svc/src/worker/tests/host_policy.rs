@@ -28,7 +28,7 @@ async fn node_with(policy: HostPolicy, node_ip: &str) -> Node {
 }
 
 fn spec_errors(n: &Node) -> Vec<(String, String)> {
-    n.manager.status(Some("u")).pods[0]
+    n.manager.view().status(Some("u")).pods[0]
         .spec_errors
         .iter()
         .map(|e| (e.field.clone(), e.message.clone()))
@@ -43,7 +43,7 @@ async fn deny_local_refuses_a_metadata_host_literal_as_a_spec_error_with_no_work
     assert_eq!(errs[0].0, "livenessProbe.tcpSocket.host");
     assert!(errs[0].1.contains("link-local"), "{errs:?}");
     assert_eq!(
-        n.manager.worker_count(),
+        n.manager.registry().worker_count(),
         2,
         "startup (a name) and readiness run"
     );
@@ -59,7 +59,11 @@ async fn deny_refuses_every_probe_that_names_a_host() {
         fields,
         ["livenessProbe.tcpSocket.host", "startupProbe.httpGet.host"]
     );
-    assert_eq!(n.manager.worker_count(), 1, "only readiness runs");
+    assert_eq!(
+        n.manager.registry().worker_count(),
+        1,
+        "only readiness runs"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -67,8 +71,8 @@ async fn a_hostnetwork_pod_and_kubelets_policy_keep_every_probe() {
     // The harness's pods are probed at 127.0.0.1: that is the node IP of a hostNetwork pod.
     let n = node_with(HostPolicy::DenyLocal, "127.0.0.1").await;
     assert!(spec_errors(&n).is_empty());
-    assert_eq!(n.manager.worker_count(), 3);
+    assert_eq!(n.manager.registry().worker_count(), 3);
     let n = node_with(HostPolicy::Allow, NODE_IP).await;
     assert!(spec_errors(&n).is_empty());
-    assert_eq!(n.manager.worker_count(), 3);
+    assert_eq!(n.manager.registry().worker_count(), 3);
 }

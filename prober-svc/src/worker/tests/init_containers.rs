@@ -36,7 +36,7 @@ async fn an_init_container_seen_from_cri_first_stops_being_probed_when_the_api_v
     n.manager
         .set_api_pod(api_pod(&p, RestartPolicy::Never, Some(ANN), kinds()));
     assert_eq!(
-        n.manager.worker_count(),
+        n.manager.registry().worker_count(),
         1,
         "only app's liveness: the init and ephemeral containers' workers stopped"
     );
@@ -46,7 +46,7 @@ async fn an_init_container_seen_from_cri_first_stops_being_probed_when_the_api_v
         "never killed: {:?}",
         n.kills.done.lock()
     );
-    let st = n.manager.status(Some("u"));
+    let st = n.manager.view().status(Some("u"));
     let mut errs: Vec<&str> = st.pods[0]
         .spec_errors
         .iter()
@@ -63,7 +63,7 @@ async fn with_the_api_view_first_they_are_never_probed() {
     n.manager
         .set_api_pod(api_pod(&p, RestartPolicy::Never, Some(ANN), kinds()));
     n.manager.update_pod(p);
-    assert_eq!(n.manager.worker_count(), 1);
+    assert_eq!(n.manager.registry().worker_count(), 1);
     run_for(3 * S).await;
     assert!(
         n.script

@@ -38,7 +38,7 @@ async fn a10_a_non_running_container_is_failure_without_a_kill_and_the_worker_st
         "a dead container is not killed"
     );
     assert_eq!(
-        n.manager.worker_count(),
+        n.manager.registry().worker_count(),
         2,
         "workers wait for the next instance"
     );
@@ -64,13 +64,13 @@ async fn a11_removing_a_pod_stops_workers_and_forgets_results() {
         vec![running(&n.clock, "c1", "c", 0, S)],
     ));
     run_for(2 * S).await;
-    assert_eq!(n.manager.worker_count(), 2);
+    assert_eq!(n.manager.registry().worker_count(), 2);
     assert!(n.manager.remove_pod("u"));
     assert!(!n.manager.remove_pod("u"), "idempotent");
     run_for(S).await;
-    assert_eq!(n.manager.worker_count(), 0);
+    assert_eq!(n.manager.registry().worker_count(), 0);
     assert!(
-        n.manager.results().is_empty(),
+        n.manager.view().results().is_empty(),
         "exited workers removed their results"
     );
     let calls = n.script.calls.lock().len();
@@ -80,7 +80,7 @@ async fn a11_removing_a_pod_stops_workers_and_forgets_results() {
         calls,
         "no probes after removal"
     );
-    assert!(n.manager.status(None).pods.is_empty());
+    assert!(n.manager.view().status(None).pods.is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -251,7 +251,7 @@ async fn a14_add_is_idempotent_spec_updates_are_ignored_and_cleanup_is_selective
     n.manager
         .update_pod(pod("a", changed, vec![running(&n.clock, "a1", "c", 0, S)]));
     assert_eq!(
-        n.manager.worker_count(),
+        n.manager.registry().worker_count(),
         4,
         "re-adding and spec changes create nothing"
     );
@@ -263,8 +263,8 @@ async fn a14_add_is_idempotent_spec_updates_are_ignored_and_cleanup_is_selective
         vec!["a".to_owned()]
     );
     run_for(S).await;
-    assert_eq!(n.manager.worker_count(), 2);
-    assert_eq!(n.manager.pod_uids(), vec!["b".to_owned()]);
+    assert_eq!(n.manager.registry().worker_count(), 2);
+    assert_eq!(n.manager.registry().pod_uids(), vec!["b".to_owned()]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -275,7 +275,7 @@ async fn a14_a_bad_probe_is_reported_and_the_others_still_run() {
     n.manager
         .update_pod(pod("u", spec, vec![running(&n.clock, "g1", "good", 0, S)]));
     run_for(2 * S).await;
-    let st = n.manager.status(Some("u"));
+    let st = n.manager.view().status(Some("u"));
     let errs = &st.pods[0].spec_errors;
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].container, "bad");
@@ -301,7 +301,7 @@ async fn a15_every_named_container_gets_its_probes_sidecars_included() {
             running(&n.clock, "m1", "main", 0, S),
         ],
     ));
-    assert_eq!(n.manager.worker_count(), 4);
+    assert_eq!(n.manager.registry().worker_count(), 4);
 }
 
 #[tokio::test(start_paused = true)]
@@ -343,7 +343,7 @@ async fn watch_publishes_changes_only_and_kills() {
         events.windows(2).all(|w| w[1].seq == w[0].seq + 1),
         "gapless sequence"
     );
-    let st = n.manager.status(Some("u"));
+    let st = n.manager.view().status(Some("u"));
     assert_eq!(st.pods[0].containers[0].kills, 1);
     assert_eq!(
         st.pods[0].containers[0]

@@ -9,7 +9,7 @@ const SPEC: &str = r#"{"app":{"readinessProbe":{"exec":{"command":["true"]},"per
                       "ghost":{"livenessProbe":{"exec":{"command":["true"]},"periodSeconds":1}}}"#;
 
 fn names(n: &Node, uid: &str) -> Vec<String> {
-    n.manager.status(Some(uid)).pods[0]
+    n.manager.view().status(Some(uid)).pods[0]
         .containers
         .iter()
         .map(|c| c.name.clone())
@@ -23,11 +23,13 @@ async fn a_name_no_container_has_is_a_spec_error_with_no_worker_once_the_pod_run
         .update_pod(pod("u", SPEC, vec![running(&n.clock, "a1", "app", 0, S)]));
     run_for(2 * S).await;
     assert!(
-        n.manager.status(Some("u")).pods[0].spec_errors.is_empty(),
+        n.manager.view().status(Some("u")).pods[0]
+            .spec_errors
+            .is_empty(),
         "not yet: kubelet may still be creating containers"
     );
     run_for(UNKNOWN_CONTAINER_GRACE).await;
-    let st = n.manager.status(Some("u"));
+    let st = n.manager.view().status(Some("u"));
     let errs = &st.pods[0].spec_errors;
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].container, "ghost");
@@ -36,7 +38,7 @@ async fn a_name_no_container_has_is_a_spec_error_with_no_worker_once_the_pod_run
         "{errs:?}"
     );
     assert_eq!(names(&n, "u"), ["app"], "no phantom worker in Status");
-    assert_eq!(n.manager.worker_count(), 1);
+    assert_eq!(n.manager.registry().worker_count(), 1);
     let ghost_probes = n.script.calls_of(ProbeType::Liveness).len();
     assert_eq!(ghost_probes, 0, "nothing to probe, nothing probed");
 }
@@ -47,12 +49,19 @@ async fn a_named_container_that_appears_late_clears_the_error_and_gets_its_worke
     let app = running(&n.clock, "a1", "app", 0, S);
     n.manager.update_pod(pod("u", SPEC, vec![app.clone()]));
     run_for(UNKNOWN_CONTAINER_GRACE + 2 * S).await;
-    assert_eq!(n.manager.status(Some("u")).pods[0].spec_errors.len(), 1);
+    assert_eq!(
+        n.manager.view().status(Some("u")).pods[0].spec_errors.len(),
+        1
+    );
     // A long init container, say: the container comes after all.
     let ghost = running(&n.clock, "g1", "ghost", 0, S);
     n.manager.update_pod(pod("u", SPEC, vec![app, ghost]));
     run_for(2 * S).await;
-    assert!(n.manager.status(Some("u")).pods[0].spec_errors.is_empty());
+    assert!(
+        n.manager.view().status(Some("u")).pods[0]
+            .spec_errors
+            .is_empty()
+    );
     assert_eq!(names(&n, "u"), ["app", "ghost"]);
     assert!(!n.script.calls_of(ProbeType::Liveness).is_empty());
 }
@@ -62,7 +71,11 @@ async fn no_name_is_unknown_while_no_container_of_the_pod_runs_or_new_ones_keep_
     let n = Node::steady().await;
     n.manager.update_pod(pod("u", SPEC, vec![]));
     run_for(3 * UNKNOWN_CONTAINER_GRACE).await;
-    assert!(n.manager.status(Some("u")).pods[0].spec_errors.is_empty());
+    assert!(
+        n.manager.view().status(Some("u")).pods[0]
+            .spec_errors
+            .is_empty()
+    );
     // Init containers one after another, each within the grace: still nothing reported.
     let mut cs = Vec::new();
     for i in 0..3 {
@@ -75,6 +88,10 @@ async fn no_name_is_unknown_while_no_container_of_the_pod_runs_or_new_ones_keep_
         ));
         n.manager.update_pod(pod("u", SPEC, cs.clone()));
         run_for(UNKNOWN_CONTAINER_GRACE / 2).await;
-        assert!(n.manager.status(Some("u")).pods[0].spec_errors.is_empty());
+        assert!(
+            n.manager.view().status(Some("u")).pods[0]
+                .spec_errors
+                .is_empty()
+        );
     }
 }

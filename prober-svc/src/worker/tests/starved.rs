@@ -48,7 +48,7 @@ fn starved_count(n: &Node) -> u64 {
 }
 
 fn probe_status(n: &Node) -> podward_api::prober::v1::ProbeStatus {
-    n.manager.status(Some("u")).pods[0].containers[0].probes[0].clone()
+    n.manager.view().status(Some("u")).pods[0].containers[0].probes[0].clone()
 }
 
 #[tokio::test(start_paused = true)]

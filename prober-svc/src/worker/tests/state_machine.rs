@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::harness::*;
+use crate::handler::attempt::Outcome;
 use crate::results::ProbeResult;
-use crate::runner::ProbeVerdict;
 use crate::spec::ProbeType;
 
 const ALL3: &str = r#"{"c":{
@@ -354,7 +354,7 @@ async fn a8_errored_probes_are_discarded_without_touching_counters() {
         n.result("c1", ProbeType::Liveness),
         Some(ProbeResult::Success)
     );
-    let st = n.manager.status(Some("u"));
+    let st = n.manager.view().status(Some("u"));
     let probe = &st.pods[0].containers[0].probes[0];
     assert_eq!(probe.consecutive_failures, 1, "errors did not count");
     assert_eq!(probe.probes_run, 1, "errors are not results");
@@ -387,12 +387,9 @@ async fn a9_a_warning_counts_as_success() {
     let n = Node::steady().await;
     let spec =
         r#"{"c":{"livenessProbe":{"httpGet":{"port":80},"periodSeconds":1,"failureThreshold":1}}}"#;
-    let warning = ProbeVerdict::Result {
-        result: ProbeResult::Success,
-        output: "Probe terminated redirects, Response body: <a href=\"http://0.0.0.0/\">Found</a>."
-            .into(),
-        warning: true,
-    };
+    let warning = Outcome::Warning(
+        "Probe terminated redirects, Response body: <a href=\"http://0.0.0.0/\">Found</a>.".into(),
+    );
     n.script
         .set("c", ProbeType::Liveness, warning, Duration::ZERO);
     n.manager

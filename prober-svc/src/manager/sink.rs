@@ -1,0 +1,74 @@
+//! What the manager does with what a worker tells it ([`Sink`]): a failure at threshold goes to
+//! the kill path while the pod is still followed, a startup success triggers the container's
+//! readiness worker, and an exited worker is forgotten.
+
+use std::sync::{Arc, Weak};
+
+use super::{Inner, trigger};
+use crate::model::{ContainerInfo, PodInfo};
+use crate::spec::{ProbeSpec, ProbeType};
+use crate::worker::Sink;
+use crate::worker::handle::{WorkerCtl, WorkerKey};
+
+/// What the manager does with what a worker tells it; weak so workers do not keep the manager
+/// alive.
+pub(super) struct ManagerSink {
+    inner: Weak<Inner>,
+}
+
+impl ManagerSink {
+    pub(super) fn new(inner: &Arc<Inner>) -> Self {
+        Self {
+            inner: Arc::downgrade(inner),
+        }
+    }
+}
+
+impl Sink for ManagerSink {
+    fn threshold_failure(
+        &self,
+        key: &WorkerKey,
+        pod: &PodInfo,
+        c: &ContainerInfo,
+        spec: &ProbeSpec,
+        output: &str,
+    ) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        // A probe in flight when its pod was removed must not kill (nor count a kill in a series
+        // `remove_pod` already deleted): checked and killed under the pods lock, so a removal
+        // comes either before (no kill) or after (it forgets this one too).
+        let pods = inner.registry.pods.lock();
+        if pods.contains_key(&pod.uid) {
+            inner.killer.kill(pod, c, key.ty, spec, output);
+        }
+    }
+
+    fn started(&self, key: &WorkerKey) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        trigger(
+            &inner.registry,
+            &key.pod_uid,
+            &key.container,
+            ProbeType::Readiness,
+        );
+    }
+
+    fn exited(&self, key: &WorkerKey, ctl: &Arc<WorkerCtl>) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        let mut workers = inner.registry.workers.lock();
+        if workers.get(key).is_some_and(|w| Arc::ptr_eq(&w.ctl, ctl)) {
+            workers.remove(key);
+            inner
+                .metrics
+                .workers
+                .with_label_values(&[key.ty.name()])
+                .dec();
+        }
+    }
+}

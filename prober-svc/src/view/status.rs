@@ -1,0 +1,155 @@
+//! `Status`: per pod and container, started/ready/live as kubelet's `UpdatePodStatus` computes
+//! them, with each probe's counters.
+
+use std::collections::{BTreeSet, HashSet};
+
+use podward_api::prober::v1 as api;
+
+use super::View;
+use crate::model::{ContainerInfo, PodInfo, RunState};
+use crate::registry::{pod_workers, worker};
+use crate::results::ProbeResult;
+use crate::spec::ProbeType;
+use crate::wire;
+use crate::worker::handle::WorkerStatus;
+use crate::worker::started_before_restart;
+
+impl View {
+    /// Status of every probed pod, or of `uid` only.
+    pub fn status(&self, uid: Option<&str>) -> api::StatusResponse {
+        let entries: Vec<_> = {
+            let pods = self.registry.pods.lock();
+            pods.iter()
+                .filter(|(u, _)| uid.is_none_or(|w| w == u.as_str()))
+                .map(|(_, e)| (e.shared.clone(), e.all_errors(), e.has_startup.clone()))
+                .collect()
+        };
+        let pods = entries
+            .into_iter()
+            .map(|(shared, errors, has_startup)| {
+                let pod = shared.read().clone();
+                api::PodStatus {
+                    pod_uid: pod.uid.clone(),
+                    pod_name: pod.name.clone(),
+                    pod_namespace: pod.namespace.clone(),
+                    containers: self.containers(&pod, &has_startup),
+                    spec_errors: errors
+                        .into_iter()
+                        .map(|e| api::SpecError {
+                            container: e.container,
+                            field: e.field,
+                            message: e.message,
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        api::StatusResponse { pods }
+    }
+
+    /// The status of every container of `pod` that has a worker.
+    fn containers(
+        &self,
+        pod: &PodInfo,
+        has_startup: &HashSet<String>,
+    ) -> Vec<api::ContainerStatus> {
+        let workers = self.registry.workers.lock();
+        let names: BTreeSet<&str> = pod_workers(&workers, &pod.uid)
+            .map(|(k, _)| k.container.as_str())
+            .collect();
+        names
+            .into_iter()
+            .map(|name| {
+                let probes: Vec<(ProbeType, WorkerStatus)> = ProbeType::ALL
+                    .into_iter()
+                    .filter_map(|ty| {
+                        worker(&workers, &pod.uid, name, ty).map(|w| (ty, w.status.lock().clone()))
+                    })
+                    .collect();
+                self.container(pod, name, has_startup.contains(name), probes)
+            })
+            .collect()
+    }
+
+    /// The status of container `name` of `pod`, whose workers' statuses are `probes`.
+    fn container(
+        &self,
+        pod: &PodInfo,
+        name: &str,
+        has_startup: bool,
+        probes: Vec<(ProbeType, WorkerStatus)>,
+    ) -> api::ContainerStatus {
+        let c = pod.current(name);
+        let has_readiness = probes.iter().any(|(ty, _)| *ty == ProbeType::Readiness);
+        let (started, ready, live) = match c {
+            Some(c) => self.flags(c, has_startup, has_readiness),
+            None => (false, false, true),
+        };
+        let kills = self.killer.log(&pod.uid, name);
+        let exec = c.and_then(|c| self.runner.exec_choice(&c.id));
+        api::ContainerStatus {
+            name: name.to_owned(),
+            container_id: c.map(|c| c.id.to_string()).unwrap_or_default(),
+            started,
+            ready,
+            live,
+            probes: probes
+                .into_iter()
+                .map(|(ty, st)| probe_status(ty, st))
+                .collect(),
+            kills: kills.count,
+            last_kill: kills.last.as_ref().map(wire::kill),
+            exec_runner: exec
+                .as_ref()
+                .map(|e| e.runner.to_owned())
+                .unwrap_or_default(),
+            exec_runner_reason: exec.map(|e| e.reason).unwrap_or_default(),
+        }
+    }
+
+    /// (started, ready, live) of one container instance, as kubelet's `UpdatePodStatus`.
+    fn flags(
+        &self,
+        c: &ContainerInfo,
+        has_startup: bool,
+        has_readiness: bool,
+    ) -> (bool, bool, bool) {
+        let results = &self.results;
+        let running = c.state == RunState::Running;
+        let before_restart = started_before_restart(c, &self.clock);
+        let started = running
+            && (!has_startup
+                || match results.get(&c.id, ProbeType::Startup) {
+                    Some(r) => r == ProbeResult::Success,
+                    None => before_restart,
+                });
+        let ready = started
+            && match results.get(&c.id, ProbeType::Readiness) {
+                Some(r) => r == ProbeResult::Success,
+                // No result: ready only without a readiness worker, or (kubelet's restart rule)
+                // for a container that ran before this prober started.
+                None => !has_readiness || before_restart,
+            };
+        let live = results.get(&c.id, ProbeType::Liveness) != Some(ProbeResult::Failure);
+        (started, ready, live)
+    }
+}
+
+/// One worker's status on the wire.
+fn probe_status(ty: ProbeType, st: WorkerStatus) -> api::ProbeStatus {
+    api::ProbeStatus {
+        r#type: wire::probe_type(ty) as i32,
+        result: wire::probe_result(st.result) as i32,
+        last_output: st.last_output,
+        last_probe_result: wire::probe_result(st.last_probe_result) as i32,
+        consecutive_successes: st.consecutive_successes,
+        consecutive_failures: st.consecutive_failures,
+        last_probe_at_ns: st.last_probe_at_ns,
+        last_transition_at_ns: st.last_transition_at_ns,
+        on_hold: st.on_hold,
+        probes_run: st.probes_run,
+        last_error: st.last_error,
+        last_error_at_ns: st.last_error_at_ns,
+        probes_errored: st.probes_errored,
+    }
+}
