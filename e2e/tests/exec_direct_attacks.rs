@@ -128,7 +128,14 @@ fn pid_of(cmdline: &str) -> i32 {
 /// Scans the container's `/proc` for the probe path (command lines with the helper's marker)
 /// and tries each process's `maps` and `mem` (read, read-write, then a write of the bytes just
 /// read back where they were: harmless, but a write into that process).
+///
+/// A success counts only if the command line still carries the marker once the access is done
+/// (the `mem` descriptor still open): an `execve` replaces the whole memory image for good, so a
+/// process showing the marker after the access was still the probe path during it. Without that
+/// re-check, a probe command that reaches `execve` between the scan and the `open` (a `true`
+/// from the container's own `/bin`, fair game for its root) would read as a breach.
 const MEM_ATTACKER: &str = r#"
+still() { tr '\0' ' ' < $1/cmdline 2>/dev/null | grep -qF -- "$m"; }
 touch /out/ready
 while :; do
   for d in /proc/[0-9]*; do
@@ -138,12 +145,13 @@ while :; do
     case "$c" in *"$m"*) ;; *) continue;; esac
     echo "saw $p $c" >> /out/log
     a=$(head -n 1 $d/maps 2>/dev/null | cut -d- -f1)
+    still $d || a=
     [ -n "$a" ] && echo "maps $p $a" >> /out/log
-    ( exec 8<$d/mem ) 2>/dev/null && echo "read-open $p" >> /out/log
-    if ( exec 8<>$d/mem ) 2>/dev/null; then
+    ( exec 8<$d/mem && still $d ) 2>/dev/null && echo "read-open $p" >> /out/log
+    if ( exec 8<>$d/mem && still $d ) 2>/dev/null; then
       echo "rw-open $p" >> /out/log
       if [ -n "$a" ] && dd if=$d/mem bs=1 skip=$((0x$a)) count=8 of=/tmp/b 2>/dev/null &&
-         dd if=/tmp/b of=$d/mem bs=1 seek=$((0x$a)) conv=notrunc 2>/dev/null; then
+         dd if=/tmp/b of=$d/mem bs=1 seek=$((0x$a)) conv=notrunc 2>/dev/null && still $d; then
         echo "wrote $p" >> /out/log
       fi
     fi
