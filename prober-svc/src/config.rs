@@ -3,18 +3,19 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
-use std::time::Duration;
 
 use podward_api::daemon::config::Common;
 use podward_api::daemon::telemetry::LogFormat;
 
-use crate::apiserver::{ApiSettings, DEFAULT_GATE_CONDITION};
-use crate::lease::LeaseSettings;
+use crate::apiserver::DEFAULT_GATE_CONDITION;
 use podward_api::paths;
 use serde::{Deserialize, Serialize};
 
+mod kube;
+
 pub use crate::handler::exec::direct::ExecMode;
 use crate::handler::host_policy::HostPolicy;
+pub use kube::{InvalidSetting, lease_namespace};
 
 /// Command-line flags (the daemon's; `cli::Cli` adds the one-shot commands). Every field is
 /// optional so that only what was given overrides the file.
@@ -75,9 +76,9 @@ pub struct Args {
     pub admin_addr: Option<SocketAddr>,
 
     /// Also serve the probe families (prober_probe_total, prober_probe_duration_seconds) on
-    /// /metrics; they are always on /metrics/probes, where kubelet serves its own. They are
-    /// ~1.8 KB per worker (55 MB at 30,000 workers): set false when the scraper takes them from
-    /// /metrics/probes (a value needs the `=`). [default: true]
+    /// /metrics; they are always on /metrics/probes, where kubelet serves its own. They grow with
+    /// every worker: set false when the scraper takes them from /metrics/probes (a value needs the
+    /// `=`). [default: true]
     #[arg(long, env = "PODWARD_PROBER_METRICS_WITH_PROBES", num_args = 0..=1,
           require_equals = true, default_missing_value = "true", value_name = "BOOL")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -181,8 +182,8 @@ pub struct Args {
     pub exec_helper: Option<PathBuf>,
 
     /// Keep one direct-exec helper started ahead of the probe that takes it: a helper's start-up
-    /// (fork, exec, loader: 1-2 ms of a direct probe's latency) is then off the probe's path, at
-    /// the cost of one idle helper process (~0.7 MB of its own) in the prober's own namespaces.
+    /// (fork, exec, loader) is then off the probe's path, at the cost of one idle helper process in
+    /// the prober's own namespaces.
     /// Set false to start each probe's helper when the probe runs. Started only once a direct
     /// probe ran (a value needs the `=`). [default: true]
     #[arg(long, env = "PODWARD_PROBER_EXEC_STANDBY", num_args = 0..=1,
@@ -283,118 +284,11 @@ impl Default for Config {
     }
 }
 
-/// A setting that cannot work.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid setting {setting}: {message}")]
-pub struct InvalidSetting {
-    /// The flag.
-    pub setting: &'static str,
-    /// Why.
-    pub message: String,
-}
-
 impl Config {
-    /// How to use the Kubernetes API; `None` without a node name (the API side stays off).
-    pub fn api_settings(&self) -> Result<Option<ApiSettings>, InvalidSetting> {
-        let rate = |setting: &'static str, v: f64| {
-            if v.is_finite() && v > 0.0 {
-                Ok(v)
-            } else {
-                Err(InvalidSetting {
-                    setting,
-                    message: format!("{v} is not a positive number"),
-                })
-            }
-        };
-        let burst = |setting: &'static str, v: u32| {
-            if v > 0 {
-                Ok(v)
-            } else {
-                Err(InvalidSetting {
-                    setting,
-                    message: "must be at least 1".to_owned(),
-                })
-            }
-        };
-        let qps = rate("--kube-api-qps", self.kube_api_qps)?;
-        let event_qps = rate("--event-qps", self.event_qps)?;
-        let kube_burst = burst("--kube-api-burst", self.kube_api_burst)?;
-        let event_burst = burst("--event-burst", self.event_burst)?;
-        let gate = self.readiness_gate_condition.trim();
-        if gate.is_empty() || gate.chars().any(char::is_whitespace) {
-            return Err(InvalidSetting {
-                setting: "--readiness-gate-condition",
-                message: format!("{gate:?} is not a condition type"),
-            });
-        }
-        let Some(node) = self
-            .node_name
-            .as_deref()
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-        else {
-            return Ok(None);
-        };
-        Ok(Some(ApiSettings {
-            node_name: node.to_owned(),
-            kubeconfig: self.kubeconfig.clone(),
-            qps,
-            burst: kube_burst,
-            event_qps,
-            event_burst,
-            gate_condition: gate.to_owned(),
-        }))
-    }
-
-    /// How to keep the node lease; `None` without a node name or with a duration of 0.
-    pub fn lease_settings(&self) -> Result<Option<LeaseSettings>, InvalidSetting> {
-        let interval = self.node_lease_renew_interval_seconds;
-        let duration = self.node_lease_duration_seconds;
-        if duration == 0 {
-            return Ok(None);
-        }
-        if interval == 0 || interval >= duration {
-            return Err(InvalidSetting {
-                setting: "--node-lease-renew-interval-seconds",
-                message: format!(
-                    "{interval} must be at least 1 and less than --node-lease-duration-seconds ({duration})"
-                ),
-            });
-        }
-        let Some(node) = self
-            .node_name
-            .as_deref()
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-        else {
-            return Ok(None);
-        };
-        Ok(Some(LeaseSettings {
-            namespace: lease_namespace(self.lease_namespace.as_deref()),
-            node: node.to_owned(),
-            renew_interval: Duration::from_secs(interval),
-            duration: Duration::from_secs(duration),
-        }))
-    }
-
     /// The node IP to probe host-network pods at: the configured one, else detected.
     pub fn node_ip(&self) -> IpAddr {
         self.node_ip.unwrap_or_else(detect_node_ip)
     }
-}
-
-/// The leases' namespace: `configured`, else POD_NAMESPACE (the downward API), else `podward`.
-pub fn lease_namespace(configured: Option<&str>) -> String {
-    configured
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .map(str::to_owned)
-        .or_else(|| {
-            std::env::var("POD_NAMESPACE")
-                .ok()
-                .filter(|n| !n.is_empty())
-        })
-        .unwrap_or_else(|| "podward".to_owned())
 }
 
 /// The host's primary IPv4 address: the source address the kernel picks for a route to a
@@ -431,40 +325,6 @@ mod tests {
         assert_eq!(c.node_ip, Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
         assert_eq!(c.kube_version, "1.30");
         assert_eq!(c.socket, Config::default().socket);
-    }
-
-    #[test]
-    fn the_api_side_needs_a_node_name_and_sane_rates() {
-        let load = |argv: &[&str]| -> Config {
-            let mut all = vec!["podward-prober"];
-            all.extend_from_slice(argv);
-            let args = Args::try_parse_from(all).expect("parse");
-            podward_api::daemon::config::load(None, &args).expect("load")
-        };
-        assert_eq!(load(&[]).api_settings(), Ok(None));
-        let s = load(&[
-            "--node-name",
-            "node-a",
-            "--kube-api-qps",
-            "5",
-            "--kube-api-burst",
-            "10",
-        ])
-        .api_settings()
-        .expect("valid")
-        .expect("on");
-        assert_eq!(s.node_name, "node-a");
-        assert_eq!((s.qps, s.burst), (5.0, 10));
-        assert_eq!((s.event_qps, s.event_burst), (50.0, 100));
-        assert_eq!(s.gate_condition, "podward.io/ready");
-        assert_eq!(s.kubeconfig, None);
-        let bad = load(&["--node-name", "n", "--kube-api-qps", "0"]).api_settings();
-        assert_eq!(bad.map_err(|e| e.setting), Err("--kube-api-qps"));
-        let bad = load(&["--node-name", "n", "--readiness-gate-condition", " "]).api_settings();
-        assert_eq!(
-            bad.map_err(|e| e.setting),
-            Err("--readiness-gate-condition")
-        );
     }
 
     #[test]

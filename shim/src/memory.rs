@@ -26,15 +26,15 @@ pub(crate) fn release_free_heap() {
 /// Heap freed at its top that glibc keeps rather than returns at once (`M_TRIM_THRESHOLD`;
 /// glibc's default is 128 KiB). Freed memory is given back by [`release_free_heap`] once large
 /// answers stop coming; until then a relayed multi-MiB answer's read buffers are reused by the
-/// next one instead of being returned and faulted back in page by page (page faults were ~10 %
-/// of the shim's CPU samples during 4 MiB Lists, docs/benchmarks.md). Bounded so that a burst no
-/// large answer announced still goes back at once.
+/// next one instead of being returned and faulted back in page by page (page faults were a
+/// visible share of the shim's CPU samples during large Lists, docs/benchmarks.md). Bounded so
+/// that a burst no large answer announced still goes back at once.
 const TRIM_THRESHOLD: libc::c_int = 8 << 20;
 
 /// Tunes glibc's allocator for the shim (elsewhere nothing): the trim threshold above, and one
 /// arena. With the default (eight per core), the decoder thread gets an arena of its own, and
-/// each arena keeps its own partly used pages: with 1,100 containers indexed one arena measured
-/// about 1.5 MiB less RSS (docs/benchmarks.md). The two threads rarely allocate at the same
+/// each arena keeps its own partly used pages, so one arena holds less RSS for the same index
+/// (docs/benchmarks.md, Shim). The two threads rarely allocate at the same
 /// moment; with one arena no figure of the bench got worse. Call once, at start, before the
 /// decoder thread exists.
 pub(crate) fn tune_allocator() {

@@ -164,8 +164,8 @@ impl Options {
     ///
     /// It still waits for the reactor after `connect`: closing in the same poll (measured) made
     /// the prober close before the target accepted, which moves TIME-WAIT to the prober's side
-    /// and, at 15,000 probes/s on the shared 2-core bench machine, made the prober collapse
-    /// (11,000 probes/s, timeouts) where waiting sustains 15,000/s.
+    /// and, at a high probe rate, made the prober fall behind with timeouts where waiting keeps
+    /// up (docs/benchmarks.md, Prober).
     pub(crate) const NO_DATA: Options = Options {
         nodelay: false,
         immediate: false,

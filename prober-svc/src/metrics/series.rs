@@ -2,9 +2,10 @@
 //! kept compact and written as Prometheus text by the admin endpoint.
 //!
 //! With the `prometheus` crate each labelled child owns its label pairs as strings and its
-//! histogram shards, about 3 KiB per worker, which at 30,000 workers was a third of the
-//! prober's memory; here a worker's series are one ~300-byte record, and a scrape streams them
-//! in chunks instead of gathering copies of all of them first.
+//! histogram shards, many times what the counts themselves take, and at the design point's worker
+//! count a large share of the prober's memory (docs/benchmarks.md, Prober); here a worker's
+//! series are one compact record, and a scrape streams them in chunks instead of gathering copies
+//! of all of them first.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

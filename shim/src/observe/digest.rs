@@ -17,9 +17,9 @@
 //! A body that is not exactly one well-formed uncompressed message has no digest.
 //!
 //! XXH3 (randomly seeded per process; twox-hash, which picks AVX2 at run time where the CPU has
-//! it) rather than std's SipHash: it hashes a 4 MiB answer in a fraction of a millisecond. A
-//! collision would only skip decoding one changed answer; the next change,
-//! event or rebuild repairs it.
+//! it) rather than std's SipHash: it is fast enough to hash every answer on the relay's thread as
+//! the bytes go by (docs/benchmarks.md, Shim). A collision would only skip decoding one changed
+//! answer; the next change, event or rebuild repairs it.
 
 mod shape;
 
