@@ -6,9 +6,11 @@ use std::fs;
 use std::path::Path;
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
-use nix::sched::{CloneFlags, unshare};
 use podward_housekeeper::node::log_dir::{LogDirError, remove_log_dir, scan_log_dirs};
 use podward_housekeeper::node::mounts::MountTable;
+
+#[path = "support/mount_ns.rs"]
+mod mount_ns;
 
 /// Unmounts on drop, even when an assertion fails.
 struct Unmount(std::path::PathBuf);
@@ -21,15 +23,7 @@ impl Drop for Unmount {
 
 #[test]
 fn mounted_log_dir_is_not_removed() {
-    unshare(CloneFlags::CLONE_NEWNS).expect("unshare mount ns (needs root)");
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None::<&str>,
-    )
-    .expect("make / private");
+    mount_ns::enter_private();
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp
         .path()

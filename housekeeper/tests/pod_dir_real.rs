@@ -11,7 +11,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
-use nix::sched::{CloneFlags, unshare};
 use podward_housekeeper::node::mounts::MountTable;
 use podward_housekeeper::node::pod_dir::{
     PodDir, PodDirError, Removal, assess_removal, mounted_volumes, remove_pod_dir, scan_pod_dirs,
@@ -19,6 +18,8 @@ use podward_housekeeper::node::pod_dir::{
 use sha2::{Digest, Sha256};
 use uids::uid_of;
 
+#[path = "support/mount_ns.rs"]
+mod mount_ns;
 #[path = "support/uids.rs"]
 mod uids;
 
@@ -30,15 +31,7 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Self {
-        unshare(CloneFlags::CLONE_NEWNS).expect("unshare mount ns (needs root)");
-        mount(
-            None::<&str>,
-            "/",
-            None::<&str>,
-            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-            None::<&str>,
-        )
-        .expect("make / private");
+        mount_ns::enter_private();
         let tmp = tempfile::tempdir().expect("tempdir");
         fs::create_dir(tmp.path().join("pods")).expect("pods");
         Fixture {

@@ -17,8 +17,10 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
-use nix::sched::{CloneFlags, unshare};
 use podward_housekeeper::node::cgroup::{CgroupDriver, CgroupLayout};
+
+#[path = "mount_ns.rs"]
+mod mount_ns;
 
 /// The hybrid set, relative to `/sys/fs/cgroup`.
 pub const HIERARCHIES: [&str; 5] = ["cpu", "memory", "pids", "freezer", "unified"];
@@ -48,15 +50,7 @@ pub fn v2_mount() -> PathBuf {
 impl TestCgroups {
     fn private_ns() {
         // A private mount namespace for this test thread: bind mounts vanish with it at the latest.
-        unshare(CloneFlags::CLONE_NEWNS).expect("unshare mount ns (needs root)");
-        mount(
-            None::<&str>,
-            "/",
-            None::<&str>,
-            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-            None::<&str>,
-        )
-        .expect("make / private");
+        mount_ns::enter_private();
     }
 
     fn id() -> String {

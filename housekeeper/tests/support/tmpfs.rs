@@ -10,7 +10,9 @@
 use std::path::{Path, PathBuf};
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
-use nix::sched::{CloneFlags, unshare};
+
+#[path = "mount_ns.rs"]
+mod mount_ns;
 
 /// A tmpfs mounted at a path until dropped.
 pub struct Tmpfs {
@@ -20,15 +22,7 @@ pub struct Tmpfs {
 impl Tmpfs {
     /// Enters a private mount namespace and mounts a tmpfs at `path` (an existing directory).
     pub fn mount(path: &Path) -> Self {
-        unshare(CloneFlags::CLONE_NEWNS).expect("unshare mount ns (needs root)");
-        mount(
-            None::<&str>,
-            "/",
-            None::<&str>,
-            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-            None::<&str>,
-        )
-        .expect("make / private");
+        mount_ns::enter_private();
         mount(
             Some("tmpfs"),
             path,

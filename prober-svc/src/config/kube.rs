@@ -52,12 +52,7 @@ impl Config {
                 message: format!("{gate:?} is not a condition type"),
             });
         }
-        let Some(node) = self
-            .node_name
-            .as_deref()
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-        else {
+        let Some(node) = self.node_name() else {
             return Ok(None);
         };
         Ok(Some(ApiSettings {
@@ -69,6 +64,14 @@ impl Config {
             event_burst,
             gate_condition: gate.to_owned(),
         }))
+    }
+
+    /// The node's name, trimmed; `None` when unset or blank (the Kubernetes side stays off).
+    fn node_name(&self) -> Option<&str> {
+        self.node_name
+            .as_deref()
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
     }
 
     /// How to keep the node lease; `None` without a node name or with a duration of 0.
@@ -86,12 +89,7 @@ impl Config {
                 ),
             });
         }
-        let Some(node) = self
-            .node_name
-            .as_deref()
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-        else {
+        let Some(node) = self.node_name() else {
             return Ok(None);
         };
         Ok(Some(LeaseSettings {
