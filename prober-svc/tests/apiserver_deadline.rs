@@ -3,6 +3,8 @@
 //! one read timeout; the client drops that connection and the retried write completes on a new
 //! one.
 
+#[path = "readiness_support.rs"]
+mod readiness;
 #[path = "apiserver_support.rs"]
 mod support;
 
@@ -12,30 +14,19 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use podward_prober::apiserver::client::{self, Deadlines};
-use podward_prober::apiserver::gate::{Gate, KubeWriter, ReadinessSource};
+use podward_prober::apiserver::gate::{Gate, KubeWriter};
 use podward_prober::apiserver::limit::TokenBucket;
 use podward_prober::apiserver::metrics::ApiMetrics;
 use podward_prober::clock::Clock;
 use podward_prober::model::api::{ApiPod, ConditionStatus, GateCondition, PodPhase, RestartPolicy};
 use podward_prober::view::readiness::PodReadiness;
+use readiness::Scripted;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 const READ_TIMEOUT: Duration = Duration::from_secs(1);
-
-struct Scripted(Mutex<HashMap<String, PodReadiness>>);
-
-impl ReadinessSource for Scripted {
-    fn readiness(&self, uid: &str) -> PodReadiness {
-        self.0
-            .lock()
-            .get(uid)
-            .cloned()
-            .unwrap_or(PodReadiness::NotProbed)
-    }
-}
 
 /// Reads one HTTP/1.1 request (head and a `Content-Length` body); false at EOF.
 async fn read_request(c: &mut TcpStream) -> bool {

@@ -3,20 +3,21 @@
 //! `409`, `422` (a UID that is not the pod's, as a real API server answers it), `429` with
 //! `Retry-After`, a dropped connection, `404`, and the QPS limit.
 
+#[path = "readiness_support.rs"]
+mod readiness;
 #[path = "apiserver_support.rs"]
 mod support;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use podward_prober::apiserver::gate::{Gate, KubeWriter, ReadinessSource};
+use podward_prober::apiserver::gate::{Gate, KubeWriter};
 use podward_prober::apiserver::limit::{RateLimitLayer, TokenBucket};
 use podward_prober::apiserver::metrics::ApiMetrics;
 use podward_prober::clock::Clock;
 use podward_prober::model::api::{ApiPod, ConditionStatus, GateCondition, PodPhase, RestartPolicy};
 use podward_prober::view::readiness::PodReadiness;
+use readiness::Scripted;
 use serde_json::json;
 use support::*;
 use tokio::sync::oneshot;
@@ -27,20 +28,6 @@ use tower::Layer;
 const T0_NS: i64 = 1_800_000_000 * 1_000_000_000;
 const T0: &str = "2027-01-15T08:00:00Z";
 const EARLIER: &str = "2026-11-23T09:00:00Z";
-
-/// Readiness per pod, as the test says.
-#[derive(Default)]
-struct Scripted(Mutex<HashMap<String, PodReadiness>>);
-
-impl ReadinessSource for Scripted {
-    fn readiness(&self, uid: &str) -> PodReadiness {
-        self.0
-            .lock()
-            .get(uid)
-            .cloned()
-            .unwrap_or(PodReadiness::NotProbed)
-    }
-}
 
 fn not_ready(container: &str, output: &str) -> PodReadiness {
     PodReadiness::NotReady {
