@@ -141,6 +141,8 @@ impl Default for Correlator {
 
 impl Correlator {
     /// What to write for `note` (client-go's `EventCorrelate`).
+    // One function on purpose: the aggregator, the series logger and the spam filter in
+    // `EventCorrelate`'s order, so the two read side by side.
     pub fn correlate(&mut self, note: Note) -> Verdict {
         let now = Instant::now();
         let pod = hash(&(

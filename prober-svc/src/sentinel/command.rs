@@ -129,6 +129,7 @@ pub enum SentinelError {
 
 impl SentinelArgs {
     /// The settings these flags ask for.
+    // One function on purpose: one check per flag, in the flags' order.
     pub fn settings(&self) -> Result<SentinelSettings, SentinelError> {
         let secs = |setting: &'static str, v: f64| {
             if v.is_finite() && v > 0.0 {

@@ -82,6 +82,8 @@ fn positive(v: i32) -> u32 {
 }
 
 /// validateHandler: exactly one handler, and that handler's own rules.
+// One function on purpose: one block per handler kind, as in `validateHandler`, so the two read
+// side by side.
 fn handler(probe: &Probe, errs: &mut FieldErrors) -> Option<Handler> {
     let mut found: Vec<&'static str> = Vec::new();
     let mut out = None;

@@ -83,6 +83,8 @@ impl Chunked {
         (self.state != State::Body).then_some("unexpected EOF during chunk size line")
     }
 
+    // One function on purpose: the decoder's whole state machine, one arm per state, so that
+    // every transition and every error text is read in one place.
     fn step(&mut self, b: u8) -> Result<State, &'static str> {
         use State::*;
         Ok(match self.state {
