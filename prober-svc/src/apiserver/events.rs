@@ -24,6 +24,7 @@
 //! readiness-gate writes.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
@@ -124,46 +125,17 @@ pub async fn run(
                 continue;
             }
         };
-        let api: kube::Api<CoreEvent> =
-            kube::Api::namespaced(client.clone(), &correlated.involved.namespace);
-        let mut tries = 0;
-        let outcome = loop {
-            tries += 1;
-            let written = if core {
-                write(&api, &correlated, &config.node).await
-            } else {
-                fallback.publish(&correlated).await
-            };
-            match written {
-                Ok(()) => break Ok(()),
-                Err(e) if tries < config.max_tries && retriable(&e) => {
-                    tracing::debug!(error = %e, tries, "event write failed; trying again");
-                    let sleep = if tries == 1 {
-                        config.retry_sleep.mul_f64(rand::rng().random::<f64>())
-                    } else {
-                        config.retry_sleep
-                    };
-                    tokio::select! {
-                        () = &mut shutdown => return,
-                        () = tokio::time::sleep(sleep) => {}
-                    }
-                }
-                Err(e) => break Err(e),
-            }
-        };
-        let outcome = match outcome {
-            // The create itself was not found: no core `v1` events on this server.
-            Err(kube::Error::Api(s)) if core && s.code == 404 => {
-                let published = fallback.publish(&correlated).await;
-                if published.is_ok() {
-                    tracing::info!(
-                        "the API server has no core v1 events; recording events.k8s.io/v1 events"
-                    );
-                    core = false;
-                }
-                published
-            }
-            other => other,
+        let Some((outcome, tries)) = deliver(
+            &correlated,
+            &client,
+            &config,
+            &mut fallback,
+            &mut core,
+            shutdown.as_mut(),
+        )
+        .await
+        else {
+            return;
         };
         match outcome {
             Ok(()) => {
@@ -182,6 +154,62 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Writes one correlated event: client-go's tries (the first retry after a random share of the
+/// sleep, then the whole sleep) while the error is [`retriable`]; once a server answers that it
+/// has no core `v1` events, through `fallback` (`events.k8s.io/v1`) from then on (`core` turns
+/// false). The outcome and the tries it took; `None` when `shutdown` resolved first.
+async fn deliver(
+    correlated: &Correlated,
+    client: &kube::Client,
+    config: &RecorderConfig,
+    fallback: &mut Fallback,
+    core: &mut bool,
+    mut shutdown: Pin<&mut impl Future<Output = ()>>,
+) -> Option<(Result<(), kube::Error>, u32)> {
+    let api: kube::Api<CoreEvent> =
+        kube::Api::namespaced(client.clone(), &correlated.involved.namespace);
+    let mut tries = 0;
+    let outcome = loop {
+        tries += 1;
+        let written = if *core {
+            write(&api, correlated, &config.node).await
+        } else {
+            fallback.publish(correlated).await
+        };
+        match written {
+            Ok(()) => break Ok(()),
+            Err(e) if tries < config.max_tries && retriable(&e) => {
+                tracing::debug!(error = %e, tries, "event write failed; trying again");
+                let sleep = if tries == 1 {
+                    config.retry_sleep.mul_f64(rand::rng().random::<f64>())
+                } else {
+                    config.retry_sleep
+                };
+                tokio::select! {
+                    () = shutdown.as_mut() => return None,
+                    () = tokio::time::sleep(sleep) => {}
+                }
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    let outcome = match outcome {
+        // The create itself was not found: no core `v1` events on this server.
+        Err(kube::Error::Api(s)) if *core && s.code == 404 => {
+            let published = fallback.publish(correlated).await;
+            if published.is_ok() {
+                tracing::info!(
+                    "the API server has no core v1 events; recording events.k8s.io/v1 events"
+                );
+                *core = false;
+            }
+            published
+        }
+        other => other,
+    };
+    Some((outcome, tries))
 }
 
 /// Whether client-go would try the write again: the request did not reach a verdict (transport,
