@@ -85,49 +85,14 @@ pub fn render_table(status: &api::StatusResponse, now_ns: i64) -> String {
         for c in containers {
             let name = printable(&c.name, usize::MAX).0;
             for p in &c.probes {
-                let (output, was_cut) = printable(&p.last_output, OUTPUT_CHARS);
+                let (row, was_cut) = probe_row(&who, &name, c, p, now_ns);
                 cut |= was_cut;
-                // An ERROR column goes here, from `ProbeStatus.last_error`, once the Status API
-                // carries why a probe errored (kubelet's "probe errored" case).
-                probes.push(vec![
-                    who.clone(),
-                    name.clone(),
-                    type_name(p.r#type()).to_owned(),
-                    yes_no(c.started),
-                    yes_no(c.ready),
-                    yes_no(c.live),
-                    verdict(p),
-                    last_probe(p, now_ns),
-                    in_a_row(p),
-                    c.kills.to_string(),
-                    output,
-                ]);
+                probes.push(row);
             }
             if let Some(k) = &c.last_kill {
-                let (output, was_cut) = printable(&k.output, OUTPUT_CHARS);
+                let (row, was_cut) = kill_row(&who, &name, c, k, now_ns);
                 cut |= was_cut;
-                kills.push(vec![
-                    who.clone(),
-                    name.clone(),
-                    c.kills.to_string(),
-                    format!(
-                        "{} {} ago",
-                        type_name(k.probe_type()),
-                        age(now_ns.saturating_sub(k.at_ns))
-                    ),
-                    format!("{}s", k.grace_period_seconds),
-                    printable(&k.container_id, usize::MAX)
-                        .0
-                        .chars()
-                        .take(ID_CHARS)
-                        .collect(),
-                    if k.error.is_empty() {
-                        "stopped".to_owned()
-                    } else {
-                        format!("FAILED: {}", printable(&k.error, usize::MAX).0)
-                    },
-                    output,
-                ]);
+                kills.push(row);
             }
         }
         for e in &pod.spec_errors {
@@ -139,48 +104,110 @@ pub fn render_table(status: &api::StatusResponse, now_ns: i64) -> String {
             ]);
         }
     }
-    section(
-        &mut out,
-        &[
-            "POD",
-            "CONTAINER",
-            "PROBE",
-            "STARTED",
-            "READY",
-            "LIVE",
-            "RESULT",
-            "LAST PROBE",
-            "IN A ROW",
-            "KILLS",
-            "OUTPUT",
-        ],
-        &probes,
-    );
-    section(
-        &mut out,
-        &[
-            "POD",
-            "CONTAINER",
-            "KILLS",
-            "LAST KILL",
-            "GRACE",
-            "CONTAINER ID",
-            "STOP",
-            "OUTPUT",
-        ],
-        &kills,
-    );
-    section(
-        &mut out,
-        &["POD", "CONTAINER", "ANNOTATION FIELD", "ERROR"],
-        &errors,
-    );
+    section(&mut out, &PROBE_COLUMNS, &probes);
+    section(&mut out, &KILL_COLUMNS, &kills);
+    section(&mut out, &ERROR_COLUMNS, &errors);
     if cut {
         out.push_str(&format!(
             "\noutputs cut at {OUTPUT_CHARS} characters (…); --json prints them whole\n"
         ));
     }
     out
+}
+
+/// The probe table's columns, one per cell of [`probe_row`].
+const PROBE_COLUMNS: [&str; 11] = [
+    "POD",
+    "CONTAINER",
+    "PROBE",
+    "STARTED",
+    "READY",
+    "LIVE",
+    "RESULT",
+    "LAST PROBE",
+    "IN A ROW",
+    "KILLS",
+    "OUTPUT",
+];
+
+/// The kill table's columns, one per cell of [`kill_row`].
+const KILL_COLUMNS: [&str; 8] = [
+    "POD",
+    "CONTAINER",
+    "KILLS",
+    "LAST KILL",
+    "GRACE",
+    "CONTAINER ID",
+    "STOP",
+    "OUTPUT",
+];
+
+/// The annotation errors' columns.
+const ERROR_COLUMNS: [&str; 4] = ["POD", "CONTAINER", "ANNOTATION FIELD", "ERROR"];
+
+/// One row of the probe table, and whether its output was cut.
+fn probe_row(
+    who: &str,
+    name: &str,
+    c: &api::ContainerStatus,
+    p: &api::ProbeStatus,
+    now_ns: i64,
+) -> (Vec<String>, bool) {
+    let (output, was_cut) = printable(&p.last_output, OUTPUT_CHARS);
+    // An ERROR column goes here, from `ProbeStatus.last_error`, once the Status API
+    // carries why a probe errored (kubelet's "probe errored" case).
+    (
+        vec![
+            who.to_owned(),
+            name.to_owned(),
+            type_name(p.r#type()).to_owned(),
+            yes_no(c.started),
+            yes_no(c.ready),
+            yes_no(c.live),
+            verdict(p),
+            last_probe(p, now_ns),
+            in_a_row(p),
+            c.kills.to_string(),
+            output,
+        ],
+        was_cut,
+    )
+}
+
+/// One row of the kill table (a container's last kill), and whether its output was cut.
+fn kill_row(
+    who: &str,
+    name: &str,
+    c: &api::ContainerStatus,
+    k: &api::Kill,
+    now_ns: i64,
+) -> (Vec<String>, bool) {
+    let (output, was_cut) = printable(&k.output, OUTPUT_CHARS);
+    (
+        vec![
+            who.to_owned(),
+            name.to_owned(),
+            c.kills.to_string(),
+            format!(
+                "{} {} ago",
+                type_name(k.probe_type()),
+                age(now_ns.saturating_sub(k.at_ns))
+            ),
+            format!("{}s", k.grace_period_seconds),
+            printable(&k.container_id, usize::MAX)
+                .0
+                .chars()
+                .take(ID_CHARS)
+                .collect(),
+            if k.error.is_empty() {
+                "stopped".to_owned()
+            } else {
+                format!("FAILED: {}", printable(&k.error, usize::MAX).0)
+            },
+            output,
+        ],
+        was_cut,
+    )
 }
 
 /// Appends `rows` under `header` after a blank line, unless there are none.
