@@ -117,9 +117,5 @@ pub(crate) async fn run(bin: &Path, paths: Vec<Path3>, pids: &[u32], sid: &str, 
     }
     let [c1, c16] = &mut phases;
     crate::report("concurrency  1 grpc-go", c1, &cpu[0]);
-    crate::report(
-        &format!("concurrency {CONCURRENCY} grpc-go"),
-        c16,
-        &cpu[1],
-    );
+    crate::report(&format!("concurrency {CONCURRENCY} grpc-go"), c16, &cpu[1]);
 }

@@ -7,9 +7,10 @@
 //! reuses the same allocation.
 //!
 //! The reader's work per chunk is linear in the chunk (HPACK included, whatever the header
-//! blocks say), and each direction yields to the runtime after a large chunk, so a connection
-//! that sends as fast as it can delays another connection's bytes by at most one chunk's worth
-//! of reading.
+//! blocks say), and each direction yields to the runtime after a read that filled its buffer
+//! (a shorter read drained the socket, and the next read waits for the runtime anyway), so a
+//! connection that sends as fast as it can delays another connection's bytes by at most one
+//! chunk's worth of reading.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,7 +25,6 @@ use tokio::time::Instant;
 use crate::fault::Faults;
 use crate::h2read::graceful_goaway;
 use crate::observe::SideReader;
-
 
 /// When either direction last moved bytes, for "the connection is quiet" at shutdown.
 #[derive(Debug)]
