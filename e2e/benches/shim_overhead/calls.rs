@@ -1,7 +1,7 @@
 //! The CRI calls the bench makes: populating sandboxes and the kubelet call mix.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -118,8 +118,8 @@ fn kubelet_maps(
     (labels, annotations)
 }
 
-/// The calls of one mix, in order: [`mix`] makes them so, and so does the gRPC-Go client's `mix`
-/// mode (`e2e/clients/go/main.go`); the figures by call rely on it.
+/// The calls of one mix, in order: [`mix`] makes them so, and so does the gRPC-Go client's
+/// `bench` mode (`e2e/clients/go/main.go`); the figures by call rely on it.
 pub(crate) const MIX: [&str; 5] = [
     "Version",
     "ListPodSandbox",
@@ -169,89 +169,11 @@ pub(crate) async fn mix(
     Ok(())
 }
 
-/// Which client stack makes the mix's calls.
-pub(crate) enum Client {
-    /// tonic/hyper, in this process.
-    Tonic,
-    /// gRPC-Go (kubelet's stack): `e2e/clients/go/main.go`'s `mix` mode, a process per round.
-    Go(PathBuf),
-}
-
-impl Client {
-    /// How the figures name it.
-    pub(crate) fn name(&self) -> &'static str {
-        match self {
-            Self::Tonic => "tonic",
-            Self::Go(_) => "grpc-go",
-        }
-    }
-}
-
 /// [`MIXES_PER_ROUND`](crate::MIXES_PER_ROUND) mixes spread over `conc` tasks (each with a
-/// connection of its own) by `client`; latencies (five per mix, in [`MIX`]'s order) and wall
-/// time. Failed mixes are counted in `failures` (and their latencies left out).
+/// connection of its own, dialled in the round) by the tonic client; latencies (five per mix,
+/// in [`MIX`]'s order) and wall time. Failed mixes are counted in `failures` (and their
+/// latencies left out). The gRPC-Go client measures its own way (`go_bench.rs`).
 pub(crate) async fn round(
-    client: &Client,
-    path: &Path,
-    conc: usize,
-    sid: &str,
-    cid: &str,
-    failures: &Arc<AtomicU64>,
-) -> (Vec<Duration>, Duration) {
-    match client {
-        Client::Tonic => tonic_round(path, conc, sid, cid, failures).await,
-        Client::Go(bin) => go_round(bin, path, conc, sid, cid, failures).await,
-    }
-}
-
-/// The gRPC-Go client's round: it prints a line per mix (five latencies in ns, or `FAIL …`) and
-/// `WALL <ns>`.
-async fn go_round(
-    bin: &Path,
-    path: &Path,
-    conc: usize,
-    sid: &str,
-    cid: &str,
-    failures: &Arc<AtomicU64>,
-) -> (Vec<Duration>, Duration) {
-    let out = tokio::process::Command::new(bin)
-        .arg("mix")
-        .arg(path)
-        .args([sid, cid])
-        .arg(crate::MIXES_PER_ROUND.to_string())
-        .arg(conc.to_string())
-        .output()
-        .await
-        .expect("run the gRPC-Go client");
-    if !out.status.success() {
-        eprintln!(
-            "grpc-go mix failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        failures.fetch_add(1, Ordering::Relaxed);
-        return (Vec::new(), Duration::ZERO);
-    }
-    let mut lat = Vec::new();
-    let mut wall = Duration::ZERO;
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        if let Some(ns) = line.strip_prefix("WALL ") {
-            wall = Duration::from_nanos(ns.trim().parse().unwrap_or(0));
-        } else if line.starts_with("FAIL") {
-            eprintln!("bench call failed (grpc-go): {line}");
-            failures.fetch_add(1, Ordering::Relaxed);
-        } else {
-            lat.extend(
-                line.split('\t')
-                    .filter_map(|ns| ns.parse().ok())
-                    .map(Duration::from_nanos),
-            );
-        }
-    }
-    (lat, wall)
-}
-
-async fn tonic_round(
     path: &Path,
     conc: usize,
     sid: &str,

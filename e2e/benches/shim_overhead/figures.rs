@@ -109,3 +109,10 @@ pub(crate) fn num_cpus() -> usize {
         .map(|n| n.get())
         .unwrap_or(1)
 }
+
+/// `/proc/loadavg`'s three figures: how busy the shared machine was.
+pub(crate) fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}

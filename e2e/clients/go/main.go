@@ -8,12 +8,14 @@
 //
 // Usage: cri-client SOCKET SANDBOX_CONFIG_HEX CONTAINER_CONFIG_HEX [absent]
 //
-// With "mix" first it runs the shim benchmark's call mix instead (see mix below):
+// With "bench" first it runs the shim benchmark's call mix instead, on every path side by side
+// in one long-lived process (see bench below):
 //
-//	cri-client mix SOCKET SANDBOX_ID CONTAINER_ID MIXES CONCURRENCY
+//	cri-client bench SANDBOX_ID CONTAINER_ID ROUNDS CALLS REPS SECS CONCURRENCY NAME=SOCKET=PID...
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -62,8 +64,8 @@ func dial(socket string) *grpc.ClientConn {
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "mix" {
-		mix(os.Args[2:])
+	if len(os.Args) > 1 && os.Args[1] == "bench" {
+		bench(os.Args[2:])
 		return
 	}
 	socket := os.Args[1]
@@ -189,85 +191,236 @@ func flush() {
 	}
 }
 
-// mix runs the shim benchmark's call mix — Version, ListPodSandbox, ListContainers of the
-// sandbox, ContainerStatus, PodSandboxStatus — MIXES times over CONCURRENCY goroutines, each on
-// a connection of its own (dialled at its first call). It prints a line per mix: the five
-// latencies in nanoseconds, tab-separated, or "FAIL" and the error; then "WALL" and the
-// nanoseconds from the first call to the last.
-func mix(args []string) {
-	if len(args) != 5 {
-		fmt.Fprintln(os.Stderr, "usage: cri-client mix SOCKET SANDBOX_ID CONTAINER_ID MIXES CONCURRENCY")
-		os.Exit(2)
+// A path under test in bench mode: one connection for the whole run, as kubelet keeps one
+// runtime connection for its lifetime.
+type benchPath struct {
+	name  string
+	pid   int // the relay process whose CPU is counted (0: none)
+	conn  *grpc.ClientConn
+	calls []func(context.Context, ...grpc.CallOption) error
+	// By phase (0: c=1, 1: c=16) and by call of the mix: latencies in ns.
+	lat   [2][5][]int64
+	wall  [2]int64 // ns spent in each phase's timed segments
+	cpu   [2]int64 // the relay's CPU ns over the same segments
+	fails int
+}
+
+// kubelet's per-call deadline (its runtime-request-timeout default): every call carries the
+// same grpc-timeout header kubelet's do.
+const callTimeout = 2 * time.Minute
+
+func mixCalls(rt api.RuntimeServiceClient, sid, cid string) []func(context.Context, ...grpc.CallOption) error {
+	return []func(context.Context, ...grpc.CallOption) error{
+		func(c context.Context, o ...grpc.CallOption) error {
+			_, err := rt.Version(c, &api.VersionRequest{}, o...)
+			return err
+		},
+		func(c context.Context, o ...grpc.CallOption) error {
+			_, err := rt.ListPodSandbox(c, &api.ListPodSandboxRequest{}, o...)
+			return err
+		},
+		func(c context.Context, o ...grpc.CallOption) error {
+			_, err := rt.ListContainers(c, &api.ListContainersRequest{
+				Filter: &api.ContainerFilter{PodSandboxId: sid}}, o...)
+			return err
+		},
+		func(c context.Context, o ...grpc.CallOption) error {
+			_, err := rt.ContainerStatus(c, &api.ContainerStatusRequest{ContainerId: cid}, o...)
+			return err
+		},
+		func(c context.Context, o ...grpc.CallOption) error {
+			_, err := rt.PodSandboxStatus(c, &api.PodSandboxStatusRequest{PodSandboxId: sid}, o...)
+			return err
+		},
 	}
-	socket, sid, cid := args[0], args[1], args[2]
-	n, err1 := strconv.Atoi(args[3])
-	conc, err2 := strconv.Atoi(args[4])
-	if err1 != nil || err2 != nil || conc < 1 {
-		fmt.Fprintln(os.Stderr, "MIXES and CONCURRENCY are positive integers")
-		os.Exit(2)
+}
+
+// cpuNs is the CPU time all of pid's threads, and its live children's (socat forks a process
+// per connection), have run so far: the scheduler's own count.
+func cpuNs(pid int) int64 {
+	if pid <= 0 {
+		return 0
 	}
-	per := n / conc
-	lines := make(chan string, per*conc)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for g := 0; g < conc; g++ {
-		conn := dial(socket)
-		rt := api.NewRuntimeServiceClient(conn)
-		calls := []func(context.Context) error{
-			func(c context.Context) error {
-				_, err := rt.Version(c, &api.VersionRequest{})
-				return err
-			},
-			func(c context.Context) error {
-				_, err := rt.ListPodSandbox(c, &api.ListPodSandboxRequest{})
-				return err
-			},
-			func(c context.Context) error {
-				_, err := rt.ListContainers(c, &api.ListContainersRequest{
-					Filter: &api.ContainerFilter{PodSandboxId: sid}})
-				return err
-			},
-			func(c context.Context) error {
-				_, err := rt.ContainerStatus(c, &api.ContainerStatusRequest{ContainerId: cid})
-				return err
-			},
-			func(c context.Context) error {
-				_, err := rt.PodSandboxStatus(c, &api.PodSandboxStatusRequest{PodSandboxId: sid})
-				return err
-			},
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	var sum int64
+	for _, t := range tasks {
+		dir := fmt.Sprintf("/proc/%d/task/%s/", pid, t.Name())
+		if b, err := os.ReadFile(dir + "schedstat"); err == nil {
+			if f := strings.Fields(string(b)); len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				sum += n
+			}
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer conn.Close()
-			for i := 0; i < per; i++ {
-				var took []string
-				var failed error
-				for _, call := range calls {
-					c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					t := time.Now()
-					err := call(c)
-					d := time.Since(t)
-					cancel()
-					if err != nil {
-						failed = err
-						break
-					}
-					took = append(took, strconv.FormatInt(d.Nanoseconds(), 10))
-				}
-				if failed != nil {
-					lines <- "FAIL " + strings.ReplaceAll(failed.Error(), "\n", " ")
-				} else {
-					lines <- strings.Join(took, "\t")
+		if b, err := os.ReadFile(dir + "children"); err == nil {
+			for _, c := range strings.Fields(string(b)) {
+				if child, err := strconv.Atoi(c); err == nil {
+					sum += cpuNs(child)
 				}
 			}
-		}()
+		}
+	}
+	return sum
+}
+
+// call makes call j of p's mix once; its latency, or the error.
+func (p *benchPath) call(j int, opts ...grpc.CallOption) (int64, error) {
+	c, cancel := context.WithTimeout(context.Background(), callTimeout)
+	t := time.Now()
+	err := p.calls[j](c, opts...)
+	d := time.Since(t)
+	cancel()
+	return d.Nanoseconds(), err
+}
+
+func (p *benchPath) fail(err error) {
+	p.fails++
+	if p.fails <= 3 {
+		fmt.Printf("FAIL %s %s\n", p.name, strings.ReplaceAll(err.Error(), "\n", " "))
+	}
+}
+
+// sequential makes n calls of the mix in order on p's connection (phase 0 records them).
+func (p *benchPath) sequential(n int, record bool) {
+	cpu0, t0 := cpuNs(p.pid), time.Now()
+	for i := 0; i < n; i++ {
+		j := i % len(p.calls)
+		d, err := p.call(j, grpc.WaitForReady(!record))
+		if err != nil {
+			p.fail(err)
+			continue
+		}
+		if record {
+			p.lat[0][j] = append(p.lat[0][j], d)
+		}
+	}
+	if record {
+		p.wall[0] += time.Since(t0).Nanoseconds()
+		p.cpu[0] += cpuNs(p.pid) - cpu0
+	}
+}
+
+// concurrent runs the mix on g goroutines sharing p's one connection for d (each finishes the
+// call it is in); phase 1 records the calls when record is set.
+func (p *benchPath) concurrent(g int, d time.Duration, record bool) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	cpu0, t0 := cpuNs(p.pid), time.Now()
+	until := t0.Add(d)
+	for k := 0; k < g; k++ {
+		wg.Add(1)
+		go func(k int) {
+			defer wg.Done()
+			var lat [5][]int64
+			var errs []error
+			for i := k; time.Now().Before(until); i++ {
+				j := i % len(p.calls)
+				ns, err := p.call(j)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				lat[j] = append(lat[j], ns)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, err := range errs {
+				p.fail(err)
+			}
+			if record {
+				for j := range lat {
+					p.lat[1][j] = append(p.lat[1][j], lat[j]...)
+				}
+			}
+		}(k)
 	}
 	wg.Wait()
-	wall := time.Since(start)
-	close(lines)
-	for l := range lines {
-		fmt.Println(l)
+	if record {
+		p.wall[1] += time.Since(t0).Nanoseconds()
+		p.cpu[1] += cpuNs(p.pid) - cpu0
 	}
-	fmt.Printf("WALL %d\n", wall.Nanoseconds())
+}
+
+// bench measures the paths side by side as kubelet uses a runtime: one process, one
+// connection per path dialled once, warmed up, then ROUNDS interleaved rounds of CALLS
+// sequential calls of the mix (c=1), then REPS interleaved runs of SECS seconds with
+// CONCURRENCY goroutines sharing each path's one connection. Which path goes first rotates.
+//
+//	cri-client bench SANDBOX_ID CONTAINER_ID ROUNDS CALLS REPS SECS CONCURRENCY NAME=SOCKET=PID...
+//
+// NAME must not hold spaces; PID is the relay serving the path, whose CPU (its children's
+// included) is counted over the timed segments (0: none). It prints, per path:
+// "LAT <phase> <name> <call> <ns,ns,...>" (phase c1 or c16, call the mix's index), "RUN <phase> <name> <calls> <wall ns> <relay cpu ns>" and "FAIL <name> <error>"
+// for the first failures; "DONE" at the end.
+func bench(args []string) {
+	if len(args) < 8 {
+		fmt.Fprintln(os.Stderr, "usage: cri-client bench SANDBOX_ID CONTAINER_ID ROUNDS CALLS REPS SECS CONCURRENCY NAME=SOCKET=PID...")
+		os.Exit(2)
+	}
+	sid, cid := args[0], args[1]
+	var nums [5]int
+	for i := range nums {
+		n, err := strconv.Atoi(args[2+i])
+		if err != nil || n < 1 {
+			fmt.Fprintln(os.Stderr, "ROUNDS CALLS REPS SECS CONCURRENCY are positive integers")
+			os.Exit(2)
+		}
+		nums[i] = n
+	}
+	rounds, calls, reps, secs, conc := nums[0], nums[1], nums[2], nums[3], nums[4]
+	var paths []*benchPath
+	for _, a := range args[7:] {
+		f := strings.SplitN(a, "=", 3)
+		if len(f) != 3 {
+			fmt.Fprintln(os.Stderr, "paths are NAME=SOCKET=PID")
+			os.Exit(2)
+		}
+		pid, _ := strconv.Atoi(f[2])
+		c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		conn, err := grpc.DialContext(c, "unix://"+f[1], grpc.WithInsecure(), grpc.WithBlock(),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+		cancel()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "dial %s: %v\n", f[1], err)
+			os.Exit(1)
+		}
+		defer conn.Close()
+		p := &benchPath{name: f[0], pid: pid, conn: conn}
+		p.calls = mixCalls(api.NewRuntimeServiceClient(conn), sid, cid)
+		paths = append(paths, p)
+	}
+	// Warm-up, not timed: every call of the mix on the open connection (waiting for it to be
+	// ready), then a short concurrent burst, so that neither the dial, the first calls' lazy
+	// set-up in client, relay or containerd, nor HTTP/2 window growth lands in the figures.
+	for _, p := range paths {
+		p.sequential(100, false)
+		p.concurrent(conc, 500*time.Millisecond, false)
+	}
+	n := len(paths)
+	for r := 0; r < rounds; r++ {
+		for k := 0; k < n; k++ {
+			paths[(r+k)%n].sequential(calls, true)
+		}
+	}
+	for r := 0; r < reps; r++ {
+		for k := 0; k < n; k++ {
+			paths[(r+k)%n].concurrent(conc, time.Duration(secs)*time.Second, true)
+		}
+	}
+	w := bufio.NewWriterSize(os.Stdout, 1<<20)
+	for _, p := range paths {
+		for ph, tag := range []string{"c1", "c16"} {
+			total := 0
+			for j, l := range p.lat[ph] {
+				total += len(l)
+				s := make([]string, len(l))
+				for i, ns := range l {
+					s[i] = strconv.FormatInt(ns, 10)
+				}
+				fmt.Fprintf(w, "LAT %s %s %d %s\n", tag, p.name, j, strings.Join(s, ","))
+			}
+			fmt.Fprintf(w, "RUN %s %s %d %d %d\n", tag, p.name, total, p.wall[ph], p.cpu[ph])
+		}
+	}
+	fmt.Fprintln(w, "DONE")
+	w.Flush()
 }

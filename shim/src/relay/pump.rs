@@ -7,9 +7,10 @@
 //! reuses the same allocation.
 //!
 //! The reader's work per chunk is linear in the chunk (HPACK included, whatever the header
-//! blocks say), and each direction yields to the runtime after a large chunk, so a connection
-//! that sends as fast as it can delays another connection's bytes by at most one chunk's worth
-//! of reading.
+//! blocks say), and each direction yields to the runtime after a read that filled its buffer
+//! (a shorter read drained the socket, and the next read waits for the runtime anyway), so a
+//! connection that sends as fast as it can delays another connection's bytes by at most one
+//! chunk's worth of reading.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,10 +25,6 @@ use tokio::time::Instant;
 use crate::fault::Faults;
 use crate::h2read::graceful_goaway;
 use crate::observe::SideReader;
-
-/// After relaying a chunk at least this large, a direction yields to the runtime (see
-/// [`Pump::containerd_to_client`]).
-const YIELD_AFTER: usize = 16 << 10;
 
 /// When either direction last moved bytes, for "the connection is quiet" at shutdown.
 #[derive(Debug)]
@@ -100,9 +97,13 @@ impl Pump {
         Ok(())
     }
 
-    async fn read(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
+    /// Reads what is there into `buf`; the bytes read and whether they filled the room the
+    /// buffer had (so more may be waiting: see [`Pump::containerd_to_client`]).
+    async fn read(&mut self, buf: &mut BytesMut) -> std::io::Result<(usize, bool)> {
         buf.reserve(self.buffer);
-        self.src.read_buf(buf).await
+        let room = buf.capacity() - buf.len();
+        let n = self.src.read_buf(buf).await?;
+        Ok((n, n >= room))
     }
 
     /// Client to containerd, until either side ends or the handshake deadline passes without a
@@ -118,16 +119,16 @@ impl Pump {
                     Err(_) => return UpEnd::HandshakeTimeout,
                 }
             };
-            match read {
-                Ok(0) | Err(_) => {
+            let full = match read {
+                Ok((0, _)) | Err(_) => {
                     self.reader.conversation().note_caller_gone();
                     // As the client's own FIN would: containerd ends the connection, cancelling
                     // what is still in flight, and may still answer what it finished.
                     let _ = self.dst.shutdown().await;
                     return UpEnd::ClientClosed;
                 }
-                Ok(_) => {}
-            }
+                Ok((_, full)) => full,
+            };
             let chunk = buf.split().freeze();
             self.activity.touch();
             self.bytes.inc_by(chunk.len() as u64);
@@ -135,7 +136,7 @@ impl Pump {
                 return UpEnd::UpstreamClosed;
             }
             self.reader.settle(true);
-            if chunk.len() >= YIELD_AFTER {
+            if full {
                 // A client writing megabytes of header blocks keeps this loop busy with one
                 // full read after another; the other connections go first between them.
                 tokio::task::yield_now().await;
@@ -172,9 +173,10 @@ impl Pump {
                     continue;
                 }
             };
-            if !matches!(read, Ok(n) if n > 0) {
-                break;
-            }
+            let full = match read {
+                Ok((n, full)) if n > 0 => full,
+                _ => break,
+            };
             let chunk = buf.split().freeze();
             self.activity.touch();
             self.bytes.inc_by(chunk.len() as u64);
@@ -199,13 +201,15 @@ impl Pump {
                 client_gone = self.pass_on(&chunk).await.is_err();
             }
             self.reader.settle(!client_gone);
-            if chunk.len() >= YIELD_AFTER {
+            if full {
                 // A multi-MiB answer keeps this loop busy with one full read after another, and
-                // the current-thread runtime would run the other direction — which carries the
+                // a read that fills the buffer leaves the socket's readiness set, so the
+                // current-thread runtime would run the other direction — which carries the
                 // client's WINDOW_UPDATEs that containerd waits for once its window is spent —
                 // only when this task's budget ran out. Yielding lets the runtime poll its I/O
-                // and relay those first: with it a large List costs the current-thread shim no
-                // more than the multi-threaded one (docs/benchmarks.md, Shim).
+                // and relay those first. A read that did not fill the buffer drained the socket:
+                // the next read waits on the runtime's I/O polling anyway, and a yield there
+                // would cost an extra wake-up and poll for every answer of a few KiB or more.
                 tokio::task::yield_now().await;
             }
         }

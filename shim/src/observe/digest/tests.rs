@@ -453,3 +453,22 @@ proptest! {
         }
     }
 }
+
+/// How long the digest of a 100-container List takes (`cargo test --release -p podward-shim
+/// --lib digest_time -- --ignored --nocapture`): for profiling, asserts nothing about speed.
+#[test]
+#[ignore = "a timing, run by hand in release"]
+fn digest_time_of_a_100_container_list() {
+    let u = Digester::default();
+    let body = list(100, 0);
+    let shape = shape::answer(Watched::ListContainers);
+    let mut best = std::time::Duration::MAX;
+    for _ in 0..20 {
+        let t = std::time::Instant::now();
+        for _ in 0..200 {
+            assert!(digest_as(&u, shape, &[&body]).is_some());
+        }
+        best = best.min(t.elapsed() / 200);
+    }
+    println!("{} bytes: {best:?} per digest", body.len());
+}
