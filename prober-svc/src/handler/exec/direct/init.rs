@@ -174,12 +174,14 @@ fn helper(control: &UnixStream) -> Result<i32, Stop> {
         ));
     }
     drop(init);
-    let pid = std::process::id().to_string();
+    // `0` names the writer itself: on a v1 `tasks` file that is the one move the kernel makes
+    // without the global threadgroup lock (the helper is single-threaded: its one thread is the
+    // whole process), and no PID is read or written that could name another process.
     for procs in &plan.cgroup_procs {
         std::fs::OpenOptions::new()
             .write(true)
             .open(procs)
-            .and_then(|mut f| f.write_all(pid.as_bytes()))
+            .and_then(|mut f| f.write_all(b"0"))
             .map_err(err(format!("join cgroup {}", procs.display())))?;
     }
     for r in &plan.rlimits {

@@ -20,7 +20,8 @@ pub struct Plan {
     pub init_pid: i32,
     /// Its start time (`/proc/<pid>/stat` field 22): a reused PID is refused, never entered.
     pub init_start_time: u64,
-    /// `cgroup.procs` of every hierarchy the container's init is in.
+    /// For every hierarchy the container's init is in, the file that moves the helper there
+    /// when it writes `0` to it: `tasks` on v1, `cgroup.procs` on v2 ([`super::prepare`]).
     pub cgroup_procs: Vec<PathBuf>,
     /// Every resource limit: the runtime shim's (which `runc exec` inherits), the spec's on top.
     pub rlimits: Vec<Rlimit>,

@@ -261,7 +261,16 @@ fn check_fields(spec: &Value) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// `cgroup.procs` paths for every line of `/proc/<pid>/cgroup`, under the prober's mounts.
+/// The file the helper writes `0` (itself) to, for every line of `/proc/<pid>/cgroup`, under the
+/// prober's mounts: `tasks` on a v1 hierarchy, `cgroup.procs` on the v2 one.
+///
+/// Why `tasks` on v1: moving the writer itself, one thread, is the one migration the kernel
+/// makes without taking the global threadgroup lock for writing, and taking that lock waits for
+/// an RCU grace period whenever it was not taken just before (the slowest stage of a direct exec
+/// by far). The helper is single-threaded (`assert_single_threaded` ran before the plan is
+/// read, and it starts no thread), so its one thread is the whole process: the same move as a
+/// write to `cgroup.procs`. v2 has no such file across domains (`cgroup.threads` moves a thread
+/// only within its domain).
 pub(crate) fn cgroup_procs(cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>, Refusal> {
     let mounts: Vec<(String, String, String, String)> = mountinfo
         .lines()
@@ -300,7 +309,7 @@ pub(crate) fn cgroup_procs(cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>
                     fs == "cgroup" && wanted.iter().all(|w| opts.split(',').any(|o| o == *w))
                 }
         });
-        let Some((_, root, mountpoint, _)) = found else {
+        let Some((fs, root, mountpoint, _)) = found else {
             return Err(Refusal::Cgroup(format!(
                 "hierarchy {:?} is not mounted in the prober",
                 if controllers.is_empty() {
@@ -314,7 +323,12 @@ pub(crate) fn cgroup_procs(cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>
             .strip_prefix(root.as_str())
             .unwrap_or(path)
             .trim_start_matches('/');
-        out.push(Path::new(mountpoint).join(rel).join("cgroup.procs"));
+        let file = if fs == "cgroup2" {
+            "cgroup.procs"
+        } else {
+            "tasks"
+        };
+        out.push(Path::new(mountpoint).join(rel).join(file));
     }
     Ok(out)
 }

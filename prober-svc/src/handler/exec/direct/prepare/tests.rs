@@ -1,7 +1,7 @@
 use super::*;
 
 #[test]
-fn cgroup_lines_map_to_the_mounted_hierarchies() {
+fn cgroup_lines_map_to_the_mounted_hierarchies_v1_through_tasks() {
     let cgroup = "9:name=systemd:/pod/c1\n4:memory:/pod/c1\n1:cpu,cpuacct:/pod/c1\n0::/pod/c1\n";
     let mountinfo = "\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -12,9 +12,9 @@ fn cgroup_lines_map_to_the_mounted_hierarchies() {
 ";
     let got = cgroup_procs(cgroup, mountinfo).expect("resolved");
     let want: Vec<PathBuf> = [
-        "/sys/fs/cgroup/systemd/pod/c1/cgroup.procs",
-        "/sys/fs/cgroup/memory/pod/c1/cgroup.procs",
-        "/sys/fs/cgroup/cpu,cpuacct/pod/c1/cgroup.procs",
+        "/sys/fs/cgroup/systemd/pod/c1/tasks",
+        "/sys/fs/cgroup/memory/pod/c1/tasks",
+        "/sys/fs/cgroup/cpu,cpuacct/pod/c1/tasks",
         "/sys/fs/cgroup/unified/pod/c1/cgroup.procs",
     ]
     .iter()
