@@ -8,7 +8,7 @@ use std::time::Duration;
 use podward_api::daemon::config::Common;
 use podward_api::daemon::telemetry::LogFormat;
 
-use crate::apiserver::{ApiSettings, DEFAULT_GATE_CONDITION};
+use crate::kubernetes::{ApiSettings, DEFAULT_GATE_CONDITION};
 use crate::lease::LeaseSettings;
 use podward_api::paths;
 use serde::{Deserialize, Serialize};
@@ -264,7 +264,7 @@ impl Default for Config {
             metrics_with_probes: true,
             poll_interval_seconds: 2,
             probe_host_policy: HostPolicy::DenyLocal,
-            max_subscribers: crate::api::MAX_SUBSCRIBERS,
+            max_subscribers: crate::service::MAX_SUBSCRIBERS,
             node_name: None,
             kubeconfig: None,
             kube_api_qps: 50.0,

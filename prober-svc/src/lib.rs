@@ -8,20 +8,18 @@
 //! - a worker probes through the [`runner`] seam, whose real side is [`probe`] (retries and
 //!   mapping) over the [`handler`]s (exec, HTTP, TCP, gRPC), counts the verdicts, publishes
 //!   results into the [`results`] cache and its own [`event`]s (result changes, what kubelet
-//!   records), delivered to every sink: the [`hub`] behind [`api`]'s `Watch`, the readiness gate;
+//!   records), delivered to every sink: the [`hub`] behind [`service`]'s `Watch`, the readiness gate;
 //! - the [`view`] reads the registry and the results: a pod's readiness for the gate, `Status`
-//!   for [`api`] (through [`wire`]);
+//!   for [`service`] (through [`wire`]);
 //! - a liveness or startup failure at threshold goes (through the manager, which checks the pod
 //!   is still followed) to [`kill`], which stops the container through the [`stopper`] seam
 //!   (CRI `StopContainer`), records it and publishes its event;
-//! - [`apiserver`] adds what CRI lacks from the Kubernetes API (pod reflector), owns the
+//! - [`kubernetes`] adds what CRI lacks from the Kubernetes API (pod reflector), owns the
 //!   `podward.io/ready` readiness-gate condition (from the [`view`]) and records kubelet's events; [`prestop`] runs a
 //!   container's preStop hook before a kill;
 //! - [`metrics`] keeps kubelet's metric names (also on kubelet's `/metrics/probes`); [`config`],
 //!   [`clock`] and [`run`] are the daemon, [`cli`] its command line and the one-shot `status`.
 
-pub mod api;
-pub mod apiserver;
 pub mod cli;
 pub mod clock;
 pub mod config;
@@ -29,6 +27,7 @@ pub mod event;
 pub mod handler;
 pub mod hub;
 pub mod kill;
+pub mod kubernetes;
 pub mod lease;
 pub mod manager;
 pub mod metrics;
@@ -40,6 +39,7 @@ pub mod results;
 pub mod run;
 pub mod runner;
 pub mod sentinel;
+pub mod service;
 pub mod source;
 pub mod spec;
 pub mod starvation;

@@ -23,7 +23,7 @@ use crate::event::Events;
 use crate::handler::host_policy::NodePolicy;
 use crate::kill::Killer;
 use crate::metrics::Metrics;
-use crate::model::api::ApiPod;
+use crate::model::api_pod::ApiPod;
 use crate::model::{PodInfo, RunState};
 use crate::registry::{PodEntry, Registry, UnknownNames, WorkerEntry, pod_workers};
 use crate::results::Results;

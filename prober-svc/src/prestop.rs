@@ -4,7 +4,7 @@
 //! than kubelet's 2 s). Without this a liveness kill looks like a crash to the application.
 //!
 //! The hooks come from the pod spec, so only with the Kubernetes API's view of the pod
-//! ([`crate::model::api::ApiPod`]); exec hooks run through the exec probes' runner, HTTP hooks
+//! ([`crate::model::api_pod::ApiPod`]); exec hooks run through the exec probes' runner, HTTP hooks
 //! through the HTTP probe's client, `sleep` sleeps.
 
 use std::time::Duration;
@@ -15,7 +15,7 @@ use crate::handler::attempt::{Outcome, ProbeTarget};
 use crate::handler::exec::runner::{ExecError, ExecRunner};
 use crate::handler::host_policy::{HostPolicy, NodePolicy};
 use crate::handler::http::HttpProber;
-use crate::model::api::Hook;
+use crate::model::api_pod::Hook;
 use crate::model::{ContainerInfo, PodInfo};
 
 /// The start of the HTTP probe client's output for an answered status outside 200–399

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::model::PodInfo;
-use crate::model::api::ApiPod;
+use crate::model::api_pod::ApiPod;
 use crate::spec::{ContainerProbes, ProbeSpec, ProbeType, SpecError};
 use crate::worker::SharedPod;
 use crate::worker::handle::{WorkerCtl, WorkerKey, WorkerStatus};

@@ -8,7 +8,7 @@
 //! `do_probe` is a line-by-line port of kubelet's `doProbe` (`pkg/kubelet/prober/worker.go`);
 //! `docs/prober.md` lists the semantics and the tests that hold them.
 //! What CRI does not carry comes from the Kubernetes API when the prober has the pod's
-//! [`crate::model::api::ApiPod`]: the worker exits when the pod's phase is Succeeded or Failed,
+//! [`crate::model::api_pod::ApiPod`]: the worker exits when the pod's phase is Succeeded or Failed,
 //! and when its container exited and will not be restarted (`restartPolicy: Never`, not a
 //! sidecar), as kubelet's does. Without it (the API unreachable or not configured):
 //! - a worker of an exited container keeps waiting for a new instance and stops only when its

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use crate::event::Events;
 use crate::handler::host_policy::NodePolicy;
 use crate::model::PodInfo;
-use crate::model::api::ContainerKind;
+use crate::model::api_pod::ContainerKind;
 use crate::spec::{ContainerProbes, PodProbes, ProbeSpec, ProbeType, SpecError, parse_pod_probes};
 use crate::worker::handle::WorkerKey;
 

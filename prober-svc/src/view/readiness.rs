@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::View;
-use crate::model::api::PodPhase;
+use crate::model::api_pod::PodPhase;
 use crate::model::{ContainerInfo, RunState};
 use crate::registry::{WorkerEntry, pod_workers, worker};
 use crate::results::ProbeResult;

@@ -3,7 +3,7 @@
 //! scripted probe runner and stopper, in paused tokio time.
 
 mod annotation_conflicts;
-mod api;
+mod api_pod;
 mod errored;
 mod gate_rules;
 mod harness;

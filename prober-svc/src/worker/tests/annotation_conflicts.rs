@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::harness::*;
 use crate::event::EventKind;
-use crate::model::api::{ContainerKind, RestartPolicy};
+use crate::model::api_pod::{ContainerKind, RestartPolicy};
 use crate::spec::ProbeType;
 
 const BOTH: &str = r#"{"c":{

@@ -12,10 +12,10 @@ use serde_json::Value;
 use support::{ApiServer, mock};
 
 use super::harness::*;
-use crate::apiserver::gate::{Gate, KubeWriter};
-use crate::apiserver::metrics::ApiMetrics;
+use crate::kubernetes::gate::{Gate, KubeWriter};
+use crate::kubernetes::metrics::ApiMetrics;
 use crate::model::RunState;
-use crate::model::api::{
+use crate::model::api_pod::{
     ApiPod, ConditionStatus, ContainerKind, GateCondition, PodPhase, RestartPolicy,
 };
 use crate::spec::ProbeType;

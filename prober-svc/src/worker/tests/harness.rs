@@ -17,7 +17,7 @@ use crate::hub::Hub;
 use crate::kill::Killer;
 use crate::manager::Manager;
 use crate::metrics::Metrics;
-use crate::model::api::{ApiContainer, ApiPod, ContainerKind, Hook, PodPhase, RestartPolicy};
+use crate::model::api_pod::{ApiContainer, ApiPod, ContainerKind, Hook, PodPhase, RestartPolicy};
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::prestop::{HookError, HookRunner};
 use crate::results::ProbeResult;

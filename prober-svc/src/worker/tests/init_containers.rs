@@ -2,14 +2,18 @@
 //! probes on both in a pod spec), whichever came first: CRI's view of the pod or the API's.
 
 use super::harness::*;
-use crate::model::api::{ContainerKind, RestartPolicy};
+use crate::model::api_pod::{ContainerKind, RestartPolicy};
 use crate::spec::ProbeType;
 
 const ANN: &str = r#"{"setup":{"livenessProbe":{"exec":{"command":["false"]},"periodSeconds":1,"failureThreshold":1}},
     "debugger":{"livenessProbe":{"exec":{"command":["false"]},"periodSeconds":1,"failureThreshold":1}},
     "app":{"livenessProbe":{"exec":{"command":["true"]},"periodSeconds":1}}}"#;
 
-fn kinds() -> Vec<(&'static str, ContainerKind, Option<crate::model::api::Hook>)> {
+fn kinds() -> Vec<(
+    &'static str,
+    ContainerKind,
+    Option<crate::model::api_pod::Hook>,
+)> {
     vec![
         ("setup", ContainerKind::Init, None),
         ("debugger", ContainerKind::Ephemeral, None),

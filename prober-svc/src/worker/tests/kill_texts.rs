@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::harness::*;
 use crate::event::EventKind;
-use crate::model::api::{ContainerKind, Hook, RestartPolicy};
+use crate::model::api_pod::{ContainerKind, Hook, RestartPolicy};
 use crate::spec::ProbeType;
 
 const LIVE: &str = r#"{"c":{"livenessProbe":{"exec":{"command":["false"]},"periodSeconds":1,"failureThreshold":1}}}"#;

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 
-use crate::model::api::GateCondition;
+use crate::model::api_pod::GateCondition;
 
 /// The field manager of the prober's writes (server-side apply).
 pub const FIELD_MANAGER: &str = "podward-prober";

@@ -11,12 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use podward_prober::apiserver::client::{self, Deadlines};
-use podward_prober::apiserver::gate::{Gate, KubeWriter, ReadinessSource};
-use podward_prober::apiserver::limit::TokenBucket;
-use podward_prober::apiserver::metrics::ApiMetrics;
 use podward_prober::clock::Clock;
-use podward_prober::model::api::{ApiPod, ConditionStatus, GateCondition, PodPhase, RestartPolicy};
+use podward_prober::kubernetes::client::{self, Deadlines};
+use podward_prober::kubernetes::gate::{Gate, KubeWriter, ReadinessSource};
+use podward_prober::kubernetes::limit::TokenBucket;
+use podward_prober::kubernetes::metrics::ApiMetrics;
+use podward_prober::model::api_pod::{
+    ApiPod, ConditionStatus, GateCondition, PodPhase, RestartPolicy,
+};
 use podward_prober::view::readiness::PodReadiness;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

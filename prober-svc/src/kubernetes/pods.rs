@@ -20,7 +20,7 @@ use kube::runtime::watcher::{self, Event};
 
 use super::convert::api_pod;
 use super::metrics::ApiMetrics;
-use crate::model::api::ApiPod;
+use crate::model::api_pod::ApiPod;
 
 /// Where the reflector's view goes.
 pub trait PodSink: Send + Sync {

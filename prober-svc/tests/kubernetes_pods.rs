@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use parking_lot::Mutex;
-use podward_prober::apiserver::metrics::ApiMetrics;
-use podward_prober::apiserver::pods::{PodSink, reflect};
-use podward_prober::model::api::{ApiPod, ConditionStatus};
+use podward_prober::kubernetes::metrics::ApiMetrics;
+use podward_prober::kubernetes::pods::{PodSink, reflect};
+use podward_prober::model::api_pod::{ApiPod, ConditionStatus};
 use serde_json::json;
 use support::*;
 use tokio::sync::oneshot;

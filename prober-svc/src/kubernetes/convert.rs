@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use podward_api::labels;
 
-use crate::model::api::{
+use crate::model::api_pod::{
     ApiContainer, ApiPod, ConditionStatus, ContainerKind, GateCondition, Hook, PodPhase,
     RestartPolicy,
 };

@@ -11,11 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use podward_prober::apiserver::gate::{Gate, KubeWriter, ReadinessSource};
-use podward_prober::apiserver::limit::{RateLimitLayer, TokenBucket};
-use podward_prober::apiserver::metrics::ApiMetrics;
 use podward_prober::clock::Clock;
-use podward_prober::model::api::{ApiPod, ConditionStatus, GateCondition, PodPhase, RestartPolicy};
+use podward_prober::kubernetes::gate::{Gate, KubeWriter, ReadinessSource};
+use podward_prober::kubernetes::limit::{RateLimitLayer, TokenBucket};
+use podward_prober::kubernetes::metrics::ApiMetrics;
+use podward_prober::model::api_pod::{
+    ApiPod, ConditionStatus, GateCondition, PodPhase, RestartPolicy,
+};
 use podward_prober::view::readiness::PodReadiness;
 use serde_json::json;
 use support::*;

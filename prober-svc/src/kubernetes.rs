@@ -2,7 +2,7 @@
 //! it (kube-rs client and runtime; no hand-written HTTP):
 //!
 //! - [`pods`]: a node-scoped reflector (`fieldSelector=spec.nodeName=<node>`) giving the manager
-//!   what CRI lacks ([`crate::model::api::ApiPod`]: restart policy, sidecars, readiness gate,
+//!   what CRI lacks ([`crate::model::api_pod::ApiPod`]: restart policy, sidecars, readiness gate,
 //!   preStop hooks, deletion, phase, the mutable `podward.io/probes` annotation);
 //! - [`gate`]: the `podward.io/ready` readiness-gate condition writer (coalesced, rate-limited,
 //!   retried, zero writes when stable, restart-safe);
@@ -44,7 +44,7 @@ use crate::clock::Clock;
 use crate::event::{Event, EventSink};
 use crate::manager::Manager;
 use crate::metrics::MetricsError;
-use crate::model::api::ApiPod;
+use crate::model::api_pod::ApiPod;
 
 /// The readiness-gate condition type the prober owns by default.
 pub const DEFAULT_GATE_CONDITION: &str = "podward.io/ready";

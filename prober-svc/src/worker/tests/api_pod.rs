@@ -8,7 +8,7 @@ use super::harness::*;
 use crate::event::EventKind;
 use crate::handler::attempt::Outcome;
 use crate::model::RunState;
-use crate::model::api::{ContainerKind, Hook, PodPhase, RestartPolicy};
+use crate::model::api_pod::{ContainerKind, Hook, PodPhase, RestartPolicy};
 use crate::results::ProbeResult;
 use crate::spec::ProbeType;
 use crate::view::readiness::{PodReadiness, REASON_READINESS};

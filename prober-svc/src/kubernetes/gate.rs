@@ -38,7 +38,7 @@ pub use self::write::{ConditionWriter, FIELD_MANAGER, KubeWriter, Target, WriteE
 use super::metrics::ApiMetrics;
 use crate::clock::Clock;
 use crate::event::{Event, EventKind, EventSink};
-use crate::model::api::{ApiPod, ConditionStatus, GateCondition};
+use crate::model::api_pod::{ApiPod, ConditionStatus, GateCondition};
 use crate::spec::ProbeType;
 use crate::view::View;
 use crate::view::readiness::PodReadiness;
