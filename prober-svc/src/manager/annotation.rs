@@ -8,8 +8,8 @@ use crate::event::Events;
 use crate::handler::host_policy::NodePolicy;
 use crate::model::PodInfo;
 use crate::model::api_pod::ContainerKind;
+use crate::probing::worker::handle::WorkerKey;
 use crate::spec::{ContainerProbes, PodProbes, ProbeSpec, ProbeType, SpecError, parse_pod_probes};
-use crate::worker::handle::WorkerKey;
 
 use super::conflicts;
 

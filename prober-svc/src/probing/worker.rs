@@ -31,10 +31,10 @@ use crate::event::{Event, Events};
 use crate::handler::attempt::Outcome;
 use crate::metrics::{Metrics, WorkerMetrics};
 use crate::model::{ContainerInfo, PodInfo, RunState};
-use crate::results::{ProbeResult, Results};
-use crate::runner::ProbeRunner;
+use crate::probing::results::{ProbeResult, Results};
+use crate::probing::runner::ProbeRunner;
+use crate::probing::starvation::StarvationMeter;
 use crate::spec::{ProbeSpec, ProbeType};
-use crate::starvation::StarvationMeter;
 
 pub mod handle;
 mod record;

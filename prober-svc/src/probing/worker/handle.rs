@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
-use crate::results::ProbeResult;
+use crate::probing::results::ProbeResult;
 use crate::spec::{ProbeSpec, ProbeType};
 
 /// Identity of a worker.

@@ -1,5 +1,5 @@
 //! The seam between workers and probe handlers: workers call a [`ProbeRunner`] and count the
-//! [`Outcome`] it returns; the real runner is the handlers' `crate::probe::Prober`, tests
+//! [`Outcome`] it returns; the real runner is the handlers' `crate::probing::probe::Prober`, tests
 //! script their own.
 
 use std::net::IpAddr;

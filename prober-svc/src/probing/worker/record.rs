@@ -3,7 +3,7 @@
 
 use super::Worker;
 use crate::model::{ContainerInfo, PodInfo};
-use crate::results::ProbeResult;
+use crate::probing::results::ProbeResult;
 
 impl Worker {
     /// An errored probe (kubelet: "probe errored and resulted in unknown state"): discarded for

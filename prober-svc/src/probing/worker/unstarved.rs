@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::Worker;
 use crate::handler::attempt::Outcome;
 use crate::model::{ContainerInfo, PodInfo};
-use crate::results::ProbeResult;
+use crate::probing::results::ProbeResult;
 
 /// How often a starved probe is logged at WARN (the others at DEBUG; all are counted).
 pub const STARVED_LOG_EVERY: Duration = Duration::from_secs(10);

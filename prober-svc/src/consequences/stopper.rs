@@ -1,4 +1,4 @@
-//! The seam between the kill path (`crate::kill`) and the runtime: a [`Stopper`] stops one
+//! The seam between the kill path (`crate::consequences::kill`) and the runtime: a [`Stopper`] stops one
 //! container. The real one sends CRI `StopContainer` straight to containerd (not through the
 //! shim, which may be the thing that is down); tests and the benchmark count stops instead.
 

@@ -10,10 +10,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::harness::*;
-use crate::results::ProbeResult;
+use crate::probing::results::ProbeResult;
+use crate::probing::starvation::StarvationMeter;
+use crate::probing::worker::MAX_STARVED_RETRIES;
 use crate::spec::ProbeType;
-use crate::starvation::StarvationMeter;
-use crate::worker::MAX_STARVED_RETRIES;
 
 /// Starved from `from` to `to`, not otherwise.
 struct Window {

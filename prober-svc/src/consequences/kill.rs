@@ -5,7 +5,7 @@
 //!
 //! In kubelet's order (`killContainer`): the `Killing` event (kubelet's text by restart policy
 //! and container kind), then the container's preStop hook when the pod spec has one and the
-//! grace is above 0 (`crate::prestop`; bounded by the grace period), then `StopContainer` with
+//! grace is above 0 (`crate::consequences::prestop`; bounded by the grace period), then `StopContainer` with
 //! the grace that is left, never below 2 s. A pod being deleted gives its
 //! `deletionGracePeriodSeconds`, as kubelet's `setTerminationGracePeriod`.
 //!
@@ -21,12 +21,12 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::clock::Clock;
+use crate::consequences::prestop::{HookRunner, grace_after_hook};
+use crate::consequences::stopper::Stopper;
 use crate::event::{Event, Events, Kill, killing_message_for};
 use crate::metrics::Metrics;
 use crate::model::{ContainerInfo, PodInfo};
-use crate::prestop::{HookRunner, grace_after_hook};
 use crate::spec::{ProbeSpec, ProbeType};
-use crate::stopper::Stopper;
 
 /// kubelet's `minimumGracePeriodInSeconds`: a kill never gets less than this.
 pub const MIN_GRACE_SECONDS: i64 = 2;

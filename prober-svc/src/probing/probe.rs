@@ -18,7 +18,7 @@ use crate::handler::pod_sockets::{self, PodSockets};
 use crate::handler::tcp::TcpError;
 use crate::handler::{exec, grpc, tcp};
 use crate::model::ContainerInfo;
-use crate::runner::ProbeRunner;
+use crate::probing::runner::ProbeRunner;
 use crate::spec::{Handler, ProbeSpec, ProbeType};
 
 /// kubelet's `maxProbeRetries`.

@@ -7,7 +7,7 @@ use podward_api::prober::v1 as api;
 
 use super::harness::*;
 use crate::model::RunState;
-use crate::results::ProbeResult;
+use crate::probing::results::ProbeResult;
 use crate::spec::ProbeType;
 
 const LIVE_READY: &str = r#"{"c":{
