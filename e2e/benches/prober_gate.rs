@@ -4,8 +4,8 @@
 //! `cargo bench -p podward-e2e --bench prober_gate -- [--pods N] [--period S] [--periods N]
 //! [--flap PERCENT] [--qps Q] [--burst B]`
 //!
-//! The real reflector (`apiserver::pods::reflect`, kube-rs watcher through a kubeconfig) lists
-//! and watches the node's pods; the real gate writer (`apiserver::gate::Gate::run` with
+//! The real reflector (`kubernetes::pods::reflect`, kube-rs watcher through a kubeconfig) lists
+//! and watches the node's pods; the real gate writer (`kubernetes::gate::Gate::run` with
 //! `KubeWriter`, server-side apply through the QPS-limited client) writes conditions; only the
 //! readiness source is scripted (the probe side is measured by `prober_scale`). Every pod starts
 //! with its condition True and ready. Reports:
@@ -24,13 +24,13 @@ use k8s_openapi::api::core::v1::Pod;
 use parking_lot::Mutex;
 use podward_e2e::apiserver::{MockApiServer, MockOptions, pod_object};
 use podward_e2e::{ContainerSpec, PodSpec};
-use podward_prober::apiserver::gate::{Gate, KubeWriter, ReadinessSource};
-use podward_prober::apiserver::limit::TokenBucket;
-use podward_prober::apiserver::metrics::ApiMetrics;
-use podward_prober::apiserver::pods::{PodSink, reflect};
-use podward_prober::apiserver::{DEFAULT_GATE_CONDITION, client};
 use podward_prober::clock::Clock;
-use podward_prober::model::api::ApiPod;
+use podward_prober::kubernetes::gate::{Gate, KubeWriter, ReadinessSource};
+use podward_prober::kubernetes::limit::TokenBucket;
+use podward_prober::kubernetes::metrics::ApiMetrics;
+use podward_prober::kubernetes::pods::{PodSink, reflect};
+use podward_prober::kubernetes::{DEFAULT_GATE_CONDITION, client};
+use podward_prober::model::api_pod::ApiPod;
 use podward_prober::view::readiness::{PodReadiness, REASON_READINESS};
 use rand::seq::IndexedRandom;
 use serde_json::json;

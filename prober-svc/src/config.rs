@@ -7,15 +7,15 @@ use std::path::PathBuf;
 use podward_api::daemon::config::Common;
 use podward_api::daemon::telemetry::LogFormat;
 
-use crate::apiserver::DEFAULT_GATE_CONDITION;
+use crate::kubernetes::DEFAULT_GATE_CONDITION;
 use podward_api::paths;
 use serde::{Deserialize, Serialize};
 
-mod kube;
+mod kubernetes;
 
 pub use crate::handler::exec::direct::ExecMode;
 use crate::handler::host_policy::HostPolicy;
-pub use kube::{InvalidSetting, lease_namespace};
+pub use kubernetes::{InvalidSetting, lease_namespace};
 
 /// Command-line flags (the daemon's; `cli::Cli` adds the one-shot commands). Every field is
 /// optional so that only what was given overrides the file.
@@ -265,7 +265,7 @@ impl Default for Config {
             metrics_with_probes: true,
             poll_interval_seconds: 2,
             probe_host_policy: HostPolicy::DenyLocal,
-            max_subscribers: crate::api::MAX_SUBSCRIBERS,
+            max_subscribers: crate::service::MAX_SUBSCRIBERS,
             node_name: None,
             kubeconfig: None,
             kube_api_qps: 50.0,

@@ -5,17 +5,17 @@
 //! Events are built here, next to the sinks, and nowhere else: the manager and the kill path say
 //! what happened, the sinks decide what to do with it. The `Watch` hub (`crate::hub`) takes result
 //! changes and kill records ([`Event::on_watch`]); the Kubernetes event recorder
-//! (`crate::apiserver::events`) takes what kubelet's recorder would record ([`Event::recorded`]):
+//! (`crate::kubernetes::events`) takes what kubelet's recorder would record ([`Event::recorded`]):
 //! `Unhealthy` and `ProbeWarning` for single probes, `Killing`, `FailedPreStopHook`.
 
 use std::sync::Arc;
 
+use crate::consequences::stopper::StopError;
 use crate::handler::attempt::Outcome;
-use crate::model::api::{ContainerKind, RestartPolicy};
+use crate::model::api_pod::{ContainerKind, RestartPolicy};
 use crate::model::{ContainerInfo, PodInfo};
-use crate::results::ProbeResult;
+use crate::probing::results::ProbeResult;
 use crate::spec::ProbeType;
-use crate::stopper::StopError;
 
 /// kubelet's event reason for a container it stops (`events.KillingContainer`).
 pub const REASON_KILLING: &str = "Killing";

@@ -1,7 +1,7 @@
 //! The probe handlers, one module per kind, as kubelet's `pkg/probe/{exec,http,tcp,grpc}`: each
 //! makes one attempt against a [`attempt::ProbeTarget`] and answers with an [`attempt::Outcome`]
 //! (or its own typed error, which the prober retries). Retries and the mapping to what a worker
-//! counts are one floor up, in `crate::probe`; nothing here knows about workers.
+//! counts are one floor up, in `crate::probing::probe`; nothing here knows about workers.
 //!
 //! What the handlers share sits in leaf modules they all import and that import none of them:
 //! [`attempt`] (target and outcome), [`output`] (kubelet's 10 KiB output limit) and [`go_text`]

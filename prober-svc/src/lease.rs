@@ -36,9 +36,9 @@ use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
 use tokio::task::JoinHandle;
 
 pub use self::health::{Blind, Health, ProberHealth};
-use crate::apiserver::client;
-use crate::apiserver::limit::TokenBucket;
 use crate::clock::Clock;
+use crate::kubernetes::client;
+use crate::kubernetes::limit::TokenBucket;
 use crate::metrics::MetricsError;
 
 /// Label on every node lease (the sentinel watches leases with it, and nothing else).

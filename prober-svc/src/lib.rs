@@ -1,52 +1,49 @@
 //! podward-prober: liveness, readiness and startup probes with kubelet-exact semantics, outside
-//! the kubelet. From the `podward.io/probes` annotation to a `StopContainer` call:
+//! the kubelet. From the `podward.io/probes` annotation to a `StopContainer` call, in four layers
+//! (the two in the middle are folders of their own):
 //!
-//! - [`source`] follows the shim's Lifecycle stream (or polls containerd's CRI when the shim is
-//!   down) and tells the [`manager`] which pods ([`model`]) exist;
-//! - [`manager`] parses each new pod's annotation ([`spec`]) and runs one [`worker`] per (pod,
-//!   container, probe type), as kubelet does, keeping pods and workers in the [`registry`];
-//! - a worker probes through the [`runner`] seam, whose real side is [`probe`] (retries and
-//!   mapping) over the [`handler`]s (exec, HTTP, TCP, gRPC), counts the verdicts, publishes
-//!   results into the [`results`] cache and its own [`event`]s (result changes, what kubelet
-//!   records), delivered to every sink: the [`hub`] behind [`api`]'s `Watch`, the readiness gate;
-//! - the [`view`] reads the registry and the results: a pod's readiness for the gate, `Status`
-//!   for [`api`] (through [`wire`]);
-//! - a liveness or startup failure at threshold goes (through the manager, which checks the pod
-//!   is still followed) to [`kill`], which stops the container through the [`stopper`] seam
+//! - **sources**: [`source`] follows the shim's Lifecycle stream (or polls containerd's CRI when
+//!   the shim is down) and tells the [`manager`] which pods ([`model`]) exist; the [`manager`]
+//!   parses each new pod's annotation ([`spec`]) and runs one worker per (pod, container, probe
+//!   type), as kubelet does, keeping pods and workers in the [`registry`];
+//! - **[`probing`]**: a [`probing::worker`] probes through the [`probing::runner`] seam, whose real
+//!   side is [`probing::probe`] (retries and mapping) over the [`handler`]s (exec, HTTP, TCP,
+//!   gRPC), counts the verdicts, publishes results into the [`probing::results`] cache and its own
+//!   [`event`]s (result changes, what kubelet records), delivered to every sink: the [`hub`] behind
+//!   [`service`]'s `Watch`, the readiness gate; the [`view`] reads the registry and the results: a
+//!   pod's readiness for the gate, `Status` for [`service`] (through [`wire`]);
+//! - **[`consequences`]**: a liveness or startup failure at threshold goes (through the manager,
+//!   which checks the pod is still followed) to [`consequences::kill`], which runs the container's
+//!   [`consequences::prestop`] hook, stops the container through the [`consequences::stopper`] seam
 //!   (CRI `StopContainer`), records it and publishes its event;
-//! - [`apiserver`] adds what CRI lacks from the Kubernetes API (pod reflector), owns the
-//!   `podward.io/ready` readiness-gate condition (from the [`view`]) and records kubelet's events; [`prestop`] runs a
-//!   container's preStop hook before a kill;
-//! - [`metrics`] keeps kubelet's metric names (also on kubelet's `/metrics/probes`); [`config`],
-//!   [`clock`] and [`run`] are the daemon, [`cli`] its command line and the one-shot `status`.
+//! - **[`kubernetes`]**: what CRI lacks from the Kubernetes API (pod reflector), the
+//!   `podward.io/ready` readiness-gate condition (from the [`view`]) and kubelet's events; the node
+//!   [`lease`] and the [`sentinel`] that marks a gone prober's pods.
+//!
+//! [`metrics`] keeps kubelet's metric names (also on kubelet's `/metrics/probes`); [`config`],
+//! [`clock`] and [`run`] are the daemon, [`cli`] its command line and the one-shot `status`.
 
-pub mod api;
-pub mod apiserver;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod consequences;
 pub mod event;
 pub mod handler;
 pub mod hub;
-pub mod kill;
+pub mod kubernetes;
 pub mod lease;
 pub mod manager;
 pub mod metrics;
 pub mod model;
-pub mod prestop;
-pub mod probe;
+pub mod probing;
 pub mod registry;
-pub mod results;
 pub mod run;
-pub mod runner;
 pub mod sentinel;
+pub mod service;
 pub mod source;
 pub mod spec;
-pub mod starvation;
-pub mod stopper;
 pub mod view;
 pub mod wire;
-pub mod worker;
 
 #[cfg(test)]
 mod test_fakes;

@@ -1,7 +1,7 @@
 //! kubelet's probe manager: it keeps the [`Registry`] of pods and their workers. Workers per
 //! (pod, container, probe type) appear when a pod with a `podward.io/probes` annotation appears
 //! and go with it. Workers publish their own events; the manager hears only what it must act on
-//! ([`crate::worker::Sink`], in `sink.rs`): a failure at threshold (to the kill path), a startup
+//! ([`crate::probing::worker::Sink`], in `sink.rs`): a failure at threshold (to the kill path), a startup
 //! success (a readiness trigger) and a worker's exit. What the prober knows of a pod is read
 //! through the [`View`].
 //!
@@ -19,19 +19,19 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::RwLock;
 
 use crate::clock::Clock;
+use crate::consequences::kill::Killer;
 use crate::event::Events;
 use crate::handler::host_policy::NodePolicy;
-use crate::kill::Killer;
 use crate::metrics::Metrics;
-use crate::model::api::ApiPod;
+use crate::model::api_pod::ApiPod;
 use crate::model::{PodInfo, RunState};
+use crate::probing::results::Results;
+use crate::probing::runner::ProbeRunner;
+use crate::probing::worker::handle::{SpecUpdate, WorkerKey};
+use crate::probing::worker::{Ctx, SharedPod, Worker};
 use crate::registry::{PodEntry, Registry, UnknownNames, WorkerEntry, pod_workers};
-use crate::results::Results;
-use crate::runner::ProbeRunner;
 use crate::spec::{ContainerProbes, PodProbes, ProbeSpec, ProbeType};
 use crate::view::View;
-use crate::worker::handle::{SpecUpdate, WorkerKey};
-use crate::worker::{Ctx, SharedPod, Worker};
 
 use self::sink::ManagerSink;
 
@@ -127,7 +127,10 @@ impl Manager {
     /// Measures the prober's own starvation with `meter`: a probe that timed out while the
     /// prober was starved is then retried rather than failed (`docs/prober.md`, "Starvation").
     /// Set once, before the first pod; a second call is ignored. Unset, every timeout counts.
-    pub fn with_starvation(self, meter: Arc<dyn crate::starvation::StarvationMeter>) -> Self {
+    pub fn with_starvation(
+        self,
+        meter: Arc<dyn crate::probing::starvation::StarvationMeter>,
+    ) -> Self {
         let _ = self.ctx.starvation.set(meter);
         self
     }

@@ -3,7 +3,7 @@
 //!
 //! Sources convert their wire types into these, so workers and the manager never see a proto.
 //! What the Kubernetes API adds (restart policy, sidecars, readiness gate, preStop hooks) is an
-//! [`api::ApiPod`] the manager attaches to a pod when it has one.
+//! [`api_pod::ApiPod`] the manager attaches to a pod when it has one.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::handler::port::ContainerPort;
 
-pub mod api;
+pub mod api_pod;
 
 /// Container states that matter to a worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,7 +74,7 @@ pub struct PodInfo {
     pub containers: BTreeMap<String, Arc<ContainerInfo>>,
     /// What the Kubernetes API says of the pod, when the prober has it (sources leave `None`;
     /// the manager attaches the reflector's view).
-    pub api: Option<Arc<api::ApiPod>>,
+    pub api: Option<Arc<api_pod::ApiPod>>,
 }
 
 impl PodInfo {

@@ -13,10 +13,10 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::model::PodInfo;
-use crate::model::api::ApiPod;
+use crate::model::api_pod::ApiPod;
+use crate::probing::worker::SharedPod;
+use crate::probing::worker::handle::{WorkerCtl, WorkerKey, WorkerStatus};
 use crate::spec::{ContainerProbes, ProbeSpec, ProbeType, SpecError};
-use crate::worker::SharedPod;
-use crate::worker::handle::{WorkerCtl, WorkerKey, WorkerStatus};
 
 /// How long a pod with a running container may go without a new container before the names of
 /// its annotation that no container has are reported (kubelet starts a pod's app containers in

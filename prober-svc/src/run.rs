@@ -13,24 +13,24 @@ use podward_api::daemon::stop::Stop;
 use podward_api::prober::v1::prober_server::ProberServer;
 use podward_api::socket::{SocketPerms, serve_unix};
 
-use crate::api::ProberService;
-use crate::apiserver::ApiSide;
 use crate::clock::Clock;
 use crate::config::{Config, InvalidSetting};
+use crate::consequences::kill::Killer;
+use crate::consequences::prestop::Hooks;
+use crate::consequences::stopper::{CriStopper, Stopper};
 use crate::event::{EventSink, Events};
 use crate::handler::exec::cri::CriExec;
 use crate::handler::exec::direct::DirectExec;
 use crate::handler::host_policy::NodePolicy;
 use crate::hub::Hub;
-use crate::kill::Killer;
+use crate::kubernetes::ApiSide;
 use crate::lease::{self, LeaseMetrics, ProberHealth};
 use crate::manager::Manager;
 use crate::metrics::{Metrics, PROBES_PATH};
-use crate::prestop::Hooks;
-use crate::probe::{Prober, ProberOptions};
+use crate::probing::probe::{Prober, ProberOptions};
+use crate::probing::starvation::TickLag;
+use crate::service::ProberService;
 use crate::source::{SourceConfig, follow};
-use crate::starvation::TickLag;
-use crate::stopper::{CriStopper, Stopper};
 
 /// Why the prober could not run: the daemons' shared reasons, or a setting that cannot work.
 pub type RunError = podward_api::daemon::run::RunError<InvalidSetting>;

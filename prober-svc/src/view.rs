@@ -10,10 +10,10 @@
 use std::sync::Arc;
 
 use crate::clock::Clock;
-use crate::kill::Killer;
+use crate::consequences::kill::Killer;
+use crate::probing::results::Results;
+use crate::probing::runner::ProbeRunner;
 use crate::registry::Registry;
-use crate::results::Results;
-use crate::runner::ProbeRunner;
 
 pub mod readiness;
 mod status;

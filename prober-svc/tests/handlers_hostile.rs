@@ -72,7 +72,7 @@ async fn h7_a_host_go_cannot_parse_is_a_probe_error_never_a_failure() {
 
 /// A prober with `policy` on a node whose IP is not the target's: the probed pod is not
 /// hostNetwork.
-fn prober_with(policy: HostPolicy) -> podward_prober::probe::Prober {
+fn prober_with(policy: HostPolicy) -> podward_prober::probing::probe::Prober {
     handlers_support::prober()
         .with_host_policy(NodePolicy::new(policy, "10.255.0.1".parse().expect("ip")))
 }
@@ -111,7 +111,7 @@ async fn a_host_that_resolves_to_loopback_is_a_probe_error_under_deny_local() {
     // kubelet's policy reaches it, and still does not show the body.
     let v = run_with(HostPolicy::Allow, get_host("localhost", server.port())).await;
     let (res, output, _) = result(&v);
-    assert_eq!(res, podward_prober::results::ProbeResult::Success);
+    assert_eq!(res, podward_prober::probing::results::ProbeResult::Success);
     assert!(!output.contains("secret"), "{output}");
     // A hostNetwork pod (probed at the node IP) shares the node's loopback: allowed.
     let hostnet = handlers_support::prober()

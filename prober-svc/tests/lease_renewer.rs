@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use podward_api::daemon::admin::Readiness;
-use podward_prober::apiserver::metrics::ApiMetrics;
 use podward_prober::clock::Clock;
+use podward_prober::kubernetes::metrics::ApiMetrics;
 use podward_prober::lease::{LeaseMetrics, LeaseSettings, ProberHealth, Renewer};
 use serde_json::{Value, json};
 use support::*;

@@ -15,7 +15,7 @@ mod support;
 
 use std::time::Duration;
 
-use podward_prober::apiserver::gate::KubeWriter;
+use podward_prober::kubernetes::gate::KubeWriter;
 use podward_prober::sentinel::Rates;
 use support::*;
 use tokio::task::JoinHandle;
@@ -165,8 +165,8 @@ async fn the_prober_back_takes_over_and_the_sentinel_does_not_write_again() {
     let _a = prober(&cluster, "node-a");
     assert!(eventually(Duration::from_secs(3), || metrics.expired.get() == 0).await);
     let writer = KubeWriter::new(cluster.client_named("prober-node-a"));
-    use podward_prober::apiserver::gate::{ConditionWriter, Target};
-    use podward_prober::model::api::{ConditionStatus, GateCondition};
+    use podward_prober::kubernetes::gate::{ConditionWriter, Target};
+    use podward_prober::model::api_pod::{ConditionStatus, GateCondition};
     writer
         .write(
             "podward.io/ready",

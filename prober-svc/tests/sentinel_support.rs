@@ -21,8 +21,8 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use kube::client::Body;
 use parking_lot::Mutex;
-use podward_prober::apiserver::gate::KubeWriter;
 use podward_prober::clock::Clock;
+use podward_prober::kubernetes::gate::KubeWriter;
 use podward_prober::lease::{Blind, Health, LeaseMetrics, LeaseSettings, Renewer};
 use podward_prober::sentinel::{
     self, ElectionTiming, Marker, Rates, SentinelMetrics, SentinelSettings,

@@ -20,7 +20,7 @@ use podward_prober::handler::attempt::ProbeTarget;
 use podward_prober::handler::exec::cri::CriExec;
 use podward_prober::handler::exec::direct::{DirectExec, ExecMode};
 use podward_prober::handler::exec::runner::ExecRunner;
-use podward_prober::probe::{Prober, ProberOptions};
+use podward_prober::probing::probe::{Prober, ProberOptions};
 use podward_prober::spec::{ProbeSpec, ProbeType, parse_pod_probes};
 
 /// Runs per batch: the runners take turns every `BATCH` probes.

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use super::output::capped;
 use super::port::ContainerPort;
-use crate::results::ProbeResult;
+use crate::probing::results::ProbeResult;
 
 /// Where a probe runs.
 #[derive(Debug, Clone, Copy)]
@@ -33,7 +33,7 @@ pub enum Outcome {
     Failure(String),
     /// The handler errored on every attempt, with the last error's message (kubelet: "probe
     /// errored and resulted in unknown state"); the worker discards the probe. A handler never
-    /// answers this: its own errors are typed, and the prober retries them (`crate::probe`).
+    /// answers this: its own errors are typed, and the prober retries them (`crate::probing::probe`).
     Errored(String),
 }
 

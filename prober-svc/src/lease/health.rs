@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use podward_api::daemon::admin::Readiness;
 use tokio::time::Instant;
 
-use crate::apiserver::metrics::ApiMetrics;
+use crate::kubernetes::metrics::ApiMetrics;
 
 /// Why the prober is not current.
 #[derive(Debug, Clone, PartialEq, Eq)]

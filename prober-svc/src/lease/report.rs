@@ -14,7 +14,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
-use crate::apiserver::client;
+use crate::kubernetes::client;
 
 /// How long `status` waits for the API before saying it cannot read it.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);

@@ -7,9 +7,9 @@ use std::collections::HashSet;
 use crate::event::Events;
 use crate::handler::host_policy::NodePolicy;
 use crate::model::PodInfo;
-use crate::model::api::ContainerKind;
+use crate::model::api_pod::ContainerKind;
+use crate::probing::worker::handle::WorkerKey;
 use crate::spec::{ContainerProbes, PodProbes, ProbeSpec, ProbeType, SpecError, parse_pod_probes};
-use crate::worker::handle::WorkerKey;
 
 use super::conflicts;
 

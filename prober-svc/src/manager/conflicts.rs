@@ -12,7 +12,7 @@ use crate::event::{
     Event, EventKind, Events, REASON_PROBE_DECLARED_TWICE, REASON_READINESS_GATE_MISSING,
 };
 use crate::model::PodInfo;
-use crate::model::api::{ApiPod, ContainerKind};
+use crate::model::api_pod::{ApiPod, ContainerKind};
 use crate::spec::{PodProbes, ProbeType, SpecError};
 
 /// Applies both rules to `parsed` with the API's view `api` of `pod`: probes the spec declares

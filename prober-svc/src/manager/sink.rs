@@ -6,9 +6,9 @@ use std::sync::{Arc, Weak};
 
 use super::{Inner, trigger};
 use crate::model::{ContainerInfo, PodInfo};
+use crate::probing::worker::Sink;
+use crate::probing::worker::handle::{WorkerCtl, WorkerKey};
 use crate::spec::{ProbeSpec, ProbeType};
-use crate::worker::Sink;
-use crate::worker::handle::{WorkerCtl, WorkerKey};
 
 /// What the manager does with what a worker tells it; weak so workers do not keep the manager
 /// alive.

@@ -14,8 +14,8 @@ use tokio::time::Instant;
 
 use super::{Inner, Manager};
 use crate::model::{PodInfo, RunState};
+use crate::probing::worker::handle::WorkerKey;
 use crate::registry::{PodEntry, UNKNOWN_CONTAINER_GRACE, unknown_name_error};
-use crate::worker::handle::WorkerKey;
 
 fn has_running(pod: &PodInfo) -> bool {
     pod.containers

@@ -11,11 +11,11 @@ use podward_api::daemon::admin::Admin;
 use super::{
     DEFAULT_ELECTION_LEASE, ElectionTiming, Marker, Rates, SentinelMetrics, SentinelSettings,
 };
-use crate::apiserver::DEFAULT_GATE_CONDITION;
-use crate::apiserver::client::{self, ClientError};
-use crate::apiserver::gate::KubeWriter;
-use crate::apiserver::limit::TokenBucket;
 use crate::clock::Clock;
+use crate::kubernetes::DEFAULT_GATE_CONDITION;
+use crate::kubernetes::client::{self, ClientError};
+use crate::kubernetes::gate::KubeWriter;
+use crate::kubernetes::limit::TokenBucket;
 use crate::metrics::MetricsError;
 
 /// The sentinel's flags.

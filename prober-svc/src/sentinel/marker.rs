@@ -1,7 +1,7 @@
 //! Marks one expired node's gated pods: lists the node's pods (`fieldSelector=spec.nodeName`,
 //! paged), and for each pod that lists the readiness gate and whose condition says `True` (or
 //! `Unknown`), writes the condition `False` with reason [`REASON`] — the same server-side apply
-//! request as the prober's gate writer ([`crate::apiserver::gate::KubeWriter`]: field manager
+//! request as the prober's gate writer ([`crate::kubernetes::gate::KubeWriter`]: field manager
 //! `podward-prober`, only that condition, the pod's UID as a precondition), so the prober, when
 //! back, takes the condition over without a conflict. One Warning event per pod marked.
 //!
@@ -16,9 +16,9 @@ use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 
-use crate::apiserver::gate::{ConditionWriter, Target, WriteError};
 use crate::clock::Clock;
-use crate::model::api::{ConditionStatus, GateCondition};
+use crate::kubernetes::gate::{ConditionWriter, Target, WriteError};
+use crate::model::api_pod::{ConditionStatus, GateCondition};
 
 /// The condition's reason when the sentinel marks it.
 pub const REASON: &str = "ProberNotReporting";

@@ -11,12 +11,12 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::View;
-use crate::model::api::PodPhase;
+use crate::model::api_pod::PodPhase;
 use crate::model::{ContainerInfo, RunState};
+use crate::probing::results::ProbeResult;
+use crate::probing::worker::started_before_restart;
 use crate::registry::{WorkerEntry, pod_workers, worker};
-use crate::results::ProbeResult;
 use crate::spec::ProbeType;
-use crate::worker::started_before_restart;
 
 /// Longest condition message the prober writes (a probe's output can be 10 KiB).
 pub const MAX_MESSAGE_BYTES: usize = 1024;

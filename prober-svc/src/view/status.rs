@@ -7,12 +7,12 @@ use podward_api::prober::v1 as api;
 
 use super::View;
 use crate::model::{ContainerInfo, PodInfo, RunState};
+use crate::probing::results::ProbeResult;
+use crate::probing::worker::handle::WorkerStatus;
+use crate::probing::worker::started_before_restart;
 use crate::registry::{pod_workers, worker};
-use crate::results::ProbeResult;
 use crate::spec::ProbeType;
 use crate::wire;
-use crate::worker::handle::WorkerStatus;
-use crate::worker::started_before_restart;
 
 impl View {
     /// Status of every probed pod, or of `uid` only.

@@ -94,7 +94,8 @@ pub(crate) enum Level {
 pub(crate) fn is_expected_warning(name: &str, line: &str) -> bool {
     match name {
         "podward-prober" => {
-            line.contains("podward_prober::kill:") && line.contains("will be restarted")
+            line.contains("podward_prober::consequences::kill:")
+                && line.contains("will be restarted")
         }
         "podward-housekeeper" => {
             line.contains("podward_housekeeper::run:") && line.contains("acting (--act)")
@@ -148,13 +149,13 @@ mod tests {
 
     #[test]
     fn only_kills_and_the_act_notice_are_expected_warnings() {
-        let kill = "2026-11-26T16:09:37.8Z  WARN podward_prober::kill: Container flaky failed \
+        let kill = "2026-11-26T16:09:37.8Z  WARN podward_prober::consequences::kill: Container flaky failed \
                     liveness probe, will be restarted pod=demo";
         assert!(is_expected_warning("podward-prober", kill));
         assert!(!is_expected_warning("podward-housekeeper", kill));
         assert!(!is_expected_warning(
             "podward-prober",
-            "2026-11-26T16:09:37.8Z  WARN podward_prober::kill: preStop hook failed"
+            "2026-11-26T16:09:37.8Z  WARN podward_prober::consequences::kill: preStop hook failed"
         ));
         assert!(is_expected_warning(
             "podward-housekeeper",

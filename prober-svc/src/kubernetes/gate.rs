@@ -1,0 +1,513 @@
+//! The readiness gate: for pods that list `readinessGates: [{conditionType: podward.io/ready}]`
+//! (the type is `--readiness-gate-condition`), the prober owns that pod condition and keeps it
+//! equal to what it knows of the pod's readiness ([`PodReadiness`], from the [`View`]).
+//!
+//! - Written to `pods/status` by server-side apply with field manager `podward-prober`: only
+//!   this one condition (the conditions list is a map keyed by `type`), never kubelet's, with the
+//!   pod's UID as a precondition (a pod re-created under the same name is another pod).
+//!   `lastTransitionTime` moves only when `status` does.
+//! - Coalesced per pod: a change marks the pod; when its turn comes the *latest* readiness is
+//!   compared with the condition the API has (status, reason, and which container the message
+//!   names), and written only if they differ. So a steady node writes nothing (a failing probe
+//!   whose output changes at every run included), and a pod that flips twice before its write
+//!   costs one write or none.
+//! - Rate-limited process-wide by the client's token bucket (`--kube-api-qps`/`--kube-api-burst`),
+//!   at most [`MAX_IN_FLIGHT`] writes at once, never two for one pod; failures are retried per
+//!   pod with backoff (`409` soon, `429` after the server's `retryAfterSeconds`), a `404` drops
+//!   the write (the pod is gone), and so does a `422` refusing the `metadata.uid` (the API
+//!   server's answer when another pod now has the name: the uid is immutable); any other `422`
+//!   is not retried either (the same write would be refused again).
+//! - Restart-safe: what the prober has not established since it started is
+//!   [`PodReadiness::Unknown`], and the condition the API has is kept. A prober restart changes
+//!   nothing a Service can see, in either direction, until a real probe result differs.
+//! - With the API unreachable, writes wait (and keep being coalesced); probing never does.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use parking_lot::Mutex;
+use podward_api::backoff::Backoff;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+pub use self::write::{ConditionWriter, FIELD_MANAGER, KubeWriter, Target, WriteError, apply_body};
+use super::metrics::ApiMetrics;
+use crate::clock::Clock;
+use crate::event::{Event, EventKind, EventSink};
+use crate::model::api_pod::{ApiPod, ConditionStatus, GateCondition};
+use crate::spec::ProbeType;
+use crate::view::View;
+use crate::view::readiness::PodReadiness;
+
+mod write;
+
+/// Condition writes in flight at once (each for a different pod).
+pub const MAX_IN_FLIGHT: usize = 8;
+
+/// Queued pods looked at per pass of the writer (their readiness asked, outside the lock).
+const LOOK: usize = 256;
+
+/// First retry delay after a failed write; doubles per failure up to [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_millis(250);
+/// Longest retry delay after failed writes.
+const MAX_RETRY: Duration = Duration::from_secs(30);
+/// Jitter of each retry delay (±20 %), so that pods that failed together do not retry together.
+const RETRY_JITTER: f64 = 0.2;
+
+/// Where the gate reads a pod's readiness (the prober's [`View`]; tests script it).
+pub trait ReadinessSource: Send + Sync + 'static {
+    /// Pod `uid`'s readiness.
+    fn readiness(&self, uid: &str) -> PodReadiness;
+}
+
+impl ReadinessSource for View {
+    fn readiness(&self, uid: &str) -> PodReadiness {
+        View::readiness(self, uid)
+    }
+}
+
+/// The readiness gate. Cheap to clone; one [`Gate::run`] task writes.
+#[derive(Clone)]
+pub struct Gate {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    condition_type: String,
+    state: Mutex<State>,
+    wake: Notify,
+    metrics: ApiMetrics,
+}
+
+#[derive(Default)]
+struct State {
+    /// Gated pods by UID.
+    pods: HashMap<String, GatePod>,
+    /// Pods to look at, in order (each once).
+    queue: VecDeque<String>,
+    queued: HashSet<String>,
+    /// Pods with a write in flight.
+    in_flight: HashSet<String>,
+}
+
+struct GatePod {
+    target: Target,
+    /// The condition as the API has it: the reflector's view, or the prober's own write when
+    /// that is newer.
+    current: Option<GateCondition>,
+    /// Resource version the prober's last write produced: reflector views older than that are
+    /// stale and do not replace `current`.
+    written_rv: Option<u64>,
+    /// Failed writes in a row.
+    failures: u32,
+    /// The retry schedule after failed writes (reset by a success).
+    backoff: Backoff,
+    /// Not before this instant (backoff, throttling).
+    not_before: Option<Instant>,
+}
+
+/// Write outcome: the condition written and the pod's new resource version, or why not.
+type Outcome = Result<(GateCondition, String), WriteError>;
+
+/// The writes in flight, with the pod each is for (to clean up after a panicked task).
+#[derive(Default)]
+struct Tasks {
+    set: JoinSet<(String, Outcome)>,
+    ids: HashMap<tokio::task::Id, String>,
+}
+
+/// One planned write.
+struct Planned {
+    uid: String,
+    target: Target,
+    condition: GateCondition,
+}
+
+impl Gate {
+    /// A gate for condition type `condition_type`, counting in `metrics`.
+    pub fn new(condition_type: &str, metrics: ApiMetrics) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                condition_type: condition_type.to_owned(),
+                state: Mutex::new(State::default()),
+                wake: Notify::new(),
+                metrics,
+            }),
+        }
+    }
+
+    /// The condition type the gate owns.
+    pub fn condition_type(&self) -> &str {
+        &self.inner.condition_type
+    }
+
+    /// The reflector's view of a pod: follow it if it is gated, and look at it again.
+    pub fn api_pod(&self, pod: &ApiPod) {
+        let mut st = self.inner.state.lock();
+        if !pod.gated {
+            st.pods.remove(&pod.uid);
+            return;
+        }
+        let target = Target {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+        };
+        let entry = st.pods.entry(pod.uid.clone()).or_insert_with(|| GatePod {
+            target: target.clone(),
+            current: None,
+            written_rv: None,
+            failures: 0,
+            backoff: retry_backoff(),
+            not_before: None,
+        });
+        entry.target = target;
+        let rv = pod.resource_version.parse::<u64>().ok();
+        let stale = matches!((rv, entry.written_rv), (Some(r), Some(w)) if r < w);
+        if !stale {
+            entry.current = pod.condition.clone();
+        }
+        Self::mark(&mut st, &pod.uid);
+        drop(st);
+        self.inner.wake.notify_one();
+    }
+
+    /// Pod `uid` is gone from the API's view.
+    pub fn api_gone(&self, uid: &str) {
+        self.inner.state.lock().pods.remove(uid);
+    }
+
+    /// Looks at pod `uid` again (its readiness may have changed).
+    pub fn touch(&self, uid: &str) {
+        let mut st = self.inner.state.lock();
+        if st.pods.contains_key(uid) {
+            Self::mark(&mut st, uid);
+            drop(st);
+            self.inner.wake.notify_one();
+        }
+    }
+
+    fn mark(st: &mut State, uid: &str) {
+        if st.queued.insert(uid.to_owned()) {
+            st.queue.push_back(uid.to_owned());
+        }
+    }
+
+    /// Writes conditions until `shutdown` resolves: `source` says what each pod's readiness is,
+    /// `writer` writes, `clock` dates transitions.
+    pub async fn run(
+        self,
+        writer: Arc<dyn ConditionWriter>,
+        source: Arc<dyn ReadinessSource>,
+        clock: Clock,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        let mut tasks = Tasks::default();
+        loop {
+            let next_due = self.dispatch(&mut tasks, &writer, &*source, &clock);
+            tokio::select! {
+                () = &mut shutdown => return,
+                () = self.inner.wake.notified() => {}
+                Some(done) = tasks.set.join_next_with_id(), if !tasks.set.is_empty() => match done {
+                    Ok((id, (uid, outcome))) => {
+                        tasks.ids.remove(&id);
+                        self.finish(&uid, outcome);
+                    }
+                    Err(e) => {
+                        // A write task panicked: count it as a failed write, retried later.
+                        if let Some(uid) = tasks.ids.remove(&e.id()) {
+                            self.finish(&uid, Err(WriteError::Failed(e.to_string())));
+                        }
+                    }
+                },
+                () = sleep_until(next_due), if next_due.is_some() => {}
+            }
+        }
+    }
+
+    /// Starts the writes that are due; returns when the next pod in backoff becomes due.
+    ///
+    /// Looks at queued pods in passes of at most [`LOOK`] until the queue is drained or
+    /// [`MAX_IN_FLIGHT`] writes are in flight: pods whose condition is already right cost no
+    /// slot, so a node where every pod was touched (a relist, a restart) is looked through at
+    /// once and a real change behind them is not kept waiting.
+    fn dispatch(
+        &self,
+        tasks: &mut Tasks,
+        writer: &Arc<dyn ConditionWriter>,
+        source: &dyn ReadinessSource,
+        clock: &Clock,
+    ) -> Option<Instant> {
+        let now = Instant::now();
+        let mut next_due: Option<Instant> = None;
+        loop {
+            if tasks.set.len() >= MAX_IN_FLIGHT {
+                break;
+            }
+            // Pick the pods to look at (under the lock), then ask the view (outside it).
+            let batch: Vec<String> = {
+                let mut st = self.inner.state.lock();
+                let mut batch = Vec::new();
+                let mut skipped = VecDeque::new();
+                while batch.len() < LOOK {
+                    let Some(uid) = st.queue.pop_front() else {
+                        break;
+                    };
+                    if st.in_flight.contains(&uid) {
+                        skipped.push_back(uid);
+                        continue;
+                    }
+                    let Some(pod) = st.pods.get(&uid) else {
+                        st.queued.remove(&uid);
+                        continue;
+                    };
+                    if let Some(t) = pod.not_before.filter(|t| *t > now) {
+                        next_due = Some(next_due.map_or(t, |n| n.min(t)));
+                        skipped.push_back(uid);
+                        continue;
+                    }
+                    st.queued.remove(&uid);
+                    st.in_flight.insert(uid.clone());
+                    batch.push(uid);
+                }
+                skipped.append(&mut st.queue);
+                st.queue = skipped;
+                batch
+            };
+            if batch.is_empty() {
+                break;
+            }
+            let plans: Vec<(String, Option<Wanted>)> = batch
+                .into_iter()
+                .map(|uid| {
+                    let want = desired(source.readiness(&uid));
+                    (uid, want)
+                })
+                .collect();
+            let mut st = self.inner.state.lock();
+            let mut requeue = Vec::new();
+            for (uid, want) in plans {
+                let planned = match (want, st.pods.get(&uid)) {
+                    (Some(want), Some(pod)) => plan(&uid, pod, want, clock),
+                    _ => None,
+                };
+                match planned {
+                    None => {
+                        st.in_flight.remove(&uid);
+                    }
+                    // No slot left: back to the front of the queue, looked at again first.
+                    Some(_) if tasks.set.len() >= MAX_IN_FLIGHT => {
+                        st.in_flight.remove(&uid);
+                        requeue.push(uid);
+                    }
+                    Some(p) => {
+                        let Planned {
+                            uid,
+                            target,
+                            condition,
+                        } = p;
+                        let ty = self.inner.condition_type.clone();
+                        let w = writer.clone();
+                        let key = uid.clone();
+                        let handle = tasks.set.spawn(async move {
+                            let outcome = w
+                                .write(&ty, &target, &condition)
+                                .await
+                                .map(|rv| (condition, rv));
+                            (uid, outcome)
+                        });
+                        tasks.ids.insert(handle.id(), key);
+                    }
+                }
+            }
+            for uid in requeue.into_iter().rev() {
+                if st.queued.insert(uid.clone()) {
+                    st.queue.push_front(uid);
+                }
+            }
+        }
+        let st = self.inner.state.lock();
+        self.inner
+            .metrics
+            .gate_pending
+            .set(i64::try_from(st.queued.len() + st.in_flight.len()).unwrap_or(i64::MAX));
+        next_due
+    }
+
+    /// Records the outcome of a write to pod `uid`: the condition written and the pod's new
+    /// resource version, or why not.
+    fn finish(&self, uid: &str, result: Result<(GateCondition, String), WriteError>) {
+        let m = &self.inner.metrics;
+        let mut st = self.inner.state.lock();
+        st.in_flight.remove(uid);
+        let Some(pod) = st.pods.get_mut(uid) else {
+            return;
+        };
+        let retry = match result {
+            Ok((condition, rv)) => {
+                m.gate_writes.with_label_values(&["ok"]).inc();
+                tracing::info!(pod = %pod.target.name, namespace = %pod.target.namespace,
+                    condition = %self.inner.condition_type, status = condition.status.as_str(),
+                    reason = %condition.reason, "readiness gate written");
+                pod.current = Some(condition);
+                pod.written_rv = rv.parse().ok();
+                pod.failures = 0;
+                pod.backoff.reset();
+                pod.not_before = None;
+                None
+            }
+            Err(WriteError::Gone) => {
+                m.gate_writes.with_label_values(&["gone"]).inc();
+                pod.failures = 0;
+                pod.backoff.reset();
+                None
+            }
+            Err(WriteError::Invalid(message)) => {
+                m.gate_writes.with_label_values(&["invalid"]).inc();
+                tracing::warn!(pod = %pod.target.name, namespace = %pod.target.namespace,
+                    error = %message,
+                    "the API server refuses the readiness-gate condition as invalid; not retried until the readiness changes");
+                pod.failures = 0;
+                pod.backoff.reset();
+                None
+            }
+            Err(e) => {
+                let label = match &e {
+                    WriteError::Conflict(_) => "conflict",
+                    WriteError::Throttled(_) => "throttled",
+                    _ => "error",
+                };
+                m.gate_writes.with_label_values(&[label]).inc();
+                pod.failures = pod.failures.saturating_add(1);
+                // The schedule moves on either way: throttling is a failure in a row too.
+                let next = pod.backoff.next_delay();
+                let delay = match &e {
+                    WriteError::Throttled(Some(d)) => *d,
+                    _ => next,
+                };
+                let log = pod.failures == 1;
+                if log {
+                    tracing::warn!(pod = %pod.target.name, namespace = %pod.target.namespace,
+                        error = %e, retry_in_ms = delay.as_millis() as u64,
+                        "cannot write the readiness-gate condition; retrying");
+                } else {
+                    tracing::debug!(pod = %pod.target.name, error = %e, failures = pod.failures,
+                        "readiness-gate write failed again");
+                }
+                pod.not_before = Some(Instant::now() + delay);
+                Some(())
+            }
+        };
+        if retry.is_some() {
+            Self::mark(&mut st, uid);
+        }
+        drop(st);
+        self.inner.wake.notify_one();
+    }
+}
+
+impl EventSink for Gate {
+    fn publish(&self, event: &Event) {
+        if matches!(event.kind, EventKind::Result { .. })
+            && matches!(event.probe, ProbeType::Readiness | ProbeType::Startup)
+        {
+            self.touch(&event.pod_uid);
+        }
+    }
+}
+
+/// A condition the gate wants.
+struct Wanted {
+    status: ConditionStatus,
+    reason: &'static str,
+    message: String,
+    /// The container the message is about ("" for True).
+    container: String,
+}
+
+/// The condition a readiness asks for; `None`: leave it as it is.
+fn desired(r: PodReadiness) -> Option<Wanted> {
+    match r {
+        PodReadiness::Ready => Some(Wanted {
+            status: ConditionStatus::True,
+            reason: "",
+            message: String::new(),
+            container: String::new(),
+        }),
+        PodReadiness::NotReady {
+            container,
+            reason,
+            message,
+        } => Some(Wanted {
+            status: ConditionStatus::False,
+            reason,
+            message,
+            container,
+        }),
+        PodReadiness::NotProbed | PodReadiness::Unknown => None,
+    }
+}
+
+/// Whether the API's condition already says what `want` says: same status and reason, and
+/// about the same container. A new probe output alone is no reason to write (a failing exec
+/// probe's output may change at every probe; the condition would be rewritten forever).
+fn same(c: &GateCondition, want: &Wanted) -> bool {
+    c.status == want.status
+        && c.reason == want.reason
+        && (want.container.is_empty()
+            || c.message
+                .strip_prefix("container ")
+                .and_then(|m| m.strip_prefix(want.container.as_str()))
+                .is_some_and(|rest| rest.starts_with([':', ' '])))
+}
+
+/// The write that brings `pod`'s condition to `want`, if it differs from what the API has.
+fn plan(uid: &str, pod: &GatePod, want: Wanted, clock: &Clock) -> Option<Planned> {
+    if pod.current.as_ref().is_some_and(|c| same(c, &want)) {
+        return None;
+    }
+    let last_transition_time = match &pod.current {
+        Some(c) if c.status == want.status && !c.last_transition_time.is_empty() => {
+            c.last_transition_time.clone()
+        }
+        _ => rfc3339(clock.now_ns()),
+    };
+    Some(Planned {
+        uid: uid.to_owned(),
+        target: pod.target.clone(),
+        condition: GateCondition {
+            status: want.status,
+            reason: want.reason.to_owned(),
+            message: want.message,
+            last_transition_time,
+        },
+    })
+}
+
+/// Unix nanoseconds as the API's `Time` (RFC 3339, whole seconds).
+fn rfc3339(ns: i64) -> String {
+    let ts = k8s_openapi::jiff::Timestamp::from_second(ns.div_euclid(1_000_000_000))
+        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    serde_json::to_value(Time(ts))
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// The retry schedule of one pod's writes: doubling from [`FIRST_RETRY`] up to [`MAX_RETRY`],
+/// with [`RETRY_JITTER`].
+fn retry_backoff() -> Backoff {
+    Backoff::new(FIRST_RETRY, MAX_RETRY, RETRY_JITTER)
+}
+
+async fn sleep_until(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,215 @@
+//! The one entry point workers call, as kubelet's `prober.go`: pick the handler and retry it while
+//! it *errors* (up to three back-to-back attempts). The handler's [`Outcome`] is the probe's; an
+//! error on all three attempts is [`Outcome::Errored`], which the worker discards without
+//! touching its counters (kubelet `prober.probe`: a Warning, an HTTP redirect to another host,
+//! counts as a Success and is recorded as an event).
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use prometheus::IntGauge;
+use tokio::time::Instant;
+
+use crate::handler::attempt::{Outcome, ProbeTarget};
+use crate::handler::exec::runner::{ExecError, ExecRunner};
+use crate::handler::host_policy::NodePolicy;
+use crate::handler::http::{HttpError, HttpProber};
+use crate::handler::pod_sockets::{self, PodSockets};
+use crate::handler::tcp::TcpError;
+use crate::handler::{exec, grpc, tcp};
+use crate::model::ContainerInfo;
+use crate::probing::runner::ProbeRunner;
+use crate::spec::{Handler, ProbeSpec, ProbeType};
+
+/// kubelet's `maxProbeRetries`.
+pub const MAX_PROBE_RETRIES: usize = 3;
+
+/// Settings of the prober's handlers.
+#[derive(Debug, Clone)]
+pub struct ProberOptions {
+    /// Kubernetes "major.minor" for the User-Agent, e.g. "1.33" gives `kube-probe/1.33`.
+    pub kube_version: String,
+}
+
+impl Default for ProberOptions {
+    fn default() -> Self {
+        Self {
+            kube_version: "1.33".to_owned(),
+        }
+    }
+}
+
+/// Why one handler attempt errored (kubelet: Unknown with an error); retried, then discarded.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AttemptError {
+    /// The exec runner failed (not a timeout, which is a Failure).
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// The HTTP probe's port did not resolve or its body could not be read.
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    /// The TCP probe's port did not resolve, or its host is denied.
+    #[error(transparent)]
+    Tcp(#[from] TcpError),
+}
+
+/// Runs probes; shared by all workers (cheap to call concurrently).
+pub struct Prober {
+    exec: Arc<dyn ExecRunner>,
+    http: HttpProber,
+    user_agent: String,
+    host_policy: NodePolicy,
+    pod_sockets: Arc<PodSockets>,
+}
+
+impl Prober {
+    /// Builds the handlers once (TLS config, User-Agent) so probes do not rebuild them.
+    pub fn new(opts: ProberOptions, exec: Arc<dyn ExecRunner>) -> Self {
+        let user_agent = format!("kube-probe/{}", opts.kube_version);
+        Self {
+            exec,
+            http: HttpProber::new(&user_agent),
+            user_agent,
+            host_policy: NodePolicy::ALLOW,
+            pod_sockets: PodSockets::new(pod_sockets::PER_POD, None),
+        }
+    }
+
+    /// Bounds each pod to `per_pod` network probes in flight, reporting the sockets held on
+    /// `held` (`podward_prober_sockets_held`).
+    pub fn with_pod_sockets(mut self, per_pod: usize, held: IntGauge) -> Self {
+        self.pod_sockets = PodSockets::new(per_pod, Some(held));
+        self
+    }
+
+    /// Sets `--probe-host-policy` on this node.
+    pub fn with_host_policy(mut self, policy: NodePolicy) -> Self {
+        self.host_policy = policy;
+        self
+    }
+
+    /// Runs one probe of `spec` against `target` (kubelet `prober.probe` with retries).
+    pub async fn probe(
+        &self,
+        ty: ProbeType,
+        spec: &ProbeSpec,
+        target: &ProbeTarget<'_>,
+    ) -> Outcome {
+        self.probe_for(None, ty, spec, target).await
+    }
+
+    /// [`Prober::probe`] for a container of the pod `pod_uid`, within the pod's bound on
+    /// network probes in flight.
+    pub async fn probe_for_pod(
+        &self,
+        pod_uid: &str,
+        ty: ProbeType,
+        spec: &ProbeSpec,
+        target: &ProbeTarget<'_>,
+    ) -> Outcome {
+        self.probe_for(Some(pod_uid), ty, spec, target).await
+    }
+
+    async fn probe_for(
+        &self,
+        pod: Option<&str>,
+        ty: ProbeType,
+        spec: &ProbeSpec,
+        target: &ProbeTarget<'_>,
+    ) -> Outcome {
+        let mut message = String::new();
+        for attempt in 1..=MAX_PROBE_RETRIES {
+            match self.attempt(pod, spec, target).await {
+                Ok(outcome) => return outcome,
+                Err(e) => {
+                    tracing::debug!(probe = %ty, attempt, error = %e, "probe errored");
+                    message = e.to_string();
+                }
+            }
+        }
+        Outcome::Errored(message)
+    }
+
+    async fn attempt(
+        &self,
+        pod: Option<&str>,
+        spec: &ProbeSpec,
+        target: &ProbeTarget<'_>,
+    ) -> Result<Outcome, AttemptError> {
+        let guard = self.host_policy.guard(target.host_ip);
+        // A network probe takes its place in its pod's count for as long as it holds a socket;
+        // a pod at its bound waits for its own probes (up to this probe's timeout), no other.
+        let _in_flight = match (&spec.handler, pod) {
+            (Handler::Exec { .. }, _) | (_, None) => None,
+            (_, Some(pod)) => {
+                let deadline = Instant::now() + spec.timeout;
+                match self.pod_sockets.acquire(pod, deadline).await {
+                    Ok(held) => Some(held),
+                    Err(e) => return Ok(Outcome::Failure(e.to_string())),
+                }
+            }
+        };
+        Ok(match &spec.handler {
+            // Exec and gRPC are boxed: their states (a CRI call, a tonic channel) are far larger
+            // than an HTTP or TCP probe's, and the worker boxes every probe's future, so inline they
+            // would make every HTTP/TCP probe allocate and copy their size too.
+            Handler::Exec { command } => {
+                Box::pin(exec::probe(&*self.exec, command, spec.timeout, target)).await?
+            }
+            Handler::HttpGet(get) => self.http.probe(get, spec.timeout, target, guard).await?,
+            Handler::TcpSocket { host, port } => {
+                tcp::probe(host.as_deref(), port, spec.timeout, target, guard).await?
+            }
+            Handler::Grpc { port, service } => {
+                Box::pin(grpc::probe(
+                    target.host_ip,
+                    *port,
+                    service.as_deref().unwrap_or(""),
+                    spec.timeout,
+                    &self.user_agent,
+                ))
+                .await
+            }
+        })
+    }
+}
+
+impl ProbeRunner for Prober {
+    fn run<'a>(
+        &'a self,
+        ty: ProbeType,
+        spec: &'a ProbeSpec,
+        host_ip: std::net::IpAddr,
+        container: &'a ContainerInfo,
+    ) -> BoxFuture<'a, Outcome> {
+        Box::pin(async move { self.probe(ty, spec, &target(host_ip, container)).await })
+    }
+
+    fn run_for_pod<'a>(
+        &'a self,
+        pod_uid: &'a str,
+        ty: ProbeType,
+        spec: &'a ProbeSpec,
+        host_ip: std::net::IpAddr,
+        container: &'a ContainerInfo,
+    ) -> BoxFuture<'a, Outcome> {
+        Box::pin(async move {
+            self.probe_for_pod(pod_uid, ty, spec, &target(host_ip, container))
+                .await
+        })
+    }
+
+    fn exec_choice(&self, container_id: &str) -> Option<crate::handler::exec::runner::ExecChoice> {
+        self.exec.choice(container_id)
+    }
+}
+
+/// What a probe of `container` at `host_ip` aims at.
+fn target(host_ip: std::net::IpAddr, container: &ContainerInfo) -> ProbeTarget<'_> {
+    ProbeTarget {
+        host_ip,
+        container_id: &container.id,
+        ports: &container.ports,
+        env: &container.env,
+    }
+}

@@ -1,0 +1,515 @@
+//! One probe worker per (pod, container, probe type), with kubelet's `worker.go` semantics.
+//!
+//! The loop: optional start-up jitter, one probe at once, then wait for the next tick of a
+//! fixed-rate ticker (missed ticks are dropped, like Go's 1-slot ticker channel, so a probe that
+//! overruns its period is followed immediately by one more and the schedule then realigns) or for
+//! a manual trigger (readiness right after startup succeeds), which resets the ticker.
+//!
+//! `do_probe` is a line-by-line port of kubelet's `doProbe` (`pkg/kubelet/prober/worker.go`);
+//! `docs/prober.md` lists the semantics and the tests that hold them.
+//! What CRI does not carry comes from the Kubernetes API when the prober has the pod's
+//! [`crate::model::api_pod::ApiPod`]: the worker exits when the pod's phase is Succeeded or Failed,
+//! and when its container exited and will not be restarted (`restartPolicy: Never`, not a
+//! sidecar), as kubelet's does. Without it (the API unreachable or not configured):
+//! - a worker of an exited container keeps waiting for a new instance and stops only when its
+//!   pod goes;
+//! - termination (kubelet's DeletionTimestamp) is the shim's `stop_requested_at_ns` on the sandbox
+//!   or container (with the API, also the deletion timestamp): liveness/startup publish Success
+//!   and stop probing that instance, readiness keeps probing.
+
+use std::sync::atomic::AtomicI64;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use rand::Rng;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use self::handle::{SpecUpdate, WorkerCtl, WorkerKey, WorkerStatus};
+use crate::clock::Clock;
+use crate::event::{Event, Events};
+use crate::handler::attempt::Outcome;
+use crate::metrics::{Metrics, WorkerMetrics};
+use crate::model::{ContainerInfo, PodInfo, RunState};
+use crate::probing::results::{ProbeResult, Results};
+use crate::probing::runner::ProbeRunner;
+use crate::probing::starvation::StarvationMeter;
+use crate::spec::{ProbeSpec, ProbeType};
+
+pub mod handle;
+mod record;
+mod unstarved;
+
+pub use unstarved::{MAX_STARVED_RETRIES, STARVED_LOG_EVERY};
+
+#[cfg(test)]
+mod tests;
+
+/// A pod's live view, shared by its workers and replaced whole by the manager (a worker takes
+/// the current `Arc` per probe instead of copying fields).
+pub type SharedPod = Arc<RwLock<Arc<PodInfo>>>;
+
+/// kubelet's `kubeletRestartGracePeriod`: containers started this long before the prober are
+/// treated as having run under a previous prober instance.
+pub const RESTART_GRACE: Duration = Duration::from_secs(10);
+
+/// kubelet's restart rule: whether `c` started more than [`RESTART_GRACE`] before this prober
+/// (whose start is `clock`'s), i.e. under a previous prober instance. Such a container gets no
+/// initial value and keeps being started and ready until a real verdict.
+pub fn started_before_restart(c: &ContainerInfo, clock: &Clock) -> bool {
+    let grace = i64::try_from(RESTART_GRACE.as_nanos()).unwrap_or(i64::MAX);
+    c.started_at_ns > 0 && c.started_at_ns < clock.start_ns().saturating_sub(grace)
+}
+
+/// kubelet's `initialValue` per probe type.
+pub fn initial_value(ty: ProbeType) -> ProbeResult {
+    match ty {
+        ProbeType::Liveness => ProbeResult::Success,
+        ProbeType::Readiness => ProbeResult::Failure,
+        ProbeType::Startup => ProbeResult::Unknown,
+    }
+}
+
+/// What a worker tells the manager: only what the manager acts on (a kill, a readiness
+/// trigger, forgetting the worker). Everything else a worker publishes itself as an [`Event`].
+pub trait Sink: Send + Sync + 'static {
+    /// A liveness or startup probe reached its failure threshold on a running container: kill it.
+    fn threshold_failure(
+        &self,
+        key: &WorkerKey,
+        pod: &PodInfo,
+        container: &ContainerInfo,
+        spec: &ProbeSpec,
+        output: &str,
+    );
+    /// A startup probe succeeded: readiness should be probed now (kubelet's manual trigger).
+    fn started(&self, key: &WorkerKey);
+    /// The worker's loop ended (it was stopped).
+    fn exited(&self, key: &WorkerKey, ctl: &Arc<WorkerCtl>);
+}
+
+/// What every worker shares.
+pub struct Ctx {
+    /// The results cache (the view reads it too).
+    pub results: Arc<Results>,
+    /// The probe handlers.
+    pub runner: Arc<dyn ProbeRunner>,
+    /// Time.
+    pub clock: Clock,
+    /// What the manager must act on.
+    pub sink: Arc<dyn Sink>,
+    /// Where workers publish result changes and the probes kubelet records.
+    pub events: Events,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// The prober's own starvation; unset, every timeout counts (kubelet's behaviour).
+    pub starvation: OnceLock<Arc<dyn StarvationMeter>>,
+    /// When a starved probe was last logged at WARN (Unix ns): once per [`STARVED_LOG_EVERY`]
+    /// for the whole node, since a starved prober has thousands of workers starved at once and
+    /// a line from each would starve it further.
+    pub starved_logged_at_ns: AtomicI64,
+}
+
+/// One worker. Built by the manager, consumed by [`Worker::run`].
+pub struct Worker {
+    key: WorkerKey,
+    spec: Arc<ProbeSpec>,
+    has_startup: bool,
+    pod: SharedPod,
+    ctx: Arc<Ctx>,
+    ctl: Arc<WorkerCtl>,
+    status: Arc<Mutex<WorkerStatus>>,
+    metrics: WorkerMetrics,
+    container_id: Option<Arc<str>>,
+    last_result: Option<ProbeResult>,
+    result_run: u32,
+    on_hold: bool,
+    /// A spec update changed the period: the loop restarts its ticker.
+    period_changed: bool,
+}
+
+impl Worker {
+    /// A worker for `key` probing with `spec`. `has_startup` says whether the container also has
+    /// a startup probe (which gates liveness and readiness).
+    pub fn new(
+        key: WorkerKey,
+        spec: Arc<ProbeSpec>,
+        has_startup: bool,
+        pod: SharedPod,
+        ctx: Arc<Ctx>,
+    ) -> Self {
+        let metrics = {
+            let p = pod.read();
+            ctx.metrics
+                .worker(key.ty, &key.container, &p.name, &p.namespace, &p.uid)
+        };
+        Self {
+            key,
+            spec,
+            has_startup,
+            pod,
+            ctx,
+            ctl: Arc::new(WorkerCtl::default()),
+            status: Arc::new(Mutex::new(WorkerStatus::default())),
+            metrics,
+            container_id: None,
+            last_result: None,
+            result_run: 0,
+            on_hold: false,
+            period_changed: false,
+        }
+    }
+
+    /// The control handle.
+    pub fn ctl(&self) -> Arc<WorkerCtl> {
+        self.ctl.clone()
+    }
+
+    /// The status handle.
+    pub fn status(&self) -> Arc<Mutex<WorkerStatus>> {
+        self.status.clone()
+    }
+
+    /// Runs until stopped (kubelet's `worker.run`).
+    pub async fn run(mut self) {
+        let period = self.spec.period.max(Duration::from_millis(1));
+        // Spread first probes only when the prober itself just started, so a restart does not
+        // fire every probe of the node at once (kubelet's rule).
+        if period > self.ctx.clock.since_start() {
+            let jitter = period.mul_f64(rand::rng().random::<f64>());
+            // Boxed: this wait happens once, and inline its timer would enlarge every idle
+            // worker's task for good (30,000 workers are the design point).
+            if Box::pin(self.wait_or_stop(Instant::now() + jitter)).await {
+                return self.exit();
+            }
+        }
+        let mut ticker = new_ticker(period);
+        while self.do_probe().await {
+            if self.ctl.stopped() {
+                break;
+            }
+            if std::mem::take(&mut self.period_changed) {
+                ticker = ticker_for(&self.spec);
+            }
+            tokio::select! {
+                biased;
+                () = self.ctl.woken() => {
+                    if self.ctl.stopped() {
+                        break;
+                    }
+                    if self.ctl.take_trigger() {
+                        ticker.reset();
+                    }
+                }
+                due = ticker.tick() => {
+                    self.ctx.metrics.observe_lateness(Instant::now().saturating_duration_since(due));
+                }
+            }
+        }
+        self.exit();
+    }
+
+    /// Applies a spec update, if one is pending: new spec, threshold count restarted (kubelet's
+    /// `MutableContainerProbes`); the published result and the on-hold state stay, since the
+    /// container instance is the same.
+    fn take_update(&mut self) {
+        let Some(SpecUpdate { spec, has_startup }) = self.ctl.take_update() else {
+            return;
+        };
+        self.period_changed = spec.period != self.spec.period;
+        self.spec = spec;
+        self.has_startup = has_startup;
+        self.last_result = None;
+        self.result_run = 0;
+    }
+
+    /// Sleeps until `until`; true if stopped meanwhile.
+    async fn wait_or_stop(&self, until: Instant) -> bool {
+        let sleep = tokio::time::sleep_until(until);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                () = &mut sleep => return self.ctl.stopped(),
+                () = self.ctl.woken() => {
+                    if self.ctl.stopped() {
+                        return true;
+                    }
+                }
+            }
+        }
+    }
+
+    fn exit(self) {
+        if let Some(id) = &self.container_id {
+            self.ctx.results.remove(id, self.key.ty);
+        }
+        self.metrics.remove();
+        self.ctx.sink.exited(&self.key, &self.ctl);
+    }
+
+    /// Publishes `result` (kubelet's results-manager update): into the cache, and as an event
+    /// when it changed.
+    fn set(&self, pod: &PodInfo, c: &ContainerInfo, result: ProbeResult, output: &str) {
+        if !self.ctx.results.set(&c.id, self.key.ty, result) {
+            return;
+        }
+        let at_ns = self.ctx.clock.now_ns();
+        {
+            let mut st = self.status.lock();
+            st.result = Some(result);
+            st.last_transition_at_ns = at_ns;
+        }
+        tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
+            container_id = %c.id, probe = self.key.ty.name(), result = ?result, "probe result changed");
+        self.ctx.events.publish(Event::result(
+            pod,
+            c,
+            self.key.ty,
+            result,
+            output.to_owned(),
+            at_ns,
+        ));
+    }
+
+    /// Publishes one probe run kubelet records as an event (failed, errored, warned).
+    fn probed(&self, pod: &PodInfo, c: &ContainerInfo, probed: Outcome) {
+        let at_ns = self.ctx.clock.now_ns();
+        self.ctx
+            .events
+            .publish(Event::probed(pod, c, self.key.ty, probed, at_ns));
+    }
+
+    /// Whether `c` counts as started (kubelet's `isContainerStarted`).
+    fn is_started(&self, c: &ContainerInfo) -> bool {
+        if c.state != RunState::Running {
+            return false;
+        }
+        if !self.has_startup {
+            return true;
+        }
+        match self.ctx.results.get(&c.id, ProbeType::Startup) {
+            Some(r) => r == ProbeResult::Success,
+            // No startup result: a container that ran before the prober started is taken as
+            // started (kubelet keeps Started across its own restart).
+            None => self.started_before_restart(c),
+        }
+    }
+
+    fn started_before_restart(&self, c: &ContainerInfo) -> bool {
+        started_before_restart(c, &self.ctx.clock)
+    }
+
+    /// One step of the state machine (kubelet's `doProbe`); false ends the worker.
+    async fn do_probe(&mut self) -> bool {
+        self.take_update();
+        let pod = self.pod.read().clone();
+        if pod.api.as_ref().is_some_and(|a| a.finished()) {
+            return false; // kubelet: the pod's phase is Succeeded or Failed
+        }
+        let Some(c) = pod.current(&self.key.container).cloned() else {
+            return true; // no instance yet: keep waiting
+        };
+        self.follow_instance(&pod, &c);
+        let ip = match self.due(&pod, &c) {
+            Due::Probe(ip) => ip,
+            Due::Wait => return true,
+            Due::Exit => return false,
+        };
+        let Some((outcome, took)) = self.run_unstarved(&pod, &c, ip).await else {
+            return true;
+        };
+        // Termination may have begun while the probe ran (the app's TERM handler is often what
+        // made it fail): kubelet stops liveness and startup at termination and never acts on a
+        // result that lands after, so this one is dropped as if the probe had not run.
+        let latest = self.pod.read().clone();
+        let same = latest
+            .current(&self.key.container)
+            .filter(|now| now.id == c.id);
+        if same.is_some_and(|now| self.hold_for_termination(&latest, now)) {
+            return true;
+        }
+        let Some((result, output)) = self.count(&pod, &c, outcome, took) else {
+            return true;
+        };
+        let below = match result {
+            ProbeResult::Success => self.result_run < self.spec.success_threshold,
+            _ => self.result_run < self.spec.failure_threshold,
+        };
+        if !below {
+            self.reach_threshold(&pod, &c, result, &output);
+        }
+        true
+    }
+
+    /// A new instance of the container (or the first): the counters and the hold start again
+    /// for it, and its initial value is published.
+    fn follow_instance(&mut self, pod: &PodInfo, c: &ContainerInfo) {
+        if self.container_id.as_deref() == Some(&*c.id) {
+            return;
+        }
+        if let Some(old) = self.container_id.take() {
+            self.ctx.results.remove(&old, self.key.ty);
+        }
+        self.container_id = Some(c.id.clone());
+        {
+            let mut st = self.status.lock();
+            *st = WorkerStatus {
+                container_id: c.id.to_string(),
+                probes_run: st.probes_run,
+                probes_errored: st.probes_errored,
+                ..WorkerStatus::default()
+            };
+        }
+        // After a prober restart, leave containers that ran before it without a result, so
+        // they keep their readiness until a real verdict (kubelet's restart grace rule).
+        if !self.started_before_restart(c) {
+            self.set(pod, c, initial_value(self.key.ty), "");
+        }
+        self.on_hold = false;
+        self.last_result = None;
+        self.result_run = 0;
+    }
+
+    /// Whether container `c` is probed now (at the pod's IP), waited for, or never again.
+    fn due(&mut self, pod: &PodInfo, c: &ContainerInfo) -> Due {
+        if self.on_hold {
+            return Due::Wait;
+        }
+        if c.state != RunState::Running {
+            self.set(pod, c, ProbeResult::Failure, "");
+            // kubelet stops only when the container exited for good (restartPolicy Never, not
+            // a sidecar). Without the API's view the policy is unknown: keep waiting for a new
+            // instance until the pod goes.
+            let done = c.state == RunState::Exited
+                && pod
+                    .api
+                    .as_ref()
+                    .is_some_and(|a| !a.restarts(&self.key.container));
+            return if done { Due::Exit } else { Due::Wait };
+        }
+        if self.hold_for_termination(pod, c) {
+            return Due::Wait;
+        }
+        let since_start_s = (self.ctx.clock.now_ns() - c.started_at_ns) / 1_000_000_000;
+        if since_start_s < i64::from(self.spec.initial_delay_seconds) {
+            return Due::Wait;
+        }
+        // Startup probes run until the container started, the others only after.
+        if self.is_started(c) != (self.key.ty != ProbeType::Startup) {
+            return Due::Wait;
+        }
+        match pod.ip {
+            Some(ip) => Due::Probe(ip),
+            // No address yet (pod network not set up): like a kubelet probe error, discarded.
+            None => Due::Wait,
+        }
+    }
+
+    /// Liveness and startup stop when the pod or the container is terminating (kubelet's
+    /// `StopLivenessAndStartup`): the result is Success and the worker holds. `true` when held.
+    fn hold_for_termination(&mut self, pod: &PodInfo, c: &ContainerInfo) -> bool {
+        let terminating = pod.terminating() || c.stop_requested_at_ns != 0;
+        if !terminating || !matches!(self.key.ty, ProbeType::Liveness | ProbeType::Startup) {
+            return false;
+        }
+        self.set(pod, c, ProbeResult::Success, "");
+        self.on_hold = true;
+        self.status.lock().on_hold = true;
+        true
+    }
+
+    /// Counts one probe's outcome (metrics, status, the run of equal results) and publishes
+    /// what kubelet records of it; `None` for an errored probe, which is discarded.
+    fn count(
+        &mut self,
+        pod: &PodInfo,
+        c: &ContainerInfo,
+        outcome: Outcome,
+        took: Duration,
+    ) -> Option<(ProbeResult, String)> {
+        let (result, output) = match outcome {
+            Outcome::Errored(message) => {
+                self.errored(pod, c, message.clone());
+                self.probed(pod, c, Outcome::Errored(message));
+                return None;
+            }
+            Outcome::Warning(output) => {
+                tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
+                    output = %output, "probe warning");
+                self.probed(pod, c, Outcome::Warning(output.clone()));
+                (ProbeResult::Success, output)
+            }
+            Outcome::Success(output) => (ProbeResult::Success, output),
+            Outcome::Failure(output) => (ProbeResult::Failure, output),
+        };
+        if result == ProbeResult::Success {
+            self.metrics.success(took);
+        } else {
+            self.metrics.failed();
+            tracing::debug!(pod = %pod.name, container = %c.name, probe = self.key.ty.name(),
+                output = %output, "probe failed");
+            self.probed(pod, c, Outcome::Failure(output.clone()));
+        }
+        if self.last_result == Some(result) {
+            self.result_run = self.result_run.saturating_add(1);
+        } else {
+            self.last_result = Some(result);
+            self.result_run = 1;
+        }
+        self.record(result, &output);
+        Some((result, output))
+    }
+
+    /// The run of equal results reached its threshold: publish the result; a liveness failure
+    /// or any startup result holds the worker until a new instance, and goes to the manager (a
+    /// kill, or a readiness trigger).
+    fn reach_threshold(
+        &mut self,
+        pod: &PodInfo,
+        c: &ContainerInfo,
+        result: ProbeResult,
+        output: &str,
+    ) {
+        self.status.lock().reached_threshold = true;
+        self.set(pod, c, result, output);
+        if !((self.key.ty == ProbeType::Liveness && result == ProbeResult::Failure)
+            || self.key.ty == ProbeType::Startup)
+        {
+            return;
+        }
+        self.on_hold = true;
+        self.result_run = 0;
+        self.status.lock().on_hold = true;
+        // A worker stopped meanwhile (its probe removed or refused, its pod gone) never
+        // kills: its probe is no longer the pod's.
+        if result == ProbeResult::Failure && !self.ctl.stopped() {
+            self.ctx
+                .sink
+                .threshold_failure(&self.key, pod, c, &self.spec, output);
+        } else if result != ProbeResult::Failure {
+            self.ctx.sink.started(&self.key);
+        }
+    }
+}
+
+/// What a worker does at its tick.
+enum Due {
+    /// Probe, at this address.
+    Probe(std::net::IpAddr),
+    /// Nothing this time.
+    Wait,
+    /// End: the container will not run again.
+    Exit,
+}
+
+/// A fixed-rate ticker for `period`, first tick one period from now; missed ticks are dropped
+/// (Go's ticker with its 1-slot channel).
+fn new_ticker(period: Duration) -> tokio::time::Interval {
+    let mut t = tokio::time::interval_at(Instant::now() + period, period);
+    t.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    t
+}
+
+fn ticker_for(spec: &ProbeSpec) -> tokio::time::Interval {
+    new_ticker(spec.period.max(Duration::from_millis(1)))
+}

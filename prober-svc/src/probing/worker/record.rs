@@ -1,0 +1,55 @@
+//! What a worker records of each probe for `Status` (its [`super::handle::WorkerStatus`]):
+//! counters, the last output, and the last error of a probe that errored.
+
+use super::Worker;
+use crate::model::{ContainerInfo, PodInfo};
+use crate::probing::results::ProbeResult;
+
+impl Worker {
+    /// An errored probe (kubelet: "probe errored and resulted in unknown state"): discarded for
+    /// the counters, but visible — `Status.last_error`, a log line when the error changes, and
+    /// `podward_prober_probe_errors_total`.
+    pub(super) fn errored(&self, pod: &PodInfo, c: &ContainerInfo, message: String) {
+        self.ctx
+            .metrics
+            .probe_errors
+            .with_label_values(&[self.key.ty.name()])
+            .inc();
+        let mut st = self.status.lock();
+        st.probes_errored += 1;
+        st.last_error_at_ns = self.ctx.clock.now_ns();
+        if st.last_error != message {
+            tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
+                container_id = %c.id, probe = self.key.ty.name(), error = %message,
+                "probe errored and resulted in unknown state; result discarded (logged again \
+                 when the error changes)");
+            st.last_error = message;
+        }
+    }
+
+    pub(super) fn record(&self, result: ProbeResult, output: &str) {
+        let mut st = self.status.lock();
+        if !st.last_error.is_empty() {
+            tracing::info!(container_id = %st.container_id, probe = self.key.ty.name(),
+                "probe answers again after erroring");
+            st.last_error.clear();
+        }
+        st.last_probe_result = Some(result);
+        // Steady probes repeat their output: keep the old copy rather than allocate per probe.
+        if st.last_output != output {
+            st.last_output = output.to_owned();
+        }
+        st.last_probe_at_ns = self.ctx.clock.now_ns();
+        st.probes_run += 1;
+        match result {
+            ProbeResult::Success => {
+                st.consecutive_successes = self.result_run;
+                st.consecutive_failures = 0;
+            }
+            _ => {
+                st.consecutive_failures = self.result_run;
+                st.consecutive_successes = 0;
+            }
+        }
+    }
+}
