@@ -126,7 +126,8 @@ pub struct Worker {
     published: Option<SlotMemo>,
     /// The pod view the container below was looked up in: a view is replaced whole, never
     /// changed in place, so while the view is the same the lookup's answer is too. Weak, so an
-    /// idle worker does not keep a replaced view's containers alive.
+    /// idle worker keeps of a replaced view only its own container (below), not the whole view;
+    /// the Weak also keeps the view's address from being reused while compared.
     seen_pod: Weak<PodInfo>,
     /// The current instance of the container in `seen_pod`.
     seen_container: Option<Arc<ContainerInfo>>,
