@@ -18,7 +18,7 @@
 //!   and stop probing that instance, readiness keeps probing.
 
 use std::sync::atomic::AtomicI64;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
@@ -31,7 +31,7 @@ use crate::event::{Event, Events};
 use crate::handler::attempt::Outcome;
 use crate::metrics::{Metrics, WorkerMetrics};
 use crate::model::{ContainerInfo, PodInfo, RunState};
-use crate::probing::results::{ProbeResult, Results};
+use crate::probing::results::{ProbeResult, Results, SlotMemo};
 use crate::probing::runner::ProbeRunner;
 use crate::probing::starvation::StarvationMeter;
 use crate::spec::{ProbeSpec, ProbeType};
@@ -121,6 +121,16 @@ pub struct Worker {
     status: Arc<Mutex<WorkerStatus>>,
     metrics: WorkerMetrics,
     container_id: Option<Arc<str>>,
+    /// What this worker last wrote to its results slot (cleared with a new instance), so a
+    /// steady result is not written again under the cache's lock.
+    published: Option<SlotMemo>,
+    /// The pod view the container below was looked up in: a view is replaced whole, never
+    /// changed in place, so while the view is the same the lookup's answer is too. Weak, so an
+    /// idle worker keeps of a replaced view only its own container (below), not the whole view;
+    /// the Weak also keeps the view's address from being reused while compared.
+    seen_pod: Weak<PodInfo>,
+    /// The current instance of the container in `seen_pod`.
+    seen_container: Option<Arc<ContainerInfo>>,
     last_result: Option<ProbeResult>,
     result_run: u32,
     on_hold: bool,
@@ -153,6 +163,9 @@ impl Worker {
             status: Arc::new(Mutex::new(WorkerStatus::default())),
             metrics,
             container_id: None,
+            published: None,
+            seen_pod: Weak::new(),
+            seen_container: None,
             last_result: None,
             result_run: 0,
             on_hold: false,
@@ -249,8 +262,12 @@ impl Worker {
 
     /// Publishes `result` (kubelet's results-manager update): into the cache, and as an event
     /// when it changed.
-    fn set(&self, pod: &PodInfo, c: &ContainerInfo, result: ProbeResult, output: &str) {
-        if !self.ctx.results.set(&c.id, self.key.ty, result) {
+    fn set(&mut self, pod: &PodInfo, c: &ContainerInfo, result: ProbeResult, output: &str) {
+        if !self
+            .ctx
+            .results
+            .set_memo(&mut self.published, &c.id, self.key.ty, result)
+        {
             return;
         }
         let at_ns = self.ctx.clock.now_ns();
@@ -306,7 +323,7 @@ impl Worker {
         if pod.api.as_ref().is_some_and(|a| a.finished()) {
             return false; // kubelet: the pod's phase is Succeeded or Failed
         }
-        let Some(c) = pod.current(&self.key.container).cloned() else {
+        let Some(c) = self.current(&pod) else {
             return true; // no instance yet: keep waiting
         };
         self.follow_instance(&pod, &c);
@@ -322,10 +339,8 @@ impl Worker {
         // made it fail): kubelet stops liveness and startup at termination and never acts on a
         // result that lands after, so this one is dropped as if the probe had not run.
         let latest = self.pod.read().clone();
-        let same = latest
-            .current(&self.key.container)
-            .filter(|now| now.id == c.id);
-        if same.is_some_and(|now| self.hold_for_termination(&latest, now)) {
+        let same = self.current(&latest).filter(|now| now.id == c.id);
+        if same.is_some_and(|now| self.hold_for_termination(&latest, &now)) {
             return true;
         }
         let Some((result, output)) = self.count(&pod, &c, outcome, took) else {
@@ -341,6 +356,16 @@ impl Worker {
         true
     }
 
+    /// The current instance of this worker's container in `pod` ([`PodInfo::current`]), looked
+    /// up again only when `pod` is another view than the last one.
+    fn current(&mut self, pod: &Arc<PodInfo>) -> Option<Arc<ContainerInfo>> {
+        if !std::ptr::eq(self.seen_pod.as_ptr(), Arc::as_ptr(pod)) {
+            self.seen_container = pod.current(&self.key.container).cloned();
+            self.seen_pod = Arc::downgrade(pod);
+        }
+        self.seen_container.clone()
+    }
+
     /// A new instance of the container (or the first): the counters and the hold start again
     /// for it, and its initial value is published.
     fn follow_instance(&mut self, pod: &PodInfo, c: &ContainerInfo) {
@@ -351,6 +376,7 @@ impl Worker {
             self.ctx.results.remove(&old, self.key.ty);
         }
         self.container_id = Some(c.id.clone());
+        self.published = None;
         {
             let mut st = self.status.lock();
             *st = WorkerStatus {
