@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 use futures_free::BoxFuture;
 use podward_api::daemon::admin::Admin;
 use podward_prober::clock::Clock;
-use podward_prober::consequences::stopper::{StopError, Stopper};
 use podward_prober::metrics::FineHistogram;
+use podward_prober::stopper::{StopError, Stopper};
 use podward_prober::{Config, Options, Parts};
 
 /// `BoxFuture` without a `futures` dependency in this crate.

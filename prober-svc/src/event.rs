@@ -10,12 +10,12 @@
 
 use std::sync::Arc;
 
-use crate::consequences::stopper::StopError;
 use crate::handler::attempt::Outcome;
+use crate::handler::attempt::ProbeResult;
 use crate::model::api_pod::{ContainerKind, RestartPolicy};
 use crate::model::{ContainerInfo, PodInfo};
-use crate::probing::results::ProbeResult;
 use crate::spec::ProbeType;
+use crate::stopper::StopError;
 
 /// kubelet's event reason for a container it stops (`events.KillingContainer`).
 pub const REASON_KILLING: &str = "Killing";

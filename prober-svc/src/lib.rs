@@ -14,7 +14,7 @@
 //!   pod's readiness for the gate, `Status` for [`service`] (through [`wire`]);
 //! - **[`consequences`]**: a liveness or startup failure at threshold goes (through the manager,
 //!   which checks the pod is still followed) to [`consequences::kill`], which runs the container's
-//!   [`consequences::prestop`] hook, stops the container through the [`consequences::stopper`] seam
+//!   [`consequences::prestop`] hook, stops the container through the [`stopper`] seam
 //!   (CRI `StopContainer`), records it and publishes its event;
 //! - **[`kubernetes`]**: what CRI lacks from the Kubernetes API (pod reflector), the
 //!   `podward.io/ready` readiness-gate condition (from the [`view`]) and kubelet's events; the node
@@ -42,6 +42,7 @@ pub mod sentinel;
 pub mod service;
 pub mod source;
 pub mod spec;
+pub mod stopper;
 pub mod view;
 pub mod wire;
 

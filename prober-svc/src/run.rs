@@ -17,7 +17,6 @@ use crate::clock::Clock;
 use crate::config::{Config, InvalidSetting};
 use crate::consequences::kill::Killer;
 use crate::consequences::prestop::Hooks;
-use crate::consequences::stopper::{CriStopper, Stopper};
 use crate::event::{EventSink, Events};
 use crate::handler::exec::cri::CriExec;
 use crate::handler::exec::direct::DirectExec;
@@ -31,6 +30,7 @@ use crate::probing::probe::{Prober, ProberOptions};
 use crate::probing::starvation::TickLag;
 use crate::service::ProberService;
 use crate::source::{SourceConfig, follow};
+use crate::stopper::{CriStopper, Stopper};
 
 /// Why the prober could not run: the daemons' shared reasons, or a setting that cannot work.
 pub type RunError = podward_api::daemon::run::RunError<InvalidSetting>;

@@ -7,7 +7,6 @@ use futures::future::BoxFuture;
 
 use crate::clock::Clock;
 use crate::consequences::kill::Killer;
-use crate::consequences::stopper::{StopError, Stopper};
 use crate::event::Events;
 use crate::handler::attempt::Outcome;
 use crate::hub::Hub;
@@ -16,6 +15,7 @@ use crate::metrics::Metrics;
 use crate::model::ContainerInfo;
 use crate::probing::runner::ProbeRunner;
 use crate::spec::{ProbeSpec, ProbeType};
+use crate::stopper::{StopError, Stopper};
 
 /// A probe runner whose probes never finish and a stopper that accepts every stop: for tests of
 /// the plumbing around workers (API, sources), where no verdict must ever arrive.

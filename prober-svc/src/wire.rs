@@ -4,7 +4,7 @@
 use podward_api::prober::v1 as api;
 
 use crate::event::{Event, EventKind, Kill};
-use crate::probing::results::ProbeResult;
+use crate::handler::attempt::ProbeResult;
 use crate::spec::ProbeType;
 
 /// A probe type on the wire.

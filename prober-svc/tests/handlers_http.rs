@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use handlers_support::{RawServer, Reply, get, prober, response, result, run, spec, target};
 use podward_prober::handler::attempt::Outcome;
+use podward_prober::handler::attempt::ProbeResult;
 use podward_prober::handler::port::ContainerPort;
-use podward_prober::probing::results::ProbeResult;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 
 // --- H1: result mapping and body limit ---

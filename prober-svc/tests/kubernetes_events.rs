@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use podward_prober::event::{Event, EventKind, EventSink, killing_message};
 use podward_prober::handler::attempt::Outcome;
+use podward_prober::handler::attempt::ProbeResult;
 use podward_prober::kubernetes::events::{self, EventQueue, QUEUE, RecorderConfig};
 use podward_prober::kubernetes::metrics::ApiMetrics;
-use podward_prober::probing::results::ProbeResult;
 use podward_prober::spec::ProbeType;
 use serde_json::json;
 use support::*;

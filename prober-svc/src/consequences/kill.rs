@@ -22,11 +22,11 @@ use parking_lot::Mutex;
 
 use crate::clock::Clock;
 use crate::consequences::prestop::{HookRunner, grace_after_hook};
-use crate::consequences::stopper::Stopper;
 use crate::event::{Event, Events, Kill, killing_message_for};
 use crate::metrics::Metrics;
 use crate::model::{ContainerInfo, PodInfo};
 use crate::spec::{ProbeSpec, ProbeType};
+use crate::stopper::Stopper;
 
 /// kubelet's `minimumGracePeriodInSeconds`: a kill never gets less than this.
 pub const MIN_GRACE_SECONDS: i64 = 2;

@@ -6,7 +6,6 @@ use std::net::IpAddr;
 
 use super::output::capped;
 use super::port::ContainerPort;
-use crate::probing::results::ProbeResult;
 
 /// Where a probe runs.
 #[derive(Debug, Clone, Copy)]
@@ -70,4 +69,17 @@ impl Outcome {
             Self::Errored(o) => Self::Errored(cut(o)),
         }
     }
+}
+
+/// A probe's result, kubelet's `results.Result`: what a probe yields (Success or Failure), what
+/// a worker counts towards its thresholds, and what it caches and publishes once a threshold is
+/// reached (where Unknown is startup's initial value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ProbeResult {
+    /// Not determined yet (startup's initial value); never the result of a probe.
+    Unknown,
+    /// The probe passed.
+    Success,
+    /// The probe failed.
+    Failure,
 }

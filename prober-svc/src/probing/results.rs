@@ -10,20 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use crate::handler::attempt::ProbeResult;
 use crate::spec::ProbeType;
-
-/// A probe's result, kubelet's `results.Result`: what a probe yields (Success or Failure), what
-/// a worker counts towards its thresholds, and what it caches and publishes once a threshold is
-/// reached (where Unknown is startup's initial value).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ProbeResult {
-    /// Not determined yet (startup's initial value); never the result of a probe.
-    Unknown,
-    /// The probe passed.
-    Success,
-    /// The probe failed.
-    Failure,
-}
 
 /// The cache: per container ID, one slot per probe type. Looked up by `&str` so the per-probe
 /// path allocates nothing; a key is made only when a container is first seen.

@@ -11,9 +11,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::View;
+use crate::handler::attempt::ProbeResult;
 use crate::model::api_pod::PodPhase;
 use crate::model::{ContainerInfo, RunState};
-use crate::probing::results::ProbeResult;
 use crate::probing::worker::started_before_restart;
 use crate::registry::{WorkerEntry, pod_workers, worker};
 use crate::spec::ProbeType;

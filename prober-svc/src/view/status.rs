@@ -6,8 +6,8 @@ use std::collections::{BTreeSet, HashSet};
 use podward_api::prober::v1 as api;
 
 use super::View;
+use crate::handler::attempt::ProbeResult;
 use crate::model::{ContainerInfo, PodInfo, RunState};
-use crate::probing::results::ProbeResult;
 use crate::probing::worker::handle::WorkerStatus;
 use crate::probing::worker::started_before_restart;
 use crate::registry::{pod_workers, worker};

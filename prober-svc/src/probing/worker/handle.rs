@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
-use crate::probing::results::ProbeResult;
+use crate::handler::attempt::ProbeResult;
 use crate::spec::{ProbeSpec, ProbeType};
 
 /// Identity of a worker.

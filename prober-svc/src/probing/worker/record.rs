@@ -2,8 +2,8 @@
 //! counters, the last output, and the last error of a probe that errored.
 
 use super::Worker;
+use crate::handler::attempt::ProbeResult;
 use crate::model::{ContainerInfo, PodInfo};
-use crate::probing::results::ProbeResult;
 
 impl Worker {
     /// An errored probe (kubelet: "probe errored and resulted in unknown state"): discarded for

@@ -9,8 +9,8 @@ use tokio::time::Instant;
 
 use super::Worker;
 use crate::handler::attempt::Outcome;
+use crate::handler::attempt::ProbeResult;
 use crate::model::{ContainerInfo, PodInfo};
-use crate::probing::results::ProbeResult;
 
 /// How often a starved probe is logged at WARN (the others at DEBUG; all are counted).
 pub const STARVED_LOG_EVERY: Duration = Duration::from_secs(10);

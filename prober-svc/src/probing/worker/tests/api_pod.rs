@@ -7,9 +7,9 @@ use std::time::Duration;
 use super::harness::*;
 use crate::event::EventKind;
 use crate::handler::attempt::Outcome;
+use crate::handler::attempt::ProbeResult;
 use crate::model::RunState;
 use crate::model::api_pod::{ContainerKind, Hook, PodPhase, RestartPolicy};
-use crate::probing::results::ProbeResult;
 use crate::spec::ProbeType;
 use crate::view::readiness::{PodReadiness, REASON_READINESS};
 

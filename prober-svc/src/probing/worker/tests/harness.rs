@@ -13,17 +13,17 @@ use tokio::time::Instant;
 use crate::clock::Clock;
 use crate::consequences::kill::Killer;
 use crate::consequences::prestop::{HookError, HookRunner};
-use crate::consequences::stopper::{StopError, Stopper};
 use crate::event::{Event, EventSink, Events};
 use crate::handler::attempt::Outcome;
+use crate::handler::attempt::ProbeResult;
 use crate::hub::Hub;
 use crate::manager::Manager;
 use crate::metrics::Metrics;
 use crate::model::api_pod::{ApiContainer, ApiPod, ContainerKind, Hook, PodPhase, RestartPolicy};
 use crate::model::{ContainerInfo, PodInfo, RunState};
-use crate::probing::results::ProbeResult;
 use crate::probing::runner::ProbeRunner;
 use crate::spec::{ProbeSpec, ProbeType};
+use crate::stopper::{StopError, Stopper};
 
 /// Wall time of the test clock's start.
 pub(super) const T0: i64 = 1_000_000 * 1_000_000_000;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::harness::*;
 use crate::handler::attempt::Outcome;
-use crate::probing::results::ProbeResult;
+use crate::handler::attempt::ProbeResult;
 use crate::spec::ProbeType;
 
 const ALL3: &str = r#"{"c":{
