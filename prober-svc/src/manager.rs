@@ -23,8 +23,8 @@ use crate::consequences::kill::Killer;
 use crate::event::Events;
 use crate::handler::host_policy::NodePolicy;
 use crate::metrics::Metrics;
+use crate::model::PodInfo;
 use crate::model::api_pod::ApiPod;
-use crate::model::{PodInfo, RunState};
 use crate::probing::results::Results;
 use crate::probing::runner::ProbeRunner;
 use crate::probing::worker::handle::{SpecUpdate, WorkerKey};
@@ -33,10 +33,12 @@ use crate::registry::{PodEntry, Registry, UnknownNames, WorkerEntry, pod_workers
 use crate::spec::{ContainerProbes, PodProbes, ProbeSpec, ProbeType};
 use crate::view::View;
 
+use self::refresh::{Refreshed, refresh};
 use self::sink::ManagerSink;
 
 mod annotation;
 mod conflicts;
+mod refresh;
 mod sink;
 mod unknown;
 
@@ -452,53 +454,4 @@ fn trigger(registry: &Registry, uid: &str, container: &str, ty: ProbeType) {
     if let Some(w) = crate::registry::worker(&workers, uid, container, ty) {
         w.ctl.trigger();
     }
-}
-
-/// What a refresh of a known pod changed.
-struct Refreshed {
-    /// The annotation to apply (the API's copy changed, or what its parse depends on).
-    annotation: Option<Option<String>>,
-    /// Containers whose current instance just started running.
-    started: Vec<String>,
-}
-
-/// Replaces `entry`'s pod with `pod` (the workers see it at their next probe); returns the
-/// pod's UID and what changed.
-fn refresh(entry: &PodEntry, pod: PodInfo) -> (String, Refreshed) {
-    // Only the API's copy can change what runs: CRI's is frozen at sandbox creation, and
-    // kubelet ignores spec updates of a known pod.
-    let wanted = pod.api.as_ref().map(|a| a.probes_annotation.clone());
-    let mut cur = entry.shared.write();
-    let started = newly_running(&cur, &pod);
-    // Which names are init or ephemeral containers, which probes the spec declares and whether
-    // the pod is gated are known only from the API: when that view arrives (or they change),
-    // the annotation is parsed again, whatever came first.
-    let kinds_changed = annotation::parse_facts(&cur) != annotation::parse_facts(&pod);
-    *cur = Arc::new(pod);
-    let changed = wanted.as_ref().is_some_and(|w| {
-        w.as_deref() != Some(entry.annotation.as_str()) || (kinds_changed && w.is_some())
-    });
-    let annotation = wanted.filter(|_| changed);
-    (
-        cur.uid.clone(),
-        Refreshed {
-            annotation,
-            started,
-        },
-    )
-}
-
-/// Names of containers whose current instance is running in `new` but was not (or was another
-/// instance) in `old`.
-fn newly_running(old: &PodInfo, new: &PodInfo) -> Vec<String> {
-    let names: HashSet<&str> = new.containers.values().map(|c| c.name.as_str()).collect();
-    names
-        .into_iter()
-        .filter(|n| {
-            let now = new.current(n).filter(|c| c.state == RunState::Running);
-            let before = old.current(n).filter(|c| c.state == RunState::Running);
-            matches!((now, before), (Some(a), b) if b.map(|b| &b.id) != Some(&a.id))
-        })
-        .map(str::to_owned)
-        .collect()
 }

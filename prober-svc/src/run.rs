@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use podward_api::daemon::admin::Admin;
+use podward_api::daemon::admin::{Admin, Readiness};
 use podward_api::daemon::grpc;
 use podward_api::daemon::stop::Stop;
 use podward_api::prober::v1::prober_server::ProberServer;
@@ -31,6 +31,7 @@ use crate::probing::starvation::TickLag;
 use crate::service::ProberService;
 use crate::source::{SourceConfig, follow};
 use crate::stopper::{CriStopper, Stopper};
+use tokio::task::JoinHandle;
 
 /// Why the prober could not run: the daemons' shared reasons, or a setting that cannot work.
 pub type RunError = podward_api::daemon::run::RunError<InvalidSetting>;
@@ -90,9 +91,10 @@ pub async fn run(
     run_with(config, Options::default(), shutdown).await
 }
 
-/// Runs the prober with `config` and `options` until `shutdown` resolves: its parts are built
-/// (metrics, listeners, the API side, the manager with its prober and kill path), handed to
-/// `options.on_start`, run as tasks, and stopped in order.
+/// Runs the prober with `config` and `options` until `shutdown` resolves, in three steps: its
+/// parts are built (metrics, listeners, the API side, the manager with its prober and kill path)
+/// and handed to `options.on_start`; they run as tasks ([`Tasks::spawn`]); and they are stopped
+/// in order ([`Tasks::stop`]).
 pub async fn run_with(
     config: Config,
     options: Options,
@@ -115,15 +117,7 @@ pub async fn run_with(
     let node_ip = config.node_ip();
     log_start(&config, admin_addr, node_ip);
     let containerd = podward_api::socket::channel(&config.common.containerd_socket);
-    let api = match api_settings {
-        Some(s) => Some(ApiSide::new(s, Some(&admin.registry))?),
-        None => {
-            tracing::info!(
-                "no --node-name (or NODE_NAME): the Kubernetes API is not used (no readiness gate, events or preStop hooks)"
-            );
-            None
-        }
-    };
+    let api = api_side(api_settings, &admin)?;
     let hub = Hub::default();
     let mut sinks: Vec<Arc<dyn EventSink>> = vec![Arc::new(hub.clone())];
     if let Some(api) = &api {
@@ -147,74 +141,168 @@ pub async fn run_with(
             admin_addr,
         });
     }
-
-    let stop = Stop::new();
-    let lease_task = match (&api, config.lease_settings().map_err(RunError::Daemon)?) {
-        (Some(api), Some(settings)) => {
-            let health =
-                ProberHealth::new(admin.readiness.clone(), api.metrics(), settings.duration);
-            Some(lease::spawn(
-                settings,
-                config.kubeconfig.clone(),
-                Arc::new(health),
-                clock,
-                LeaseMetrics::new(Some(&admin.registry))?,
-                stop.clone(),
-            ))
-        }
-        _ => None,
-    };
-    let api_task = api.map(|a| a.spawn(manager.clone(), clock, stop.clone()));
-    let readiness = admin.readiness.clone();
-    let handshake_timeouts = grpc::handshake_timeouts(&admin.registry, "podward_prober");
-    let admin_task = tokio::spawn(admin.serve(admin_listener, stop.stopped()));
-    let source_task = tokio::spawn(follow(
-        SourceConfig {
-            shim_socket: config.shim_socket.clone(),
-            containerd,
-            node_ip,
-            poll_interval: Duration::from_secs(config.poll_interval_seconds.max(1)),
-            readiness: readiness.clone(),
-        },
-        manager.clone(),
-        metrics,
-        stop.stopped(),
-    ));
-    // Handshake deadline, keepalive and stream bounds shared by every podward gRPC socket
-    // (docs/operations.md).
-    let api_incoming = grpc::incoming(
+    let tasks = Tasks::spawn(Running {
+        config: &config,
+        admin,
+        admin_listener,
         api_listener,
-        "api",
-        grpc::HANDSHAKE_TIMEOUT,
-        handshake_timeouts,
-        stop.subscribe(),
-    );
-    let server = grpc::server()
-        .add_service(ProberServer::new(
-            ProberService::new(manager.clone(), hub).with_max_subscribers(config.max_subscribers),
-        ))
-        .serve_with_incoming_shutdown(api_incoming, stop.stopped());
-    // `/readyz` follows the source: ready once the prober holds a complete view of the node.
-    let server_task = tokio::spawn(server);
-
+        api,
+        hub,
+        manager,
+        metrics,
+        containerd,
+        node_ip,
+        clock,
+    })?;
     shutdown.await;
     tracing::info!("shutting down");
-    readiness.set(false);
-    stop.trigger();
-    let _ = source_task.await;
-    if let Some(t) = api_task {
-        let _ = t.await;
-    }
-    if let Some(t) = lease_task {
-        let _ = t.await;
-    }
-    manager.stop_all();
-    let served = server_task.await;
-    let _ = admin_task.await;
+    let served = tasks.stop().await;
     let _ = std::fs::remove_file(&config.socket);
-    match served {
-        Ok(r) => r.map_err(RunError::from),
-        Err(_) => Ok(()),
+    served
+}
+
+/// The Kubernetes side when the config names a node; without one the prober runs on its own.
+fn api_side(
+    settings: Option<crate::kubernetes::ApiSettings>,
+    admin: &Admin,
+) -> Result<Option<ApiSide>, RunError> {
+    match settings {
+        Some(s) => Ok(Some(ApiSide::new(s, Some(&admin.registry))?)),
+        None => {
+            tracing::info!(
+                "no --node-name (or NODE_NAME): the Kubernetes API is not used (no readiness gate, events or preStop hooks)"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// The built parts [`Tasks::spawn`] sets running.
+struct Running<'a> {
+    config: &'a Config,
+    admin: Admin,
+    admin_listener: tokio::net::TcpListener,
+    api_listener: tokio::net::UnixListener,
+    api: Option<ApiSide>,
+    hub: Hub,
+    manager: Manager,
+    metrics: Metrics,
+    containerd: tonic::transport::Channel,
+    node_ip: IpAddr,
+    clock: Clock,
+}
+
+/// The prober's running tasks, and what stopping them needs.
+struct Tasks {
+    stop: Stop,
+    readiness: Readiness,
+    manager: Manager,
+    source: JoinHandle<()>,
+    api: Option<JoinHandle<()>>,
+    lease: Option<JoinHandle<()>>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    admin: JoinHandle<()>,
+}
+
+impl Tasks {
+    /// Sets every part running: the node lease (with an API side and a lease configured), the API
+    /// side, the admin endpoint, the pod source and the gRPC API.
+    fn spawn(parts: Running<'_>) -> Result<Self, RunError> {
+        let Running {
+            config,
+            admin,
+            admin_listener,
+            api_listener,
+            api,
+            hub,
+            manager,
+            metrics,
+            containerd,
+            node_ip,
+            clock,
+        } = parts;
+        let stop = Stop::new();
+        let lease = match (&api, config.lease_settings().map_err(RunError::Daemon)?) {
+            (Some(api), Some(settings)) => {
+                let health =
+                    ProberHealth::new(admin.readiness.clone(), api.metrics(), settings.duration);
+                Some(lease::spawn(
+                    settings,
+                    config.kubeconfig.clone(),
+                    Arc::new(health),
+                    clock,
+                    LeaseMetrics::new(Some(&admin.registry))?,
+                    stop.clone(),
+                ))
+            }
+            _ => None,
+        };
+        let api = api.map(|a| a.spawn(manager.clone(), clock, stop.clone()));
+        let readiness = admin.readiness.clone();
+        let handshake_timeouts = grpc::handshake_timeouts(&admin.registry, "podward_prober");
+        let admin = tokio::spawn(admin.serve(admin_listener, stop.stopped()));
+        // `/readyz` follows the source: ready once the prober holds a complete view of the node.
+        let source = tokio::spawn(follow(
+            SourceConfig {
+                shim_socket: config.shim_socket.clone(),
+                containerd,
+                node_ip,
+                poll_interval: Duration::from_secs(config.poll_interval_seconds.max(1)),
+                readiness: readiness.clone(),
+            },
+            manager.clone(),
+            metrics,
+            stop.stopped(),
+        ));
+        // Handshake deadline, keepalive and stream bounds shared by every podward gRPC socket
+        // (docs/operations.md).
+        let api_incoming = grpc::incoming(
+            api_listener,
+            "api",
+            grpc::HANDSHAKE_TIMEOUT,
+            handshake_timeouts,
+            stop.subscribe(),
+        );
+        let server = tokio::spawn(
+            grpc::server()
+                .add_service(ProberServer::new(
+                    ProberService::new(manager.clone(), hub)
+                        .with_max_subscribers(config.max_subscribers),
+                ))
+                .serve_with_incoming_shutdown(api_incoming, stop.stopped()),
+        );
+        Ok(Self {
+            stop,
+            readiness,
+            manager,
+            source,
+            api,
+            lease,
+            server,
+            admin,
+        })
+    }
+
+    /// Stops the tasks in order: not ready first, then the source (no new pods), the API side and
+    /// the lease (a stopping prober no longer vouches for its conditions), the workers, and last
+    /// the servers. Returns how the gRPC server ended.
+    async fn stop(self) -> Result<(), RunError> {
+        self.readiness.set(false);
+        self.stop.trigger();
+        let _ = self.source.await;
+        if let Some(t) = self.api {
+            let _ = t.await;
+        }
+        if let Some(t) = self.lease {
+            let _ = t.await;
+        }
+        self.manager.stop_all();
+        let served = self.server.await;
+        let _ = self.admin.await;
+        match served {
+            Ok(r) => r.map_err(RunError::from),
+            Err(_) => Ok(()),
+        }
     }
 }
 
@@ -231,6 +319,8 @@ fn register_metrics(admin: &mut Admin, config: &Config) -> Result<Metrics, RunEr
     Ok(metrics)
 }
 
+/// One line saying where the prober listens and how it is set up: the first thing to read in
+/// a log at 3 a.m.
 fn log_start(config: &Config, admin_addr: std::net::SocketAddr, node_ip: IpAddr) {
     tracing::info!(
         socket = %config.socket.display(),

@@ -27,22 +27,23 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use parking_lot::Mutex;
 use podward_api::backoff::Backoff;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use self::desired::{Wanted, desired, plan};
 pub use self::write::{ConditionWriter, FIELD_MANAGER, KubeWriter, Target, WriteError, apply_body};
 use super::metrics::ApiMetrics;
 use crate::clock::Clock;
 use crate::event::{Event, EventKind, EventSink};
-use crate::model::api_pod::{ApiPod, ConditionStatus, GateCondition};
+use crate::model::api_pod::{ApiPod, GateCondition};
 use crate::spec::ProbeType;
 use crate::view::View;
 use crate::view::readiness::PodReadiness;
 
+mod desired;
 mod write;
 
 /// Condition writes in flight at once (each for a different pod).
@@ -419,84 +420,6 @@ impl EventSink for Gate {
             self.touch(&event.pod_uid);
         }
     }
-}
-
-/// A condition the gate wants.
-struct Wanted {
-    status: ConditionStatus,
-    reason: &'static str,
-    message: String,
-    /// The container the message is about ("" for True).
-    container: String,
-}
-
-/// The condition a readiness asks for; `None`: leave it as it is.
-fn desired(r: PodReadiness) -> Option<Wanted> {
-    match r {
-        PodReadiness::Ready => Some(Wanted {
-            status: ConditionStatus::True,
-            reason: "",
-            message: String::new(),
-            container: String::new(),
-        }),
-        PodReadiness::NotReady {
-            container,
-            reason,
-            message,
-        } => Some(Wanted {
-            status: ConditionStatus::False,
-            reason,
-            message,
-            container,
-        }),
-        PodReadiness::NotProbed | PodReadiness::Unknown => None,
-    }
-}
-
-/// Whether the API's condition already says what `want` says: same status and reason, and
-/// about the same container. A new probe output alone is no reason to write (a failing exec
-/// probe's output may change at every probe; the condition would be rewritten forever).
-fn same(c: &GateCondition, want: &Wanted) -> bool {
-    c.status == want.status
-        && c.reason == want.reason
-        && (want.container.is_empty()
-            || c.message
-                .strip_prefix("container ")
-                .and_then(|m| m.strip_prefix(want.container.as_str()))
-                .is_some_and(|rest| rest.starts_with([':', ' '])))
-}
-
-/// The write that brings `pod`'s condition to `want`, if it differs from what the API has.
-fn plan(uid: &str, pod: &GatePod, want: Wanted, clock: &Clock) -> Option<Planned> {
-    if pod.current.as_ref().is_some_and(|c| same(c, &want)) {
-        return None;
-    }
-    let last_transition_time = match &pod.current {
-        Some(c) if c.status == want.status && !c.last_transition_time.is_empty() => {
-            c.last_transition_time.clone()
-        }
-        _ => rfc3339(clock.now_ns()),
-    };
-    Some(Planned {
-        uid: uid.to_owned(),
-        target: pod.target.clone(),
-        condition: GateCondition {
-            status: want.status,
-            reason: want.reason.to_owned(),
-            message: want.message,
-            last_transition_time,
-        },
-    })
-}
-
-/// Unix nanoseconds as the API's `Time` (RFC 3339, whole seconds).
-fn rfc3339(ns: i64) -> String {
-    let ts = k8s_openapi::jiff::Timestamp::from_second(ns.div_euclid(1_000_000_000))
-        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
-    serde_json::to_value(Time(ts))
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
 }
 
 /// The retry schedule of one pod's writes: doubling from [`FIRST_RETRY`] up to [`MAX_RETRY`],
