@@ -177,12 +177,12 @@ fn helper(control: &UnixStream) -> Result<i32, Stop> {
     // `0` names the writer itself: on a v1 `tasks` file that is the one move the kernel makes
     // without the global threadgroup lock (the helper is single-threaded: its one thread is the
     // whole process), and no PID is read or written that could name another process.
-    for procs in &plan.cgroup_procs {
+    for file in &plan.cgroup_join_files {
         std::fs::OpenOptions::new()
             .write(true)
-            .open(procs)
+            .open(file)
             .and_then(|mut f| f.write_all(b"0"))
-            .map_err(err(format!("join cgroup {}", procs.display())))?;
+            .map_err(err(format!("join cgroup {}", file.display())))?;
     }
     for r in &plan.rlimits {
         set_rlimit(r.resource, r.soft, r.hard)?;

@@ -22,7 +22,7 @@ pub struct Plan {
     pub init_start_time: u64,
     /// For every hierarchy the container's init is in, the file that moves the helper there
     /// when it writes `0` to it: `tasks` on v1, `cgroup.procs` on v2 ([`super::prepare`]).
-    pub cgroup_procs: Vec<PathBuf>,
+    pub cgroup_join_files: Vec<PathBuf>,
     /// Every resource limit: the runtime shim's (which `runc exec` inherits), the spec's on top.
     pub rlimits: Vec<Rlimit>,
     /// `/proc/self/oom_score_adj`: the spec's, else the shim's.

@@ -165,7 +165,7 @@ pub fn prepare(container_id: &str, info_json: &str, host: &Host) -> Result<Plan,
     if (theirs.dev(), theirs.ino()) != (ours.dev(), ours.ino()) {
         return Err(Refusal::UserNamespace);
     }
-    let cgroup_procs = cgroup_procs(
+    let cgroup_join_files = cgroup_join_files(
         &read(&proc.join(format!("{pid}/cgroup"))).map_err(init_err)?,
         &read(&proc.join("self/mountinfo")).map_err(init_err)?,
     )?;
@@ -208,7 +208,7 @@ pub fn prepare(container_id: &str, info_json: &str, host: &Host) -> Result<Plan,
         container_id: container_id.to_owned(),
         init_pid: pid,
         init_start_time,
-        cgroup_procs,
+        cgroup_join_files,
         rlimits,
         oom_score_adj,
         umask,
@@ -271,7 +271,7 @@ fn check_fields(spec: &Value) -> Result<(), Refusal> {
 /// read, and it starts no thread), so its one thread is the whole process: the same move as a
 /// write to `cgroup.procs`. v2 has no such file across domains (`cgroup.threads` moves a thread
 /// only within its domain).
-pub(crate) fn cgroup_procs(cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>, Refusal> {
+pub(crate) fn cgroup_join_files(cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>, Refusal> {
     let mounts: Vec<(String, String, String, String)> = mountinfo
         .lines()
         .filter_map(|l| {

@@ -10,7 +10,7 @@ fn cgroup_lines_map_to_the_mounted_hierarchies_v1_through_tasks() {
 40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 ";
-    let got = cgroup_procs(cgroup, mountinfo).expect("resolved");
+    let got = cgroup_join_files(cgroup, mountinfo).expect("resolved");
     let want: Vec<PathBuf> = [
         "/sys/fs/cgroup/systemd/pod/c1/tasks",
         "/sys/fs/cgroup/memory/pod/c1/tasks",
@@ -27,17 +27,17 @@ fn cgroup_lines_map_to_the_mounted_hierarchies_v1_through_tasks() {
 fn a_foreign_cgroup_namespace_or_a_missing_hierarchy_is_refused() {
     let mountinfo = "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
     assert!(matches!(
-        cgroup_procs("0::/../../pod/c1\n", mountinfo),
+        cgroup_join_files("0::/../../pod/c1\n", mountinfo),
         Err(Refusal::Cgroup(_))
     ));
     assert!(matches!(
-        cgroup_procs("4:memory:/pod/c1\n", mountinfo),
+        cgroup_join_files("4:memory:/pod/c1\n", mountinfo),
         Err(Refusal::Cgroup(_))
     ));
     // A mount of a sub-tree (the prober's own cgroup namespace view) strips its root.
     let sub = "41 31 0:38 /kubepods /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
     assert_eq!(
-        cgroup_procs("0::/kubepods/pod1/c1\n", sub).expect("resolved"),
+        cgroup_join_files("0::/kubepods/pod1/c1\n", sub).expect("resolved"),
         vec![PathBuf::from("/sys/fs/cgroup/pod1/c1/cgroup.procs")]
     );
 }
