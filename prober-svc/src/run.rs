@@ -23,7 +23,7 @@ use crate::handler::exec::direct::DirectExec;
 use crate::handler::host_policy::NodePolicy;
 use crate::hub::Hub;
 use crate::kubernetes::ApiSide;
-use crate::lease::{self, LeaseMetrics, ProberHealth};
+use crate::lease::{self, LeaseMetrics, LeaseSettings, ProberHealth};
 use crate::manager::Manager;
 use crate::metrics::{Metrics, PROBES_PATH};
 use crate::probing::probe::{Prober, ProberOptions};
@@ -107,7 +107,10 @@ pub async fn run_with(
         on_start,
     } = options;
     raise_open_files();
+    // Every setting is checked before anything is bound or created, so a setting that cannot
+    // work leaves nothing behind (no socket file, no half-started task).
     let api_settings = config.api_settings().map_err(RunError::Daemon)?;
+    let lease_settings = config.lease_settings().map_err(RunError::Daemon)?;
     let metrics = register_metrics(&mut admin, &config)?;
     let admin_listener = podward_api::daemon::admin::bind(config.common.admin_addr).await?;
     let admin_addr = admin_listener
@@ -147,6 +150,7 @@ pub async fn run_with(
         admin_listener,
         api_listener,
         api,
+        lease_settings,
         hub,
         manager,
         metrics,
@@ -184,6 +188,7 @@ struct Running<'a> {
     admin_listener: tokio::net::TcpListener,
     api_listener: tokio::net::UnixListener,
     api: Option<ApiSide>,
+    lease_settings: Option<LeaseSettings>,
     hub: Hub,
     manager: Manager,
     metrics: Metrics,
@@ -214,6 +219,7 @@ impl Tasks {
             admin_listener,
             api_listener,
             api,
+            lease_settings,
             hub,
             manager,
             metrics,
@@ -222,7 +228,7 @@ impl Tasks {
             clock,
         } = parts;
         let stop = Stop::new();
-        let lease = match (&api, config.lease_settings().map_err(RunError::Daemon)?) {
+        let lease = match (&api, lease_settings) {
             (Some(api), Some(settings)) => {
                 let health =
                     ProberHealth::new(admin.readiness.clone(), api.metrics(), settings.duration);

@@ -247,3 +247,53 @@ async fn status_renders_the_real_apis_answer() {
     })
     .await;
 }
+
+/// A lease setting that cannot work (renewing no sooner than the lease lasts) stops the start
+/// before anything is bound: the error names the flag, and no API socket file is left behind
+/// for the next start or an operator to trip over.
+#[tokio::test]
+async fn an_impossible_lease_setting_stops_the_start_and_leaves_no_socket() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = Config {
+        socket: dir.path().join("prober.sock"),
+        shim_socket: dir.path().join("no-shim.sock"),
+        common: podward_api::daemon::config::Common {
+            containerd_socket: dir.path().join("no-containerd.sock"),
+            ..podward_api::daemon::config::Common::with_admin_port(0)
+        },
+        node_ip: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        node_name: Some("node-a".into()),
+        node_lease_renew_interval_seconds: 40,
+        node_lease_duration_seconds: 40,
+        ..Config::default()
+    };
+    let started = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = started.clone();
+    let options = Options {
+        on_start: Some(Box::new(move |_| {
+            seen.store(true, std::sync::atomic::Ordering::SeqCst);
+        })),
+        ..Options::default()
+    };
+    let result = tokio::time::timeout(
+        Duration::from_secs(20),
+        podward_prober::run_with(config.clone(), options, std::future::pending()),
+    )
+    .await
+    .expect("the start ends instead of running");
+    let e = result.expect_err("an impossible lease setting is refused");
+    assert!(
+        e.to_string()
+            .contains("--node-lease-renew-interval-seconds"),
+        "the error names the flag: {e}"
+    );
+    assert!(
+        !started.load(std::sync::atomic::Ordering::SeqCst),
+        "nothing was handed out as started"
+    );
+    assert!(
+        !config.socket.exists(),
+        "no API socket file left at {}",
+        config.socket.display()
+    );
+}
