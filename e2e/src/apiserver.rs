@@ -14,10 +14,13 @@
 //!   create (`409 AlreadyExists`), replace with the resource-version check (`409 Conflict`; a
 //!   missing lease `404 NotFound`), delete, list and watch by `labelSelector`;
 //! - `POST` and `PATCH` of core `v1` and `events.k8s.io/v1` events (a patch of flat fields, as
-//!   kubelet's strategic merge patch of `count`, `lastTimestamp`, `message` is, merged).
+//!   kubelet's strategic merge patch of `count`, `lastTimestamp`, `message` is, merged);
+//! - `GET /api/v1/nodes/{name}` of the Nodes a test put (`404 NotFound` otherwise): the node
+//!   lease renewer reads its Node's zone label.
 //!
-//! Every request is recorded with its arrival time ([`MockApiServer::requests`]), so tests
-//! assert what reached the API and when. [`MockApiServer::set_available`] turns it into a
+//! Every request is recorded with its arrival time, its `User-Agent` and the status it was
+//! answered ([`MockApiServer::requests`]), so tests assert what reached the API, from which of
+//! several clients, and when. [`MockApiServer::set_available`] turns it into a
 //! server answering `503` to everything (the API being down).
 
 mod http;
@@ -54,8 +57,14 @@ pub struct Recorded {
     pub query: BTreeMap<String, String>,
     /// `Content-Type`, "" when absent.
     pub content_type: String,
+    /// `User-Agent`, "" when absent: several clients of one server (two sentinels and the
+    /// probers, say) are told apart by it, as the API server's audit log tells them.
+    pub user_agent: String,
     /// The body as JSON (`Null` when empty).
     pub body: Value,
+    /// The status answered; `None` while the request is still being handled (a watch is
+    /// answered `200` at once, before its stream).
+    pub code: Option<u16>,
 }
 
 impl Recorded {
@@ -206,6 +215,11 @@ impl MockApiServer {
             .into_iter()
             .filter(|r| r.is_status_write(name))
             .collect()
+    }
+
+    /// Adds (or replaces) Node `node` (its `metadata.name`), served to `GET`.
+    pub fn put_node(&self, node: Value) {
+        self.shared.store.lock().put_node(node);
     }
 
     /// Lease `namespace/name`, as stored now.

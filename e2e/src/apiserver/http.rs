@@ -104,38 +104,64 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     };
     let path = parts.uri.path().to_owned();
     let method = parts.method.to_string();
-    shared.requests.lock().push(Recorded {
-        at: SystemTime::now(),
-        method: method.clone(),
-        path: path.clone(),
-        query: query.clone(),
-        content_type: parts
+    let header = |name: &str| {
+        parts
             .headers
-            .get("content-type")
+            .get(name)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
-            .to_owned(),
-        body: if shared.keep_bodies {
-            body.clone()
-        } else {
-            Value::Null
-        },
-    });
+            .to_owned()
+    };
+    // Recorded on arrival, before the store changes (a test that sees the change sees the
+    // request); its status once answered.
+    let seen = {
+        let mut requests = shared.requests.lock();
+        requests.push(Recorded {
+            at: SystemTime::now(),
+            method: method.clone(),
+            path: path.clone(),
+            query: query.clone(),
+            content_type: header("content-type"),
+            user_agent: header("user-agent"),
+            body: if shared.keep_bodies {
+                body.clone()
+            } else {
+                Value::Null
+            },
+            code: None,
+        });
+        requests.len() - 1
+    };
+    let resp = route(&shared, &method, &path, &query, body);
+    if let Some(r) = shared.requests.lock().get_mut(seen) {
+        r.code = Some(resp.status().as_u16());
+    }
+    Ok(resp)
+}
+
+/// The answer to one request.
+fn route(
+    shared: &Arc<Shared>,
+    method: &str,
+    path: &str,
+    query: &BTreeMap<String, String>,
+    body: Value,
+) -> Response<Body> {
     if !shared.available.load(Ordering::SeqCst) {
-        return Ok(json_response(
+        return json_response(
             503,
             &status(503, "ServiceUnavailable", "the mock API server is down"),
-        ));
+        );
     }
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let resp = match (method.as_str(), segs.as_slice()) {
+    match (method, segs.as_slice()) {
         ("GET", ["api", "v1", "pods"]) => {
             let node = query
                 .get("fieldSelector")
                 .and_then(|f| f.strip_prefix("spec.nodeName="))
                 .map(str::to_owned);
-            if is_watch(&query) {
-                watch(&shared, &query, Filter::Pods { node })
+            if is_watch(query) {
+                watch(shared, query, Filter::Pods { node })
             } else {
                 let limit = query.get("limit").and_then(|l| l.parse().ok());
                 let list = shared.store.lock().list(
@@ -179,9 +205,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             Ok(ev) => json_response(200, &ev),
             Err((code, st)) => json_response(code, &st),
         },
-        ("GET", ["apis", "coordination.k8s.io", "v1", "leases"]) => {
-            lease_list(&shared, &query, None)
-        }
+        ("GET", ["apis", "coordination.k8s.io", "v1", "leases"]) => lease_list(shared, query, None),
         (
             "GET",
             [
@@ -192,7 +216,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                 ns,
                 "leases",
             ],
-        ) => lease_list(&shared, &query, Some(ns)),
+        ) => lease_list(shared, query, Some(ns)),
         (
             "GET",
             [
@@ -205,6 +229,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                 name,
             ],
         ) => answer(shared.store.lock().get_lease(ns, name), 200),
+        ("GET", ["api", "v1", "nodes", name]) => answer(shared.store.lock().node(name), 200),
         (
             "POST",
             [
@@ -217,7 +242,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             ],
         ) => {
             let r = shared.store.lock().create_lease(ns, body);
-            publish(&shared, r, 201)
+            publish(shared, r, 201)
         }
         (
             "PUT",
@@ -232,7 +257,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             ],
         ) => {
             let r = shared.store.lock().replace_lease(ns, name, body);
-            publish(&shared, r, 200)
+            publish(shared, r, 200)
         }
         (
             "DELETE",
@@ -247,7 +272,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             ],
         ) => {
             let r = shared.store.lock().delete_lease(ns, name);
-            publish(&shared, r, 200)
+            publish(shared, r, 200)
         }
         _ => json_response(
             404,
@@ -257,8 +282,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                 &format!("{method} {path}: not served by the mock"),
             ),
         ),
-    };
-    Ok(resp)
+    }
 }
 
 fn is_watch(query: &BTreeMap<String, String>) -> bool {

@@ -1,5 +1,6 @@
 //! The mock API server's objects: pods and `coordination.k8s.io/v1` leases (with one
-//! resource-version history for watches, as etcd has one revision for every kind) and events.
+//! resource-version history for watches, as etcd has one revision for every kind), events and
+//! Nodes (read only: what a test put).
 
 mod lease;
 
@@ -88,6 +89,8 @@ pub struct Store {
     history: VecDeque<Change>,
     cap: usize,
     events: BTreeMap<(String, String), Value>,
+    /// name → Node.
+    nodes: BTreeMap<String, Value>,
 }
 
 /// A `metav1.Status` failure body.
@@ -120,6 +123,7 @@ impl Store {
             history: VecDeque::new(),
             cap: cap.max(1),
             events: BTreeMap::new(),
+            nodes: BTreeMap::new(),
         }
     }
 
@@ -315,6 +319,22 @@ impl Store {
         self.rv += 1;
         ev["metadata"]["resourceVersion"] = json!(self.rv.to_string());
         Ok(ev.clone())
+    }
+
+    /// Adds (or replaces) a Node, by its `metadata.name`.
+    pub(crate) fn put_node(&mut self, node: Value) {
+        let name = node["metadata"]["name"].as_str().unwrap_or("").to_owned();
+        self.nodes.insert(name, node);
+    }
+
+    /// Node `name`.
+    pub(crate) fn node(&self, name: &str) -> Result<Value, Failure> {
+        self.nodes.get(name).cloned().ok_or_else(|| {
+            (
+                404,
+                status(404, "NotFound", &format!("nodes \"{name}\" not found")),
+            )
+        })
     }
 
     /// Every event, by namespace and name.

@@ -1,9 +1,9 @@
-//! Two sentinels, one leader: at the HTTP boundary against the stateful API stand-in, exactly
+//! Two sentinels, one leader: at the HTTP boundary against the e2e API stand-in, exactly
 //! one replica holds the leader lease and only it writes; the leader killed (its task dropped
 //! with every child, as by SIGKILL: the lease is not released) is replaced within a leader lease
 //! duration (plus a retry period), and the new leader marks a prober that dies after it.
 
-#[path = "sentinel_support.rs"]
+#[path = "prober_sentinel_support.rs"]
 mod support;
 
 use std::time::Duration;
@@ -24,7 +24,7 @@ fn holder(cluster: &Cluster) -> String {
 
 #[tokio::test]
 async fn two_sentinels_elect_one_leader_and_a_killed_leader_hands_over_within_a_lease_duration() {
-    let cluster = Cluster::new();
+    let cluster = Cluster::new().await;
     for n in ["node-a", "node-b", "node-c"] {
         cluster.add_pod(&format!("web-{n}"), n, true, Some("True"));
     }

@@ -1,9 +1,9 @@
 //! The leases in `podward-prober status` at the HTTP boundary: read through real
-//! `kube::Client`s from the stateful API stand-in (`sentinel_support.rs`) that a real node-lease
+//! `kube::Client`s from the e2e API stand-in (`prober_sentinel_support.rs`) that a real node-lease
 //! renewer and a real sentinel write: current while the prober renews, expired by how long once
 //! it is killed, the sentinel's leader named; an API that cannot be reached is said in one line.
 
-#[path = "sentinel_support.rs"]
+#[path = "prober_sentinel_support.rs"]
 mod support;
 
 use std::time::Duration;
@@ -26,7 +26,7 @@ async fn rendered(cluster: &Cluster) -> String {
 
 #[tokio::test]
 async fn status_shows_the_node_lease_current_then_expired_and_the_sentinels_leader() {
-    let cluster = Cluster::new();
+    let cluster = Cluster::new().await;
     let out = rendered(&cluster).await;
     assert!(out.contains("Node lease podward/node-a: none"), "{out}");
     assert!(out.contains("podward/podward-sentinel: none"), "{out}");
