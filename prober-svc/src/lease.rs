@@ -44,6 +44,10 @@ use crate::metrics::MetricsError;
 /// Label on every node lease (the sentinel watches leases with it, and nothing else).
 pub const NODE_LEASE_LABEL: &str = "podward.io/node-lease";
 
+/// The zone label: the Node's, copied onto its lease; the sentinel groups the leases by it, as
+/// the node lifecycle controller groups nodes.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
 /// The lease client's own rate: a renewal (up to [`MAX_TRIES`] reads and writes) every
 /// interval needs far less; the bucket only bounds a bug.
 const LEASE_QPS: f64 = 5.0;
@@ -270,7 +274,7 @@ impl Renewer {
             Ok(node) => {
                 let zone = node
                     .and_then(|n| n.metadata.labels)
-                    .and_then(|mut l| l.remove(crate::sentinel::table::ZONE_LABEL))
+                    .and_then(|mut l| l.remove(ZONE_LABEL))
                     .filter(|z| !z.is_empty());
                 tracing::info!(node = %self.settings.node, zone = zone.as_deref().unwrap_or(""),
                     "the node lease carries the node's zone");
@@ -292,7 +296,7 @@ impl Renewer {
     fn label(&self, labels: &mut std::collections::BTreeMap<String, String>) {
         labels.insert(NODE_LEASE_LABEL.to_owned(), "true".to_owned());
         if let Some(Some(zone)) = &self.zone {
-            labels.insert(crate::sentinel::table::ZONE_LABEL.to_owned(), zone.clone());
+            labels.insert(ZONE_LABEL.to_owned(), zone.clone());
         }
     }
 

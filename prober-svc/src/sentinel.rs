@@ -38,7 +38,7 @@ pub use self::marker::{Marker, REASON};
 pub use self::metrics::SentinelMetrics;
 pub use self::table::{Rates, Table};
 use crate::clock::Clock;
-use crate::lease::NODE_LEASE_LABEL;
+use crate::lease::{NODE_LEASE_LABEL, ZONE_LABEL};
 
 /// Name of the sentinel's leader lease (in the same namespace as the node leases).
 pub const DEFAULT_ELECTION_LEASE: &str = "podward-sentinel";
@@ -274,7 +274,7 @@ fn apply(
         .metadata
         .labels
         .as_ref()
-        .and_then(|ls| ls.get(table::ZONE_LABEL))
+        .and_then(|ls| ls.get(ZONE_LABEL))
         .map_or("", String::as_str);
     let mut t = table.lock();
     let back = t.apply(

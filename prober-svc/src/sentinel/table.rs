@@ -26,9 +26,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The zone label the node lifecycle controller groups nodes by.
-pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
-
 /// Fewest expired nodes that make "every zone fully disrupted" a likely partition (the
 /// controller's partial disruption needs more than 2 not-ready nodes too).
 pub const PARTITION_MIN_EXPIRED: usize = 3;
