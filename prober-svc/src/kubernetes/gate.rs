@@ -95,6 +95,40 @@ struct State {
     in_flight: HashSet<String>,
 }
 
+impl State {
+    /// Takes up to [`LOOK`] queued pods to look at now, marking them in flight: pods with a
+    /// write in flight or in backoff stay queued (the earliest backoff's end goes into
+    /// `next_due`), pods no longer gated leave the queue.
+    fn take_batch(&mut self, now: Instant, next_due: &mut Option<Instant>) -> Vec<String> {
+        let mut batch = Vec::new();
+        let mut skipped = VecDeque::new();
+        while batch.len() < LOOK {
+            let Some(uid) = self.queue.pop_front() else {
+                break;
+            };
+            if self.in_flight.contains(&uid) {
+                skipped.push_back(uid);
+                continue;
+            }
+            let Some(pod) = self.pods.get(&uid) else {
+                self.queued.remove(&uid);
+                continue;
+            };
+            if let Some(t) = pod.not_before.filter(|t| *t > now) {
+                *next_due = Some(next_due.map_or(t, |n| n.min(t)));
+                skipped.push_back(uid);
+                continue;
+            }
+            self.queued.remove(&uid);
+            self.in_flight.insert(uid.clone());
+            batch.push(uid);
+        }
+        skipped.append(&mut self.queue);
+        self.queue = skipped;
+        batch
+    }
+}
+
 struct GatePod {
     target: Target,
     /// The condition as the API has it: the reflector's view, or the prober's own write when
@@ -246,40 +280,9 @@ impl Gate {
     ) -> Option<Instant> {
         let now = Instant::now();
         let mut next_due: Option<Instant> = None;
-        loop {
-            if tasks.set.len() >= MAX_IN_FLIGHT {
-                break;
-            }
+        while tasks.set.len() < MAX_IN_FLIGHT {
             // Pick the pods to look at (under the lock), then ask the view (outside it).
-            let batch: Vec<String> = {
-                let mut st = self.inner.state.lock();
-                let mut batch = Vec::new();
-                let mut skipped = VecDeque::new();
-                while batch.len() < LOOK {
-                    let Some(uid) = st.queue.pop_front() else {
-                        break;
-                    };
-                    if st.in_flight.contains(&uid) {
-                        skipped.push_back(uid);
-                        continue;
-                    }
-                    let Some(pod) = st.pods.get(&uid) else {
-                        st.queued.remove(&uid);
-                        continue;
-                    };
-                    if let Some(t) = pod.not_before.filter(|t| *t > now) {
-                        next_due = Some(next_due.map_or(t, |n| n.min(t)));
-                        skipped.push_back(uid);
-                        continue;
-                    }
-                    st.queued.remove(&uid);
-                    st.in_flight.insert(uid.clone());
-                    batch.push(uid);
-                }
-                skipped.append(&mut st.queue);
-                st.queue = skipped;
-                batch
-            };
+            let batch = self.inner.state.lock().take_batch(now, &mut next_due);
             if batch.is_empty() {
                 break;
             }
@@ -290,47 +293,7 @@ impl Gate {
                     (uid, want)
                 })
                 .collect();
-            let mut st = self.inner.state.lock();
-            let mut requeue = Vec::new();
-            for (uid, want) in plans {
-                let planned = match (want, st.pods.get(&uid)) {
-                    (Some(want), Some(pod)) => plan(&uid, pod, want, clock),
-                    _ => None,
-                };
-                match planned {
-                    None => {
-                        st.in_flight.remove(&uid);
-                    }
-                    // No slot left: back to the front of the queue, looked at again first.
-                    Some(_) if tasks.set.len() >= MAX_IN_FLIGHT => {
-                        st.in_flight.remove(&uid);
-                        requeue.push(uid);
-                    }
-                    Some(p) => {
-                        let Planned {
-                            uid,
-                            target,
-                            condition,
-                        } = p;
-                        let ty = self.inner.condition_type.clone();
-                        let w = writer.clone();
-                        let key = uid.clone();
-                        let handle = tasks.set.spawn(async move {
-                            let outcome = w
-                                .write(&ty, &target, &condition)
-                                .await
-                                .map(|rv| (condition, rv));
-                            (uid, outcome)
-                        });
-                        tasks.ids.insert(handle.id(), key);
-                    }
-                }
-            }
-            for uid in requeue.into_iter().rev() {
-                if st.queued.insert(uid.clone()) {
-                    st.queue.push_front(uid);
-                }
-            }
+            self.start_writes(tasks, writer, clock, plans);
         }
         let st = self.inner.state.lock();
         self.inner
@@ -338,6 +301,61 @@ impl Gate {
             .gate_pending
             .set(i64::try_from(st.queued.len() + st.in_flight.len()).unwrap_or(i64::MAX));
         next_due
+    }
+
+    /// Starts a write for each pod of `plans` whose condition differs from what it wants, while
+    /// slots are free; the pods left without a slot go back to the front of the queue.
+    fn start_writes(
+        &self,
+        tasks: &mut Tasks,
+        writer: &Arc<dyn ConditionWriter>,
+        clock: &Clock,
+        plans: Vec<(String, Option<Wanted>)>,
+    ) {
+        let mut st = self.inner.state.lock();
+        let mut requeue = Vec::new();
+        for (uid, want) in plans {
+            let planned = match (want, st.pods.get(&uid)) {
+                (Some(want), Some(pod)) => plan(&uid, pod, want, clock),
+                _ => None,
+            };
+            match planned {
+                None => {
+                    st.in_flight.remove(&uid);
+                }
+                // No slot left: back to the front of the queue, looked at again first.
+                Some(_) if tasks.set.len() >= MAX_IN_FLIGHT => {
+                    st.in_flight.remove(&uid);
+                    requeue.push(uid);
+                }
+                Some(p) => self.spawn_write(tasks, writer, p),
+            }
+        }
+        for uid in requeue.into_iter().rev() {
+            if st.queued.insert(uid.clone()) {
+                st.queue.push_front(uid);
+            }
+        }
+    }
+
+    /// Starts the planned write `p` as a task of `tasks`.
+    fn spawn_write(&self, tasks: &mut Tasks, writer: &Arc<dyn ConditionWriter>, p: Planned) {
+        let Planned {
+            uid,
+            target,
+            condition,
+        } = p;
+        let ty = self.inner.condition_type.clone();
+        let w = writer.clone();
+        let key = uid.clone();
+        let handle = tasks.set.spawn(async move {
+            let outcome = w
+                .write(&ty, &target, &condition)
+                .await
+                .map(|rv| (condition, rv));
+            (uid, outcome)
+        });
+        tasks.ids.insert(handle.id(), key);
     }
 
     /// Records the outcome of a write to pod `uid`: the condition written and the pod's new

@@ -7,7 +7,6 @@
 //! sentinel judges on its own clock by when it *saw* a renewal, so near the edge the two can
 //! disagree by the clocks' skew and one sentinel period.
 
-use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
@@ -65,97 +64,85 @@ pub async fn section(kubeconfig: Option<&Path>, names: &LeaseNames, now_ns: i64)
 
 /// The lease section: two lines, or one saying the API cannot be read.
 pub fn render(names: &LeaseNames, node: &Read, leader: &Read, now_ns: i64) -> String {
-    let mut out = String::new();
     let ns = &names.namespace;
     if let (Err(a), Err(b)) = (node, leader)
         && a == b
     {
-        let _ = writeln!(
-            out,
-            "Leases: cannot read them from the Kubernetes API: {} (the sentinel's view is unknown)",
+        return format!(
+            "Leases: cannot read them from the Kubernetes API: {} (the sentinel's view is unknown)\n",
             clean(a)
         );
-        return out;
     }
-    let _ = write!(out, "Node lease {ns}/{}: ", clean(&names.node));
-    match node {
-        Err(e) => {
-            let _ = writeln!(out, "cannot read it from the Kubernetes API: {}", clean(e));
-        }
+    format!(
+        "Node lease {ns}/{}: {}\nSentinel leader lease {ns}/{}: {}\n",
+        clean(&names.node),
+        node_state(node, now_ns),
+        clean(&names.election),
+        leader_state(leader, now_ns)
+    )
+}
+
+/// What the node lease says: its holder, last renewal and duration, and whether it is current.
+fn node_state(node: &Read, now_ns: i64) -> String {
+    let l = match node {
+        Err(e) => return format!("cannot read it from the Kubernetes API: {}", clean(e)),
         Ok(None) => {
-            let _ = writeln!(
-                out,
-                "none (this prober has not been current yet, or cannot write it; the sentinel does not follow this node)"
-            );
+            return "none (this prober has not been current yet, or cannot write it; the sentinel does not follow this node)".to_owned();
         }
-        Ok(Some(l)) => {
-            let spec = l.spec.clone().unwrap_or_default();
-            let holder = spec.holder_identity.as_deref().unwrap_or("");
-            let duration = spec.lease_duration_seconds.unwrap_or(0);
-            let renewed = spec.renew_time.as_ref().map(|t| t.0);
-            let _ = write!(
-                out,
-                "holder {}, {}, duration {duration}s: ",
-                if holder.is_empty() {
-                    "(none)".to_owned()
-                } else {
-                    clean(holder)
-                },
-                renewal(renewed, now_ns)
-            );
-            match renewed {
-                None => {
-                    let _ = writeln!(out, "never renewed");
-                }
-                Some(t) => {
-                    let expires_ns = t.as_nanosecond() + i128::from(duration) * 1_000_000_000;
-                    let left = expires_ns - i128::from(now_ns);
-                    if left > 0 {
-                        let _ = writeln!(out, "current (expires in {})", span(left));
-                    } else {
-                        let _ = writeln!(
-                            out,
-                            "EXPIRED {} ago: the sentinel marks this node's gated pods False (ProberNotReporting)",
-                            span(-left)
-                        );
-                    }
-                }
-            }
-        }
+        Ok(Some(l)) => l,
+    };
+    let spec = l.spec.clone().unwrap_or_default();
+    let holder = spec.holder_identity.as_deref().unwrap_or("");
+    let duration = spec.lease_duration_seconds.unwrap_or(0);
+    let renewed = spec.renew_time.as_ref().map(|t| t.0);
+    format!(
+        "holder {}, {}, duration {duration}s: {}",
+        if holder.is_empty() {
+            "(none)".to_owned()
+        } else {
+            clean(holder)
+        },
+        renewal(renewed, now_ns),
+        expiry(renewed, duration, now_ns)
+    )
+}
+
+/// Whether a lease last renewed at `renewed` for `duration` seconds is current at `now_ns`.
+fn expiry(renewed: Option<k8s_openapi::jiff::Timestamp>, duration: i32, now_ns: i64) -> String {
+    let Some(t) = renewed else {
+        return "never renewed".to_owned();
+    };
+    let expires_ns = t.as_nanosecond() + i128::from(duration) * 1_000_000_000;
+    let left = expires_ns - i128::from(now_ns);
+    if left > 0 {
+        format!("current (expires in {})", span(left))
+    } else {
+        format!(
+            "EXPIRED {} ago: the sentinel marks this node's gated pods False (ProberNotReporting)",
+            span(-left)
+        )
     }
-    let _ = write!(
-        out,
-        "Sentinel leader lease {ns}/{}: ",
-        clean(&names.election)
-    );
-    match leader {
-        Err(e) => {
-            let _ = writeln!(out, "cannot read it from the Kubernetes API: {}", clean(e));
-        }
+}
+
+/// What the sentinel's leader lease says: its leader and last renewal.
+fn leader_state(leader: &Read, now_ns: i64) -> String {
+    let l = match leader {
+        Err(e) => return format!("cannot read it from the Kubernetes API: {}", clean(e)),
         Ok(None) => {
-            let _ = writeln!(
-                out,
-                "none (no sentinel has run here: expired node leases are not acted on)"
-            );
+            return "none (no sentinel has run here: expired node leases are not acted on)"
+                .to_owned();
         }
-        Ok(Some(l)) => {
-            let spec = l.spec.clone().unwrap_or_default();
-            let renewed = spec.renew_time.as_ref().map(|t| t.0);
-            match spec.holder_identity.as_deref().filter(|h| !h.is_empty()) {
-                Some(h) => {
-                    let _ = writeln!(out, "leader {}, {}", clean(h), renewal(renewed, now_ns));
-                }
-                None => {
-                    let _ = writeln!(
-                        out,
-                        "no leader (released, {}; a replica takes it at its next try)",
-                        renewal(renewed, now_ns)
-                    );
-                }
-            }
-        }
+        Ok(Some(l)) => l,
+    };
+    let spec = l.spec.clone().unwrap_or_default();
+    let renewed = spec.renew_time.as_ref().map(|t| t.0);
+    match spec.holder_identity.as_deref().filter(|h| !h.is_empty()) {
+        Some(h) => format!("leader {}, {}", clean(h), renewal(renewed, now_ns)),
+        None => format!(
+            "no leader (released, {}; a replica takes it at its next try)",
+            renewal(renewed, now_ns)
+        ),
     }
-    out
 }
 
 /// "last renewal <time> (<age> ago)".
