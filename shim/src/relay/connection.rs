@@ -82,57 +82,96 @@ pub(super) async fn relay(relay: Arc<Relay>, client: UnixStream, mut stop: watch
     tokio::pin!(up);
     tokio::pin!(down);
 
-    let mut up_done = false;
-    let mut client_left = false;
-    let mut drain_until: Option<Instant> = None;
-    let mut stopping_until: Option<Instant> = None;
+    let mut ending = Ending::default();
     loop {
-        if stopping_until.is_none() && *stop.borrow_and_update() {
-            stopping_until = Some(Instant::now() + relay.shutdown_grace);
-        }
-        let mut wake = drain_until;
-        if stopping_until.is_some() {
-            let tick = Instant::now() + STOP_TICK;
-            wake = Some(wake.map_or(tick, |d| d.min(tick)));
+        if ending.stopping_until.is_none() && *stop.borrow_and_update() {
+            ending.stop(relay.shutdown_grace);
         }
         tokio::select! {
             _ = &mut down => break,
-            end = &mut up, if !up_done => {
-                up_done = true;
-                match end {
-                    UpEnd::HandshakeTimeout => {
-                        metrics.handshake_timeouts.with_label_values(&["cri"]).inc();
-                        tracing::debug!("no HTTP/2 preface in time; connection closed");
-                        client_left = true;
-                        break;
-                    }
-                    UpEnd::ClientClosed => {
-                        client_left = true;
-                        drain_until = Some(Instant::now() + DRAIN_AFTER_CLIENT);
-                    }
-                    UpEnd::UpstreamClosed => {}
+            end = &mut up, if !ending.up_done => {
+                if end == UpEnd::HandshakeTimeout {
+                    metrics.handshake_timeouts.with_label_values(&["cri"]).inc();
+                    tracing::debug!("no HTTP/2 preface in time; connection closed");
                 }
-            }
-            r = stop.changed(), if stopping_until.is_none() => {
-                if r.is_err() {
-                    stopping_until = Some(Instant::now() + relay.shutdown_grace);
-                }
-            }
-            _ = sleep_until_opt(wake) => {
-                let now = Instant::now();
-                if drain_until.is_some_and(|d| now >= d) {
+                if ending.up_ended(end) {
                     break;
                 }
-                if let Some(deadline) = stopping_until
-                    && (now >= deadline
-                        || may_close(&conversation, &activity, goaway_sent.load(Ordering::Relaxed)))
-                {
+            }
+            r = stop.changed(), if ending.stopping_until.is_none() => {
+                if r.is_err() {
+                    ending.stop(relay.shutdown_grace);
+                }
+            }
+            _ = sleep_until_opt(ending.wake()) => {
+                let sent = goaway_sent.load(Ordering::Relaxed);
+                if ending.due(|| may_close(&conversation, &activity, sent)) {
                     break;
                 }
             }
         }
     }
-    conversation.close(client_left);
+    conversation.close(ending.client_left);
+}
+
+/// Where a connection stands on its way to one of the ends above, between the events of
+/// [`relay`]'s loop.
+#[derive(Debug, Default)]
+struct Ending {
+    /// The client-to-containerd direction has ended.
+    up_done: bool,
+    /// The client closed, or sent no preface in time.
+    client_left: bool,
+    /// The client closed: containerd's answers are still read until then.
+    drain_until: Option<Instant>,
+    /// Shutdown began: closed by then at the latest.
+    stopping_until: Option<Instant>,
+}
+
+impl Ending {
+    /// Shutdown began: the connection is closed within `grace`.
+    fn stop(&mut self, grace: Duration) {
+        self.stopping_until = Some(Instant::now() + grace);
+    }
+
+    /// The client-to-containerd direction ended so; true when the connection ends now.
+    fn up_ended(&mut self, end: UpEnd) -> bool {
+        self.up_done = true;
+        match end {
+            UpEnd::HandshakeTimeout => {
+                self.client_left = true;
+                return true;
+            }
+            UpEnd::ClientClosed => {
+                self.client_left = true;
+                self.drain_until = Some(Instant::now() + DRAIN_AFTER_CLIENT);
+            }
+            UpEnd::UpstreamClosed => {}
+        }
+        false
+    }
+
+    /// When to look again with no event: the drain's end, and every [`STOP_TICK`] while
+    /// stopping.
+    fn wake(&self) -> Option<Instant> {
+        let mut wake = self.drain_until;
+        if self.stopping_until.is_some() {
+            let tick = Instant::now() + STOP_TICK;
+            wake = Some(wake.map_or(tick, |d| d.min(tick)));
+        }
+        wake
+    }
+
+    /// Whether the connection ends now: the drain is over, or shutdown's grace is, or no call
+    /// would be cut (`may_close`, asked only while stopping).
+    fn due(&self, may_close: impl FnOnce() -> bool) -> bool {
+        let now = Instant::now();
+        if self.drain_until.is_some_and(|d| now >= d) {
+            return true;
+        }
+        self.stopping_until
+            .is_some_and(|deadline| now >= deadline || may_close())
+    }
 }
 
 /// Whether a stopping connection can be closed without cutting a call.
