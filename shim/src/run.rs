@@ -15,9 +15,11 @@ use podward_api::daemon::stop::Stop;
 use podward_api::socket::{SocketPerms, activated_listeners, serve_unix};
 use tokio::net::UnixListener;
 use tokio::sync::watch;
+use tokio::task::{JoinError, JoinHandle};
 
 use crate::config::Config;
 use crate::fault::Faults;
+use crate::heal::Blindness;
 use crate::lifecycle_api::LifecycleApi;
 use crate::metrics::Metrics;
 use crate::observe::Recorder;
@@ -90,7 +92,10 @@ async fn bind(
     })
 }
 
-/// Runs the shim with `options` until `shutdown` resolves.
+/// Runs the shim with `options` until `shutdown` resolves, in steps: the sockets (first, so a
+/// second instance fails before it touches anything), the decoder, the tasks that keep the index
+/// whole and readiness true ([`spawn_index_tasks`]), the relay and the control API, then the
+/// wind-down ([`wind_down`]).
 pub async fn run_with(
     config: Config,
     options: Options,
@@ -116,6 +121,61 @@ pub async fn run_with(
     let stop = Stop::new();
 
     // Sockets first: a second instance must fail before it touches anything.
+    let (cri, control) = bind_sockets(&config).await?;
+    let admin_listener = podward_api::daemon::admin::bind(config.common.admin_addr).await?;
+
+    let observer = observe::spawn(publisher.clone(), metrics.clone())
+        .map_err(|e| RunError::Daemon(DecoderStartError(e)))?;
+    spawn_index_tasks(
+        &config,
+        &publisher,
+        &metrics,
+        observer.blindness().clone(),
+        &admin,
+        &stop,
+    );
+    let admin_stop = stop.stopped();
+    tokio::spawn(admin.clone().serve(admin_listener, admin_stop));
+
+    let relay = Arc::new(Relay {
+        containerd: config.common.containerd_socket.clone(),
+        recorder: Arc::new(Recorder::new(metrics.clone(), observer, clock)),
+        faults,
+        handshake_timeout: config.handshake_timeout,
+        shutdown_grace: config.shutdown_grace,
+        buffer: relay_buffer.max(4096),
+    });
+    let cri_task = tokio::spawn(relay.serve(cri.listener, stop.subscribe()));
+    let control_task = tokio::spawn(serve_control(
+        control.listener,
+        config.max_subscribers,
+        config.handshake_timeout,
+        publisher,
+        metrics,
+        stop.clone(),
+    ));
+    tracing::info!(
+        listen = %config.listen.display(),
+        control = %config.control_socket.display(),
+        containerd = %config.common.containerd_socket.display(),
+        "serving"
+    );
+
+    shutdown.await;
+    let control_res = wind_down(&admin, &stop, cri_task, control_task, config.shutdown_grace).await;
+    for path in [cri.created, control.created].into_iter().flatten() {
+        // Only sockets we bound ourselves; a systemd-owned socket must outlive us.
+        let _ = std::fs::remove_file(&path);
+    }
+    match control_res {
+        Ok(r) => r.map_err(RunError::from),
+        Err(_) => Ok(()),
+    }
+}
+
+/// The CRI socket (systemd's first activated socket, else bound at `listen`) and the control
+/// socket (the second, else bound at `control_socket`).
+async fn bind_sockets(config: &Config) -> Result<(Served, Served), RunError> {
     let mut activated = activated_listeners()?.into_iter();
     // kubelet and crictl keep the access they had to containerd's socket.
     let perms = SocketPerms::copied_from(&config.common.containerd_socket).unwrap_or_default();
@@ -126,14 +186,49 @@ pub async fn run_with(
         SocketPerms::default(),
     )
     .await?;
-    let admin_listener = podward_api::daemon::admin::bind(config.common.admin_addr).await?;
+    Ok((cri, control))
+}
 
-    let observer = observe::spawn(publisher.clone(), metrics.clone())
-        .map_err(|e| RunError::Daemon(DecoderStartError(e)))?;
+/// Serves the control API (`Lifecycle`: Snapshot, Watch) on `listener` until `stop`.
+async fn serve_control(
+    listener: UnixListener,
+    max_subscribers: usize,
+    handshake_timeout: Duration,
+    publisher: Publisher,
+    metrics: Metrics,
+    stop: Stop,
+) -> Result<(), tonic::transport::Error> {
+    // Keepalive (a subscriber that died without closing its socket is noticed) and stream
+    // bounds shared by every podward gRPC socket.
+    podward_api::daemon::grpc::server()
+        .add_service(LifecycleApi::service(
+            publisher,
+            max_subscribers,
+            stop.clone(),
+            metrics.clone(),
+        ))
+        .serve_with_incoming_shutdown(
+            lifecycle_api::incoming(listener, handshake_timeout, metrics, stop.subscribe()),
+            stop.stopped(),
+        )
+        .await
+}
+
+/// Starts the tasks that keep the index whole and say whether the shim is ready: healing a
+/// blind decoder from relists, the connection to containerd, the index rebuild on each new
+/// connection, containerd's events, and `/readyz`.
+fn spawn_index_tasks(
+    config: &Config,
+    publisher: &Publisher,
+    metrics: &Metrics,
+    blindness: Arc<Blindness>,
+    admin: &Admin,
+    stop: &Stop,
+) {
     tokio::spawn(heal::run(
         config.common.containerd_socket.clone(),
         publisher.clone(),
-        observer.blindness().clone(),
+        blindness,
         config.heal_period,
         admin.readiness.clone(),
         stop.subscribe(),
@@ -167,54 +262,24 @@ pub async fn run_with(
         (upstream.generations(), rebuilt_rx),
         stop.subscribe(),
     ));
-    let admin_stop = stop.stopped();
-    tokio::spawn(admin.clone().serve(admin_listener, admin_stop));
+}
 
-    let relay = Arc::new(Relay {
-        containerd: config.common.containerd_socket.clone(),
-        recorder: Arc::new(Recorder::new(metrics.clone(), observer, clock)),
-        faults,
-        handshake_timeout: config.handshake_timeout,
-        shutdown_grace: config.shutdown_grace,
-        buffer: relay_buffer.max(4096),
-    });
-    let cri_task = tokio::spawn(relay.serve(cri.listener, stop.subscribe()));
-    let control_task = tokio::spawn(
-        // Keepalive (a subscriber that died without closing its socket is noticed) and stream
-        // bounds shared by every podward gRPC socket.
-        podward_api::daemon::grpc::server()
-            .add_service(LifecycleApi::service(
-                publisher,
-                config.max_subscribers,
-                stop.clone(),
-                metrics.clone(),
-            ))
-            .serve_with_incoming_shutdown(
-                lifecycle_api::incoming(
-                    control.listener,
-                    config.handshake_timeout,
-                    metrics,
-                    stop.subscribe(),
-                ),
-                stop.stopped(),
-            ),
-    );
-    tracing::info!(
-        listen = %config.listen.display(),
-        control = %config.control_socket.display(),
-        containerd = %config.common.containerd_socket.display(),
-        "serving"
-    );
-
-    shutdown.await;
+/// Stops everything, readiness first, and waits for the relay's connections and the Watch
+/// streams to wind down together, each within `grace`; the control API's result (or its task's
+/// failure to join).
+async fn wind_down<T>(
+    admin: &Admin,
+    stop: &Stop,
+    cri_task: JoinHandle<()>,
+    control_task: JoinHandle<Result<(), T>>,
+    grace: Duration,
+) -> Result<Result<(), T>, JoinError> {
     let stopping = tokio::time::Instant::now();
     tracing::info!("shutting down");
     admin.readiness.set(false);
     stop.trigger();
-    // The relay's connections and the Watch streams wind down together, each within the
-    // shutdown grace; a subscriber too stuck to read even its final status must not hold the
-    // process.
-    let control_bound = config.shutdown_grace + Duration::from_millis(250);
+    // A subscriber too stuck to read even its final status must not hold the process.
+    let control_bound = grace + Duration::from_millis(250);
     let (_, control_res) = tokio::join!(cri_task, async {
         tokio::time::timeout(control_bound, control_task)
             .await
@@ -224,14 +289,7 @@ pub async fn run_with(
         ms = u64::try_from(stopping.elapsed().as_millis()).unwrap_or(u64::MAX),
         "stopped"
     );
-    for path in [cri.created, control.created].into_iter().flatten() {
-        // Only sockets we bound ourselves; a systemd-owned socket must outlive us.
-        let _ = std::fs::remove_file(&path);
-    }
-    match control_res {
-        Ok(r) => r.map_err(RunError::from),
-        Err(_) => Ok(()),
-    }
+    control_res
 }
 
 /// `/readyz` is true while the CRI socket is served (it is, from before this task starts),
