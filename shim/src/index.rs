@@ -270,6 +270,8 @@ impl Index {
     }
 
     /// Folds `obs` into the index and returns the changes it made, in order.
+    // Long, but flat: one arm per kind of observation, each handing its fields to the method of
+    // that name; side by side they show every way the index changes.
     pub fn apply(&mut self, obs: Observation) -> Vec<Change> {
         let mut out = Vec::new();
         match obs {
