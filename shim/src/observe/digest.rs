@@ -243,7 +243,14 @@ impl Digest {
                     if let Some(top) = self.frames.last_mut() {
                         top.left -= take as u64;
                     }
-                    if take as u64 == n && self.short_len == 0 && self.payload_is_short() {
+                    if matches!(self.role, Role::Skipped) {
+                        // Left out: consumed, neither gathered nor hashed.
+                        if take as u64 == n {
+                            self.end_field();
+                        } else {
+                            self.state = State::Payload(n - take as u64);
+                        }
+                    } else if take as u64 == n && self.short_len == 0 && self.payload_is_short() {
                         // The whole payload is here: hashed where it lies.
                         let h = self.hash_short(now);
                         self.field_done(h);
@@ -363,7 +370,9 @@ impl Digest {
                     return;
                 }
                 self.state = self.start_payload(v);
-                if v == 0 {
+                if v == 0 && matches!(self.role, Role::Skipped) {
+                    self.end_field();
+                } else if v == 0 {
                     let h = self.payload_hash();
                     self.field_done(h);
                 }
@@ -375,7 +384,7 @@ impl Digest {
     fn start_payload(&mut self, len: u64) -> State {
         self.payload_len = len;
         self.short_len = 0;
-        if !self.payload_is_short() {
+        if !self.payload_is_short() && !matches!(self.role, Role::Skipped) {
             match &mut self.long {
                 Some(long) => (**long).clone_from(&self.fresh),
                 None => self.long = Some(Box::new((*self.fresh).clone())),
