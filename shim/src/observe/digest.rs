@@ -298,26 +298,32 @@ impl Digest {
         self.frames.last().map_or(0, |f| f.left)
     }
 
+    /// What becomes of the field with `key` in the innermost message (`None`: no message).
+    fn role_of(&self, key: u64) -> Option<Role> {
+        let top = self.frames.last()?;
+        let number = key >> 3;
+        Some(if top.shape.ignored.contains(&number) {
+            Role::Skipped
+        } else if key & 7 != 2 {
+            Role::Ordered
+        } else if let Some(shape) = top.shape.nested(number) {
+            Role::Nested(shape)
+        } else if top.shape.maps.contains(&number) {
+            Role::Entry
+        } else {
+            Role::Ordered
+        })
+    }
+
     fn varint_done(&mut self, v: u64) {
         match self.state {
             State::Key => {
                 self.key = v;
-                let Some(top) = self.frames.last() else {
+                let Some(role) = self.role_of(v) else {
                     return;
                 };
-                let number = v >> 3;
                 let wire = v & 7;
-                self.role = if top.shape.ignored.contains(&number) {
-                    Role::Skipped
-                } else if wire != 2 {
-                    Role::Ordered
-                } else if let Some(shape) = top.shape.nested(number) {
-                    Role::Nested(shape)
-                } else if top.shape.maps.contains(&number) {
-                    Role::Entry
-                } else {
-                    Role::Ordered
-                };
+                self.role = role;
                 self.state = match wire {
                     0 => State::Value,
                     1 => self.start_payload(8),
