@@ -21,7 +21,9 @@
 //! the bytes go by (docs/benchmarks.md, Shim). A collision would only skip decoding one changed
 //! answer; the next change, event or rebuild repairs it.
 
+mod mix;
 mod shape;
+mod varint;
 
 pub(crate) use shape::Shape;
 
@@ -32,6 +34,8 @@ use twox_hash::XxHash3_64;
 use twox_hash::xxhash3_64::{RawHasher, SecretBuffer};
 
 use super::{Body, Watched};
+use mix::{ENTRY, NESTED, mix};
+use varint::Varint;
 
 /// An XXH3 hasher with the process's seed, and the secret derived from it (192 bytes).
 type FieldHasher = RawHasher<[u8; 192]>;
@@ -119,30 +123,6 @@ enum State {
     Done,
     /// Not one well-formed uncompressed message: no digest.
     Broken,
-}
-
-/// A varint being read across however many parts it arrives in.
-#[derive(Debug, Clone, Copy, Default)]
-struct Varint {
-    value: u64,
-    shift: u32,
-}
-
-impl Varint {
-    /// Adds a byte; the value once it is complete. Longer than ten bytes is an error.
-    fn push(&mut self, b: u8) -> Result<Option<u64>, ()> {
-        if self.shift >= 64 {
-            return Err(());
-        }
-        self.value |= u64::from(b & 0x7f) << self.shift;
-        self.shift += 7;
-        if b & 0x80 != 0 {
-            return Ok(None);
-        }
-        let v = self.value;
-        *self = Self::default();
-        Ok(Some(v))
-    }
 }
 
 /// One message being digested: the answer itself, or a message nested in it.
@@ -243,7 +223,14 @@ impl Digest {
                     if let Some(top) = self.frames.last_mut() {
                         top.left -= take as u64;
                     }
-                    if take as u64 == n && self.short_len == 0 && self.payload_is_short() {
+                    if matches!(self.role, Role::Skipped) {
+                        // Left out: consumed, neither gathered nor hashed.
+                        if take as u64 == n {
+                            self.end_field();
+                        } else {
+                            self.state = State::Payload(n - take as u64);
+                        }
+                    } else if take as u64 == n && self.short_len == 0 && self.payload_is_short() {
                         // The whole payload is here: hashed where it lies.
                         let h = self.hash_short(now);
                         self.field_done(h);
@@ -311,26 +298,32 @@ impl Digest {
         self.frames.last().map_or(0, |f| f.left)
     }
 
+    /// What becomes of the field with `key` in the innermost message (`None`: no message).
+    fn role_of(&self, key: u64) -> Option<Role> {
+        let top = self.frames.last()?;
+        let number = key >> 3;
+        Some(if top.shape.ignored.contains(&number) {
+            Role::Skipped
+        } else if key & 7 != 2 {
+            Role::Ordered
+        } else if let Some(shape) = top.shape.nested(number) {
+            Role::Nested(shape)
+        } else if top.shape.maps.contains(&number) {
+            Role::Entry
+        } else {
+            Role::Ordered
+        })
+    }
+
     fn varint_done(&mut self, v: u64) {
         match self.state {
             State::Key => {
                 self.key = v;
-                let Some(top) = self.frames.last() else {
+                let Some(role) = self.role_of(v) else {
                     return;
                 };
-                let number = v >> 3;
                 let wire = v & 7;
-                self.role = if top.shape.ignored.contains(&number) {
-                    Role::Skipped
-                } else if wire != 2 {
-                    Role::Ordered
-                } else if let Some(shape) = top.shape.nested(number) {
-                    Role::Nested(shape)
-                } else if top.shape.maps.contains(&number) {
-                    Role::Entry
-                } else {
-                    Role::Ordered
-                };
+                self.role = role;
                 self.state = match wire {
                     0 => State::Value,
                     1 => self.start_payload(8),
@@ -363,7 +356,9 @@ impl Digest {
                     return;
                 }
                 self.state = self.start_payload(v);
-                if v == 0 {
+                if v == 0 && matches!(self.role, Role::Skipped) {
+                    self.end_field();
+                } else if v == 0 {
                     let h = self.payload_hash();
                     self.field_done(h);
                 }
@@ -375,7 +370,7 @@ impl Digest {
     fn start_payload(&mut self, len: u64) -> State {
         self.payload_len = len;
         self.short_len = 0;
-        if !self.payload_is_short() {
+        if !self.payload_is_short() && !matches!(self.role, Role::Skipped) {
             match &mut self.long {
                 Some(long) => (**long).clone_from(&self.fresh),
                 None => self.long = Some(Box::new((*self.fresh).clone())),
@@ -477,35 +472,6 @@ impl Digest {
 fn message_digest(seed: u64, f: &Frame) -> u64 {
     mix(seed, f.chain, f.sum, f.count)
 }
-
-/// Three words hashed as one, keyed by the process's seed: two folded 64×64→128-bit multiplies
-/// (the mixing step of foldhash and wyhash). It runs for every field of every digested answer,
-/// where XXH3 over the three words cost several times as much; hand-rolled because it is three
-/// lines, and a hashing crate's `Hasher` would add a state per call. Keyed and full-width, it
-/// keeps what the digest needs: a changed field changes the sum but for a 2^-64-ish chance.
-fn mix(seed: u64, a: u64, b: u64, c: u64) -> u64 {
-    let h = folded_multiply(a ^ seed ^ MIX_KEYS[0], b ^ MIX_KEYS[1]);
-    folded_multiply(h ^ c ^ MIX_KEYS[2], seed ^ MIX_KEYS[3])
-}
-
-/// The high and low halves of the 128-bit product, XORed.
-fn folded_multiply(x: u64, y: u64) -> u64 {
-    let full = u128::from(x) * u128::from(y);
-    // Truncations on purpose: the two halves of the product.
-    (full as u64) ^ ((full >> 64) as u64)
-}
-
-/// Fixed odd constants (digits of pi, as foldhash's) so that no word meets the seed alone.
-const MIX_KEYS: [u64; 4] = [
-    0x243f_6a88_85a3_08d3,
-    0x1319_8a2e_0370_7344,
-    0xa409_3822_299f_31d0,
-    0x082e_fa98_ec4e_6c89,
-];
-
-/// Tells a map entry's digest from a nested message's in their parent's sum.
-const ENTRY: u64 = 1;
-const NESTED: u64 = 2;
 
 #[cfg(test)]
 mod tests;

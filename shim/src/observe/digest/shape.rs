@@ -9,6 +9,17 @@
 //! hashed in order, as written: fields a newer CRI adds are still digested, and a map this table
 //! misses costs only the recognition of a repeat, never a missed change.
 //!
+//! Labels and annotations are set when a sandbox or container is created and no CRI call
+//! changes them afterwards (`UpdateContainerResources` touches resources only); an object's ID
+//! is never reused. So an answer whose every other field repeats the previous one also repeats
+//! its labels and annotations, and the digest leaves them out: they are most of an object's
+//! bytes and of the fields it would otherwise hash and sum on every relist. They still reach
+//! the index: the answer in which an object first appears differs from the one before it (a
+//! new ID) and is decoded whole.
+//!
+//! The maps that can change (a Status answer's verbose `info`, a container's `unified`
+//! resources) and a request's filters are still summed.
+//!
 //! Field numbers are CRI `runtime.v1`'s (`k8s-cri`'s `v1.proto`).
 
 use crate::observe::Watched;
@@ -20,7 +31,8 @@ pub(crate) struct Shape {
     pub(crate) nested: &'static [(u64, &'static Shape)],
     /// Map fields: each entry is digested alone and the entries are summed, in any order.
     pub(crate) maps: &'static [u64],
-    /// Fields that say when the answer was made, not what it says: left out.
+    /// Fields left out: those that say when the answer was made, not what it says, and those
+    /// that no CRI call changes for the object's life (see the module docs).
     pub(crate) ignored: &'static [u64],
 }
 
@@ -30,6 +42,14 @@ impl Shape {
             nested: &[],
             maps,
             ignored: &[],
+        }
+    }
+
+    const fn leaf_fixed(ignored: &'static [u64]) -> Self {
+        Self {
+            nested: &[],
+            maps: &[],
+            ignored,
         }
     }
 
@@ -56,20 +76,20 @@ impl Shape {
 /// A message with no map anywhere below it (a Version, a request with no filter): all in order.
 const PLAIN: Shape = Shape::leaf_maps(&[]);
 
-/// `ImageSpec`: `annotations` = 2.
-const IMAGE_SPEC: Shape = Shape::leaf_maps(&[2]);
+/// `ImageSpec`: `annotations` = 2 (fixed).
+const IMAGE_SPEC: Shape = Shape::leaf_fixed(&[2]);
 
-/// `PodSandbox`: `labels` = 5, `annotations` = 6.
-const POD_SANDBOX: Shape = Shape::leaf_maps(&[5, 6]);
+/// `PodSandbox`: `labels` = 5, `annotations` = 6 (fixed).
+const POD_SANDBOX: Shape = Shape::leaf_fixed(&[5, 6]);
 
-/// `PodSandboxStatus`: `labels` = 7, `annotations` = 8.
-const POD_SANDBOX_STATUS: Shape = Shape::leaf_maps(&[7, 8]);
+/// `PodSandboxStatus`: `labels` = 7, `annotations` = 8 (fixed).
+const POD_SANDBOX_STATUS: Shape = Shape::leaf_fixed(&[7, 8]);
 
-/// `Container`: `image` = 4, `labels` = 8, `annotations` = 9.
+/// `Container`: `image` = 4, `labels` = 8, `annotations` = 9 (fixed).
 const CONTAINER: Shape = Shape {
     nested: &[(4, &IMAGE_SPEC)],
-    maps: &[8, 9],
-    ignored: &[],
+    maps: &[],
+    ignored: &[8, 9],
 };
 
 /// `LinuxContainerResources`: `unified` = 9.
@@ -89,12 +109,12 @@ const MOUNT: Shape = Shape {
     ignored: &[],
 };
 
-/// `ContainerStatus`: `image` = 8, `labels` = 12, `annotations` = 13, `mounts` = 14,
+/// `ContainerStatus`: `image` = 8, `labels` = 12, `annotations` = 13 (fixed), `mounts` = 14,
 /// `resources` = 16.
 const CONTAINER_STATUS: Shape = Shape {
     nested: &[(8, &IMAGE_SPEC), (14, &MOUNT), (16, &RESOURCES)],
-    maps: &[12, 13],
-    ignored: &[],
+    maps: &[],
+    ignored: &[12, 13],
 };
 
 /// `ListPodSandboxResponse`: `items` = 1.
