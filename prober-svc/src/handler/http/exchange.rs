@@ -186,7 +186,7 @@ async fn send_h1<S>(
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let mut request = Vec::with_capacity(256);
+    let mut request = h1::Spare::take();
     headers.write_h1(url, host, referer, &mut request)?;
     let (Head { status, location }, body) = h1::exchange(io, request, head).await?;
     Ok(RawResponse {
