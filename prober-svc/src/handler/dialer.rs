@@ -216,6 +216,48 @@ pub(crate) async fn connect_guarded(
     opts: Options,
     guard: Guard,
 ) -> Result<Connected, DialError> {
+    let mut dialing = None;
+    dial_steps(host, port, Some(deadline), opts, guard, &mut dialing).await
+}
+
+/// [`connect_guarded`] with no timer of its own, for a caller whose one timer bounds the dial
+/// and what follows it: `dialing` tells that caller which address the dial was at when its
+/// deadline fired ([`timeout_text`] words it as Go does).
+pub(crate) async fn connect_untimed(
+    host: &str,
+    port: u16,
+    opts: Options,
+    guard: Guard,
+    dialing: &mut Option<SocketAddr>,
+) -> Result<Connected, DialError> {
+    dial_steps(host, port, None, opts, guard, dialing).await
+}
+
+/// The timeout of a dial stopped while at `dialing` (an address, or still resolving `host`), as
+/// [`DialError::Timeout`] says it from inside the dialer.
+pub(crate) fn timeout_text(host: &str, port: u16, dialing: Option<SocketAddr>) -> DialError {
+    DialError::Timeout(match dialing {
+        Some(addr) => addr.to_string(),
+        None => join_host_port(host, port),
+    })
+}
+
+/// `f` before `deadline`, or unbounded (`None`) when the caller's own timer bounds it.
+async fn before<F: std::future::Future>(deadline: Option<Instant>, f: F) -> Option<F::Output> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, f).await.ok(),
+        None => Some(f.await),
+    }
+}
+
+async fn dial_steps(
+    host: &str,
+    port: u16,
+    deadline: Option<Instant>,
+    opts: Options,
+    guard: Guard,
+    dialing: &mut Option<SocketAddr>,
+) -> Result<Connected, DialError> {
     let literal = host
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
@@ -228,19 +270,20 @@ pub(crate) async fn connect_guarded(
                 kind,
             });
         }
-        return connect_addr(addr, deadline, opts).await;
+        *dialing = Some(addr);
+        return connect_within(addr, deadline, opts).await;
     }
-    let addrs: Vec<SocketAddr> =
-        match tokio::time::timeout_at(deadline, tokio::net::lookup_host((host, port))).await {
-            Err(_) => return Err(DialError::Timeout(join_host_port(host, port))),
-            Ok(Err(_)) => {
-                return Err(DialError::Lookup {
-                    host: host.to_owned(),
-                    reason: "no such host".to_owned(),
-                });
-            }
-            Ok(Ok(it)) => it.collect(),
-        };
+    let addrs: Vec<SocketAddr> = match before(deadline, tokio::net::lookup_host((host, port))).await
+    {
+        None => return Err(DialError::Timeout(join_host_port(host, port))),
+        Some(Err(_)) => {
+            return Err(DialError::Lookup {
+                host: host.to_owned(),
+                reason: "no such host".to_owned(),
+            });
+        }
+        Some(Ok(it)) => it.collect(),
+    };
     let mut last = DialError::Lookup {
         host: host.to_owned(),
         reason: "no such host".to_owned(),
@@ -253,7 +296,8 @@ pub(crate) async fn connect_guarded(
             };
             continue;
         }
-        match connect_addr(addr, deadline, opts).await {
+        *dialing = Some(addr);
+        match connect_within(addr, deadline, opts).await {
             Ok(s) => return Ok(s),
             Err(e) if e.is_timeout() => return Err(e),
             Err(e) => last = e,
@@ -272,6 +316,15 @@ pub(crate) async fn connect_guarded(
 pub(crate) async fn connect_addr(
     addr: SocketAddr,
     deadline: Instant,
+    opts: Options,
+) -> Result<Connected, DialError> {
+    connect_within(addr, deadline.into(), opts).await
+}
+
+/// [`connect_addr`], unbounded when `deadline` is `None` (the caller's timer bounds it).
+async fn connect_within(
+    addr: SocketAddr,
+    deadline: Option<Instant>,
     opts: Options,
 ) -> Result<Connected, DialError> {
     let sock_err = |source| DialError::Socket {
@@ -306,10 +359,10 @@ pub(crate) async fn connect_addr(
     }
     let stream = TcpStream::from_std(sock.into()).map_err(sock_err)?;
     loop {
-        match tokio::time::timeout_at(deadline, stream.writable()).await {
-            Err(_) => return Err(DialError::Timeout(addr.to_string())),
-            Ok(Err(e)) => return Err(connect_err(e)),
-            Ok(Ok(())) => {}
+        match before(deadline, stream.writable()).await {
+            None => return Err(DialError::Timeout(addr.to_string())),
+            Some(Err(e)) => return Err(connect_err(e)),
+            Some(Ok(())) => {}
         }
         if let Some(e) = stream.take_error().map_err(sock_err)? {
             return Err(connect_err(e));

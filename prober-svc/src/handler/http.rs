@@ -94,7 +94,9 @@ impl HttpProber {
     }
 
     /// One HTTP probe (kubelet `DoHTTPProbe` over `NewRequestForHTTPGetAction`); `guard` checks
-    /// every hop's addresses when the probe names a `host`.
+    /// every hop's addresses when the probe names a `host`. Its steps: the first URL and the
+    /// headers, then one GET per hop, each answer either the probe's result or a redirect to
+    /// follow (`next_hop`), all before one deadline.
     pub(crate) async fn probe(
         &self,
         get: &HttpGetSpec,
@@ -104,16 +106,7 @@ impl HttpProber {
     ) -> Result<Outcome, HttpError> {
         let port = resolve_port(&get.port, target.ports)?;
         let deadline = Instant::now() + timeout;
-        let host = match &get.host {
-            Some(h) => h.clone(),
-            None => ip_string(target.host_ip),
-        };
-        // A bad `host` is a probe error, as kubelet's `NewRequestForHTTPGetAction` failing is
-        // (discarded by the worker: never a Failure, never a kill). The pod IP is always valid.
-        let mut url = match &get.host {
-            Some(_) => ProbeUrl::checked_for_probe(get.scheme, &host, port, &get.path)?,
-            None => ProbeUrl::for_probe(get.scheme, &host, port, &get.path),
-        };
+        let (host, mut url) = first_url(get, target, port)?;
         let custom;
         let headers = if get.headers.is_empty() {
             &self.default_headers
@@ -124,37 +117,30 @@ impl HttpProber {
             };
             &custom
         };
-        let mut host_override = headers.host_override.clone();
-        let mut referer: Option<HeaderValue> = None;
-        let mut requests = 0usize;
+        // Only a probe that names a host is checked: the pod's own IP is always allowed.
+        let guard = if get.host.is_some() {
+            guard
+        } else {
+            Guard::OPEN
+        };
+        let mut hop = Hop {
+            host_override: headers.host_override.clone(),
+            referer: None,
+            requests: 0,
+        };
         loop {
-            let host_value = match &host_override {
-                Some(h) => h.clone(),
-                // `from_maybe_shared` takes the string's buffer instead of copying it.
-                None => match HeaderValue::from_maybe_shared(Bytes::from(url.authority())) {
-                    Ok(v) => v,
-                    // Go's transport refuses it when sending (a Failure in kubelet); with the
-                    // host checked above, only non-header bytes of a redirect could get here.
-                    Err(_) => {
-                        return Ok(Outcome::Failure(format!(
-                            "Get \"{url}\": {}",
-                            RequestError::Host
-                        )));
-                    }
-                },
+            let host_value = match host_value(&url, hop.host_override.as_ref()) {
+                Ok(v) => v,
+                Err(failed) => return Ok(failed),
             };
             let resp = match exchange::get(
                 &url,
                 headers,
                 &host_value,
-                referer.as_ref(),
+                hop.referer.as_ref(),
                 self.tls.as_ref(),
                 deadline,
-                if get.host.is_some() {
-                    guard
-                } else {
-                    Guard::OPEN
-                },
+                guard,
             )
             .await
             {
@@ -167,44 +153,103 @@ impl HttpProber {
                 }
                 Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
             };
-            requests += 1;
-            let location = resp.location.as_deref().filter(|l| !l.is_empty());
-            let echo = get.host.is_none();
-            let (true, Some(location)) = (is_followed_redirect(resp.status), location) else {
-                return result(resp, echo);
-            };
-            let next = match url.resolve(location) {
-                Ok(n) => n,
-                // Go checks the host before it fails on the new URL: another host's unusable
-                // Location is still just a non-local redirect.
-                Err(_)
-                    if url::location_host(location)
-                        .is_some_and(|h| !h.eq_ignore_ascii_case(&host)) =>
-                {
-                    return result(resp, echo);
-                }
-                Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
-            };
-            // Go compares `URL.Hostname()` with the first request's; a name differing only in
-            // case is the same host (the resolver lower-cases nothing, but DNS is case-blind).
-            if !next.host.eq_ignore_ascii_case(&host) {
-                return result(resp, echo);
+            hop.requests += 1;
+            match hop.next(resp, &url, &host, get.host.is_none()) {
+                Next::Done(result) => return result,
+                Next::Follow(next) => url = next,
             }
-            if requests >= MAX_REDIRECTS {
-                return Ok(Outcome::Failure(format!(
-                    "Get {location:?}: stopped after {MAX_REDIRECTS} redirects"
-                )));
-            }
-            let relative = !has_scheme(location);
-            let keep_override = host_override
-                .as_ref()
-                .is_some_and(|h| h.as_bytes() != url.authority().as_bytes());
-            if !(relative && keep_override) {
-                host_override = None;
-            }
-            referer = referer_for(&url, &next);
-            url = next;
         }
+    }
+}
+
+/// The probe's host name (the pod IP when it names none) and its first URL. A bad `host` is a
+/// probe error, as kubelet's `NewRequestForHTTPGetAction` failing is (discarded by the worker:
+/// never a Failure, never a kill). The pod IP is always valid.
+fn first_url(
+    get: &HttpGetSpec,
+    target: &ProbeTarget<'_>,
+    port: u16,
+) -> Result<(String, ProbeUrl), HttpError> {
+    Ok(match &get.host {
+        Some(h) => {
+            let url = ProbeUrl::checked_for_probe(get.scheme, h, port, &get.path)?;
+            (h.clone(), url)
+        }
+        None => {
+            let host = ip_string(target.host_ip);
+            let url = ProbeUrl::for_probe(get.scheme, &host, port, &get.path);
+            (host, url)
+        }
+    })
+}
+
+/// The `Host` header of a hop: the user's while it lasts, else the URL's authority; a Failure
+/// (Go's transport refuses it when sending) when the authority is not a header value, which
+/// with the host checked up front only a redirect's non-header bytes can make.
+fn host_value(url: &ProbeUrl, host_override: Option<&HeaderValue>) -> Result<HeaderValue, Outcome> {
+    match host_override {
+        Some(h) => Ok(h.clone()),
+        // `from_maybe_shared` takes the string's buffer instead of copying it.
+        None => HeaderValue::from_maybe_shared(Bytes::from(url.authority()))
+            .map_err(|_| Outcome::Failure(format!("Get \"{url}\": {}", RequestError::Host))),
+    }
+}
+
+/// What carries from one hop of a probe to the next.
+struct Hop {
+    /// The user's `Host` header, kept across relative redirects as Go keeps it.
+    host_override: Option<HeaderValue>,
+    /// Go's `Referer` for the next request.
+    referer: Option<HeaderValue>,
+    /// Requests sent so far.
+    requests: usize,
+}
+
+/// After one hop: the probe's result, or the URL to follow.
+enum Next {
+    Done(Result<Outcome, HttpError>),
+    Follow(ProbeUrl),
+}
+
+impl Hop {
+    /// Go's redirect policy for the answer `resp` to `url` (the first request's host being
+    /// `host`; `echo` false keeps the body out of the output).
+    fn next(&mut self, resp: RawResponse, url: &ProbeUrl, host: &str, echo: bool) -> Next {
+        let location = resp.location.as_deref().filter(|l| !l.is_empty());
+        let (true, Some(location)) = (is_followed_redirect(resp.status), location) else {
+            return Next::Done(result(resp, echo));
+        };
+        let next = match url.resolve(location) {
+            Ok(n) => n,
+            // Go checks the host before it fails on the new URL: another host's unusable
+            // Location is still just a non-local redirect.
+            Err(_)
+                if url::location_host(location).is_some_and(|h| !h.eq_ignore_ascii_case(host)) =>
+            {
+                return Next::Done(result(resp, echo));
+            }
+            Err(e) => return Next::Done(Ok(Outcome::Failure(format!("Get \"{url}\": {e}")))),
+        };
+        // Go compares `URL.Hostname()` with the first request's; a name differing only in
+        // case is the same host (the resolver lower-cases nothing, but DNS is case-blind).
+        if !next.host.eq_ignore_ascii_case(host) {
+            return Next::Done(result(resp, echo));
+        }
+        if self.requests >= MAX_REDIRECTS {
+            return Next::Done(Ok(Outcome::Failure(format!(
+                "Get {location:?}: stopped after {MAX_REDIRECTS} redirects"
+            ))));
+        }
+        let relative = !has_scheme(location);
+        let keep_override = self
+            .host_override
+            .as_ref()
+            .is_some_and(|h| h.as_bytes() != url.authority().as_bytes());
+        if !(relative && keep_override) {
+            self.host_override = None;
+        }
+        self.referer = referer_for(url, &next);
+        Next::Follow(next)
     }
 }
 

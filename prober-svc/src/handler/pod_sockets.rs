@@ -7,24 +7,30 @@
 //! hold. A pod at its bound waits, up to its probe's timeout, for one of its own probes to end;
 //! past that its probe fails with the reason. Other pods never wait on it: each pod has its own
 //! count, and nothing is shared but the total this module reports.
+//!
+//! A pod's count lives as long as something holds it: each of the pod's workers holds a
+//! [`PodShare`] from its start to its end, and each probe in flight holds one too, so a probe
+//! takes its place without a lookup in the map of pods (every holder of one pod shares the one
+//! count, so the bound is the same however many hold it).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 use prometheus::IntGauge;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 /// Network probes one pod may have in flight at once. kubelet has no such bound; a pod reaches
 /// it only with dozens of containers whose targets all hang at the same time.
 pub const PER_POD: usize = 64;
 
-/// The counts of every pod with a network probe in flight.
+/// The counts of every pod that something holds (a live worker, a probe in flight).
 #[derive(Debug)]
 pub struct PodSockets {
     limit: usize,
-    pods: Mutex<HashMap<Box<str>, Arc<Semaphore>>>,
+    /// Weak: a count goes when its last holder does (see [`PodCount`]'s `Drop`).
+    pods: Mutex<HashMap<Box<str>, Weak<PodCount>>>,
     /// Probe sockets held, all pods (`podward_prober_sockets_held`), when exported.
     held: Option<IntGauge>,
 }
@@ -39,12 +45,23 @@ pub struct AtLimit {
     pub limit: usize,
 }
 
+/// One pod's count of network probes in flight.
+#[derive(Debug)]
+struct PodCount {
+    owner: Arc<PodSockets>,
+    pod: Box<str>,
+    /// `limit` permits; a probe in flight has taken one.
+    slots: Semaphore,
+}
+
+/// A hold on one pod's count, for probing that pod: a worker keeps one for its whole life.
+#[derive(Debug, Clone)]
+pub struct PodShare(Arc<PodCount>);
+
 /// One network probe's place in its pod's count; given back when dropped.
 #[derive(Debug)]
 pub struct InFlight {
-    owner: Arc<PodSockets>,
-    pod: Box<str>,
-    permit: Option<OwnedSemaphorePermit>,
+    count: Arc<PodCount>,
 }
 
 impl PodSockets {
@@ -57,77 +74,89 @@ impl PodSockets {
         })
     }
 
+    /// `pod`'s count, the one every other holder of `pod` shares (made if none holds it).
+    pub fn pod(self: &Arc<Self>, pod: &str) -> PodShare {
+        let mut pods = self.pods.lock();
+        if let Some(count) = pods.get(pod).and_then(Weak::upgrade) {
+            return PodShare(count);
+        }
+        let count = Arc::new(PodCount {
+            owner: self.clone(),
+            pod: pod.into(),
+            slots: Semaphore::new(self.limit),
+        });
+        pods.insert(pod.into(), Arc::downgrade(&count));
+        PodShare(count)
+    }
+
     /// A place for one more network probe of `pod`, waiting until `deadline` if the pod is at its
-    /// bound.
+    /// bound ([`PodShare::acquire`] for a caller that holds no share).
     pub async fn acquire(
         self: &Arc<Self>,
         pod: &str,
         deadline: Instant,
     ) -> Result<InFlight, AtLimit> {
-        let sem = {
-            let mut pods = self.pods.lock();
-            match pods.get(pod) {
-                Some(s) => s.clone(),
-                None => {
-                    let s = Arc::new(Semaphore::new(self.limit));
-                    pods.insert(pod.into(), s.clone());
-                    s
-                }
-            }
-        };
-        let permit = match sem.clone().try_acquire_owned() {
-            Ok(p) => Ok(p),
-            Err(_) => match tokio::time::timeout_at(deadline, sem.clone().acquire_owned()).await {
-                Ok(Ok(p)) => Ok(p),
-                _ => Err(AtLimit { limit: self.limit }),
-            },
-        };
-        drop(sem);
-        match permit {
-            Ok(p) => {
-                if let Some(g) = &self.held {
-                    g.inc();
-                }
-                Ok(InFlight {
-                    owner: self.clone(),
-                    pod: pod.into(),
-                    permit: Some(p),
-                })
-            }
-            Err(e) => {
-                self.forget_if_idle(pod);
-                Err(e)
-            }
-        }
+        self.pod(pod).acquire(deadline).await
     }
 
     /// Probes in flight for `pod`.
     pub fn in_flight(&self, pod: &str) -> usize {
-        self.pods
-            .lock()
-            .get(pod)
-            .map_or(0, |s| self.limit - s.available_permits())
+        // Upgraded under the lock, dropped after it: a last holder's drop takes the lock.
+        let count = self.pods.lock().get(pod).and_then(Weak::upgrade);
+        count.map_or(0, |c| self.limit - c.slots.available_permits())
     }
 
-    /// Drops `pod`'s count once nothing holds or waits on it, so the map only has busy pods.
-    fn forget_if_idle(&self, pod: &str) {
-        let mut pods = self.pods.lock();
-        if let Some(s) = pods.get(pod)
-            && Arc::strong_count(s) == 1
-            && s.available_permits() == self.limit
-        {
-            pods.remove(pod);
+    /// Pods whose count something holds.
+    pub fn pods_held(&self) -> usize {
+        self.pods.lock().len()
+    }
+}
+
+impl PodShare {
+    /// A place for one more network probe of this pod, waiting until `deadline` if the pod is at
+    /// its bound.
+    pub async fn acquire(&self, deadline: Instant) -> Result<InFlight, AtLimit> {
+        let count = &self.0;
+        let permit = match count.slots.try_acquire() {
+            Ok(p) => p,
+            Err(_) => match tokio::time::timeout_at(deadline, count.slots.acquire()).await {
+                Ok(Ok(p)) => p,
+                _ => {
+                    return Err(AtLimit {
+                        limit: count.owner.limit,
+                    });
+                }
+            },
+        };
+        // Given back by `InFlight`'s drop, which holds the count itself (a borrowed permit
+        // could not outlive this call).
+        permit.forget();
+        if let Some(g) = &count.owner.held {
+            g.inc();
         }
+        Ok(InFlight {
+            count: count.clone(),
+        })
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        drop(self.permit.take());
-        if let Some(g) = &self.owner.held {
+        self.count.slots.add_permits(1);
+        if let Some(g) = &self.count.owner.held {
             g.dec();
         }
-        self.owner.forget_if_idle(&self.pod);
+    }
+}
+
+impl Drop for PodCount {
+    /// The last holder is gone: forget the pod, unless a new count replaced this one meanwhile
+    /// (made by [`PodSockets::pod`] between this count's last release and this drop).
+    fn drop(&mut self) {
+        let mut pods = self.owner.pods.lock();
+        if pods.get(&*self.pod).is_some_and(|w| w.strong_count() == 0) {
+            pods.remove(&*self.pod);
+        }
     }
 }
 
@@ -172,5 +201,45 @@ mod tests {
         drop(b);
         assert_eq!(c.in_flight("b"), 0);
         assert!(!c.pods.lock().contains_key("b"), "idle pods are forgotten");
+    }
+
+    #[tokio::test]
+    async fn a_held_share_keeps_its_pods_count_across_probes_and_every_holder_shares_the_bound() {
+        let c = counts(2);
+        let soon = || Instant::now() + Duration::from_millis(20);
+        let worker1 = c.pod("a");
+        let worker2 = c.pod("a");
+        assert!(Arc::ptr_eq(&worker1.0, &worker2.0), "one count per pod");
+        for _ in 0..3 {
+            let probe = worker1.acquire(soon()).await.expect("a probe");
+            assert_eq!(c.in_flight("a"), 1);
+            drop(probe);
+            // The count stays while a worker holds it: no map insert and remove per probe.
+            assert_eq!(c.pods_held(), 1);
+            assert!(Arc::ptr_eq(&c.pod("a").0, &worker1.0));
+        }
+        // Two holders, one bound: the pod's third probe waits, whichever worker starts it.
+        let p1 = worker1.acquire(soon()).await.expect("1");
+        let p2 = worker2.acquire(soon()).await.expect("2");
+        worker1.acquire(soon()).await.expect_err("at the bound");
+        worker2.acquire(soon()).await.expect_err("at the bound");
+        // Pod b is not affected.
+        drop(
+            c.pod("b")
+                .acquire(soon())
+                .await
+                .expect("b has its own bound"),
+        );
+        assert_eq!(c.held.as_ref().map(IntGauge::get), Some(2));
+        // The workers end while a probe is still in flight: the count outlives them until the
+        // probe ends, then the pod is forgotten.
+        drop(worker1);
+        drop(worker2);
+        drop(p1);
+        assert_eq!(c.in_flight("a"), 1);
+        assert_eq!(c.pods_held(), 1);
+        drop(p2);
+        assert_eq!(c.pods_held(), 0, "a pod nothing holds is forgotten");
+        assert_eq!(c.held.as_ref().map(IntGauge::get), Some(0));
     }
 }

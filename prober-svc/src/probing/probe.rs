@@ -14,7 +14,7 @@ use crate::handler::attempt::{Outcome, ProbeTarget};
 use crate::handler::exec::runner::{ExecError, ExecRunner};
 use crate::handler::host_policy::NodePolicy;
 use crate::handler::http::{HttpError, HttpProber};
-use crate::handler::pod_sockets::{self, PodSockets};
+use crate::handler::pod_sockets::{self, PodShare, PodSockets};
 use crate::handler::tcp::TcpError;
 use crate::handler::{exec, grpc, tcp};
 use crate::model::ContainerInfo;
@@ -107,12 +107,30 @@ impl Prober {
         spec: &ProbeSpec,
         target: &ProbeTarget<'_>,
     ) -> Outcome {
-        self.probe_for(Some(pod_uid), ty, spec, target).await
+        let share = self.pod_sockets.pod(pod_uid);
+        self.probe_for(Some(&share), ty, spec, target).await
+    }
+
+    /// The hold on `pod_uid`'s bound a worker keeps for its life, so its probes take their place
+    /// without looking the pod up.
+    pub fn pod_share(&self, pod_uid: &str) -> PodShare {
+        self.pod_sockets.pod(pod_uid)
+    }
+
+    /// [`Prober::probe_for_pod`] within the bound `pod` holds ([`Prober::pod_share`]).
+    pub async fn probe_in(
+        &self,
+        pod: &PodShare,
+        ty: ProbeType,
+        spec: &ProbeSpec,
+        target: &ProbeTarget<'_>,
+    ) -> Outcome {
+        self.probe_for(Some(pod), ty, spec, target).await
     }
 
     async fn probe_for(
         &self,
-        pod: Option<&str>,
+        pod: Option<&PodShare>,
         ty: ProbeType,
         spec: &ProbeSpec,
         target: &ProbeTarget<'_>,
@@ -132,7 +150,7 @@ impl Prober {
 
     async fn attempt(
         &self,
-        pod: Option<&str>,
+        pod: Option<&PodShare>,
         spec: &ProbeSpec,
         target: &ProbeTarget<'_>,
     ) -> Result<Outcome, AttemptError> {
@@ -143,7 +161,7 @@ impl Prober {
             (Handler::Exec { .. }, _) | (_, None) => None,
             (_, Some(pod)) => {
                 let deadline = Instant::now() + spec.timeout;
-                match self.pod_sockets.acquire(pod, deadline).await {
+                match pod.acquire(deadline).await {
                     Ok(held) => Some(held),
                     Err(e) => return Ok(Outcome::Failure(e.to_string())),
                 }
@@ -185,16 +203,20 @@ impl ProbeRunner for Prober {
         Box::pin(async move { self.probe(ty, spec, &target(host_ip, container)).await })
     }
 
+    fn pod_share(&self, pod_uid: &str) -> Option<PodShare> {
+        Some(Prober::pod_share(self, pod_uid))
+    }
+
     fn run_for_pod<'a>(
         &'a self,
-        pod_uid: &'a str,
+        pod: &'a PodShare,
         ty: ProbeType,
         spec: &'a ProbeSpec,
         host_ip: std::net::IpAddr,
         container: &'a ContainerInfo,
     ) -> BoxFuture<'a, Outcome> {
         Box::pin(async move {
-            self.probe_for_pod(pod_uid, ty, spec, &target(host_ip, container))
+            self.probe_in(pod, ty, spec, &target(host_ip, container))
                 .await
         })
     }

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use futures::future::BoxFuture;
 
 use crate::handler::attempt::Outcome;
+use crate::handler::pod_sockets::PodShare;
 use crate::model::ContainerInfo;
 use crate::spec::{ProbeSpec, ProbeType};
 
@@ -21,17 +22,25 @@ pub trait ProbeRunner: Send + Sync + 'static {
         container: &'a ContainerInfo,
     ) -> BoxFuture<'a, Outcome>;
 
-    /// [`ProbeRunner::run`] for a container of the pod `pod_uid`: the real runner bounds what one
-    /// pod's probes hold at once; the default ignores the pod.
+    /// A hold on what the runner bounds per pod, for the pod `pod_uid`: a worker takes it once
+    /// and keeps it for its life (the real runner bounds what one pod's probes hold at once; the
+    /// default has no bound, and the worker then calls [`ProbeRunner::run`]).
+    fn pod_share(&self, pod_uid: &str) -> Option<PodShare> {
+        let _ = pod_uid;
+        None
+    }
+
+    /// [`ProbeRunner::run`] for a container of the pod whose share is `pod`
+    /// ([`ProbeRunner::pod_share`]); the default ignores the pod.
     fn run_for_pod<'a>(
         &'a self,
-        pod_uid: &'a str,
+        pod: &'a PodShare,
         ty: ProbeType,
         spec: &'a ProbeSpec,
         host_ip: IpAddr,
         container: &'a ContainerInfo,
     ) -> BoxFuture<'a, Outcome> {
-        let _ = pod_uid;
+        let _ = pod;
         self.run(ty, spec, host_ip, container)
     }
 

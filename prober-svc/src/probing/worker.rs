@@ -29,6 +29,7 @@ use self::handle::{SpecUpdate, WorkerCtl, WorkerKey, WorkerStatus};
 use crate::clock::Clock;
 use crate::event::{Event, Events};
 use crate::handler::attempt::{Outcome, ProbeResult};
+use crate::handler::pod_sockets::PodShare;
 use crate::metrics::{Metrics, WorkerMetrics};
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::probing::results::{Results, SlotMemo};
@@ -123,6 +124,9 @@ pub struct Worker {
     status: Arc<Mutex<WorkerStatus>>,
     metrics: WorkerMetrics,
     container_id: Option<Arc<str>>,
+    /// The pod's share of the runner's per-pod bound, held from the worker's start to its end
+    /// so a probe takes its place in the pod's count without a lookup.
+    pod_share: Option<PodShare>,
     /// What this worker last wrote to its results slot (cleared with a new instance), so a
     /// steady result is not written again under the cache's lock.
     published: Option<SlotMemo>,
@@ -150,10 +154,13 @@ impl Worker {
         pod: SharedPod,
         ctx: Arc<Ctx>,
     ) -> Self {
-        let metrics = {
+        let (metrics, pod_share) = {
             let p = pod.read();
-            ctx.metrics
-                .worker(key.ty, &key.container, &p.name, &p.namespace, &p.uid)
+            (
+                ctx.metrics
+                    .worker(key.ty, &key.container, &p.name, &p.namespace, &p.uid),
+                ctx.runner.pod_share(&p.uid),
+            )
         };
         Self {
             key,
@@ -165,6 +172,7 @@ impl Worker {
             status: Arc::new(Mutex::new(WorkerStatus::default())),
             metrics,
             container_id: None,
+            pod_share,
             published: None,
             seen_pod: Weak::new(),
             seen_container: None,

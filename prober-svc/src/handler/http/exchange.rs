@@ -99,14 +99,19 @@ pub(crate) async fn get(
     deadline: Instant,
     guard: Guard,
 ) -> Result<RawResponse, GetError> {
-    let conn = dialer::connect_guarded(&url.host, url.port(), deadline, Options::PROBE, guard)
-        .await
-        .map_err(GetError::Dial)?;
-    let stream = ProbeStream::new(conn);
-    // One timer for the whole exchange (a timer entry per body frame cost more than the rest of
-    // the body loop); `head` records how far it got, to pick Go's text when the deadline fires.
+    // One timer for the dial and the whole exchange (a timer entry per step, or per body frame,
+    // cost more than the step); how far it got (`dialing`, `dialed`, `head`) picks Go's text
+    // when the deadline fires.
+    let mut dialing = None;
+    let mut dialed = false;
     let mut head: Option<Head> = None;
     let work = async {
+        let conn =
+            dialer::connect_untimed(&url.host, url.port(), Options::PROBE, guard, &mut dialing)
+                .await
+                .map_err(GetError::Dial)?;
+        dialed = true;
+        let stream = ProbeStream::new(conn);
         match url.scheme {
             HttpScheme::Http => {
                 let mut stream = stream;
@@ -124,6 +129,12 @@ pub(crate) async fn get(
     };
     match tokio::time::timeout_at(deadline, work).await {
         Ok(r) => r,
+        // Still dialling: Go's dial timeout, which its client words as its own.
+        Err(_) if !dialed => Err(GetError::Dial(dialer::timeout_text(
+            &url.host,
+            url.port(),
+            dialing,
+        ))),
         // The head arrived: Go fails the body read, which kubelet treats as an error.
         Err(_) => match head {
             Some(Head { status, location }) => Ok(RawResponse {
@@ -175,7 +186,7 @@ async fn send_h1<S>(
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let mut request = Vec::with_capacity(256);
+    let mut request = h1::Spare::take();
     headers.write_h1(url, host, referer, &mut request)?;
     let (Head { status, location }, body) = h1::exchange(io, request, head).await?;
     Ok(RawResponse {

@@ -26,8 +26,10 @@ use crate::handler::go_text::go_errno;
 use crate::handler::output::MAX_OUTPUT_BYTES;
 
 mod chunked;
+mod spare;
 
 use self::chunked::Chunked;
+pub(crate) use self::spare::Spare;
 
 /// hyper's `h1_max_headers` default: more fields than this in the (filtered) head is "too large".
 const MAX_FIELDS: usize = 100;
@@ -87,7 +89,7 @@ enum Framing {
 /// and at most [`MAX_OUTPUT_BYTES`] of body.
 pub(crate) async fn exchange<S>(
     io: &mut S,
-    mut buf: Vec<u8>,
+    mut buf: Spare,
     head: &mut Option<H1Head>,
 ) -> Result<(H1Head, Result<Vec<u8>, H1BodyError>), H1Error>
 where
@@ -102,7 +104,7 @@ where
     let mut filtered: Vec<u8> = Vec::new();
     let (parsed, framing) = loop {
         buf.clear();
-        let n = io.read_buf(&mut buf).await.map_err(H1Error::Io)?;
+        let n = io.read_buf(&mut *buf).await.map_err(H1Error::Io)?;
         let before = filtered.len();
         if n == 0 {
             scan.end_of_stream(&mut filtered);
@@ -273,7 +275,7 @@ fn parse_error_text(e: httparse::Error) -> &'static str {
 /// Reads the body after the head (`rest` is what came with it) up to [`MAX_OUTPUT_BYTES`].
 async fn read_body<S>(
     io: &mut S,
-    mut buf: Vec<u8>,
+    mut buf: Spare,
     rest: Vec<u8>,
     framing: Framing,
 ) -> Result<Vec<u8>, H1BodyError>
@@ -307,7 +309,7 @@ where
         }
         buf.clear();
         buf.reserve(READ_CHUNK);
-        let n = io.read_buf(&mut buf).await.map_err(H1BodyError::Io)?;
+        let n = io.read_buf(&mut *buf).await.map_err(H1BodyError::Io)?;
         if n == 0 {
             return match framing {
                 Framing::UntilClose => Ok(body),
@@ -317,7 +319,7 @@ where
                 Framing::Length(_) => Err(H1BodyError::Incomplete),
             };
         }
-        std::mem::swap(&mut input, &mut buf);
+        std::mem::swap(&mut input, &mut *buf);
     }
 }
 

@@ -40,12 +40,14 @@ impl Worker {
         for retry in 0..=MAX_STARVED_RETRIES {
             let began = Instant::now();
             let starved_before = meter.map(|m| m.starved());
-            let outcome = self
-                .ctx
-                .runner
-                .run_for_pod(&pod.uid, self.key.ty, &self.spec, ip, c)
-                .await
-                .capped();
+            let run = match &self.pod_share {
+                Some(share) => self
+                    .ctx
+                    .runner
+                    .run_for_pod(share, self.key.ty, &self.spec, ip, c),
+                None => self.ctx.runner.run(self.key.ty, &self.spec, ip, c),
+            };
+            let outcome = run.await.capped();
             let took = began.elapsed();
             let failed = matches!(outcome, Outcome::Failure(_));
             let (Some(m), Some(before)) = (meter, starved_before) else {

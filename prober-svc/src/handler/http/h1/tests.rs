@@ -116,7 +116,7 @@ async fn with_h1(response: Vec<u8>, piece: usize) -> Outcome {
     let (mut client, server) = tokio::io::duplex(1 << 16);
     let server = tokio::spawn(serve(server, response, piece));
     let (url, headers, host) = probe_request();
-    let mut request = Vec::new();
+    let mut request = super::Spare::take();
     headers
         .write_h1(&url, &host, None, &mut request)
         .expect("request");
