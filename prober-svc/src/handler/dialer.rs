@@ -15,10 +15,12 @@ use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::go_text::go_errno;
 use super::host_policy::Guard;
 
 pub mod closer;
+mod error;
+
+pub use error::DialError;
 
 /// kubelet's linger time.
 pub const LINGER: Duration = Duration::from_secs(1);
@@ -26,62 +28,6 @@ pub const LINGER: Duration = Duration::from_secs(1);
 /// Linux's errno for a non-blocking `connect` still under way (`io::ErrorKind::InProgress` is
 /// not stable yet; the errno values in `go_errno` are Linux's too).
 const EINPROGRESS: i32 = 115;
-
-/// Why a dial failed, worded as Go's `net.Dial` errors ("dial tcp 1.2.3.4:80: connect: connection
-/// refused", "dial tcp 1.2.3.4:80: i/o timeout", "dial tcp: lookup foo: no such host").
-#[derive(Debug, thiserror::Error)]
-pub enum DialError {
-    /// The deadline passed while resolving or connecting.
-    #[error("dial tcp {0}: i/o timeout")]
-    Timeout(String),
-    /// The connect failed (refused, unreachable...).
-    #[error("dial tcp {addr}: connect: {}", go_errno(.source))]
-    Connect {
-        /// `host:port` dialled.
-        addr: String,
-        /// The OS error.
-        source: io::Error,
-    },
-    /// The socket could not be created or configured.
-    #[error("dial tcp {addr}: socket: {}", go_errno(.source))]
-    Socket {
-        /// `host:port` dialled.
-        addr: String,
-        /// The OS error.
-        source: io::Error,
-    },
-    /// Every address of the target is one `--probe-host-policy` forbids (a probe error, never
-    /// a Failure).
-    #[error(
-        "dial tcp {addr}: {kind} address denied by --probe-host-policy=deny-local (the pod is not hostNetwork)"
-    )]
-    Denied {
-        /// `host:port` of the (last) address refused.
-        addr: String,
-        /// What kind of address it is (`loopback`, `link-local`...).
-        kind: &'static str,
-    },
-    /// The host name did not resolve.
-    #[error("dial tcp: lookup {host}: {reason}")]
-    Lookup {
-        /// The name looked up.
-        host: String,
-        /// Go-like reason ("no such host").
-        reason: String,
-    },
-}
-
-impl DialError {
-    /// Whether the deadline caused it.
-    pub fn is_timeout(&self) -> bool {
-        matches!(self, DialError::Timeout(_))
-    }
-
-    /// Whether the host policy refused the target.
-    pub fn is_denied(&self) -> bool {
-        matches!(self, DialError::Denied { .. })
-    }
-}
 
 /// Go's `net.JoinHostPort`: brackets around IPv6 literals.
 pub fn join_host_port(host: &str, port: u16) -> String {
