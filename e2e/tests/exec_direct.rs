@@ -11,9 +11,9 @@ use podward_e2e::{
     ContainerSpec, Driver, Pod, PodSpec, RestartPolicy, SecurityContext, TestNode, bin_path,
     proc_cmdline,
 };
+use podward_prober::direct_exec::init::HELPER_ARG;
+use podward_prober::direct_exec::{DirectExec, ExecMode};
 use podward_prober::handler::exec::cri::CriExec;
-use podward_prober::handler::exec::direct::init::HELPER_ARG;
-use podward_prober::handler::exec::direct::{DirectExec, ExecMode};
 use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
 
 /// What the issue lists, each a line or block; `2>&1` so errors compare too.
