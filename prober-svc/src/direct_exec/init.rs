@@ -135,61 +135,8 @@ fn helper(control: &UnixStream) -> Result<i32, Stop> {
         return Ok(0);
     }
     let plan: Plan = serde_json::from_slice(&buf).map_err(err("decoding the plan"))?;
-    let proc_dir = format!("/proc/{}", plan.init_pid);
-    // The pidfd names one process for good; its start time says it is the one the plan was
-    // made for (a PID reused before the pidfd was opened shows another).
-    let init = sys::pidfd_open(plan.init_pid).map_err(|_| gone())?;
-    check_init(&plan)?;
-    let mut joins = Vec::new();
-    for ((name, own, flag), mine) in NAMESPACES.into_iter().zip(own) {
-        let target = match File::open(format!("{proc_dir}/ns/{name}")) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && name == "time" => continue,
-            Err(e) => return Err(format!("open {proc_dir}/ns/{name}: {e}").into()),
-        };
-        let t = target
-            .metadata()
-            .map_err(err(format!("stat {name} namespace")))?;
-        let mine = mine.ok_or_else(|| format!("stat own {own} namespace: not found"))?;
-        if (t.dev(), t.ino()) != mine {
-            joins.push(Join {
-                name,
-                fd: OwnedFd::from(target),
-                flag,
-            });
-        }
-    }
-    // The user namespace last: a process can never return to a parent user namespace, so if
-    // the init is still in the prober's now, it was when each namespace above was opened (and
-    // none of them can be owned by a user namespace the container made).
-    let user = ns_id(&format!("{proc_dir}/ns/user"));
-    // Still alive: the files above were the pidfd's process's.
-    sys::pidfd_signal(&init, None).map_err(|_| gone())?;
-    if user.is_none() || user != own_user {
-        return Err(Stop::Refused(
-            "the container's init process is in a user namespace of its own (it entered one \
-             after the container started): direct exec refuses to join namespaces the \
-             container made"
-                .to_owned(),
-        ));
-    }
-    drop(init);
-    // `0` names the writer itself: on a v1 `tasks` file that is the one move the kernel makes
-    // without the global threadgroup lock (the helper is single-threaded: its one thread is the
-    // whole process), and no PID is read or written that could name another process.
-    for file in &plan.cgroup_join_files {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(file)
-            .and_then(|mut f| f.write_all(b"0"))
-            .map_err(err(format!("join cgroup {}", file.display())))?;
-    }
-    for r in &plan.rlimits {
-        set_rlimit(r.resource, r.soft, r.hard)?;
-    }
-    std::fs::write("/proc/self/oom_score_adj", plan.oom_score_adj.to_string())
-        .map_err(err("write /proc/self/oom_score_adj"))?;
-    nix::sys::stat::umask(Mode::from_bits_truncate(plan.umask));
+    let joins = open_init(&plan, own, own_user)?;
+    settle(&plan)?;
     // PID and time namespaces apply to children: joined here, so the helper itself stays in
     // the prober's namespaces (its /proc is the host's, to supervise the reaper). The reaper
     // joins the others.
@@ -227,6 +174,78 @@ fn helper(control: &UnixStream) -> Result<i32, Stop> {
             Ok(supervise(control, child, &waited)?)
         }
     }
+}
+
+/// Binds the container's init to one process (a pidfd and its start time), opens those of its
+/// namespaces the helper is not in already, and refuses the probe if the init is no longer in
+/// the prober's user namespace (`own` and `own_user`: the helper's own namespaces).
+fn open_init(
+    plan: &Plan,
+    own: Vec<Option<(u64, u64)>>,
+    own_user: Option<(u64, u64)>,
+) -> Result<Vec<Join>, Stop> {
+    let proc_dir = format!("/proc/{}", plan.init_pid);
+    // The pidfd names one process for good; its start time says it is the one the plan was
+    // made for (a PID reused before the pidfd was opened shows another).
+    let init = sys::pidfd_open(plan.init_pid).map_err(|_| gone())?;
+    check_init(plan)?;
+    let mut joins = Vec::new();
+    for ((name, own, flag), mine) in NAMESPACES.into_iter().zip(own) {
+        let target = match File::open(format!("{proc_dir}/ns/{name}")) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && name == "time" => continue,
+            Err(e) => return Err(format!("open {proc_dir}/ns/{name}: {e}").into()),
+        };
+        let t = target
+            .metadata()
+            .map_err(err(format!("stat {name} namespace")))?;
+        let mine = mine.ok_or_else(|| format!("stat own {own} namespace: not found"))?;
+        if (t.dev(), t.ino()) != mine {
+            joins.push(Join {
+                name,
+                fd: OwnedFd::from(target),
+                flag,
+            });
+        }
+    }
+    // The user namespace last: a process can never return to a parent user namespace, so if
+    // the init is still in the prober's now, it was when each namespace above was opened (and
+    // none of them can be owned by a user namespace the container made).
+    let user = ns_id(&format!("{proc_dir}/ns/user"));
+    // Still alive: the files above were the pidfd's process's.
+    sys::pidfd_signal(&init, None).map_err(|_| gone())?;
+    if user.is_none() || user != own_user {
+        return Err(Stop::Refused(
+            "the container's init process is in a user namespace of its own (it entered one \
+             after the container started): direct exec refuses to join namespaces the \
+             container made"
+                .to_owned(),
+        ));
+    }
+    drop(init);
+    Ok(joins)
+}
+
+/// The process settings every process of the probe inherits from the helper: the container's
+/// cgroups, the shim's rlimits, `oom_score_adj` and umask.
+fn settle(plan: &Plan) -> Res<()> {
+    // `0` names the writer itself: on a v1 `tasks` file that is the one move the kernel makes
+    // without the global threadgroup lock (the helper is single-threaded: its one thread is the
+    // whole process), and no PID is read or written that could name another process.
+    for file in &plan.cgroup_join_files {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(file)
+            .and_then(|mut f| f.write_all(b"0"))
+            .map_err(err(format!("join cgroup {}", file.display())))?;
+    }
+    for r in &plan.rlimits {
+        set_rlimit(r.resource, r.soft, r.hard)?;
+    }
+    std::fs::write("/proc/self/oom_score_adj", plan.oom_score_adj.to_string())
+        .map_err(err("write /proc/self/oom_score_adj"))?;
+    nix::sys::stat::umask(Mode::from_bits_truncate(plan.umask));
+    Ok(())
 }
 
 fn gone() -> String {
