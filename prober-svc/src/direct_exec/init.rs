@@ -16,8 +16,9 @@
 //!    reads the [`Plan`] from its control socket (fd 0), binds the container's init to one
 //!    process (a pidfd and its start time), opens the init's namespaces and refuses the probe
 //!    if the init is no longer in the prober's user namespace, moves itself into the container's
-//!    cgroups, sets the shim's rlimits, `oom_score_adj` and umask, joins the PID and time
-//!    namespaces for its children, then forks the reaper and supervises it: on `SIGTERM` (the
+//!    v1 cgroups, sets the shim's rlimits, `oom_score_adj` and umask, joins the PID and time
+//!    namespaces for its children, then forks the reaper — into the container's v2 cgroup
+//!    where there is one ([`fork_reaper`]) — and supervises it: on `SIGTERM` (the
 //!    probe is over) it tells the reaper, and kills the whole tree itself if the reaper does not
 //!    finish in time (the container can stop or kill the reaper: same uid);
 //! 2. the reaper joins the other namespaces (ipc, uts, net, mnt, cgroup — the user namespace is
@@ -45,6 +46,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{SigSet, Signal, kill};
@@ -153,7 +155,7 @@ fn helper(control: &UnixStream) -> Result<i32, Stop> {
     let (alive, alive_writer) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
             .map_err(err("pipe"))?;
-    match sys::fork().map_err(err("fork"))? {
+    match fork_reaper(plan.cgroups.v2_dir.as_deref())? {
         ForkResult::Child => {
             drop(alive_writer);
             let code = match reaper::run(control, &plan, devnull, signals, in_reaper, alive) {
@@ -231,13 +233,10 @@ fn open_init(
 fn settle(plan: &Plan) -> Res<()> {
     // `0` names the writer itself: on a v1 `tasks` file that is the one move the kernel makes
     // without the global threadgroup lock (the helper is single-threaded: its one thread is the
-    // whole process), and no PID is read or written that could name another process.
-    for file in &plan.cgroup_join_files {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(file)
-            .and_then(|mut f| f.write_all(b"0"))
-            .map_err(err(format!("join cgroup {}", file.display())))?;
+    // whole process), and no PID is read or written that could name another process. The v2
+    // cgroup is the reaper's from its start ([`fork_reaper`]).
+    for file in &plan.cgroups.v1_tasks {
+        join_by_write(file)?;
     }
     for r in &plan.rlimits {
         set_rlimit(r.resource, r.soft, r.hard)?;
@@ -246,6 +245,42 @@ fn settle(plan: &Plan) -> Res<()> {
         .map_err(err("write /proc/self/oom_score_adj"))?;
     nix::sys::stat::umask(Mode::from_bits_truncate(plan.umask));
     Ok(())
+}
+
+/// Writes `0` (the writer) to a cgroup's `tasks` or `cgroup.procs` file: the helper moves there.
+fn join_by_write(file: &Path) -> Res<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(file)
+        .and_then(|mut f| f.write_all(b"0"))
+        .map_err(err(format!("join cgroup {}", file.display())))
+}
+
+/// Forks the reaper, into the container's v2 cgroup `v2_dir` (when its init has one) by
+/// `clone3` with `CLONE_INTO_CGROUP`: the helper itself stays in the prober's v2 cgroup, and no
+/// process is moved. Where the kernel (or a seccomp profile around the prober) has no such
+/// `clone3`, or the C library would not stay sound in its child, the helper joins the cgroup by
+/// writing its `cgroup.procs` and forks, as before.
+fn fork_reaper(v2_dir: Option<&Path>) -> Res<ForkResult> {
+    let Some(dir) = v2_dir else {
+        return sys::fork().map_err(err("fork"));
+    };
+    if sys::clone3_keeps_libc_sound() {
+        // Close-on-exec, and closed in both processes when this returns: the reaper, about to
+        // enter the container's mount namespace, keeps no descriptor of a host directory.
+        let cgroup = File::open(dir).map_err(err(format!("open cgroup {}", dir.display())))?;
+        match sys::fork_into_cgroup(cgroup.as_fd()) {
+            Ok(forked) => return Ok(forked),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM)
+                ) => {}
+            Err(e) => return Err(format!("clone3 into cgroup {}: {e}", dir.display())),
+        }
+    }
+    join_by_write(&dir.join("cgroup.procs"))?;
+    sys::fork().map_err(err("fork"))
 }
 
 fn gone() -> String {

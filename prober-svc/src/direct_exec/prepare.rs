@@ -155,7 +155,7 @@ pub fn prepare(container_id: &str, info_json: &str, host: &Host) -> Result<Plan,
     if (theirs.dev(), theirs.ino()) != (ours.dev(), ours.ino()) {
         return Err(Refusal::UserNamespace);
     }
-    let cgroup_join_files = cgroups::join_files(
+    let cgroups = cgroups::resolve(
         &read(&proc.join(format!("{pid}/cgroup"))).map_err(init_err)?,
         &read(&proc.join("self/mountinfo")).map_err(init_err)?,
     )?;
@@ -168,7 +168,7 @@ pub fn prepare(container_id: &str, info_json: &str, host: &Host) -> Result<Plan,
         container_id: container_id.to_owned(),
         init_pid: pid,
         init_start_time,
-        cgroup_join_files,
+        cgroups,
         rlimits,
         oom_score_adj,
         umask,

@@ -2,7 +2,9 @@
 //! under the prober's own cgroup mounts (its `/proc/self/mountinfo`), so that the helper needs
 //! no parsing and names every file by a path the prober resolved.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use crate::direct_exec::plan::Cgroups;
 
 /// A cgroup of the container's init that the prober cannot reach (an unreadable line, a
 /// hierarchy the prober has not mounted, a prober in a cgroup namespace of its own).
@@ -10,8 +12,8 @@ use std::path::{Path, PathBuf};
 #[error("{0}")]
 pub struct Unreachable(String);
 
-/// The file the helper writes `0` (itself) to, for every line of `/proc/<pid>/cgroup`, under the
-/// prober's mounts: `tasks` on a v1 hierarchy, `cgroup.procs` on the v2 one.
+/// Each line of `/proc/<pid>/cgroup` under the prober's mounts: a v1 hierarchy's `tasks` file,
+/// the v2 hierarchy's directory.
 ///
 /// Why `tasks` on v1: moving the writer itself, one thread, is the one migration the kernel
 /// makes without taking the global threadgroup lock for writing, and taking that lock waits for
@@ -19,8 +21,9 @@ pub struct Unreachable(String);
 /// by far). The helper is single-threaded (`assert_single_threaded` ran before the plan is
 /// read, and it starts no thread), so its one thread is the whole process: the same move as a
 /// write to `cgroup.procs`. v2 has no such file across domains (`cgroup.threads` moves a thread
-/// only within its domain).
-pub(crate) fn join_files(cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>, Unreachable> {
+/// only within its domain): there the reaper is created in the cgroup instead (`clone3` with
+/// `CLONE_INTO_CGROUP`), which takes that lock only for reading, as every fork does.
+pub(crate) fn resolve(cgroup: &str, mountinfo: &str) -> Result<Cgroups, Unreachable> {
     let mounts: Vec<(String, String, String, String)> = mountinfo
         .lines()
         .filter_map(|l| {
@@ -36,7 +39,7 @@ pub(crate) fn join_files(cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>, 
         })
         .filter(|(fs, ..)| fs == "cgroup" || fs == "cgroup2")
         .collect();
-    let mut out = Vec::new();
+    let mut out = Cgroups::default();
     for line in cgroup.lines().filter(|l| !l.is_empty()) {
         let mut parts = line.splitn(3, ':');
         let (_, controllers, path) = (parts.next(), parts.next(), parts.next());
@@ -72,12 +75,12 @@ pub(crate) fn join_files(cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>, 
             .strip_prefix(root.as_str())
             .unwrap_or(path)
             .trim_start_matches('/');
-        let file = if fs == "cgroup2" {
-            "cgroup.procs"
+        let dir = Path::new(mountpoint).join(rel);
+        if fs == "cgroup2" {
+            out.v2_dir = Some(dir);
         } else {
-            "tasks"
-        };
-        out.push(Path::new(mountpoint).join(rel).join(file));
+            out.v1_tasks.push(dir.join("tasks"));
+        }
     }
     Ok(out)
 }
@@ -104,10 +107,12 @@ fn unescape(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     #[test]
-    fn cgroup_lines_map_to_the_mounted_hierarchies_v1_through_tasks() {
+    fn cgroup_lines_map_to_v1_tasks_files_and_the_v2_directory() {
         let cgroup =
             "9:name=systemd:/pod/c1\n4:memory:/pod/c1\n1:cpu,cpuacct:/pod/c1\n0::/pod/c1\n";
         let mountinfo = "\
@@ -117,16 +122,18 @@ mod tests {
 40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 ";
-        let got = join_files(cgroup, mountinfo).expect("resolved");
-        let want: Vec<PathBuf> = [
-            "/sys/fs/cgroup/systemd/pod/c1/tasks",
-            "/sys/fs/cgroup/memory/pod/c1/tasks",
-            "/sys/fs/cgroup/cpu,cpuacct/pod/c1/tasks",
-            "/sys/fs/cgroup/unified/pod/c1/cgroup.procs",
-        ]
-        .iter()
-        .map(PathBuf::from)
-        .collect();
+        let got = resolve(cgroup, mountinfo).expect("resolved");
+        let want = Cgroups {
+            v1_tasks: [
+                "/sys/fs/cgroup/systemd/pod/c1/tasks",
+                "/sys/fs/cgroup/memory/pod/c1/tasks",
+                "/sys/fs/cgroup/cpu,cpuacct/pod/c1/tasks",
+            ]
+            .iter()
+            .map(PathBuf::from)
+            .collect(),
+            v2_dir: Some(PathBuf::from("/sys/fs/cgroup/unified/pod/c1")),
+        };
         assert_eq!(got, want);
     }
 
@@ -134,18 +141,21 @@ mod tests {
     fn a_foreign_cgroup_namespace_or_a_missing_hierarchy_is_refused() {
         let mountinfo = "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
         assert!(matches!(
-            join_files("0::/../../pod/c1\n", mountinfo),
+            resolve("0::/../../pod/c1\n", mountinfo),
             Err(Unreachable(_))
         ));
         assert!(matches!(
-            join_files("4:memory:/pod/c1\n", mountinfo),
+            resolve("4:memory:/pod/c1\n", mountinfo),
             Err(Unreachable(_))
         ));
         // A mount of a sub-tree (the prober's own cgroup namespace view) strips its root.
         let sub = "41 31 0:38 /kubepods /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
         assert_eq!(
-            join_files("0::/kubepods/pod1/c1\n", sub).expect("resolved"),
-            vec![PathBuf::from("/sys/fs/cgroup/pod1/c1/cgroup.procs")]
+            resolve("0::/kubepods/pod1/c1\n", sub).expect("resolved"),
+            Cgroups {
+                v1_tasks: Vec::new(),
+                v2_dir: Some(PathBuf::from("/sys/fs/cgroup/pod1/c1")),
+            }
         );
     }
 }
