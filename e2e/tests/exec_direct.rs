@@ -11,9 +11,9 @@ use podward_e2e::{
     ContainerSpec, Driver, Pod, PodSpec, RestartPolicy, SecurityContext, TestNode, bin_path,
     proc_cmdline,
 };
+use podward_prober::direct_exec::init::HELPER_ARG;
+use podward_prober::direct_exec::{DirectExec, ExecMode};
 use podward_prober::handler::exec::cri::CriExec;
-use podward_prober::handler::exec::direct::init::HELPER_ARG;
-use podward_prober::handler::exec::direct::{DirectExec, ExecMode};
 use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
 
 /// What the issue lists, each a line or block; `2>&1` so errors compare too.
@@ -569,4 +569,49 @@ fn a_standby_helper_whose_prober_is_gone_exits_quietly() {
     let out = child.wait_with_output().expect("helper output");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
+}
+
+/// The command and the reaper above it are in the container init's v2 cgroup (the `0::` line:
+/// on a hybrid node the `unified` hierarchy), where the helper forks the reaper straight into it
+/// (`clone3` with `CLONE_INTO_CGROUP`) or, on a kernel without it, joins by writing
+/// `cgroup.procs`. Left where the helper is, they would show the prober's cgroup instead.
+#[tokio::test]
+async fn the_probe_runs_in_the_containers_v2_cgroup() {
+    let node = TestNode::start().await.expect("node");
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
+    let runners = Runners::new(&node);
+    let p = pod(&driver, &node, "v2cgroup", SecurityContext::default()).await;
+    let id = p.container_id("app").expect("container id");
+    // The command's, the init's, then the reaper's (the command's parent) `0::` line.
+    let cmd = [
+        "sh",
+        "-c",
+        "grep '^0::' /proc/self/cgroup; grep '^0::' /proc/1/cgroup; grep '^0::' /proc/$PPID/cgroup",
+    ];
+    let t = Duration::from_secs(10);
+    let o = run(&runners.direct, &id, &cmd, t)
+        .await
+        .expect("direct exec");
+    let out = text(&o);
+    assert_eq!(o.exit_code, 0, "{out}");
+    let lines: Vec<&str> = std::str::from_utf8(&o.stdout)
+        .expect("utf-8")
+        .lines()
+        .collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    let (command, init, reaper) = (lines[0], lines[1], lines[2]);
+    assert!(init.starts_with("0::/"), "the init's v2 cgroup: {out}");
+    assert_eq!(command, init, "the command in the init's v2 cgroup");
+    assert_eq!(reaper, init, "the reaper in the init's v2 cgroup");
+    // runc's own placement (CRI; its command's parent is outside the container) is the same.
+    let cri = run(&runners.cri, &id, &["grep", "^0::", "/proc/self/cgroup"], t)
+        .await
+        .expect("cri exec");
+    assert_eq!(
+        String::from_utf8_lossy(&cri.stdout).trim_end(),
+        command,
+        "CRI's command in the same v2 cgroup"
+    );
 }

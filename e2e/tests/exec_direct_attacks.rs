@@ -22,8 +22,8 @@ use podward_api::test_util::eventually;
 use podward_e2e::{
     ContainerSpec, Driver, Pod, PodSpec, RestartPolicy, TestNode, bin_path, proc_cmdline,
 };
-use podward_prober::handler::exec::direct::init::HELPER_ARG;
-use podward_prober::handler::exec::direct::{DirectExec, ExecMode};
+use podward_prober::direct_exec::init::HELPER_ARG;
+use podward_prober::direct_exec::{DirectExec, ExecMode};
 use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
 
 async fn run(

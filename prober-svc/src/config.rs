@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 mod kubernetes;
 
-pub use crate::handler::exec::direct::ExecMode;
+pub use crate::direct_exec::ExecMode;
 use crate::handler::host_policy::HostPolicy;
 pub use kubernetes::{InvalidSetting, lease_namespace};
 

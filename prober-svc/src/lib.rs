@@ -8,7 +8,8 @@
 //!   type), as kubelet does, keeping pods and workers in the [`registry`];
 //! - **[`probing`]**: a [`probing::worker`] probes through the [`probing::runner`] seam, whose real
 //!   side is [`probing::probe`] (retries and mapping) over the [`handler`]s (exec, HTTP, TCP,
-//!   gRPC), counts the verdicts, publishes results into the [`probing::results`] cache and its own
+//!   gRPC; an exec probe runs through CRI `ExecSync` or [`direct_exec`], the runner that starts
+//!   the command in the container itself and builds on the exec handler's runner seam), counts the verdicts, publishes results into the [`probing::results`] cache and its own
 //!   [`event`]s (result changes, what kubelet records), delivered to every sink: the [`hub`] behind
 //!   [`service`]'s `Watch`, the readiness gate; the [`view`] reads the registry and the results: a
 //!   pod's readiness for the gate, `Status` for [`service`] (through [`wire`]);
@@ -27,6 +28,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod consequences;
+pub mod direct_exec;
 pub mod event;
 pub mod handler;
 pub mod hub;

@@ -6,13 +6,13 @@ use clap::Parser;
 use podward_api::daemon::{config, signal, telemetry};
 use podward_prober::Config;
 use podward_prober::cli::{Cli, Command, lease_section, status_command};
-use podward_prober::handler::exec::direct::init::HELPER_ARG;
+use podward_prober::direct_exec::init::HELPER_ARG;
 
 fn main() -> anyhow::Result<()> {
     // The direct-exec helper is this binary re-executed: it must stay single-threaded, so it
     // branches off before the runtime starts.
     if std::env::args_os().nth(1).as_deref() == Some(HELPER_ARG.as_ref()) {
-        podward_prober::handler::exec::direct::init::main();
+        podward_prober::direct_exec::init::main();
     }
     tokio::runtime::Runtime::new()
         .context("tokio runtime")?

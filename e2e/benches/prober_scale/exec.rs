@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use podward_api::cri::ExecSyncRequest;
 use podward_e2e::{ContainerSpec, Driver, PodSpec, TestNode, bin_path};
+use podward_prober::direct_exec::{DirectExec, ExecMode};
 use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::attempt::ProbeTarget;
 use podward_prober::handler::exec::cri::CriExec;
-use podward_prober::handler::exec::direct::{DirectExec, ExecMode};
 use podward_prober::handler::exec::runner::ExecRunner;
 use podward_prober::probing::probe::{Prober, ProberOptions};
 use podward_prober::spec::{ProbeSpec, ProbeType, parse_pod_probes};

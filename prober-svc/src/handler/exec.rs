@@ -1,13 +1,12 @@
 //! Exec probe (kubelet `pkg/probe/exec` + `RunInContainer`).
 //!
 //! The command is `$(VAR)`-expanded with the container's static env, run by an [`ExecRunner`]
-//! (CRI `ExecSync`: [`cri::CriExec`], or directly in the container: [`direct::DirectExec`]), and its stdout then stderr (concatenated, not
+//! (CRI `ExecSync`: [`cri::CriExec`], or directly in the container: [`crate::direct_exec::DirectExec`]), and its stdout then stderr (concatenated, not
 //! interleaved) kept up to 10 KiB. Exit 0 is Success, any other exit Failure; a timeout is a
 //! Failure whose output is the timeout text (the `ExecProbeTimeout` gate's default); any other
 //! runner error is returned, and the prober retries it.
 
 pub mod cri;
-pub mod direct;
 pub mod runner;
 
 use std::time::Duration;

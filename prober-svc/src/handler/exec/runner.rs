@@ -1,5 +1,5 @@
 //! The seam between the exec probe and whatever runs the command: CRI `ExecSync`
-//! ([`super::cri::CriExec`]) or the direct runner beside it ([`super::direct::DirectExec`]).
+//! ([`super::cri::CriExec`]) or direct exec ([`crate::direct_exec::DirectExec`]).
 
 use std::time::Duration;
 

@@ -120,6 +120,10 @@ fn condition(index: u32, o: LinuxSeccompOperator, value: u64, value_two: u64) ->
 }
 
 /// Compiles `profile` as runc does for an exec'd process.
+///
+/// One piece on purpose: it is runc's `libseccomp` calls in runc's order (refusals, default
+/// action, architectures, rules, attributes, then the stub in front of the exported program),
+/// which is what the comparison with runc's own programs checks, read top to bottom.
 pub fn compile(profile: &LinuxSeccomp) -> Result<Program, SeccompError> {
     if profile.listener_path().is_some() {
         return Err(SeccompError::Unsupported("listenerPath (a seccomp agent)"));
@@ -298,6 +302,10 @@ fn audit_arch(a: ScmpArch) -> Option<u32> {
 /// runc's `-ENOSYS` stub: for each audit arch of the profile, a syscall above the last one the
 /// profile knows returns `ENOSYS`; everything else falls through to libseccomp's program, which
 /// follows the stub. `_body_len` documents that the body is appended right after.
+///
+/// One piece on purpose: classic BPF jumps are relative instruction counts, so each jump here
+/// is counted over the whole stub as it is laid out; split, every part would need the lengths of
+/// the parts after it.
 fn enosys_stub(last: &[(ScmpArch, u32)], _body_len: usize) -> Vec<Insn> {
     // Group x86-64 and x32 (one audit arch, told apart by the x32 bit).
     let mut sections: Vec<(u32, Option<u32>, Option<u32>)> = Vec::new(); // (audit, plain, x32)

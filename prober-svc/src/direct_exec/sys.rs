@@ -1,6 +1,6 @@
 //! The few system calls the exec helper needs that have no safe wrapper in `nix`, `caps` or
 //! `libseccomp`: `fork` (unsafe in `nix` because a multi-threaded parent may hold locks in the
-//! child), `close_range`, `sigtimedwait`, a sealed `memfd` copy of the helper binary, loading a
+//! child) and `clone3` into a cgroup, `close_range`, `sigtimedwait`, a sealed `memfd` copy of the helper binary, loading a
 //! pre-compiled seccomp program, joining a session keyring, resetting signal actions (Rust's
 //! runtime ignores `SIGPIPE` at start, and `execve` would pass an ignored signal on), and the
 //! start-up hook that makes the helper non-dumpable before any of its code runs.
@@ -13,7 +13,7 @@
 use std::ffi::CStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::time::Duration;
 
@@ -103,6 +103,97 @@ pub(crate) fn fork() -> nix::Result<ForkResult> {
     // fork, and nothing starts a thread), so no lock or allocator state can be held by another
     // thread at the fork; the child may call anything the parent could.
     unsafe { nix::unistd::fork() }
+}
+
+/// `clone3(2)` with `CLONE_INTO_CGROUP`: a `fork` whose child starts in the cgroup v2 directory
+/// `cgroup` (Linux 5.7), so that nothing has to move a process there (a write to
+/// `cgroup.procs` takes the kernel's global threadgroup lock for writing, and with it an RCU
+/// grace period; a fork takes it for reading). The error is the kernel's: `ENOSYS`, `E2BIG` or
+/// `EINVAL` from a kernel without it (or a seccomp profile that refuses `clone3`), whatever
+/// else the placement met (`EBADF`, `EACCES`, `EBUSY`...).
+///
+/// Hand-rolled: `libc` declares `clone_args` for some 64-bit targets only and its
+/// `CLONE_INTO_CGROUP` as a 32-bit `c_int`; `nix` and the C library offer no `clone3`.
+///
+/// A raw `clone3` skips what glibc's `fork` does in the child: its `atfork` handlers, resetting
+/// the locks it holds (none: the helper is single-threaded and inside no call of the library),
+/// and writing the child's thread ID into the thread descriptor (glibc's `fork` has the kernel
+/// do it, `CLONE_CHILD_SETTID`; the field is private). So the child's cached thread ID stays the
+/// helper's. What reads it afterwards: the owner field of glibc's own recursive and
+/// error-checking mutexes, compared with itself in a single-threaded child (consistent), and
+/// `pthread_setschedparam`, `pthread_setname_np`, PI and robust mutexes on the calling thread,
+/// none of which the reaper or Rust's runtime calls (Rust's locks are its own, over futexes, with
+/// its own thread identity). `getpid`, `raise` and `abort` ask the kernel since glibc 2.25
+/// ([`clone3_keeps_libc_sound`]). The reaper's own `fork` of the command is glibc's, which sets
+/// the command's thread ID right.
+pub(crate) fn fork_into_cgroup(cgroup: BorrowedFd<'_>) -> io::Result<ForkResult> {
+    /// `struct clone_args` up to `cgroup` (`CLONE_ARGS_SIZE_VER2`).
+    #[repr(C)]
+    #[derive(Default)]
+    struct CloneArgs {
+        flags: u64,
+        pidfd: u64,
+        child_tid: u64,
+        parent_tid: u64,
+        exit_signal: u64,
+        stack: u64,
+        stack_size: u64,
+        tls: u64,
+        set_tid: u64,
+        set_tid_size: u64,
+        cgroup: u64,
+    }
+    const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+    let args = CloneArgs {
+        flags: CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: cgroup.as_raw_fd() as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: `args` lives across the call and its size is passed; no `CLONE_VM` and no stack:
+    // the child is a copy of this process, as after `fork` (the rest of the argument is above).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    match rc {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(ForkResult::Child),
+        pid => Ok(ForkResult::Parent {
+            child: nix::unistd::Pid::from_raw(pid as libc::pid_t),
+        }),
+    }
+}
+
+/// Whether the C library stays sound in a child of a raw `clone3` ([`fork_into_cgroup`]): glibc
+/// 2.25 and later, which cache neither the PID nor, for `raise` and `abort`, the thread ID.
+/// Other C libraries (musl caches the thread ID that `raise` uses) take the `cgroup.procs`
+/// write instead.
+pub(crate) fn clone3_keeps_libc_sound() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: gnu_get_libc_version returns a static NUL-terminated string.
+        let v = unsafe { CStr::from_ptr(libc::gnu_get_libc_version()) };
+        let mut parts = v.to_str().unwrap_or("").split('.');
+        let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        let minor: u32 = parts
+            .next()
+            .map(|p| {
+                p.chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect::<String>()
+            })
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        (major, minor) >= (2, 25)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
 }
 
 /// `close_range(first, last, 0)`: closes every descriptor in the range (Linux 5.9).

@@ -20,8 +20,8 @@ use super::command;
 use super::descriptors::{close_all_but, release_stdio};
 use super::failure::{Res, err};
 use super::namespaces::{self, Join};
-use crate::handler::exec::direct::plan::{Plan, Report};
-use crate::handler::exec::direct::sys;
+use crate::direct_exec::plan::{Plan, Report};
+use crate::direct_exec::sys;
 
 /// Runs the reaper (forked from the helper, with `SIGCHLD` and `SIGTERM` blocked; `helper` is
 /// the non-blocking read end of a pipe whose write end only the helper holds); returns its exit

@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 use oci_spec::runtime::{LinuxNamespaceType, Spec};
 use serde_json::Value;
 
+mod cgroups;
+
+use self::cgroups::Unreachable;
 use super::init::{parent_pid, start_time};
 use super::plan::{CapSets, Plan, Rlimit};
 use super::seccomp::{self, SeccompError};
@@ -85,7 +88,7 @@ pub enum Refusal {
     },
     /// A cgroup of the container that the prober cannot reach.
     #[error("cgroup {0}")]
-    Cgroup(String),
+    Cgroup(#[from] Unreachable),
     /// The prober lacks a privilege direct exec needs for this container.
     #[error("the prober lacks {0}")]
     Privilege(String),
@@ -117,20 +120,7 @@ fn read(p: &Path) -> Result<String, std::io::Error> {
 pub fn prepare(container_id: &str, info_json: &str, host: &Host) -> Result<Plan, Refusal> {
     let info: Value =
         serde_json::from_str(info_json).map_err(|e| Refusal::Unreadable(e.to_string()))?;
-    let runtime = info["runtimeType"].as_str().unwrap_or_default();
-    if !RUNC_SHIMS.contains(&runtime) {
-        return Err(Refusal::Runtime(runtime.to_owned()));
-    }
-    let binary = info["runtimeOptions"]["binary_name"]
-        .as_str()
-        .unwrap_or_default();
-    let base = Path::new(binary)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("");
-    if !binary.is_empty() && base != "runc" && base != "crun" {
-        return Err(Refusal::Runtime(binary.to_owned()));
-    }
+    check_runtime(&info)?;
     let raw_spec = info
         .get("runtimeSpec")
         .ok_or(Refusal::Missing("runtimeSpec"))?;
@@ -165,10 +155,64 @@ pub fn prepare(container_id: &str, info_json: &str, host: &Host) -> Result<Plan,
     if (theirs.dev(), theirs.ino()) != (ours.dev(), ours.ino()) {
         return Err(Refusal::UserNamespace);
     }
-    let cgroup_join_files = cgroup_join_files(
+    let cgroups = cgroups::resolve(
         &read(&proc.join(format!("{pid}/cgroup"))).map_err(init_err)?,
         &read(&proc.join("self/mountinfo")).map_err(init_err)?,
     )?;
+    let (rlimits, umask, oom_score_adj) = from_shim(proc, shim, process)?;
+    let caps = cap_sets(process.capabilities().as_ref());
+    let seccomp = linux.seccomp().as_ref().map(seccomp::compile).transpose()?;
+    let env = normalize_env(process.env().iter().flatten())?;
+    let user = process.user();
+    let plan = Plan {
+        container_id: container_id.to_owned(),
+        init_pid: pid,
+        init_start_time,
+        cgroups,
+        rlimits,
+        oom_score_adj,
+        umask,
+        uid: user.uid(),
+        gid: user.gid(),
+        groups: user.additional_gids().clone().unwrap_or_default(),
+        env,
+        cwd: process.cwd().to_string_lossy().into_owned(),
+        caps,
+        no_new_privileges: process.no_new_privileges().unwrap_or(false),
+        apparmor_profile: process.apparmor_profile().clone().filter(|p| !p.is_empty()),
+        seccomp,
+        argv: Vec::new(),
+    };
+    check_privileges(&plan, proc)?;
+    Ok(plan)
+}
+
+/// Only runc (or crun) behind containerd's runc shim is what `runc exec` reproduces.
+fn check_runtime(info: &Value) -> Result<(), Refusal> {
+    let runtime = info["runtimeType"].as_str().unwrap_or_default();
+    if !RUNC_SHIMS.contains(&runtime) {
+        return Err(Refusal::Runtime(runtime.to_owned()));
+    }
+    let binary = info["runtimeOptions"]["binary_name"]
+        .as_str()
+        .unwrap_or_default();
+    let base = Path::new(binary)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    if !binary.is_empty() && base != "runc" && base != "crun" {
+        return Err(Refusal::Runtime(binary.to_owned()));
+    }
+    Ok(())
+}
+
+/// What `runc exec` inherits from the runtime shim `shim` that starts it, the spec's own values
+/// on top: the rlimits, the umask and `oom_score_adj`.
+fn from_shim(
+    proc: &Path,
+    shim: i32,
+    process: &oci_spec::runtime::Process,
+) -> Result<(Vec<Rlimit>, u32, i32), Refusal> {
     let shim_err = |e: std::io::Error| Refusal::Init {
         pid: shim,
         error: format!("the runtime shim: {e}"),
@@ -200,31 +244,7 @@ pub fn prepare(container_id: &str, info_json: &str, host: &Host) -> Result<Plan,
             .parse()
             .map_err(|_| Refusal::Missing("the runtime shim's oom_score_adj"))?,
     };
-    let caps = cap_sets(process.capabilities().as_ref());
-    let seccomp = linux.seccomp().as_ref().map(seccomp::compile).transpose()?;
-    let env = normalize_env(process.env().iter().flatten())?;
-    let user = process.user();
-    let plan = Plan {
-        container_id: container_id.to_owned(),
-        init_pid: pid,
-        init_start_time,
-        cgroup_join_files,
-        rlimits,
-        oom_score_adj,
-        umask,
-        uid: user.uid(),
-        gid: user.gid(),
-        groups: user.additional_gids().clone().unwrap_or_default(),
-        env,
-        cwd: process.cwd().to_string_lossy().into_owned(),
-        caps,
-        no_new_privileges: process.no_new_privileges().unwrap_or(false),
-        apparmor_profile: process.apparmor_profile().clone().filter(|p| !p.is_empty()),
-        seccomp,
-        argv: Vec::new(),
-    };
-    check_privileges(&plan, proc)?;
-    Ok(plan)
+    Ok((rlimits, umask, oom_score_adj))
 }
 
 /// Refuses spec fields that would change the exec'd process and are not reproduced.
@@ -259,98 +279,6 @@ fn check_fields(spec: &Value) -> Result<(), Refusal> {
         }
     }
     Ok(())
-}
-
-/// The file the helper writes `0` (itself) to, for every line of `/proc/<pid>/cgroup`, under the
-/// prober's mounts: `tasks` on a v1 hierarchy, `cgroup.procs` on the v2 one.
-///
-/// Why `tasks` on v1: moving the writer itself, one thread, is the one migration the kernel
-/// makes without taking the global threadgroup lock for writing, and taking that lock waits for
-/// an RCU grace period whenever it was not taken just before (the slowest stage of a direct exec
-/// by far). The helper is single-threaded (`assert_single_threaded` ran before the plan is
-/// read, and it starts no thread), so its one thread is the whole process: the same move as a
-/// write to `cgroup.procs`. v2 has no such file across domains (`cgroup.threads` moves a thread
-/// only within its domain).
-pub(crate) fn cgroup_join_files(cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>, Refusal> {
-    let mounts: Vec<(String, String, String, String)> = mountinfo
-        .lines()
-        .filter_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            let pre: Vec<&str> = pre.split(' ').collect();
-            let post: Vec<&str> = post.split(' ').collect();
-            Some((
-                post.first()?.to_string(),
-                unescape(pre.get(3)?),
-                unescape(pre.get(4)?),
-                post.get(2).copied().unwrap_or("").to_owned(),
-            ))
-        })
-        .filter(|(fs, ..)| fs == "cgroup" || fs == "cgroup2")
-        .collect();
-    let mut out = Vec::new();
-    for line in cgroup.lines().filter(|l| !l.is_empty()) {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next(), parts.next(), parts.next());
-        let (Some(controllers), Some(path)) = (controllers, path) else {
-            return Err(Refusal::Cgroup(format!("unreadable line {line:?}")));
-        };
-        if path.starts_with("/..") {
-            return Err(Refusal::Cgroup(
-                "the prober is not in the host's cgroup namespace".to_owned(),
-            ));
-        }
-        let wanted: Vec<&str> = controllers.split(',').filter(|c| !c.is_empty()).collect();
-        let found = mounts.iter().find(|(fs, root, _, opts)| {
-            let under = path == root || root == "/" || path.starts_with(&format!("{root}/"));
-            under
-                && if wanted.is_empty() {
-                    fs == "cgroup2"
-                } else {
-                    fs == "cgroup" && wanted.iter().all(|w| opts.split(',').any(|o| o == *w))
-                }
-        });
-        let Some((fs, root, mountpoint, _)) = found else {
-            return Err(Refusal::Cgroup(format!(
-                "hierarchy {:?} is not mounted in the prober",
-                if controllers.is_empty() {
-                    "cgroup2"
-                } else {
-                    controllers
-                }
-            )));
-        };
-        let rel = path
-            .strip_prefix(root.as_str())
-            .unwrap_or(path)
-            .trim_start_matches('/');
-        let file = if fs == "cgroup2" {
-            "cgroup.procs"
-        } else {
-            "tasks"
-        };
-        out.push(Path::new(mountpoint).join(rel).join(file));
-    }
-    Ok(out)
-}
-
-/// mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8)
-        {
-            out.push(v);
-            i += 4;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `RLIMIT_*` by the spec's name.

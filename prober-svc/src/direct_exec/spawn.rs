@@ -110,6 +110,10 @@ async fn settle(mut child: Child, place: InFlight) -> Option<std::process::ExitS
 
 /// Runs `plan` through a helper from `standby`, giving up after `timeout`; `place` is this
 /// helper's place among its container's helpers in flight.
+///
+/// One piece on purpose: the loop's state (the exit report, a problem, the outputs, whether the
+/// control socket is open) decides each of the four ways out below it; split into steps, every
+/// step would take and return all of it.
 pub(crate) async fn run(
     standby: &Standby,
     plan: &Plan,

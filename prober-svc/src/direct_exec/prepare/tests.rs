@@ -1,48 +1,6 @@
 use super::*;
 
 #[test]
-fn cgroup_lines_map_to_the_mounted_hierarchies_v1_through_tasks() {
-    let cgroup = "9:name=systemd:/pod/c1\n4:memory:/pod/c1\n1:cpu,cpuacct:/pod/c1\n0::/pod/c1\n";
-    let mountinfo = "\
-31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
-32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
-35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
-40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
-41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
-";
-    let got = cgroup_join_files(cgroup, mountinfo).expect("resolved");
-    let want: Vec<PathBuf> = [
-        "/sys/fs/cgroup/systemd/pod/c1/tasks",
-        "/sys/fs/cgroup/memory/pod/c1/tasks",
-        "/sys/fs/cgroup/cpu,cpuacct/pod/c1/tasks",
-        "/sys/fs/cgroup/unified/pod/c1/cgroup.procs",
-    ]
-    .iter()
-    .map(PathBuf::from)
-    .collect();
-    assert_eq!(got, want);
-}
-
-#[test]
-fn a_foreign_cgroup_namespace_or_a_missing_hierarchy_is_refused() {
-    let mountinfo = "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
-    assert!(matches!(
-        cgroup_join_files("0::/../../pod/c1\n", mountinfo),
-        Err(Refusal::Cgroup(_))
-    ));
-    assert!(matches!(
-        cgroup_join_files("4:memory:/pod/c1\n", mountinfo),
-        Err(Refusal::Cgroup(_))
-    ));
-    // A mount of a sub-tree (the prober's own cgroup namespace view) strips its root.
-    let sub = "41 31 0:38 /kubepods /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
-    assert_eq!(
-        cgroup_join_files("0::/kubepods/pod1/c1\n", sub).expect("resolved"),
-        vec![PathBuf::from("/sys/fs/cgroup/pod1/c1/cgroup.procs")]
-    );
-}
-
-#[test]
 fn limits_parse_in_kernel_order() {
     let text = "\
 Limit                     Soft Limit           Hard Limit           Units     

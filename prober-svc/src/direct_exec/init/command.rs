@@ -25,8 +25,8 @@ use nix::unistd::{Gid, Uid};
 use super::container_file;
 use super::descriptors::close_all_but;
 use super::failure::{Res, err};
-use crate::handler::exec::direct::plan::{CapSets, Plan};
-use crate::handler::exec::direct::sys;
+use crate::direct_exec::plan::{CapSets, Plan};
+use crate::direct_exec::sys;
 
 /// Most of `/etc/passwd` read for `HOME` (the rest is ignored).
 const PASSWD_LIMIT: usize = 4 << 20;

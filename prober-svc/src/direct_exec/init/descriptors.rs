@@ -5,7 +5,7 @@ use std::fs::File;
 use std::os::fd::RawFd;
 
 use super::failure::{Res, err};
-use crate::handler::exec::direct::sys;
+use crate::direct_exec::sys;
 
 /// Closes every descriptor from 3 up but `keep`.
 pub(super) fn close_all_but(keep: &[RawFd]) -> Res<()> {

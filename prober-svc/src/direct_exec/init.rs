@@ -16,8 +16,9 @@
 //!    reads the [`Plan`] from its control socket (fd 0), binds the container's init to one
 //!    process (a pidfd and its start time), opens the init's namespaces and refuses the probe
 //!    if the init is no longer in the prober's user namespace, moves itself into the container's
-//!    cgroups, sets the shim's rlimits, `oom_score_adj` and umask, joins the PID and time
-//!    namespaces for its children, then forks the reaper and supervises it: on `SIGTERM` (the
+//!    v1 cgroups, sets the shim's rlimits, `oom_score_adj` and umask, joins the PID and time
+//!    namespaces for its children, then forks the reaper — into the container's v2 cgroup
+//!    where there is one ([`fork_reaper`]) — and supervises it: on `SIGTERM` (the
 //!    probe is over) it tells the reaper, and kills the whole tree itself if the reaper does not
 //!    finish in time (the container can stop or kill the reaper: same uid);
 //! 2. the reaper joins the other namespaces (ipc, uts, net, mnt, cgroup — the user namespace is
@@ -45,6 +46,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{SigSet, Signal, kill};
@@ -135,11 +137,60 @@ fn helper(control: &UnixStream) -> Result<i32, Stop> {
         return Ok(0);
     }
     let plan: Plan = serde_json::from_slice(&buf).map_err(err("decoding the plan"))?;
+    let joins = open_init(&plan, own, own_user)?;
+    settle(&plan)?;
+    // PID and time namespaces apply to children: joined here, so the helper itself stays in
+    // the prober's namespaces (its /proc is the host's, to supervise the reaper). The reaper
+    // joins the others.
+    let (for_children, in_reaper): (Vec<Join>, Vec<Join>) = joins
+        .into_iter()
+        .partition(|j| j.flag == libc::CLONE_NEWPID || j.flag == CLONE_NEWTIME);
+    namespaces::enter(&for_children)?;
+    drop(for_children);
+    let mut waited = SigSet::empty();
+    waited.add(Signal::SIGCHLD);
+    waited.add(Signal::SIGTERM);
+    waited.thread_block().map_err(err("block signals"))?;
+    // Open while the helper lives: the reaper's check that its parent has not died already.
+    let (alive, alive_writer) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+            .map_err(err("pipe"))?;
+    match fork_reaper(plan.cgroups.v2_dir.as_deref())? {
+        ForkResult::Child => {
+            drop(alive_writer);
+            let code = match reaper::run(control, &plan, devnull, signals, in_reaper, alive) {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = (&*control).write_all(Report::Failed(e).line().as_bytes());
+                    125
+                }
+            };
+            std::process::exit(code)
+        }
+        ForkResult::Parent { child } => {
+            drop((in_reaper, alive));
+            // Held until the helper exits (then closed by the kernel).
+            let _alive_writer = alive_writer;
+            // Only the reaper and the command keep the probe's pipes and the control socket.
+            release_stdio(&devnull)?;
+            Ok(supervise(control, child, &waited)?)
+        }
+    }
+}
+
+/// Binds the container's init to one process (a pidfd and its start time), opens those of its
+/// namespaces the helper is not in already, and refuses the probe if the init is no longer in
+/// the prober's user namespace (`own` and `own_user`: the helper's own namespaces).
+fn open_init(
+    plan: &Plan,
+    own: Vec<Option<(u64, u64)>>,
+    own_user: Option<(u64, u64)>,
+) -> Result<Vec<Join>, Stop> {
     let proc_dir = format!("/proc/{}", plan.init_pid);
     // The pidfd names one process for good; its start time says it is the one the plan was
     // made for (a PID reused before the pidfd was opened shows another).
     let init = sys::pidfd_open(plan.init_pid).map_err(|_| gone())?;
-    check_init(&plan)?;
+    check_init(plan)?;
     let mut joins = Vec::new();
     for ((name, own, flag), mine) in NAMESPACES.into_iter().zip(own) {
         let target = match File::open(format!("{proc_dir}/ns/{name}")) {
@@ -174,15 +225,18 @@ fn helper(control: &UnixStream) -> Result<i32, Stop> {
         ));
     }
     drop(init);
+    Ok(joins)
+}
+
+/// The process settings every process of the probe inherits from the helper: the container's
+/// cgroups, the shim's rlimits, `oom_score_adj` and umask.
+fn settle(plan: &Plan) -> Res<()> {
     // `0` names the writer itself: on a v1 `tasks` file that is the one move the kernel makes
     // without the global threadgroup lock (the helper is single-threaded: its one thread is the
-    // whole process), and no PID is read or written that could name another process.
-    for file in &plan.cgroup_join_files {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(file)
-            .and_then(|mut f| f.write_all(b"0"))
-            .map_err(err(format!("join cgroup {}", file.display())))?;
+    // whole process), and no PID is read or written that could name another process. The v2
+    // cgroup is the reaper's from its start ([`fork_reaper`]).
+    for file in &plan.cgroups.v1_tasks {
+        join_by_write(file)?;
     }
     for r in &plan.rlimits {
         set_rlimit(r.resource, r.soft, r.hard)?;
@@ -190,43 +244,43 @@ fn helper(control: &UnixStream) -> Result<i32, Stop> {
     std::fs::write("/proc/self/oom_score_adj", plan.oom_score_adj.to_string())
         .map_err(err("write /proc/self/oom_score_adj"))?;
     nix::sys::stat::umask(Mode::from_bits_truncate(plan.umask));
-    // PID and time namespaces apply to children: joined here, so the helper itself stays in
-    // the prober's namespaces (its /proc is the host's, to supervise the reaper). The reaper
-    // joins the others.
-    let (for_children, in_reaper): (Vec<Join>, Vec<Join>) = joins
-        .into_iter()
-        .partition(|j| j.flag == libc::CLONE_NEWPID || j.flag == CLONE_NEWTIME);
-    namespaces::enter(&for_children)?;
-    drop(for_children);
-    let mut waited = SigSet::empty();
-    waited.add(Signal::SIGCHLD);
-    waited.add(Signal::SIGTERM);
-    waited.thread_block().map_err(err("block signals"))?;
-    // Open while the helper lives: the reaper's check that its parent has not died already.
-    let (alive, alive_writer) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-            .map_err(err("pipe"))?;
-    match sys::fork().map_err(err("fork"))? {
-        ForkResult::Child => {
-            drop(alive_writer);
-            let code = match reaper::run(control, &plan, devnull, signals, in_reaper, alive) {
-                Ok(c) => c,
-                Err(e) => {
-                    let _ = (&*control).write_all(Report::Failed(e).line().as_bytes());
-                    125
-                }
-            };
-            std::process::exit(code)
-        }
-        ForkResult::Parent { child } => {
-            drop((in_reaper, alive));
-            // Held until the helper exits (then closed by the kernel).
-            let _alive_writer = alive_writer;
-            // Only the reaper and the command keep the probe's pipes and the control socket.
-            release_stdio(&devnull)?;
-            Ok(supervise(control, child, &waited)?)
+    Ok(())
+}
+
+/// Writes `0` (the writer) to a cgroup's `tasks` or `cgroup.procs` file: the helper moves there.
+fn join_by_write(file: &Path) -> Res<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(file)
+        .and_then(|mut f| f.write_all(b"0"))
+        .map_err(err(format!("join cgroup {}", file.display())))
+}
+
+/// Forks the reaper, into the container's v2 cgroup `v2_dir` (when its init has one) by
+/// `clone3` with `CLONE_INTO_CGROUP`: the helper itself stays in the prober's v2 cgroup, and no
+/// process is moved. Where the kernel (or a seccomp profile around the prober) has no such
+/// `clone3`, or the C library would not stay sound in its child, the helper joins the cgroup by
+/// writing its `cgroup.procs` and forks, as before.
+fn fork_reaper(v2_dir: Option<&Path>) -> Res<ForkResult> {
+    let Some(dir) = v2_dir else {
+        return sys::fork().map_err(err("fork"));
+    };
+    if sys::clone3_keeps_libc_sound() {
+        // Close-on-exec, and closed in both processes when this returns: the reaper, about to
+        // enter the container's mount namespace, keeps no descriptor of a host directory.
+        let cgroup = File::open(dir).map_err(err(format!("open cgroup {}", dir.display())))?;
+        match sys::fork_into_cgroup(cgroup.as_fd()) {
+            Ok(forked) => return Ok(forked),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM)
+                ) => {}
+            Err(e) => return Err(format!("clone3 into cgroup {}: {e}", dir.display())),
         }
     }
+    join_by_write(&dir.join("cgroup.procs"))?;
+    sys::fork().map_err(err("fork"))
 }
 
 fn gone() -> String {

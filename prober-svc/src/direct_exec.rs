@@ -36,8 +36,8 @@ use tonic::transport::Channel;
 use self::plan::Plan;
 use self::prepare::{Host, Refusal};
 use self::standby::Standby;
-use super::cri::CriExec;
-use super::runner::{ExecChoice, ExecError, ExecOutput, ExecRunner};
+use crate::handler::exec::cri::CriExec;
+use crate::handler::exec::runner::{ExecChoice, ExecError, ExecOutput, ExecRunner};
 
 /// How exec probes run.
 #[derive(

@@ -20,9 +20,8 @@ pub struct Plan {
     pub init_pid: i32,
     /// Its start time (`/proc/<pid>/stat` field 22): a reused PID is refused, never entered.
     pub init_start_time: u64,
-    /// For every hierarchy the container's init is in, the file that moves the helper there
-    /// when it writes `0` to it: `tasks` on v1, `cgroup.procs` on v2 ([`super::prepare`]).
-    pub cgroup_join_files: Vec<PathBuf>,
+    /// The container init's cgroups, under the prober's mounts.
+    pub cgroups: Cgroups,
     /// Every resource limit: the runtime shim's (which `runc exec` inherits), the spec's on top.
     pub rlimits: Vec<Rlimit>,
     /// `/proc/self/oom_score_adj`: the spec's, else the shim's.
@@ -51,6 +50,18 @@ pub struct Plan {
     pub seccomp: Option<Program>,
     /// The command.
     pub argv: Vec<String>,
+}
+
+/// The cgroups of the container's init, as the helper places the probe's processes in them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cgroups {
+    /// Each v1 hierarchy's `tasks` file: the helper writes `0` (itself) to each before it forks,
+    /// and the reaper and the command inherit them.
+    pub v1_tasks: Vec<PathBuf>,
+    /// The directory on the v2 hierarchy (the `0::` line; on a hybrid node the `unified` one):
+    /// the helper forks the reaper straight into it (`clone3` with `CLONE_INTO_CGROUP`), or
+    /// where the kernel cannot, joins it by writing `0` to its `cgroup.procs` first.
+    pub v2_dir: Option<PathBuf>,
 }
 
 /// One `setrlimit`.
