@@ -5,7 +5,9 @@ mod handlers_support;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use handlers_support::{RawServer, Reply, get, prober, response, result, run, spec, target};
+use handlers_support::{
+    RawServer, Reply, get, prober, response, result, run, spec, target, unanswering_listener,
+};
 use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::attempt::ProbeResult;
 use podward_prober::handler::port::ContainerPort;
@@ -236,28 +238,7 @@ async fn h5_connection_refused_is_a_failure_with_go_text() {
 async fn h5_unanswered_connect_is_a_dial_timeout_with_go_text_within_the_timeout() {
     // A listener with a full accept queue drops further SYNs, so the connect hangs: the probe's
     // one deadline ends it while dialling, and Go's client words that as a dial timeout.
-    let sock =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
-    sock.bind(
-        &"127.0.0.1:0"
-            .parse::<std::net::SocketAddr>()
-            .expect("addr")
-            .into(),
-    )
-    .expect("bind");
-    sock.listen(0).expect("listen");
-    let addr = sock.local_addr().expect("addr").as_socket().expect("inet");
-    let mut fillers = Vec::new();
-    for _ in 0..4 {
-        if let Ok(Ok(s)) = tokio::time::timeout(
-            Duration::from_millis(200),
-            tokio::net::TcpStream::connect(addr),
-        )
-        .await
-        {
-            fillers.push(s);
-        }
-    }
+    let (_sock, addr, _fillers) = unanswering_listener().await;
     let started = Instant::now();
     let v = run(get(addr.port(), "/", &[])).await;
     let elapsed = started.elapsed();

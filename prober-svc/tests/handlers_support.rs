@@ -253,3 +253,27 @@ impl ExecRunner for FakeExec {
         Box::pin(async move { answer })
     }
 }
+
+/// A listener whose accept queue is full, so that a further connect hangs (its SYNs dropped):
+/// the socket, its address and the connections that filled the queue, all to be kept alive for
+/// as long as the hang is wanted.
+pub async fn unanswering_listener() -> (socket2::Socket, SocketAddr, Vec<tokio::net::TcpStream>) {
+    let sock =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    sock.bind(&"127.0.0.1:0".parse::<SocketAddr>().expect("addr").into())
+        .expect("bind");
+    sock.listen(0).expect("listen");
+    let addr = sock.local_addr().expect("addr").as_socket().expect("inet");
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        if let Ok(Ok(s)) = tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await
+        {
+            fillers.push(s);
+        }
+    }
+    (sock, addr, fillers)
+}

@@ -5,7 +5,7 @@ mod handlers_support;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use handlers_support::{prober, spec, target};
+use handlers_support::{prober, spec, target, unanswering_listener};
 use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::attempt::ProbeTarget;
 use podward_prober::handler::port::ContainerPort;
@@ -69,28 +69,7 @@ async fn t1_refused_port_fails_with_go_text() {
 #[tokio::test]
 async fn t1_unanswered_connect_times_out_within_the_timeout() {
     // A listener with a full accept queue drops further SYNs, so the connect hangs.
-    let sock =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
-    sock.bind(
-        &"127.0.0.1:0"
-            .parse::<std::net::SocketAddr>()
-            .expect("addr")
-            .into(),
-    )
-    .expect("bind");
-    sock.listen(0).expect("listen");
-    let addr = sock.local_addr().expect("addr").as_socket().expect("inet");
-    let mut fillers = Vec::new();
-    for _ in 0..4 {
-        if let Ok(Ok(s)) = tokio::time::timeout(
-            Duration::from_millis(200),
-            tokio::net::TcpStream::connect(addr),
-        )
-        .await
-        {
-            fillers.push(s);
-        }
-    }
+    let (_sock, addr, _fillers) = unanswering_listener().await;
     let started = Instant::now();
     let v = prober()
         .probe(
