@@ -181,11 +181,8 @@ pub(crate) fn describe(b: &mut String, api: &MockApiServer, uid: &str, style: &S
         );
     }
     let all = events(api, uid);
-    let _ = writeln!(
-        b,
-        "  Events (API server, last {LAST_EVENTS} of {}):",
-        all.len()
-    );
+    let shown = all.len().min(LAST_EVENTS);
+    let _ = writeln!(b, "  Events (API server, last {shown} of {}):", all.len());
     let _ = writeln!(
         b,
         "    {:<9}{:<11}{:<19}{:<16}Message",
@@ -196,7 +193,7 @@ pub(crate) fn describe(b: &mut String, api: &MockApiServer, uid: &str, style: &S
         "    {:<9}{:<11}{:<19}{:<16}-------",
         "----", "------", "----", "----"
     );
-    for e in all.iter().skip(all.len().saturating_sub(LAST_EVENTS)) {
+    for e in all.iter().skip(all.len() - shown) {
         // As kubectl: `3s (x4 over 9s)` once an event repeats.
         let when = if e.count > 1 {
             let over = match (e.first, e.last) {
