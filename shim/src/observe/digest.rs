@@ -383,11 +383,8 @@ impl Digest {
         self.payload_len <= SHORT as u64
     }
 
-    /// Part of a field's payload.
+    /// Part of a field's payload (never a skipped field's: [`Digest::feed`] consumes those).
     fn payload(&mut self, bytes: &[u8]) {
-        if matches!(self.role, Role::Skipped) {
-            return;
-        }
         if self.payload_is_short() {
             let end = self.short_len + bytes.len();
             if let Some(room) = self.short.get_mut(self.short_len..end) {
