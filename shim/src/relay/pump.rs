@@ -156,8 +156,14 @@ impl Pump {
         let mut buf = BytesMut::new();
         let mut client_gone = false;
         let mut want_goaway = false;
+        // One wait for the whole connection, made once: a `changed()` made afresh at every read
+        // would register and unregister a waiter each time. It ends when shutdown begins (or
+        // its sender is gone), and is not polled again after.
+        let stopping = async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        };
+        tokio::pin!(stopping);
         loop {
-            want_goaway |= *stop.borrow_and_update();
             if want_goaway
                 && !client_gone
                 && !goaway_sent.load(Ordering::Relaxed)
@@ -168,7 +174,7 @@ impl Pump {
             }
             let read = tokio::select! {
                 r = self.read(&mut buf) => r,
-                _ = stop.changed(), if !want_goaway => {
+                () = &mut stopping, if !want_goaway => {
                     want_goaway = true;
                     continue;
                 }
