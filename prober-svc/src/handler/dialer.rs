@@ -456,7 +456,28 @@ impl AsyncWrite for ProbeStream {
 
 #[cfg(test)]
 mod tests {
+    use socket2::SockRef;
+
     use super::*;
+
+    #[tokio::test]
+    async fn probe_sockets_have_no_linger_and_dial_keeps_kubelets() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for opts in [Options::PROBE, Options::NO_DATA] {
+            let conn = connect_addr(addr, deadline, opts).await.expect("connect");
+            let linger = match &conn {
+                Connected::Ready(s) => SockRef::from(s).linger(),
+                Connected::Registered(s) => SockRef::from(s).linger(),
+            };
+            // No linger: the close never waits, and there is nothing to clear before it.
+            assert_eq!(linger.expect("linger"), None, "{opts:?}");
+            conn.close();
+        }
+        let s = dial_addr(addr, deadline).await.expect("dial");
+        assert_eq!(SockRef::from(&s).linger().expect("linger"), Some(LINGER));
+    }
 
     #[test]
     fn join_host_port_and_ip_string_match_display() {
