@@ -1,8 +1,14 @@
 //! The probe dialer (kubelet's `probe.ProbeDialer`): a fresh TCP connection per probe with
-//! `SO_LINGER {on, 1 s}` and `TCP_NODELAY`, bounded by the probe's deadline.
+//! `TCP_NODELAY`, bounded by the probe's deadline.
 //!
-//! kubelet sets the linger so that thousands of probe connections do not pile up (issue 89898).
-//! A 1 s linger rather than 0 keeps a clean FIN close instead of an RST.
+//! kubelet also sets `SO_LINGER {on, 1 s}` (so that thousands of probe connections do not pile
+//! up, its issue 89898). On Linux that linger has one effect, how long `close(2)` blocks, which a
+//! runtime thread must never do (see `closer`), so the prober used to set it at the dial and clear
+//! it right before the close: a pair with no effect on the wire, two syscalls per probe. The
+//! probes' sockets ([`connect`], [`connect_addr`], [`connect_untimed`]) now skip both; the packets
+//! are the same (a FIN, or an RST when received data was left unread, from a close that never
+//! waits). [`dial`] and [`dial_addr`] still hand out kubelet's lingering socket, for callers that
+//! close it with [`closer::close`].
 
 use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr};
@@ -73,16 +79,30 @@ fn push_decimal(s: &mut String, n: u32) {
 /// is resolved and its addresses are tried in order. The socket lingers as kubelet's: close it
 /// with [`closer::close`], or dropping it may wait for the peer.
 pub async fn dial(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, DialError> {
-    connect(host, port, deadline, Options::PROBE)
+    let s = connect(host, port, deadline, Options::PROBE)
         .await?
-        .into_tokio(port_addr(host, port))
+        .into_tokio(port_addr(host, port))?;
+    lingering(s, || join_host_port(host, port))
 }
 
 /// Connects to one address before `deadline` (close it with [`closer::close`], as [`dial`]'s).
 pub async fn dial_addr(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, DialError> {
-    connect_addr(addr, deadline, Options::PROBE)
+    let s = connect_addr(addr, deadline, Options::PROBE)
         .await?
-        .into_tokio(|| addr.to_string())
+        .into_tokio(|| addr.to_string())?;
+    lingering(s, || addr.to_string())
+}
+
+/// `s` with kubelet's `SO_LINGER {on, 1 s}` (set after the handshake: the option only acts at
+/// the close).
+fn lingering(s: TcpStream, addr: impl FnOnce() -> String) -> Result<TcpStream, DialError> {
+    match socket2::SockRef::from(&s).set_linger(Some(LINGER)) {
+        Ok(()) => Ok(s),
+        Err(source) => Err(DialError::Socket {
+            addr: addr(),
+            source,
+        }),
+    }
 }
 
 fn port_addr(host: &str, port: u16) -> impl FnOnce() -> String + '_ {
@@ -99,8 +119,8 @@ pub(crate) struct Options {
 }
 
 impl Options {
-    /// What kubelet's probe dialer gives every connection: Go's `TCP_NODELAY` default (the
-    /// `SO_LINGER` is always set).
+    /// What kubelet's probe dialer gives every connection: Go's `TCP_NODELAY` default (its
+    /// `SO_LINGER` is left out: see the module's doc).
     pub(crate) const PROBE: Options = Options {
         nodelay: true,
         immediate: true,
@@ -288,7 +308,6 @@ async fn connect_within(
         Some(Protocol::TCP),
     )
     .map_err(sock_err)?;
-    sock.set_linger(Some(LINGER)).map_err(sock_err)?;
     if opts.nodelay {
         sock.set_tcp_nodelay(true).map_err(sock_err)?;
     }
@@ -300,9 +319,9 @@ async fn connect_within(
     if opts.immediate && sock.peer_addr().is_ok() {
         return Ok(Connected::Ready(sock.into()));
     }
-    if let Some(e) = sock.take_error().map_err(sock_err)? {
-        return Err(connect_err(e));
-    }
+    // No `SO_ERROR` check before the wait (Go's `netFD.connect` has none either): a connection
+    // refused inside `connect(2)` makes the socket writable with its error at once, and the check
+    // after the wait reads it.
     let stream = TcpStream::from_std(sock.into()).map_err(sock_err)?;
     loop {
         match before(deadline, stream.writable()).await {
@@ -379,18 +398,12 @@ impl Drop for ProbeStream {
 }
 
 impl Connected {
-    /// Closes the connection without waiting for the linger (see `closer`): a close must never
-    /// block a runtime thread.
+    /// Closes the connection. It has no linger (see the module's doc), so `close(2)` never waits
+    /// for the peer: a close must never block a runtime thread.
     pub(crate) fn close(self) {
-        match self {
-            Connected::Ready(s) => closer::close(s),
-            Connected::Registered(s) => {
-                // Deregisters from the reactor here, on the runtime thread that owns it.
-                if let Ok(s) = s.into_std() {
-                    closer::close(s);
-                }
-            }
-        }
+        // A registered socket is deregistered from the reactor by its drop, on the runtime
+        // thread that owns it.
+        drop(self);
     }
 }
 
@@ -443,7 +456,28 @@ impl AsyncWrite for ProbeStream {
 
 #[cfg(test)]
 mod tests {
+    use socket2::SockRef;
+
     use super::*;
+
+    #[tokio::test]
+    async fn probe_sockets_have_no_linger_and_dial_keeps_kubelets() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for opts in [Options::PROBE, Options::NO_DATA] {
+            let conn = connect_addr(addr, deadline, opts).await.expect("connect");
+            let linger = match &conn {
+                Connected::Ready(s) => SockRef::from(s).linger(),
+                Connected::Registered(s) => SockRef::from(s).linger(),
+            };
+            // No linger: the close never waits, and there is nothing to clear before it.
+            assert_eq!(linger.expect("linger"), None, "{opts:?}");
+            conn.close();
+        }
+        let s = dial_addr(addr, deadline).await.expect("dial");
+        assert_eq!(SockRef::from(&s).linger().expect("linger"), Some(LINGER));
+    }
 
     #[test]
     fn join_host_port_and_ip_string_match_display() {
