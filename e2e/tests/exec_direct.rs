@@ -313,26 +313,13 @@ fn standby_helpers() -> Vec<Proc> {
         .collect()
 }
 
-/// The nice value (field 19 of `/proc/<which>/stat`).
-fn nice_of(which: &str) -> i32 {
-    let stat = std::fs::read_to_string(format!("/proc/{which}/stat")).expect("stat");
-    let (_, rest) = stat.rsplit_once(") ").expect("stat fields");
-    rest.split(' ')
-        .nth(16)
-        .and_then(|n| n.parse().ok())
-        .expect("nice")
-}
-
 fn own_mnt_ns() -> Option<PathBuf> {
     std::fs::read_link("/proc/self/ns/mnt").ok()
 }
 
-/// Standby helpers a runner keeps started ahead of its probes.
-const POOL: usize = 2;
-
 /// Asserts nothing runs the helper inside the container any more (the helper's exit may trail
-/// the probe's answer by a moment: polled), at most [`POOL`] standby helpers wait outside it,
-/// and the container holds its init alone, no zombie.
+/// the probe's answer by a moment: polled), at most one standby helper waits outside it, and the
+/// container holds its init alone, no zombie.
 async fn assert_only_init(init_cmdline: &str, after: &str) {
     let mnt = init_of(init_cmdline).mnt_ns;
     eventually(
@@ -344,9 +331,9 @@ async fn assert_only_init(init_cmdline: &str, after: &str) {
     // The helper that ran the probe never enters the container's mount namespace: until it has
     // exited it looks like a standby, so this is polled too.
     eventually(
-        &format!("{POOL} standby helpers at most after {after}"),
+        &format!("one standby helper at most after {after}"),
         Duration::from_secs(5),
-        async || standby_helpers().len() <= POOL,
+        async || standby_helpers().len() <= 1,
     )
     .await;
     let procs = container_procs(init_cmdline);
@@ -500,78 +487,52 @@ async fn a_standby_helper_waits_outside_containers_and_goes_with_its_runner() {
     assert_eq!(o.exit_code, 0);
     assert_only_init(init, "the first probe").await;
     eventually(
-        "the first probe to leave two standby helpers",
+        "the first probe to leave a standby helper",
         Duration::from_secs(5),
-        async || standby_helpers().len() == POOL,
+        async || standby_helpers().len() == 1,
     )
     .await;
-    let first = standby_helpers();
+    let first = standby_helpers().remove(0);
     let cgroup = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok();
-    // The prober's nice value is per thread: this test's runtime runs on this thread.
-    let own = nice_of("thread-self");
-    for s in &first {
-        assert_eq!(
-            cgroup(&s.pid.to_string()),
-            cgroup("self"),
-            "a standby stays in the prober's cgroups"
-        );
-        assert_eq!(
-            nice_of(&s.pid.to_string()),
-            (own + 5).min(19),
-            "a standby waits at a lower priority than the prober's"
-        );
-    }
-
-    // The next probe takes the oldest, sets it back to the prober's priority (its command
-    // inherits that), and leaves another in its place.
-    let oldest = first.iter().map(|p| p.pid).min().expect("a standby");
-    let o = run(
-        &direct,
-        &id,
-        &["sh", "-c", "cut -d' ' -f19 /proc/self/stat; exit 4"],
-        t,
-    )
-    .await
-    .expect("direct exec");
-    assert_eq!(o.exit_code, 4);
     assert_eq!(
-        String::from_utf8_lossy(&o.stdout).trim(),
-        own.to_string(),
-        "the command runs at the prober's priority, not the standby's"
+        cgroup(&first.pid.to_string()),
+        cgroup("self"),
+        "a standby stays in the prober's cgroups"
     );
+
+    // The next probe takes it and leaves another in its place.
+    let o = run(&direct, &id, &["sh", "-c", "exit 4"], t)
+        .await
+        .expect("direct exec");
+    assert_eq!(o.exit_code, 4);
     assert_only_init(init, "the second probe").await;
     eventually(
         "a new standby in place of the one taken",
         Duration::from_secs(5),
-        async || {
-            let now = standby_helpers();
-            now.len() == POOL && now.iter().all(|p| p.pid != oldest)
-        },
+        async || matches!(&standby_helpers()[..], [s] if s.pid != first.pid),
     )
     .await;
 
-    // Standbys that died meanwhile are replaced by a helper started for the probe.
-    let dead = standby_helpers();
-    for s in &dead {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(s.pid),
-            nix::sys::signal::Signal::SIGKILL,
-        )
-        .expect("kill the standby");
-    }
+    // A standby that died meanwhile is replaced by a helper started for the probe.
+    let second = standby_helpers().remove(0);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(second.pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the standby");
     eventually(
-        "the killed standbys to be dead (zombies until the runner notices)",
+        "the killed standby to be dead (a zombie until the runner notices)",
         Duration::from_secs(5),
         async || {
             !procs()
                 .iter()
-                .any(|p| dead.iter().any(|d| d.pid == p.pid) && p.state != 'Z')
+                .any(|p| p.pid == second.pid && p.state != 'Z')
         },
     )
     .await;
     let o = run(&direct, &id, &["true"], t).await.expect("direct exec");
     assert_eq!(o.exit_code, 0);
-    assert_only_init(init, "a probe after the standbys were killed").await;
+    assert_only_init(init, "a probe after the standby was killed").await;
 
     drop(direct);
     eventually(

@@ -3,13 +3,11 @@
 //! child) and `clone3` into a cgroup, `close_range`, `sigtimedwait`, a sealed `memfd` copy of the helper binary, loading a
 //! pre-compiled seccomp program, joining a session keyring, resetting signal actions (Rust's
 //! runtime ignores `SIGPIPE` at start, and `execve` would pass an ignored signal on), and the
-//! start-up hook that makes the helper non-dumpable before any of its code runs; and, for the
-//! prober's side (`super::standby`), the sealed copy and a thread's nice value (`getpriority`,
-//! `setpriority`: `nix` has neither).
+//! start-up hook that makes the helper non-dumpable before any of its code runs.
 //!
-//! The rest runs only in the helper (`super::init`), which is single-threaded from its first
-//! line to its `execve`: it never starts a thread, and [`assert_single_threaded`] checks that
-//! before the first fork.
+//! Everything here runs only in the helper (`super::init`), which is single-threaded from its
+//! first line to its `execve`: it never starts a thread, and [`assert_single_threaded`] checks
+//! that before the first fork.
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;
@@ -195,31 +193,6 @@ pub(crate) fn clone3_keeps_libc_sound() -> bool {
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
         false
-    }
-}
-
-/// The nice value of thread `tid` (`0`: the calling thread). Linux keeps nice per thread;
-/// `tid` is a process ID for a single-threaded process such as the helper.
-pub(crate) fn nice_of(tid: libc::pid_t) -> io::Result<i32> {
-    // getpriority may return -1 as a valid nice value: errno, cleared first, tells.
-    // SAFETY: errno is this thread's; getpriority takes integers only.
-    unsafe { *libc::__errno_location() = 0 };
-    // SAFETY: as above.
-    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t) };
-    match io::Error::last_os_error() {
-        e if nice == -1 && e.raw_os_error() != Some(0) => Err(e),
-        _ => Ok(nice),
-    }
-}
-
-/// Sets thread `tid`'s nice value (a lower value than it has needs `CAP_SYS_NICE`).
-pub(crate) fn set_nice(tid: libc::pid_t, nice: i32) -> io::Result<()> {
-    // SAFETY: setpriority takes integers only.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 
