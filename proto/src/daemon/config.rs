@@ -113,8 +113,41 @@ where
         .try_into()
         .map_err(|e: toml::de::Error| ConfigError::Parse {
             path: source,
-            message: e.to_string(),
+            message: with_key_hint(e.to_string().trim_end(), &known_keys::<C>()),
         })
+}
+
+/// The top-level keys of `C`, its optional ones included: serialised as JSON, where `None` is
+/// `null`, rather than as TOML, which leaves it out.
+fn known_keys<C: Serialize + Default>() -> Vec<String> {
+    match serde_json::to_value(C::default()) {
+        Ok(serde_json::Value::Object(map)) => map.keys().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `message` with the nearest known key when it names an unknown one. serde names the keys it
+/// expected itself, except for a struct that embeds another with `#[serde(flatten)]` (every
+/// daemon's, for [`Common`]): there it says only "unknown field".
+fn with_key_hint(message: &str, known: &[String]) -> String {
+    let unknown = message
+        .split_once("unknown field `")
+        .and_then(|(_, rest)| rest.split_once('`'))
+        .map(|(key, _)| key);
+    let Some(unknown) = unknown else {
+        return message.to_owned();
+    };
+    if message.contains("expected") || known.is_empty() {
+        return message.to_owned();
+    }
+    let nearest = known
+        .iter()
+        .map(|k| (strsim::levenshtein(unknown, k), k))
+        .min();
+    match nearest {
+        Some((distance, key)) if distance <= 3 => format!("{message}; did you mean `{key}`?"),
+        _ => format!("{message}; the known keys are {}", known.join(", ")),
+    }
 }
 
 fn merge(base: &mut toml::Table, over: toml::Table) {
@@ -185,6 +218,7 @@ mod tests {
     #[serde(deny_unknown_fields, default)]
     struct Daemon {
         own: u32,
+        optional: Option<String>,
         #[serde(flatten)]
         common: Common,
     }
@@ -192,6 +226,7 @@ mod tests {
         fn default() -> Self {
             Self {
                 own: 1,
+                optional: None,
                 common: Common::with_admin_port(9999),
             }
         }
@@ -211,5 +246,39 @@ mod tests {
         std::fs::write(&f, "log_levle = \"debug\"\n").expect("write");
         let err = load::<Daemon, _>(Some(&f), &Over::default()).expect_err("must fail");
         assert!(err.to_string().contains("log_levle"), "{err}");
+    }
+
+    #[test]
+    fn a_mistyped_key_of_a_flattened_struct_gets_the_nearest_key_or_the_list() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("c.toml");
+        let err_for = |text: &str| {
+            std::fs::write(&f, text).expect("write");
+            load::<Daemon, _>(Some(&f), &Over::default())
+                .expect_err("must fail")
+                .to_string()
+        };
+        // A key of the embedded `Common`, and an optional key (absent from the TOML defaults).
+        let err = err_for("log_levle = \"debug\"\n");
+        assert!(err.ends_with("did you mean `log_level`?"), "{err}");
+        let err = err_for("optionl = \"x\"\n");
+        assert!(err.ends_with("did you mean `optional`?"), "{err}");
+        // Nothing near: every key is listed, the optional and the embedded ones too.
+        let err = err_for("completely_different = 1\n");
+        assert!(err.contains("the known keys are "), "{err}");
+        for key in ["own", "optional", "containerd_socket", "log_level"] {
+            assert!(err.contains(key), "{key} missing: {err}");
+        }
+    }
+
+    #[test]
+    fn serdes_own_list_is_kept_where_it_gives_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("c.toml");
+        std::fs::write(&f, "[nested]\ny = true\n").expect("write");
+        let err = load::<Cfg, _>(Some(&f), &Over::default()).expect_err("must fail");
+        let err = err.to_string();
+        assert!(err.contains("expected"), "{err}");
+        assert!(!err.contains("did you mean") && !err.contains("known keys"), "{err}");
     }
 }
