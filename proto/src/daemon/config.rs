@@ -279,6 +279,9 @@ mod tests {
         let err = load::<Cfg, _>(Some(&f), &Over::default()).expect_err("must fail");
         let err = err.to_string();
         assert!(err.contains("expected"), "{err}");
-        assert!(!err.contains("did you mean") && !err.contains("known keys"), "{err}");
+        assert!(
+            !err.contains("did you mean") && !err.contains("known keys"),
+            "{err}"
+        );
     }
 }
