@@ -126,6 +126,9 @@ fn known_keys<C: Serialize + Default>() -> Vec<String> {
     }
 }
 
+/// The longest unknown key a nearest key is looked for: twice the longest key any daemon has.
+const MAX_HINTED_KEY: usize = 64;
+
 /// `message` with the nearest known key when it names an unknown one. serde names the keys it
 /// expected itself, except for a struct that embeds another with `#[serde(flatten)]` (every
 /// daemon's, for [`Common`]): there it says only "unknown field".
@@ -140,8 +143,11 @@ fn with_key_hint(message: &str, known: &[String]) -> String {
     if message.contains("expected") || known.is_empty() {
         return message.to_owned();
     }
+    // Only a key of about a known key's length can be a typo of one; a longer one would cost
+    // its length times every key's in the comparison, for a suggestion nobody needs.
     let nearest = known
         .iter()
+        .filter(|_| unknown.len() <= MAX_HINTED_KEY)
         .map(|k| (strsim::levenshtein(unknown, k), k))
         .min();
     match nearest {
@@ -269,6 +275,24 @@ mod tests {
         for key in ["own", "optional", "containerd_socket", "log_level"] {
             assert!(err.contains(key), "{key} missing: {err}");
         }
+    }
+
+    #[test]
+    fn a_huge_unknown_key_gets_the_list_at_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("c.toml");
+        std::fs::write(&f, format!("{} = 1\n", "k".repeat(1 << 20))).expect("write");
+        let started = std::time::Instant::now();
+        let err = load::<Daemon, _>(Some(&f), &Over::default()).expect_err("must fail");
+        let err = err.to_string();
+        assert!(
+            err.contains("the known keys are "),
+            "{}",
+            &err[err.len() - 200..]
+        );
+        assert!(!err.contains("did you mean"));
+        // Compared with every key, a 1 MiB key takes seconds; skipped, it is parsing alone.
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 
     #[test]
