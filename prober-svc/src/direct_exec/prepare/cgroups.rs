@@ -91,9 +91,10 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
+        // `get`, not indexing: three bytes after a backslash need not end on a character
+        // boundary, and the line is text the prober did not write.
         if b[i] == b'\\'
-            && i + 3 < b.len()
-            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8)
+            && let Some(Ok(v)) = s.get(i + 1..i + 4).map(|d| u8::from_str_radix(d, 8))
         {
             out.push(v);
             i += 4;
@@ -135,6 +136,14 @@ mod tests {
             v2_dir: Some(PathBuf::from("/sys/fs/cgroup/unified/pod/c1")),
         };
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn mountinfo_escapes_are_undone_and_a_stray_backslash_is_kept() {
+        assert_eq!(unescape(r"/a\040b"), "/a b");
+        // A backslash before a multi-byte character: kept as it is, no panic.
+        assert_eq!(unescape("/a\\\u{e9}\u{e9}"), "/a\\\u{e9}\u{e9}");
+        assert_eq!(unescape("/a\\04"), "/a\\04");
     }
 
     #[test]
