@@ -11,7 +11,7 @@ use podward_e2e::{
     ContainerSpec, Driver, Pod, PodSpec, RestartPolicy, SecurityContext, TestNode, bin_path,
     proc_cmdline,
 };
-use podward_prober::direct_exec::init::HELPER_ARG;
+use podward_prober::direct_exec::init::{HELPER_ARG, ZYGOTE_ARG};
 use podward_prober::direct_exec::{DirectExec, ExecMode};
 use podward_prober::handler::exec::cri::CriExec;
 use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
@@ -500,39 +500,49 @@ async fn a_standby_helper_waits_outside_containers_and_goes_with_its_runner() {
         "a standby stays in the prober's cgroups"
     );
 
-    // The next probe takes it and leaves another in its place.
-    let o = run(&direct, &id, &["sh", "-c", "exit 4"], t)
-        .await
-        .expect("direct exec");
-    assert_eq!(o.exit_code, 4);
-    assert_only_init(init, "the second probe").await;
-    eventually(
-        "a new standby in place of the one taken",
-        Duration::from_secs(5),
-        async || matches!(&standby_helpers()[..], [s] if s.pid != first.pid),
-    )
-    .await;
+    assert!(
+        first.cmdline.contains(ZYGOTE_ARG),
+        "the standby is the zygote: {first:?}"
+    );
 
-    // A standby that died meanwhile is replaced by a helper started for the probe.
-    let second = standby_helpers().remove(0);
+    // The next probe's helper is forked by the standby, which stays: the same process, and
+    // no other started.
+    let probe = run(&direct, &id, &["sh", "-c", "sleep 0.3; exit 4"], t);
+    let forked = eventually(
+        "the probe's helper, forked by the standby",
+        Duration::from_secs(5),
+        async || running(HELPER_ARG).iter().any(|p| p.ppid == first.pid),
+    );
+    let (o, ()) = tokio::join!(probe, forked);
+    assert_eq!(o.expect("direct exec").exit_code, 4);
+    assert_only_init(init, "the second probe").await;
+    assert_eq!(
+        standby_helpers(),
+        vec![first.clone()],
+        "the same standby after the second probe"
+    );
+
+    // A standby that died meanwhile is replaced by another, started for the next probe.
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(second.pid),
+        nix::unistd::Pid::from_raw(first.pid),
         nix::sys::signal::Signal::SIGKILL,
     )
     .expect("kill the standby");
     eventually(
         "the killed standby to be dead (a zombie until the runner notices)",
         Duration::from_secs(5),
-        async || {
-            !procs()
-                .iter()
-                .any(|p| p.pid == second.pid && p.state != 'Z')
-        },
+        async || !procs().iter().any(|p| p.pid == first.pid && p.state != 'Z'),
     )
     .await;
     let o = run(&direct, &id, &["true"], t).await.expect("direct exec");
     assert_eq!(o.exit_code, 0);
     assert_only_init(init, "a probe after the standby was killed").await;
+    eventually(
+        "a new standby in place of the one killed",
+        Duration::from_secs(5),
+        async || matches!(&standby_helpers()[..], [s] if s.pid != first.pid),
+    )
+    .await;
 
     drop(direct);
     eventually(
@@ -567,6 +577,32 @@ fn a_standby_helper_whose_prober_is_gone_exits_quietly() {
         .expect("start the helper");
     drop(ours);
     let out = child.wait_with_output().expect("helper output");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
+}
+
+/// The same for the zygote: the end of its socket, no request, and it exits 0 without a word.
+#[test]
+fn a_standby_zygote_whose_prober_is_gone_exits_quietly() {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+    use std::process::{Command, Stdio};
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .expect("socketpair");
+    let child = Command::new(bin_path("podward-prober"))
+        .args([HELPER_ARG, ZYGOTE_ARG])
+        .env_clear()
+        .stdin(Stdio::from(theirs))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the zygote");
+    drop(ours);
+    let out = child.wait_with_output().expect("zygote output");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
 }

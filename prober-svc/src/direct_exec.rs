@@ -12,6 +12,7 @@
 //! container's exec probes error with the reason, so the probe is discarded, never a kill);
 //! `auto` falls back to CRI for refused containers.
 
+mod helper;
 pub mod init;
 pub mod plan;
 pub mod prepare;

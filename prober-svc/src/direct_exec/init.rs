@@ -40,6 +40,7 @@ mod descriptors;
 mod failure;
 mod namespaces;
 mod reaper;
+mod zygote;
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -57,6 +58,7 @@ use nix::unistd::{ForkResult, Pid};
 use self::descriptors::release_stdio;
 use self::failure::{Res, err};
 use self::namespaces::{CLONE_NEWTIME, Join, NAMESPACES, ns_id};
+pub use self::zygote::ZYGOTE_ARG;
 pub use super::plan::HELPER_ARG;
 use super::plan::{Plan, Report};
 use super::sys;
@@ -83,13 +85,23 @@ impl From<String> for Stop {
     }
 }
 
-/// Runs the helper; never returns.
+/// Runs the helper (or, with [`ZYGOTE_ARG`] after [`HELPER_ARG`], the zygote that forks one per
+/// probe); never returns.
 pub fn main() -> ! {
     // Already non-dumpable when the C library ran the start-up hook (`sys`); again here for a C
     // library that does not pass it the arguments. The reference keeps the hook linked in.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     std::hint::black_box(&sys::NON_DUMPABLE_AT_START);
     let _ = nix::sys::prctl::set_dumpable(false);
+    if std::env::args_os().nth(2).as_deref() == Some(ZYGOTE_ARG.as_ref()) {
+        zygote::serve();
+    }
+    run()
+}
+
+/// The helper proper, on its control socket (stdin) and the probe's pipes (stdout, stderr):
+/// where a helper started for one probe begins, and where a child of the zygote goes on.
+fn run() -> ! {
     let control = match std::io::stdin().as_fd().try_clone_to_owned() {
         Ok(fd) => UnixStream::from(fd),
         Err(e) => {

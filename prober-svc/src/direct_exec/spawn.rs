@@ -18,16 +18,15 @@
 
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Child;
+use tokio::net::UnixStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::helper::{Helper, Process, receive_pidfd};
 use super::plan::{Plan, Report};
-use super::standby::{Helper, Standby, failed};
+use super::standby::{Standby, failed};
 use crate::handler::exec::runner::{ExecError, ExecOutput};
 use crate::handler::output::MAX_OUTPUT_BYTES;
 
@@ -88,24 +87,27 @@ impl Drop for Reader {
     }
 }
 
-/// Tells the helper the probe is over, unless it has exited.
-fn end(child: &mut Child) {
-    if let (Ok(None), Some(pid)) = (child.try_wait(), child.id()) {
-        // Our own unreaped child: the PID is still its own.
-        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
-    }
-}
-
 /// Waits (bounded) for the helper to exit, then drops it (killing it if it has not: the reaper
 /// dies with it) and frees its place in flight.
-async fn settle(mut child: Child, place: InFlight) -> Option<std::process::ExitStatus> {
-    let status = tokio::time::timeout(REAP_GRACE, child.wait())
+async fn settle(mut process: Process, place: InFlight) -> Option<String> {
+    let status = tokio::time::timeout(REAP_GRACE, process.exited())
         .await
         .ok()
-        .and_then(Result::ok);
-    drop(child);
+        .flatten();
+    drop(process);
     drop(place);
     status
+}
+
+/// A forked helper's end when the probe gave up before the helper had even sent its pidfd:
+/// the pidfd is still waited for (bounded), so that the helper, once it runs, is ended too.
+async fn settle_unstarted(mut process: Process, control: UnixStream, place: InFlight) {
+    if let Ok(Ok(pidfd)) = tokio::time::timeout(REAP_GRACE, receive_pidfd(&control)).await
+        && process.set_pidfd(pidfd).is_ok()
+    {
+        process.end();
+        settle(process, place).await;
+    }
 }
 
 /// Runs `plan` through a helper from `standby`, giving up after `timeout`; `place` is this
@@ -123,7 +125,7 @@ pub(crate) async fn run(
     let deadline = Instant::now() + timeout;
     let body = serde_json::to_vec(plan).map_err(|e| failed(format!("encode plan: {e}")))?;
     let Helper {
-        mut child,
+        mut process,
         mut control,
         stdout,
         stderr,
@@ -136,8 +138,22 @@ pub(crate) async fn run(
         .shutdown()
         .await
         .map_err(|e| failed(format!("send plan: {e}")))?;
-    // The helper is entering the container now: start the next probe's helper meanwhile.
-    standby.refill();
+    if process.awaits_pidfd() {
+        match tokio::time::timeout_at(deadline, receive_pidfd(&control)).await {
+            Ok(Ok(pidfd)) => process
+                .set_pidfd(pidfd)
+                .map_err(|e| failed(format!("exec helper pidfd: {e}")))?,
+            Ok(Err(e)) => return Err(failed(format!("the standby exec helper's fork: {e}")).into()),
+            Err(_) => {
+                tokio::spawn(settle_unstarted(process, control, place));
+                return Err(ExecError::Timeout {
+                    command: plan.argv.join(" "),
+                    timeout,
+                }
+                .into());
+            }
+        }
+    }
     let mut lines = BufReader::new(control).lines();
     let (mut out, mut err) = (Reader::start(stdout), Reader::start(stderr));
     let outputs = async {
@@ -177,21 +193,21 @@ pub(crate) async fn run(
             _ = tokio::time::sleep_until(deadline) => break true,
         }
     };
-    end(&mut child);
+    process.end();
     if let Some(p) = problem {
-        settle(child, place).await;
+        settle(process, place).await;
         return Err(p);
     }
     let Some(code) = exited else {
         if timed_out {
-            tokio::spawn(settle(child, place));
+            tokio::spawn(settle(process, place));
             return Err(ExecError::Timeout {
                 command: plan.argv.join(" "),
                 timeout,
             }
             .into());
         }
-        let status = settle(child, place).await;
+        let status = settle(process, place).await;
         let stderr = match output {
             Some((_, e)) => e,
             None => {
@@ -203,16 +219,14 @@ pub(crate) async fn run(
         };
         return Err(failed(format!(
             "the exec helper ended ({}) without starting the command: {}",
-            status
-                .map(|s| s.to_string())
-                .unwrap_or_else(|| "still running".into()),
+            status.unwrap_or_else(|| "still running".into()),
             String::from_utf8_lossy(&stderr).trim()
         ))
         .into());
     };
     // The answer is known: the helper's exit (after its reaper's) is waited for off the probe's
     // path.
-    tokio::spawn(settle(child, place));
+    tokio::spawn(settle(process, place));
     // Exited in time: what the pipes hold once the tree is dead (a process of the container
     // that kept them open is not waited for past the grace).
     let (stdout, stderr) = match output {

@@ -1,13 +1,16 @@
-//! The few system calls the exec helper needs that have no safe wrapper in `nix`, `caps` or
+//! The few system calls direct exec needs that have no safe wrapper in `nix`, `caps` or
 //! `libseccomp`: `fork` (unsafe in `nix` because a multi-threaded parent may hold locks in the
-//! child) and `clone3` into a cgroup, `close_range`, `sigtimedwait`, a sealed `memfd` copy of the helper binary, loading a
-//! pre-compiled seccomp program, joining a session keyring, resetting signal actions (Rust's
-//! runtime ignores `SIGPIPE` at start, and `execve` would pass an ignored signal on), and the
-//! start-up hook that makes the helper non-dumpable before any of its code runs.
+//! child) and `clone3` into a cgroup, `close_range`, `sigtimedwait`, pidfds, descriptors
+//! received with `SCM_RIGHTS`, a sealed `memfd` copy of the helper binary, loading a
+//! pre-compiled seccomp program, joining a session keyring, signal actions (Rust's runtime
+//! ignores `SIGPIPE` at start, and `execve` would pass an ignored signal on; the zygote ignores
+//! `SIGCHLD`), and the start-up hook that makes the helper non-dumpable before any of its code
+//! runs.
 //!
-//! Everything here runs only in the helper (`super::init`), which is single-threaded from its
-//! first line to its `execve`: it never starts a thread, and [`assert_single_threaded`] checks
-//! that before the first fork.
+//! Everything here but [`sealed_copy`], [`pidfd_signal`], [`adopt_received`] and
+//! [`watch_exit`] (also the prober's) runs only in the helper (`super::init`), which is
+//! single-threaded from its first line to its `execve`: it never starts a thread, and
+//! [`assert_single_threaded`] checks that before the first fork.
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;
@@ -219,6 +222,40 @@ pub(crate) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     }
     // SAFETY: the kernel just returned this descriptor; nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Takes ownership of a descriptor received with `SCM_RIGHTS` (`nix` hands them out as raw
+/// numbers).
+pub(crate) fn adopt_received(fd: RawFd) -> OwnedFd {
+    // SAFETY: the kernel installed `fd` in this process for the message just received; nothing
+    // else refers to it, so this is its only owner.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// `pidfd`, registered with the runtime for readability: a pidfd turns readable when its
+/// process exits. (The prober's side: the pidfd a forked helper sent.)
+pub(crate) fn watch_exit(pidfd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: an `OwnedFd` is an open descriptor that stays open, and names the same open file,
+    // until the `AsyncFd` that owns it drops it.
+    unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
+    }
+    .map_err(|e| e.into_parts().1)
+}
+
+/// `SIGCHLD` ignored (`true`: the kernel then reaps this process's children as they exit, and
+/// `wait` would find none) or back to its default action.
+pub(crate) fn sigchld_ignored(ignored: bool) -> nix::Result<()> {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, sigaction};
+    let handler = if ignored {
+        SigHandler::SigIgn
+    } else {
+        SigHandler::SigDfl
+    };
+    let action = SigAction::new(handler, SaFlags::empty(), SigSet::empty());
+    // SAFETY: no handler function is installed (ignore or default), so nothing can run in a
+    // signal context.
+    unsafe { sigaction(Signal::SIGCHLD, &action) }.map(drop)
 }
 
 /// `pidfd_send_signal(pidfd, sig, NULL, 0)`; `None` sends no signal but says whether the

@@ -1,0 +1,135 @@
+//! The standby helper: one process, started once from the sealed copy, that forks a helper
+//! for every probe (a zygote, as Android and Chromium call a process that forks ready-made
+//! children).
+//!
+//! Starting a helper from its binary (`execve`, the loader, the C library's and Rust's
+//! start-up) costs far more CPU than the helper's whole work for a probe, and on a busy node
+//! that start-up competes for the CPU with the probe it was started for. A fork of a small,
+//! single-threaded process that has done nothing yet costs a fraction of it. The child starts
+//! exactly where a freshly started helper starts: its stdin, stdout and stderr are the probe's
+//! (the control socket and the two pipes, sent here by the prober), every other descriptor is
+//! closed, its signal actions are the ones it was started with, and it runs the same code
+//! ([`super::run`]).
+//!
+//! What the children share with each other is what any fork shares: the zygote's memory as it
+//! was (copy-on-write, never `CLONE_VM`) and so its address-space layout. The zygote holds
+//! nothing of any container or probe: it never reads a plan. It is non-dumpable from its first
+//! instruction, as every helper, and so are the children until their command's `execve`.
+//!
+//! The protocol, on the zygote's stdin (a `SOCK_SEQPACKET` socket to the prober): one message
+//! per probe, one byte carrying three descriptors (control socket, stdout, stderr). The zygote
+//! forks and lets go of them; the child's first word on the control socket is one byte carrying
+//! its own pidfd, through which the prober signals it and sees it exit. The zygote ignores
+//! `SIGCHLD`, so the kernel reaps its children: it never waits for one, and it exits when the
+//! prober closes the socket.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+use nix::unistd::ForkResult;
+
+use super::failure::{Res, err};
+use crate::direct_exec::sys;
+
+/// The hidden second argument (after [`super::HELPER_ARG`]) that makes the helper the zygote.
+pub const ZYGOTE_ARG: &str = "--zygote";
+
+/// The descriptors of one probe, in the order they are sent.
+const PER_PROBE: usize = 3;
+
+/// Serves forks until the prober closes the socket; never returns (a child goes on as a
+/// helper).
+pub(super) fn serve() -> ! {
+    match setup().and_then(|()| serve_loop()) {
+        Ok(never) => match never {},
+        // Nobody reads the zygote's stderr: the prober sees it exit and falls back to a helper
+        // of the probe's own.
+        Err(_) => std::process::exit(125),
+    }
+}
+
+/// What the children must not inherit from the zygote's start.
+fn setup() -> Res<()> {
+    sys::assert_single_threaded().map_err(err("zygote"))?;
+    // Whatever the zygote was started with beyond stdio (it should be nothing) is closed, so
+    // that a child holds only the probe's descriptors.
+    sys::close_range(3, u32::MAX).map_err(err("close_range"))?;
+    sys::sigchld_ignored(true).map_err(err("ignore SIGCHLD"))
+}
+
+/// One fork per request, until the socket is closed.
+fn serve_loop() -> Res<std::convert::Infallible> {
+    loop {
+        let Some(fds) = next_request()? else {
+            std::process::exit(0);
+        };
+        match sys::fork() {
+            Ok(ForkResult::Child) => become_helper(fds),
+            // The child holds the descriptors now; a failed fork drops them, and the prober
+            // reads the end of the control socket without a pidfd.
+            Ok(ForkResult::Parent { .. }) | Err(_) => drop(fds),
+        }
+    }
+}
+
+/// The next request's descriptors; `None` once the prober has closed the socket. A message
+/// that does not carry exactly three descriptors is dropped (its descriptors closed).
+fn next_request() -> Res<Option<[OwnedFd; PER_PROBE]>> {
+    loop {
+        let mut byte = [0u8; 1];
+        let mut iov = [IoSliceMut::new(&mut byte)];
+        let mut space = nix::cmsg_space!([RawFd; PER_PROBE]);
+        let msg = match recvmsg::<()>(
+            libc::STDIN_FILENO,
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(m) => m,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(format!("receive a request: {e}")),
+        };
+        let mut fds: Vec<OwnedFd> = Vec::with_capacity(PER_PROBE);
+        for cmsg in msg.cmsgs().map_err(err("receive a request"))? {
+            if let ControlMessageOwned::ScmRights(raw) = cmsg {
+                fds.extend(raw.into_iter().map(sys::adopt_received));
+            }
+        }
+        if msg.bytes == 0 && fds.is_empty() {
+            return Ok(None);
+        }
+        if let Ok(three) = <[OwnedFd; PER_PROBE]>::try_from(fds) {
+            return Ok(Some(three));
+        }
+    }
+}
+
+/// In the child: the probe's descriptors become stdin, stdout and stderr, the zygote's socket
+/// and everything else is closed, and the child tells the prober its pidfd before it goes on
+/// as a freshly started helper would.
+fn become_helper([control, stdout, stderr]: [OwnedFd; PER_PROBE]) -> ! {
+    let ready = (|| -> Res<()> {
+        sys::sigchld_ignored(false).map_err(err("restore SIGCHLD"))?;
+        nix::unistd::dup2_stdin(&control).map_err(err("dup2 stdin"))?;
+        nix::unistd::dup2_stdout(&stdout).map_err(err("dup2 stdout"))?;
+        nix::unistd::dup2_stderr(&stderr).map_err(err("dup2 stderr"))?;
+        drop((control, stdout, stderr));
+        let me = sys::pidfd_open(std::process::id() as i32).map_err(err("pidfd_open"))?;
+        let fds = [me.as_raw_fd()];
+        sendmsg::<()>(
+            libc::STDIN_FILENO,
+            &[IoSlice::new(b"p")],
+            &[ControlMessage::ScmRights(&fds)],
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        )
+        .map_err(err("send the pidfd"))?;
+        Ok(())
+    })();
+    match ready {
+        Ok(()) => super::run(),
+        // The prober reads the control socket's end without a pidfd and errors the probe.
+        Err(_) => std::process::exit(125),
+    }
+}
