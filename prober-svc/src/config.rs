@@ -181,11 +181,11 @@ pub struct Args {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec_helper: Option<PathBuf>,
 
-    /// Keep one direct-exec helper started ahead of the probe that takes it: a helper's start-up
-    /// (fork, exec, loader) is then off the probe's path, at the cost of one idle helper process in
-    /// the prober's own namespaces.
-    /// Set false to start each probe's helper when the probe runs. Started only once a direct
-    /// probe ran (a value needs the `=`). [default: true]
+    /// Keep one direct-exec helper started, which forks each probe's helper: a helper's start-up
+    /// (exec, loader, runtime) is then paid once, not per probe, at the cost of one idle process
+    /// in the prober's own namespaces.
+    /// Set false to start each probe's helper from the binary when the probe runs. Started only
+    /// once a direct probe ran (a value needs the `=`). [default: true]
     #[arg(long, env = "PODWARD_PROBER_EXEC_STANDBY", num_args = 0..=1,
           require_equals = true, default_missing_value = "true", value_name = "BOOL")]
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -3,7 +3,8 @@
 //! container, with a bare `ExecSync` as the CRI reference.
 //!
 //! CPU per probe is the CPU of every process an exec probe involves: this process (the prober
-//! side) with its reaped children (the direct-exec helper, its reaper and the probe command),
+//! side) with its reaped children (a direct-exec helper it started, with its reaper and the probe
+//! command), the standby zygote with the children it reaped (the helpers it forked, with theirs),
 //! and every process of the test node (containerd, the runc shim, with `runc` and the CRI probe
 //! commands it reaped), read from `/proc/<pid>/stat` (utime+stime+cutime+cstime) before and after
 //! each batch. Other load on the machine does not count in it; the machine-wide figure from
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use podward_api::cri::ExecSyncRequest;
 use podward_e2e::{ContainerSpec, Driver, PodSpec, TestNode, bin_path};
+use podward_prober::direct_exec::init::ZYGOTE_ARG;
 use podward_prober::direct_exec::{DirectExec, ExecMode};
 use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::attempt::ProbeTarget;
@@ -84,13 +86,40 @@ struct Sample {
 impl Sample {
     fn now(node_dir: &Path) -> Sample {
         let f = stat_fields("self");
+        let zygotes = zygote_ticks();
         Sample {
-            tree: tree_ticks(node_dir),
+            tree: tree_ticks(node_dir) + zygotes,
             machine: machine_ticks(),
             own: f[0] + f[1],
-            children: f[2] + f[3],
+            children: f[2] + f[3] + zygotes,
         }
     }
+}
+
+/// utime+stime+cutime+cstime of the standby zygotes this process started: they live across
+/// batches, so their helpers' CPU never reaches this process's own children's time.
+fn zygote_ticks() -> u64 {
+    let me = std::process::id().to_string();
+    let mut sum = 0;
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let parent = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split(' ').nth(1));
+        let zygote = String::from_utf8_lossy(&cmdline).contains(ZYGOTE_ARG);
+        if zygote && parent == Some(me.as_str()) {
+            sum += proc_ticks(pid);
+        }
+    }
+    sum
 }
 
 /// The three ways, measured side by side.

@@ -3,9 +3,8 @@
 //! child) and `clone3` into a cgroup, `close_range`, `sigtimedwait`, pidfds, descriptors
 //! received with `SCM_RIGHTS`, a sealed `memfd` copy of the helper binary, loading a
 //! pre-compiled seccomp program, joining a session keyring, signal actions (Rust's runtime
-//! ignores `SIGPIPE` at start, and `execve` would pass an ignored signal on; the zygote ignores
-//! `SIGCHLD`), and the start-up hook that makes the helper non-dumpable before any of its code
-//! runs.
+//! ignores `SIGPIPE` at start, and `execve` would pass an ignored signal on), and the start-up
+//! hook that makes the helper non-dumpable before any of its code runs.
 //!
 //! Everything here but [`sealed_copy`], [`pidfd_signal`], [`adopt_received`] and
 //! [`watch_exit`] (also the prober's) runs only in the helper (`super::init`), which is
@@ -241,21 +240,6 @@ pub(crate) fn watch_exit(pidfd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<
         tokio::io::unix::AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE)
     }
     .map_err(|e| e.into_parts().1)
-}
-
-/// `SIGCHLD` ignored (`true`: the kernel then reaps this process's children as they exit, and
-/// `wait` would find none) or back to its default action.
-pub(crate) fn sigchld_ignored(ignored: bool) -> nix::Result<()> {
-    use nix::sys::signal::{SaFlags, SigAction, SigHandler, sigaction};
-    let handler = if ignored {
-        SigHandler::SigIgn
-    } else {
-        SigHandler::SigDfl
-    };
-    let action = SigAction::new(handler, SaFlags::empty(), SigSet::empty());
-    // SAFETY: no handler function is installed (ignore or default), so nothing can run in a
-    // signal context.
-    unsafe { sigaction(Signal::SIGCHLD, &action) }.map(drop)
 }
 
 /// `pidfd_send_signal(pidfd, sig, NULL, 0)`; `None` sends no signal but says whether the

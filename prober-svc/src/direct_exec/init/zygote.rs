@@ -19,15 +19,22 @@
 //! The protocol, on the zygote's stdin (a `SOCK_SEQPACKET` socket to the prober): one message
 //! per probe, one byte carrying three descriptors (control socket, stdout, stderr). The zygote
 //! forks and lets go of them; the child's first word on the control socket is one byte carrying
-//! its own pidfd, through which the prober signals it and sees it exit. The zygote ignores
-//! `SIGCHLD`, so the kernel reaps its children: it never waits for one, and it exits when the
-//! prober closes the socket.
+//! its own pidfd, through which the prober signals it and sees it exit. The zygote reaps its
+//! children as they exit (a `signalfd` for `SIGCHLD`, polled with the socket), so their CPU
+//! time is counted in its own children's time, as a helper's is in the prober's; it exits when
+//! the prober closes the socket.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::ForkResult;
+use std::os::fd::AsFd;
 
 use super::failure::{Res, err};
 use crate::direct_exec::sys;
@@ -41,7 +48,7 @@ const PER_PROBE: usize = 3;
 /// Serves forks until the prober closes the socket; never returns (a child goes on as a
 /// helper).
 pub(super) fn serve() -> ! {
-    match setup().and_then(|()| serve_loop()) {
+    match setup().and_then(serve_loop) {
         Ok(never) => match never {},
         // Nobody reads the zygote's stderr: the prober sees it exit and falls back to a helper
         // of the probe's own.
@@ -49,26 +56,65 @@ pub(super) fn serve() -> ! {
     }
 }
 
-/// What the children must not inherit from the zygote's start.
-fn setup() -> Res<()> {
+/// `SIGCHLD` alone.
+fn sigchld() -> SigSet {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGCHLD);
+    set
+}
+
+/// What the children must not inherit from the zygote's start, and the `signalfd` that says a
+/// child exited (`SIGCHLD` blocked, so that it is only ever read there).
+fn setup() -> Res<SignalFd> {
     sys::assert_single_threaded().map_err(err("zygote"))?;
     // Whatever the zygote was started with beyond stdio (it should be nothing) is closed, so
     // that a child holds only the probe's descriptors.
     sys::close_range(3, u32::MAX).map_err(err("close_range"))?;
-    sys::sigchld_ignored(true).map_err(err("ignore SIGCHLD"))
+    sigchld().thread_block().map_err(err("block SIGCHLD"))?;
+    SignalFd::with_flags(&sigchld(), SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(err("signalfd"))
 }
 
-/// One fork per request, until the socket is closed.
-fn serve_loop() -> Res<std::convert::Infallible> {
+/// One fork per request, and the exited children reaped, until the socket is closed.
+fn serve_loop(exits: SignalFd) -> Res<std::convert::Infallible> {
     loop {
+        let stdin = std::io::stdin();
+        let (request, exited) = {
+            let mut fds = [
+                PollFd::new(stdin.as_fd(), PollFlags::POLLIN),
+                PollFd::new(exits.as_fd(), PollFlags::POLLIN),
+            ];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => return Err(format!("poll: {e}")),
+            }
+            let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
+            (ready(&fds[0]), ready(&fds[1]))
+        };
+        if exited {
+            reap(&exits);
+        }
+        if !request {
+            continue;
+        }
         let Some(fds) = next_request()? else {
             std::process::exit(0);
         };
         match sys::fork() {
-            Ok(ForkResult::Child) => become_helper(fds),
+            Ok(ForkResult::Child) => become_helper(exits, fds),
             // The child holds the descriptors now; a failed fork drops them, and the prober
             // reads the end of the control socket without a pidfd.
             Ok(ForkResult::Parent { .. }) | Err(_) => drop(fds),
+        }
+    }
+}
+
+/// Reaps every child that has exited (one `SIGCHLD` may stand for several).
+fn reap(exits: &SignalFd) {
+    while let Ok(Some(_)) = exits.read_signal() {}
+    while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+        if status == WaitStatus::StillAlive {
+            break;
         }
     }
 }
@@ -106,11 +152,13 @@ fn next_request() -> Res<Option<[OwnedFd; PER_PROBE]>> {
 }
 
 /// In the child: the probe's descriptors become stdin, stdout and stderr, the zygote's socket
-/// and everything else is closed, and the child tells the prober its pidfd before it goes on
-/// as a freshly started helper would.
-fn become_helper([control, stdout, stderr]: [OwnedFd; PER_PROBE]) -> ! {
+/// and `signalfd` are closed, `SIGCHLD` is unblocked again (a started helper begins with no
+/// signal blocked), and the child tells the prober its pidfd before it goes on as a freshly
+/// started helper would.
+fn become_helper(exits: SignalFd, [control, stdout, stderr]: [OwnedFd; PER_PROBE]) -> ! {
     let ready = (|| -> Res<()> {
-        sys::sigchld_ignored(false).map_err(err("restore SIGCHLD"))?;
+        drop(exits);
+        sigchld().thread_unblock().map_err(err("unblock SIGCHLD"))?;
         nix::unistd::dup2_stdin(&control).map_err(err("dup2 stdin"))?;
         nix::unistd::dup2_stdout(&stdout).map_err(err("dup2 stdout"))?;
         nix::unistd::dup2_stderr(&stderr).map_err(err("dup2 stderr"))?;
