@@ -607,6 +607,106 @@ fn a_standby_zygote_whose_prober_is_gone_exits_quietly() {
     assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
 }
 
+/// The zygote's protocol: a message that does not carry three descriptors is dropped and the
+/// zygote goes on; a request gets a helper whose first word on the control socket is one byte
+/// carrying its own pidfd; that helper, given no plan, exits 0 without a word, as a started one.
+#[test]
+fn the_zygote_drops_malformed_requests_and_forks_a_helper_that_sends_its_pidfd() {
+    use nix::sys::socket::{
+        AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg,
+        sendmsg, socketpair,
+    };
+    use std::io::{IoSlice, IoSliceMut, Read};
+    use std::os::fd::{AsRawFd, RawFd};
+    use std::process::{Command, Stdio};
+    let (requests, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .expect("socketpair");
+    let mut zygote = Command::new(bin_path("podward-prober"))
+        .args([HELPER_ARG, ZYGOTE_ARG])
+        .env_clear()
+        .stdin(Stdio::from(theirs))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the zygote");
+    let send = |fds: &[RawFd]| {
+        let cmsgs = [ControlMessage::ScmRights(fds)];
+        let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsgs };
+        sendmsg::<()>(
+            requests.as_raw_fd(),
+            &[IoSlice::new(b"f")],
+            cmsgs,
+            MsgFlags::empty(),
+            None,
+        )
+        .expect("send a request");
+    };
+    let (stray_read, stray_write) = nix::unistd::pipe().expect("pipe");
+    send(&[]);
+    send(&[stray_write.as_raw_fd()]);
+    drop(stray_write);
+    // The zygote closed the stray descriptor it was sent: the pipe reads its end.
+    let mut stray = std::fs::File::from(stray_read);
+    let mut nothing = Vec::new();
+    stray
+        .read_to_end(&mut nothing)
+        .expect("the stray pipe's end");
+    assert!(nothing.is_empty());
+
+    let (control, control_theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+    let (out_read, out_write) = nix::unistd::pipe().expect("pipe");
+    let (err_read, err_write) = nix::unistd::pipe().expect("pipe");
+    send(&[
+        control_theirs.as_raw_fd(),
+        out_write.as_raw_fd(),
+        err_write.as_raw_fd(),
+    ]);
+    drop((control_theirs, out_write, err_write));
+    let mut byte = [0u8; 1];
+    let mut iov = [IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let msg = recvmsg::<()>(
+        control.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .expect("the helper's first word");
+    let fds: Vec<RawFd> = msg
+        .cmsgs()
+        .expect("cmsgs")
+        .flat_map(|c| match c {
+            ControlMessageOwned::ScmRights(fds) => fds,
+            _ => Vec::new(),
+        })
+        .collect();
+    assert_eq!(
+        (msg.bytes, fds.len()),
+        (1, 1),
+        "one byte carrying one descriptor"
+    );
+    assert_eq!(iov[0][0], b'p');
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fds[0])).expect("fd");
+    assert_eq!(link.to_string_lossy(), "anon_inode:[pidfd]");
+
+    // No plan: the helper exits, and with it its pipes close, without a word.
+    drop(control);
+    let (mut out, mut err) = (std::fs::File::from(out_read), std::fs::File::from(err_read));
+    let (mut o, mut e) = (Vec::new(), Vec::new());
+    out.read_to_end(&mut o).expect("stdout");
+    err.read_to_end(&mut e).expect("stderr");
+    assert!(o.is_empty() && e.is_empty(), "{o:?} {e:?}");
+
+    drop(requests);
+    let status = zygote.wait().expect("the zygote's exit");
+    assert_eq!(status.code(), Some(0));
+}
+
 /// The command and the reaper above it are in the container init's v2 cgroup (the `0::` line:
 /// on a hybrid node the `unified` hierarchy), where the helper forks the reaper straight into it
 /// (`clone3` with `CLONE_INTO_CGROUP`) or, on a kernel without it, joins by writing

@@ -97,8 +97,10 @@ fn serve_loop(exits: SignalFd) -> Res<std::convert::Infallible> {
         if !request {
             continue;
         }
-        let Some(fds) = next_request()? else {
-            std::process::exit(0);
+        let fds = match next_request()? {
+            Request::Probe(fds) => fds,
+            Request::Closed => std::process::exit(0),
+            Request::Malformed => continue,
         };
         match sys::fork() {
             Ok(ForkResult::Child) => become_helper(exits, fds),
@@ -119,36 +121,41 @@ fn reap(exits: &SignalFd) {
     }
 }
 
-/// The next request's descriptors; `None` once the prober has closed the socket. A message
-/// that does not carry exactly three descriptors is dropped (its descriptors closed).
-fn next_request() -> Res<Option<[OwnedFd; PER_PROBE]>> {
-    loop {
-        let mut byte = [0u8; 1];
-        let mut iov = [IoSliceMut::new(&mut byte)];
-        let mut space = nix::cmsg_space!([RawFd; PER_PROBE]);
-        let msg = match recvmsg::<()>(
-            libc::STDIN_FILENO,
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) {
-            Ok(m) => m,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(format!("receive a request: {e}")),
-        };
-        let mut fds: Vec<OwnedFd> = Vec::with_capacity(PER_PROBE);
-        for cmsg in msg.cmsgs().map_err(err("receive a request"))? {
-            if let ControlMessageOwned::ScmRights(raw) = cmsg {
-                fds.extend(raw.into_iter().map(sys::adopt_received));
-            }
-        }
-        if msg.bytes == 0 && fds.is_empty() {
-            return Ok(None);
-        }
-        if let Ok(three) = <[OwnedFd; PER_PROBE]>::try_from(fds) {
-            return Ok(Some(three));
+/// What one message on the request socket was.
+enum Request {
+    /// A probe's control socket, stdout and stderr.
+    Probe([OwnedFd; PER_PROBE]),
+    /// The prober closed the socket.
+    Closed,
+    /// Not three descriptors: dropped (whatever it carried is closed).
+    Malformed,
+}
+
+/// Reads the next request (the socket is readable).
+fn next_request() -> Res<Request> {
+    let mut byte = [0u8; 1];
+    let mut iov = [IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([RawFd; PER_PROBE]);
+    let msg = match recvmsg::<()>(
+        libc::STDIN_FILENO,
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+    ) {
+        Ok(m) => m,
+        Err(Errno::EINTR | Errno::EAGAIN) => return Ok(Request::Malformed),
+        Err(e) => return Err(format!("receive a request: {e}")),
+    };
+    let mut fds: Vec<OwnedFd> = Vec::with_capacity(PER_PROBE);
+    for cmsg in msg.cmsgs().map_err(err("receive a request"))? {
+        if let ControlMessageOwned::ScmRights(raw) = cmsg {
+            fds.extend(raw.into_iter().map(sys::adopt_received));
         }
     }
+    if msg.bytes == 0 && fds.is_empty() {
+        return Ok(Request::Closed);
+    }
+    Ok(<[OwnedFd; PER_PROBE]>::try_from(fds).map_or(Request::Malformed, Request::Probe))
 }
 
 /// In the child: the probe's descriptors become stdin, stdout and stderr, the zygote's socket
