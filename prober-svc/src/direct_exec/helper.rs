@@ -31,23 +31,50 @@ pub(crate) struct Helper {
 pub(crate) enum Process {
     /// Started by the prober from the sealed copy (killed when dropped).
     Started(Child),
-    /// Forked by the zygote: its pidfd once the helper has sent it (killed when dropped).
-    Forked(Option<AsyncFd<OwnedFd>>),
+    /// Forked by the zygote (killed when dropped, even before its pidfd came).
+    Forked(Forked),
+}
+
+/// A helper forked by the zygote, as far as the prober knows it.
+pub(crate) struct Forked {
+    /// A duplicate of the prober's end of the control socket, kept until the pidfd has come on
+    /// it: a probe dropped before that still ends the helper once it runs.
+    control: Option<std::os::unix::net::UnixStream>,
+    pidfd: Option<AsyncFd<OwnedFd>>,
+    /// The probe is over: the helper is told (`SIGTERM`) as soon as its pidfd comes.
+    ended: bool,
 }
 
 impl Process {
-    /// Whether the pidfd is still to be received on the control socket.
-    pub(crate) fn awaits_pidfd(&self) -> bool {
-        matches!(self, Process::Forked(None))
+    /// A helper the zygote is forking; `control` duplicates the prober's end of its control
+    /// socket.
+    pub(crate) fn forked(control: std::os::unix::net::UnixStream) -> Process {
+        Process::Forked(Forked {
+            control: Some(control),
+            pidfd: None,
+            ended: false,
+        })
     }
 
-    /// Takes the pidfd the forked helper sent.
+    /// Whether the pidfd is still to be received on the control socket.
+    pub(crate) fn awaits_pidfd(&self) -> bool {
+        matches!(self, Process::Forked(Forked { pidfd: None, .. }))
+    }
+
+    /// Takes the pidfd the forked helper sent (and tells it the probe is over if it is).
     pub(crate) fn set_pidfd(&mut self, pidfd: OwnedFd) -> io::Result<()> {
-        *self = Process::Forked(Some(sys::watch_exit(pidfd)?));
+        if let Process::Forked(f) = self {
+            f.pidfd = Some(sys::watch_exit(pidfd)?);
+            f.control = None;
+            if f.ended {
+                self.end();
+            }
+        }
         Ok(())
     }
 
-    /// Tells the helper the probe is over (`SIGTERM`), unless it has exited.
+    /// Tells the helper the probe is over (`SIGTERM`), unless it has exited; a forked helper
+    /// whose pidfd has not come yet is told when it comes.
     pub(crate) fn end(&mut self) {
         match self {
             Process::Started(child) => {
@@ -59,36 +86,63 @@ impl Process {
                     );
                 }
             }
-            Process::Forked(Some(pidfd)) => {
-                // A pidfd names its process for good: an exited helper gets nothing (ESRCH).
-                let _ = sys::pidfd_signal(pidfd.get_ref(), Some(Signal::SIGTERM));
+            Process::Forked(f) => {
+                f.ended = true;
+                if let Some(pidfd) = &f.pidfd {
+                    // A pidfd names its process for good: an exited helper gets nothing.
+                    let _ = sys::pidfd_signal(pidfd.get_ref(), Some(Signal::SIGTERM));
+                }
             }
-            Process::Forked(None) => {}
         }
     }
 
-    /// Waits for the helper to exit: how it ended, as far as the prober can tell (only its
-    /// parent learns a forked helper's status).
+    /// Waits for the helper to exit (for a forked one, first for its pidfd): how it ended, as
+    /// far as the prober can tell (only its parent learns a forked helper's status).
     pub(crate) async fn exited(&mut self) -> Option<String> {
+        if let Process::Forked(f) = self
+            && f.pidfd.is_none()
+        {
+            let control = UnixStream::from_std(f.control.take()?).ok()?;
+            let pidfd = receive_pidfd(&control).await.ok()?;
+            self.set_pidfd(pidfd).ok()?;
+        }
         match self {
             Process::Started(child) => child.wait().await.ok().map(|s| s.to_string()),
-            Process::Forked(Some(pidfd)) => {
-                // A pidfd turns readable when its process has exited.
-                pidfd.readable().await.ok().map(|_| "exited".to_owned())
-            }
-            Process::Forked(None) => None,
+            // A pidfd turns readable when its process has exited.
+            Process::Forked(Forked {
+                pidfd: Some(pidfd), ..
+            }) => pidfd.readable().await.ok().map(|_| "exited".to_owned()),
+            Process::Forked(_) => None,
         }
     }
 }
 
 impl Drop for Process {
     fn drop(&mut self) {
-        // A started helper is killed by `kill_on_drop`; a forked one like this.
-        if let Process::Forked(Some(pidfd)) = self {
+        // A started helper is killed by `kill_on_drop`; a forked one like this, or once its
+        // pidfd comes (bounded: it comes at once, or never when the zygote died first).
+        let Process::Forked(f) = self else { return };
+        if let Some(pidfd) = &f.pidfd {
             let _ = sys::pidfd_signal(pidfd.get_ref(), Some(Signal::SIGKILL));
+        } else if let (Some(control), Ok(runtime)) =
+            (f.control.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(async move {
+                let Ok(control) = UnixStream::from_std(control) else {
+                    return;
+                };
+                if let Ok(Ok(pidfd)) =
+                    tokio::time::timeout(KILL_UNSTARTED_WITHIN, receive_pidfd(&control)).await
+                {
+                    let _ = sys::pidfd_signal(&pidfd, Some(Signal::SIGKILL));
+                }
+            });
         }
     }
 }
+
+/// How long a dropped forked helper's pidfd is waited for, to kill the helper.
+const KILL_UNSTARTED_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Receives the forked helper's pidfd: the first byte on the control socket, carrying one
 /// descriptor. The end of the socket first means the helper never started (the zygote could

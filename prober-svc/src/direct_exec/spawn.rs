@@ -19,7 +19,6 @@
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::UnixStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -99,17 +98,6 @@ async fn settle(mut process: Process, place: InFlight) -> Option<String> {
     status
 }
 
-/// A forked helper's end when the probe gave up before the helper had even sent its pidfd:
-/// the pidfd is still waited for (bounded), so that the helper, once it runs, is ended too.
-async fn settle_unstarted(mut process: Process, control: UnixStream, place: InFlight) {
-    if let Ok(Ok(pidfd)) = tokio::time::timeout(REAP_GRACE, receive_pidfd(&control)).await
-        && process.set_pidfd(pidfd).is_ok()
-    {
-        process.end();
-        settle(process, place).await;
-    }
-}
-
 /// Runs `plan` through a helper from `standby`, giving up after `timeout`; `place` is this
 /// helper's place among its container's helpers in flight.
 ///
@@ -145,7 +133,9 @@ pub(crate) async fn run(
                 .map_err(|e| failed(format!("exec helper pidfd: {e}")))?,
             Ok(Err(e)) => return Err(failed(format!("the standby exec helper's fork: {e}")).into()),
             Err(_) => {
-                tokio::spawn(settle_unstarted(process, control, place));
+                // Told once its pidfd comes, and waited for (bounded) off the probe's path.
+                process.end();
+                tokio::spawn(settle(process, place));
                 return Err(ExecError::Timeout {
                     command: plan.argv.join(" "),
                     timeout,

@@ -214,6 +214,12 @@ impl Standby {
             .map_err(|e| failed(format!("socketpair: {e}")))?;
         let (stdout, stdout_theirs) = output_pipe()?;
         let (stderr, stderr_theirs) = output_pipe()?;
+        let ours_again = ours
+            .try_clone()
+            .map_err(|e| failed(format!("control socket: {e}")))?;
+        ours_again
+            .set_nonblocking(true)
+            .map_err(|e| failed(format!("control socket: {e}")))?;
         let theirs = OwnedFd::from(theirs);
         let mut slot = self.zygote.lock();
         if slot.as_mut().is_some_and(|z| !z.alive()) {
@@ -235,7 +241,7 @@ impl Standby {
         // The zygote has its own copies now; ours close here.
         drop((theirs, stdout_theirs, stderr_theirs));
         Ok(Helper {
-            process: Process::Forked(None),
+            process: Process::forked(ours_again),
             control: control_socket(ours)?,
             stdout: Some(stdout),
             stderr: Some(stderr),
