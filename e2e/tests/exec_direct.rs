@@ -561,6 +561,45 @@ async fn a_standby_helper_waits_outside_containers_and_goes_with_its_runner() {
     p.delete().await.expect("delete pod");
 }
 
+/// A probe dropped while its helper is still being forked (the zygote stopped, so the fork
+/// comes late) leaves nothing behind: once the helper runs, it is ended, and the command with it.
+#[tokio::test]
+async fn a_probe_dropped_before_its_helper_was_forked_leaves_nothing_behind() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let node = TestNode::start().await.expect("node");
+    let driver = Driver::connect(&node.containerd_socket())
+        .await
+        .expect("driver");
+    let init = "sleep 3603";
+    let p = init_pod(&driver, &node, "dropped", &["sleep", "3603"]).await;
+    let id = p.container_id("app").expect("container id");
+    let t = Duration::from_secs(30);
+    let ch = podward_api::socket::channel(node.containerd_socket());
+    let direct = DirectExec::new(ExecMode::Direct, ch, bin_path("podward-prober"));
+    let o = run(&direct, &id, &["true"], t).await.expect("direct exec");
+    assert_eq!(o.exit_code, 0);
+    let zygote = standby_helpers().remove(0);
+    kill(Pid::from_raw(zygote.pid), Signal::SIGSTOP).expect("stop the zygote");
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(300),
+        run(&direct, &id, &["sleep", "3604"], t),
+    )
+    .await;
+    assert!(
+        dropped.is_err(),
+        "the probe cannot end while the zygote is stopped"
+    );
+    kill(Pid::from_raw(zygote.pid), Signal::SIGCONT).expect("continue the zygote");
+    // The zygote serves its requests in order: once the next probe is answered, the dropped
+    // probe's helper has been forked.
+    let o = run(&direct, &id, &["true"], t).await.expect("direct exec");
+    assert_eq!(o.exit_code, 0);
+    assert_only_init(init, "a probe dropped before its helper was forked").await;
+    drop(direct);
+    p.delete().await.expect("delete pod");
+}
+
 /// A standby whose prober went away (its control socket closed, no plan) exits 0 and says
 /// nothing: a prober restart leaves no error behind.
 #[test]

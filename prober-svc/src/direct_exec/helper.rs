@@ -131,17 +131,25 @@ impl Drop for Process {
                 let Ok(control) = UnixStream::from_std(control) else {
                     return;
                 };
-                if let Ok(Ok(pidfd)) =
+                let Ok(Ok(pidfd)) =
                     tokio::time::timeout(KILL_UNSTARTED_WITHIN, receive_pidfd(&control)).await
-                {
-                    let _ = sys::pidfd_signal(&pidfd, Some(Signal::SIGKILL));
-                }
+                else {
+                    return;
+                };
+                // As at a probe's end: told first, so that it ends the command's tree, then
+                // killed if it has not exited within the grace.
+                let Ok(pidfd) = sys::watch_exit(pidfd) else {
+                    return;
+                };
+                let _ = sys::pidfd_signal(pidfd.get_ref(), Some(Signal::SIGTERM));
+                let _ = tokio::time::timeout(KILL_UNSTARTED_WITHIN, pidfd.readable()).await;
+                let _ = sys::pidfd_signal(pidfd.get_ref(), Some(Signal::SIGKILL));
             });
         }
     }
 }
 
-/// How long a dropped forked helper's pidfd is waited for, to kill the helper.
+/// How long a dropped forked helper's pidfd is waited for, and then its exit once told.
 const KILL_UNSTARTED_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Receives the forked helper's pidfd: the first byte on the control socket, carrying one
@@ -181,3 +189,6 @@ pub(crate) async fn receive_pidfd(control: &UnixStream) -> io::Result<OwnedFd> {
         })
         .await
 }
+
+#[cfg(test)]
+mod tests;
