@@ -260,18 +260,7 @@ impl Digest {
                         self.close_finished();
                     }
                 }
-                State::Key | State::Value | State::Len => {
-                    if self.varint.is_empty()
-                        && let Some((v, n)) = varint::whole(bytes)
-                    {
-                        // The whole varint is here: read in one step rather than a byte per
-                        // pass of this loop (a timestamp is nine bytes, in every object).
-                        bytes = &bytes[n..];
-                        self.varint_whole(v, n as u64);
-                        continue;
-                    }
-                    self.varint_byte(b);
-                }
+                State::Key | State::Value | State::Len => self.varint_byte(b),
             }
             bytes = rest;
         }
@@ -291,22 +280,6 @@ impl Digest {
             Ok(None) => {}
             Ok(Some(v)) => self.varint_done(v),
         }
-    }
-
-    /// A whole varint of `n` bytes, read at once: what `n` calls of [`Digest::varint_byte`]
-    /// would make of it.
-    fn varint_whole(&mut self, v: u64, n: u64) {
-        let Some(top) = self.frames.last_mut() else {
-            self.state = State::Broken;
-            return;
-        };
-        if n > top.left {
-            // It runs past the end of its message: the byte-wise reader stops at that end.
-            self.state = State::Broken;
-            return;
-        }
-        top.left -= n;
-        self.varint_done(v);
     }
 
     fn push_frame(&mut self, shape: &'static Shape, left: u64, key: u64) {
