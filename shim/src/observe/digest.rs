@@ -430,7 +430,10 @@ impl Digest {
 
     fn end_field(&mut self) {
         self.state = State::Key;
-        self.close_finished();
+        // Most fields end inside their message: no call to fold anything then.
+        if self.left() == 0 {
+            self.close_finished();
+        }
     }
 
     /// Folds every message that has been read to its end into its parent; the answer itself
