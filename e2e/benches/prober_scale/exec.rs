@@ -101,25 +101,34 @@ impl Sample {
 fn zygote_ticks() -> u64 {
     let me = std::process::id().to_string();
     let mut sum = 0;
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            continue;
-        };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    for (pid, cmdline) in processes() {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let parent = stat
             .rsplit_once(") ")
             .and_then(|(_, rest)| rest.split(' ').nth(1));
-        let zygote = String::from_utf8_lossy(&cmdline).contains(ZYGOTE_ARG);
-        if zygote && parent == Some(me.as_str()) {
-            sum += proc_ticks(pid);
+        if cmdline.contains(ZYGOTE_ARG) && parent == Some(me.as_str()) {
+            sum += proc_ticks(&pid);
         }
     }
     sum
+}
+
+/// Every process's PID and command line (its arguments joined by NULs).
+fn processes() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e
+            .file_name()
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            .map(str::to_owned)
+        else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        out.push((pid, String::from_utf8_lossy(&cmdline).into_owned()));
+    }
+    out
 }
 
 /// The three ways, measured side by side.
@@ -160,17 +169,9 @@ fn proc_ticks(pid: &str) -> u64 {
 fn tree_ticks(node_dir: &Path) -> u64 {
     let dir = node_dir.to_string_lossy().into_owned();
     let mut sum = proc_ticks("self");
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            continue;
-        };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(&dir) {
-            sum += proc_ticks(pid);
+    for (pid, cmdline) in processes() {
+        if cmdline.contains(&dir) {
+            sum += proc_ticks(&pid);
         }
     }
     sum
