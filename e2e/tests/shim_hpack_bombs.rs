@@ -232,13 +232,17 @@ async fn hpack_bombs_delay_no_other_connection_and_hold_no_memory() {
         floor.last().expect("calls"),
     );
     // What the shim adds stays within 100 ms of what containerd itself takes under the same
-    // bombs (on a quiet machine that floor is the unloaded latency; on a loaded one, not).
+    // bombs (on a quiet machine that floor is the unloaded latency; on a loaded one, not). Held
+    // at the 99th percentile, not the single worst call: a bomb that stalled the relay would
+    // delay every call made while it is decoded (hundreds here), while one call can meet a
+    // scheduling stall of its own on a machine running other tests beside this one.
     let direct_worst = *floor.last().expect("calls");
     let direct_p50 = floor[floor.len() / 2];
+    let p99 = loaded[loaded.len() * 99 / 100];
     assert!(
-        worst <= direct_worst.max(unloaded_p50) + Duration::from_millis(100),
-        "another connection's call took {worst:?} (direct {direct_worst:?}, unloaded \
-         {unloaded_p50:?})"
+        p99 <= direct_worst.max(unloaded_p50) + Duration::from_millis(100),
+        "another connection's calls took {p99:?} at the 99th percentile, {worst:?} at worst \
+         (direct {direct_worst:?}, unloaded {unloaded_p50:?})"
     );
     assert!(
         loaded[loaded.len() / 2] <= direct_p50 + Duration::from_millis(100),
