@@ -375,24 +375,9 @@ fn is_zombie(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
-/// Undoes mountinfo's octal escapes (`\040` for space, ...).
+/// A mountinfo field with its octal escapes undone (`\040` for space, ...), as text.
 fn unescape_mount(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 4 <= bytes.len() {
-            let digits = std::str::from_utf8(&bytes[i + 1..i + 4]).ok();
-            if let Some(v) = digits.and_then(|d| u8::from_str_radix(d, 8).ok()) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8_lossy(&podward_api::mountinfo::unescape(s.as_bytes())).into_owned()
 }
 
 #[cfg(test)]

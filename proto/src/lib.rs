@@ -20,6 +20,7 @@ pub mod backoff;
 pub mod daemon;
 pub mod labels;
 pub mod limits;
+pub mod mountinfo;
 pub mod outside_text;
 pub mod paths;
 pub mod socket;

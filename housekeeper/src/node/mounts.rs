@@ -98,7 +98,7 @@ impl MountTable {
             if !fields.any(|f| f == b"-") {
                 return Err(err("no `-` separator"));
             }
-            let point = unescape(point);
+            let point = podward_api::mountinfo::unescape(point);
             if point.first() != Some(&b'/') {
                 return Err(err("mount point is not absolute"));
             }
@@ -185,24 +185,4 @@ fn key(path: &Path) -> Vec<u8> {
         }
     }
     k
-}
-
-/// Undoes the kernel's `\ooo` escapes (space, tab, newline, backslash; any octal triple is decoded).
-fn unescape(field: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(field.len());
-    let mut i = 0;
-    while i < field.len() {
-        if field[i] == b'\\'
-            && let Some(&[a, b, c]) = field.get(i + 1..i + 4)
-            && [a, b, c].iter().all(|d| (b'0'..=b'7').contains(d))
-            && a <= b'3'
-        {
-            out.push((a - b'0') * 64 + (b - b'0') * 8 + (c - b'0'));
-            i += 4;
-        } else {
-            out.push(field[i]);
-            i += 1;
-        }
-    }
-    out
 }

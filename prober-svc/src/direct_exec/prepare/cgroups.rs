@@ -85,25 +85,9 @@ pub(crate) fn resolve(cgroup: &str, mountinfo: &str) -> Result<Cgroups, Unreacha
     Ok(out)
 }
 
-/// mountinfo's octal escapes (`\040` for a space).
+/// A mountinfo field with its octal escapes undone (`\040` for a space), as text.
 fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        // `get`, not indexing: three bytes after a backslash need not end on a character
-        // boundary, and the line is text the prober did not write.
-        if b[i] == b'\\'
-            && let Some(Ok(v)) = s.get(i + 1..i + 4).map(|d| u8::from_str_radix(d, 8))
-        {
-            out.push(v);
-            i += 4;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8_lossy(&podward_api::mountinfo::unescape(s.as_bytes())).into_owned()
 }
 
 #[cfg(test)]
