@@ -3,11 +3,10 @@
 //! [`tokio::process::Child`]), or a child of the standby zygote (then its pidfd, which the
 //! helper sends as its first word on the control socket).
 
-use std::io::{self, IoSliceMut};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use nix::sys::signal::Signal;
-use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, Interest};
 use tokio::net::UnixStream;
@@ -158,29 +157,13 @@ const KILL_UNSTARTED_WITHIN: std::time::Duration = std::time::Duration::from_sec
 pub(crate) async fn receive_pidfd(control: &UnixStream) -> io::Result<OwnedFd> {
     control
         .async_io(Interest::READABLE, || {
-            let mut byte = [0u8; 1];
-            let mut iov = [IoSliceMut::new(&mut byte)];
-            let mut space = nix::cmsg_space!([RawFd; 1]);
-            let msg = recvmsg::<()>(
-                control.as_raw_fd(),
-                &mut iov,
-                Some(&mut space),
-                MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
-            )?;
-            let mut fds = Vec::new();
-            for cmsg in msg.cmsgs()? {
-                if let ControlMessageOwned::ScmRights(raw) = cmsg {
-                    fds.extend(raw.into_iter().map(sys::adopt_received));
-                }
-            }
-            let bytes = msg.bytes;
-            let first = iov[0][0];
-            match (bytes, fds.pop(), fds.is_empty()) {
+            let mut got = sys::receive_fds(control.as_raw_fd())?;
+            match (got.bytes, got.fds.pop(), got.fds.is_empty()) {
                 (0, None, _) => Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "the helper ended before it started",
                 )),
-                (1, Some(pidfd), true) if first == b'p' => Ok(pidfd),
+                (1, Some(pidfd), true) if got.first == b'p' => Ok(pidfd),
                 _ => Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     "the helper's first word was not its pidfd",

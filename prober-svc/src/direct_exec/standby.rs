@@ -214,11 +214,9 @@ impl Standby {
             .map_err(|e| failed(format!("socketpair: {e}")))?;
         let (stdout, stdout_theirs) = output_pipe()?;
         let (stderr, stderr_theirs) = output_pipe()?;
+        // A duplicate shares the open file, and so the non-blocking mode `control_socket` sets.
         let ours_again = ours
             .try_clone()
-            .map_err(|e| failed(format!("control socket: {e}")))?;
-        ours_again
-            .set_nonblocking(true)
             .map_err(|e| failed(format!("control socket: {e}")))?;
         let theirs = OwnedFd::from(theirs);
         let mut slot = self.zygote.lock();

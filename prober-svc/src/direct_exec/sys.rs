@@ -6,7 +6,7 @@
 //! ignores `SIGPIPE` at start, and `execve` would pass an ignored signal on), and the start-up
 //! hook that makes the helper non-dumpable before any of its code runs.
 //!
-//! Everything here but [`sealed_copy`], [`pidfd_signal`], [`adopt_received`] and
+//! Everything here but [`sealed_copy`], [`pidfd_signal`], [`receive_fds`] and
 //! [`watch_exit`] (also the prober's) runs only in the helper (`super::init`), which is
 //! single-threaded from its first line to its `execve`: it never starts a thread, and
 //! [`assert_single_threaded`] checks that before the first fork.
@@ -223,12 +223,50 @@ pub(crate) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-/// Takes ownership of a descriptor received with `SCM_RIGHTS` (`nix` hands them out as raw
-/// numbers).
-pub(crate) fn adopt_received(fd: RawFd) -> OwnedFd {
-    // SAFETY: the kernel installed `fd` in this process for the message just received; nothing
-    // else refers to it, so this is its only owner.
-    unsafe { OwnedFd::from_raw_fd(fd) }
+/// One message of direct exec's own descriptor passing, as received.
+pub(crate) struct Received {
+    /// Bytes of payload: 0 at the end of the socket (with no descriptor).
+    pub(crate) bytes: usize,
+    /// The payload's one byte (0 when there was none).
+    pub(crate) first: u8,
+    /// The descriptors it carried, owned (and so closed unless kept).
+    pub(crate) fds: Vec<OwnedFd>,
+}
+
+/// The most descriptors a message carries (a probe's control socket, stdout and stderr); more
+/// are closed by the kernel.
+pub(crate) const MAX_PASSED_FDS: usize = 3;
+
+/// Receives one message of one byte and its `SCM_RIGHTS` descriptors (close-on-exec) from the
+/// socket `fd`, without blocking (`EAGAIN` when there is none).
+pub(crate) fn receive_fds(fd: RawFd) -> nix::Result<Received> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    let mut byte = [0u8; 1];
+    let mut iov = [io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([RawFd; MAX_PASSED_FDS]);
+    let msg = recvmsg::<()>(
+        fd,
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+    )?;
+    let mut fds = Vec::new();
+    for cmsg in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(raw) = cmsg {
+            // SAFETY: the kernel installed each of these descriptors in this process for the
+            // message just received; nothing else refers to them, so each gets its only owner.
+            fds.extend(
+                raw.into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
+        }
+    }
+    let bytes = msg.bytes;
+    Ok(Received {
+        bytes,
+        first: if bytes > 0 { iov[0][0] } else { 0 },
+        fds,
+    })
 }
 
 /// `pidfd`, registered with the runtime for readability: a pidfd turns readable when its

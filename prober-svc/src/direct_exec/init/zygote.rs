@@ -24,14 +24,14 @@
 //! time is counted in its own children's time, as a helper's is in the prober's; it exits when
 //! the prober closes the socket.
 
-use std::io::{IoSlice, IoSliceMut};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::io::IoSlice;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::ForkResult;
 use std::os::fd::AsFd;
@@ -43,7 +43,7 @@ use crate::direct_exec::sys;
 pub const ZYGOTE_ARG: &str = "--zygote";
 
 /// The descriptors of one probe, in the order they are sent.
-const PER_PROBE: usize = 3;
+const PER_PROBE: usize = sys::MAX_PASSED_FDS;
 
 /// Serves forks until the prober closes the socket; never returns (a child goes on as a
 /// helper).
@@ -100,7 +100,7 @@ fn serve_loop(exits: SignalFd) -> Res<std::convert::Infallible> {
         let fds = match next_request()? {
             Request::Probe(fds) => fds,
             Request::Closed => std::process::exit(0),
-            Request::Malformed => continue,
+            Request::Skipped => continue,
         };
         match sys::fork() {
             Ok(ForkResult::Child) => become_helper(exits, fds),
@@ -127,35 +127,22 @@ enum Request {
     Probe([OwnedFd; PER_PROBE]),
     /// The prober closed the socket.
     Closed,
-    /// Not three descriptors: dropped (whatever it carried is closed).
-    Malformed,
+    /// Nothing to serve: no message after all, or one without exactly three descriptors
+    /// (dropped, whatever it carried closed).
+    Skipped,
 }
 
 /// Reads the next request (the socket is readable).
 fn next_request() -> Res<Request> {
-    let mut byte = [0u8; 1];
-    let mut iov = [IoSliceMut::new(&mut byte)];
-    let mut space = nix::cmsg_space!([RawFd; PER_PROBE]);
-    let msg = match recvmsg::<()>(
-        libc::STDIN_FILENO,
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
-    ) {
-        Ok(m) => m,
-        Err(Errno::EINTR | Errno::EAGAIN) => return Ok(Request::Malformed),
+    let got = match sys::receive_fds(libc::STDIN_FILENO) {
+        Ok(got) => got,
+        Err(Errno::EINTR | Errno::EAGAIN) => return Ok(Request::Skipped),
         Err(e) => return Err(format!("receive a request: {e}")),
     };
-    let mut fds: Vec<OwnedFd> = Vec::with_capacity(PER_PROBE);
-    for cmsg in msg.cmsgs().map_err(err("receive a request"))? {
-        if let ControlMessageOwned::ScmRights(raw) = cmsg {
-            fds.extend(raw.into_iter().map(sys::adopt_received));
-        }
-    }
-    if msg.bytes == 0 && fds.is_empty() {
+    if got.bytes == 0 && got.fds.is_empty() {
         return Ok(Request::Closed);
     }
-    Ok(<[OwnedFd; PER_PROBE]>::try_from(fds).map_or(Request::Malformed, Request::Probe))
+    Ok(<[OwnedFd; PER_PROBE]>::try_from(got.fds).map_or(Request::Skipped, Request::Probe))
 }
 
 /// In the child: the probe's descriptors become stdin, stdout and stderr, the zygote's socket
