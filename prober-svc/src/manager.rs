@@ -16,8 +16,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::RwLock;
-
 use crate::clock::Clock;
 use crate::consequences::kill::Killer;
 use crate::event::Events;
@@ -25,6 +23,7 @@ use crate::handler::host_policy::NodePolicy;
 use crate::metrics::Metrics;
 use crate::model::PodInfo;
 use crate::model::api_pod::ApiPod;
+use crate::probing::pod_view::PodView;
 use crate::probing::results::Results;
 use crate::probing::runner::ProbeRunner;
 use crate::probing::worker::handle::{SpecUpdate, WorkerKey};
@@ -201,7 +200,7 @@ impl Manager {
         let parsed = self.parse(&pod, &annotation);
         self.inner.set_spec_errors(&pod, parsed.errors.len());
         let uid = pod.uid.clone();
-        let shared: SharedPod = Arc::new(RwLock::new(Arc::new(pod)));
+        let shared: SharedPod = Arc::new(PodView::new(pod));
         pods.insert(
             uid.clone(),
             PodEntry {

@@ -228,17 +228,37 @@ async fn dial_steps(
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
-    if let Ok(ip) = literal.parse::<IpAddr>() {
-        let addr = SocketAddr::new(ip, port);
-        if let Some(kind) = guard.denies(addr) {
-            return Err(DialError::Denied {
-                addr: addr.to_string(),
-                kind,
-            });
-        }
-        *dialing = Some(addr);
-        return connect_within(addr, deadline, opts).await;
+    let Ok(ip) = literal.parse::<IpAddr>() else {
+        // Boxed, as the wait below: the lookup's state is the largest of the dial's, and inline
+        // it would be carried by every HTTP probe's future, which the worker allocates per probe
+        // (past glibc's per-thread cache, every allocation takes the allocator's slow path).
+        return Box::pin(dial_name(host, port, deadline, opts, guard, dialing)).await;
+    };
+    let addr = SocketAddr::new(ip, port);
+    if let Some(kind) = guard.denies(addr) {
+        return Err(DialError::Denied {
+            addr: addr.to_string(),
+            kind,
+        });
     }
+    *dialing = Some(addr);
+    match start_connect(addr, opts)? {
+        Started::Connected(s) => Ok(Connected::Ready(s)),
+        // On a local path the handshake is over inside `connect(2)`; only a remote or slow one
+        // waits here.
+        Started::InProgress(sock) => Box::pin(wait_connected(addr, sock, deadline)).await,
+    }
+}
+
+/// [`dial_steps`] for a host name: resolved, then its addresses tried in order.
+async fn dial_name(
+    host: &str,
+    port: u16,
+    deadline: Option<Instant>,
+    opts: Options,
+    guard: Guard,
+    dialing: &mut Option<SocketAddr>,
+) -> Result<Connected, DialError> {
     let addrs: Vec<SocketAddr> = match before(deadline, tokio::net::lookup_host((host, port))).await
     {
         None => return Err(DialError::Timeout(join_host_port(host, port))),
@@ -293,6 +313,62 @@ async fn connect_within(
     deadline: Option<Instant>,
     opts: Options,
 ) -> Result<Connected, DialError> {
+    match start_connect(addr, opts)? {
+        Started::Connected(s) => Ok(Connected::Ready(s)),
+        Started::InProgress(sock) => wait_connected(addr, sock, deadline).await,
+    }
+}
+
+/// How far a connect got without waiting.
+enum Started {
+    /// The handshake completed inside `connect(2)` (and the options allow handing it out).
+    Connected(std::net::TcpStream),
+    /// The handshake is under way (or its end must be seen through the reactor).
+    InProgress(Socket),
+}
+
+/// The socket and its non-blocking `connect(2)`, with no wait: a refusal inside `connect` is
+/// returned here, anything still under way is left to [`wait_connected`].
+fn start_connect(addr: SocketAddr, opts: Options) -> Result<Started, DialError> {
+    // Non-blocking and close-on-exec from the start: one syscall, as Go's `sysSocket`.
+    let sock = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.nonblocking(),
+        Some(Protocol::TCP),
+    )
+    .map_err(|source| DialError::Socket {
+        addr: addr.to_string(),
+        source,
+    })?;
+    if opts.nodelay {
+        sock.set_tcp_nodelay(true)
+            .map_err(|source| DialError::Socket {
+                addr: addr.to_string(),
+                source,
+            })?;
+    }
+    match sock.connect(&addr.into()) {
+        Ok(()) => return Ok(Started::Connected(sock.into())),
+        Err(e) if e.raw_os_error() == Some(EINPROGRESS) => {}
+        Err(source) => {
+            return Err(DialError::Connect {
+                addr: addr.to_string(),
+                source,
+            });
+        }
+    }
+    if opts.immediate && sock.peer_addr().is_ok() {
+        return Ok(Started::Connected(sock.into()));
+    }
+    Ok(Started::InProgress(sock))
+}
+
+/// Waits, through the reactor, for the end of `sock`'s handshake to `addr`.
+async fn wait_connected(
+    addr: SocketAddr,
+    sock: Socket,
+    deadline: Option<Instant>,
+) -> Result<Connected, DialError> {
     let sock_err = |source| DialError::Socket {
         addr: addr.to_string(),
         source,
@@ -301,24 +377,6 @@ async fn connect_within(
         addr: addr.to_string(),
         source,
     };
-    // Non-blocking and close-on-exec from the start: one syscall, as Go's `sysSocket`.
-    let sock = Socket::new(
-        Domain::for_address(addr),
-        Type::STREAM.nonblocking(),
-        Some(Protocol::TCP),
-    )
-    .map_err(sock_err)?;
-    if opts.nodelay {
-        sock.set_tcp_nodelay(true).map_err(sock_err)?;
-    }
-    match sock.connect(&addr.into()) {
-        Ok(()) => return Ok(Connected::Ready(sock.into())),
-        Err(e) if e.raw_os_error() == Some(EINPROGRESS) => {}
-        Err(e) => return Err(connect_err(e)),
-    }
-    if opts.immediate && sock.peer_addr().is_ok() {
-        return Ok(Connected::Ready(sock.into()));
-    }
     // No `SO_ERROR` check before the wait (Go's `netFD.connect` has none either): a connection
     // refused inside `connect(2)` makes the socket writable with its error at once, and the check
     // after the wait reads it.

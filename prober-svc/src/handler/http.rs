@@ -133,7 +133,9 @@ impl HttpProber {
                 Ok(v) => v,
                 Err(failed) => return Ok(failed),
             };
-            let resp = match exchange::get(
+            // Boxed: the exchange's state is most of the probe's, and the probe's own future
+            // must stay small (see `Prober::attempt`).
+            let resp = match Box::pin(exchange::get(
                 &url,
                 headers,
                 &host_value,
@@ -141,7 +143,7 @@ impl HttpProber {
                 self.tls.as_ref(),
                 deadline,
                 guard,
-            )
+            ))
             .await
             {
                 Ok(r) => r,

@@ -167,16 +167,26 @@ impl Prober {
                 }
             }
         };
+        // The worker allocates every probe's future, so it is kept small: below glibc's
+        // per-thread cache limit (1,032 bytes) an allocation is a few instructions, above it each
+        // one takes the allocator's slow path and merges the heap's free small chunks first. So
+        // every handler's state larger than an HTTP probe's outer steps is boxed on its own (a
+        // test holds the sizes): exec and gRPC (a CRI call, a tonic channel: several KiB), TCP
+        // (its connect wait), and within the HTTP probe its exchange.
         Ok(match &spec.handler {
-            // Exec and gRPC are boxed: their states (a CRI call, a tonic channel) are far larger
-            // than an HTTP or TCP probe's, and the worker boxes every probe's future, so inline they
-            // would make every HTTP/TCP probe allocate and copy their size too.
             Handler::Exec { command } => {
                 Box::pin(exec::probe(&*self.exec, command, spec.timeout, target)).await?
             }
             Handler::HttpGet(get) => self.http.probe(get, spec.timeout, target, guard).await?,
             Handler::TcpSocket { host, port } => {
-                tcp::probe(host.as_deref(), port, spec.timeout, target, guard).await?
+                Box::pin(tcp::probe(
+                    host.as_deref(),
+                    port,
+                    spec.timeout,
+                    target,
+                    guard,
+                ))
+                .await?
             }
             Handler::Grpc { port, service } => {
                 Box::pin(grpc::probe(
@@ -235,3 +245,6 @@ fn target(host_ip: std::net::IpAddr, container: &ContainerInfo) -> ProbeTarget<'
         env: &container.env,
     }
 }
+
+#[cfg(test)]
+mod tests;

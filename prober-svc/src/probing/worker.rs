@@ -18,10 +18,10 @@
 //!   and stop probing that instance, readiness keeps probing.
 
 use std::sync::atomic::AtomicI64;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use rand::Rng;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -32,6 +32,7 @@ use crate::handler::attempt::{Outcome, ProbeResult};
 use crate::handler::pod_sockets::PodShare;
 use crate::metrics::{Metrics, WorkerMetrics};
 use crate::model::{ContainerInfo, PodInfo, RunState};
+use crate::probing::pod_view::PodView;
 use crate::probing::results::{Results, SlotMemo};
 use crate::probing::runner::ProbeRunner;
 use crate::probing::starvation::StarvationMeter;
@@ -48,9 +49,9 @@ pub use unstarved::{MAX_STARVED_RETRIES, STARVED_LOG_EVERY};
 #[cfg(test)]
 mod tests;
 
-/// A pod's live view, shared by its workers and replaced whole by the manager (a worker takes
-/// the current `Arc` per probe instead of copying fields).
-pub type SharedPod = Arc<RwLock<Arc<PodInfo>>>;
+/// A pod's live view, shared by its workers and replaced whole by the manager (a worker keeps
+/// the `Arc` it read while the view's version is unchanged, instead of copying fields).
+pub type SharedPod = Arc<PodView>;
 
 /// kubelet's `kubeletRestartGracePeriod`: containers started this long before the prober are
 /// treated as having run under a previous prober instance.
@@ -130,13 +131,10 @@ pub struct Worker {
     /// What this worker last wrote to its results slot (cleared with a new instance), so a
     /// steady result is not written again under the cache's lock.
     published: Option<SlotMemo>,
-    /// The pod view the container below was looked up in: a view is replaced whole, never
-    /// changed in place, so while the view is the same the lookup's answer is too. Weak, so an
-    /// idle worker keeps of a replaced view only its own container (below), not the whole view;
-    /// the Weak also keeps the view's address from being reused while compared.
-    seen_pod: Weak<PodInfo>,
-    /// The current instance of the container in `seen_pod`.
-    seen_container: Option<Arc<ContainerInfo>>,
+    /// The pod view this worker last read, while it is current: a view is replaced whole,
+    /// never changed in place, so while its version is the same so is the container's lookup.
+    /// A replaced view is kept until the worker's next tick (at most one per worker).
+    seen: Option<Seen>,
     last_result: Option<ProbeResult>,
     result_run: u32,
     on_hold: bool,
@@ -174,8 +172,7 @@ impl Worker {
             container_id: None,
             pod_share,
             published: None,
-            seen_pod: Weak::new(),
-            seen_container: None,
+            seen: None,
             last_result: None,
             result_run: 0,
             on_hold: false,
@@ -329,31 +326,47 @@ impl Worker {
     /// One step of the state machine (kubelet's `doProbe`); false ends the worker.
     async fn do_probe(&mut self) -> bool {
         self.take_update();
-        let pod = self.pod.read().clone();
+        // The view is moved out for the step and put back after, so the step reads it without
+        // touching its reference count.
+        let seen = self.seen_now();
+        let go_on = self.do_probe_in(&seen).await;
+        self.seen = Some(seen);
+        go_on
+    }
+
+    /// [`Worker::do_probe`] on the view `seen`.
+    async fn do_probe_in(&mut self, seen: &Seen) -> bool {
+        let pod = &seen.pod;
         if pod.api.as_ref().is_some_and(|a| a.finished()) {
             return false; // kubelet: the pod's phase is Succeeded or Failed
         }
-        let Some(c) = self.current(&pod) else {
+        let Some(c) = &seen.container else {
             return true; // no instance yet: keep waiting
         };
-        self.follow_instance(&pod, &c);
-        let ip = match self.due(&pod, &c) {
+        self.follow_instance(pod, c);
+        let ip = match self.due(pod, c) {
             Due::Probe(ip) => ip,
             Due::Wait => return true,
             Due::Exit => return false,
         };
-        let Some((outcome, took)) = self.run_unstarved(&pod, &c, ip).await else {
+        let Some((outcome, took)) = self.run_unstarved(pod, c, ip).await else {
             return true;
         };
         // Termination may have begun while the probe ran (the app's TERM handler is often what
         // made it fail): kubelet stops liveness and startup at termination and never acts on a
-        // result that lands after, so this one is dropped as if the probe had not run.
-        let latest = self.pod.read().clone();
-        let same = self.current(&latest).filter(|now| now.id == c.id);
-        if same.is_some_and(|now| self.hold_for_termination(&latest, &now)) {
-            return true;
+        // result that lands after, so this one is dropped as if the probe had not run. With the
+        // view unchanged there is nothing new to see: `due` found it not terminating.
+        if self.pod.version() != seen.version {
+            let latest = self.pod.read().clone();
+            let same = latest
+                .current(&self.key.container)
+                .filter(|now| now.id == c.id)
+                .cloned();
+            if same.is_some_and(|now| self.hold_for_termination(&latest, &now)) {
+                return true;
+            }
         }
-        let Some((result, output)) = self.count(&pod, &c, outcome, took) else {
+        let Some((result, output)) = self.count(pod, c, outcome, took) else {
             return true;
         };
         let below = match result {
@@ -361,19 +374,29 @@ impl Worker {
             _ => self.result_run < self.spec.failure_threshold,
         };
         if !below {
-            self.reach_threshold(&pod, &c, result, &output);
+            self.reach_threshold(pod, c, result, &output);
         }
         true
     }
 
-    /// The current instance of this worker's container in `pod` ([`PodInfo::current`]), looked
-    /// up again only when `pod` is another view than the last one.
-    fn current(&mut self, pod: &Arc<PodInfo>) -> Option<Arc<ContainerInfo>> {
-        if !std::ptr::eq(self.seen_pod.as_ptr(), Arc::as_ptr(pod)) {
-            self.seen_container = pod.current(&self.key.container).cloned();
-            self.seen_pod = Arc::downgrade(pod);
+    /// The pod's current view and this worker's container in it ([`PodInfo::current`]): the
+    /// one kept from the last tick while its version is current, else read again.
+    fn seen_now(&mut self) -> Seen {
+        // Loaded before the read: a view read after it is at least this new, so a copy is never
+        // taken for current when it is not.
+        let version = self.pod.version();
+        match self.seen.take() {
+            Some(seen) if seen.version == version => seen,
+            _ => {
+                let pod = self.pod.read().clone();
+                let container = pod.current(&self.key.container).cloned();
+                Seen {
+                    version,
+                    pod,
+                    container,
+                }
+            }
         }
-        self.seen_container.clone()
     }
 
     /// Counts one probe's outcome (metrics, status, the run of equal results) and publishes
@@ -448,6 +471,15 @@ impl Worker {
             self.ctx.sink.started(&self.key);
         }
     }
+}
+
+/// A pod view as a worker read it.
+struct Seen {
+    /// The view's version when it was read.
+    version: u64,
+    pod: Arc<PodInfo>,
+    /// The current instance of the worker's container in `pod`.
+    container: Option<Arc<ContainerInfo>>,
 }
 
 /// A fixed-rate ticker for `period`, first tick one period from now; missed ticks are dropped

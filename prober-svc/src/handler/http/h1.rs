@@ -37,6 +37,9 @@ const MAX_FIELDS: usize = 100;
 /// How much is read from the socket at a time (the head of a probe's answer fits).
 const READ_CHUNK: usize = 4096;
 
+/// The kept head's first capacity: a usual probe answer's status line and kept fields.
+const HEAD_ROOM: usize = 256;
+
 /// Why the exchange failed before a response head; `Display` is what hyper's error read as here.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum H1Error {
@@ -101,7 +104,8 @@ where
     buf.reserve(READ_CHUNK);
     let mut scan = Scan::new();
     // What hyper would have been handed: the heads as `Scan` filters them, then the body.
-    let mut filtered: Vec<u8> = Vec::new();
+    // Room for a usual head at once (it grows for a larger one).
+    let mut filtered: Vec<u8> = Vec::with_capacity(HEAD_ROOM);
     let (parsed, framing) = loop {
         buf.clear();
         let n = io.read_buf(&mut *buf).await.map_err(H1Error::Io)?;

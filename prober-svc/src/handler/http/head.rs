@@ -42,6 +42,9 @@ const MAX_KEPT_FIELDS: usize = 64;
 /// A field name longer than this is no kept name; a line this long without a colon is malformed.
 const NAME_PREFIX: usize = 64;
 
+/// The line buffer's first capacity: a usual status or field line.
+const LINE_ROOM: usize = 96;
+
 /// The heads passed Go's limit (Go's text).
 #[derive(Debug, thiserror::Error)]
 #[error("net/http: server response headers exceeded {MAX_HEAD_BYTES} bytes; aborted")]
@@ -91,7 +94,9 @@ impl Scan {
             phase: Phase::Status,
             interim: false,
             mode: LineMode::Undecided,
-            line: Vec::new(),
+            // Room for a usual status or field line, so reading a head does not grow it step
+            // by step (one allocation instead of several per probe).
+            line: Vec::with_capacity(LINE_ROOM),
             last_kept: false,
             kept_fields: 0,
             head_bytes: 0,

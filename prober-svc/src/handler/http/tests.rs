@@ -120,3 +120,26 @@ async fn the_body_of_a_probe_that_names_a_host_is_never_shown() {
         .expect("probe");
     assert_eq!(got, Outcome::Success("node secret".into()));
 }
+
+/// The exchange is boxed on its own per probe: it must stay within glibc's per-thread cache
+/// (see `probing/probe/tests.rs`).
+#[test]
+fn an_http_exchanges_box_fits_the_allocators_cache() {
+    let prober = HttpProber::new("kube-probe/1.33");
+    let url = super::url::ProbeUrl::for_probe(HttpScheme::Http, "127.0.0.1", 8080, "/healthz");
+    let host = http::HeaderValue::from_static("127.0.0.1:8080");
+    let get = super::exchange::get(
+        &url,
+        &prober.default_headers,
+        &host,
+        None,
+        prober.tls.as_ref(),
+        tokio::time::Instant::now(),
+        Guard::OPEN,
+    );
+    let size = std::mem::size_of_val(&get);
+    assert!(
+        size <= 1032 - 8,
+        "an HTTP exchange's future is {size} bytes"
+    );
+}

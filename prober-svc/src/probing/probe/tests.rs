@@ -1,0 +1,98 @@
+//! The size of what the worker allocates per probe.
+//!
+//! glibc serves allocations of up to 1,032 bytes from a per-thread cache in a few instructions;
+//! a larger one takes its slow path, which first merges every small chunk freed since (a
+//! measurable share of the prober's CPU at thousands of probes a second). The worker boxes each
+//! probe's future, so that future, and each box a handler makes beneath it on every probe, must
+//! stay under the limit.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use super::{Prober, ProberOptions};
+use crate::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
+use crate::handler::host_policy::Guard;
+use crate::model::{ContainerInfo, RunState};
+use crate::probing::runner::ProbeRunner;
+use crate::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeSpec, ProbeType};
+
+/// glibc's largest size served from its per-thread cache (`tcache`), less its chunk header.
+const CACHED: usize = 1032 - 8;
+
+struct NoExec;
+
+impl ExecRunner for NoExec {
+    fn exec_sync(
+        &self,
+        _: &str,
+        _: Vec<String>,
+        _: Duration,
+    ) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
+        Box::pin(async { Ok(ExecOutput::default()) })
+    }
+}
+
+fn spec(handler: Handler) -> ProbeSpec {
+    ProbeSpec {
+        handler,
+        initial_delay_seconds: 0,
+        timeout: Duration::from_secs(1),
+        period: Duration::from_secs(10),
+        success_threshold: 1,
+        failure_threshold: 3,
+        termination_grace_period_seconds: None,
+    }
+}
+
+fn container() -> ContainerInfo {
+    ContainerInfo {
+        id: Arc::from("c"),
+        name: "app".into(),
+        attempt: 0,
+        state: RunState::Running,
+        created_at_ns: 1,
+        started_at_ns: 1,
+        ports: Arc::from([]),
+        env: Arc::from([]),
+        pod_grace_seconds: None,
+        stop_requested_at_ns: 0,
+    }
+}
+
+#[test]
+fn the_future_the_worker_boxes_per_network_probe_fits_the_allocators_cache() {
+    let prober = Prober::new(ProberOptions::default(), Arc::new(NoExec));
+    let share = prober.pod_share("pod");
+    let c = container();
+    let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let http = spec(Handler::HttpGet(HttpGetSpec {
+        scheme: HttpScheme::Http,
+        host: None,
+        path: "/healthz".into(),
+        port: PortRef::Number(8080),
+        headers: vec![],
+    }));
+    let tcp = spec(Handler::TcpSocket {
+        host: None,
+        port: PortRef::Number(8080),
+    });
+    for (name, spec) in [("HTTP", &http), ("TCP", &tcp)] {
+        let probe = prober.run_for_pod(&share, ProbeType::Readiness, spec, ip, &c);
+        let size = std::mem::size_of_val(&*probe);
+        assert!(size <= CACHED, "the {name} probe's future is {size} bytes");
+    }
+}
+
+#[test]
+fn the_tcp_probes_own_box_fits_the_allocators_cache() {
+    let c = container();
+    let target = super::target(IpAddr::V4(Ipv4Addr::LOCALHOST), &c);
+    let port = PortRef::Number(8080);
+    let probe =
+        crate::handler::tcp::probe(None, &port, Duration::from_secs(1), &target, Guard::OPEN);
+    let size = std::mem::size_of_val(&probe);
+    assert!(size <= CACHED, "a TCP probe's future is {size} bytes");
+}
