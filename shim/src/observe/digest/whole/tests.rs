@@ -132,10 +132,11 @@ fn container_status(i: usize) -> cri::ContainerStatus {
     }
 }
 
-/// Real answers of every watched shape, each with its maps, as protobuf writes them.
-fn answers() -> Vec<(&'static Shape, Vec<u8>)> {
-    let containers = cri::ListContainersResponse {
-        containers: (0..3)
+/// A ListContainers answer with `n` containers, each with kubelet's four labels and four
+/// annotations (one of them long) and an image with annotations.
+fn containers(n: usize) -> cri::ListContainersResponse {
+    cri::ListContainersResponse {
+        containers: (0..n)
             .map(|i| cri::Container {
                 id: format!("{i:064x}"),
                 pod_sandbox_id: "s".repeat(64),
@@ -148,11 +149,19 @@ fn answers() -> Vec<(&'static Shape, Vec<u8>)> {
                 state: cri::ContainerState::ContainerRunning.into(),
                 created_at: 1_700_000_000_000_000_000 + i as i64,
                 labels: labels("label", 4),
-                annotations: labels("annotation", 4),
+                annotations: {
+                    let mut a = labels("annotation", 3);
+                    a.insert("podward.io/probes".into(), "x".repeat(700));
+                    a
+                },
                 ..Default::default()
             })
             .collect(),
-    };
+    }
+}
+
+/// Real answers of every watched shape, each with its maps, as protobuf writes them.
+fn answers() -> Vec<(&'static Shape, Vec<u8>)> {
     let sandboxes = cri::ListPodSandboxResponse {
         items: (0..3)
             .map(|i| cri::PodSandbox {
@@ -183,7 +192,7 @@ fn answers() -> Vec<(&'static Shape, Vec<u8>)> {
     vec![
         (
             shape::answer(Watched::ListContainers),
-            frame(&containers.encode_to_vec()),
+            frame(&containers(3).encode_to_vec()),
         ),
         (
             shape::answer(Watched::ListPodSandbox),
@@ -441,6 +450,33 @@ fn nesting_past_the_depth_bound_has_no_digest_on_either_path() {
         for at in 0..=body.len() {
             let (a, b) = body.split_at(at);
             same(&u, &DEEP, body, &[a, b]).expect("one cut");
+        }
+    }
+}
+
+/// How long the digest of a 100-container List takes by each path, the answer whole and in the
+/// DATA frames gRPC-Go sends (16 KiB): `cargo test --release -p podward-shim --lib digest_time
+/// -- --ignored --nocapture`. For measuring by hand; asserts nothing about speed.
+#[test]
+#[ignore = "a timing, run by hand in release"]
+fn digest_time_by_path_of_a_100_container_list() {
+    let u = Digester::default();
+    let shape = shape::answer(Watched::ListContainers);
+    let body = frame(&containers(100).encode_to_vec());
+    let whole: Vec<&[u8]> = vec![&body];
+    let frames: Vec<&[u8]> = body.chunks(16 << 10).collect();
+    for (name, parts) in [("whole", &whole), ("16 KiB parts", &frames)] {
+        for bytewise in [false, true] {
+            let mut best = std::time::Duration::MAX;
+            for _ in 0..20 {
+                let t = std::time::Instant::now();
+                for _ in 0..200 {
+                    assert!(digest(&u, shape, parts, bytewise).0.is_some());
+                }
+                best = best.min(t.elapsed() / 200);
+            }
+            let path = if bytewise { "byte-wise" } else { "fast" };
+            println!("{} bytes, {name}, {path}: {best:?} per digest", body.len());
         }
     }
 }
