@@ -31,6 +31,7 @@ pub(crate) use shape::Shape;
 use std::hash::Hasher;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
 use twox_hash::XxHash3_64;
 use twox_hash::xxhash3_64::{RawHasher, SecretBuffer};
 
@@ -72,6 +73,16 @@ impl Digester {
     /// A digest of `method`'s answer, to feed its body to as it is relayed.
     pub(crate) fn answer(&self, method: Watched) -> Digest {
         self.digest(shape::answer(method))
+    }
+
+    /// `d` made what [`Digester::answer`] makes for `method`, keeping its memory: a connection
+    /// reuses one digest from call to call instead of allocating one for each.
+    pub(crate) fn restart(&self, d: &mut Digest, method: Watched) {
+        let long = d.long.take();
+        *d = Digest {
+            long,
+            ..self.answer(method)
+        };
     }
 
     /// The digest of `method`'s request, held.
@@ -180,8 +191,9 @@ pub(crate) struct Digest {
     /// The field being read: its key and what becomes of it.
     key: u64,
     role: Role,
-    /// The message and the messages it is nested in, outermost first.
-    frames: Vec<Frame>,
+    /// The message and the messages it is nested in, outermost first; never more than
+    /// [`MAX_DEPTH`], so held inline.
+    frames: SmallVec<[Frame; MAX_DEPTH]>,
     fresh: Arc<FieldHasher>,
     /// The payload being read: its length; up to [`SHORT`] it is gathered in `short`, longer it
     /// is hashed as it comes by `long`.
@@ -216,7 +228,7 @@ impl Digest {
             varint: Varint::default(),
             key: 0,
             role: Role::Ordered,
-            frames: Vec::with_capacity(MAX_DEPTH),
+            frames: SmallVec::new(),
             payload_len: 0,
             long: None,
             fresh,
