@@ -458,6 +458,7 @@ impl Digest {
         }
     }
 
+    #[inline]
     fn hash_short(&self, bytes: &[u8]) -> u64 {
         XxHash3_64::oneshot_with_seed(self.seed, bytes)
     }

@@ -185,16 +185,25 @@ impl Digest {
 
     /// The hash of a whole payload, as the byte-wise path makes it: one call up to [`SHORT`]
     /// bytes, the streaming hasher past it; none for a field left out.
+    #[inline]
     fn payload_hash_of(&mut self, role: Role, payload: &[u8]) -> u64 {
         if matches!(role, Role::Skipped) {
             0
         } else if payload.len() <= SHORT {
             self.hash_short(payload)
         } else {
-            let long = self.fresh_long();
-            long.write(payload);
-            long.finish()
+            self.hash_long(payload)
         }
+    }
+
+    /// A long payload's hash: rare (most long fields are labels and annotations, left out),
+    /// so kept out of the loop.
+    #[cold]
+    #[inline(never)]
+    fn hash_long(&mut self, payload: &[u8]) -> u64 {
+        let long = self.fresh_long();
+        long.write(payload);
+        long.finish()
     }
 }
 
