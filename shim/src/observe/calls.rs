@@ -97,6 +97,9 @@ pub(crate) struct Calls {
     streams: HashMap<u32, Stream>,
     buffered: usize,
     recorder: Arc<Recorder>,
+    /// The last finished call's answer digest, restarted for the next List/Status call rather
+    /// than a new one allocated for each.
+    spare: Option<Box<Digest>>,
 }
 
 impl std::fmt::Debug for Calls {
@@ -122,6 +125,7 @@ impl Calls {
             streams: HashMap::new(),
             buffered: 0,
             recorder,
+            spare: None,
         }
     }
 
@@ -156,9 +160,16 @@ impl Calls {
             method.requests.inc();
             let started = Instant::now();
             let watched = Watched::from_path(&path);
+            let digests = &self.recorder.digests;
             let answer = watched
                 .filter(|w| !w.is_mutating())
-                .map(|w| Box::new(self.recorder.digests.answer(w)));
+                .map(|w| match self.spare.take() {
+                    Some(mut d) => {
+                        digests.restart(&mut d, w);
+                        d
+                    }
+                    None => Box::new(digests.answer(w)),
+                });
             self.streams.insert(
                 id,
                 Stream {
@@ -392,7 +403,16 @@ impl Calls {
         Some(s)
     }
 
-    fn finish(&self, s: Stream, outcome: Outcome) {
+    fn finish(&mut self, mut s: Stream, outcome: Outcome) {
+        let answer = s.answer.take();
+        self.record(s, answer.as_deref(), outcome);
+        if answer.is_some() {
+            self.spare = answer;
+        }
+    }
+
+    /// A finished call, its answer's digest apart.
+    fn record(&self, s: Stream, answer: Option<&Digest>, outcome: Outcome) {
         let r = &self.recorder;
         let elapsed = s.started.elapsed();
         s.method.duration.observe(elapsed.as_secs_f64());
@@ -421,7 +441,7 @@ impl Calls {
         };
         if s.request.is_compressed()
             || s.response.is_compressed()
-            || s.answer.as_ref().is_some_and(|d| d.compressed())
+            || answer.is_some_and(Digest::compressed)
         {
             // kubelet never compresses CRI messages; a client that does is relayed, not read
             // (what it changed reaches the index by a relist).
@@ -431,7 +451,7 @@ impl Calls {
         }
         let repeat_key = s.request_key.filter(|_| s.status == Some(0));
         if let Some(key) = repeat_key {
-            let answer = s.answer.as_ref().and_then(|d| d.finish());
+            let answer = answer.and_then(Digest::finish);
             let verdict =
                 r.unchanged
                     .lock()

@@ -24,12 +24,14 @@
 mod mix;
 mod shape;
 mod varint;
+mod whole;
 
 pub(crate) use shape::Shape;
 
 use std::hash::Hasher;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
 use twox_hash::XxHash3_64;
 use twox_hash::xxhash3_64::{RawHasher, SecretBuffer};
 
@@ -73,6 +75,16 @@ impl Digester {
         self.digest(shape::answer(method))
     }
 
+    /// `d` made what [`Digester::answer`] makes for `method`, keeping its memory: a connection
+    /// reuses one digest from call to call instead of allocating one for each.
+    pub(crate) fn restart(&self, d: &mut Digest, method: Watched) {
+        let long = d.long.take();
+        *d = Digest {
+            long,
+            ..self.answer(method)
+        };
+    }
+
     /// The digest of `method`'s request, held.
     pub(crate) fn request(&self, method: Watched, body: &Body) -> Option<u64> {
         self.digest_of(body, shape::request(method))
@@ -104,6 +116,25 @@ enum Role {
     Nested(&'static Shape),
     /// Left out.
     Skipped,
+}
+
+impl Role {
+    /// What becomes of the field with `key` in a message of `shape`.
+    #[inline(always)]
+    fn of(shape: &'static Shape, key: u64) -> Self {
+        let number = key >> 3;
+        if shape.ignored.contains(&number) {
+            Role::Skipped
+        } else if key & 7 != 2 {
+            Role::Ordered
+        } else if let Some(shape) = shape.nested(number) {
+            Role::Nested(shape)
+        } else if shape.maps.contains(&number) {
+            Role::Entry
+        } else {
+            Role::Ordered
+        }
+    }
 }
 
 /// Where a [`Digest`] is in the gRPC-framed message.
@@ -160,8 +191,9 @@ pub(crate) struct Digest {
     /// The field being read: its key and what becomes of it.
     key: u64,
     role: Role,
-    /// The message and the messages it is nested in, outermost first.
-    frames: Vec<Frame>,
+    /// The message and the messages it is nested in, outermost first; never more than
+    /// [`MAX_DEPTH`], so held inline.
+    frames: SmallVec<[Frame; MAX_DEPTH]>,
     fresh: Arc<FieldHasher>,
     /// The payload being read: its length; up to [`SHORT`] it is gathered in `short`, longer it
     /// is hashed as it comes by `long`.
@@ -171,6 +203,9 @@ pub(crate) struct Digest {
     long: Option<Box<FieldHasher>>,
     short: [u8; SHORT],
     short_len: usize,
+    /// The byte-wise path alone, for the tests that compare the two.
+    #[cfg(test)]
+    bytewise: bool,
 }
 
 impl std::fmt::Debug for Digest {
@@ -193,12 +228,14 @@ impl Digest {
             varint: Varint::default(),
             key: 0,
             role: Role::Ordered,
-            frames: Vec::with_capacity(MAX_DEPTH),
+            frames: SmallVec::new(),
             payload_len: 0,
             long: None,
             fresh,
             short: [0; SHORT],
             short_len: 0,
+            #[cfg(test)]
+            bytewise: false,
         }
     }
 
@@ -209,61 +246,81 @@ impl Digest {
 
     /// The next bytes of the body.
     pub(crate) fn feed(&mut self, mut bytes: &[u8]) {
-        while let Some((&b, rest)) = bytes.split_first() {
-            match self.state {
-                State::Broken => return,
-                State::Done => {
-                    self.state = State::Broken;
-                    return;
+        while !bytes.is_empty() {
+            if self.state == State::Key && self.varint.is_empty() && self.whole_fields_on() {
+                bytes = self.whole_fields(bytes);
+            }
+            bytes = self.step(bytes);
+        }
+    }
+
+    /// Whether [`Digest::feed`] takes whole fields at once (always, but in the tests that
+    /// compare it with the byte-wise path alone).
+    fn whole_fields_on(&self) -> bool {
+        #[cfg(test)]
+        return !self.bytewise;
+        #[cfg(not(test))]
+        true
+    }
+
+    /// The byte-wise path: one byte of the prefix or of a varint, or as much of a payload as
+    /// is here; returns the bytes after it.
+    fn step<'a>(&mut self, bytes: &'a [u8]) -> &'a [u8] {
+        let Some((&b, rest)) = bytes.split_first() else {
+            return bytes;
+        };
+        match self.state {
+            State::Broken => return &[],
+            State::Done => {
+                self.state = State::Broken;
+                return &[];
+            }
+            State::Payload(n) => {
+                let take = usize::try_from(n).map_or(bytes.len(), |n| n.min(bytes.len()));
+                let (now, later) = bytes.split_at(take);
+                if let Some(top) = self.frames.last_mut() {
+                    top.left -= take as u64;
                 }
-                State::Payload(n) => {
-                    let take = usize::try_from(n).map_or(bytes.len(), |n| n.min(bytes.len()));
-                    let (now, later) = bytes.split_at(take);
-                    bytes = later;
-                    if let Some(top) = self.frames.last_mut() {
-                        top.left -= take as u64;
+                if matches!(self.role, Role::Skipped) {
+                    // Left out: consumed, neither gathered nor hashed.
+                    if take as u64 == n {
+                        self.end_field();
+                    } else {
+                        self.state = State::Payload(n - take as u64);
                     }
-                    if matches!(self.role, Role::Skipped) {
-                        // Left out: consumed, neither gathered nor hashed.
-                        if take as u64 == n {
-                            self.end_field();
-                        } else {
-                            self.state = State::Payload(n - take as u64);
-                        }
-                    } else if take as u64 == n && self.short_len == 0 && self.payload_is_short() {
-                        // The whole payload is here: hashed where it lies.
-                        let h = self.hash_short(now);
+                } else if take as u64 == n && self.short_len == 0 && self.payload_is_short() {
+                    // The whole payload is here: hashed where it lies.
+                    let h = self.hash_short(now);
+                    self.field_done(h);
+                } else {
+                    self.payload(now);
+                    let n = n - take as u64;
+                    if n == 0 {
+                        let h = self.payload_hash();
                         self.field_done(h);
                     } else {
-                        self.payload(now);
-                        let n = n - take as u64;
-                        if n == 0 {
-                            let h = self.payload_hash();
-                            self.field_done(h);
-                        } else {
-                            self.state = State::Payload(n);
-                        }
-                    }
-                    continue;
-                }
-                State::Prefix => {
-                    self.prefix[self.prefix_len] = b;
-                    self.prefix_len += 1;
-                    if self.prefix_len == 5 {
-                        let [_, l @ ..] = self.prefix;
-                        self.push_frame(self.root, u64::from(u32::from_be_bytes(l)), 0);
-                        self.state = if self.compressed() {
-                            State::Broken
-                        } else {
-                            State::Key
-                        };
-                        self.close_finished();
+                        self.state = State::Payload(n);
                     }
                 }
-                State::Key | State::Value | State::Len => self.varint_byte(b),
+                return later;
             }
-            bytes = rest;
+            State::Prefix => {
+                self.prefix[self.prefix_len] = b;
+                self.prefix_len += 1;
+                if self.prefix_len == 5 {
+                    let [_, l @ ..] = self.prefix;
+                    self.push_frame(self.root, u64::from(u32::from_be_bytes(l)), 0);
+                    self.state = if self.compressed() {
+                        State::Broken
+                    } else {
+                        State::Key
+                    };
+                    self.close_finished();
+                }
+            }
+            State::Key | State::Value | State::Len => self.varint_byte(b),
         }
+        rest
     }
 
     /// One byte of a field's key, varint value or length.
@@ -300,19 +357,7 @@ impl Digest {
 
     /// What becomes of the field with `key` in the innermost message (`None`: no message).
     fn role_of(&self, key: u64) -> Option<Role> {
-        let top = self.frames.last()?;
-        let number = key >> 3;
-        Some(if top.shape.ignored.contains(&number) {
-            Role::Skipped
-        } else if key & 7 != 2 {
-            Role::Ordered
-        } else if let Some(shape) = top.shape.nested(number) {
-            Role::Nested(shape)
-        } else if top.shape.maps.contains(&number) {
-            Role::Entry
-        } else {
-            Role::Ordered
-        })
+        Some(Role::of(self.frames.last()?.shape, key))
     }
 
     fn varint_done(&mut self, v: u64) {
@@ -371,12 +416,18 @@ impl Digest {
         self.payload_len = len;
         self.short_len = 0;
         if !self.payload_is_short() && !matches!(self.role, Role::Skipped) {
-            match &mut self.long {
-                Some(long) => (**long).clone_from(&self.fresh),
-                None => self.long = Some(Box::new((*self.fresh).clone())),
-            }
+            self.fresh_long();
         }
         State::Payload(len)
+    }
+
+    /// The long payloads' hasher, reset to the process's seed.
+    fn fresh_long(&mut self) -> &mut FieldHasher {
+        if let Some(long) = self.long.as_deref_mut() {
+            long.clone_from(&self.fresh);
+        }
+        let fresh = &self.fresh;
+        self.long.get_or_insert_with(|| Box::new((**fresh).clone()))
     }
 
     fn payload_is_short(&self) -> bool {
@@ -407,6 +458,7 @@ impl Digest {
         }
     }
 
+    #[inline]
     fn hash_short(&self, bytes: &[u8]) -> u64 {
         XxHash3_64::oneshot_with_seed(self.seed, bytes)
     }

@@ -23,3 +23,32 @@ impl Varint {
         Ok(Some(v))
     }
 }
+
+impl Varint {
+    /// Whether no byte of a varint has been read yet.
+    pub(super) fn is_empty(&self) -> bool {
+        self.shift == 0
+    }
+}
+
+/// The varint at the start of `bytes` and its length, if it ends within them. The same value
+/// as [`Varint::push`] byte by byte (bits past the 64th dropped); `None` for a varint that runs
+/// past `bytes` or past ten bytes, which the byte-wise reader then takes (as a varint cut by
+/// the part's end, or as an error).
+#[inline]
+pub(super) fn read(bytes: &[u8]) -> Option<(u64, usize)> {
+    // Most keys and lengths are one byte.
+    if let Some(&b) = bytes.first()
+        && b < 0x80
+    {
+        return Some((u64::from(b), 1));
+    }
+    let mut value = 0u64;
+    for (i, &b) in bytes.iter().take(10).enumerate() {
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
+}
