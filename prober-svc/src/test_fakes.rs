@@ -2,6 +2,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 
@@ -9,6 +10,7 @@ use crate::clock::Clock;
 use crate::consequences::kill::Killer;
 use crate::event::Events;
 use crate::handler::attempt::Outcome;
+use crate::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
 use crate::hub::Hub;
 use crate::manager::Manager;
 use crate::metrics::Metrics;
@@ -36,6 +38,21 @@ impl ProbeRunner for Never {
 impl Stopper for Never {
     fn stop_container(&self, _: String, _: i64) -> BoxFuture<'_, Result<(), StopError>> {
         Box::pin(async { Ok(()) })
+    }
+}
+
+/// An exec runner whose every command succeeds with no output, at once: for tests that are not
+/// about exec.
+pub(crate) struct NoExec;
+
+impl ExecRunner for NoExec {
+    fn exec_sync(
+        &self,
+        _: &str,
+        _: Vec<String>,
+        _: Duration,
+    ) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
+        Box::pin(async { Ok(ExecOutput::default()) })
     }
 }
 

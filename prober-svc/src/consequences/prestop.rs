@@ -168,23 +168,10 @@ mod tests {
     use tokio::io::AsyncWriteExt;
 
     use super::*;
-    use crate::handler::exec::runner::ExecOutput;
+    // Exec hooks are not what these tests are about.
     use crate::model::RunState;
     use crate::spec::{HttpGetSpec, HttpScheme, PortRef};
-
-    /// Exec hooks are not what these tests are about.
-    struct NoExec;
-
-    impl ExecRunner for NoExec {
-        fn exec_sync(
-            &self,
-            _: &str,
-            _: Vec<String>,
-            _: Duration,
-        ) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
-            Box::pin(async { Ok(ExecOutput::default()) })
-        }
-    }
+    use crate::test_fakes::NoExec;
 
     /// An HTTP server on loopback answering 200 and counting connections.
     async fn server() -> (u16, Arc<AtomicUsize>) {

@@ -235,11 +235,8 @@ async fn dial_steps(
         return Box::pin(dial_name(host, port, deadline, opts, guard, dialing)).await;
     };
     let addr = SocketAddr::new(ip, port);
-    if let Some(kind) = guard.denies(addr) {
-        return Err(DialError::Denied {
-            addr: addr.to_string(),
-            kind,
-        });
+    if let Some(refused) = refusal(guard, addr) {
+        return Err(refused);
     }
     *dialing = Some(addr);
     match start_connect(addr, opts)? {
@@ -248,6 +245,14 @@ async fn dial_steps(
         // waits here.
         Started::InProgress(sock) => Box::pin(wait_connected(addr, sock, deadline)).await,
     }
+}
+
+/// `guard`'s refusal of `addr`, as the dialer's error.
+fn refusal(guard: Guard, addr: SocketAddr) -> Option<DialError> {
+    guard.denies(addr).map(|kind| DialError::Denied {
+        addr: addr.to_string(),
+        kind,
+    })
 }
 
 /// [`dial_steps`] for a host name: resolved, then its addresses tried in order.
@@ -275,11 +280,8 @@ async fn dial_name(
         reason: "no such host".to_owned(),
     };
     for addr in addrs {
-        if let Some(kind) = guard.denies(addr) {
-            last = DialError::Denied {
-                addr: addr.to_string(),
-                kind,
-            };
+        if let Some(refused) = refusal(guard, addr) {
+            last = refused;
             continue;
         }
         *dialing = Some(addr);

@@ -10,30 +10,15 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
-
 use super::{Prober, ProberOptions};
-use crate::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
 use crate::handler::host_policy::Guard;
 use crate::model::{ContainerInfo, RunState};
 use crate::probing::runner::ProbeRunner;
 use crate::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeSpec, ProbeType};
+use crate::test_fakes::NoExec;
 
 /// glibc's largest size served from its per-thread cache (`tcache`), less its chunk header.
 const CACHED: usize = 1032 - 8;
-
-struct NoExec;
-
-impl ExecRunner for NoExec {
-    fn exec_sync(
-        &self,
-        _: &str,
-        _: Vec<String>,
-        _: Duration,
-    ) -> BoxFuture<'_, Result<ExecOutput, ExecError>> {
-        Box::pin(async { Ok(ExecOutput::default()) })
-    }
-}
 
 fn spec(handler: Handler) -> ProbeSpec {
     ProbeSpec {

@@ -46,8 +46,8 @@ fn digest(u: &Digester, parts: &[&[u8]]) -> Option<u64> {
     digest_as(u, &ITEMS, parts)
 }
 
-/// `parts` cut at `cuts` (taken modulo its length, in any order).
-fn cut<'a>(body: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+/// `body` cut at `cuts` (taken modulo its length, in any order).
+pub(super) fn cut<'a>(body: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
     let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
     cuts.sort_unstable();
     let mut parts = Vec::new();

@@ -7,6 +7,7 @@ use podward_api::cri;
 use proptest::prelude::*;
 use prost::Message;
 
+use super::super::tests::cut;
 use super::super::{Digester, MAX_DEPTH, Shape, shape};
 use crate::observe::Watched;
 
@@ -23,20 +24,6 @@ fn frame(msg: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&u32::try_from(msg.len()).expect("small").to_be_bytes());
     out.extend_from_slice(msg);
     out
-}
-
-/// `body` cut at `cuts` (taken modulo its length, in any order).
-fn cut<'a>(body: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
-    let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
-    cuts.sort_unstable();
-    let mut parts = Vec::new();
-    let mut from = 0;
-    for c in cuts {
-        parts.push(&body[from..c]);
-        from = c;
-    }
-    parts.push(&body[from..]);
-    parts
 }
 
 /// The digest of `parts` and whether it saw the compressed flag, by the fast path (as the
