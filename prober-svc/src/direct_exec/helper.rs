@@ -98,13 +98,7 @@ impl Process {
     /// Waits for the helper to exit (for a forked one, first for its pidfd): how it ended, as
     /// far as the prober can tell (only its parent learns a forked helper's status).
     pub(crate) async fn exited(&mut self) -> Option<String> {
-        if let Process::Forked(f) = self
-            && f.pidfd.is_none()
-        {
-            let control = UnixStream::from_std(f.control.take()?).ok()?;
-            let pidfd = receive_pidfd(&control).await.ok()?;
-            self.set_pidfd(pidfd).ok()?;
-        }
+        self.pidfd_came().await?;
         match self {
             Process::Started(child) => child.wait().await.ok().map(|s| s.to_string()),
             // A pidfd turns readable when its process has exited.
@@ -113,6 +107,21 @@ impl Process {
             }) => pidfd.readable().await.ok().map(|_| "exited".to_owned()),
             Process::Forked(_) => None,
         }
+    }
+}
+
+impl Process {
+    /// Waits for a forked helper's pidfd, if it has not come yet (and tells the helper the
+    /// probe is over if it is); `None` when it never comes (the zygote could not fork, or died).
+    async fn pidfd_came(&mut self) -> Option<()> {
+        if let Process::Forked(f) = self
+            && f.pidfd.is_none()
+        {
+            let control = UnixStream::from_std(f.control.take()?).ok()?;
+            let pidfd = receive_pidfd(&control).await.ok()?;
+            self.set_pidfd(pidfd).ok()?;
+        }
+        Some(())
     }
 }
 
@@ -127,22 +136,16 @@ impl Drop for Process {
             (f.control.take(), tokio::runtime::Handle::try_current())
         {
             runtime.spawn(async move {
-                let Ok(control) = UnixStream::from_std(control) else {
-                    return;
-                };
-                let Ok(Ok(pidfd)) =
-                    tokio::time::timeout(KILL_UNSTARTED_WITHIN, receive_pidfd(&control)).await
-                else {
-                    return;
-                };
-                // As at a probe's end: told first, so that it ends the command's tree, then
-                // killed if it has not exited within the grace.
-                let Ok(pidfd) = sys::watch_exit(pidfd) else {
-                    return;
-                };
-                let _ = sys::pidfd_signal(pidfd.get_ref(), Some(Signal::SIGTERM));
-                let _ = tokio::time::timeout(KILL_UNSTARTED_WITHIN, pidfd.readable()).await;
-                let _ = sys::pidfd_signal(pidfd.get_ref(), Some(Signal::SIGKILL));
+                // As at a probe's end: told first (when its pidfd comes), so that it ends the
+                // command's tree, then killed (this copy dropped) if it has not exited within
+                // the grace.
+                let mut rest = Process::forked(control);
+                rest.end();
+                if let Ok(Some(())) =
+                    tokio::time::timeout(KILL_UNSTARTED_WITHIN, rest.pidfd_came()).await
+                {
+                    let _ = tokio::time::timeout(KILL_UNSTARTED_WITHIN, rest.exited()).await;
+                }
             });
         }
     }
