@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use podward_api::mountinfo::unescape_text;
 use sha2::{Digest, Sha256};
 
 /// Sysfs mount of the cgroup hierarchies (v1 controllers and, in hybrid mode, `unified`).
@@ -142,7 +143,7 @@ impl Footprint {
         let mut out: Vec<PathBuf> = info
             .lines()
             .filter_map(|l| l.split(' ').nth(4))
-            .map(|m| PathBuf::from(unescape_mount(m)))
+            .map(|m| PathBuf::from(unescape_text(m)))
             .filter(|m| m.starts_with(&self.dir))
             .collect();
         out.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
@@ -375,11 +376,6 @@ fn is_zombie(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
-/// A mountinfo field with its octal escapes undone (`\040` for space, ...), as text.
-fn unescape_mount(s: &str) -> String {
-    String::from_utf8_lossy(&podward_api::mountinfo::unescape(s.as_bytes())).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,7 +396,7 @@ mod tests {
 
     #[test]
     fn mountinfo_escapes_are_undone() {
-        assert_eq!(unescape_mount(r"/tmp/a\040b"), "/tmp/a b");
-        assert_eq!(unescape_mount(r"/tmp/x\"), r"/tmp/x\");
+        assert_eq!(unescape_text(r"/tmp/a\040b"), "/tmp/a b");
+        assert_eq!(unescape_text(r"/tmp/x\"), r"/tmp/x\");
     }
 }

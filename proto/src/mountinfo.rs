@@ -25,9 +25,21 @@ pub fn unescape(field: &[u8]) -> Vec<u8> {
     out
 }
 
+/// [`unescape`] for a field read as text: bytes that are not UTF-8 become U+FFFD.
+pub fn unescape_text(field: &str) -> String {
+    String::from_utf8_lossy(&unescape(field.as_bytes())).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::unescape;
+    use super::{unescape, unescape_text};
+
+    #[test]
+    fn a_text_field_is_unescaped_as_text() {
+        assert_eq!(unescape_text(r"/a\040b"), "/a b");
+        assert_eq!(unescape_text("/a\\\u{e9}"), "/a\\\u{e9}");
+        assert_eq!(unescape_text(r"/a\377"), "/a\u{fffd}");
+    }
 
     #[test]
     fn the_kernels_escapes_are_undone() {

@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use podward_api::mountinfo::unescape_text;
+
 use crate::direct_exec::plan::Cgroups;
 
 /// A cgroup of the container's init that the prober cannot reach (an unreadable line, a
@@ -32,8 +34,8 @@ pub(crate) fn resolve(cgroup: &str, mountinfo: &str) -> Result<Cgroups, Unreacha
             let post: Vec<&str> = post.split(' ').collect();
             Some((
                 post.first()?.to_string(),
-                unescape(pre.get(3)?),
-                unescape(pre.get(4)?),
+                unescape_text(pre.get(3)?),
+                unescape_text(pre.get(4)?),
                 post.get(2).copied().unwrap_or("").to_owned(),
             ))
         })
@@ -85,11 +87,6 @@ pub(crate) fn resolve(cgroup: &str, mountinfo: &str) -> Result<Cgroups, Unreacha
     Ok(out)
 }
 
-/// A mountinfo field with its octal escapes undone (`\040` for a space), as text.
-fn unescape(s: &str) -> String {
-    String::from_utf8_lossy(&podward_api::mountinfo::unescape(s.as_bytes())).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
@@ -124,10 +121,10 @@ mod tests {
 
     #[test]
     fn mountinfo_escapes_are_undone_and_a_stray_backslash_is_kept() {
-        assert_eq!(unescape(r"/a\040b"), "/a b");
+        assert_eq!(unescape_text(r"/a\040b"), "/a b");
         // A backslash before a multi-byte character: kept as it is, no panic.
-        assert_eq!(unescape("/a\\\u{e9}\u{e9}"), "/a\\\u{e9}\u{e9}");
-        assert_eq!(unescape("/a\\04"), "/a\\04");
+        assert_eq!(unescape_text("/a\\\u{e9}\u{e9}"), "/a\\\u{e9}\u{e9}");
+        assert_eq!(unescape_text("/a\\04"), "/a\\04");
     }
 
     #[test]
