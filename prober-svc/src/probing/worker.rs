@@ -360,9 +360,8 @@ impl Worker {
             let latest = self.pod.read().clone();
             let same = latest
                 .current(&self.key.container)
-                .filter(|now| now.id == c.id)
-                .cloned();
-            if same.is_some_and(|now| self.hold_for_termination(&latest, &now)) {
+                .filter(|now| now.id == c.id);
+            if same.is_some_and(|now| self.hold_for_termination(&latest, now)) {
                 return true;
             }
         }

@@ -22,9 +22,7 @@ impl Varint {
         *self = Self::default();
         Ok(Some(v))
     }
-}
 
-impl Varint {
     /// Whether no byte of a varint has been read yet.
     pub(super) fn is_empty(&self) -> bool {
         self.shift == 0
