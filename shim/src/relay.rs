@@ -32,6 +32,13 @@ use crate::observe::Recorder;
 /// Default read buffer per direction of a connection.
 pub const DEFAULT_BUFFER: usize = 64 << 10;
 
+/// The most a client's bytes are read at once (the read buffer above if smaller). A client's
+/// side carries small requests, but also whatever header blocks a client chooses to send, and
+/// the side reader decodes each chunk before the connection yields: a smaller chunk bounds how
+/// long one client sending header blocks as fast as it can keeps the runtime from the other
+/// connections, at no cost to requests of ordinary size.
+pub const REQUEST_BUFFER: usize = 16 << 10;
+
 /// How long containerd may take to answer what was in flight once the client side of a
 /// connection has gone (its answer tells whether a mutating call took effect).
 const DRAIN_AFTER_CLIENT: Duration = Duration::from_secs(5);

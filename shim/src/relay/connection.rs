@@ -64,22 +64,25 @@ pub(super) async fn relay(relay: Arc<Relay>, client: UnixStream, mut stop: watch
     let activity = Activity::new();
     let (client_rx, client_tx) = client.into_split();
     let (up_rx, up_tx) = upstream.into_split();
-    let pump = |src, dst, side, direction: &str| Pump {
+    let pump = |src, dst, side, direction: &str, buffer| Pump {
         src,
         dst,
         reader: SideReader::new(side, conversation.clone(), relay.faults.clone()),
         bytes: metrics.relayed_bytes.with_label_values(&[direction]),
         activity: activity.clone(),
-        buffer: relay.buffer,
+        buffer,
     };
-    let up = pump(client_rx, up_tx, Side::Client, "to_containerd")
-        .client_to_containerd(accepted + relay.handshake_timeout);
+    let up = pump(
+        client_rx,
+        up_tx,
+        Side::Client,
+        "to_containerd",
+        relay.buffer.min(super::REQUEST_BUFFER),
+    )
+    .client_to_containerd(accepted + relay.handshake_timeout);
     let goaway_sent = Arc::new(AtomicBool::new(false));
-    let down = pump(up_rx, client_tx, Side::Server, "to_client").containerd_to_client(
-        relay.faults.clone(),
-        stop.clone(),
-        goaway_sent.clone(),
-    );
+    let down = pump(up_rx, client_tx, Side::Server, "to_client", relay.buffer)
+        .containerd_to_client(relay.faults.clone(), stop.clone(), goaway_sent.clone());
     tokio::pin!(up);
     tokio::pin!(down);
 
