@@ -190,6 +190,11 @@ impl SideReader {
         }
     }
 
+    /// The connection's calls in flight; None once it is no longer observed.
+    pub fn calls_in_flight(&self) -> Option<usize> {
+        self.conversation.active_streams()
+    }
+
     /// The conversation this reader belongs to.
     pub fn conversation(&self) -> &Arc<Conversation> {
         &self.conversation

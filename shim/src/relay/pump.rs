@@ -81,7 +81,10 @@ impl Pump {
     /// bytes instead of delaying them. When the write must wait, the reader reads first: the
     /// other direction runs meanwhile, and it must never see an answer to a request, or a reset
     /// of an answer, that the reader has not read yet.
-    async fn pass_on(&mut self, chunk: &Bytes) -> std::io::Result<()> {
+    ///
+    /// `drained`: the read that gave `chunk` emptied the socket, so the peer now has all there
+    /// is to act on (see [`Pump::lets_the_peer_run`]).
+    async fn pass_on(&mut self, chunk: &Bytes, drained: bool) -> std::io::Result<()> {
         let written = match self.dst.try_write(chunk) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
@@ -90,11 +93,30 @@ impl Pump {
                 return Err(e);
             }
         };
+        if drained && written == chunk.len() {
+            self.lets_the_peer_run();
+        }
         self.reader.feed(chunk);
         if written < chunk.len() {
             self.dst.write_all(&chunk[written..]).await?;
         }
         Ok(())
+    }
+
+    /// Offers this thread's CPU to the peer just written to, before the reader's work, when the
+    /// connection has at most one call in flight (kubelet's calls one after another).
+    ///
+    /// A Unix socket's write wakes its reader with a synchronous wake-up, which lets the
+    /// scheduler put the peer (containerd, or the client) on this CPU, expecting the writer to
+    /// sleep now, as a plain relay does. The side reader's work would then run first while the
+    /// peer waits for it: measured, that wait was all the latency the shim added over a bare
+    /// relay at one call at a time (docs/benchmarks.md, Shim). `sched_yield` lets the peer go first; when nothing
+    /// else is runnable here it returns at once. With several calls in flight the relay is
+    /// about throughput, not one call's wait, and a yield per read would only add switches.
+    fn lets_the_peer_run(&self) {
+        if matches!(self.reader.calls_in_flight(), Some(0 | 1)) {
+            std::thread::yield_now();
+        }
     }
 
     /// Reads what is there into `buf`; the bytes read and whether they filled the room the
@@ -132,7 +154,7 @@ impl Pump {
             let chunk = buf.split().freeze();
             self.activity.touch();
             self.bytes.inc_by(chunk.len() as u64);
-            if self.pass_on(&chunk).await.is_err() {
+            if self.pass_on(&chunk, !full).await.is_err() {
                 return UpEnd::UpstreamClosed;
             }
             self.reader.settle(true);
@@ -204,7 +226,7 @@ impl Pump {
             } else if client_gone {
                 self.reader.feed(&chunk);
             } else {
-                client_gone = self.pass_on(&chunk).await.is_err();
+                client_gone = self.pass_on(&chunk, !full).await.is_err();
             }
             self.reader.settle(!client_gone);
             if full {
