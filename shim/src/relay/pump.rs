@@ -26,6 +26,13 @@ use crate::fault::Faults;
 use crate::h2read::graceful_goaway;
 use crate::observe::SideReader;
 
+/// The largest chunk after which the relay lets the peer run first (see
+/// [`Pump::lets_the_peer_run`]): one HTTP/2 frame of the default size. A yield gives the peer
+/// this CPU until it blocks or its time slice ends. After a small request or answer the peer's
+/// work is short and it then waits again; in the middle of a large answer it has much to do,
+/// and the relay's next read would wait behind it.
+const SMALL_CHUNK: usize = 16 << 10;
+
 /// When either direction last moved bytes, for "the connection is quiet" at shutdown.
 #[derive(Debug)]
 pub(super) struct Activity {
@@ -93,7 +100,7 @@ impl Pump {
                 return Err(e);
             }
         };
-        if drained && written == chunk.len() {
+        if drained && written == chunk.len() && chunk.len() <= SMALL_CHUNK {
             self.lets_the_peer_run();
         }
         self.reader.feed(chunk);
@@ -104,7 +111,8 @@ impl Pump {
     }
 
     /// Offers this thread's CPU to the peer just written to, before the reader's work, when the
-    /// connection has at most one call in flight (kubelet's calls one after another).
+    /// connection has at most one call in flight (kubelet's calls one after another) and the
+    /// chunk was a small one (see [`SMALL_CHUNK`]).
     ///
     /// A Unix socket's write wakes its reader with a synchronous wake-up, which lets the
     /// scheduler put the peer (containerd, or the client) on this CPU, expecting the writer to
