@@ -118,9 +118,10 @@ impl Pump {
     /// scheduler put the peer (containerd, or the client) on this CPU, expecting the writer to
     /// sleep now, as a plain relay does. The side reader's work would then run first while the
     /// peer waits for it: measured, that wait was all the latency the shim added over a bare
-    /// relay at one call at a time (docs/benchmarks.md, Shim). `sched_yield` lets the peer go first; when nothing
-    /// else is runnable here it returns at once. With several calls in flight the relay is
-    /// about throughput, not one call's wait, and a yield per read would only add switches.
+    /// relay at one call at a time (docs/benchmarks.md, Shim). `sched_yield` lets the peer go
+    /// first; when nothing else is runnable here it returns at once. With several calls in
+    /// flight the relay is about throughput, not one call's wait, and a yield per read would
+    /// only add switches.
     fn lets_the_peer_run(&self) {
         if matches!(self.reader.calls_in_flight(), Some(0 | 1)) {
             std::thread::yield_now();
