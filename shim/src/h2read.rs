@@ -21,6 +21,7 @@ use std::ops::Range;
 use bytes::Bytes;
 
 pub use frames::FrameError;
+pub(crate) use frames::only_upkeep;
 pub(crate) use frames::{
     FrameReader, FrameSink, goaway_frame, graceful_goaway, literal_headers, settings_frame,
 };

@@ -26,7 +26,9 @@ pub(super) const HEADERS: u8 = 0x1;
 pub(super) const RST_STREAM: u8 = 0x3;
 pub(super) const PUSH_PROMISE: u8 = 0x5;
 pub(super) const SETTINGS: u8 = 0x4;
+pub(super) const PING: u8 = 0x6;
 pub(super) const GOAWAY: u8 = 0x7;
+pub(super) const WINDOW_UPDATE: u8 = 0x8;
 pub(super) const CONTINUATION: u8 = 0x9;
 
 pub(super) const END_STREAM: u8 = 0x1;
@@ -34,6 +36,28 @@ pub(super) const ACK: u8 = 0x1;
 pub(super) const END_HEADERS: u8 = 0x4;
 pub(super) const PADDED: u8 = 0x8;
 pub(super) const PRIORITY: u8 = 0x20;
+
+/// Whether `bytes`, read from a frame boundary, are whole SETTINGS, PING and WINDOW_UPDATE
+/// frames and nothing else: connection upkeep, which asks the peer for no work (the frames a
+/// client sends while an answer streams to it, its window updates, are these).
+pub(crate) fn only_upkeep(bytes: &[u8]) -> bool {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let Some(header) = rest.get(..9) else {
+            return false;
+        };
+        if !matches!(header[3], SETTINGS | PING | WINDOW_UPDATE) {
+            return false;
+        }
+        let len =
+            usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+        let Some(after) = rest.get(9 + len..) else {
+            return false;
+        };
+        rest = after;
+    }
+    !bytes.is_empty()
+}
 
 /// Why the framing could not be followed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::fault::Faults;
-use crate::h2read::graceful_goaway;
+use crate::h2read::{graceful_goaway, only_upkeep};
 use crate::observe::SideReader;
 
 /// The largest chunk after which the relay lets the peer run first (see
@@ -101,7 +101,7 @@ impl Pump {
             }
         };
         if drained && written == chunk.len() && chunk.len() <= SMALL_CHUNK {
-            self.lets_the_peer_run();
+            self.lets_the_peer_run(chunk);
         }
         self.reader.feed(chunk);
         if written < chunk.len() {
@@ -122,8 +122,14 @@ impl Pump {
     /// first; when nothing else is runnable here it returns at once. With several calls in
     /// flight the relay is about throughput, not one call's wait, and a yield per read would
     /// only add switches.
-    fn lets_the_peer_run(&self) {
-        if matches!(self.reader.calls_in_flight(), Some(0 | 1)) {
+    ///
+    /// Nor after a chunk of connection upkeep only (window updates, pings, settings), which
+    /// gives the peer nothing to work on: during a large answer the client's window updates
+    /// would otherwise give this CPU away, and hold up the relay, several times per answer.
+    fn lets_the_peer_run(&self, chunk: &[u8]) {
+        if matches!(self.reader.calls_in_flight(), Some(0 | 1))
+            && !(self.reader.at_boundary() && only_upkeep(chunk))
+        {
             std::thread::yield_now();
         }
     }

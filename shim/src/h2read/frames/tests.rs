@@ -127,3 +127,22 @@ fn a_goaway_is_only_added_between_frames() {
         .expect("headers");
     assert!(!r.at_boundary(), "inside a header block");
 }
+
+#[test]
+fn only_whole_upkeep_frames_are_upkeep() {
+    let update = frame(WINDOW_UPDATE, 0, 0, &[0, 1, 0, 0]);
+    let mut ping_and_update = frame(PING, 0, 0, &[0; 8]);
+    ping_and_update.extend(&update);
+    assert!(only_upkeep(&update));
+    assert!(only_upkeep(&ping_and_update));
+    assert!(only_upkeep(&settings_frame(true)));
+    let mut with_data = update.clone();
+    with_data.extend(frame(DATA, END_STREAM, 1, b"x"));
+    assert!(
+        !only_upkeep(&with_data),
+        "a request's body after the update"
+    );
+    assert!(!only_upkeep(&frame(HEADERS, END_HEADERS, 1, &[0x82])));
+    assert!(!only_upkeep(&update[..12]), "a frame cut short");
+    assert!(!only_upkeep(&[]));
+}
