@@ -14,7 +14,7 @@ use crate::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
 use crate::hub::Hub;
 use crate::manager::Manager;
 use crate::metrics::Metrics;
-use crate::model::ContainerInfo;
+use crate::model::{ContainerInfo, RunState};
 use crate::probing::runner::ProbeRunner;
 use crate::spec::{ProbeSpec, ProbeType};
 use crate::stopper::{StopError, Stopper};
@@ -78,4 +78,20 @@ pub(crate) fn manager_metered(
     let events = Events::new(vec![Arc::new(hub.clone())]);
     let killer = Killer::new(stopper, None, metrics.clone(), events.clone(), clock);
     Manager::new(runner, killer, events, metrics, clock)
+}
+
+/// A running container `id` named "app", first attempt, with no ports, env or grace of its own.
+pub(crate) fn running_app(id: &str) -> ContainerInfo {
+    ContainerInfo {
+        id: Arc::from(id),
+        name: "app".into(),
+        attempt: 0,
+        state: RunState::Running,
+        created_at_ns: 1,
+        started_at_ns: 1,
+        ports: Arc::from([]),
+        env: Arc::from([]),
+        pod_grace_seconds: None,
+        stop_requested_at_ns: 0,
+    }
 }

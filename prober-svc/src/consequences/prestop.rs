@@ -169,7 +169,6 @@ mod tests {
 
     use super::*;
     // Exec hooks are not what these tests are about.
-    use crate::model::RunState;
     use crate::spec::{HttpGetSpec, HttpScheme, PortRef};
     use crate::test_fakes::NoExec;
 
@@ -205,18 +204,7 @@ mod tests {
             containers: BTreeMap::new(),
             api: None,
         };
-        let c = ContainerInfo {
-            id: Arc::from("c1"),
-            name: "app".into(),
-            attempt: 0,
-            state: RunState::Running,
-            created_at_ns: 0,
-            started_at_ns: 0,
-            ports: Arc::from([]),
-            env: Arc::from([]),
-            pod_grace_seconds: None,
-            stop_requested_at_ns: 0,
-        };
+        let c = crate::test_fakes::running_app("c1");
         (pod, c)
     }
 

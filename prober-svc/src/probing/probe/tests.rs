@@ -12,10 +12,9 @@ use std::time::Duration;
 
 use super::{Prober, ProberOptions};
 use crate::handler::host_policy::Guard;
-use crate::model::{ContainerInfo, RunState};
 use crate::probing::runner::ProbeRunner;
 use crate::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeSpec, ProbeType};
-use crate::test_fakes::NoExec;
+use crate::test_fakes::{NoExec, running_app};
 
 /// glibc's largest size served from its per-thread cache (`tcache`), less its chunk header.
 const CACHED: usize = 1032 - 8;
@@ -32,26 +31,11 @@ fn spec(handler: Handler) -> ProbeSpec {
     }
 }
 
-fn container() -> ContainerInfo {
-    ContainerInfo {
-        id: Arc::from("c"),
-        name: "app".into(),
-        attempt: 0,
-        state: RunState::Running,
-        created_at_ns: 1,
-        started_at_ns: 1,
-        ports: Arc::from([]),
-        env: Arc::from([]),
-        pod_grace_seconds: None,
-        stop_requested_at_ns: 0,
-    }
-}
-
 #[test]
 fn the_future_the_worker_boxes_per_network_probe_fits_the_allocators_cache() {
     let prober = Prober::new(ProberOptions::default(), Arc::new(NoExec));
     let share = prober.pod_share("pod");
-    let c = container();
+    let c = running_app("c");
     let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
     let http = spec(Handler::HttpGet(HttpGetSpec {
         scheme: HttpScheme::Http,
@@ -73,7 +57,7 @@ fn the_future_the_worker_boxes_per_network_probe_fits_the_allocators_cache() {
 
 #[test]
 fn the_tcp_probes_own_box_fits_the_allocators_cache() {
-    let c = container();
+    let c = running_app("c");
     let target = super::target(IpAddr::V4(Ipv4Addr::LOCALHOST), &c);
     let port = PortRef::Number(8080);
     let probe =
