@@ -128,7 +128,7 @@ impl Pump {
     /// would otherwise give this CPU away, and hold up the relay, several times per answer.
     fn lets_the_peer_run(&self, chunk: &[u8]) {
         if matches!(self.reader.calls_in_flight(), Some(0 | 1))
-            && !(self.reader.at_boundary() && only_upkeep(chunk))
+            && !(only_upkeep(chunk) && self.reader.at_boundary())
         {
             std::thread::yield_now();
         }
