@@ -29,8 +29,12 @@ use tokio::time::Instant;
 use crate::fault::Faults;
 use crate::observe::Recorder;
 
-/// Default read buffer per direction of a connection.
-pub const DEFAULT_BUFFER: usize = 64 << 10;
+/// Default read buffer per direction of a connection (containerd's side; the client's is at most
+/// [`REQUEST_BUFFER`]). Every read costs the relay a wake-up, the reader's set-up and a write
+/// whatever its size, and containerd's socket often holds more than 64 KiB during a large
+/// answer, so reading it 128 KiB at a time takes a multi-MiB List in fewer, cheaper steps; past
+/// that, reads seldom fill the buffer (docs/benchmarks.md, Shim).
+pub const DEFAULT_BUFFER: usize = 128 << 10;
 
 /// The most a client's bytes are read at once (the read buffer above if smaller). A client's
 /// side carries small requests, but also whatever header blocks a client chooses to send, and

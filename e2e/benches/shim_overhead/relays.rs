@@ -66,11 +66,13 @@ pub(crate) fn as_bare_relay(args: &[String]) {
             let containerd = containerd.clone();
             tokio::spawn(async move {
                 if let Ok(mut u) = tokio::net::UnixStream::connect(&containerd).await {
+                    // containerd's side read as the shim reads it, the client's at 64 KiB
+                    // (only small requests come from there).
                     let _ = tokio::io::copy_bidirectional_with_sizes(
                         &mut c,
                         &mut u,
                         64 << 10,
-                        64 << 10,
+                        podward_shim::relay::DEFAULT_BUFFER,
                     )
                     .await;
                 }

@@ -14,7 +14,8 @@
 //! Run: `cargo bench -p podward-e2e --bench shim_overhead` (root; about 3 minutes).
 //! `-- --buffers 16,256` adds shims with those relay read buffers (KiB) to the mix rounds;
 //! `-- --multi` adds a shim on tokio's multi-threaded runtime; `-- --bare` a bare relay
-//! (tokio's `copy_bidirectional`, 64 KiB buffers, current-thread runtime, no HTTP/2 reader): the
+//! (tokio's `copy_bidirectional`, containerd's side read with the shim's default buffer,
+//! current-thread runtime, no HTTP/2 reader): the
 //! floor of a user-space relay, beside socat's; `-- --skip-mix` leaves out the mix rounds (4 MiB
 //! List, RSS and idle CPU only), `-- --mix-only` runs them alone (`--rounds N`, default 10, for
 //! a profiler to attach), `-- --go` then measures the mix as a kubelet makes it, with kubelet's
@@ -37,12 +38,17 @@ use std::time::{Duration, Instant};
 
 use podward_api::cri;
 use podward_e2e::TestNode;
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
 
 /// Mix rounds per concurrency unless `--rounds` says otherwise.
 const MIX_ROUNDS: usize = 10;
 const MIXES_PER_ROUND: usize = 100;
-/// ~4 MiB ListContainers per path.
-const BIG_LISTS: usize = 300;
+/// ~4 MiB ListContainers per path. A List's time swings by several ms either way (containerd's
+/// garbage collector, the other core), so the median of one path's List less direct's in the
+/// same round has a standard error of about 0.1 ms at 300 Lists: the shim ÷ bare-relay ratio
+/// then moved by ±0.2 from run to run of one build. 1,000 brings that error down by ~45 %.
+const BIG_LISTS: usize = 1000;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -115,7 +121,9 @@ async fn bench(
     }: Opts,
 ) {
     let node = TestNode::start().await.expect("node");
-    let shim = start_shim(&node, "shim", 64, "current").await;
+    // The shim as it ships: its default read buffer.
+    let default_kib = podward_shim::relay::DEFAULT_BUFFER >> 10;
+    let shim = start_shim(&node, "shim", default_kib, "current").await;
     let socat = start_socat(&node).await;
     let mut extra = Vec::new();
     for kib in &buffers {
@@ -124,7 +132,7 @@ async fn bench(
         extra.push((name, s));
     }
     if multi {
-        let s = start_shim(&node, "shim-multi", 64, "multi").await;
+        let s = start_shim(&node, "shim-multi", default_kib, "multi").await;
         extra.push(("shim multi-thr".to_owned(), s));
     }
     if bare {
@@ -371,8 +379,8 @@ pub(crate) fn report(tag: &str, paths: &mut [Path3], cpu: &[(String, f64)]) {
     }
 }
 
-/// [`BIG_LISTS`] ListContainers of sandbox `sid` on every path, interleaved, a new connection
-/// each; what each path adds to direct's (`paths[0]`) and the CPU each of `relays` (name, pid)
+/// [`BIG_LISTS`] ListContainers of sandbox `sid` on every path, interleaved in a fresh random
+/// order each round (seeded, so runs are alike), a new connection each; what each path adds to direct's (`paths[0]`) and the CPU each of `relays` (name, pid)
 /// spent per List.
 ///
 /// Two figures of "added": the median of each path less direct's median, and the
@@ -392,10 +400,15 @@ async fn big_lists(mut paths: Vec<Path3>, sid: &str, relays: &[(String, u32)]) {
     let cpu_before: Vec<u64> = relays.iter().map(|(_, pid)| cpu_ticks(*pid)).collect();
     // Markers for a profiler attached to the shim (`perf record -p <shim pid>`).
     eprintln!("4 MiB Lists: start");
-    for i in 0..BIG_LISTS {
+    // A fresh order every round, not a rotation: in a rotation each path always follows the
+    // same one, and a List right after socat's meets its forked child still tearing down (and
+    // containerd still freeing socat's answer), which lands on one path every time.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x4d1b);
+    let mut order: Vec<usize> = (0..n).collect();
+    for _ in 0..BIG_LISTS {
         let mut row = vec![None; n];
-        for k in 0..n {
-            let j = (i + k) % n;
+        order.shuffle(&mut rng);
+        for &j in &order {
             let p = &mut paths[j];
             // A new connection per call, as a client that dials per request would.
             let mut c = client(&p.path);
@@ -426,6 +439,7 @@ async fn big_lists(mut paths: Vec<Path3>, sid: &str, relays: &[(String, u32)]) {
     }
     let med = |p: &Path3| us(pct(&p.lat, 0.5)) / 1e3;
     let d = med(&paths[0]);
+
     let added = |j: usize| paired_added_ms(&rounds, j);
     println!(
         "ListContainers of {:.2} MiB, {BIG_LISTS} per path: median, and added as median − direct's \
