@@ -11,7 +11,7 @@
 //! floor. The shim runs as its own process: this bench binary re-executes itself with
 //! `--as-shim` (same release build of the library), so its RSS and CPU are the shim's alone.
 //!
-//! Run: `cargo bench -p podward-e2e --bench shim_overhead` (root; about 3 minutes).
+//! Run: `cargo bench -p podward-e2e --bench shim_overhead` (root; about 5 minutes).
 //! `-- --buffers 16,256` adds shims with those relay read buffers (KiB) to the mix rounds;
 //! `-- --multi` adds a shim on tokio's multi-threaded runtime; `-- --bare` a bare relay
 //! (tokio's `copy_bidirectional`, containerd's side read with the shim's default buffer,
