@@ -15,13 +15,12 @@
 //! `-- --buffers 16,256` adds shims with those relay read buffers (KiB) to the mix rounds;
 //! `-- --multi` adds a shim on tokio's multi-threaded runtime; `-- --bare` a bare relay
 //! (tokio's `copy_bidirectional`, containerd's side read with the shim's default buffer,
-//! current-thread runtime, no HTTP/2 reader): the
-//! floor of a user-space relay, beside socat's; `-- --skip-mix` leaves out the mix rounds (4 MiB
-//! List, RSS and idle CPU only), `-- --mix-only` runs them alone (`--rounds N`, default 10, for
-//! a profiler to attach), `-- --go` then measures the mix as a kubelet makes it, with kubelet's
-//! own stack (`go_bench.rs`: one gRPC-Go process, one warmed-up connection per path, 16
-//! goroutines sharing it at c=16). Extra paths run in every
-//! round, the 4 MiB Lists included.
+//! current-thread runtime, no HTTP/2 reader): the floor of a user-space relay, beside socat's;
+//! `-- --skip-mix` leaves out the mix rounds (4 MiB List, RSS and idle CPU only),
+//! `-- --mix-only` runs them alone (`--rounds N`, default 10, for a profiler to attach), `-- --go`
+//! then measures the mix as a kubelet makes it, with kubelet's own stack (`go_bench.rs`: one
+//! gRPC-Go process, one warmed-up connection per path, 16 goroutines sharing it at c=16). Extra
+//! paths run in every round, the 4 MiB Lists included.
 
 mod calls;
 mod figures;
@@ -380,8 +379,8 @@ pub(crate) fn report(tag: &str, paths: &mut [Path3], cpu: &[(String, f64)]) {
 }
 
 /// [`BIG_LISTS`] ListContainers of sandbox `sid` on every path, interleaved in a fresh random
-/// order each round (seeded, so runs are alike), a new connection each; what each path adds to direct's (`paths[0]`) and the CPU each of `relays` (name, pid)
-/// spent per List.
+/// order each round (seeded, so runs are alike), a new connection each; what each path adds to
+/// direct's (`paths[0]`) and the CPU each of `relays` (name, pid) spent per List.
 ///
 /// Two figures of "added": the median of each path less direct's median, and the
 /// median over rounds of the path's List less direct's List in the same round. The second pairs
@@ -439,7 +438,6 @@ async fn big_lists(mut paths: Vec<Path3>, sid: &str, relays: &[(String, u32)]) {
     }
     let med = |p: &Path3| us(pct(&p.lat, 0.5)) / 1e3;
     let d = med(&paths[0]);
-
     let added = |j: usize| paired_added_ms(&rounds, j);
     println!(
         "ListContainers of {:.2} MiB, {BIG_LISTS} per path: median, and added as median − direct's \
