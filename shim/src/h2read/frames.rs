@@ -43,20 +43,23 @@ pub(super) const PRIORITY: u8 = 0x20;
 pub(crate) fn only_upkeep(bytes: &[u8]) -> bool {
     let mut rest = bytes;
     while !rest.is_empty() {
-        let Some(header) = rest.get(..9) else {
+        let Some(header) = rest.first_chunk::<9>() else {
             return false;
         };
         if !matches!(header[3], SETTINGS | PING | WINDOW_UPDATE) {
             return false;
         }
-        let len =
-            usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
-        let Some(after) = rest.get(9 + len..) else {
+        let Some(after) = rest.get(9 + payload_len(header)..) else {
             return false;
         };
         rest = after;
     }
     !bytes.is_empty()
+}
+
+/// The payload length a frame header announces (its first 24 bits).
+fn payload_len(header: &[u8; 9]) -> usize {
+    usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2])
 }
 
 /// Why the framing could not be followed.
@@ -286,7 +289,7 @@ impl FrameReader {
         sink: &mut impl FrameSink,
     ) -> Result<(), FrameError> {
         let h = self.head;
-        let len = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+        let len = payload_len(&h);
         let (kind, flags) = (h[3], h[4]);
         let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
         self.frames += 1;
@@ -321,7 +324,7 @@ impl FrameReader {
                 }
             }
             SETTINGS => {
-                if len % 6 != 0 {
+                if !len.is_multiple_of(6) {
                     return Err(FrameError::Malformed("SETTINGS"));
                 }
                 if len == 0 {
