@@ -45,8 +45,8 @@ const MIX_ROUNDS: usize = 10;
 const MIXES_PER_ROUND: usize = 100;
 /// ~4 MiB ListContainers per path. A List's time swings by several ms either way (containerd's
 /// garbage collector, the other core), so the median of one path's List less direct's in the
-/// same round has a standard error of about 0.1 ms at 300 Lists: the shim ÷ bare-relay ratio
-/// then moved by ±0.2 from run to run of one build. 1,000 brings that error down by ~45 %.
+/// same round needs many Lists to settle: with fewer, the shim ÷ bare-relay ratio moved more
+/// from run to run of one build than the goal leaves (docs/benchmarks.md, Shim).
 const BIG_LISTS: usize = 1000;
 
 fn main() {
