@@ -67,6 +67,10 @@ use super::sys;
 /// before the helper kills it all itself.
 const REAPER_GRACE: Duration = Duration::from_millis(500);
 
+/// Bytes reserved for reading a plan: more than a usual plan's few KiB (a larger one still
+/// reads whole, in more calls).
+const PLAN_CAPACITY: usize = 16 << 10;
+
 /// Rounds of killing the reaper's children (each round's dead pass their own children to the
 /// stopped reaper, the subreaper) before the reaper itself is killed.
 const KILL_ROUNDS: usize = 50;
@@ -96,12 +100,43 @@ pub fn main() -> ! {
     if std::env::args_os().nth(2).as_deref() == Some(ZYGOTE_ARG.as_ref()) {
         zygote::serve();
     }
-    run()
+    run(None)
+}
+
+/// What a helper learns before any plan, the same for every probe: a helper started for one
+/// probe learns it at its start; the zygote learns it once, and its children inherit it with
+/// the fork instead of reading `/proc` again on the probe's path.
+struct Start {
+    /// This process's own namespaces, by [`NAMESPACES`] order (`None`: not found).
+    own: Vec<Option<(u64, u64)>>,
+    own_user: Option<(u64, u64)>,
+    /// Close-on-exec (as every descriptor of the helper but stdio).
+    devnull: File,
+    signals: sys::Dispositions,
+}
+
+impl Start {
+    /// Reads it (and checks that this process is single-threaded, and marks every descriptor
+    /// above stdio close-on-exec, as runc does).
+    fn learn() -> Res<Self> {
+        sys::assert_single_threaded().map_err(err("helper"))?;
+        sys::cloexec_from_3().map_err(err("close-on-exec"))?;
+        Ok(Self {
+            own: NAMESPACES
+                .iter()
+                .map(|(_, own, _)| ns_id(&format!("/proc/self/ns/{own}")))
+                .collect(),
+            own_user: ns_id("/proc/self/ns/user"),
+            devnull: File::open("/dev/null").map_err(err("open /dev/null"))?,
+            signals: sys::Dispositions::of_self(),
+        })
+    }
 }
 
 /// The helper proper, on its control socket (stdin) and the probe's pipes (stdout, stderr):
-/// where a helper started for one probe begins, and where a child of the zygote goes on.
-fn run() -> ! {
+/// where a helper started for one probe begins (`known`: `None`), and where a child of the
+/// zygote goes on (with what the zygote learnt).
+fn run(known: Option<Start>) -> ! {
     let control = match std::io::stdin().as_fd().try_clone_to_owned() {
         Ok(fd) => UnixStream::from(fd),
         Err(e) => {
@@ -112,7 +147,7 @@ fn run() -> ! {
             std::process::exit(125);
         }
     };
-    match helper(&control) {
+    match helper(&control, known) {
         Ok(code) => std::process::exit(code),
         Err(stop) => {
             let report = match stop {
@@ -126,20 +161,26 @@ fn run() -> ! {
 }
 
 /// Stage 1; returns the exit code for the helper.
-fn helper(control: &UnixStream) -> Result<i32, Stop> {
+fn helper(control: &UnixStream, known: Option<Start>) -> Result<i32, Stop> {
     nix::sys::prctl::set_dumpable(false).map_err(err("set non-dumpable"))?;
     // Everything that does not depend on the plan comes first: a standby helper has it done
     // before the probe that takes it sends the plan.
-    sys::assert_single_threaded().map_err(err("helper"))?;
-    sys::cloexec_from_3().map_err(err("close-on-exec"))?;
-    let own: Vec<Option<(u64, u64)>> = NAMESPACES
-        .iter()
-        .map(|(_, own, _)| ns_id(&format!("/proc/self/ns/{own}")))
-        .collect();
-    let own_user = ns_id("/proc/self/ns/user");
-    let devnull = File::open("/dev/null").map_err(err("open /dev/null"))?;
-    let signals = sys::Dispositions::of_self();
-    let mut buf = Vec::new();
+    let Start {
+        own,
+        own_user,
+        devnull,
+        signals,
+    } = match known {
+        Some(start) => {
+            // Inherited descriptors are close-on-exec already; this is one call, and keeps the
+            // rule whatever the zygote came to hold.
+            sys::cloexec_from_3().map_err(err("close-on-exec"))?;
+            start
+        }
+        None => Start::learn()?,
+    };
+    // One read for any usual plan (a few KiB), not a doubling series of small ones.
+    let mut buf = Vec::with_capacity(PLAN_CAPACITY);
     (&*control)
         .read_to_end(&mut buf)
         .map_err(err("reading the plan"))?;
@@ -373,8 +414,12 @@ fn kill_tree(reaper: Pid) {
 
 /// The init process is still the one the plan was made for.
 fn check_init(plan: &Plan) -> Res<()> {
-    let stat =
-        std::fs::read_to_string(format!("/proc/{}/stat", plan.init_pid)).map_err(|_| gone())?;
+    // `/proc` files have no size to read ahead by: room for a usual `stat` line up front
+    // makes it one read instead of a doubling series.
+    let mut stat = String::with_capacity(1024);
+    File::open(format!("/proc/{}/stat", plan.init_pid))
+        .and_then(|mut f| f.read_to_string(&mut stat))
+        .map_err(|_| gone())?;
     match start_time(&stat) {
         Some(t) if t == plan.init_start_time => Ok(()),
         _ => Err("the container's init process is gone (its PID was reused)".to_owned()),

@@ -9,6 +9,9 @@ use std::fs::OpenOptions;
 use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 
+/// Bytes reserved before the first read.
+const READ_AHEAD: usize = 4 << 10;
+
 /// The first `limit` bytes of the regular file at `path`; `None` when it is something else (a
 /// FIFO, a device, a directory, a socket).
 pub(super) fn read(path: &str, limit: usize) -> io::Result<Option<Vec<u8>>> {
@@ -19,7 +22,8 @@ pub(super) fn read(path: &str, limit: usize) -> io::Result<Option<Vec<u8>>> {
     if !file.metadata()?.is_file() {
         return Ok(None);
     }
-    let mut out = Vec::new();
+    // Room for a usual file up front: one read instead of a doubling series of small ones.
+    let mut out = Vec::with_capacity(limit.min(READ_AHEAD));
     file.take(limit as u64).read_to_end(&mut out)?;
     Ok(Some(out))
 }

@@ -9,7 +9,8 @@
 //! exactly where a freshly started helper starts: its stdin, stdout and stderr are the probe's
 //! (the control socket and the two pipes, sent here by the prober), every other descriptor is
 //! closed, its signal actions are the ones it was started with, and it runs the same code
-//! ([`super::run`]).
+//! ([`super::run`]), with what a helper learns at its start before any plan (its own
+//! namespaces, its signal actions, `/dev/null`) learnt once by the zygote and inherited.
 //!
 //! What the children share with each other is what any fork shares: the zygote's memory as it
 //! was (copy-on-write, never `CLONE_VM`) and so its address-space layout. The zygote holds
@@ -36,6 +37,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::ForkResult;
 use std::os::fd::AsFd;
 
+use super::Start;
 use super::failure::{Res, err};
 use crate::direct_exec::sys;
 
@@ -48,7 +50,7 @@ const PER_PROBE: usize = sys::MAX_PASSED_FDS;
 /// Serves forks until the prober closes the socket; never returns (a child goes on as a
 /// helper).
 pub(super) fn serve() -> ! {
-    match setup().and_then(serve_loop) {
+    match setup().and_then(|(start, exits)| serve_loop(start, exits)) {
         Ok(never) => match never {},
         // Nobody reads the zygote's stderr: the prober sees it exit and falls back to a helper
         // of the probe's own.
@@ -63,20 +65,23 @@ fn sigchld() -> SigSet {
     set
 }
 
-/// What the children must not inherit from the zygote's start, and the `signalfd` that says a
-/// child exited (`SIGCHLD` blocked, so that it is only ever read there).
-fn setup() -> Res<SignalFd> {
-    sys::assert_single_threaded().map_err(err("zygote"))?;
+/// What the children must not inherit from the zygote's start, what every child would learn
+/// the same at its start (learnt once, here), and the `signalfd` that says a child exited
+/// (`SIGCHLD` blocked, so that it is only ever read there).
+fn setup() -> Res<(Start, SignalFd)> {
     // Whatever the zygote was started with beyond stdio (it should be nothing) is closed, so
-    // that a child holds only the probe's descriptors.
+    // that a child holds only the probe's descriptors and what the start opened.
     sys::close_range(3, u32::MAX).map_err(err("close_range"))?;
+    // Before `SIGCHLD` is blocked: the dispositions are a fresh helper's.
+    let start = Start::learn()?;
     sigchld().thread_block().map_err(err("block SIGCHLD"))?;
-    SignalFd::with_flags(&sigchld(), SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-        .map_err(err("signalfd"))
+    let exits = SignalFd::with_flags(&sigchld(), SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(err("signalfd"))?;
+    Ok((start, exits))
 }
 
 /// One fork per request, and the exited children reaped, until the socket is closed.
-fn serve_loop(exits: SignalFd) -> Res<std::convert::Infallible> {
+fn serve_loop(start: Start, exits: SignalFd) -> Res<std::convert::Infallible> {
     loop {
         let stdin = std::io::stdin();
         let (request, exited) = {
@@ -103,7 +108,7 @@ fn serve_loop(exits: SignalFd) -> Res<std::convert::Infallible> {
             Request::Skipped => continue,
         };
         match sys::fork() {
-            Ok(ForkResult::Child) => become_helper(exits, fds),
+            Ok(ForkResult::Child) => become_helper(start, exits, fds),
             // The child holds the descriptors now; a failed fork drops them, and the prober
             // reads the end of the control socket without a pidfd.
             Ok(ForkResult::Parent { .. }) | Err(_) => drop(fds),
@@ -149,7 +154,11 @@ fn next_request() -> Res<Request> {
 /// and `signalfd` are closed, `SIGCHLD` is unblocked again (a started helper begins with no
 /// signal blocked), and the child tells the prober its pidfd before it goes on as a freshly
 /// started helper would.
-fn become_helper(exits: SignalFd, [control, stdout, stderr]: [OwnedFd; PER_PROBE]) -> ! {
+fn become_helper(
+    start: Start,
+    exits: SignalFd,
+    [control, stdout, stderr]: [OwnedFd; PER_PROBE],
+) -> ! {
     let ready = (|| -> Res<()> {
         drop(exits);
         sigchld().thread_unblock().map_err(err("unblock SIGCHLD"))?;
@@ -170,7 +179,7 @@ fn become_helper(exits: SignalFd, [control, stdout, stderr]: [OwnedFd; PER_PROBE
         Ok(())
     })();
     match ready {
-        Ok(()) => super::run(),
+        Ok(()) => super::run(Some(start)),
         // The prober reads the control socket's end without a pidfd and errors the probe.
         Err(_) => std::process::exit(125),
     }
