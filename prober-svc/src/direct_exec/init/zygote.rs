@@ -8,9 +8,10 @@
 //! single-threaded process that has done nothing yet costs a fraction of it. The child starts
 //! exactly where a freshly started helper starts: its stdin, stdout and stderr are the probe's
 //! (the control socket and the two pipes, sent here by the prober), every other descriptor is
-//! closed, its signal actions are the ones it was started with, and it runs the same code
-//! ([`super::run`]), with what a helper learns at its start before any plan (its own
-//! namespaces, its signal actions, `/dev/null`) learnt once by the zygote and inherited.
+//! closed but a close-on-exec `/dev/null`, its signal actions are the ones it was started with,
+//! and it runs the same code ([`super::run`]), with what a helper learns at its start before any
+//! plan (its own namespaces, its signal actions, that `/dev/null`) learnt once by the zygote and
+//! inherited.
 //!
 //! What the children share with each other is what any fork shares: the zygote's memory as it
 //! was (copy-on-write, never `CLONE_VM`) and so its address-space layout. The zygote holds
