@@ -106,12 +106,14 @@ pub fn main() -> ! {
 /// What a helper learns before any plan, the same for every probe: a helper started for one
 /// probe learns it at its start; the zygote learns it once, and its children inherit it with
 /// the fork instead of reading `/proc` again on the probe's path.
+///
+/// Facts only, no descriptor: an open file the zygote held would be one open file description
+/// shared by the commands of every container (`/dev/null` becomes the command's stdin), whose
+/// flags one of them could change for the others. Each helper opens its own.
 struct Start {
     /// This process's own namespaces, by [`NAMESPACES`] order (`None`: not found).
     own: Vec<Option<(u64, u64)>>,
     own_user: Option<(u64, u64)>,
-    /// Close-on-exec (as every descriptor of the helper but stdio).
-    devnull: File,
     signals: sys::Dispositions,
 }
 
@@ -127,7 +129,6 @@ impl Start {
                 .map(|(_, own, _)| ns_id(&format!("/proc/self/ns/{own}")))
                 .collect(),
             own_user: ns_id("/proc/self/ns/user"),
-            devnull: File::open("/dev/null").map_err(err("open /dev/null"))?,
             signals: sys::Dispositions::of_self(),
         })
     }
@@ -168,7 +169,6 @@ fn helper(control: &UnixStream, known: Option<Start>) -> Result<i32, Stop> {
     let Start {
         own,
         own_user,
-        devnull,
         signals,
     } = match known {
         Some(start) => {
@@ -179,6 +179,8 @@ fn helper(control: &UnixStream, known: Option<Start>) -> Result<i32, Stop> {
         }
         None => Start::learn()?,
     };
+    // Close-on-exec, as every descriptor of the helper but stdio.
+    let devnull = File::open("/dev/null").map_err(err("open /dev/null"))?;
     // One read for any usual plan (a few KiB), not a doubling series of small ones.
     let mut buf = Vec::with_capacity(PLAN_CAPACITY);
     (&*control)

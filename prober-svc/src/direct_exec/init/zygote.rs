@@ -8,10 +8,9 @@
 //! single-threaded process that has done nothing yet costs a fraction of it. The child starts
 //! exactly where a freshly started helper starts: its stdin, stdout and stderr are the probe's
 //! (the control socket and the two pipes, sent here by the prober), every other descriptor is
-//! closed but a close-on-exec `/dev/null`, its signal actions are the ones it was started with,
-//! and it runs the same code ([`super::run`]), with what a helper learns at its start before any
-//! plan (its own namespaces, its signal actions, that `/dev/null`) learnt once by the zygote and
-//! inherited.
+//! closed, its signal actions are the ones it was started with, and it runs the same code
+//! ([`super::run`]), with what a helper learns at its start before any plan (the identities of
+//! its own namespaces, its signal actions) learnt once by the zygote and inherited.
 //!
 //! What the children share with each other is what any fork shares: the zygote's memory as it
 //! was (copy-on-write, never `CLONE_VM`) and so its address-space layout. The zygote holds
@@ -71,7 +70,7 @@ fn sigchld() -> SigSet {
 /// (`SIGCHLD` blocked, so that it is only ever read there).
 fn setup() -> Res<(Start, SignalFd)> {
     // Whatever the zygote was started with beyond stdio (it should be nothing) is closed, so
-    // that a child holds only the probe's descriptors and what the start opened.
+    // that a child holds only the probe's descriptors.
     sys::close_range(3, u32::MAX).map_err(err("close_range"))?;
     // Before `SIGCHLD` is blocked: the dispositions are a fresh helper's.
     let start = Start::learn()?;
