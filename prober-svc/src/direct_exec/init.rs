@@ -118,11 +118,9 @@ struct Start {
 }
 
 impl Start {
-    /// Reads it (and checks that this process is single-threaded, and marks every descriptor
-    /// above stdio close-on-exec, as runc does).
+    /// Reads it, once this process is checked to be single-threaded.
     fn learn() -> Res<Self> {
         sys::assert_single_threaded().map_err(err("helper"))?;
-        sys::cloexec_from_3().map_err(err("close-on-exec"))?;
         Ok(Self {
             own: NAMESPACES
                 .iter()
@@ -171,14 +169,10 @@ fn helper(control: &UnixStream, known: Option<Start>) -> Result<i32, Stop> {
         own_user,
         signals,
     } = match known {
-        Some(start) => {
-            // Inherited descriptors are close-on-exec already; this is one call, and keeps the
-            // rule whatever the zygote came to hold.
-            sys::cloexec_from_3().map_err(err("close-on-exec"))?;
-            start
-        }
+        Some(start) => start,
         None => Start::learn()?,
     };
+    sys::cloexec_from_3().map_err(err("close-on-exec"))?;
     // Close-on-exec, as every descriptor of the helper but stdio.
     let devnull = File::open("/dev/null").map_err(err("open /dev/null"))?;
     // One read for any usual plan (a few KiB), not a doubling series of small ones.
