@@ -18,8 +18,6 @@ mod hpack;
 
 use std::ops::Range;
 
-use bytes::Bytes;
-
 pub use frames::FrameError;
 pub(crate) use frames::only_upkeep;
 pub(crate) use frames::{
@@ -102,7 +100,7 @@ pub trait StreamEvents {
     fn data(
         &mut self,
         stream: u32,
-        chunk: &Bytes,
+        chunk: &[u8],
         range: Range<usize>,
         end_stream: bool,
     ) -> Result<(), FrameError>;
@@ -159,7 +157,7 @@ impl DirectionReader {
     /// connection's, shared with the other direction's reader.
     pub fn feed(
         &mut self,
-        chunk: &Bytes,
+        chunk: &[u8],
         limits: &mut HeaderLimits,
         events: &mut impl StreamEvents,
     ) -> Result<(), FrameError> {
@@ -213,7 +211,7 @@ impl<E: StreamEvents> FrameSink for Sink<'_, E> {
     fn data(
         &mut self,
         stream: u32,
-        chunk: &Bytes,
+        chunk: &[u8],
         range: Range<usize>,
         end_stream: bool,
     ) -> Result<(), FrameError> {

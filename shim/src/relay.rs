@@ -15,6 +15,7 @@
 
 mod connection;
 mod pump;
+mod socket;
 mod unavailable;
 
 use std::path::PathBuf;

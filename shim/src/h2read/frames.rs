@@ -10,8 +10,6 @@ mod write;
 
 use std::ops::Range;
 
-use bytes::Bytes;
-
 #[cfg(test)]
 use write::frame;
 pub(crate) use write::{goaway_frame, graceful_goaway, literal_headers, settings_frame};
@@ -96,7 +94,7 @@ pub(crate) trait FrameSink {
     fn data(
         &mut self,
         stream: u32,
-        chunk: &Bytes,
+        chunk: &[u8],
         range: Range<usize>,
         end_stream: bool,
     ) -> Result<(), FrameError>;
@@ -205,7 +203,7 @@ impl FrameReader {
     /// Reads `chunk`, reporting complete units to `sink`.
     pub(crate) fn feed(
         &mut self,
-        chunk: &Bytes,
+        chunk: &[u8],
         sink: &mut impl FrameSink,
     ) -> Result<(), FrameError> {
         let mut pos = self.read_preface(chunk)?;
@@ -266,7 +264,7 @@ impl FrameReader {
     /// Bytes of a frame header; the frame starts once all 9 are in.
     fn read_head(
         &mut self,
-        chunk: &Bytes,
+        chunk: &[u8],
         pos: usize,
         sink: &mut impl FrameSink,
     ) -> Result<usize, FrameError> {
@@ -284,7 +282,7 @@ impl FrameReader {
     /// A frame header is complete: what its payload is read as.
     fn start_frame(
         &mut self,
-        chunk: &Bytes,
+        chunk: &[u8],
         pos: usize,
         sink: &mut impl FrameSink,
     ) -> Result<(), FrameError> {

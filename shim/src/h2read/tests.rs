@@ -1,6 +1,8 @@
 //! The reader on its own, without the CRI layer above it: what a user of [`StreamEvents`] is
 //! told, and the HPACK limits one direction's SETTINGS set for the other.
 
+use bytes::Bytes;
+
 use super::*;
 
 const WANTED: Wanted = Wanted::new(&[
@@ -47,7 +49,7 @@ impl StreamEvents for Log {
     fn data(
         &mut self,
         stream: u32,
-        chunk: &Bytes,
+        chunk: &[u8],
         range: Range<usize>,
         end_stream: bool,
     ) -> Result<(), FrameError> {

@@ -115,7 +115,7 @@ impl std::fmt::Debug for Calls {
 /// (up to the read size, whatever the part's length) alive until the call is decoded, so the
 /// memory a call holds would be the buffers it touched, not its body. Only the watched calls'
 /// bodies that are news are kept (an unchanged relist is digested in place, not copied).
-fn part(chunk: &Bytes, range: Range<usize>) -> Bytes {
+fn part(chunk: &[u8], range: Range<usize>) -> Bytes {
     Bytes::copy_from_slice(&chunk[range])
 }
 
@@ -203,7 +203,7 @@ impl Calls {
     pub(crate) fn request_data(
         &mut self,
         id: u32,
-        chunk: &Bytes,
+        chunk: &[u8],
         range: Range<usize>,
         end_stream: bool,
     ) -> Result<(), FrameError> {
@@ -243,7 +243,7 @@ impl Calls {
     fn keep(
         &mut self,
         id: u32,
-        chunk: &Bytes,
+        chunk: &[u8],
         range: Range<usize>,
         request: bool,
     ) -> Result<(), FrameError> {
@@ -322,7 +322,7 @@ impl Calls {
     pub(crate) fn response_data(
         &mut self,
         id: u32,
-        chunk: &Bytes,
+        chunk: &[u8],
         range: Range<usize>,
         end_stream: bool,
     ) -> Result<bool, FrameError> {

@@ -11,7 +11,6 @@ use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use parking_lot::Mutex;
 
 use super::calls::{Calls, Recorder};
@@ -157,7 +156,7 @@ impl SideReader {
     }
 
     /// Reads bytes that are about to be relayed.
-    pub fn feed(&mut self, chunk: &Bytes) {
+    pub fn feed(&mut self, chunk: &[u8]) {
         let conversation = self.conversation.clone();
         let mut shared = conversation.shared.lock();
         if !shared.observing {
@@ -267,7 +266,7 @@ impl StreamEvents for CallEvents<'_> {
     fn data(
         &mut self,
         stream: u32,
-        chunk: &Bytes,
+        chunk: &[u8],
         range: Range<usize>,
         end_stream: bool,
     ) -> Result<(), FrameError> {

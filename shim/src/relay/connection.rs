@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::pump::{Activity, Pump, UpEnd};
+use super::socket::{Socket, Writer};
 use super::{DRAIN_AFTER_CLIENT, Relay};
 use crate::h2read::Side;
 use crate::observe::{Conversation, SideReader};
@@ -60,28 +61,33 @@ pub(super) async fn relay(relay: Arc<Relay>, client: UnixStream, mut stop: watch
             return;
         }
     };
+    let (client, upstream) = match (Socket::new(client), Socket::new(upstream)) {
+        (Ok(client), Ok(upstream)) => (Arc::new(client), Arc::new(upstream)),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(error = %e, "could not register a relayed connection's sockets; closed");
+            return;
+        }
+    };
     let conversation = Conversation::new(relay.recorder.clone());
     let activity = Activity::new();
-    let (client_rx, client_tx) = client.into_split();
-    let (up_rx, up_tx) = upstream.into_split();
-    let pump = |src, dst, side, direction: &str, buffer| Pump {
-        src,
-        dst,
+    let pump = |src: &Arc<Socket>, dst: &Arc<Socket>, side, direction: &str, buffer| Pump {
+        src: src.clone(),
+        dst: Writer::new(dst.clone()),
         reader: SideReader::new(side, conversation.clone(), relay.faults.clone()),
         bytes: metrics.relayed_bytes.with_label_values(&[direction]),
         activity: activity.clone(),
         buffer,
     };
     let up = pump(
-        client_rx,
-        up_tx,
+        &client,
+        &upstream,
         Side::Client,
         "to_containerd",
         relay.buffer.min(super::REQUEST_BUFFER),
     )
     .client_to_containerd(accepted + relay.handshake_timeout);
     let goaway_sent = Arc::new(AtomicBool::new(false));
-    let down = pump(up_rx, client_tx, Side::Server, "to_client", relay.buffer)
+    let down = pump(&upstream, &client, Side::Server, "to_client", relay.buffer)
         .containerd_to_client(relay.faults.clone(), stop.clone(), goaway_sent.clone());
     tokio::pin!(up);
     tokio::pin!(down);

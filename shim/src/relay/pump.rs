@@ -2,9 +2,9 @@
 //! waiting for a frame or message to complete, and let the side reader look at it (see
 //! [`Pump::pass_on`] for when it looks).
 //!
-//! Reads go into a `BytesMut` that is split off as a `Bytes` chunk; the reader copies out the
-//! few body parts it keeps, so nothing holds the chunk once it is relayed and the next `reserve`
-//! reuses the same allocation.
+//! Reads go into one buffer per direction, made at the first read and reused for every chunk:
+//! the reader copies out the few body parts it keeps, so nothing holds a chunk once it is
+//! relayed. Sockets are waited on for reading alone (see `socket.rs`).
 //!
 //! The reader's work per chunk is linear in the chunk (HPACK included, whatever the header
 //! blocks say), and each direction yields to the runtime after a read that filled its buffer
@@ -15,16 +15,15 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use bytes::{Bytes, BytesMut};
 use prometheus::IntCounter;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::fault::Faults;
 use crate::h2read::{graceful_goaway, only_upkeep};
 use crate::observe::SideReader;
+
+use super::socket::{Socket, Writer};
 
 /// The largest chunk after which the relay lets the peer run first (see
 /// [`Pump::lets_the_peer_run`]): one HTTP/2 frame of the default size. A yield gives the peer
@@ -60,10 +59,11 @@ impl Activity {
     }
 }
 
-/// The two halves of a direction and what it counts into.
+/// One direction: the socket it reads, the writer to the other socket, and what it counts
+/// into.
 pub(super) struct Pump {
-    pub(super) src: OwnedReadHalf,
-    pub(super) dst: OwnedWriteHalf,
+    pub(super) src: Arc<Socket>,
+    pub(super) dst: Writer,
     pub(super) reader: SideReader,
     pub(super) bytes: IntCounter,
     pub(super) activity: Arc<Activity>,
@@ -91,7 +91,7 @@ impl Pump {
     ///
     /// `drained`: the read that gave `chunk` emptied the socket, so the peer now has all there
     /// is to act on (see [`Pump::lets_the_peer_run`]).
-    async fn pass_on(&mut self, chunk: &Bytes, drained: bool) -> std::io::Result<()> {
+    async fn pass_on(&mut self, chunk: &[u8], drained: bool) -> std::io::Result<()> {
         let written = match self.dst.try_write(chunk) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
@@ -100,8 +100,11 @@ impl Pump {
                 return Err(e);
             }
         };
-        if drained && written == chunk.len() && chunk.len() <= SMALL_CHUNK {
-            self.lets_the_peer_run(chunk);
+        if written == chunk.len() {
+            self.dst.disarm();
+            if drained && chunk.len() <= SMALL_CHUNK {
+                self.lets_the_peer_run(chunk);
+            }
         }
         self.reader.feed(chunk);
         if written < chunk.len() {
@@ -134,19 +137,22 @@ impl Pump {
         }
     }
 
-    /// Reads what is there into `buf`; the bytes read and whether they filled the room the
-    /// buffer had (so more may be waiting: see [`Pump::containerd_to_client`]).
-    async fn read(&mut self, buf: &mut BytesMut) -> std::io::Result<(usize, bool)> {
-        buf.reserve(self.buffer);
-        let room = buf.capacity() - buf.len();
-        let n = self.src.read_buf(buf).await?;
-        Ok((n, n >= room))
+    /// Reads what is there into `buf` (made at the first read); the bytes read and whether
+    /// they filled it (so more may be waiting: see [`Pump::containerd_to_client`]).
+    async fn read(&mut self, buf: &mut Vec<u8>) -> std::io::Result<(usize, bool)> {
+        if buf.is_empty() {
+            // Zeroed by the allocator (fresh pages are zero already), not written here: an idle
+            // connection's buffer stays untouched memory until reads fill it.
+            *buf = vec![0; self.buffer.max(1)];
+        }
+        let n = self.src.read(buf).await?;
+        Ok((n, n >= buf.len()))
     }
 
     /// Client to containerd, until either side ends or the handshake deadline passes without a
     /// connection preface.
     pub(super) async fn client_to_containerd(mut self, handshake_deadline: Instant) -> UpEnd {
-        let mut buf = BytesMut::new();
+        let mut buf = Vec::new();
         loop {
             let read = if self.reader.preface_done() {
                 self.read(&mut buf).await
@@ -156,20 +162,20 @@ impl Pump {
                     Err(_) => return UpEnd::HandshakeTimeout,
                 }
             };
-            let full = match read {
+            let (n, full) = match read {
                 Ok((0, _)) | Err(_) => {
                     self.reader.conversation().note_caller_gone();
                     // As the client's own FIN would: containerd ends the connection, cancelling
                     // what is still in flight, and may still answer what it finished.
-                    let _ = self.dst.shutdown().await;
+                    let _ = self.dst.shutdown();
                     return UpEnd::ClientClosed;
                 }
-                Ok((_, full)) => full,
+                Ok(read) => read,
             };
-            let chunk = buf.split().freeze();
+            let chunk = &buf[..n];
             self.activity.touch();
-            self.bytes.inc_by(chunk.len() as u64);
-            if self.pass_on(&chunk, !full).await.is_err() {
+            self.bytes.inc_by(n as u64);
+            if self.pass_on(chunk, !full).await.is_err() {
                 return UpEnd::UpstreamClosed;
             }
             self.reader.settle(true);
@@ -190,7 +196,7 @@ impl Pump {
         mut stop: watch::Receiver<bool>,
         goaway_sent: Arc<AtomicBool>,
     ) {
-        let mut buf = BytesMut::new();
+        let mut buf = Vec::new();
         let mut client_gone = false;
         let mut want_goaway = false;
         // One wait for the whole connection, made once: a `changed()` made afresh at every read
@@ -216,16 +222,16 @@ impl Pump {
                     continue;
                 }
             };
-            let full = match read {
-                Ok((n, full)) if n > 0 => full,
+            let (n, full) = match read {
+                Ok((n, full)) if n > 0 => (n, full),
                 _ => break,
             };
-            let chunk = buf.split().freeze();
+            let chunk = &buf[..n];
             self.activity.touch();
-            self.bytes.inc_by(chunk.len() as u64);
+            self.bytes.inc_by(n as u64);
             if faults.is_armed() {
                 // A test that holds a response must read it before it goes on.
-                self.reader.feed(&chunk);
+                self.reader.feed(chunk);
                 if let Some(path) = self.reader.take_hold() {
                     // Until released, or until the caller gives up on it (its deadline passed):
                     // what a response stuck between containerd and kubelet looks like.
@@ -236,12 +242,12 @@ impl Pump {
                     }
                 }
                 if !client_gone {
-                    client_gone = self.dst.write_all(&chunk).await.is_err();
+                    client_gone = self.dst.write_all(chunk).await.is_err();
                 }
             } else if client_gone {
-                self.reader.feed(&chunk);
+                self.reader.feed(chunk);
             } else {
-                client_gone = self.pass_on(&chunk, !full).await.is_err();
+                client_gone = self.pass_on(chunk, !full).await.is_err();
             }
             self.reader.settle(!client_gone);
             if full {
@@ -257,7 +263,7 @@ impl Pump {
             }
         }
         if !client_gone {
-            let _ = self.dst.shutdown().await;
+            let _ = self.dst.shutdown();
         }
     }
 }

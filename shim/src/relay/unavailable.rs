@@ -10,7 +10,7 @@
 use std::ops::Range;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::time::Instant;
@@ -58,7 +58,7 @@ impl FrameSink for Opened {
     fn block_end(&mut self) -> Result<(), FrameError> {
         Ok(())
     }
-    fn data(&mut self, _: u32, _: &Bytes, _: Range<usize>, _: bool) -> Result<(), FrameError> {
+    fn data(&mut self, _: u32, _: &[u8], _: Range<usize>, _: bool) -> Result<(), FrameError> {
         Ok(())
     }
     fn rst_stream(&mut self, _stream: u32, _code: u32) {}

@@ -1,8 +1,6 @@
 //! The payloads of the frames the reader follows: fixed fields, header block fragments,
 //! SETTINGS parameters and DATA, each read as far as the chunk goes.
 
-use bytes::Bytes;
-
 use super::{END_STREAM, FrameError, FrameReader, FrameSink, GOAWAY, RST_STREAM, State};
 
 impl FrameReader {
@@ -114,7 +112,7 @@ impl FrameReader {
     /// DATA payload bytes, handed out as slices of `chunk`, then the frame's padding.
     pub(super) fn read_data(
         &mut self,
-        chunk: &Bytes,
+        chunk: &[u8],
         pos: usize,
         sink: &mut impl FrameSink,
     ) -> Result<usize, FrameError> {
@@ -193,7 +191,7 @@ impl FrameReader {
         flags: u8,
         len: usize,
         pad: usize,
-        chunk: &Bytes,
+        chunk: &[u8],
         pos: usize,
         sink: &mut impl FrameSink,
     ) -> Result<(), FrameError> {

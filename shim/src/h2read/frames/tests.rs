@@ -1,6 +1,8 @@
 //! The frame reader on hand-made frames: long CONTINUATION chains, padding and priority,
 //! SETTINGS split anywhere, junk, and where a frame may be added.
 
+use bytes::Bytes;
+
 use super::*;
 
 #[derive(Default)]
@@ -20,7 +22,7 @@ impl FrameSink for Count {
         self.blocks += 1;
         Ok(())
     }
-    fn data(&mut self, _: u32, _: &Bytes, _: Range<usize>, _: bool) -> Result<(), FrameError> {
+    fn data(&mut self, _: u32, _: &[u8], _: Range<usize>, _: bool) -> Result<(), FrameError> {
         Ok(())
     }
     fn rst_stream(&mut self, _: u32, _: u32) {}
