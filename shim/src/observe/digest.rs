@@ -123,6 +123,27 @@ impl Role {
     #[inline(always)]
     fn of(shape: &'static Shape, key: u64) -> Self {
         let number = key >> 3;
+        if number < 64 {
+            let bit = 1 << number;
+            return if shape.bits.ignored & bit != 0 {
+                Role::Skipped
+            } else if key & 7 != 2 {
+                Role::Ordered
+            } else if shape.bits.nested & bit != 0 {
+                shape.nested(number).map_or(Role::Ordered, Role::Nested)
+            } else if shape.bits.maps & bit != 0 {
+                Role::Entry
+            } else {
+                Role::Ordered
+            };
+        }
+        Self::of_lists(shape, key)
+    }
+
+    /// [`Role::of`] from the shape's lists rather than its bit sets: for field numbers past 63,
+    /// which no shape names, and for the test that the two agree.
+    fn of_lists(shape: &'static Shape, key: u64) -> Self {
+        let number = key >> 3;
         if shape.ignored.contains(&number) {
             Role::Skipped
         } else if key & 7 != 2 {

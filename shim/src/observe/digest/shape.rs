@@ -34,23 +34,65 @@ pub(crate) struct Shape {
     /// Fields left out: those that say when the answer was made, not what it says, and those
     /// that no CRI call changes for the object's life (see the module docs).
     pub(crate) ignored: &'static [u64],
+    /// The three lists above as bit sets of field numbers under 64 (every CRI field's): the
+    /// digest asks for every field of every answer what becomes of it.
+    pub(crate) bits: Bits,
+}
+
+/// Field numbers under 64 as bit sets (bit `n` for field `n`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bits {
+    pub(crate) nested: u64,
+    pub(crate) maps: u64,
+    pub(crate) ignored: u64,
+}
+
+/// The bit set of the numbers under 64 in `numbers`.
+const fn bits(numbers: &[u64]) -> u64 {
+    let mut set = 0;
+    let mut i = 0;
+    while i < numbers.len() {
+        if numbers[i] < 64 {
+            set |= 1 << numbers[i];
+        }
+        i += 1;
+    }
+    set
 }
 
 impl Shape {
-    const fn leaf_maps(maps: &'static [u64]) -> Self {
+    /// A shape with these nested messages, maps and fields left out.
+    pub(crate) const fn new(
+        nested: &'static [(u64, &'static Shape)],
+        maps: &'static [u64],
+        ignored: &'static [u64],
+    ) -> Self {
+        let mut nested_set = 0;
+        let mut i = 0;
+        while i < nested.len() {
+            if nested[i].0 < 64 {
+                nested_set |= 1 << nested[i].0;
+            }
+            i += 1;
+        }
         Self {
-            nested: &[],
+            nested,
             maps,
-            ignored: &[],
+            ignored,
+            bits: Bits {
+                nested: nested_set,
+                maps: bits(maps),
+                ignored: bits(ignored),
+            },
         }
     }
 
+    const fn leaf_maps(maps: &'static [u64]) -> Self {
+        Self::new(&[], maps, &[])
+    }
+
     const fn leaf_fixed(ignored: &'static [u64]) -> Self {
-        Self {
-            nested: &[],
-            maps: &[],
-            ignored,
-        }
+        Self::new(&[], &[], ignored)
     }
 
     /// The shape of field `number`'s message, if the digest descends into it.
@@ -86,65 +128,41 @@ const POD_SANDBOX: Shape = Shape::leaf_fixed(&[5, 6]);
 const POD_SANDBOX_STATUS: Shape = Shape::leaf_fixed(&[7, 8]);
 
 /// `Container`: `image` = 4, `labels` = 8, `annotations` = 9 (fixed).
-const CONTAINER: Shape = Shape {
-    nested: &[(4, &IMAGE_SPEC)],
-    maps: &[],
-    ignored: &[8, 9],
-};
+const CONTAINER: Shape = Shape::new(&[(4, &IMAGE_SPEC)], &[], &[8, 9]);
 
 /// `LinuxContainerResources`: `unified` = 9.
 const LINUX_RESOURCES: Shape = Shape::leaf_maps(&[9]);
 
 /// `ContainerResources`: `linux` = 1.
-const RESOURCES: Shape = Shape {
-    nested: &[(1, &LINUX_RESOURCES)],
-    maps: &[],
-    ignored: &[],
-};
+const RESOURCES: Shape = Shape::new(&[(1, &LINUX_RESOURCES)], &[], &[]);
 
 /// `Mount`: `image` = 9.
-const MOUNT: Shape = Shape {
-    nested: &[(9, &IMAGE_SPEC)],
-    maps: &[],
-    ignored: &[],
-};
+const MOUNT: Shape = Shape::new(&[(9, &IMAGE_SPEC)], &[], &[]);
 
 /// `ContainerStatus`: `image` = 8, `labels` = 12, `annotations` = 13 (fixed), `mounts` = 14,
 /// `resources` = 16.
-const CONTAINER_STATUS: Shape = Shape {
-    nested: &[(8, &IMAGE_SPEC), (14, &MOUNT), (16, &RESOURCES)],
-    maps: &[],
-    ignored: &[12, 13],
-};
+const CONTAINER_STATUS: Shape = Shape::new(
+    &[(8, &IMAGE_SPEC), (14, &MOUNT), (16, &RESOURCES)],
+    &[],
+    &[12, 13],
+);
 
 /// `ListPodSandboxResponse`: `items` = 1.
-const LIST_POD_SANDBOX: Shape = Shape {
-    nested: &[(1, &POD_SANDBOX)],
-    maps: &[],
-    ignored: &[],
-};
+const LIST_POD_SANDBOX: Shape = Shape::new(&[(1, &POD_SANDBOX)], &[], &[]);
 
 /// `ListContainersResponse`: `containers` = 1.
-const LIST_CONTAINERS: Shape = Shape {
-    nested: &[(1, &CONTAINER)],
-    maps: &[],
-    ignored: &[],
-};
+const LIST_CONTAINERS: Shape = Shape::new(&[(1, &CONTAINER)], &[], &[]);
 
 /// `PodSandboxStatusResponse`: `status` = 1, `info` = 2, `containers_statuses` = 3, and
 /// `timestamp` = 4 (when containerd made the answer: a repeat has a new one every time).
-const POD_SANDBOX_STATUS_RESPONSE: Shape = Shape {
-    nested: &[(1, &POD_SANDBOX_STATUS), (3, &CONTAINER_STATUS)],
-    maps: &[2],
-    ignored: &[4],
-};
+const POD_SANDBOX_STATUS_RESPONSE: Shape = Shape::new(
+    &[(1, &POD_SANDBOX_STATUS), (3, &CONTAINER_STATUS)],
+    &[2],
+    &[4],
+);
 
 /// `ContainerStatusResponse`: `status` = 1, `info` = 2.
-const CONTAINER_STATUS_RESPONSE: Shape = Shape {
-    nested: &[(1, &CONTAINER_STATUS)],
-    maps: &[2],
-    ignored: &[],
-};
+const CONTAINER_STATUS_RESPONSE: Shape = Shape::new(&[(1, &CONTAINER_STATUS)], &[2], &[]);
 
 /// `PodSandboxFilter`: `label_selector` = 3.
 const POD_SANDBOX_FILTER: Shape = Shape::leaf_maps(&[3]);
@@ -153,18 +171,10 @@ const POD_SANDBOX_FILTER: Shape = Shape::leaf_maps(&[3]);
 const CONTAINER_FILTER: Shape = Shape::leaf_maps(&[4]);
 
 /// `ListPodSandboxRequest`: `filter` = 1.
-const LIST_POD_SANDBOX_REQUEST: Shape = Shape {
-    nested: &[(1, &POD_SANDBOX_FILTER)],
-    maps: &[],
-    ignored: &[],
-};
+const LIST_POD_SANDBOX_REQUEST: Shape = Shape::new(&[(1, &POD_SANDBOX_FILTER)], &[], &[]);
 
 /// `ListContainersRequest`: `filter` = 1.
-const LIST_CONTAINERS_REQUEST: Shape = Shape {
-    nested: &[(1, &CONTAINER_FILTER)],
-    maps: &[],
-    ignored: &[],
-};
+const LIST_CONTAINERS_REQUEST: Shape = Shape::new(&[(1, &CONTAINER_FILTER)], &[], &[]);
 
 /// The shape of `method`'s request.
 pub(crate) fn request(method: Watched) -> &'static Shape {

@@ -5,11 +5,7 @@ use prost::Message;
 use super::*;
 
 /// A test shape: field 1 is a map (its entries summed, in any order), the rest in order.
-const ITEMS: Shape = Shape {
-    nested: &[],
-    maps: &[1],
-    ignored: &[],
-};
+const ITEMS: Shape = Shape::new(&[], &[1], &[]);
 
 /// A gRPC-framed message with the given length-delimited field-1 items.
 fn framed(items: &[&[u8]]) -> Vec<u8> {
@@ -149,6 +145,36 @@ fn every_shape_fits_the_digest_depth() {
     for root in shape::ROOTS {
         assert!(root.depth() <= MAX_DEPTH, "{root:?}");
     }
+}
+
+#[test]
+fn every_shape_s_bit_sets_say_what_its_lists_say() {
+    fn check(shape: &'static Shape) {
+        for number in 0..80u64 {
+            for wire in 0..8 {
+                let key = number << 3 | wire;
+                let (fast, lists) = (Role::of(shape, key), Role::of_lists(shape, key));
+                let same = match (fast, lists) {
+                    (Role::Nested(a), Role::Nested(b)) => std::ptr::eq(a, b),
+                    (Role::Ordered, Role::Ordered)
+                    | (Role::Entry, Role::Entry)
+                    | (Role::Skipped, Role::Skipped) => true,
+                    _ => false,
+                };
+                assert!(
+                    same,
+                    "field {number} wire {wire}: {fast:?} against {lists:?}"
+                );
+            }
+        }
+        for (_, inner) in shape.nested {
+            check(inner);
+        }
+    }
+    for root in shape::ROOTS {
+        check(root);
+    }
+    check(&ITEMS);
 }
 
 #[test]

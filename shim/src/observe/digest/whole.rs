@@ -185,7 +185,7 @@ impl Digest {
 
     /// The hash of a whole payload, as the byte-wise path makes it: one call up to [`SHORT`]
     /// bytes, the streaming hasher past it; none for a field left out.
-    #[inline]
+    #[inline(always)]
     fn payload_hash_of(&mut self, role: Role, payload: &[u8]) -> u64 {
         if matches!(role, Role::Skipped) {
             0

@@ -13,11 +13,7 @@ use crate::observe::Watched;
 
 /// A shape that nests itself in field 1, so a message can go past the depth bound; field 2 is
 /// a map and field 3 is left out.
-static DEEP: Shape = Shape {
-    nested: &[(1, &DEEP)],
-    maps: &[2],
-    ignored: &[3],
-};
+static DEEP: Shape = Shape::new(&[(1, &DEEP)], &[2], &[3]);
 
 fn frame(msg: &[u8]) -> Vec<u8> {
     let mut out = vec![0];
