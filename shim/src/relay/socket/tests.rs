@@ -13,8 +13,9 @@ fn pair() -> (Socket, Socket) {
     )
 }
 
-/// Reads `b` to its end.
-async fn read_to_end(b: Socket) -> Vec<u8> {
+/// Reads `b` to its end, pausing `pause` after each read (a slow reader: room comes back a
+/// little at a time).
+async fn read_to_end(b: Socket, pause: Option<Duration>) -> Vec<u8> {
     let mut got = Vec::new();
     let mut buf = vec![0; 64 << 10];
     loop {
@@ -23,6 +24,9 @@ async fn read_to_end(b: Socket) -> Vec<u8> {
             return got;
         }
         got.extend_from_slice(&buf[..n]);
+        if let Some(pause) = pause {
+            tokio::time::sleep(pause).await;
+        }
     }
 }
 
@@ -43,19 +47,7 @@ async fn a_write_larger_than_the_socket_holds_waits_for_the_reader_and_loses_not
     let mut w = Writer::new(Arc::new(a));
     // Far more than a Unix socket buffers: the writer must wait for room many times.
     let sent: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
-    let reader = tokio::spawn(async move {
-        let mut got = Vec::new();
-        let mut buf = vec![0; 64 << 10];
-        loop {
-            let n = b.read(&mut buf).await.expect("read");
-            if n == 0 {
-                return got;
-            }
-            got.extend_from_slice(&buf[..n]);
-            // A slow reader: room comes back a little at a time.
-            tokio::time::sleep(Duration::from_micros(200)).await;
-        }
-    });
+    let reader = tokio::spawn(read_to_end(b, Some(Duration::from_micros(200))));
     w.write_all(&sent).await.expect("write");
     assert!(w.armed.is_some(), "the write had to wait for room");
     w.shutdown().expect("shutdown");
@@ -91,7 +83,7 @@ async fn the_wait_for_room_is_dropped_once_a_write_goes_through_and_taken_up_aga
     assert!(w.armed.is_none() && w.spare.is_some());
     // A later wait takes the kept descriptor up again, and still loses nothing.
     let filled = fill(&w);
-    let reader = tokio::spawn(read_to_end(b));
+    let reader = tokio::spawn(read_to_end(b, None));
     w.write_all(b"the end").await.expect("write");
     assert!(w.armed.is_some() && w.spare.is_none());
     w.shutdown().expect("shutdown");
@@ -172,7 +164,7 @@ async fn a_socket_waits_for_reading_alone_and_for_room_only_while_a_write_waits(
 
     let mut w = Writer::new(Arc::new(a));
     let filled = fill(&w);
-    let reader = tokio::spawn(read_to_end(b));
+    let reader = tokio::spawn(read_to_end(b, None));
     w.write_all(b"x").await.expect("write");
     let dup = w.armed.as_ref().expect("armed").get_ref().as_raw_fd();
     let armed = epoll_masks(dup, ino);
