@@ -167,6 +167,15 @@ impl Digest {
                         count += 1;
                         continue;
                     }
+                    if matches!(role, Role::Skipped) {
+                        // A map left out (labels, annotations) comes as a run of fields with
+                        // one key, an entry each: the rest of the run is stepped over here,
+                        // without the dispatch above for every entry. Left out, they change
+                        // nothing, so the digest is the same; a malformed one is `None` as
+                        // above.
+                        bytes = skip_run(bytes, key)?;
+                        continue;
+                    }
                     self.payload_hash_of(role, payload)
                 }
                 _ => return None,
@@ -205,6 +214,27 @@ impl Digest {
         long.write(payload);
         long.finish()
     }
+}
+
+/// `bytes` past the length-delimited fields with key `key` at its start (none, one or more);
+/// `None` if one of them runs past the end or its length is not a varint.
+#[inline]
+fn skip_run(mut bytes: &[u8], key: u64) -> Option<&[u8]> {
+    // One-byte keys only (field numbers under 16): every left-out map's.
+    let Ok(k) = u8::try_from(key) else {
+        return Some(bytes);
+    };
+    if k >= 0x80 {
+        return Some(bytes);
+    }
+    while let Some((&first, rest)) = bytes.split_first()
+        && first == k
+    {
+        let (len, n) = varint::read(rest)?;
+        let end = usize::try_from(len).ok()?.checked_add(n)?;
+        bytes = rest.get(end..)?;
+    }
+    Some(bytes)
 }
 
 #[cfg(test)]
