@@ -108,7 +108,7 @@ impl Pump {
         }
         self.reader.feed(chunk);
         if written < chunk.len() {
-            self.dst.write_all(&chunk[written..]).await?;
+            self.dst.write_rest(&chunk[written..]).await?;
         }
         Ok(())
     }

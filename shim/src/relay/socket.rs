@@ -117,6 +117,19 @@ impl Writer {
         Ok(())
     }
 
+    /// Writes all of `buf`, the rest of a chunk the socket would not take at once: waits for
+    /// room first rather than ask the full socket again.
+    pub(super) async fn write_rest(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = self.write_when_ready(buf).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            buf = &buf[n..];
+        }
+        Ok(())
+    }
+
     /// A write went through whole at once: stop watching for room (see the module docs).
     pub(super) fn disarm(&mut self) {
         if let Some(armed) = self.armed.take() {
