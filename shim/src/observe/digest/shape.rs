@@ -47,14 +47,17 @@ pub(crate) struct Bits {
     pub(crate) ignored: u64,
 }
 
-/// The bit set of the numbers under 64 in `numbers`.
+/// Field `number`'s bit (none past 63).
+const fn bit(number: u64) -> u64 {
+    if number < 64 { 1 << number } else { 0 }
+}
+
+/// The bit set of the numbers in `numbers`.
 const fn bits(numbers: &[u64]) -> u64 {
     let mut set = 0;
     let mut i = 0;
     while i < numbers.len() {
-        if numbers[i] < 64 {
-            set |= 1 << numbers[i];
-        }
+        set |= bit(numbers[i]);
         i += 1;
     }
     set
@@ -70,9 +73,7 @@ impl Shape {
         let mut nested_set = 0;
         let mut i = 0;
         while i < nested.len() {
-            if nested[i].0 < 64 {
-                nested_set |= 1 << nested[i].0;
-            }
+            nested_set |= bit(nested[i].0);
             i += 1;
         }
         Self {

@@ -221,12 +221,10 @@ impl Digest {
 #[inline]
 fn skip_run(mut bytes: &[u8], key: u64) -> Option<&[u8]> {
     // One-byte keys only (field numbers under 16): every left-out map's.
-    let Ok(k) = u8::try_from(key) else {
-        return Some(bytes);
+    let k = match u8::try_from(key) {
+        Ok(k) if k < 0x80 => k,
+        _ => return Some(bytes),
     };
-    if k >= 0x80 {
-        return Some(bytes);
-    }
     while let Some((&first, rest)) = bytes.split_first()
         && first == k
     {
