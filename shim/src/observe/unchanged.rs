@@ -11,14 +11,16 @@
 //! A body with no digest (not exactly one well-formed message) is never a repeat: it is decoded,
 //! tolerantly, every time.
 //!
-//! **Large answers are not kept when the previous one was a repeat.** Keeping a multi-MiB answer
-//! for the decoder pins every read buffer it arrived in, so the relay reads the rest into fresh,
-//! cache-cold allocations; for the common case, a repeat, that is wasted. So once the answer to a
-//! request has repeated and is at least [`SPECULATE_ABOVE`] long, the next answer to it is only
-//! digested. If that answer turns out changed, it cannot be decoded: it is counted
-//! (`podward_shim_answers_deferred_total`) and the request is forgotten, so kubelet's next relist
-//! (a second later) is kept and decoded. Changes that matter at once reach the index without a
-//! List: the mutating calls' own answers and containerd's events.
+//! **Answers past one HTTP/2 frame are not kept when the previous one was a repeat.** Keeping an
+//! answer for the decoder copies every DATA part of it as it is relayed (an allocation and a
+//! copy per part, and a free when it turns out a repeat), on the relay's thread, for what is
+//! nearly always a repeat: at many calls at once, a large share of the shim's CPU per call
+//! (docs/benchmarks.md, Shim). So once the answer to a request has repeated and is at least
+//! [`SPECULATE_ABOVE`] long, the next answer to it is only digested. If that answer turns out
+//! changed, it cannot be decoded: it is counted (`podward_shim_answers_deferred_total`) and the
+//! request is forgotten, so kubelet's next relist (a second later) is kept and decoded. Changes
+//! that matter at once reach the index without a List: the mutating calls' own answers and
+//! containerd's events. Status answers (a KiB or two) stay below the size and are always kept.
 //!
 //! Digests rather than the answers themselves keep the memory to a few hundred KiB at most.
 
@@ -29,9 +31,11 @@ use super::Watched;
 /// Distinct List/Status requests remembered; past it the memory starts afresh.
 const ENTRIES: usize = 4096;
 
-/// Answers at least this long (about 70 containers' List) are not kept once the previous answer
-/// to the same request was a repeat.
-pub(crate) const SPECULATE_ABOVE: usize = 256 << 10;
+/// Answers at least this long — past one DATA frame of HTTP/2's default size, a List of a few
+/// containers as kubelet labels them — are not kept once the previous answer to the same
+/// request was a repeat. Below it the copy is one small part, and a Status answer (always
+/// below it unless verbose) carries its news at once.
+pub(crate) const SPECULATE_ABOVE: usize = 16 << 10;
 
 /// What [`Unchanged::settle`] made of a finished call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
