@@ -1,6 +1,6 @@
 //! The shim's Prometheus metrics, registered on the admin endpoint's registry.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -277,7 +277,7 @@ impl MethodTable {
     pub fn new(metrics: Metrics) -> Self {
         Self {
             metrics,
-            table: Mutex::new(HashMap::new()),
+            table: Mutex::new(HashMap::default()),
         }
     }
 

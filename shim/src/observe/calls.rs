@@ -2,7 +2,7 @@
 //! bodies of watched calls, how the call ended. Finished calls go to the metrics and, for the
 //! watched methods, to the observer (decoded later, off the relay path).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -122,7 +122,7 @@ fn part(chunk: &[u8], range: Range<usize>) -> Bytes {
 impl Calls {
     pub(crate) fn new(recorder: Arc<Recorder>) -> Self {
         Self {
-            streams: HashMap::new(),
+            streams: HashMap::default(),
             buffered: 0,
             recorder,
             spare: None,

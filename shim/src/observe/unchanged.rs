@@ -24,9 +24,8 @@
 //!
 //! Digests rather than the answers themselves keep the memory to a few hundred KiB at most.
 
-use std::collections::HashMap;
-
 use super::Watched;
+use foldhash::HashMap;
 
 /// Distinct List/Status requests remembered; past it the memory starts afresh.
 const ENTRIES: usize = 4096;
