@@ -1,8 +1,8 @@
 //! The shim's Prometheus metrics, registered on the admin endpoint's registry.
 
-use foldhash::HashMap;
 use std::sync::Arc;
 
+use foldhash::HashMap;
 use parking_lot::Mutex;
 use podward_api::daemon::metrics::MetricsError;
 use prometheus::{

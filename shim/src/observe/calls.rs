@@ -2,11 +2,11 @@
 //! bodies of watched calls, how the call ended. Finished calls go to the metrics and, for the
 //! watched methods, to the observer (decoded later, off the relay path).
 
-use foldhash::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use foldhash::HashMap;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 

@@ -24,8 +24,9 @@
 //!
 //! Digests rather than the answers themselves keep the memory to a few hundred KiB at most.
 
-use super::Watched;
 use foldhash::HashMap;
+
+use super::Watched;
 
 /// Distinct List/Status requests remembered; past it the memory starts afresh.
 const ENTRIES: usize = 4096;
