@@ -98,23 +98,22 @@ impl Writer {
         self.socket.shutdown_write()
     }
 
-    /// Writes all of `buf`, waiting for room as often as needed.
-    pub(super) async fn write_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
-        while !buf.is_empty() {
-            let n = match self.socket.try_write(buf) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.write_when_ready(buf).await?
-                }
+    /// Writes all of `buf`, waiting for room as often as needed: what the socket takes now,
+    /// then the rest as [`Writer::write_rest`] writes it.
+    pub(super) async fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let written = loop {
+            match self.socket.try_write(buf) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break 0,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
-            };
-            if n == 0 {
-                return Err(io::ErrorKind::WriteZero.into());
             }
-            buf = &buf[n..];
-        }
-        Ok(())
+        };
+        self.write_rest(&buf[written..]).await
     }
 
     /// Writes all of `buf`, the rest of a chunk the socket would not take at once: waits for
