@@ -115,14 +115,21 @@ fn pid_of_script(script: &str) -> i32 {
     *found.first().expect("the attacker runs")
 }
 
-/// The host PID of the process whose command line is exactly `cmdline`.
-fn pid_of(cmdline: &str) -> i32 {
-    let found: Vec<i32> = running(cmdline)
-        .into_iter()
-        .filter(|p| proc_cmdline(*p) == cmdline)
-        .collect();
-    assert_eq!(found.len(), 1, "one process runs {cmdline:?}: {found:?}");
-    found[0]
+/// The host PID of the one process whose command line is exactly `cmdline`, once it runs (a
+/// script that marks itself ready and then `exec`s it may not have got there yet).
+async fn pid_of(cmdline: &str) -> i32 {
+    let exactly = || -> Vec<i32> {
+        running(cmdline)
+            .into_iter()
+            .filter(|p| proc_cmdline(*p) == cmdline)
+            .collect()
+    };
+    let what = format!("one process to run {cmdline:?}");
+    eventually(&what, Duration::from_secs(10), async || {
+        exactly().len() == 1
+    })
+    .await;
+    exactly()[0]
 }
 
 /// Scans the container's `/proc` for the probe path (command lines with the helper's marker)
@@ -359,7 +366,7 @@ async fn a_fifo_passwd_leaks_nothing() {
     let p = attacker(&driver, &node, "fifo", script, out.path(), &[]).await;
     let id = p.container_id("app").expect("container id");
     wait_ready(out.path()).await;
-    let init = pid_of("sleep 3604");
+    let init = pid_of("sleep 3604").await;
     let direct = runner(&node, bin_path("podward-prober"), true);
     let t = Duration::from_secs(1);
     let first = run(&direct, &id, &["true"], t).await;
