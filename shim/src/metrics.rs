@@ -43,6 +43,9 @@ pub struct Metrics {
     /// Large List/Status answers relayed without being kept (the previous one repeated) that
     /// turned out changed: not decoded; the next answer to the same request is.
     pub answers_deferred: IntCounter,
+    /// Large List/Status answers relayed unread: the same request's answer was read, and was a
+    /// repeat, less than a read interval before.
+    pub answers_unread: IntCounter,
     /// Bytes relayed, by direction (`to_containerd`, `to_client`).
     pub relayed_bytes: IntCounterVec,
     /// Open client connections on the CRI socket.
@@ -139,6 +142,11 @@ impl Metrics {
             "Large List/Status answers not kept (the previous one was a repeat) that turned out \
              changed; the next answer to the same request is decoded",
         )?;
+        let answers_unread = IntCounter::new(
+            "podward_shim_answers_unread_total",
+            "Large List/Status answers relayed unread: the previous answer to the same request \
+             repeated and was read less than 250 ms before",
+        )?;
         let relayed_bytes = IntCounterVec::new(
             Opts::new(
                 "podward_shim_relayed_bytes_total",
@@ -175,6 +183,7 @@ impl Metrics {
         registry.register(Box::new(compressed_skipped.clone()))?;
         registry.register(Box::new(answers_unchanged.clone()))?;
         registry.register(Box::new(answers_deferred.clone()))?;
+        registry.register(Box::new(answers_unread.clone()))?;
         registry.register(Box::new(relayed_bytes.clone()))?;
         registry.register(Box::new(connections.clone()))?;
         registry.register(Box::new(handshake_timeouts.clone()))?;
@@ -222,6 +231,7 @@ impl Metrics {
             compressed_skipped,
             answers_unchanged,
             answers_deferred,
+            answers_unread,
             relayed_bytes,
             connections,
             handshake_timeouts,
@@ -337,6 +347,7 @@ mod tests {
             "podward_shim_connections",
             "podward_shim_answers_unchanged_total",
             "podward_shim_answers_deferred_total",
+            "podward_shim_answers_unread_total",
         ] {
             assert!(
                 names.iter().any(|n| n == want),

@@ -25,7 +25,7 @@ use crate::metrics::Metrics;
 use crate::publish::Publisher;
 
 pub(crate) use digest::{Digest, Digester};
-pub(crate) use unchanged::{Unchanged, Verdict};
+pub(crate) use unchanged::{Reading, Unchanged, Verdict};
 
 pub use calls::Recorder;
 pub use connection::{Conversation, SideReader};

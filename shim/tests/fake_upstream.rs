@@ -199,9 +199,13 @@ async fn run_pod_sandbox_whose_caller_timed_out_is_undelivered() {
     );
 }
 
+/// Longer than the shim's read interval for repeating Lists (250 ms).
+const PACE: Duration = Duration::from_millis(300);
+
 /// kubelet relists with the same request every second. A large answer that repeats is
 /// recognised while relayed; once it has, the next one is only digested, not kept — and when that
-/// one hides a change, the change reaches the index on the following relist.
+/// one hides a change, the change reaches the index on the following relist. The Lists here come
+/// at kubelet's pace, slower than the read interval, so every one is read.
 #[tokio::test]
 async fn a_large_repeated_list_is_not_kept_and_a_change_it_hid_is_decoded_on_the_next_relist() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -230,17 +234,21 @@ async fn a_large_repeated_list_is_not_kept_and_a_change_it_hid_is_decoded_on_the
     };
 
     up.set_containers(100); // ~310 KiB: above the size that is not kept after a repeat
+    // kubelet's pace (relists a second apart): past the read interval every time.
+    let paced = || tokio::time::sleep(PACE);
     let first = rt.list_containers(list()).await.expect("list").into_inner();
     assert_eq!(first.containers.len(), 100);
     indexed(100.0).await;
     for _ in 0..2 {
         // The second is a repeat (kept: nothing was known to repeat yet), the third a repeat
         // that was never kept.
+        paced().await;
         rt.list_containers(list()).await.expect("list");
     }
     counted("podward_shim_answers_unchanged_total", 2.0).await;
 
     up.set_containers(101);
+    paced().await;
     let changed = rt.list_containers(list()).await.expect("list").into_inner();
     assert_eq!(changed.containers.len(), 101, "relayed whole all the same");
     counted("podward_shim_answers_deferred_total", 1.0).await;
@@ -249,10 +257,62 @@ async fn a_large_repeated_list_is_not_kept_and_a_change_it_hid_is_decoded_on_the
         100.0,
         "the change was not kept, so not decoded"
     );
+    paced().await;
     rt.list_containers(list()).await.expect("list");
     // A filtered List adds what it names and removes nothing: 100 + 101 other IDs.
     indexed(201.0).await;
+    paced().await;
     rt.list_containers(list()).await.expect("list");
     counted("podward_shim_answers_unchanged_total", 3.0).await;
+    assert_eq!(shim.metric("podward_shim_answers_deferred_total"), 1.0);
+    assert_eq!(shim.metric("podward_shim_answers_unread_total"), 0.0);
+}
+
+/// A client that lists many times a second: while the large answer repeats, the ones that come
+/// within the read interval of the last one read are relayed unread. A change hidden in one of
+/// them is found by the first List read after the interval and decoded from the next.
+#[tokio::test]
+async fn lists_within_the_read_interval_are_relayed_unread_and_a_change_still_arrives() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let up = FakeUpstream::start(&dir.path().join("containerd.sock")).await;
+    let shim = TestShim::start(dir.path()).await;
+    let mut rt = shim.runtime().await;
+    let list = || cri::ListContainersRequest {
+        filter: Some(cri::ContainerFilter {
+            label_selector: [("app".to_owned(), "fast".to_owned())].into(),
+            ..Default::default()
+        }),
+    };
+    up.set_containers(100);
+    // News, then a repeat (kept: nothing was known to repeat yet), then answers within the
+    // interval of that read, as fast as the client lists: unread.
+    let started = std::time::Instant::now();
+    while shim.metric("podward_shim_answers_unread_total") < 2.0 {
+        let r = rt.list_containers(list()).await.expect("list").into_inner();
+        assert_eq!(r.containers.len(), 100, "relayed whole, read or not");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no List was relayed unread"
+        );
+    }
+    assert_eq!(shim.metric("podward_shim_index_containers"), 100.0);
+
+    up.set_containers(101);
+    let changed = rt.list_containers(list()).await.expect("list").into_inner();
+    assert_eq!(changed.containers.len(), 101, "relayed whole all the same");
+    // The client goes on listing as fast as it can; the change is in the index within the
+    // interval and two Lists (the one that finds it, the one decoded).
+    let changed_at = std::time::Instant::now();
+    loop {
+        rt.list_containers(list()).await.expect("list");
+        if shim.metric("podward_shim_index_containers") == 201.0 {
+            break;
+        }
+        assert!(
+            changed_at.elapsed() < Duration::from_secs(5),
+            "the change never reached the index"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(shim.metric("podward_shim_answers_deferred_total"), 1.0);
 }

@@ -81,10 +81,114 @@ pub(crate) fn as_bare_relay(args: &[String]) {
     });
 }
 
+/// A bare relay that waits as the shim waits (child mode): each socket registered with the
+/// runtime for reading alone, a blocked write waiting on a second descriptor registered for
+/// writing only while it blocks (see shim/src/relay/socket.rs). tokio's own streams, as
+/// [`as_bare_relay`] uses them, are registered for both, and every time a peer reads what the
+/// relay wrote the kernel reports the socket writable and wakes the runtime for nothing: that
+/// relay is a floor for a user-space copy, not for the shim's way of waiting.
+/// `args`: listen path, containerd socket.
+pub(crate) fn as_read_wait_relay(args: &[String]) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (listen, containerd) = (PathBuf::from(&args[0]), PathBuf::from(&args[1]));
+    rt.block_on(async move {
+        let listener = tokio::net::UnixListener::bind(&listen).expect("bind");
+        loop {
+            let Ok((c, _)) = listener.accept().await else {
+                continue;
+            };
+            let containerd = containerd.clone();
+            tokio::spawn(async move {
+                if let Ok(u) = tokio::net::UnixStream::connect(&containerd).await {
+                    let _ = read_wait::relay(c, u).await;
+                }
+            });
+        }
+    });
+}
+
+mod read_wait {
+    #![allow(unsafe_code)]
+
+    use std::io::{self, Read, Write};
+    use std::os::unix::net::UnixStream;
+
+    use tokio::io::Interest;
+    use tokio::io::unix::AsyncFd;
+
+    fn register(s: UnixStream, interest: Interest) -> io::Result<AsyncFd<UnixStream>> {
+        // SAFETY: the `AsyncFd` owns the stream, whose descriptor stays open until it is dropped.
+        unsafe { AsyncFd::register_with_interest(s, interest) }.map_err(io::Error::from)
+    }
+
+    /// Copies both ways until either side ends: client reads 64 KiB, containerd's at the
+    /// shim's default buffer, as `copy_bidirectional_with_sizes` does for the other floor.
+    pub(super) async fn relay(
+        c: tokio::net::UnixStream,
+        u: tokio::net::UnixStream,
+    ) -> io::Result<()> {
+        let c = register(c.into_std()?, Interest::READABLE)?;
+        let u = register(u.into_std()?, Interest::READABLE)?;
+        let mut up = vec![0u8; 64 << 10];
+        let mut down = vec![0u8; podward_shim::relay::DEFAULT_BUFFER];
+        loop {
+            let (mut ready, dst, buf) = tokio::select! {
+                r = c.readable() => (r?, &u, &mut up),
+                r = u.readable() => (r?, &c, &mut down),
+            };
+            let n = match ready.get_inner().read(buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    ready.clear_ready();
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if n < buf.len() {
+                // A short read took all there was (as the shim's reads assume).
+                ready.clear_ready();
+            }
+            write_all(dst.get_ref(), &buf[..n]).await?;
+        }
+    }
+
+    async fn write_all(dst: &UnixStream, mut buf: &[u8]) -> io::Result<()> {
+        let mut armed: Option<AsyncFd<UnixStream>> = None;
+        while !buf.is_empty() {
+            match (&*dst).write(buf) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => buf = &buf[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let fd = match armed.as_ref() {
+                        Some(fd) => fd,
+                        None => armed.insert(register(dst.try_clone()?, Interest::WRITABLE)?),
+                    };
+                    fd.writable().await?.clear_ready();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(crate) async fn start_read_wait_relay(node: &TestNode) -> ShimProcess {
+    start_child_relay(node, "--as-read-wait-relay", "bench-read-wait.sock").await
+}
+
 pub(crate) async fn start_bare_relay(node: &TestNode) -> ShimProcess {
-    let cri = node.dir().join("bench-bare.sock");
+    start_child_relay(node, "--as-bare-relay", "bench-bare.sock").await
+}
+
+async fn start_child_relay(node: &TestNode, mode: &str, sock: &str) -> ShimProcess {
+    let cri = node.dir().join(sock);
     let child = std::process::Command::new(std::env::current_exe().expect("current exe"))
-        .arg("--as-bare-relay")
+        .arg(mode)
         .arg(&cri)
         .arg(node.containerd_socket())
         .spawn()

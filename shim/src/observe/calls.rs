@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::grpc_headers::Fields;
-use super::{Body, Digest, Digester, Observer, Outcome, Raw, Unchanged, Verdict, Watched};
+use super::{Body, Digest, Digester, Observer, Outcome, Raw, Reading, Unchanged, Verdict, Watched};
 use crate::h2read::FrameError;
 use crate::metrics::{MethodMetrics, MethodTable, Metrics};
 
@@ -83,6 +83,8 @@ struct Stream {
     answer: Option<Box<Digest>>,
     /// Whether the response's parts are kept for the decoder (see `observe/unchanged.rs`).
     keep_response: bool,
+    /// The answer is relayed unread (see `observe/unchanged.rs`).
+    unread: bool,
     /// A body passed [`MAX_OBSERVED_BYTES`]: the call is counted but not observed.
     overflow: bool,
     response_done: bool,
@@ -185,6 +187,7 @@ impl Calls {
                     request_key: None,
                     answer,
                     keep_response: true,
+                    unread: false,
                     overflow: false,
                     response_done: false,
                     status: None,
@@ -222,9 +225,16 @@ impl Calls {
             && !s.overflow
         {
             s.request_key = self.recorder.digests.request(w, &s.request);
-            s.keep_response = s
-                .request_key
-                .is_none_or(|k| !self.recorder.unchanged.lock().speculate(w, k));
+            let reading = s.request_key.map_or(Reading::Keep, |k| {
+                let now = std::time::Instant::now();
+                self.recorder.unchanged.lock().reading(w, k, now)
+            });
+            s.keep_response = reading == Reading::Keep;
+            if reading == Reading::Unread {
+                s.unread = true;
+                // No digest to feed: the next List/Status call takes it.
+                self.spare = s.answer.take().or(self.spare.take());
+            }
         }
         // A stop request is news the moment kubelet decides it, long before the answer
         // (which can take the whole grace period).
@@ -449,13 +459,22 @@ impl Calls {
             r.blindness().call_lost();
             return;
         }
+        if s.unread {
+            r.metrics.answers_unread.inc();
+            return;
+        }
         let repeat_key = s.request_key.filter(|_| s.status == Some(0));
         if let Some(key) = repeat_key {
             let answer = answer.and_then(Digest::finish);
-            let verdict =
-                r.unchanged
-                    .lock()
-                    .settle(method, key, answer, s.response_len, s.keep_response);
+            let now = std::time::Instant::now();
+            let verdict = r.unchanged.lock().settle(
+                method,
+                key,
+                answer,
+                s.response_len,
+                s.keep_response,
+                now,
+            );
             match verdict {
                 Verdict::Repeat => {
                     r.metrics.answers_unchanged.inc();

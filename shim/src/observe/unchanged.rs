@@ -22,7 +22,17 @@
 //! that matter at once reach the index without a List: the mutating calls' own answers and
 //! containerd's events. Status answers (a KiB or two) stay below the size and are always kept.
 //!
+//! **Nor read at all more often than every [`READ_INTERVAL`].** While a large answer keeps
+//! repeating, the next answer to the same request within that interval of the last one read is
+//! relayed unread (`podward_shim_answers_unread_total`): its digest alone costs the relay's
+//! thread a pass over every byte, for a client that lists many times a second and learns
+//! nothing new from most of them. kubelet relists once a second, so each of its relists is
+//! still read. A change that comes meanwhile is found by the first answer read after the
+//! interval (counted as deferred, as above) and decoded from the next one.
+//!
 //! Digests rather than the answers themselves keep the memory to a few hundred KiB at most.
+
+use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
 
@@ -36,6 +46,22 @@ const ENTRIES: usize = 4096;
 /// request was a repeat. Below it the copy is one small part, and a Status answer (always
 /// below it unless verbose) carries its news at once.
 pub(crate) const SPECULATE_ABOVE: usize = 16 << 10;
+
+/// While a large answer repeats, the same request's answers are read at most this often (see
+/// the module docs): well under kubelet's relist period, so that every relist of its own is
+/// read.
+pub(crate) const READ_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How much of an answer the relay reads, decided when its request is complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reading {
+    /// Digested, and its parts kept for the decoder.
+    Keep,
+    /// Digested only (see the module docs).
+    Digest,
+    /// Relayed unread (see the module docs).
+    Unread,
+}
 
 /// What [`Unchanged::settle`] made of a finished call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +79,8 @@ struct Last {
     answer: u64,
     /// The previous answer repeated and was large: do not keep the next one.
     speculate: bool,
+    /// When the last answer was read (digested and settled).
+    read_at: Instant,
 }
 
 /// The last answer's digest per (method, request digest), for every connection.
@@ -70,15 +98,22 @@ impl std::fmt::Debug for Unchanged {
 }
 
 impl Unchanged {
-    /// Whether the answer to `request` need not be kept (see the module docs).
-    pub(crate) fn speculate(&self, method: Watched, request: u64) -> bool {
-        self.last
-            .get(&(method, request))
-            .is_some_and(|l| l.speculate)
+    /// How much of the answer to `request`, complete at `now`, to read (see the module docs).
+    pub(crate) fn reading(&self, method: Watched, request: u64, now: Instant) -> Reading {
+        match self.last.get(&(method, request)) {
+            Some(l) if l.speculate => {
+                if now.saturating_duration_since(l.read_at) < READ_INTERVAL {
+                    Reading::Unread
+                } else {
+                    Reading::Digest
+                }
+            }
+            _ => Reading::Keep,
+        }
     }
 
-    /// A successful List/Status call ended with an answer of digest `answer` (None: not one
-    /// well-formed message), `len` bytes long, `kept` for the decoder or not.
+    /// A successful List/Status call ended at `now` with an answer of digest `answer` (None: not
+    /// one well-formed message), `len` bytes long, `kept` for the decoder or not.
     pub(crate) fn settle(
         &mut self,
         method: Watched,
@@ -86,6 +121,7 @@ impl Unchanged {
         answer: Option<u64>,
         len: usize,
         kept: bool,
+        now: Instant,
     ) -> Verdict {
         let key = (method, request);
         if let Some(answer) = answer
@@ -93,6 +129,7 @@ impl Unchanged {
             && last.answer == answer
         {
             last.speculate = len >= SPECULATE_ABOVE;
+            last.read_at = now;
             return Verdict::Repeat;
         }
         match answer {
@@ -100,8 +137,12 @@ impl Unchanged {
                 if self.last.len() >= ENTRIES {
                     self.last.clear();
                 }
-                let speculate = false;
-                self.last.insert(key, Last { answer, speculate });
+                let last = Last {
+                    answer,
+                    speculate: false,
+                    read_at: now,
+                };
+                self.last.insert(key, last);
                 Verdict::News
             }
             // Not digestible, or changed but not kept: whatever comes next is news.
