@@ -25,6 +25,8 @@ use crate::metrics::Metrics;
 use crate::publish::Publisher;
 
 pub(crate) use digest::{Digest, Digester};
+/// How often a repeating large List/Status answer is read at most, per request, by default.
+pub use unchanged::READ_INTERVAL as REPEAT_READ_INTERVAL;
 pub(crate) use unchanged::{Reading, Unchanged, Verdict};
 
 pub use calls::Recorder;

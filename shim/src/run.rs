@@ -48,6 +48,9 @@ pub struct Options {
     pub on_publisher: Option<Box<dyn FnOnce(Publisher) + Send>>,
     /// Read buffer per direction of a relayed connection (benchmarks compare sizes).
     pub relay_buffer: usize,
+    /// While a large List/Status answer repeats, the same request's answers are read at most
+    /// this often (benchmarks measure the read with zero: every answer read).
+    pub repeat_read_interval: std::time::Duration,
 }
 
 impl Default for Options {
@@ -58,6 +61,7 @@ impl Default for Options {
             clock: podward_api::time::now_ns,
             on_publisher: None,
             relay_buffer: crate::relay::DEFAULT_BUFFER,
+            repeat_read_interval: crate::observe::REPEAT_READ_INTERVAL,
         }
     }
 }
@@ -107,6 +111,7 @@ pub async fn run_with(
         clock,
         on_publisher,
         relay_buffer,
+        repeat_read_interval: read_interval,
     } = options;
     crate::memory::tune_allocator();
     podward_api::daemon::build_info::register(&admin.registry, "shim", env!("CARGO_PKG_VERSION"));
@@ -139,7 +144,9 @@ pub async fn run_with(
 
     let relay = Arc::new(Relay {
         containerd: config.common.containerd_socket.clone(),
-        recorder: Arc::new(Recorder::new(metrics.clone(), observer, clock)),
+        recorder: Arc::new(
+            Recorder::new(metrics.clone(), observer, clock).read_repeats_every(read_interval),
+        ),
         faults,
         handshake_timeout: config.handshake_timeout,
         shutdown_grace: config.shutdown_grace,

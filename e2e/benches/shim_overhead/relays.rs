@@ -38,6 +38,11 @@ pub(crate) fn as_shim(args: &[String]) {
             .get(5)
             .and_then(|k| k.parse::<usize>().ok())
             .map_or(podward_shim::relay::DEFAULT_BUFFER, |k| k << 10),
+        repeat_read_interval: if args.get(6).map(String::as_str) == Some("read-every") {
+            Duration::ZERO
+        } else {
+            podward_shim::observe::REPEAT_READ_INTERVAL
+        },
         ..Default::default()
     };
     rt.block_on(async move {
@@ -282,6 +287,7 @@ pub(crate) async fn start_shim(
     name: &str,
     buffer_kib: usize,
     flavour: &str,
+    read_every: bool,
 ) -> ShimProcess {
     let cri = node.dir().join(format!("bench-{name}.sock"));
     let control = node.dir().join(format!("bench-{name}-control.sock"));
@@ -295,6 +301,7 @@ pub(crate) async fn start_shim(
         .arg(admin.to_string())
         .arg(flavour)
         .arg(buffer_kib.to_string())
+        .arg(if read_every { "read-every" } else { "default" })
         .spawn()
         .expect("spawn shim");
     let shim = ShimProcess {

@@ -18,6 +18,9 @@
 //! reader): "bare relay", tokio's `copy_bidirectional`, and "bare rd-wait", the same copy with
 //! its sockets waited on for reading alone as the shim's are: the floors of a user-space relay,
 //! beside socat's;
+//! `-- --read-every` has the shims read every repeating large List (as they do at kubelet's
+//! pace of one a second) rather than at most one per request every 250 ms, as shipped: the mix
+//! and the 4 MiB phase List far faster than kubelet does;
 //! `-- --skip-mix` leaves out the mix rounds (4 MiB List, RSS and idle CPU only),
 //! `-- --mix-only` runs them alone (`--rounds N`, default 10, for a profiler to attach), `-- --go`
 //! then measures the mix as a kubelet makes it, with kubelet's own stack (`go_bench.rs`: one
@@ -95,6 +98,7 @@ fn main() {
         go: args.iter().any(|a| a == "--go"),
         rounds,
         bare: args.iter().any(|a| a == "--bare"),
+        read_every: args.iter().any(|a| a == "--read-every"),
     };
     rt.block_on(bench(opts));
 }
@@ -113,8 +117,11 @@ struct Opts {
     go: bool,
     /// `--rounds N`: mix rounds per concurrency.
     rounds: usize,
-    /// `--bare`: a bare relay (tokio's `copy_bidirectional`, no side reader) as a second floor.
+    /// `--bare`: bare relays (no side reader) as further floors.
     bare: bool,
+    /// `--read-every`: the shims read every repeating large List, as at kubelet's pace, instead
+    /// of at most one per request every 250 ms (the shipped default).
+    read_every: bool,
 }
 
 async fn bench(
@@ -126,21 +133,22 @@ async fn bench(
         go,
         rounds,
         bare,
+        read_every,
     }: Opts,
 ) {
     let node = TestNode::start().await.expect("node");
     // The shim as it ships: its default read buffer.
     let default_kib = podward_shim::relay::DEFAULT_BUFFER >> 10;
-    let shim = start_shim(&node, "shim", default_kib, "current").await;
+    let shim = start_shim(&node, "shim", default_kib, "current", read_every).await;
     let socat = start_socat(&node).await;
     let mut extra = Vec::new();
     for kib in &buffers {
         let name = format!("shim {kib} KiB");
-        let s = start_shim(&node, &format!("shim-{kib}k"), *kib, "current").await;
+        let s = start_shim(&node, &format!("shim-{kib}k"), *kib, "current", read_every).await;
         extra.push((name, s));
     }
     if multi {
-        let s = start_shim(&node, "shim-multi", default_kib, "multi").await;
+        let s = start_shim(&node, "shim-multi", default_kib, "multi", read_every).await;
         extra.push(("shim multi-thr".to_owned(), s));
     }
     if bare {

@@ -59,6 +59,14 @@ impl Recorder {
         &self.metrics
     }
 
+    /// Reads a large List/Status answer that keeps repeating at most every `interval` per
+    /// request (see `observe/unchanged.rs`; zero reads every one).
+    #[must_use]
+    pub fn read_repeats_every(self, interval: std::time::Duration) -> Self {
+        self.unchanged.lock().set_read_interval(interval);
+        self
+    }
+
     /// Where losses of observation are reported (the index heals from them).
     pub fn blindness(&self) -> &Arc<crate::heal::Blindness> {
         self.observer.blindness()

@@ -50,7 +50,7 @@ pub(crate) const SPECULATE_ABOVE: usize = 16 << 10;
 /// While a large answer repeats, the same request's answers are read at most this often (see
 /// the module docs): well under kubelet's relist period, so that every relist of its own is
 /// read.
-pub(crate) const READ_INTERVAL: Duration = Duration::from_millis(250);
+pub const READ_INTERVAL: Duration = Duration::from_millis(250);
 
 /// How much of an answer the relay reads, decided when its request is complete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,9 +84,19 @@ struct Last {
 }
 
 /// The last answer's digest per (method, request digest), for every connection.
-#[derive(Default)]
 pub(crate) struct Unchanged {
     last: HashMap<(Watched, u64), Last>,
+    /// [`READ_INTERVAL`] unless set otherwise.
+    read_interval: Duration,
+}
+
+impl Default for Unchanged {
+    fn default() -> Self {
+        Self {
+            last: HashMap::default(),
+            read_interval: READ_INTERVAL,
+        }
+    }
 }
 
 impl std::fmt::Debug for Unchanged {
@@ -98,11 +108,17 @@ impl std::fmt::Debug for Unchanged {
 }
 
 impl Unchanged {
+    /// Reads a repeating large answer at most every `interval` instead of [`READ_INTERVAL`]
+    /// (zero: every one).
+    pub(crate) fn set_read_interval(&mut self, interval: Duration) {
+        self.read_interval = interval;
+    }
+
     /// How much of the answer to `request`, complete at `now`, to read (see the module docs).
     pub(crate) fn reading(&self, method: Watched, request: u64, now: Instant) -> Reading {
         match self.last.get(&(method, request)) {
             Some(l) if l.speculate => {
-                if now.saturating_duration_since(l.read_at) < READ_INTERVAL {
+                if now.saturating_duration_since(l.read_at) < self.read_interval {
                     Reading::Unread
                 } else {
                     Reading::Digest
