@@ -199,6 +199,16 @@ async fn run_pod_sandbox_whose_caller_timed_out_is_undelivered() {
     );
 }
 
+/// A ListContainers of the containers labelled `app=<app>`.
+fn labelled_list(app: &str) -> cri::ListContainersRequest {
+    cri::ListContainersRequest {
+        filter: Some(cri::ContainerFilter {
+            label_selector: [("app".to_owned(), app.to_owned())].into(),
+            ..Default::default()
+        }),
+    }
+}
+
 /// Longer than the shim's read interval for repeating Lists (250 ms).
 const PACE: Duration = Duration::from_millis(300);
 
@@ -212,12 +222,7 @@ async fn a_large_repeated_list_is_not_kept_and_a_change_it_hid_is_decoded_on_the
     let up = FakeUpstream::start(&dir.path().join("containerd.sock")).await;
     let shim = TestShim::start(dir.path()).await;
     let mut rt = shim.runtime().await;
-    let list = || cri::ListContainersRequest {
-        filter: Some(cri::ContainerFilter {
-            label_selector: [("app".to_owned(), "big".to_owned())].into(),
-            ..Default::default()
-        }),
-    };
+    let list = || labelled_list("big");
     let indexed = |n: f64| {
         let shim = &shim;
         eventually(
@@ -277,12 +282,7 @@ async fn lists_within_the_read_interval_are_relayed_unread_and_a_change_still_ar
     let up = FakeUpstream::start(&dir.path().join("containerd.sock")).await;
     let shim = TestShim::start(dir.path()).await;
     let mut rt = shim.runtime().await;
-    let list = || cri::ListContainersRequest {
-        filter: Some(cri::ContainerFilter {
-            label_selector: [("app".to_owned(), "fast".to_owned())].into(),
-            ..Default::default()
-        }),
-    };
+    let list = || labelled_list("fast");
     up.set_containers(100);
     // News, then a repeat (kept: nothing was known to repeat yet), then answers within the
     // interval of that read, as fast as the client lists: unread.

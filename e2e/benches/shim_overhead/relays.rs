@@ -57,32 +57,16 @@ pub(crate) fn as_shim(args: &[String]) {
 /// A bare relay in this process (child mode): what a user-space copy costs without the side
 /// reader, on the shim's runtime flavour and buffer size. `args`: listen path, containerd socket.
 pub(crate) fn as_bare_relay(args: &[String]) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let (listen, containerd) = (PathBuf::from(&args[0]), PathBuf::from(&args[1]));
-    rt.block_on(async move {
-        let listener = tokio::net::UnixListener::bind(&listen).expect("bind");
-        loop {
-            let Ok((mut c, _)) = listener.accept().await else {
-                continue;
-            };
-            let containerd = containerd.clone();
-            tokio::spawn(async move {
-                if let Ok(mut u) = tokio::net::UnixStream::connect(&containerd).await {
-                    // containerd's side read as the shim reads it, the client's at 64 KiB
-                    // (only small requests come from there).
-                    let _ = tokio::io::copy_bidirectional_with_sizes(
-                        &mut c,
-                        &mut u,
-                        64 << 10,
-                        podward_shim::relay::DEFAULT_BUFFER,
-                    )
-                    .await;
-                }
-            });
-        }
+    serve_child_relay(args, |mut c, mut u| async move {
+        // containerd's side read as the shim reads it, the client's at 64 KiB (only small
+        // requests come from there).
+        let _ = tokio::io::copy_bidirectional_with_sizes(
+            &mut c,
+            &mut u,
+            64 << 10,
+            podward_shim::relay::DEFAULT_BUFFER,
+        )
+        .await;
     });
 }
 
@@ -94,6 +78,18 @@ pub(crate) fn as_bare_relay(args: &[String]) {
 /// relay is a floor for a user-space copy, not for the shim's way of waiting.
 /// `args`: listen path, containerd socket.
 pub(crate) fn as_read_wait_relay(args: &[String]) {
+    serve_child_relay(args, |c, u| async move {
+        let _ = read_wait::relay(c, u).await;
+    });
+}
+
+/// Serves `args[0]` on the shim's runtime flavour (current-thread): each accepted connection
+/// gets its own connection to containerd (`args[1]`) and `relay` copies between the two.
+fn serve_child_relay<F, R>(args: &[String], relay: F)
+where
+    F: Fn(tokio::net::UnixStream, tokio::net::UnixStream) -> R + Send + Copy + 'static,
+    R: std::future::Future<Output = ()> + Send + 'static,
+{
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -108,7 +104,7 @@ pub(crate) fn as_read_wait_relay(args: &[String]) {
             let containerd = containerd.clone();
             tokio::spawn(async move {
                 if let Ok(u) = tokio::net::UnixStream::connect(&containerd).await {
-                    let _ = read_wait::relay(c, u).await;
+                    relay(c, u).await;
                 }
             });
         }
