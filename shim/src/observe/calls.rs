@@ -89,10 +89,9 @@ struct Stream {
     request_key: Option<u64>,
     /// A List/Status call: the digest of its answer so far.
     answer: Option<Box<Digest>>,
-    /// Whether the response's parts are kept for the decoder (see `observe/unchanged.rs`).
-    keep_response: bool,
-    /// The answer is relayed unread (see `observe/unchanged.rs`).
-    unread: bool,
+    /// How much of the response is read: digested and kept for the decoder, digested only, or
+    /// not at all (see `observe/unchanged.rs`).
+    reading: Reading,
     /// A body passed [`MAX_OBSERVED_BYTES`]: the call is counted but not observed.
     overflow: bool,
     response_done: bool,
@@ -194,8 +193,7 @@ impl Calls {
                     response_len: 0,
                     request_key: None,
                     answer,
-                    keep_response: true,
-                    unread: false,
+                    reading: Reading::Keep,
                     overflow: false,
                     response_done: false,
                     status: None,
@@ -233,13 +231,11 @@ impl Calls {
             && !s.overflow
         {
             s.request_key = self.recorder.digests.request(w, &s.request);
-            let reading = s.request_key.map_or(Reading::Keep, |k| {
+            s.reading = s.request_key.map_or(Reading::Keep, |k| {
                 let now = std::time::Instant::now();
                 self.recorder.unchanged.lock().reading(w, k, now)
             });
-            s.keep_response = reading == Reading::Keep;
-            if reading == Reading::Unread {
-                s.unread = true;
+            if s.reading == Reading::Unread {
                 // No digest to feed: the next List/Status call takes it.
                 self.spare = s.answer.take().or(self.spare.take());
             }
@@ -292,7 +288,7 @@ impl Calls {
             if let Some(d) = s.answer.as_mut() {
                 d.feed(&chunk[range.clone()]);
             }
-            if !s.keep_response {
+            if s.reading != Reading::Keep {
                 return Ok(());
             }
             &mut s.response
@@ -432,7 +428,8 @@ impl Calls {
     /// A finished call, its answer's digest apart.
     fn record(&self, s: Stream, answer: Option<&Digest>, outcome: Outcome) {
         let r = &self.recorder;
-        let elapsed = s.started.elapsed();
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(s.started);
         s.method.duration.observe(elapsed.as_secs_f64());
         let code = if outcome == Outcome::Delivered {
             s.status.unwrap_or(UNKNOWN)
@@ -467,21 +464,21 @@ impl Calls {
             r.blindness().call_lost();
             return;
         }
-        if s.unread {
+        if s.reading == Reading::Unread {
             r.metrics.answers_unread.inc();
             return;
         }
         let repeat_key = s.request_key.filter(|_| s.status == Some(0));
         if let Some(key) = repeat_key {
             let answer = answer.and_then(Digest::finish);
-            let now = std::time::Instant::now();
+            let kept = s.reading == Reading::Keep;
             let verdict = r.unchanged.lock().settle(
                 method,
                 key,
                 answer,
                 s.response_len,
-                s.keep_response,
-                now,
+                kept,
+                now.into_std(),
             );
             match verdict {
                 Verdict::Repeat => {
