@@ -1,5 +1,6 @@
 //! The relays under test, each its own process: the shim (this binary re-executed with
-//! `--as-shim`), socat, and a bare copy relay (`--as-bare-relay`).
+//! `--as-shim`), socat, and the bare relays that are its floors (`--as-bare-relay`,
+//! `--as-read-wait-relay`, `--as-thread-relay`).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -83,6 +84,25 @@ pub(crate) fn as_read_wait_relay(args: &[String]) {
     });
 }
 
+/// A bare relay on a thread per connection blocking in `poll(2)` (child mode): socat's loop, in
+/// Rust, with the other floors' buffers (the client's side read 64 KiB at a time, containerd's
+/// at the shim's default). No runtime between the kernel's wake-up and the copy: at one call at
+/// a time this relay added less than either tokio floor and than socat (docs/benchmarks.md,
+/// Shim). Writes block: both peers read all the time, and a bench client never stalls.
+/// `args`: listen path, containerd socket.
+pub(crate) fn as_thread_relay(args: &[String]) {
+    let listener = std::os::unix::net::UnixListener::bind(&args[0]).expect("bind");
+    let containerd = PathBuf::from(&args[1]);
+    for client in listener.incoming().flatten() {
+        let containerd = containerd.clone();
+        std::thread::spawn(move || {
+            if let Ok(upstream) = std::os::unix::net::UnixStream::connect(&containerd) {
+                let _ = thread_relay::relay(client, upstream);
+            }
+        });
+    }
+}
+
 /// Serves `args[0]` on the shim's runtime flavour (current-thread): each accepted connection
 /// gets its own connection to containerd (`args[1]`) and `relay` copies between the two.
 fn serve_child_relay<F, R>(args: &[String], relay: F)
@@ -109,6 +129,47 @@ where
             });
         }
     });
+}
+
+mod thread_relay {
+    use std::io::{self, Read, Write};
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+    /// Copies both ways until either side ends.
+    pub(super) fn relay(mut c: UnixStream, mut u: UnixStream) -> io::Result<()> {
+        let mut up = vec![0u8; 64 << 10];
+        let mut down = vec![0u8; podward_shim::relay::DEFAULT_BUFFER];
+        loop {
+            let (from_client, from_containerd) = {
+                let mut fds = [
+                    PollFd::new(c.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(u.as_fd(), PollFlags::POLLIN),
+                ];
+                poll(&mut fds, PollTimeout::NONE)?;
+                // Any event (data, hang-up, error) is found out by the read.
+                (fds[0].any() != Some(false), fds[1].any() != Some(false))
+            };
+            if from_client && !copy(&mut c, &mut u, &mut up)? {
+                return Ok(());
+            }
+            if from_containerd && !copy(&mut u, &mut c, &mut down)? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// One read from `src` written whole to `dst`; false at the end of `src`.
+    fn copy(src: &mut UnixStream, dst: &mut UnixStream, buf: &mut [u8]) -> io::Result<bool> {
+        let n = src.read(buf)?;
+        if n == 0 {
+            return Ok(false);
+        }
+        dst.write_all(&buf[..n])?;
+        Ok(true)
+    }
 }
 
 mod read_wait {
@@ -180,6 +241,10 @@ mod read_wait {
 
 pub(crate) async fn start_read_wait_relay(node: &TestNode) -> ShimProcess {
     start_child_relay(node, "--as-read-wait-relay", "bench-read-wait.sock").await
+}
+
+pub(crate) async fn start_thread_relay(node: &TestNode) -> ShimProcess {
+    start_child_relay(node, "--as-thread-relay", "bench-thread.sock").await
 }
 
 pub(crate) async fn start_bare_relay(node: &TestNode) -> ShimProcess {

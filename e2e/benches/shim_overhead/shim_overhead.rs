@@ -13,11 +13,12 @@
 //!
 //! Run: `cargo bench -p podward-e2e --bench shim_overhead` (root; about 5 minutes).
 //! `-- --buffers 16,256` adds shims with those relay read buffers (KiB) to the mix rounds;
-//! `-- --multi` adds a shim on tokio's multi-threaded runtime; `-- --bare` two bare relays
-//! (current-thread runtime, containerd's side read with the shim's default buffer, no HTTP/2
-//! reader): "bare relay", tokio's `copy_bidirectional`, and "bare rd-wait", the same copy with
-//! its sockets waited on for reading alone as the shim's are: the floors of a user-space relay,
-//! beside socat's;
+//! `-- --multi` adds a shim on tokio's multi-threaded runtime; `-- --bare` three bare relays
+//! (containerd's side read with the shim's default buffer, no HTTP/2 reader): on the shim's
+//! current-thread runtime "bare relay", tokio's `copy_bidirectional`, and "bare rd-wait", the
+//! same copy with its sockets waited on for reading alone as the shim's are; and "bare thread",
+//! a thread per connection blocking in `poll(2)`, socat's loop without a runtime: the floors of
+//! a user-space relay, beside socat's;
 //! `-- --read-every` has the shims read every repeating large List (as they do at kubelet's
 //! pace of one a second) rather than at most one per request every 250 ms, as shipped: the mix
 //! and the 4 MiB phase List far faster than kubelet does;
@@ -35,8 +36,8 @@ mod relays;
 use calls::{client, populate, round};
 use figures::{Path3, Rss, cpu_ns, cpu_ticks, load_average, num_cpus, pct, ticks_ms, us};
 use relays::{
-    as_bare_relay, as_read_wait_relay, as_shim, start_bare_relay, start_read_wait_relay,
-    start_shim, start_socat,
+    as_bare_relay, as_read_wait_relay, as_shim, as_thread_relay, start_bare_relay,
+    start_read_wait_relay, start_shim, start_socat, start_thread_relay,
 };
 
 use std::sync::Arc;
@@ -65,6 +66,10 @@ fn main() {
     }
     if args.get(1).map(String::as_str) == Some("--as-bare-relay") {
         as_bare_relay(&args[2..]);
+        return;
+    }
+    if args.get(1).map(String::as_str) == Some("--as-thread-relay") {
+        as_thread_relay(&args[2..]);
         return;
     }
     if args.get(1).map(String::as_str) == Some("--as-read-wait-relay") {
@@ -157,6 +162,7 @@ async fn bench(
             "bare rd-wait".to_owned(),
             start_read_wait_relay(&node).await,
         ));
+        extra.push(("bare thread".to_owned(), start_thread_relay(&node).await));
     }
 
     let direct = node.containerd_socket();
@@ -489,7 +495,7 @@ async fn big_lists(mut paths: Vec<Path3>, sid: &str, relays: &[(String, u32)]) {
         );
     }
     let shim = paths.iter().position(|p| p.name == "shim" && p.clean());
-    for floor in ["bare relay", "bare rd-wait"] {
+    for floor in ["bare relay", "bare rd-wait", "bare thread"] {
         let bare = paths.iter().position(|p| p.name == floor && p.clean());
         if let (Some(shim), Some(bare)) = (shim, bare) {
             println!(
