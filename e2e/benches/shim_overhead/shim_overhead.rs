@@ -60,20 +60,16 @@ const BIG_LISTS: usize = 1000;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--as-shim") {
-        as_shim(&args[2..]);
-        return;
-    }
-    if args.get(1).map(String::as_str) == Some("--as-bare-relay") {
-        as_bare_relay(&args[2..]);
-        return;
-    }
-    if args.get(1).map(String::as_str) == Some("--as-thread-relay") {
-        as_thread_relay(&args[2..]);
-        return;
-    }
-    if args.get(1).map(String::as_str) == Some("--as-read-wait-relay") {
-        as_read_wait_relay(&args[2..]);
+    // Child modes: this binary re-executed as one of the relays under test.
+    let child: Option<fn(&[String])> = match args.get(1).map(String::as_str) {
+        Some("--as-shim") => Some(as_shim),
+        Some("--as-bare-relay") => Some(as_bare_relay),
+        Some("--as-read-wait-relay") => Some(as_read_wait_relay),
+        Some("--as-thread-relay") => Some(as_thread_relay),
+        _ => None,
+    };
+    if let Some(child) = child {
+        child(&args[2..]);
         return;
     }
     if args.iter().any(|a| a == "--list") {
