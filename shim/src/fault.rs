@@ -11,6 +11,27 @@ mod hold;
 #[cfg(feature = "fault-injection")]
 pub use hold::HeldResponse;
 
+/// A response the relay holds back (fault injection; never made without the feature).
+#[derive(Debug)]
+pub struct Hold {
+    #[cfg(feature = "fault-injection")]
+    waiting: hold::Waiting,
+}
+
+impl Hold {
+    /// Whether the response may go on: its handle released it or was dropped.
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn is_over(&self) -> bool {
+        true
+    }
+
+    /// Whether the response may go on: its handle released it or was dropped.
+    #[cfg(feature = "fault-injection")]
+    pub fn is_over(&self) -> bool {
+        self.waiting.is_over()
+    }
+}
+
 /// The set of armed faults, shared with the relay.
 #[derive(Clone, Default, Debug)]
 pub struct Faults {
@@ -54,16 +75,20 @@ impl Faults {
     }
 
     /// Hook on the relay path, after containerd's response to `path` was read and before it is
-    /// handed to the caller.
+    /// handed to the caller: the hold that applies to it, if one is armed (never without the
+    /// `fault-injection` feature).
     #[cfg(not(feature = "fault-injection"))]
     #[inline(always)]
-    pub async fn before_response(&self, _path: &str) {}
+    pub fn hold_response(&self, _path: &str) -> Option<Hold> {
+        None
+    }
 
-    /// Hook on the relay path: waits while an armed hold for `path` applies. The connection's
-    /// server-to-client bytes wait with it (the caller's own reset still reaches containerd).
+    /// Hook on the relay path: the hold armed for `path`, if any. The connection's
+    /// server-to-client bytes wait until [`Hold::is_over`] (the caller's own reset still reaches
+    /// containerd meanwhile).
     #[cfg(feature = "fault-injection")]
-    pub async fn before_response(&self, path: &str) {
-        self.holds.before_response(path).await;
+    pub fn hold_response(&self, path: &str) -> Option<Hold> {
+        self.holds.start(path).map(|waiting| Hold { waiting })
     }
 
     /// Holds back the response of the next call to `path` (e.g.

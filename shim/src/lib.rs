@@ -33,4 +33,4 @@ pub mod relay;
 mod run;
 pub mod upstream;
 
-pub use run::{DecoderStartError, Options, RunError, run, run_with};
+pub use run::{Options, RunError, StartError, run, run_with};

@@ -3,8 +3,9 @@
 //! Every accepted connection gets its own connection to containerd, as if the client had dialled
 //! containerd itself: containerd sees the same connections, SETTINGS, PINGs, flow control and
 //! GOAWAYs, and one client's flow-control window is never another's. Bytes are copied both ways
-//! unchanged, in order, as they arrive; an [`observe::SideReader`](crate::observe::SideReader)
-//! per direction reads what was copied, beside the copy, to find the watched calls.
+//! unchanged, in order, as they arrive, by a thread of the connection's own (`relay/threads.rs`
+//! says why); an [`observe::SideReader`](crate::observe::SideReader) per direction reads what
+//! was copied, beside the copy, to find the watched calls.
 //!
 //! Nothing is terminated or re-encoded, so every client that works against containerd works
 //! through the shim (gRPC C-core's `:authority` for unix sockets included), and Exec, Attach and
@@ -15,8 +16,10 @@
 
 mod connection;
 mod pump;
-mod socket;
+mod threads;
 mod unavailable;
+
+pub use threads::MAX_CONNECTIONS;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,7 +27,6 @@ use std::time::Duration;
 
 use tokio::net::UnixListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::fault::Faults;
@@ -39,9 +41,9 @@ pub const DEFAULT_BUFFER: usize = 128 << 10;
 
 /// The most a client's bytes are read at once (the read buffer above if smaller). A client's
 /// side carries small requests, but also whatever header blocks a client chooses to send, and
-/// the side reader decodes each chunk before the connection yields: a smaller chunk bounds how
-/// long one client sending header blocks as fast as it can keeps the runtime from the other
-/// connections, at no cost to requests of ordinary size.
+/// the side reader decodes each chunk before the connection's thread looks at containerd's side
+/// again: a smaller chunk bounds how long one client sending header blocks as fast as it can
+/// holds up its own answers, at no cost to requests of ordinary size.
 pub const REQUEST_BUFFER: usize = 16 << 10;
 
 /// How long containerd may take to answer what was in flight once the client side of a
@@ -65,10 +67,27 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// Accepts connections on `listener` until `stop`, then lets every connection wind down
-    /// (see `connection.rs`) within the shutdown grace and returns.
-    pub async fn serve(self: Arc<Self>, listener: UnixListener, mut stop: watch::Receiver<bool>) {
-        let mut conns = JoinSet::new();
+    /// The relay's accept loop, to spawn: accepts connections on `listener` until `stop`, each
+    /// relayed on a thread of its own, then lets every connection wind down (see
+    /// `connection.rs`) within the shutdown grace and returns.
+    ///
+    /// # Errors
+    /// The connections' stop signal could not be made (no descriptor left).
+    pub fn serve(
+        self: Arc<Self>,
+        listener: UnixListener,
+        stop: watch::Receiver<bool>,
+    ) -> std::io::Result<impl Future<Output = ()> + Send> {
+        let threads = threads::Threads::new()?;
+        Ok(self.accept(listener, stop, threads))
+    }
+
+    async fn accept(
+        self: Arc<Self>,
+        listener: UnixListener,
+        mut stop: watch::Receiver<bool>,
+        threads: threads::Threads,
+    ) {
         loop {
             if *stop.borrow_and_update() {
                 break;
@@ -76,30 +95,19 @@ impl Relay {
             tokio::select! {
                 r = stop.changed() => if r.is_err() { break },
                 r = listener.accept() => match r {
-                    Ok((client, _)) => {
-                        conns.spawn(connection::relay(self.clone(), client, stop.clone()));
-                    }
+                    Ok((client, _)) => threads.start(&self, client),
                     Err(e) => {
                         // EMFILE and friends: keep serving the open connections, retry soon.
                         tracing::warn!(error = %e, "CRI socket: accept failed");
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                 },
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
             }
         }
         // Not accepting any more: under socket activation new connections queue in the
         // listening socket, which systemd keeps for the next process.
         drop(listener);
         let deadline = Instant::now() + self.shutdown_grace + Duration::from_millis(250);
-        while !conns.is_empty() {
-            if tokio::time::timeout_at(deadline, conns.join_next())
-                .await
-                .is_err()
-            {
-                conns.abort_all();
-                break;
-            }
-        }
+        threads.stop(deadline).await;
     }
 }

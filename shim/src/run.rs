@@ -28,13 +28,19 @@ use crate::relay::Relay;
 use crate::upstream::Upstream;
 use crate::{events, heal, lifecycle_api, observe, rebuild};
 
-/// Why the shim could not run: the daemons' shared reasons, or its decoder thread.
-pub type RunError = podward_api::daemon::run::RunError<DecoderStartError>;
+/// Why the shim could not run: the daemons' shared reasons, or its own.
+pub type RunError = podward_api::daemon::run::RunError<StartError>;
 
-/// The decoder thread could not be started.
+/// What the shim itself could not set up.
 #[derive(Debug, thiserror::Error)]
-#[error("starting the decoder thread: {0}")]
-pub struct DecoderStartError(#[source] std::io::Error);
+pub enum StartError {
+    /// The decoder thread could not be started.
+    #[error("starting the decoder thread: {0}")]
+    Decoder(#[source] std::io::Error),
+    /// The relay's signal to its connection threads could not be made.
+    #[error("making the relay's stop signal: {0}")]
+    RelayStop(#[source] std::io::Error),
+}
 
 /// What an embedding (a test, mostly) can set besides the [`Config`].
 pub struct Options {
@@ -130,7 +136,7 @@ pub async fn run_with(
     let admin_listener = podward_api::daemon::admin::bind(config.common.admin_addr).await?;
 
     let observer = observe::spawn(publisher.clone(), metrics.clone())
-        .map_err(|e| RunError::Daemon(DecoderStartError(e)))?;
+        .map_err(|e| RunError::Daemon(StartError::Decoder(e)))?;
     spawn_index_tasks(
         &config,
         &publisher,
@@ -152,7 +158,10 @@ pub async fn run_with(
         shutdown_grace: config.shutdown_grace,
         buffer: relay_buffer.max(4096),
     });
-    let cri_task = tokio::spawn(relay.serve(cri.listener, stop.subscribe()));
+    let serving = relay
+        .serve(cri.listener, stop.subscribe())
+        .map_err(|e| RunError::Daemon(StartError::RelayStop(e)))?;
+    let cri_task = tokio::spawn(serving);
     let control_task = tokio::spawn(serve_control(
         control.listener,
         config.max_subscribers,

@@ -69,21 +69,30 @@ impl Holds {
         self.armed.lock().iter().any(|a| a.path == path)
     }
 
-    pub(super) async fn before_response(&self, path: &str) {
-        let taken = {
+    /// Starts holding the response to `path` if a hold for it is armed (the hold is then spent,
+    /// and its handle told that a response is held).
+    pub(super) fn start(&self, path: &str) -> Option<Waiting> {
+        let mut a = {
             let mut armed = self.armed.lock();
-            armed
-                .iter()
-                .position(|a| a.path == path)
-                .map(|i| armed.remove(i))
-        };
-        let Some(mut a) = taken else {
-            return;
+            let i = armed.iter().position(|a| a.path == path)?;
+            armed.remove(i)
         };
         if let Some(tx) = a.held.take() {
             let _ = tx.send(());
         }
-        // Released explicitly, or the handle was dropped (sender gone): either way, go on.
-        let _ = a.release.wait_for(|r| *r).await;
+        Some(Waiting { release: a.release })
+    }
+}
+
+/// A response being held, until its handle lets it go.
+#[derive(Debug)]
+pub(super) struct Waiting {
+    release: watch::Receiver<bool>,
+}
+
+impl Waiting {
+    /// Released explicitly, or the handle was dropped (its sender gone): either way, go on.
+    pub(super) fn is_over(&self) -> bool {
+        *self.release.borrow() || self.release.has_changed().is_err()
     }
 }

@@ -10,6 +10,7 @@
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
@@ -22,8 +23,9 @@ use crate::h2read::{DirectionReader, FrameError, HeaderBlock, HeaderLimits, Side
 #[derive(Debug)]
 pub struct Conversation {
     shared: Mutex<Shared>,
-    /// Fired when the client resets a stream or leaves (a held response stops waiting).
-    caller_gone: tokio::sync::Notify,
+    /// Set when the client resets a stream or leaves (a held response stops waiting), taken by
+    /// [`Conversation::take_caller_gone`].
+    caller_gone: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -45,19 +47,19 @@ impl Conversation {
                 calls: Calls::new(recorder),
                 limits: HeaderLimits::default(),
             }),
-            caller_gone: tokio::sync::Notify::new(),
+            caller_gone: AtomicBool::new(false),
         })
     }
 
     /// The client reset a stream or left.
     pub fn note_caller_gone(&self) {
-        self.caller_gone.notify_one();
+        self.caller_gone.store(true, Ordering::Release);
     }
 
-    /// Resolves at the next [`note_caller_gone`](Self::note_caller_gone) (or at once if one
-    /// happened since the last wait).
-    pub async fn caller_gone(&self) {
-        self.caller_gone.notified().await;
+    /// Whether [`note_caller_gone`](Self::note_caller_gone) was called since the last time this
+    /// was asked.
+    pub fn take_caller_gone(&self) -> bool {
+        self.caller_gone.swap(false, Ordering::AcqRel)
     }
 
     /// Whether the connection is still being read.

@@ -1,4 +1,5 @@
-//! One client connection and its own connection to containerd.
+//! One client connection and its own connection to containerd, relayed by a thread of its own
+//! that waits in `poll(2)` on the two sockets (and on the relay's stop signal).
 //!
 //! How it ends:
 //! - containerd closes: the client gets the same close;
@@ -12,18 +13,16 @@
 //!   grace, both are closed. The client's next calls go to a new connection, which waits in the
 //!   listening socket's backlog for the next shim.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
 
-use tokio::net::UnixStream;
-use tokio::sync::watch;
-use tokio::time::Instant;
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-use super::pump::{Activity, Pump, UpEnd};
-use super::socket::{Socket, Writer};
-use super::{DRAIN_AFTER_CLIENT, Relay};
-use crate::h2read::Side;
+use super::pump::{Got, Pump};
+use super::{DRAIN_AFTER_CLIENT, REQUEST_BUFFER, Relay};
+use crate::h2read::{Side, graceful_goaway};
 use crate::observe::{Conversation, SideReader};
 
 /// How long a connection must have been quiet, with no open call, before a graceful close: the
@@ -37,91 +36,228 @@ const QUIET_UNOBSERVED: Duration = Duration::from_millis(200);
 /// How often a stopping connection checks whether it may close.
 const STOP_TICK: Duration = Duration::from_millis(10);
 
-/// Keeps `podward_shim_connections` equal to the open connections.
-struct Open(prometheus::IntGauge);
+/// How often a held response (fault injection) checks whether its hold is over.
+const HOLD_TICK: Duration = Duration::from_millis(10);
 
-impl Drop for Open {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
+/// How the client-to-containerd direction ended.
+#[derive(Debug, PartialEq, Eq)]
+enum UpEnd {
+    /// The client closed (or its socket failed); containerd was told with a FIN.
+    ClientClosed,
+    /// containerd's socket would take no more.
+    UpstreamClosed,
+    /// No connection preface before the deadline.
+    HandshakeTimeout,
 }
 
-/// Relays `client` until one of the ends above.
-pub(super) async fn relay(relay: Arc<Relay>, client: UnixStream, mut stop: watch::Receiver<bool>) {
-    let accepted = Instant::now();
-    // Borrowed, not cloned: a clone would touch every collector's count twice per connection.
-    let metrics = relay.recorder.metrics();
-    metrics.connections.inc();
-    let _open = Open(metrics.connections.clone());
-    let upstream = match UnixStream::connect(&relay.containerd).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::debug!(error = %e, "containerd not reachable; answering UNAVAILABLE");
-            super::unavailable::answer(client, accepted + relay.handshake_timeout).await;
-            return;
-        }
-    };
-    let (client, upstream) = match (Socket::new(client), Socket::new(upstream)) {
-        (Ok(client), Ok(upstream)) => (Arc::new(client), Arc::new(upstream)),
-        (Err(e), _) | (_, Err(e)) => {
-            tracing::warn!(error = %e, "could not register a relayed connection's sockets; closed");
-            return;
-        }
-    };
-    let conversation = Conversation::new(relay.recorder.clone());
-    let activity = Activity::new();
-    let pump = |src: &Arc<Socket>, dst: &Arc<Socket>, side, direction: &str, buffer| Pump {
-        src: src.clone(),
-        dst: Writer::new(dst.clone()),
-        reader: SideReader::new(side, conversation.clone(), relay.faults.clone()),
-        bytes: metrics.relayed_bytes.with_label_values(&[direction]),
-        activity: activity.clone(),
-        buffer,
-    };
-    let up = pump(
-        &client,
-        &upstream,
-        Side::Client,
-        "to_containerd",
-        relay.buffer.min(super::REQUEST_BUFFER),
-    )
-    .client_to_containerd(accepted + relay.handshake_timeout);
-    let goaway_sent = Arc::new(AtomicBool::new(false));
-    let down = pump(&upstream, &client, Side::Server, "to_client", relay.buffer)
-        .containerd_to_client(relay.faults.clone(), stop.clone(), goaway_sent.clone());
-    tokio::pin!(up);
-    tokio::pin!(down);
+/// Which descriptor an entry of the poll set is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Who {
+    Client,
+    Containerd,
+    Stop,
+}
 
+/// Relays `client` to `upstream` (both non-blocking) until one of the ends above; `stop`
+/// becomes readable (or hung up) when shutdown begins.
+pub(super) fn relay(
+    relay: &Relay,
+    client: &UnixStream,
+    upstream: &UnixStream,
+    stop: BorrowedFd<'_>,
+    accepted: Instant,
+) {
+    let metrics = relay.recorder.metrics();
+    let conversation = Conversation::new(relay.recorder.clone());
+    let side = |side| SideReader::new(side, conversation.clone(), relay.faults.clone());
+    let bytes = |direction| metrics.relayed_bytes.with_label_values(&[direction]);
+    let mut up = Pump::new(
+        side(Side::Client),
+        bytes("to_containerd"),
+        relay.buffer.min(REQUEST_BUFFER),
+    );
+    let mut down = Pump::new(side(Side::Server), bytes("to_client"), relay.buffer);
+    let handshake_deadline = accepted + relay.handshake_timeout;
     let mut ending = Ending::default();
+    let mut last_moved = Instant::now();
+    let mut goaway_sent = false;
+    // The client's socket takes no more writes: containerd's answers are read, not relayed.
+    let mut client_gone = false;
+
     loop {
-        if ending.stopping_until.is_none() && *stop.borrow_and_update() {
+        if ending.stopping_until.is_some()
+            && !goaway_sent
+            && !client_gone
+            && down.wants_read()
+            && down.reader().at_boundary()
+        {
+            goaway_sent = true;
+            client_gone = down.insert(client, &graceful_goaway()).is_err();
+        }
+
+        let read_client = !ending.up_done && up.wants_read();
+        let read_containerd = down.wants_read();
+        let mut client_events = PollFlags::empty();
+        client_events.set(PollFlags::POLLIN, read_client);
+        client_events.set(PollFlags::POLLOUT, !client_gone && down.wants_write());
+        let mut upstream_events = PollFlags::empty();
+        upstream_events.set(PollFlags::POLLIN, read_containerd);
+        upstream_events.set(PollFlags::POLLOUT, !ending.up_done && up.wants_write());
+        let stop_events = if ending.stopping_until.is_none() {
+            PollFlags::POLLIN
+        } else {
+            PollFlags::empty()
+        };
+        let wanted = [
+            (Who::Client, client.as_fd(), client_events),
+            (Who::Containerd, upstream.as_fd(), upstream_events),
+            (Who::Stop, stop, stop_events),
+        ];
+        let wake = ending.wake(
+            (!up.reader().preface_done()).then_some(handshake_deadline),
+            down.is_held(),
+        );
+        let ready = match wait(&wanted, wake) {
+            Ok(ready) => ready,
+            Err(e) => {
+                tracing::warn!(error = %e, "CRI connection: poll failed; connection closed");
+                break;
+            }
+        };
+
+        if ready.stop {
             ending.stop(relay.shutdown_grace);
         }
-        tokio::select! {
-            _ = &mut down => break,
-            end = &mut up, if !ending.up_done => {
-                if end == UpEnd::HandshakeTimeout {
-                    metrics.handshake_timeouts.with_label_values(&["cri"]).inc();
-                    tracing::debug!("no HTTP/2 preface in time; connection closed");
+        if ready.client && !client_gone && down.wants_write() {
+            client_gone = down.flush(client).is_err();
+        }
+        if ready.containerd
+            && !ending.up_done
+            && up.wants_write()
+            && up.flush(upstream).is_err()
+            && ending.up_ended(UpEnd::UpstreamClosed)
+        {
+            break;
+        }
+        if ready.client && read_client && up.wants_read() {
+            match up.read(client) {
+                Got::Bytes { n, drained } => {
+                    last_moved = Instant::now();
+                    if up.pass_on(upstream, n, drained).is_err()
+                        && ending.up_ended(UpEnd::UpstreamClosed)
+                    {
+                        break;
+                    }
                 }
-                if ending.up_ended(end) {
+                Got::Empty => {}
+                Got::Ended => {
+                    conversation.note_caller_gone();
+                    // As the client's own FIN would: containerd ends the connection, cancelling
+                    // what is still in flight, and may still answer what it finished.
+                    let _ = upstream.shutdown(std::net::Shutdown::Write);
+                    if ending.up_ended(UpEnd::ClientClosed) {
+                        break;
+                    }
+                }
+            }
+        }
+        if ready.containerd && read_containerd && down.wants_read() {
+            match down.read(upstream) {
+                Got::Bytes { n, .. } if client_gone => {
+                    last_moved = Instant::now();
+                    down.discard(n);
+                }
+                Got::Bytes { n, drained } => {
+                    last_moved = Instant::now();
+                    let passed = if relay.faults.is_armed() {
+                        down.pass_on_checked(client, n, &relay.faults)
+                    } else {
+                        down.pass_on(client, n, drained)
+                    };
+                    client_gone = passed.is_err();
+                }
+                Got::Empty => {}
+                Got::Ended => {
+                    if !client_gone {
+                        let _ = client.shutdown(std::net::Shutdown::Write);
+                    }
                     break;
                 }
             }
-            r = stop.changed(), if ending.stopping_until.is_none() => {
-                if r.is_err() {
-                    ending.stop(relay.shutdown_grace);
-                }
-            }
-            _ = sleep_until_opt(ending.wake()) => {
-                let sent = goaway_sent.load(Ordering::Relaxed);
-                if ending.due(|| may_close(&conversation, &activity, sent)) {
-                    break;
-                }
-            }
+        }
+        if client_gone {
+            down.drop_pending();
+        }
+        down.check_hold();
+
+        if !up.reader().preface_done() && Instant::now() >= handshake_deadline {
+            metrics.handshake_timeouts.with_label_values(&["cri"]).inc();
+            tracing::debug!("no HTTP/2 preface in time; connection closed");
+            ending.up_ended(UpEnd::HandshakeTimeout);
+            break;
+        }
+        if ending.due(|| may_close(&conversation, last_moved, goaway_sent)) {
+            break;
         }
     }
     conversation.close(ending.client_left);
+}
+
+/// Waits until one of `wanted` (those with events) is ready or `wake` passes; which are ready.
+/// An interrupted wait returns nothing ready, for the caller to look again.
+fn wait(
+    wanted: &[(Who, BorrowedFd<'_>, PollFlags); 3],
+    wake: Option<Instant>,
+) -> nix::Result<Ready> {
+    // Only descriptors with events go in the set: poll reports a hang-up whatever the events,
+    // and a socket this connection no longer reads may have hung up long ago.
+    let mut fds = wanted.map(|(_, fd, events)| PollFd::new(fd, events));
+    let mut who = [Who::Stop; 3];
+    let mut len = 0;
+    for (i, (w, _, events)) in wanted.iter().enumerate() {
+        if !events.is_empty() {
+            fds.swap(len, i);
+            who[len] = *w;
+            len += 1;
+        }
+    }
+    let mut ready = Ready::default();
+    match poll(&mut fds[..len], timeout_until(wake)) {
+        Ok(_) => {}
+        Err(Errno::EINTR) => return Ok(ready),
+        Err(e) => return Err(e),
+    }
+    for (fd, w) in fds[..len].iter().zip(who) {
+        if fd.revents().is_some_and(|r| !r.is_empty()) {
+            match w {
+                Who::Client => ready.client = true,
+                Who::Containerd => ready.containerd = true,
+                Who::Stop => ready.stop = true,
+            }
+        }
+    }
+    Ok(ready)
+}
+
+/// Which descriptors a wait found ready.
+#[derive(Debug, Default, Clone, Copy)]
+struct Ready {
+    client: bool,
+    containerd: bool,
+    stop: bool,
+}
+
+/// `poll`'s timeout for a wait until `wake`, rounded up to whole milliseconds so that the wait
+/// never ends just before it.
+fn timeout_until(wake: Option<Instant>) -> PollTimeout {
+    let Some(wake) = wake else {
+        return PollTimeout::NONE;
+    };
+    let ms = wake
+        .saturating_duration_since(Instant::now())
+        .as_micros()
+        .div_ceil(1000);
+    PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
 }
 
 /// Where a connection stands on its way to one of the ends above, between the events of
@@ -141,7 +277,9 @@ struct Ending {
 impl Ending {
     /// Shutdown began: the connection is closed within `grace`.
     fn stop(&mut self, grace: Duration) {
-        self.stopping_until = Some(Instant::now() + grace);
+        if self.stopping_until.is_none() {
+            self.stopping_until = Some(Instant::now() + grace);
+        }
     }
 
     /// The client-to-containerd direction ended so; true when the connection ends now.
@@ -161,15 +299,20 @@ impl Ending {
         false
     }
 
-    /// When to look again with no event: the drain's end, and every [`STOP_TICK`] while
-    /// stopping.
-    fn wake(&self) -> Option<Instant> {
-        let mut wake = self.drain_until;
-        if self.stopping_until.is_some() {
-            let tick = Instant::now() + STOP_TICK;
-            wake = Some(wake.map_or(tick, |d| d.min(tick)));
-        }
-        wake
+    /// When to look again with no event: the drain's end, the handshake deadline while no
+    /// preface has come, every [`STOP_TICK`] while stopping and every [`HOLD_TICK`] while a
+    /// response is held.
+    fn wake(&self, handshake: Option<Instant>, held: bool) -> Option<Instant> {
+        let now = Instant::now();
+        [
+            self.drain_until,
+            handshake,
+            self.stopping_until.map(|_| now + STOP_TICK),
+            held.then(|| now + HOLD_TICK),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Whether the connection ends now: the drain is over, or shutdown's grace is, or no call
@@ -185,16 +328,10 @@ impl Ending {
 }
 
 /// Whether a stopping connection can be closed without cutting a call.
-fn may_close(conversation: &Conversation, activity: &Activity, goaway_sent: bool) -> bool {
+fn may_close(conversation: &Conversation, last_moved: Instant, goaway_sent: bool) -> bool {
+    let quiet_for = last_moved.elapsed();
     match conversation.active_streams() {
-        Some(open) => goaway_sent && open == 0 && activity.quiet_for() >= QUIET_BEFORE_CLOSE,
-        None => activity.quiet_for() >= QUIET_UNOBSERVED,
-    }
-}
-
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+        Some(open) => goaway_sent && open == 0 && quiet_for >= QUIET_BEFORE_CLOSE,
+        None => quiet_for >= QUIET_UNOBSERVED,
     }
 }

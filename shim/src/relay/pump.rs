@@ -2,28 +2,23 @@
 //! waiting for a frame or message to complete, and let the side reader look at it (see
 //! [`Pump::pass_on`] for when it looks).
 //!
-//! Reads go into one buffer per direction, made at the first read and reused for every chunk:
-//! the reader copies out the few body parts it keeps, so nothing holds a chunk once it is
-//! relayed. Sockets are waited on for reading alone (see `socket.rs`).
-//!
-//! The reader's work per chunk is linear in the chunk (HPACK included, whatever the header
-//! blocks say), and each direction yields to the runtime after a read that filled its buffer
-//! (a shorter read drained the socket, and the next read waits for the runtime anyway), so a
-//! connection that sends as fast as it can delays another connection's bytes by at most one
-//! chunk's worth of reading.
+//! Both sockets are non-blocking and the connection's thread waits in `poll(2)` (see
+//! `connection.rs`). Reads go into one buffer per direction, made at the first read and reused
+//! for every chunk: the reader copies out the few body parts it keeps, so nothing holds a chunk
+//! once it is relayed. A chunk the destination would not take whole stays in the buffer
+//! (*pending*), and the direction reads nothing more until it has been written: a slow reader
+//! holds up its own connection's direction, and the bytes it has not taken are bounded by the
+//! buffer.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::io::{self, Read, Write};
+use std::ops::Range;
+use std::os::unix::net::UnixStream;
 
 use prometheus::IntCounter;
-use tokio::sync::watch;
-use tokio::time::Instant;
 
-use crate::fault::Faults;
-use crate::h2read::{graceful_goaway, only_upkeep};
+use crate::fault::{Faults, Hold};
+use crate::h2read::only_upkeep;
 use crate::observe::SideReader;
-
-use super::socket::{Socket, Writer};
 
 /// The largest chunk after which the relay lets the peer run first (see
 /// [`Pump::lets_the_peer_run`]): one HTTP/2 frame of the default size. A yield gives the peer
@@ -32,85 +27,223 @@ use super::socket::{Socket, Writer};
 /// and the relay's next read would wait behind it.
 const SMALL_CHUNK: usize = 16 << 10;
 
-/// When either direction last moved bytes, for "the connection is quiet" at shutdown.
-#[derive(Debug)]
-pub(super) struct Activity {
-    base: Instant,
-    last_us: AtomicU64,
-}
-
-impl Activity {
-    pub(super) fn new() -> Arc<Self> {
-        Arc::new(Self {
-            base: Instant::now(),
-            last_us: AtomicU64::new(0),
-        })
-    }
-
-    fn touch(&self) {
-        let us = u64::try_from(self.base.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.last_us.store(us, Ordering::Relaxed);
-    }
-
-    /// Time since the last bytes moved.
-    pub(super) fn quiet_for(&self) -> std::time::Duration {
-        let last = std::time::Duration::from_micros(self.last_us.load(Ordering::Relaxed));
-        self.base.elapsed().saturating_sub(last)
-    }
-}
-
-/// One direction: the socket it reads, the writer to the other socket, and what it counts
-/// into.
-pub(super) struct Pump {
-    pub(super) src: Arc<Socket>,
-    pub(super) dst: Writer,
-    pub(super) reader: SideReader,
-    pub(super) bytes: IntCounter,
-    pub(super) activity: Arc<Activity>,
-    pub(super) buffer: usize,
-}
-
-/// How the client-to-containerd direction ended.
+/// What a read from the source gave.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum UpEnd {
-    /// The client closed (or its socket failed); containerd was told with a FIN.
-    ClientClosed,
-    /// containerd's socket would take no more.
-    UpstreamClosed,
-    /// No connection preface before the deadline.
-    HandshakeTimeout,
+pub(super) enum Got {
+    /// `n` bytes are in the buffer; `drained` when the read left room (it took all there was).
+    Bytes { n: usize, drained: bool },
+    /// Nothing to read now.
+    Empty,
+    /// The source closed its side, or failed.
+    Ended,
+}
+
+/// One direction: its buffer, the bytes in it still to be written, and its side reader.
+pub(super) struct Pump {
+    reader: SideReader,
+    bytes: IntCounter,
+    /// The buffer's size once made.
+    size: usize,
+    buf: Vec<u8>,
+    /// Bytes of `buf` read (or queued) and not yet written: the destination was full.
+    pending: Range<usize>,
+    /// The pending bytes are the rest of a chunk whose finished calls are settled once they
+    /// have been handed over.
+    unsettled: bool,
+    /// A response held back by a fault (test builds): the pending bytes wait for it.
+    held: Option<Hold>,
 }
 
 impl Pump {
-    /// Writes `chunk` on and has the side reader read it. The reader reads after the write when
-    /// the socket takes the whole chunk at once (nearly always): its work — HPACK, the calls'
-    /// bookkeeping, the repeat digest of a large List — then overlaps the peer's handling of the
-    /// bytes instead of delaying them. When the write must wait, the reader reads first: the
-    /// other direction runs meanwhile, and it must never see an answer to a request, or a reset
-    /// of an answer, that the reader has not read yet.
+    /// A direction read `size` bytes at a time, read by `reader`, its bytes counted in `bytes`.
+    pub(super) fn new(reader: SideReader, bytes: IntCounter, size: usize) -> Self {
+        Self {
+            reader,
+            bytes,
+            size: size.max(1),
+            buf: Vec::new(),
+            pending: 0..0,
+            unsettled: false,
+            held: None,
+        }
+    }
+
+    /// The side reader.
+    pub(super) fn reader(&self) -> &SideReader {
+        &self.reader
+    }
+
+    /// Whether the direction may read: all it read has been written on.
+    pub(super) fn wants_read(&self) -> bool {
+        self.pending.is_empty() && self.held.is_none()
+    }
+
+    /// Whether the direction waits for room in its destination.
+    pub(super) fn wants_write(&self) -> bool {
+        !self.pending.is_empty() && self.held.is_none()
+    }
+
+    /// Whether a held response waits (checked on a short tick: see `connection.rs`).
+    pub(super) fn is_held(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// Lets a held response go once its hold is over, or once the caller reset a stream or
+    /// left (its deadline passed: what a response stuck between containerd and kubelet looks
+    /// like).
+    pub(super) fn check_hold(&mut self) {
+        if self
+            .held
+            .as_ref()
+            .is_some_and(|h| h.is_over() || self.reader.conversation().take_caller_gone())
+        {
+            self.held = None;
+        }
+    }
+
+    /// Reads what `src` has into the buffer (made at the first read).
+    pub(super) fn read(&mut self, mut src: &UnixStream) -> Got {
+        debug_assert!(self.wants_read());
+        if self.buf.is_empty() {
+            // Zeroed by the allocator (fresh pages are zero already), not written here: an idle
+            // connection's buffer stays untouched memory until reads fill it.
+            self.buf = vec![0; self.size];
+        }
+        loop {
+            return match src.read(&mut self.buf) {
+                Ok(0) => Got::Ended,
+                Ok(n) => {
+                    self.bytes.inc_by(n as u64);
+                    Got::Bytes {
+                        n,
+                        drained: n < self.buf.len(),
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Got::Empty,
+                Err(_) => Got::Ended,
+            };
+        }
+    }
+
+    /// Writes the `n` bytes just read on to `dst` and has the side reader read them. The reader
+    /// reads after the write when the socket takes the whole chunk at once (nearly always): its
+    /// work — HPACK, the calls' bookkeeping, the repeat digest of a large List — then overlaps
+    /// the peer's handling of the bytes instead of delaying them. When the write must wait, the
+    /// reader reads first: the other direction runs meanwhile, and it must never see an answer
+    /// to a request, or a reset of an answer, that the reader has not read yet.
     ///
-    /// `drained`: the read that gave `chunk` emptied the socket, so the peer now has all there
-    /// is to act on (see [`Pump::lets_the_peer_run`]).
-    async fn pass_on(&mut self, chunk: &[u8], drained: bool) -> std::io::Result<()> {
-        let written = match self.dst.try_write(chunk) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+    /// `drained`: the read emptied the socket, so the peer now has all there is to act on (see
+    /// [`Pump::lets_the_peer_run`]).
+    pub(super) fn pass_on(&mut self, dst: &UnixStream, n: usize, drained: bool) -> io::Result<()> {
+        let chunk = &self.buf[..n];
+        let written = match write_some(dst, chunk) {
+            Ok(w) => w,
             Err(e) => {
                 self.reader.feed(chunk);
+                self.reader.settle(false);
                 return Err(e);
             }
         };
-        if written == chunk.len() {
-            self.dst.disarm();
-            if drained && chunk.len() <= SMALL_CHUNK {
-                self.lets_the_peer_run(chunk);
-            }
+        if written == n && drained && n <= SMALL_CHUNK {
+            self.lets_the_peer_run(chunk);
         }
         self.reader.feed(chunk);
-        if written < chunk.len() {
-            self.dst.write_rest(&chunk[written..]).await?;
-        }
+        self.after_write(written, n);
         Ok(())
+    }
+
+    /// As [`Pump::pass_on`] with fault hooks armed (test builds): the reader reads first, and a
+    /// response a hold applies to is kept until the hold is over.
+    pub(super) fn pass_on_checked(
+        &mut self,
+        dst: &UnixStream,
+        n: usize,
+        faults: &Faults,
+    ) -> io::Result<()> {
+        self.reader.feed(&self.buf[..n]);
+        if let Some(path) = self.reader.take_hold() {
+            self.held = faults.hold_response(&path);
+            if self.held.is_some() {
+                self.pending = 0..n;
+                self.unsettled = true;
+                return Ok(());
+            }
+        }
+        match write_some(dst, &self.buf[..n]) {
+            Ok(written) => {
+                self.after_write(written, n);
+                Ok(())
+            }
+            Err(e) => {
+                self.reader.settle(false);
+                Err(e)
+            }
+        }
+    }
+
+    /// The reader reads the `n` bytes just read, which go nowhere (the client has gone; their
+    /// outcome is still wanted).
+    pub(super) fn discard(&mut self, n: usize) {
+        self.reader.feed(&self.buf[..n]);
+        self.reader.settle(false);
+    }
+
+    /// `written` of the `n` bytes fed went out: the rest is pending, or the chunk's calls are
+    /// settled.
+    fn after_write(&mut self, written: usize, n: usize) {
+        if written < n {
+            self.pending = written..n;
+            self.unsettled = true;
+        } else {
+            self.reader.settle(true);
+        }
+    }
+
+    /// Writes what `dst` takes of the pending bytes.
+    pub(super) fn flush(&mut self, dst: &UnixStream) -> io::Result<()> {
+        match write_some(dst, &self.buf[self.pending.clone()]) {
+            Ok(written) => {
+                self.pending.start += written;
+                if self.pending.is_empty() {
+                    self.pending = 0..0;
+                    self.settle(true);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.pending = 0..0;
+                self.settle(false);
+                Err(e)
+            }
+        }
+    }
+
+    /// Drops what is pending (its destination is gone).
+    pub(super) fn drop_pending(&mut self) {
+        if !self.pending.is_empty() {
+            self.pending = 0..0;
+            self.held = None;
+            self.settle(false);
+        }
+    }
+
+    fn settle(&mut self, handed_over: bool) {
+        if std::mem::take(&mut self.unsettled) {
+            self.reader.settle(handed_over);
+        }
+    }
+
+    /// Queues `frame` (a frame of the relay's own, added at a frame boundary) and writes what
+    /// `dst` takes of it. Only while nothing is pending.
+    pub(super) fn insert(&mut self, dst: &UnixStream, frame: &[u8]) -> io::Result<()> {
+        debug_assert!(self.pending.is_empty());
+        if self.buf.len() < frame.len() {
+            self.buf.resize(frame.len().max(self.size), 0);
+        }
+        self.buf[..frame.len()].copy_from_slice(frame);
+        self.pending = 0..frame.len();
+        self.flush(dst)
     }
 
     /// Offers this thread's CPU to the peer just written to, before the reader's work, when the
@@ -136,134 +269,20 @@ impl Pump {
             std::thread::yield_now();
         }
     }
+}
 
-    /// Reads what is there into `buf` (made at the first read); the bytes read and whether
-    /// they filled it (so more may be waiting: see [`Pump::containerd_to_client`]).
-    async fn read(&mut self, buf: &mut Vec<u8>) -> std::io::Result<(usize, bool)> {
-        if buf.is_empty() {
-            // Zeroed by the allocator (fresh pages are zero already), not written here: an idle
-            // connection's buffer stays untouched memory until reads fill it.
-            *buf = vec![0; self.buffer.max(1)];
-        }
-        let n = self.src.read(buf).await?;
-        Ok((n, n >= buf.len()))
-    }
-
-    /// Client to containerd, until either side ends or the handshake deadline passes without a
-    /// connection preface.
-    pub(super) async fn client_to_containerd(mut self, handshake_deadline: Instant) -> UpEnd {
-        let mut buf = Vec::new();
-        loop {
-            let read = if self.reader.preface_done() {
-                self.read(&mut buf).await
-            } else {
-                match tokio::time::timeout_at(handshake_deadline, self.read(&mut buf)).await {
-                    Ok(r) => r,
-                    Err(_) => return UpEnd::HandshakeTimeout,
-                }
-            };
-            let (n, full) = match read {
-                Ok((0, _)) | Err(_) => {
-                    self.reader.conversation().note_caller_gone();
-                    // As the client's own FIN would: containerd ends the connection, cancelling
-                    // what is still in flight, and may still answer what it finished.
-                    let _ = self.dst.shutdown();
-                    return UpEnd::ClientClosed;
-                }
-                Ok(read) => read,
-            };
-            let chunk = &buf[..n];
-            self.activity.touch();
-            self.bytes.inc_by(n as u64);
-            if self.pass_on(chunk, !full).await.is_err() {
-                return UpEnd::UpstreamClosed;
-            }
-            self.reader.settle(true);
-            if full {
-                // A client writing megabytes of header blocks keeps this loop busy with one
-                // full read after another; the other connections go first between them.
-                tokio::task::yield_now().await;
-            }
-        }
-    }
-
-    /// containerd to client, until containerd closes. Once `stop` fires, a graceful GOAWAY is
-    /// added at the next frame boundary (`goaway_sent` tells the connection). If the client has
-    /// gone, containerd's answers are still read (not written) so that their outcome is known.
-    pub(super) async fn containerd_to_client(
-        mut self,
-        faults: Faults,
-        mut stop: watch::Receiver<bool>,
-        goaway_sent: Arc<AtomicBool>,
-    ) {
-        let mut buf = Vec::new();
-        let mut client_gone = false;
-        let mut want_goaway = false;
-        // One wait for the whole connection, made once: a `changed()` made afresh at every read
-        // would register and unregister a waiter each time. It ends when shutdown begins (or
-        // its sender is gone), and is not polled again after.
-        let stopping = async move {
-            let _ = stop.wait_for(|stop| *stop).await;
+/// Writes what `dst` takes of `buf` now (0 when it takes nothing).
+fn write_some(mut dst: &UnixStream, buf: &[u8]) -> io::Result<usize> {
+    loop {
+        return match dst.write(buf) {
+            Ok(0) if !buf.is_empty() => Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(e),
         };
-        tokio::pin!(stopping);
-        loop {
-            if want_goaway
-                && !client_gone
-                && !goaway_sent.load(Ordering::Relaxed)
-                && self.reader.at_boundary()
-            {
-                client_gone = self.dst.write_all(&graceful_goaway()).await.is_err();
-                goaway_sent.store(true, Ordering::Relaxed);
-            }
-            let read = tokio::select! {
-                r = self.read(&mut buf) => r,
-                () = &mut stopping, if !want_goaway => {
-                    want_goaway = true;
-                    continue;
-                }
-            };
-            let (n, full) = match read {
-                Ok((n, full)) if n > 0 => (n, full),
-                _ => break,
-            };
-            let chunk = &buf[..n];
-            self.activity.touch();
-            self.bytes.inc_by(n as u64);
-            if faults.is_armed() {
-                // A test that holds a response must read it before it goes on.
-                self.reader.feed(chunk);
-                if let Some(path) = self.reader.take_hold() {
-                    // Until released, or until the caller gives up on it (its deadline passed):
-                    // what a response stuck between containerd and kubelet looks like.
-                    let conversation = self.reader.conversation().clone();
-                    tokio::select! {
-                        _ = faults.before_response(&path) => {}
-                        _ = conversation.caller_gone() => {}
-                    }
-                }
-                if !client_gone {
-                    client_gone = self.dst.write_all(chunk).await.is_err();
-                }
-            } else if client_gone {
-                self.reader.feed(chunk);
-            } else {
-                client_gone = self.pass_on(chunk, !full).await.is_err();
-            }
-            self.reader.settle(!client_gone);
-            if full {
-                // A multi-MiB answer keeps this loop busy with one full read after another, and
-                // a read that fills the buffer leaves the socket's readiness set, so the
-                // current-thread runtime would run the other direction — which carries the
-                // client's WINDOW_UPDATEs that containerd waits for once its window is spent —
-                // only when this task's budget ran out. Yielding lets the runtime poll its I/O
-                // and relay those first. A read that did not fill the buffer drained the socket:
-                // the next read waits on the runtime's I/O polling anyway, and a yield there
-                // would cost an extra wake-up and poll for every answer of a few KiB or more.
-                tokio::task::yield_now().await;
-            }
-        }
-        if !client_gone {
-            let _ = self.dst.shutdown();
-        }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -19,7 +19,12 @@ use crate::h2read::{
     FrameError, FrameReader, FrameSink, goaway_frame, literal_headers, settings_frame,
 };
 
-const MESSAGE: &str = "podward-shim: containerd is not reachable";
+/// The answer when containerd's socket cannot be dialled.
+pub(super) const UNREACHABLE: &str = "podward-shim: containerd is not reachable";
+
+/// The answer when the relay serves as many connections as it may (see
+/// [`MAX_CONNECTIONS`](super::MAX_CONNECTIONS)).
+pub(super) const TOO_MANY: &str = "podward-shim: too many connections";
 
 /// A trailers-only gRPC answer (one HEADERS frame ending the stream) with `grpc-status` and
 /// `grpc-message`.
@@ -70,8 +75,8 @@ impl FrameSink for Opened {
     }
 }
 
-/// Answers `client` until its first calls are refused, or the deadline.
-pub(super) async fn answer(mut client: UnixStream, deadline: Instant) {
+/// Answers `client` with `message` until its first calls are refused, or the deadline.
+pub(super) async fn answer(mut client: UnixStream, deadline: Instant, message: &str) {
     let mut frames = FrameReader::client();
     let mut opened = Opened::default();
     let mut answered = 0;
@@ -98,7 +103,7 @@ pub(super) async fn answer(mut client: UnixStream, deadline: Instant) {
             out.extend_from_slice(&settings_frame(true));
         }
         for &id in &opened.streams[answered..] {
-            out.extend_from_slice(&trailers_only(id, "14", MESSAGE));
+            out.extend_from_slice(&trailers_only(id, "14", message));
             last = last.max(id);
         }
         if opened.streams.len() > answered {
@@ -110,7 +115,7 @@ pub(super) async fn answer(mut client: UnixStream, deadline: Instant) {
         }
     }
     let _ = client
-        .write_all(&goaway_frame(last, MESSAGE.as_bytes()))
+        .write_all(&goaway_frame(last, message.as_bytes()))
         .await;
     let _ = client.shutdown().await;
 }
