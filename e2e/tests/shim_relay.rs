@@ -351,3 +351,55 @@ async fn a_client_that_never_reads_its_answers_delays_no_one_else() {
     pod.delete().await.expect("delete");
     shim.stop().await;
 }
+
+#[tokio::test]
+async fn a_connection_past_max_connections_is_answered_unavailable_until_one_closes() {
+    let node = TestNode::start().await.expect("node");
+    let shim = InProcShim::start_with(&node, |c| c.max_connections = 2).await;
+    // Two kubelet-like clients hold the two connections the shim may relay.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut c = support::one_connection(&shim.cri).await;
+        c.version(cri::VersionRequest::default())
+            .await
+            .expect("Version within the bound");
+        held.push(c);
+    }
+    let mut third = support::one_connection(&shim.cri).await;
+    let err = third
+        .version(cri::VersionRequest::default())
+        .await
+        .expect_err("a third connection is past the bound");
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert!(
+        err.message().contains("--max-connections 2"),
+        "the answer names the bound: {err:?}"
+    );
+    assert_eq!(
+        support::metric(
+            &shim.metrics_text(),
+            "podward_shim_connections_refused_total"
+        ),
+        1.0
+    );
+    // The held clients are still served.
+    held[0]
+        .version(cri::VersionRequest::default())
+        .await
+        .expect("a held connection is still relayed");
+
+    // One closes: its thread ends, and a new dial is relayed again.
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut next = support::one_connection(&shim.cri).await;
+        match next.version(cri::VersionRequest::default()).await {
+            Ok(_) => break,
+            Err(e) if e.code() == tonic::Code::Unavailable && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("a dial after a connection closed was not relayed: {e:?}"),
+        }
+    }
+    shim.stop().await;
+}

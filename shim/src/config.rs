@@ -56,6 +56,12 @@ pub struct Args {
     #[arg(long, env = "PODWARD_SHIM_MAX_SUBSCRIBERS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_subscribers: Option<usize>,
+    /// Most CRI connections relayed at once, each by a thread of its own (kubelet keeps one or
+    /// two; crictl and other tools open one per command). One more is answered UNAVAILABLE and
+    /// closed, so its client dials again. [default: 512]
+    #[arg(long, env = "PODWARD_SHIM_MAX_CONNECTIONS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<usize>,
     /// A client of either socket must send the HTTP/2 connection preface within this, or its
     /// connection is closed (e.g. "10s"). [default: 10s]
     #[arg(long, env = "PODWARD_SHIM_HANDSHAKE_TIMEOUT", value_parser = duration)]
@@ -99,6 +105,8 @@ pub struct Config {
     pub subscriber_queue: usize,
     /// Most Watch subscribers at once.
     pub max_subscribers: usize,
+    /// Most CRI connections relayed at once.
+    pub max_connections: usize,
     /// Deadline for a client's HTTP/2 connection preface, on both sockets.
     #[serde(with = "humantime_serde")]
     pub handshake_timeout: Duration,
@@ -121,6 +129,7 @@ impl Default for Config {
             control_socket: PathBuf::from(paths::SHIM_SOCKET),
             subscriber_queue: 1024,
             max_subscribers: 16,
+            max_connections: crate::relay::MAX_CONNECTIONS,
             handshake_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_millis(1500),
             heal_period: Duration::from_secs(1),
@@ -136,6 +145,7 @@ impl Config {
         // A zero-length queue would resync on every event; one slot is the useful minimum.
         c.subscriber_queue = c.subscriber_queue.max(1);
         c.max_subscribers = c.max_subscribers.max(1);
+        c.max_connections = c.max_connections.max(1);
         // A relist is two List calls to containerd: never in a tight loop.
         c.heal_period = c.heal_period.max(Duration::from_millis(100));
         Ok(c)

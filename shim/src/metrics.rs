@@ -54,6 +54,8 @@ pub struct Metrics {
     pub handshake_timeouts: IntCounterVec,
     /// Watch calls refused because `--max-subscribers` were already connected.
     pub watch_rejected: IntCounter,
+    /// CRI connections answered `UNAVAILABLE` because `--max-connections` were being relayed.
+    pub connections_refused: IntCounter,
     /// CRI message fields repaired (invalid UTF-8 replaced) or dropped to decode the rest, by
     /// action.
     pub cri_repairs: IntCounterVec,
@@ -194,7 +196,12 @@ impl Metrics {
             ),
             &["action"],
         )?;
+        let connections_refused = IntCounter::new(
+            "podward_shim_connections_refused_total",
+            "CRI connections answered UNAVAILABLE because --max-connections were already relayed",
+        )?;
         registry.register(Box::new(watch_rejected.clone()))?;
+        registry.register(Box::new(connections_refused.clone()))?;
         registry.register(Box::new(cri_repairs.clone()))?;
         let unobserved_connections = IntGauge::new(
             "podward_shim_unobserved_connections",
@@ -236,6 +243,7 @@ impl Metrics {
             connections,
             handshake_timeouts,
             watch_rejected,
+            connections_refused,
             cri_repairs,
             unobserved_connections,
             relists,

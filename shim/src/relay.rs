@@ -64,6 +64,8 @@ pub struct Relay {
     pub shutdown_grace: Duration,
     /// Read buffer per direction.
     pub buffer: usize,
+    /// Most connections relayed at once (one thread each).
+    pub max_connections: usize,
 }
 
 impl Relay {

@@ -157,6 +157,7 @@ pub async fn run_with(
         handshake_timeout: config.handshake_timeout,
         shutdown_grace: config.shutdown_grace,
         buffer: relay_buffer.max(4096),
+        max_connections: config.max_connections,
     });
     let serving = relay
         .serve(cri.listener, stop.subscribe())

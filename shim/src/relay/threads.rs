@@ -9,10 +9,11 @@
 //! thread per connection also bounds what one connection's reading costs the others: the
 //! kernel's scheduler shares the CPUs among them, whatever one client sends.
 //!
-//! Threads are bounded ([`MAX_CONNECTIONS`]); past the bound, a client is answered `UNAVAILABLE`
+//! Threads are bounded (`--max-connections`, [`MAX_CONNECTIONS`] by default); past the bound, a client is answered `UNAVAILABLE`
 //! as when containerd is away, and its next dial is tried afresh. The stop signal is a pipe
 //! whose write end is closed at shutdown: every connection's `poll` sees it hang up at once.
 
+use std::cell::Cell;
 use std::io::{PipeReader, PipeWriter};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -25,8 +26,9 @@ use tokio::sync::Notify;
 
 use super::{Relay, connection, unavailable};
 
-/// The most connections relayed at once. kubelet keeps one or two; crictl, the prober and
-/// other tools open one per command. A client beyond the bound is answered `UNAVAILABLE`.
+/// The default bound on connections relayed at once (`--max-connections`). kubelet keeps one or
+/// two; crictl and other tools open one per command. A client beyond the bound is answered
+/// `UNAVAILABLE`.
 pub const MAX_CONNECTIONS: usize = 512;
 
 /// A connection thread's stack. The relay's work is a copy loop and the side reader, neither
@@ -40,6 +42,9 @@ pub(super) struct Threads {
     stop: Arc<PipeReader>,
     /// Closed at shutdown: the stop signal.
     stopper: Option<PipeWriter>,
+    /// The last connection was refused: the bound is logged once each time it is reached, not
+    /// for every client a storm of connections brings.
+    refusing: Cell<bool>,
 }
 
 /// How many connection threads run, and a wake-up for each that ends.
@@ -76,28 +81,39 @@ impl Threads {
             live: Arc::default(),
             stop: Arc::new(stop),
             stopper: Some(stopper),
+            refusing: Cell::new(false),
         })
     }
 
     /// Relays `client`, just accepted, on a thread of its own (or answers it `UNAVAILABLE`
-    /// when [`MAX_CONNECTIONS`] are relayed already).
+    /// when `relay.max_connections` are relayed already).
     pub(super) fn start(&self, relay: &Arc<Relay>, client: tokio::net::UnixStream) {
         let accepted = Instant::now();
         let metrics = relay.recorder.metrics();
         metrics.connections.inc();
         let open = Open(metrics.connections.clone());
         let deadline = tokio::time::Instant::from_std(accepted + relay.handshake_timeout);
-        if self.live.count.load(Ordering::Acquire) >= MAX_CONNECTIONS {
-            tracing::warn!(
-                max = MAX_CONNECTIONS,
-                "CRI socket: too many connections; this one is answered UNAVAILABLE"
+        let max = relay.max_connections;
+        if self.live.count.load(Ordering::Acquire) >= max {
+            metrics.connections_refused.inc();
+            if !self.refusing.replace(true) {
+                tracing::warn!(
+                    max,
+                    "CRI socket: --max-connections reached; new connections are answered \
+                     UNAVAILABLE until one closes (podward_shim_connections_refused_total counts \
+                     them)"
+                );
+            }
+            let message = format!(
+                "podward-shim: {max} CRI connections already relayed (--max-connections {max})"
             );
             tokio::spawn(async move {
                 let _open = open;
-                unavailable::answer(client, deadline, unavailable::TOO_MANY).await;
+                unavailable::answer(client, deadline, &message).await;
             });
             return;
         }
+        self.refusing.set(false);
         // tokio's `into_std` deregisters the socket and leaves it non-blocking.
         let client = match client.into_std() {
             Ok(client) => client,

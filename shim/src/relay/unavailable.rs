@@ -22,10 +22,6 @@ use crate::h2read::{
 /// The answer when containerd's socket cannot be dialled.
 pub(super) const UNREACHABLE: &str = "podward-shim: containerd is not reachable";
 
-/// The answer when the relay serves as many connections as it may (see
-/// [`MAX_CONNECTIONS`](super::MAX_CONNECTIONS)).
-pub(super) const TOO_MANY: &str = "podward-shim: too many connections";
-
 /// A trailers-only gRPC answer (one HEADERS frame ending the stream) with `grpc-status` and
 /// `grpc-message`.
 fn trailers_only(stream: u32, grpc_status: &str, message: &str) -> Vec<u8> {
