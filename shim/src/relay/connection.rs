@@ -131,22 +131,16 @@ pub(super) fn relay(
         if ready.client && !client_gone && down.wants_write() {
             client_gone = down.flush(client).is_err();
         }
-        if ready.containerd
-            && !ending.up_done
-            && up.wants_write()
-            && up.flush(upstream).is_err()
-            && ending.up_ended(UpEnd::UpstreamClosed)
-        {
-            break;
+        if ready.containerd && !ending.up_done && up.wants_write() && up.flush(upstream).is_err() {
+            // containerd's socket takes no more: its answers are still relayed until it closes.
+            ending.up_ended(UpEnd::UpstreamClosed);
         }
         if ready.client && read_client && up.wants_read() {
             match up.read(client) {
                 Got::Bytes { n, drained } => {
                     last_moved = Instant::now();
-                    if up.pass_on(upstream, n, drained).is_err()
-                        && ending.up_ended(UpEnd::UpstreamClosed)
-                    {
-                        break;
+                    if up.pass_on(upstream, n, drained).is_err() {
+                        ending.up_ended(UpEnd::UpstreamClosed);
                     }
                 }
                 Got::Empty => {}
@@ -335,3 +329,6 @@ fn may_close(conversation: &Conversation, last_moved: Instant, goaway_sent: bool
         None => quiet_for >= QUIET_UNOBSERVED,
     }
 }
+
+#[cfg(test)]
+mod tests;
