@@ -114,6 +114,8 @@ pub struct WorkerStatus {
     pub last_error_at_ns: i64,
     /// Probes of this worker that errored.
     pub probes_errored: u64,
+    /// Errored probes in a row, since a probe last answered.
+    pub consecutive_errors: u32,
     /// Whether this worker's own probes reached a threshold for this instance; an
     /// initial value is none (the readiness gate keeps the API's condition until one).
     pub reached_threshold: bool,
