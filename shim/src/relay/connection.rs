@@ -59,13 +59,14 @@ enum Who {
 }
 
 /// Relays `client` to `upstream` (both non-blocking) until one of the ends above; `stop`
-/// becomes readable (or hung up) when shutdown begins.
+/// becomes readable (or hung up) when shutdown begins, and the client's preface is due by
+/// `handshake_deadline`.
 pub(super) fn relay(
     relay: &Relay,
     client: &UnixStream,
     upstream: &UnixStream,
     stop: BorrowedFd<'_>,
-    accepted: Instant,
+    handshake_deadline: Instant,
 ) {
     let metrics = relay.recorder.metrics();
     let conversation = Conversation::new(relay.recorder.clone());
@@ -77,7 +78,6 @@ pub(super) fn relay(
         relay.buffer.min(REQUEST_BUFFER),
     );
     let mut down = Pump::new(side(Side::Server), bytes("to_client"), relay.buffer);
-    let handshake_deadline = accepted + relay.handshake_timeout;
     let mut ending = Ending::default();
     let mut last_moved = Instant::now();
     let mut goaway_sent = false;

@@ -88,11 +88,11 @@ impl Threads {
     /// Relays `client`, just accepted, on a thread of its own (or answers it `UNAVAILABLE`
     /// when `relay.max_connections` are relayed already).
     pub(super) fn start(&self, relay: &Arc<Relay>, client: tokio::net::UnixStream) {
-        let accepted = Instant::now();
+        // The client's preface is due this long after the accept, whoever answers it.
+        let handshake_deadline = Instant::now() + relay.handshake_timeout;
         let metrics = relay.recorder.metrics();
         metrics.connections.inc();
         let open = Open(metrics.connections.clone());
-        let deadline = tokio::time::Instant::from_std(accepted + relay.handshake_timeout);
         let max = relay.max_connections;
         if self.live.count.load(Ordering::Acquire) >= max {
             metrics.connections_refused.inc();
@@ -109,6 +109,7 @@ impl Threads {
             );
             tokio::spawn(async move {
                 let _open = open;
+                let deadline = tokio::time::Instant::from_std(handshake_deadline);
                 unavailable::answer(client, deadline, &message).await;
             });
             return;
@@ -132,7 +133,7 @@ impl Threads {
             .stack_size(STACK)
             .spawn(move || {
                 let _running = running;
-                serve(&relay, client, &stop, accepted, &runtime, open);
+                serve(&relay, client, &stop, handshake_deadline, &runtime, open);
             });
         if let Err(e) = started {
             // The closure, with the client's socket, is dropped: the client sees it closed.
@@ -166,7 +167,7 @@ fn serve(
     relay: &Relay,
     client: UnixStream,
     stop: &PipeReader,
-    accepted: Instant,
+    handshake_deadline: Instant,
     runtime: &Handle,
     open: Open,
 ) {
@@ -174,7 +175,7 @@ fn serve(
         Ok(upstream) => upstream,
         Err(e) => {
             tracing::debug!(error = %e, "containerd not reachable; answering UNAVAILABLE");
-            let deadline = tokio::time::Instant::from_std(accepted + relay.handshake_timeout);
+            let deadline = tokio::time::Instant::from_std(handshake_deadline);
             runtime.spawn(async move {
                 let _open = open;
                 if let Ok(client) = tokio::net::UnixStream::from_std(client) {
@@ -188,5 +189,5 @@ fn serve(
         tracing::warn!(error = %e, "could not make a relayed connection non-blocking; closed");
         return;
     }
-    connection::relay(relay, &client, &upstream, stop.as_fd(), accepted);
+    connection::relay(relay, &client, &upstream, stop.as_fd(), handshake_deadline);
 }
