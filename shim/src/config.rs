@@ -220,6 +220,22 @@ mod tests {
     }
 
     #[test]
+    fn a_zero_connection_bound_still_relays_one_and_junk_is_refused() {
+        let args = Args::parse_from(["podward-shim", "--max-connections", "0"]);
+        assert_eq!(Config::load(&args).expect("load").max_connections, 1);
+        assert_eq!(
+            Config::load(&Args::parse_from(["podward-shim"]))
+                .expect("load")
+                .max_connections,
+            crate::relay::MAX_CONNECTIONS
+        );
+        for junk in ["-1", "many", "99999999999999999999999"] {
+            let bad = Args::try_parse_from(["podward-shim", "--max-connections", junk]);
+            assert!(bad.is_err(), "{junk} accepted");
+        }
+    }
+
+    #[test]
     fn unknown_file_key_is_rejected() {
         let dir = tempfile::tempdir().expect("tempdir");
         let f = dir.path().join("shim.toml");
