@@ -9,11 +9,12 @@
 mod convert;
 mod cri_calls;
 mod lists;
+mod packed;
 mod runtime_events;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use podward_api::cri;
 use podward_api::shim::v1::{
@@ -203,14 +204,12 @@ enum Abandoned {
     },
 }
 
-/// Sandboxes and containers by ID.
-///
-/// Boxed: a table holds its values inline in every bucket, used or not (a third to a half of them
-/// are free after each doubling), and a container is 352 bytes; boxed, a free bucket costs 8.
+/// Sandboxes and containers by ID, each kept in its protobuf encoding (`index/packed.rs` says
+/// why).
 #[derive(Debug, Default)]
 pub struct Index {
-    sandboxes: HashMap<String, Box<Sandbox>>,
-    containers: HashMap<String, Box<Container>>,
+    sandboxes: packed::Table<Sandbox>,
+    containers: packed::Table<Container>,
     abandoned: VecDeque<Abandoned>,
 }
 
@@ -230,14 +229,14 @@ impl Index {
         self.containers.len()
     }
 
-    /// A sandbox by ID.
-    pub fn sandbox(&self, id: &str) -> Option<&Sandbox> {
-        self.sandboxes.get(id).map(Box::as_ref)
+    /// A copy of a sandbox, by ID.
+    pub fn sandbox(&self, id: &str) -> Option<Sandbox> {
+        self.sandboxes.get(id)
     }
 
-    /// A container by ID.
-    pub fn container(&self, id: &str) -> Option<&Container> {
-        self.containers.get(id).map(Box::as_ref)
+    /// A copy of a container, by ID.
+    pub fn container(&self, id: &str) -> Option<Container> {
+        self.containers.get(id)
     }
 
     /// The whole index (sorted by creation time, then ID) with the given header fields.
@@ -249,14 +248,9 @@ impl Index {
         resync: bool,
         now_ns: i64,
     ) -> Snapshot {
-        let mut sandboxes: Vec<Sandbox> =
-            self.sandboxes.values().map(|s| Sandbox::clone(s)).collect();
+        let mut sandboxes: Vec<Sandbox> = self.sandboxes.values().collect();
         sandboxes.sort_by(|a, b| (a.created_at_ns, &a.id).cmp(&(b.created_at_ns, &b.id)));
-        let mut containers: Vec<Container> = self
-            .containers
-            .values()
-            .map(|c| Container::clone(c))
-            .collect();
+        let mut containers: Vec<Container> = self.containers.values().collect();
         containers.sort_by(|a, b| (a.created_at_ns, &a.id).cmp(&(b.created_at_ns, &b.id)));
         Snapshot {
             seq,
@@ -424,7 +418,7 @@ impl Index {
         if undelivered {
             s.run_delivery = Delivery::Undelivered as i32;
         }
-        self.sandboxes.insert(s.id.clone(), Box::new(s.clone()));
+        self.sandboxes.insert(s.id.clone(), &s);
         out.push(Change::Sandbox(
             SandboxEventKind::SandboxEventCreated,
             s.clone(),
@@ -444,7 +438,7 @@ impl Index {
         if undelivered {
             c.create_delivery = Delivery::Undelivered as i32;
         }
-        self.containers.insert(c.id.clone(), Box::new(c.clone()));
+        self.containers.insert(c.id.clone(), &c);
         out.push(Change::Container(
             ContainerEventKind::ContainerEventCreated,
             c.clone(),

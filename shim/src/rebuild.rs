@@ -135,7 +135,7 @@ pub(crate) async fn sandbox_entry(
         Err(s) if s.code() == tonic::Code::NotFound => return (None, repairs),
         Err(s) => tracing::warn!(id, error = %s, "PodSandboxStatus failed during rebuild"),
     }
-    (idx.sandbox(&id).cloned(), repairs)
+    (idx.sandbox(&id), repairs)
 }
 
 /// A listed container read whole (its verbose Status); None once it is gone.
@@ -176,7 +176,7 @@ pub(crate) async fn container_entry(
         Err(s) if s.code() == tonic::Code::NotFound => return (None, repairs),
         Err(s) => tracing::warn!(id, error = %s, "ContainerStatus failed during rebuild"),
     }
-    let Some(mut out) = idx.container(&id).cloned() else {
+    let Some(mut out) = idx.container(&id) else {
         return (None, repairs);
     };
     // Entries built here never saw the CRI path: delivery stays UNKNOWN (the index keeps what

@@ -2,7 +2,8 @@
 
 use podward_api::cri;
 use podward_api::shim::v1::{
-    ContainerEventKind, ContainerState, Delivery, SandboxEventKind, SandboxState,
+    Container, ContainerEventKind, ContainerState, Delivery, Sandbox, SandboxEventKind,
+    SandboxState,
 };
 
 use super::convert;
@@ -39,18 +40,18 @@ impl Index {
         merged.stop_requested_at_ns = cur.stop_requested_at_ns;
         let id = merged.id.clone();
         self.merge_sandbox(merged, SandboxFacts { network: true }, out);
-        if let Some(cur) = self.sandboxes.get_mut(&id) {
+        if let Some(mut cur) = self.sandboxes.get_mut(&id) {
             let before = cur.run_delivery;
             cur.run_delivery = delivery as i32;
             if delivery == Delivery::Undelivered && !was_undelivered {
                 out.push(Change::Sandbox(
                     SandboxEventKind::SandboxEventUndelivered,
-                    (**cur).clone(),
+                    Sandbox::clone(&cur),
                 ));
             } else if before != cur.run_delivery {
                 out.push(Change::Sandbox(
                     SandboxEventKind::SandboxEventUpdated,
-                    (**cur).clone(),
+                    Sandbox::clone(&cur),
                 ));
             }
         }
@@ -63,10 +64,10 @@ impl Index {
         completed: bool,
         out: &mut Vec<Change>,
     ) {
-        let Some(cur) = self.sandboxes.get_mut(id) else {
+        let Some(mut cur) = self.sandboxes.get_mut(id) else {
             return;
         };
-        let before = cur.clone();
+        let before = Sandbox::clone(&cur);
         if cur.stop_requested_at_ns == 0 {
             cur.stop_requested_at_ns = requested_at_ns;
         }
@@ -79,7 +80,7 @@ impl Index {
             } else {
                 SandboxEventKind::SandboxEventUpdated
             };
-            out.push(Change::Sandbox(kind, (**cur).clone()));
+            out.push(Change::Sandbox(kind, Sandbox::clone(&cur)));
         }
     }
 
@@ -89,13 +90,13 @@ impl Index {
             .containers
             .values()
             .filter(|c| c.sandbox_id == id)
-            .map(|c| c.id.clone())
+            .map(|c| c.id)
             .collect();
         for c in orphans {
             self.container_remove(&c, out);
         }
         if let Some(s) = self.sandboxes.remove(id) {
-            out.push(Change::Sandbox(SandboxEventKind::SandboxEventRemoved, *s));
+            out.push(Change::Sandbox(SandboxEventKind::SandboxEventRemoved, s));
         }
     }
 
@@ -129,25 +130,25 @@ impl Index {
             envs: true,
         };
         self.merge_container(merged, facts, out);
-        if let Some(cur) = self.containers.get_mut(&id) {
+        if let Some(mut cur) = self.containers.get_mut(&id) {
             let before = cur.create_delivery;
             cur.create_delivery = delivery as i32;
             if delivery == Delivery::Undelivered && !was_undelivered {
                 out.push(Change::Container(
                     ContainerEventKind::ContainerEventUndelivered,
-                    (**cur).clone(),
+                    Container::clone(&cur),
                 ));
             } else if before != cur.create_delivery {
                 out.push(Change::Container(
                     ContainerEventKind::ContainerEventUpdated,
-                    (**cur).clone(),
+                    Container::clone(&cur),
                 ));
             }
         }
     }
 
     pub(super) fn container_start(&mut self, id: &str, at_ns: i64, out: &mut Vec<Change>) {
-        let Some(cur) = self.containers.get_mut(id) else {
+        let Some(mut cur) = self.containers.get_mut(id) else {
             return;
         };
         // An exit event can beat the StartContainer response for a short-lived container: the
@@ -161,7 +162,7 @@ impl Index {
         }
         out.push(Change::Container(
             ContainerEventKind::ContainerEventStarted,
-            (**cur).clone(),
+            Container::clone(&cur),
         ));
     }
 
@@ -173,7 +174,7 @@ impl Index {
         completed: bool,
         out: &mut Vec<Change>,
     ) {
-        let Some(cur) = self.containers.get_mut(id) else {
+        let Some(mut cur) = self.containers.get_mut(id) else {
             return;
         };
         // The first StopContainer is the decision; kubelet repeats it on retries.
@@ -184,7 +185,7 @@ impl Index {
         cur.stop_timeout_seconds = timeout_seconds;
         out.push(Change::Container(
             ContainerEventKind::ContainerEventUpdated,
-            (**cur).clone(),
+            Container::clone(&cur),
         ));
     }
 
@@ -192,7 +193,7 @@ impl Index {
         if let Some(c) = self.containers.remove(id) {
             out.push(Change::Container(
                 ContainerEventKind::ContainerEventRemoved,
-                *c,
+                c,
             ));
         }
     }

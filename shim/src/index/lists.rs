@@ -66,11 +66,11 @@ impl Index {
         facts: SandboxFacts,
         out: &mut Vec<Change>,
     ) {
-        let Some(cur) = self.sandboxes.get_mut(&fresh.id) else {
+        let Some(mut cur) = self.sandboxes.get_mut(&fresh.id) else {
             self.insert_new_sandbox(fresh, out);
             return;
         };
-        let before = cur.clone();
+        let before = Sandbox::clone(&cur);
         cur.name = fresh.name;
         cur.namespace = fresh.namespace;
         cur.uid = fresh.uid;
@@ -95,10 +95,12 @@ impl Index {
             cur.additional_ips = fresh.additional_ips;
             cur.host_network = fresh.host_network;
         }
-        if *cur != before {
-            let kind = sandbox_kind(&before, cur);
-            out.push(Change::Sandbox(kind, (**cur).clone()));
+        if *cur == before {
+            cur.unchanged();
+            return;
         }
+        let kind = sandbox_kind(&before, &cur);
+        out.push(Change::Sandbox(kind, Sandbox::clone(&cur)));
     }
 
     /// Merges `fresh` over the known container (or inserts it), emitting the matching change.
@@ -108,11 +110,11 @@ impl Index {
         facts: ContainerFacts,
         out: &mut Vec<Change>,
     ) {
-        let Some(cur) = self.containers.get_mut(&fresh.id) else {
+        let Some(mut cur) = self.containers.get_mut(&fresh.id) else {
             self.insert_new_container(fresh, out);
             return;
         };
-        let before = cur.clone();
+        let before = Container::clone(&cur);
         if facts.sandbox_id && !fresh.sandbox_id.is_empty() {
             cur.sandbox_id = fresh.sandbox_id;
         }
@@ -149,10 +151,12 @@ impl Index {
         if facts.envs && !fresh.envs.is_empty() {
             cur.envs = fresh.envs;
         }
-        if *cur != before {
-            let kind = container_kind(&before, cur);
-            out.push(Change::Container(kind, (**cur).clone()));
+        if *cur == before {
+            cur.unchanged();
+            return;
         }
+        let kind = container_kind(&before, &cur);
+        out.push(Change::Container(kind, Container::clone(&cur)));
     }
 
     /// Whether a listed sandbox is known as it is listed (a relist reads it whole otherwise).
@@ -185,7 +189,7 @@ impl Index {
         if complete {
             let gone: Vec<String> = self
                 .sandboxes
-                .keys()
+                .ids()
                 .filter(|id| !seen.contains(*id))
                 .cloned()
                 .collect();
@@ -213,7 +217,7 @@ impl Index {
         if complete {
             let gone: Vec<String> = self
                 .containers
-                .keys()
+                .ids()
                 .filter(|id| !seen.contains(*id))
                 .cloned()
                 .collect();

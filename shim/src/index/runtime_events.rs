@@ -3,7 +3,7 @@
 //! These are what make exits visible within milliseconds: kubelet's relist only happens every
 //! second or so.
 
-use podward_api::shim::v1::{ContainerEventKind, ContainerState, SandboxState};
+use podward_api::shim::v1::{Container, ContainerEventKind, ContainerState, Sandbox, SandboxState};
 
 use super::lists::sandbox_kind;
 use super::{Change, Index};
@@ -16,7 +16,7 @@ impl Index {
         exited_at_ns: i64,
         out: &mut Vec<Change>,
     ) {
-        if let Some(c) = self.containers.get_mut(id) {
+        if let Some(mut c) = self.containers.get_mut(id) {
             // A repeated event (containerd may publish twice across a reconnect) changes nothing.
             if c.state == ContainerState::Exited as i32 && c.finished_at_ns != 0 {
                 return;
@@ -29,37 +29,40 @@ impl Index {
             }
             out.push(Change::Container(
                 ContainerEventKind::ContainerEventExited,
-                (**c).clone(),
+                Container::clone(&c),
             ));
             return;
         }
         // The sandbox's own (pause) task exiting means the sandbox is no longer ready.
-        if let Some(s) = self.sandboxes.get_mut(id) {
-            let before = s.clone();
+        if let Some(mut s) = self.sandboxes.get_mut(id) {
+            let before = Sandbox::clone(&s);
             s.state = SandboxState::Notready as i32;
             if *s != before {
-                out.push(Change::Sandbox(sandbox_kind(&before, s), (**s).clone()));
+                out.push(Change::Sandbox(
+                    sandbox_kind(&before, &s),
+                    Sandbox::clone(&s),
+                ));
             }
         }
     }
 
     pub(super) fn task_oom(&mut self, id: &str, out: &mut Vec<Change>) {
-        if let Some(c) = self.containers.get_mut(id) {
+        if let Some(mut c) = self.containers.get_mut(id) {
             if c.oom_killed {
                 return;
             }
             c.oom_killed = true;
             out.push(Change::Container(
                 ContainerEventKind::ContainerEventOom,
-                (**c).clone(),
+                Container::clone(&c),
             ));
         }
     }
 
     pub(super) fn deleted(&mut self, id: &str, out: &mut Vec<Change>) {
-        if self.containers.contains_key(id) {
+        if self.containers.contains(id) {
             self.container_remove(id, out);
-        } else if self.sandboxes.contains_key(id) {
+        } else if self.sandboxes.contains(id) {
             self.sandbox_remove(id, out);
         }
     }
