@@ -1,5 +1,5 @@
-//! The relays under test, each its own process: the shim (this binary re-executed with
-//! `--as-shim`), socat, and the bare relays that are its floors (`--as-bare-relay`,
+//! The relays under test, each its own process: the shim (the shipped `podward-shim`, or this
+//! binary re-executed with `--as-shim` for settings the daemon has no flag for), socat, and the bare relays that are its floors (`--as-bare-relay`,
 //! `--as-read-wait-relay`, `--as-thread-relay`).
 
 use std::path::PathBuf;
@@ -343,28 +343,53 @@ pub(crate) async fn start_socat(node: &TestNode) -> Socat {
     Socat { child, path }
 }
 
-pub(crate) async fn start_shim(
-    node: &TestNode,
-    name: &str,
-    buffer_kib: usize,
-    flavour: &str,
-    read_every: bool,
-) -> ShimProcess {
+/// How a shim under test is run.
+pub(crate) enum ShimBuild {
+    /// The shipped `podward-shim` binary of this bench's profile (built beside it when stale):
+    /// what a node runs, so the RSS includes exactly the code pages the daemon maps.
+    Shipped,
+    /// This bench binary re-executed with `--as-shim`: the same library with settings the
+    /// daemon has no flag for (read buffer, runtime flavour, reading every repeated List).
+    Child {
+        buffer_kib: usize,
+        flavour: &'static str,
+        read_every: bool,
+    },
+}
+
+pub(crate) async fn start_shim(node: &TestNode, name: &str, build: ShimBuild) -> ShimProcess {
     let cri = node.dir().join(format!("bench-{name}.sock"));
     let control = node.dir().join(format!("bench-{name}-control.sock"));
     let admin = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let exe = std::env::current_exe().expect("current exe");
-    let child = std::process::Command::new(exe)
-        .arg("--as-shim")
-        .arg(&cri)
-        .arg(&control)
-        .arg(node.containerd_socket())
-        .arg(admin.to_string())
-        .arg(flavour)
-        .arg(buffer_kib.to_string())
-        .arg(if read_every { "read-every" } else { "default" })
-        .spawn()
-        .expect("spawn shim");
+    let child = match build {
+        ShimBuild::Shipped => std::process::Command::new(podward_e2e::bin_path("podward-shim"))
+            .arg("--listen")
+            .arg(&cri)
+            .arg("--control-socket")
+            .arg(&control)
+            .arg("--containerd-socket")
+            .arg(node.containerd_socket())
+            .arg("--admin-addr")
+            .arg(admin.to_string())
+            .args(["--log-level", "warn"])
+            .spawn()
+            .expect("spawn podward-shim"),
+        ShimBuild::Child {
+            buffer_kib,
+            flavour,
+            read_every,
+        } => std::process::Command::new(std::env::current_exe().expect("current exe"))
+            .arg("--as-shim")
+            .arg(&cri)
+            .arg(&control)
+            .arg(node.containerd_socket())
+            .arg(admin.to_string())
+            .arg(flavour)
+            .arg(buffer_kib.to_string())
+            .arg(if read_every { "read-every" } else { "default" })
+            .spawn()
+            .expect("spawn shim"),
+    };
     let shim = ShimProcess {
         child,
         cri,

@@ -8,8 +8,10 @@
 //! - the shim's RSS with 1,100 containers indexed, and its CPU while idle for 10 s.
 //!
 //! A path with a failed call prints FAILED instead of figures: a floor with failures is no
-//! floor. The shim runs as its own process: this bench binary re-executes itself with
-//! `--as-shim` (same release build of the library), so its RSS and CPU are the shim's alone.
+//! floor. The shim runs as its own process, the shipped `podward-shim` of this bench's profile
+//! (built when stale), so its RSS, file-backed pages included, and its CPU are the daemon's
+//! alone. Shims with settings the daemon has no flag for (below) are this bench binary
+//! re-executed with `--as-shim`: the same library in a larger binary that maps more code pages.
 //!
 //! Run: `cargo bench -p podward-e2e --bench shim_overhead` (root; about 5 minutes).
 //! `-- --buffers 16,256` adds shims with those relay read buffers (KiB) to the mix rounds;
@@ -22,6 +24,8 @@
 //! `-- --read-every` has the shims read every repeating large List (as they do at kubelet's
 //! pace of one a second) rather than at most one per request every 250 ms, as shipped: the mix
 //! and the 4 MiB phase List far faster than kubelet does;
+//! `-- --self-shim` runs the shim under test that way too (as before the shipped binary was
+//! measured), for comparison;
 //! `-- --skip-mix` leaves out the mix rounds (4 MiB List, RSS and idle CPU only),
 //! `-- --mix-only` runs them alone (`--rounds N`, default 10, for a profiler to attach), `-- --go`
 //! then measures the mix as a kubelet makes it, with kubelet's own stack (`go_bench.rs`: one
@@ -36,7 +40,7 @@ mod relays;
 use calls::{client, populate, round};
 use figures::{Path3, Rss, cpu_ns, cpu_ticks, load_average, num_cpus, pct, ticks_ms, us};
 use relays::{
-    as_bare_relay, as_read_wait_relay, as_shim, as_thread_relay, start_bare_relay,
+    ShimBuild, as_bare_relay, as_read_wait_relay, as_shim, as_thread_relay, start_bare_relay,
     start_read_wait_relay, start_shim, start_socat, start_thread_relay,
 };
 
@@ -100,6 +104,7 @@ fn main() {
         rounds,
         bare: args.iter().any(|a| a == "--bare"),
         read_every: args.iter().any(|a| a == "--read-every"),
+        self_shim: args.iter().any(|a| a == "--self-shim"),
     };
     rt.block_on(bench(opts));
 }
@@ -123,6 +128,8 @@ struct Opts {
     /// `--read-every`: the shims read every repeating large List, as at kubelet's pace, instead
     /// of at most one per request every 250 ms (the shipped default).
     read_every: bool,
+    /// `--self-shim`: the shim under test is this binary re-executed, not the shipped one.
+    self_shim: bool,
 }
 
 async fn bench(
@@ -135,21 +142,31 @@ async fn bench(
         rounds,
         bare,
         read_every,
+        self_shim,
     }: Opts,
 ) {
     let node = TestNode::start().await.expect("node");
     // The shim as it ships: its default read buffer.
     let default_kib = podward_shim::relay::DEFAULT_BUFFER >> 10;
-    let shim = start_shim(&node, "shim", default_kib, "current", read_every).await;
+    let child = |buffer_kib, flavour| ShimBuild::Child {
+        buffer_kib,
+        flavour,
+        read_every,
+    };
+    let shim = if self_shim || read_every {
+        start_shim(&node, "shim", child(default_kib, "current")).await
+    } else {
+        start_shim(&node, "shim", ShimBuild::Shipped).await
+    };
     let socat = start_socat(&node).await;
     let mut extra = Vec::new();
     for kib in &buffers {
         let name = format!("shim {kib} KiB");
-        let s = start_shim(&node, &format!("shim-{kib}k"), *kib, "current", read_every).await;
+        let s = start_shim(&node, &format!("shim-{kib}k"), child(*kib, "current")).await;
         extra.push((name, s));
     }
     if multi {
-        let s = start_shim(&node, "shim-multi", default_kib, "multi", read_every).await;
+        let s = start_shim(&node, "shim-multi", child(default_kib, "multi")).await;
         extra.push(("shim multi-thr".to_owned(), s));
     }
     if bare {
