@@ -204,6 +204,24 @@ enum Abandoned {
     },
 }
 
+/// The fields of a [`Container`] that scans over every container read: decoding an entry as this
+/// skips its labels, annotations and environment. Tags as in `podward.shim.v1.Container`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct ContainerScan {
+    #[prost(string, tag = "2")]
+    sandbox_id: String,
+    #[prost(int64, tag = "11")]
+    created_at_ns: i64,
+}
+
+/// The fields of a [`Sandbox`] that scans over every sandbox read. Tags as in
+/// `podward.shim.v1.Sandbox`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SandboxScan {
+    #[prost(int64, tag = "12")]
+    created_at_ns: i64,
+}
+
 /// Sandboxes and containers by ID, each kept in its protobuf encoding (`index/packed.rs` says
 /// why).
 #[derive(Debug, Default)]

@@ -8,7 +8,7 @@ use podward_api::shim::v1::{
 
 use super::convert;
 use super::lists::{ContainerFacts, SandboxFacts};
-use super::{Change, Index};
+use super::{Change, ContainerScan, Index};
 
 impl Index {
     pub(super) fn sandbox_run(
@@ -88,9 +88,9 @@ impl Index {
     pub(super) fn sandbox_remove(&mut self, id: &str, out: &mut Vec<Change>) {
         let orphans: Vec<String> = self
             .containers
-            .values()
-            .filter(|c| c.sandbox_id == id)
-            .map(|c| c.id)
+            .scan::<ContainerScan>()
+            .filter(|(_, c)| c.sandbox_id == id)
+            .map(|(cid, _)| cid.clone())
             .collect();
         for c in orphans {
             self.container_remove(&c, out);

@@ -8,7 +8,7 @@ use podward_api::shim::v1::{
 };
 
 use super::convert;
-use super::{Change, Index};
+use super::{Change, ContainerScan, Index, SandboxScan};
 
 /// What a source knows about a sandbox, so a merge never erases what only another source knew.
 #[derive(Clone, Copy)]
@@ -284,7 +284,7 @@ impl Index {
         };
         let gone_c: Vec<String> = self
             .containers
-            .iter()
+            .scan::<ContainerScan>()
             .filter(|(id, c)| gone(id, c.created_at_ns, &listed.container_ids))
             .map(|(id, _)| id.clone())
             .collect();
@@ -293,7 +293,7 @@ impl Index {
         }
         let gone_s: Vec<String> = self
             .sandboxes
-            .iter()
+            .scan::<SandboxScan>()
             .filter(|(id, s)| gone(id, s.created_at_ns, &listed.sandbox_ids))
             .map(|(id, _)| id.clone())
             .collect();

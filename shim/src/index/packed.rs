@@ -6,8 +6,10 @@
 //! cost more than their bytes. Encoded, an entry is one allocation holding its bytes alone.
 //!
 //! An entry is decoded when it is read and encoded again when it changed. The index is folded on
-//! the decoder thread, never on the relay's path, and most observations touch one entry; the
-//! whole table is decoded only for a snapshot, a relist or a sandbox's removal.
+//! the decoder thread, never on the relay's path, and most observations touch one entry. The
+//! whole table is decoded only for a snapshot; a scan over every entry (a sandbox's orphans, what
+//! a relist no longer lists) decodes each as a smaller message of the few fields it needs
+//! ([`Table::scan`]), which skips the rest of the bytes without copying them.
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -97,14 +99,20 @@ impl<T: Message + Default> Table<T> {
         self.entries.keys()
     }
 
-    /// Every entry with its ID, decoded one at a time, in no order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = (&String, T)> {
-        self.entries.iter().map(|(id, p)| (id, p.unpack()))
-    }
-
     /// Every entry, decoded one at a time, in no order.
     pub(super) fn values(&self) -> impl Iterator<Item = T> {
         self.entries.values().map(Packed::unpack)
+    }
+
+    /// Every entry with its ID, decoded as `V`: a message declaring some of `T`'s fields with
+    /// the same tags, so that decoding skips the others (protobuf's unknown fields) instead of
+    /// copying them.
+    pub(super) fn scan<V: Message + Default>(&self) -> impl Iterator<Item = (&String, V)> {
+        self.entries.iter().map(|(id, p)| {
+            // Bytes encoded from a `T` decode as any message whose fields are some of `T`'s.
+            let v = V::decode(&*p.bytes).expect("an index entry decodes as a view of its fields");
+            (id, v)
+        })
     }
 }
 

@@ -7,7 +7,7 @@ use podward_api::shim::v1::{
     ContainerEventKind as CK, ContainerState, Delivery, SandboxEventKind as SK, SandboxState,
 };
 
-use super::{Change, Index, Observation};
+use super::{Change, ContainerScan, Index, Observation, SandboxScan};
 
 fn sandbox_config(name: &str, attempt: u32, host_net: bool) -> cri::PodSandboxConfig {
     let mut labels = HashMap::new();
@@ -480,4 +480,60 @@ fn a_relist_removes_only_what_existed_before_it_listed() {
     };
     assert!(idx.knows_sandbox(&listed(cri::PodSandboxState::SandboxReady as i32)));
     assert!(!idx.knows_sandbox(&listed(cri::PodSandboxState::SandboxNotready as i32)));
+}
+
+#[test]
+fn the_scan_views_read_the_fields_of_the_messages_they_stand_for() {
+    use podward_api::shim::v1::{Container, Sandbox};
+    use prost::Message;
+    let c = Container {
+        id: "c".into(),
+        sandbox_id: "s".into(),
+        pod_uid: "u".into(),
+        labels: HashMap::from([("k".into(), "v".into())]),
+        annotations: HashMap::from([("big".into(), "a".repeat(1 << 16))]),
+        created_at_ns: 7,
+        started_at_ns: 8,
+        stop_requested_at_ns: 9,
+        ..Container::default()
+    };
+    let view = ContainerScan::decode(&*c.encode_to_vec()).unwrap_or_default();
+    assert_eq!(
+        view,
+        ContainerScan {
+            sandbox_id: "s".into(),
+            created_at_ns: 7,
+        }
+    );
+    let s = Sandbox {
+        id: "s".into(),
+        uid: "u".into(),
+        created_at_ns: 11,
+        annotations: HashMap::from([("k".into(), "v".into())]),
+        ..Sandbox::default()
+    };
+    let view = SandboxScan::decode(&*s.encode_to_vec()).unwrap_or_default();
+    assert_eq!(view, SandboxScan { created_at_ns: 11 });
+}
+
+#[test]
+fn removing_a_sandbox_removes_its_containers_and_no_other() {
+    let mut idx = Index::new();
+    run(&mut idx, "s1", Delivery::Delivered);
+    run(&mut idx, "s2", Delivery::Delivered);
+    create(&mut idx, "c1", Delivery::Delivered);
+    idx.apply(Observation::ContainerCreate {
+        sandbox_id: "s2".into(),
+        config: container_config("other", 0),
+        container_id: "c2".into(),
+        delivery: Delivery::Delivered,
+        at_ns: 300,
+    });
+    let ch = idx.apply(Observation::SandboxRemove { id: "s1".into() });
+    assert_eq!(
+        kinds(&ch),
+        vec!["CONTAINER_EVENT_REMOVED:c1", "SANDBOX_EVENT_REMOVED:s1"]
+    );
+    assert!(idx.container("c2").is_some());
+    assert!(idx.sandbox("s2").is_some());
 }
