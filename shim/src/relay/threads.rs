@@ -9,8 +9,9 @@
 //! thread per connection also bounds what one connection's reading costs the others: the
 //! kernel's scheduler shares the CPUs among them, whatever one client sends.
 //!
-//! Threads are bounded (`--max-connections`, [`MAX_CONNECTIONS`] by default); past the bound, a client is answered `UNAVAILABLE`
-//! as when containerd is away, and its next dial is tried afresh. The stop signal is a pipe
+//! Threads are bounded (`--max-connections`, [`MAX_CONNECTIONS`] by default); past the bound, a
+//! client is answered `UNAVAILABLE` as when containerd is away, and its next dial is tried
+//! afresh. The stop signal is a pipe
 //! whose write end is closed at shutdown: every connection's `poll` sees it hang up at once.
 
 use std::cell::Cell;
