@@ -204,20 +204,27 @@ enum Abandoned {
     },
 }
 
-/// The fields of a [`Container`] that scans over every container read: decoding an entry as this
-/// skips its labels, annotations and environment. Tags as in `podward.shim.v1.Container`.
+/// The fields of a [`Container`] that scans over every container (and a relist's check of each
+/// listed one) read: decoding an entry as this skips its labels, annotations and environment.
+/// Tags as in `podward.shim.v1.Container`.
 #[derive(Clone, PartialEq, prost::Message)]
 struct ContainerScan {
     #[prost(string, tag = "2")]
     sandbox_id: String,
+    #[prost(int32, tag = "6")]
+    state: i32,
     #[prost(int64, tag = "11")]
     created_at_ns: i64,
+    #[prost(int64, tag = "13")]
+    finished_at_ns: i64,
 }
 
-/// The fields of a [`Sandbox`] that scans over every sandbox read. Tags as in
-/// `podward.shim.v1.Sandbox`.
+/// The fields of a [`Sandbox`] that scans over every sandbox (and a relist's check of each
+/// listed one) read. Tags as in `podward.shim.v1.Sandbox`.
 #[derive(Clone, PartialEq, prost::Message)]
 struct SandboxScan {
+    #[prost(int32, tag = "6")]
+    state: i32,
     #[prost(int64, tag = "12")]
     created_at_ns: i64,
 }

@@ -162,17 +162,19 @@ impl Index {
     /// Whether a listed sandbox is known as it is listed (a relist reads it whole otherwise).
     pub fn knows_sandbox(&self, p: &cri::PodSandbox) -> bool {
         self.sandboxes
-            .get(&p.id)
+            .view::<SandboxScan>(&p.id)
             .is_some_and(|cur| cur.state == convert::sandbox_state(p.state))
     }
 
     /// Whether a listed container is known as it is listed: same state and, once exited, its
     /// exit already known (a List carries no exit code).
     pub fn knows_container(&self, c: &cri::Container) -> bool {
-        self.containers.get(&c.id).is_some_and(|cur| {
-            cur.state == convert::container_state(c.state)
-                && (cur.state != ContainerState::Exited as i32 || cur.finished_at_ns != 0)
-        })
+        self.containers
+            .view::<ContainerScan>(&c.id)
+            .is_some_and(|cur| {
+                cur.state == convert::container_state(c.state)
+                    && (cur.state != ContainerState::Exited as i32 || cur.finished_at_ns != 0)
+            })
     }
 
     pub(super) fn sandbox_list(

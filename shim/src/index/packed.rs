@@ -35,6 +35,11 @@ impl<T: Message + Default> Packed<T> {
         // Only `pack` makes these bytes, from a `T`: prost decodes what it encoded.
         T::decode(&*self.bytes).expect("an index entry decodes as the message it was encoded from")
     }
+
+    /// The bytes decoded as `V`, a message whose fields are some of `T`'s.
+    fn view<V: Message + Default>(&self) -> V {
+        V::decode(&*self.bytes).expect("an index entry decodes as a view of its fields")
+    }
 }
 
 /// Entries by ID.
@@ -104,15 +109,16 @@ impl<T: Message + Default> Table<T> {
         self.entries.values().map(Packed::unpack)
     }
 
-    /// Every entry with its ID, decoded as `V`: a message declaring some of `T`'s fields with
-    /// the same tags, so that decoding skips the others (protobuf's unknown fields) instead of
-    /// copying them.
+    /// The entry for `id` decoded as `V`: a message declaring some of `T`'s fields with the same
+    /// tags, so that decoding skips the others (protobuf's unknown fields) instead of copying
+    /// them.
+    pub(super) fn view<V: Message + Default>(&self, id: &str) -> Option<V> {
+        self.entries.get(id).map(Packed::view)
+    }
+
+    /// Every entry with its ID, decoded as `V` (see [`Table::view`]).
     pub(super) fn scan<V: Message + Default>(&self) -> impl Iterator<Item = (&String, V)> {
-        self.entries.iter().map(|(id, p)| {
-            // Bytes encoded from a `T` decode as any message whose fields are some of `T`'s.
-            let v = V::decode(&*p.bytes).expect("an index entry decodes as a view of its fields");
-            (id, v)
-        })
+        self.entries.iter().map(|(id, p)| (id, p.view()))
     }
 }
 
@@ -171,6 +177,13 @@ mod tests {
         }
     }
 
+    /// A table holding `container("a")`.
+    fn table_of_a() -> Table<Container> {
+        let mut t = Table::default();
+        t.insert("a".to_owned(), &container("a"));
+        t
+    }
+
     #[test]
     fn an_entry_reads_back_as_it_was_stored() {
         let mut t = Table::default();
@@ -185,8 +198,7 @@ mod tests {
 
     #[test]
     fn a_change_through_the_guard_is_stored_when_it_drops() {
-        let mut t = Table::default();
-        t.insert("a".to_owned(), &container("a"));
+        let mut t = table_of_a();
         if let Some(mut c) = t.get_mut("a") {
             c.exit_code = 137;
             c.labels.insert("k2".to_owned(), "v2".to_owned());
@@ -199,8 +211,7 @@ mod tests {
 
     #[test]
     fn a_guard_dropped_as_unchanged_stores_nothing() {
-        let mut t = Table::default();
-        t.insert("a".to_owned(), &container("a"));
+        let mut t = table_of_a();
         if let Some(mut c) = t.get_mut("a") {
             c.exit_code = 1;
             c.unchanged();
@@ -210,8 +221,7 @@ mod tests {
 
     #[test]
     fn a_read_through_the_guard_leaves_the_bytes_as_they_were() {
-        let mut t = Table::default();
-        t.insert("a".to_owned(), &container("a"));
+        let mut t = table_of_a();
         let before = t.entries["a"].bytes.as_ptr();
         if let Some(c) = t.get_mut("a") {
             assert_eq!(c.id, "a");

@@ -492,8 +492,10 @@ fn the_scan_views_read_the_fields_of_the_messages_they_stand_for() {
         pod_uid: "u".into(),
         labels: HashMap::from([("k".into(), "v".into())]),
         annotations: HashMap::from([("big".into(), "a".repeat(1 << 16))]),
+        state: ContainerState::Exited as i32,
         created_at_ns: 7,
         started_at_ns: 8,
+        finished_at_ns: 10,
         stop_requested_at_ns: 9,
         ..Container::default()
     };
@@ -502,18 +504,27 @@ fn the_scan_views_read_the_fields_of_the_messages_they_stand_for() {
         view,
         ContainerScan {
             sandbox_id: "s".into(),
+            state: ContainerState::Exited as i32,
             created_at_ns: 7,
+            finished_at_ns: 10,
         }
     );
     let s = Sandbox {
         id: "s".into(),
         uid: "u".into(),
+        state: SandboxState::Notready as i32,
         created_at_ns: 11,
         annotations: HashMap::from([("k".into(), "v".into())]),
         ..Sandbox::default()
     };
     let view = SandboxScan::decode(&*s.encode_to_vec()).unwrap_or_default();
-    assert_eq!(view, SandboxScan { created_at_ns: 11 });
+    assert_eq!(
+        view,
+        SandboxScan {
+            state: SandboxState::Notready as i32,
+            created_at_ns: 11,
+        }
+    );
 }
 
 #[test]
