@@ -8,8 +8,9 @@
 //! An entry is decoded when it is read and encoded again when it changed. The index is folded on
 //! the decoder thread, never on the relay's path, and most observations touch one entry. The
 //! whole table is decoded only for a snapshot; a scan over every entry (a sandbox's orphans, what
-//! a relist no longer lists) decodes each as a smaller message of the few fields it needs
-//! ([`Table::scan`]), which skips the rest of the bytes without copying them.
+//! a relist no longer lists) and a relist's check of one decode a smaller message of the few
+//! fields they need ([`Table::scan`], [`Table::view`]), which skips the rest of the bytes
+//! without copying them.
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
