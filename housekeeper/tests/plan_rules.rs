@@ -169,3 +169,70 @@ async fn a_backlog_is_acted_on_in_bounded_batches_lowest_uids_first() {
         podward_housekeeper::decision::plan::MAX_UIDS_PER_PASS
     );
 }
+
+/// Orphans that a safety rule keeps (a file under `volumes/`) must not hold the per-pass slots for
+/// ever: every orphan is assessed within a bounded number of passes, however many are blocked, and
+/// a blocked one is reassessed after a backoff rather than every pass.
+#[tokio::test]
+async fn blocked_orphans_never_starve_a_clean_one() {
+    const BLOCKED: usize = 1000;
+    let max = podward_housekeeper::decision::plan::MAX_UIDS_PER_PASS;
+    let node = FakeNode::new();
+    for i in 0..BLOCKED {
+        let uid = nth_uid(i);
+        let vol = node.pod_dir(&uid).join("volumes/kubernetes.io~empty-dir/data");
+        std::fs::create_dir_all(&vol).expect("volume dir");
+        std::fs::write(vol.join("precious.db"), b"user data").expect("write");
+    }
+    // The clean orphan sorts after every blocked one.
+    let clean = nth_uid(BLOCKED);
+    std::fs::create_dir_all(node.pod_dir(&clean)).expect("pod dir");
+    let act = Arc::new(RecordingActuator::default());
+    let (r, clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
+    // The first pass only observes (an orphan needs two passes); each later pass gets its turn.
+    r.pass(Mode::Act).await;
+    let bound = (BLOCKED + 1).div_ceil(max);
+    let mut removed_in = None;
+    let mut blocked_per_pass = Vec::new();
+    for pass in 1..=bound {
+        clock.advance(Duration::from_secs(10));
+        let (p, _) = r.pass(Mode::Act).await;
+        let blocked = p
+            .findings
+            .iter()
+            .filter(|f| f.kind() == FindingKind::Blocked)
+            .count();
+        blocked_per_pass.push(blocked);
+        if p.actions.iter().any(|a| a.pod_uid == clean) {
+            removed_in = Some(pass);
+            break;
+        }
+    }
+    assert!(
+        removed_in.is_some(),
+        "the clean orphan was not acted on within {bound} passes (blocked per pass: {blocked_per_pass:?})"
+    );
+    assert!(
+        blocked_per_pass.iter().all(|&b| b <= max),
+        "{blocked_per_pass:?}"
+    );
+    // Every blocked orphan was assessed once; none is reassessed before its backoff is due.
+    clock.advance(Duration::from_secs(1));
+    let (p, _) = r.pass(Mode::Act).await;
+    let reassessed = p
+        .findings
+        .iter()
+        .filter(|f| f.kind() == FindingKind::Blocked)
+        .count();
+    assert_eq!(reassessed, 0, "blocked orphans are backed off, not reassessed every pass");
+    let backing_off = p
+        .findings
+        .iter()
+        .find(|f| f.kind() == FindingKind::Backoff)
+        .expect("a backed-off blocked orphan is listed");
+    assert!(
+        backing_off.reason.contains("kept by a safety rule"),
+        "{}",
+        backing_off.reason
+    );
+}
