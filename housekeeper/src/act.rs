@@ -22,7 +22,7 @@ use podward_api::housekeeper::v1::{Finding, FindingKind, Outcome};
 pub use self::node::NodeActuator;
 use crate::clock::Clock;
 use crate::decision::plan::{Op, PassPlan, category};
-use crate::decision::uid_gate::{Closed, UidGate};
+use crate::decision::uid_gate::{Cause, Closed, UidGate};
 use crate::node::cgroup::{CgroupError, CgroupLayout, DestroyReport, PodCgroup};
 use crate::node::log_dir::{LogDir, LogDirError};
 use crate::node::mounts::MountTable;
@@ -279,7 +279,12 @@ pub async fn execute<S: Sources, A: Actuator>(
                         Closed::InFlight => {
                             "skipped: another action on this pod is in flight".to_owned()
                         }
-                        Closed::BackingOff(_) => "skipped: backing off after a failure".to_owned(),
+                        Closed::BackingOff(Cause::Failed, _) => {
+                            "skipped: backing off after a failure".to_owned()
+                        }
+                        Closed::BackingOff(Cause::Kept, _) => {
+                            "skipped: kept by a safety rule, backing off".to_owned()
+                        }
                     };
                     let out = ops
                         .into_iter()

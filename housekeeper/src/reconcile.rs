@@ -185,6 +185,18 @@ impl<S: Sources, A: Actuator> Reconciler<S, A> {
         {
             prober.cleanup_gone(self.sources.as_ref()).await;
         }
+        // Only an acting pass moves the queue and backs off what was kept, so that a dry run's
+        // plan stays what the acting pass after it does. After the act, whose success on
+        // another of a UID's things would clear its backoff.
+        if mode == Mode::Act {
+            for uid in &pass.kept {
+                self.gate.kept(uid, now);
+            }
+            self.state
+                .lock()
+                .tracker
+                .took_turns(pass.turns.iter().map(String::as_str), now);
+        }
         self.gate.gc(now);
         let took = start.elapsed();
         self.finish(&pass.plan, &pass.counts, took);

@@ -6,6 +6,10 @@
 //! sighting in the runtime forgets the UID, so the next absence starts from zero. A pass that
 //! could not read its sources breaks the chain of evidence, so [`OrphanTracker::reset`] forgets
 //! everything (kubelet's `sourcesReady` rule, applied to the whole history).
+//!
+//! It also keeps each UID's place in the queue of orphans to act on ([`OrphanTracker::queue_key`]):
+//! a pass acts on a bounded number of orphans, and those that waited longest for a turn go first,
+//! so no number of orphans that stay (a safety rule keeps them) holds the turns of the others.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -60,6 +64,8 @@ pub fn human(d: Duration) -> String {
 struct Absence {
     first_absent: Duration,
     passes: u32,
+    /// When the UID last had its turn in a recording pass, or was first seen absent.
+    turn: Duration,
 }
 
 /// Per-UID absence history. Its size is bounded by the number of UIDs that still own something
@@ -95,6 +101,7 @@ impl OrphanTracker {
             let entry = self.absent.entry(uid.to_owned()).or_insert(Absence {
                 first_absent: now,
                 passes: 0,
+                turn: now,
             });
             entry.passes = entry.passes.saturating_add(1);
         }
@@ -122,6 +129,23 @@ impl OrphanTracker {
             Verdict::Waiting {
                 passes: a.passes,
                 absent_for,
+            }
+        }
+    }
+
+    /// Where `uid` stands in the queue of orphans to act on: the one with the smallest key waited
+    /// longest for its turn (since its last turn or, before any, since it was first seen absent);
+    /// ties go to the lower UID, so a dry run and the recording pass after it choose alike.
+    pub fn queue_key<'a>(&self, uid: &'a str) -> (Duration, &'a str) {
+        let turn = self.absent.get(uid).map_or(Duration::ZERO, |a| a.turn);
+        (turn, uid)
+    }
+
+    /// Records that `uids` had their turn at `now`: they go to the back of the queue.
+    pub fn took_turns<'a>(&mut self, uids: impl IntoIterator<Item = &'a str>, now: Duration) {
+        for uid in uids {
+            if let Some(a) = self.absent.get_mut(uid) {
+                a.turn = now;
             }
         }
     }
@@ -200,6 +224,23 @@ mod tests {
             t.verdict("a", Duration::from_secs(12)),
             Verdict::Waiting { passes: 2, .. }
         ));
+    }
+
+    #[test]
+    fn the_queue_puts_the_longest_wait_first() {
+        let mut t = OrphanTracker::new(Duration::ZERO);
+        t.observe(Duration::from_secs(1), &set(&[]), ["b", "a"]);
+        t.observe(Duration::from_secs(2), &set(&[]), ["b", "a", "c"]);
+        let order = |t: &OrphanTracker| {
+            let mut uids = vec!["a", "b", "c"];
+            uids.sort_by_key(|u| t.queue_key(u));
+            uids
+        };
+        assert_eq!(order(&t), ["a", "b", "c"], "first seen first, then by UID");
+        t.took_turns(["a"], Duration::from_secs(3));
+        assert_eq!(order(&t), ["b", "c", "a"], "a turn sends a UID to the back");
+        t.took_turns(["unknown"], Duration::from_secs(4));
+        assert_eq!(t.len(), 3, "a turn never adds history");
     }
 
     #[test]

@@ -54,9 +54,10 @@ pub fn category_of(kind: ActionKind) -> &'static str {
     }
 }
 
-/// At most this many orphaned UIDs are acted on in one pass (the lowest UIDs first, so a dry run
-/// and the real pass pick the same ones); the rest wait for the next passes. This bounds a pass's
-/// time, memory and blast radius when a node has a backlog of thousands of orphans.
+/// At most this many orphaned UIDs are acted on in one pass; the rest wait for the next passes.
+/// This bounds a pass's time, memory and blast radius when a node has a backlog of thousands of
+/// orphans. Those that waited longest for a turn go first ([`OrphanTracker::queue_key`]), so every
+/// orphan is assessed within `ceil(orphans / MAX_UIDS_PER_PASS)` passes.
 pub const MAX_UIDS_PER_PASS: usize = 256;
 /// At most this many findings are listed in a plan; the rest are counted in a summary finding
 /// (and in the metrics), so the plan (an API response) stays bounded.
@@ -178,6 +179,10 @@ pub struct PassPlan {
     pub ops: Vec<Op>,
     /// Found and blocked per category, before the listing caps.
     pub counts: Counts,
+    /// The orphaned UIDs this pass took a turn on ([`MAX_UIDS_PER_PASS`] at most).
+    pub turns: Vec<String>,
+    /// Of those, the UIDs whose things a safety rule kept: reassessed after a backoff.
+    pub kept: Vec<String>,
 }
 
 /// UIDs that own something on the node (cgroup, pod dir, log dir): the orphan candidates.
@@ -204,7 +209,7 @@ pub fn present(snapshot: &Snapshot) -> HashSet<String> {
         .unwrap_or_default()
 }
 
-/// The orphaned UIDs a pass may act on: gate open, lowest UIDs first, at most
+/// The orphaned UIDs a pass may act on: gate open, longest wait for a turn first, at most
 /// [`MAX_UIDS_PER_PASS`].
 fn allowed_uids(
     snapshot: &Snapshot,
@@ -224,6 +229,7 @@ fn allowed_uids(
         .collect();
     orphaned.sort_unstable();
     orphaned.dedup();
+    orphaned.sort_by_key(|u| tracker.queue_key(u));
     orphaned
         .into_iter()
         .take(MAX_UIDS_PER_PASS)
@@ -293,8 +299,12 @@ pub fn build(
             plan,
             ops: Vec::new(),
             counts: Counts::default(),
+            turns: Vec::new(),
+            kept: Vec::new(),
         };
     };
+    let mut turns: Vec<String> = allowed.iter().cloned().collect();
+    turns.sort_unstable();
     let mut b = Builder::new(tracker, gate, now, settings, allowed, assessed);
     b.foreign(category::CGROUP, &cgroups.pods);
     b.cgroups(&cgroups.layout, cgroups.pods.found, &mounts);
@@ -306,6 +316,12 @@ pub fn build(
         b.sandboxes(sandbox::leaked_sandboxes(&runtime, shim), &runtime);
     }
     b.containers(container_gc::exited_beyond_policy(&runtime));
-    let (ops, counts) = b.finish(&mut plan);
-    PassPlan { plan, ops, counts }
+    let (ops, counts, kept) = b.finish(&mut plan);
+    PassPlan {
+        plan,
+        ops,
+        counts,
+        turns,
+        kept,
+    }
 }

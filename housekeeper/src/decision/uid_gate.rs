@@ -1,6 +1,8 @@
 //! Which UIDs may be acted on now: one action per UID at a time, and a per-UID exponential
 //! backoff after a failure (kubelet PR #137305 and issue #135825: without these, a stuck UID
-//! gets a new destroy every pass and work piles up).
+//! gets a new destroy every pass and work piles up). An orphan that a safety rule keeps (a file
+//! under `volumes/`, a mount) backs off the same way: reassessing it every pass would change
+//! nothing and spend a pass's bounded turns on it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -19,6 +21,16 @@ struct Retry {
     backoff: Backoff,
     not_before: Duration,
     last_failure: Duration,
+    cause: Cause,
+}
+
+/// Why a UID waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// An action on it failed.
+    Failed,
+    /// A safety rule kept what it owns.
+    Kept,
 }
 
 #[derive(Debug, Default)]
@@ -38,8 +50,9 @@ pub struct UidGate {
 pub enum Closed {
     /// Another action on this UID has not finished.
     InFlight,
-    /// A previous action failed; the next try is due in this long.
-    BackingOff(Duration),
+    /// A previous action failed, or a safety rule kept the UID's things; the next try is due
+    /// in this long.
+    BackingOff(Cause, Duration),
 }
 
 /// Proof that this caller holds the UID; dropping it lets the next action in.
@@ -68,7 +81,7 @@ impl UidGate {
             return Err(Closed::InFlight);
         }
         match st.retries.get(uid) {
-            Some(r) if now < r.not_before => Err(Closed::BackingOff(r.not_before - now)),
+            Some(r) if now < r.not_before => Err(Closed::BackingOff(r.cause, r.not_before - now)),
             _ => Ok(()),
         }
     }
@@ -80,7 +93,7 @@ impl UidGate {
             return Err(Closed::InFlight);
         }
         if let Some(r) = st.retries.get(uid).filter(|r| now < r.not_before) {
-            return Err(Closed::BackingOff(r.not_before - now));
+            return Err(Closed::BackingOff(r.cause, r.not_before - now));
         }
         st.in_flight.insert(uid.to_owned());
         Ok(Permit {
@@ -91,14 +104,26 @@ impl UidGate {
 
     /// Records a failure: the next attempt waits for the UID's next backoff delay.
     pub fn failed(&self, uid: &str, now: Duration) {
+        self.back_off(uid, now, Cause::Failed);
+    }
+
+    /// Records that a safety rule kept what `uid` owns: it is reassessed after the UID's next
+    /// backoff delay, not at every pass.
+    pub fn kept(&self, uid: &str, now: Duration) {
+        self.back_off(uid, now, Cause::Kept);
+    }
+
+    fn back_off(&self, uid: &str, now: Duration, cause: Cause) {
         let mut st = self.state.lock();
         let r = st.retries.entry(uid.to_owned()).or_insert_with(|| Retry {
             backoff: Backoff::new(BACKOFF_MIN, BACKOFF_MAX, 0.1),
             not_before: now,
             last_failure: now,
+            cause,
         });
         r.not_before = now + r.backoff.next_delay();
         r.last_failure = now;
+        r.cause = cause;
     }
 
     /// Records a success: the UID's backoff starts over.
@@ -138,7 +163,7 @@ mod tests {
         let g = UidGate::new();
         let t0 = Duration::from_secs(100);
         g.failed("a", t0);
-        let Err(Closed::BackingOff(d1)) = g.check("a", t0) else {
+        let Err(Closed::BackingOff(Cause::Failed, d1)) = g.check("a", t0) else {
             panic!("must back off");
         };
         assert!(
@@ -148,12 +173,29 @@ mod tests {
         let t1 = t0 + d1;
         assert!(g.check("a", t1).is_ok());
         g.failed("a", t1);
-        let Err(Closed::BackingOff(d2)) = g.check("a", t1) else {
+        let Err(Closed::BackingOff(Cause::Failed, d2)) = g.check("a", t1) else {
             panic!("must back off");
         };
         assert!(d2 >= Duration::from_secs(18), "doubles: {d2:?}");
         g.succeeded("a");
         assert!(g.check("a", t1).is_ok());
+    }
+
+    #[test]
+    fn a_kept_uid_backs_off_with_its_cause() {
+        let g = UidGate::new();
+        let t0 = Duration::from_secs(100);
+        g.kept("a", t0);
+        let Err(Closed::BackingOff(Cause::Kept, d1)) = g.check("a", t0) else {
+            panic!("must back off as kept");
+        };
+        let t1 = t0 + d1;
+        assert!(g.acquire("a", t1).is_ok(), "due again after the delay");
+        g.kept("a", t1);
+        let Err(Closed::BackingOff(Cause::Kept, d2)) = g.check("a", t1) else {
+            panic!("must back off as kept");
+        };
+        assert!(d2 > d1, "kept again: the delay grows ({d1:?} then {d2:?})");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::{
     Assessments, Counts, MAX_FINDINGS, MAX_UIDS_PER_PASS, Op, PlanSettings, category, category_of,
 };
 use crate::decision::orphan::{OrphanTracker, Verdict, human};
-use crate::decision::uid_gate::{Closed, UidGate};
+use crate::decision::uid_gate::{Cause, Closed, UidGate};
 use crate::decision::{container_gc, sandbox};
 use crate::node::cgroup::{CgroupLayout, PodCgroup};
 use crate::node::kubelet_names::{self, Foreign};
@@ -32,6 +32,8 @@ pub(super) struct Builder<'a> {
     allowed: HashSet<String>,
     /// The verdicts on their pod dirs.
     assessed: Assessments,
+    /// UIDs whose things a safety rule kept in this pass.
+    kept: Vec<String>,
     counts: Counts,
     unlisted: usize,
 }
@@ -72,19 +74,21 @@ impl<'a> Builder<'a> {
             findings: Vec::new(),
             allowed,
             assessed,
+            kept: Vec::new(),
             counts: Counts::new(),
             unlisted: 0,
         }
     }
 
-    /// Sorts what was built into `plan` and returns the ops (in the order of `plan.actions`)
-    /// and the counts.
-    pub(super) fn finish(self, plan: &mut Plan) -> (Vec<Op>, Counts) {
+    /// Sorts what was built into `plan` and returns the ops (in the order of `plan.actions`),
+    /// the counts and the UIDs a safety rule kept.
+    pub(super) fn finish(self, plan: &mut Plan) -> (Vec<Op>, Counts, Vec<String>) {
         let Self {
             mut actions,
             mut findings,
             counts,
             unlisted,
+            kept,
             ..
         } = self;
         // By pod, then kind: the act runs one pod's actions in this order (cgroup before pod dir,
@@ -113,7 +117,7 @@ impl<'a> Builder<'a> {
         let (actions, ops) = actions.into_iter().unzip();
         plan.actions = actions;
         plan.findings = findings;
-        (ops, counts)
+        (ops, counts, kept)
     }
 }
 
@@ -217,9 +221,15 @@ impl Builder<'_> {
             target.to_owned(),
             || match closed {
                 Closed::InFlight => "another action on this pod is still in flight".to_owned(),
-                Closed::BackingOff(d) => {
+                Closed::BackingOff(Cause::Failed, d) => {
                     format!(
                         "backing off after a failed action; next try in {}",
+                        human(d)
+                    )
+                }
+                Closed::BackingOff(Cause::Kept, d) => {
+                    format!(
+                        "kept by a safety rule when last assessed; reassessed in {}",
                         human(d)
                     )
                 }
@@ -311,6 +321,7 @@ impl Builder<'_> {
                 Ok(removal) => removal.kept_because(self.settings.walk),
             };
             if let Some(why) = kept {
+                self.kept.push(dir.uid.clone());
                 let reason = format!("orphaned pod directory kept: {why}");
                 self.note(
                     FindingKind::Blocked,
