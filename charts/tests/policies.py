@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Compiles every ValidatingAdmissionPolicy the chart renders and evaluates it against its
+specification, the admission cases of charts/tests/admission_cases.py, as the API server would
+(charts/tests/vap.py: real CEL through PyPI `cel-python`, Kubernetes' bindings and semantics).
+
+For each values variant CI renders (the defaults, charts/tests/values-all-on.yaml, and the
+variants below that change what the policies depend on), with Helm's own engine (render.py):
+- every expression of every policy (matchConditions, variables, validations, messageExpression,
+  auditAnnotations) compiles, or the run fails with the compiler's message;
+- a binding per policy; Deny policies fail closed (failurePolicy Fail);
+- every case gives its verdict: allowed, denied by the named policy with the named message, or
+  warned.
+
+Usage: python3 charts/tests/policies.py [-v]        (exit 0 = every case as specified)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import admission_cases as cases_mod  # noqa: E402
+import render  # noqa: E402
+import vap  # noqa: E402
+import yaml  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+REGISTRY = {"image": {"registry": "registry.example/podward"}}
+
+# name -> values merged over the registry (files first). Each changes what the policies read.
+VARIANTS: list[tuple[str, list[str], dict]] = [
+    ("defaults", [], {}),
+    ("values-all-on", ["values-all-on.yaml"], {}),
+    ("renamed", [], {"fullnameOverride": "pw", "serviceAccount": {"name": "pw-node"},
+                     "prober": {"kubernetesApi": {"readinessGateCondition": "example.com/ready"}},
+                     "nodeLease": {"durationSeconds": 30}}),
+    ("no-sentinel", [], {"sentinel": {"enabled": False}}),
+    ("no-node-lease", [], {"nodeLease": {"durationSeconds": 0}}),
+    ("no-api", [], {"prober": {"kubernetesApi": {"enabled": False}}}),
+]
+
+
+def values_of(files: list[str], extra: dict) -> dict:
+    values: dict = {}
+    render._merge(values, REGISTRY)  # noqa: SLF001
+    for f in files:
+        render._merge(values, yaml.safe_load((HERE / f).read_text()) or {})  # noqa: SLF001
+    return render._merge(values, extra)  # noqa: SLF001
+
+
+def effective(values: dict) -> dict:
+    defaults = yaml.safe_load((HERE.parent / "podward" / "values.yaml").read_text())
+    return render._merge(defaults, values)  # noqa: SLF001
+
+
+def context(objects: list[dict], values: dict) -> vap_ctx:
+    v = effective(values)
+    ds = next(o for o in objects if o["kind"] == "DaemonSet")
+    dep = next((o for o in objects if o["kind"] == "Deployment"), None)
+    return cases_mod.Ctx(
+        namespace="podward-system",
+        fullname=ds["metadata"]["name"],
+        prober_sa=ds["spec"]["template"]["spec"].get("serviceAccountName", ""),
+        sentinel_sa=dep["spec"]["template"]["spec"]["serviceAccountName"] if dep else "",
+        gate=v["prober"]["kubernetesApi"]["readinessGateCondition"],
+        lease_duration=int(v["nodeLease"]["durationSeconds"]),
+    )
+
+
+vap_ctx = cases_mod.Ctx
+
+
+def expected_groups(values: dict, ctx) -> list:
+    v = effective(values)
+    api = v["prober"]["kubernetesApi"]["enabled"]
+    groups = []
+    if api:
+        groups += [cases_mod.prober_pod_cases, cases_mod.prober_event_cases,
+                   cases_mod.annotation_cases]
+        if int(v["nodeLease"]["durationSeconds"]) > 0:
+            groups.append(cases_mod.prober_lease_cases)
+        if v["sentinel"]["enabled"]:
+            groups += [cases_mod.sentinel_pod_cases, cases_mod.sentinel_event_cases,
+                       cases_mod.sentinel_lease_cases]
+    return groups
+
+
+def verdict(policies: list[vap.Policy], req: vap.Request):
+    denied, warned = [], []
+    for p in policies:
+        d = p.admit(req)
+        denied += [(p.name, m) for m in d.denied]
+        warned += [(p.name, m) for m in d.warnings]
+    return denied, warned
+
+
+def check_case(case, ctx, policies: list[vap.Policy], rendered: set[str]) -> str | None:
+    """None when the policies answer as the case says; else what they answered."""
+    policy = ctx.fullname + case.policy
+    if policy not in rendered:
+        return f"policy {policy} is not rendered (or does not compile)"
+    denied, warned = verdict(policies, case.request)
+    if case.verdict == cases_mod.ALLOW:
+        mine = [w for w in warned if w[0] == policy]
+        if denied or mine:
+            return f"want allowed; denied {denied} warned {mine}"
+        return None
+    if case.verdict == cases_mod.DENY:
+        if any(n == policy and case.message in m for n, m in denied):
+            return None
+        return (f"want denied by {policy} with {case.message!r}; "
+                + (f"denied: {denied}" if denied else "allowed"))
+    if denied:
+        return f"want a warning only; denied {denied}"
+    if any(n == policy and case.message in m for n, m in warned):
+        return None
+    return f"want a warning of {policy} with {case.message!r}; warnings: {warned}"
+
+
+def structure(policies: list[vap.Policy]) -> list[str]:
+    errors = []
+    for p in policies:
+        if not p.actions:
+            errors.append(f"{p.name}: no ValidatingAdmissionPolicyBinding: it never runs")
+        if "Deny" in p.actions and p.failure_policy != "Fail":
+            errors.append(f"{p.name}: denies but failurePolicy is {p.failure_policy} (an "
+                          f"evaluation error would let the request through)")
+    return errors
+
+
+def main() -> int:
+    verbose = "-v" in sys.argv[1:]
+    passed = failed = 0
+    for name, files, extra in VARIANTS:
+        values = values_of(files, extra)
+        objects = render.render(values)["objects"]
+        vaps = [o for o in objects if o.get("kind") == "ValidatingAdmissionPolicy"]
+        policies, errors = vap.policies(objects)
+        exprs = sum(len(p.match_conditions) + len(p.variables) + len(p.validations)
+                    + sum(1 for v in p.validations if v[2] is not None)
+                    + len(p.audit_annotations) for p in policies)
+        print(f"== {name}: {len(vaps)} policies, {len(policies)} compiled ({exprs} expressions)")
+        for e in errors + structure(policies):
+            print(f"FAIL compile: {e}")
+            failed += 1
+        if not vaps:
+            if effective(values)["prober"]["kubernetesApi"]["enabled"]:
+                print("FAIL no ValidatingAdmissionPolicy rendered")
+                failed += 1
+            continue
+        ctx = context(objects, values)
+        rendered = {p.name for p in policies}
+        for group in expected_groups(values, ctx):
+            for case in group(ctx):
+                why = check_case(case, ctx, policies, rendered)
+                if why is None:
+                    passed += 1
+                    if verbose:
+                        print(f"ok   {case.name}")
+                else:
+                    failed += 1
+                    print(f"FAIL {case.name}: {why}")
+    print(f"policies: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
