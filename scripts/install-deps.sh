@@ -66,6 +66,13 @@ if ! "$py" -c 'import helm_sdkpy, yaml' 2>/dev/null; then
   "$py" -m pip install -q --ignore-requires-python helm-sdkpy pyyaml
 fi
 
+# cel-python (module celpy): a CEL implementation for the chart's admission policies
+# (charts/tests/policies.py).
+if ! "$py" -c 'import celpy' 2>/dev/null; then
+  echo "install-deps: pip installing cel-python"
+  "$py" -m pip install -q cel-python
+fi
+
 if ! command -v cargo-nextest >/dev/null 2>&1 && ! cargo nextest --version >/dev/null 2>&1; then
   echo "install-deps: cargo-nextest missing; installing from crates.io"
   cargo install --locked cargo-nextest

@@ -225,13 +225,13 @@ def _pod_cases(ctx: Ctx, who: str, user: str, policy: str, ex: dict, write: str)
                 c["status"] = status
 
     deny("sets kubelet's Ready condition False", edit(ok, lambda p: set_ready(p, "False")),
-         "no pod condition but")
+         "only its own condition in a pod's status.conditions")
     deny("removes kubelet's Ready condition (a strategic-merge patch deleting it)",
          edit(ok, lambda p: p["status"].update(
              {"conditions": [c for c in p["status"]["conditions"] if c["type"] != "Ready"]})),
-         "no pod condition but")
+         "only its own condition in a pod's status.conditions")
     deny("adds a condition of another type", edit(ok, lambda p: p["status"]["conditions"].append(
-        {"type": "example.com/other", "status": "True"})), "no pod condition but")
+        {"type": "example.com/other", "status": "True"})), "only its own condition in a pod's status.conditions")
     ungated_old = pod(ctx, gated=False, gate=None)
     deny("adds the gate condition to a pod whose readinessGates lack it",
          apply_gate(ctx, ungated_old, write), "spec.readinessGates lacks", old_=ungated_old)

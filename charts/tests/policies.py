@@ -42,6 +42,10 @@ VARIANTS: list[tuple[str, list[str], dict]] = [
 ]
 
 
+# Values that would put CEL of the user's choosing into a policy: the values schema refuses them.
+INJECTIONS = ["podward.io/ready' || true || '", "x\\' || true", 'a" || true']
+
+
 def values_of(files: list[str], extra: dict) -> dict:
     values: dict = {}
     render._merge(values, REGISTRY)  # noqa: SLF001
@@ -108,7 +112,9 @@ def check_case(case, ctx, policies: list[vap.Policy], rendered: set[str]) -> str
             return f"want allowed; denied {denied} warned {mine}"
         return None
     if case.verdict == cases_mod.DENY:
-        if any(n == policy and case.message in m for n, m in denied):
+        # A validation's own message; an empty one: the policy failing closed on an error.
+        if any(n == policy and (case.message in m and ERROR not in m if case.message
+                                else ERROR in m) for n, m in denied):
             return None
         return (f"want denied by {policy} with {case.message!r}; "
                 + (f"denied: {denied}" if denied else "allowed"))
@@ -117,6 +123,9 @@ def check_case(case, ctx, policies: list[vap.Policy], rendered: set[str]) -> str
     if any(n == policy and case.message in m for n, m in warned):
         return None
     return f"want a warning of {policy} with {case.message!r}; warnings: {warned}"
+
+
+ERROR = "resulted in error"
 
 
 def structure(policies: list[vap.Policy]) -> list[str]:
@@ -162,6 +171,18 @@ def main() -> int:
                 else:
                     failed += 1
                     print(f"FAIL {case.name}: {why}")
+    for gate in INJECTIONS:
+        values = values_of([], {"prober": {"kubernetesApi": {"readinessGateCondition": gate}}})
+        try:
+            render.render(values)
+        except Exception as e:  # noqa: BLE001  (Helm's error, whatever its type)
+            if "readinessGateCondition" in str(e):
+                passed += 1
+                continue
+            print(f"FAIL readinessGateCondition {gate!r}: refused for another reason: {e}")
+        else:
+            print(f"FAIL readinessGateCondition {gate!r} renders into the policies' CEL")
+        failed += 1
     print(f"policies: {passed} passed, {failed} failed")
     return 1 if failed else 0
 

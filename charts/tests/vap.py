@@ -347,11 +347,9 @@ class Request:
 
     def unstructured(self) -> dict:
         """The AdmissionRequest as the API server converts it for CEL (empty fields omitted)."""
+        # metav1.GroupVersionKind/Resource serialise every field, the core group as "".
         gvk = {"group": self.group, "version": self.version, "kind": self.kind}
         gvr = {"group": self.group, "version": self.version, "resource": self.resource}
-        for d in (gvk, gvr):
-            if not d["group"]:
-                del d["group"]
         user: dict = {"username": self.username}
         if self.groups:
             user["groups"] = list(self.groups)
@@ -498,7 +496,7 @@ class Policy:
             if r is False:
                 return Decision(applies=False)
             if not isinstance(r, bool):
-                errored.append(f"matchCondition {name!r} resulted in error: {r}")
+                errored.append(f"matchCondition {name!r} resulted in error: {errtext(r)}")
         if errored:
             if self.failure_policy == "Ignore":
                 return Decision(applies=False)
@@ -517,7 +515,7 @@ class Policy:
                     failures.append(self._message(msg, msg_expr, text, activation))
                 elif isinstance(r, CELEvalError) or not isinstance(r, bool):
                     if self.failure_policy == "Fail":
-                        why = r if isinstance(r, CELEvalError) else f"{r!r} is not a bool"
+                        why = errtext(r) if isinstance(r, CELEvalError) else f"{r!r} is not a bool"
                         failures.append(f"expression '{text}' resulted in error: {why}")
         d = Decision(applies=True)
         if failures:
@@ -540,6 +538,11 @@ class Policy:
         if msg:
             return msg
         return f"failed expression: {text}"
+
+
+def errtext(e: CELEvalError) -> str:
+    """An evaluation error's message, without celpy's internals."""
+    return str(e.args[0]) if e.args else "error"
 
 
 def evaluate_value(c: Compiled, activation: dict):
