@@ -67,10 +67,11 @@ if ! "$py" -c 'import helm_sdkpy, yaml' 2>/dev/null; then
 fi
 
 # cel-python (module celpy): a CEL implementation for the chart's admission policies
-# (charts/tests/policies.py).
-if ! "$py" -c 'import celpy' 2>/dev/null; then
-  echo "install-deps: pip installing cel-python"
-  "$py" -m pip install -q cel-python
+# (charts/tests/policies.py); kubernetes-validate: the Kubernetes OpenAPI schemas of each release
+# (charts/tests/schema.py).
+if ! "$py" -c 'import celpy, kubernetes_validate' 2>/dev/null; then
+  echo "install-deps: pip installing cel-python kubernetes-validate"
+  "$py" -m pip install -q cel-python kubernetes-validate
 fi
 
 if ! command -v cargo-nextest >/dev/null 2>&1 && ! cargo nextest --version >/dev/null 2>&1; then
