@@ -8,6 +8,7 @@ variants below that change what the policies depend on), with Helm's own engine 
 - every expression of every policy (matchConditions, variables, validations, messageExpression,
   auditAnnotations) compiles, or the run fails with the compiler's message;
 - a binding per policy; Deny policies fail closed (failurePolicy Fail);
+- podward's FlowSchema matches exactly its ServiceAccounts, ahead of `service-accounts`;
 - every case gives its verdict: allowed, denied by the named policy with the named message, or
   warned.
 
@@ -39,6 +40,7 @@ VARIANTS: list[tuple[str, list[str], dict]] = [
     ("no-sentinel", [], {"sentinel": {"enabled": False}}),
     ("no-node-lease", [], {"nodeLease": {"durationSeconds": 0}}),
     ("no-api", [], {"prober": {"kubernetesApi": {"enabled": False}}}),
+    ("no-api-priority", [], {"apiPriority": {"enabled": False}}),
 ]
 
 
@@ -128,6 +130,32 @@ def check_case(case, ctx, policies: list[vap.Policy], rendered: set[str]) -> str
 ERROR = "resulted in error"
 
 
+def flow_checks(objects: list[dict], ctx, values: dict) -> list[str]:
+    """podward's FlowSchema puts exactly its ServiceAccounts on its own priority level, ahead of
+    the suggested `service-accounts` schema (9000) that would put them on `workload-low`."""
+    v = effective(values)
+    fs = [o for o in objects if o["kind"] == "FlowSchema"]
+    plc = [o for o in objects if o["kind"] == "PriorityLevelConfiguration"]
+    if not v["apiPriority"]["enabled"]:
+        return [f"apiPriority off but rendered: {[o['kind'] for o in fs + plc]}"] if fs or plc else []
+    if len(fs) != 1 or len(plc) != 1:
+        return [f"want one FlowSchema and one PriorityLevelConfiguration, got {len(fs)}, {len(plc)}"]
+    spec, errors = fs[0]["spec"], []
+    if spec["priorityLevelConfiguration"]["name"] != plc[0]["metadata"]["name"]:
+        errors.append("the FlowSchema names another priority level")
+    if plc[0]["metadata"]["name"] in ("workload-low", "global-default", "catch-all"):
+        errors.append("podward's level is one tenants share")
+    if not 0 < spec["matchingPrecedence"] < 9000:
+        errors.append(f"matchingPrecedence {spec['matchingPrecedence']} does not precede the "
+                      f"service-accounts FlowSchema (9000)")
+    subjects = sorted(s_["serviceAccount"]["namespace"] + "/" + s_["serviceAccount"]["name"]
+                      for r in spec["rules"] for s_ in r["subjects"])
+    want = sorted(f"{ctx.namespace}/{sa}" for sa in (ctx.prober_sa, ctx.sentinel_sa) if sa)
+    if subjects != want:
+        errors.append(f"FlowSchema subjects {subjects}, want podward's ServiceAccounts {want}")
+    return errors
+
+
 def structure(policies: list[vap.Policy]) -> list[str]:
     errors = []
     for p in policies:
@@ -160,6 +188,11 @@ def main() -> int:
                 failed += 1
             continue
         ctx = context(objects, values)
+        flow = flow_checks(objects, ctx, values)
+        for e in flow:
+            print(f"FAIL flowcontrol: {e}")
+        failed += len(flow)
+        passed += not flow
         rendered = {p.name for p in policies}
         for group in expected_groups(values, ctx):
             for case in group(ctx):
