@@ -388,7 +388,8 @@ def _rule_matches(rule: dict, req: Request) -> bool:
             continue
         if not sub and not req.subresource:
             return True
-        if sub and (sub == "*" or sub == req.subresource):
+        # "pods/*": every subresource of pods, not pods itself.
+        if sub and req.subresource and (sub == "*" or sub == req.subresource):
             return True
     return False
 
