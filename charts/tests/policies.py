@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compiles every ValidatingAdmissionPolicy the chart renders and evaluates it against its
 specification, the admission cases of charts/tests/admission_cases.py, as the API server would
-(charts/tests/vap.py: real CEL through PyPI `cel-python`, Kubernetes' bindings and semantics).
+(charts/tests/vap.py: real CEL, Kubernetes' bindings and semantics), each case with both CEL
+engines (PyPI `cel-python` and `common-expression-language`).
 
 For each values variant CI renders (the defaults, charts/tests/values-all-on.yaml, and the
 variants below that change what the policies depend on), with Helm's own engine (render.py):
@@ -201,14 +202,16 @@ def main() -> int:
         rendered = {p.name for p in policies}
         for group in expected_groups(values, ctx):
             for case in group(ctx):
-                why = check_case(case, ctx, policies, rendered)
-                if why is None:
-                    passed += 1
-                    if verbose:
-                        print(f"ok   {case.name}")
-                else:
-                    failed += 1
-                    print(f"FAIL {case.name}: {why}")
+                for engine in vap.ENGINES:
+                    vap.ENGINE = engine
+                    why = check_case(case, ctx, policies, rendered)
+                    if why is None:
+                        passed += 1
+                        if verbose:
+                            print(f"ok   [{engine}] {case.name}")
+                    else:
+                        failed += 1
+                        print(f"FAIL [{engine}] {case.name}: {why}")
     for gate in INJECTIONS:
         values = values_of([], {"prober": {"kubernetesApi": {"readinessGateCondition": gate}}})
         try:

@@ -1,5 +1,8 @@
-"""ValidatingAdmissionPolicy evaluation as the Kubernetes API server does it, with a real CEL
-implementation (PyPI `cel-python`, module `celpy`).
+"""ValidatingAdmissionPolicy evaluation as the Kubernetes API server does it, with two real CEL
+implementations: PyPI `cel-python` (module `celpy`, pure Python; its parse tree serves the
+compile checks) and PyPI `common-expression-language` (module `cel`, the Rust `cel` crate). Every
+expression must parse in both, and charts/tests/policies.py requires both to give every case its
+verdict, so that neither's leniency can pass a policy.
 
 What the API server does, and what this module does for it:
 - **Compile** (at policy create; a failure refuses the policy, and `helm install` fails): every
@@ -16,7 +19,7 @@ What the API server does, and what this module does for it:
   `params` null (no paramKind), `namespaceObject` the namespace or null, `variables` the
   policy's variables in order, each an error value when its expression failed (an error surfaces
   only where it is used, as with Kubernetes' lazy variables).
-- **Semantics** patched onto celpy where it differs from cel-go: `has(e.f)` is an error when `e` is
+- **Semantics** patched onto celpy where it differs from cel-go (the Rust engine has them): `has(e.f)` is an error when `e` is
   an error or not a map (celpy answers false); `==`/`!=` across types are false, not errors
   (cel-go's heterogeneous equality).
 - **Admission**: matchConstraints (resourceRules with subresources, operations, groups,
@@ -31,6 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import cel as cel_rust
 import celpy
 import celpy.celtypes as ct
 import lark
@@ -269,10 +273,11 @@ def _select_path_any(tree):
 
 @dataclass
 class Compiled:
-    """One compiled expression."""
+    """One compiled expression: cel-python's program and the second engine's."""
 
     text: str
     program: object
+    rust: object = None
 
 
 def compile_expr(text: str, variables: list[str]) -> Compiled:
@@ -289,7 +294,11 @@ def compile_expr(text: str, variables: list[str]) -> Compiled:
     _check(ast, frozenset(), variables, errors)
     if errors:
         raise CompileError(f"{text!r}: " + "; ".join(dict.fromkeys(errors)))
-    return Compiled(text, _ENV.program(ast, functions=FUNCTIONS))
+    try:
+        rust = cel_rust.compile(text)
+    except Exception as e:  # noqa: BLE001  (the binding raises ValueError or RuntimeError)
+        raise CompileError(f"{text!r}: common-expression-language: {e}") from None
+    return Compiled(text, _ENV.program(ast, functions=FUNCTIONS), rust)
 
 
 # --- values ---------------------------------------------------------------------------------
@@ -311,6 +320,19 @@ def _result(value):
     if isinstance(value, ct.StringType):
         return str(value)
     return value
+
+
+ENGINES = ("cel-python", "common-expression-language")
+# The engine Policy.admit uses unless told.
+ENGINE = ENGINES[0]
+
+
+def evaluate_rust(c: Compiled, activation: dict):
+    """`c` by the second engine (PyPI `common-expression-language`, the Rust `cel` crate)."""
+    try:
+        return c.rust.execute(activation)
+    except Exception as e:  # noqa: BLE001  (its evaluation errors are plain exceptions)
+        return CELEvalError(str(e))
 
 
 def evaluate(c: Compiled, activation: dict):
@@ -479,21 +501,26 @@ class Policy:
             return False
         return not any(_rule_matches(r, req) for r in mc.get("excludeResourceRules") or [])
 
-    def admit(self, req: Request) -> Decision:
-        """The API server's verdict of this policy on `req` (see the module doc)."""
+    def admit(self, req: Request, engine: str | None = None) -> Decision:
+        """The API server's verdict of this policy on `req` (see the module doc), the CEL
+        evaluated by `engine` (one of ENGINES). The second engine has no error values: a variable
+        whose expression failed is left out of `variables`, so that using it is an error too."""
         if not self.matches(req) or not self.actions:
             return Decision(applies=False)
+        rust = (engine or ENGINE) == ENGINES[1]
+        conv = (lambda v: v) if rust else to_cel
+        ev = evaluate_rust if rust else evaluate
         activation = {
-            "object": to_cel(req.obj),
-            "oldObject": to_cel(req.old),
-            "request": to_cel(req.unstructured()),
+            "object": conv(req.obj),
+            "oldObject": conv(req.old),
+            "request": conv(req.unstructured()),
             "params": None,
-            "namespaceObject": to_cel(req.namespace_object),
+            "namespaceObject": conv(req.namespace_object),
         }
         failures: list[str] = []
         errored = []
         for name, c in self.match_conditions:
-            r = evaluate(c, activation)
+            r = ev(c, activation)
             if r is False:
                 return Decision(applies=False)
             if not isinstance(r, bool):
@@ -503,17 +530,23 @@ class Policy:
                 return Decision(applies=False)
             failures.extend(errored)
         else:
-            values = {}
+            values: dict = {}
             for name, c in self.variables:
-                activation["variables"] = ct.MapType(values)
-                values[ct.StringType(name)] = evaluate_value(c, activation)
-            activation["variables"] = ct.MapType(values)
+                if rust:
+                    activation["variables"] = dict(values)
+                    r = evaluate_rust(c, activation)
+                    if not isinstance(r, CELEvalError):
+                        values[name] = r
+                else:
+                    activation["variables"] = ct.MapType(values)
+                    values[ct.StringType(name)] = evaluate_value(c, activation)
+            activation["variables"] = dict(values) if rust else ct.MapType(values)
             for c, msg, msg_expr, text in self.validations:
-                r = evaluate(c, activation)
+                r = ev(c, activation)
                 if r is True:
                     continue
                 if r is False:
-                    failures.append(self._message(msg, msg_expr, text, activation))
+                    failures.append(self._message(msg, msg_expr, text, activation, ev))
                 elif isinstance(r, CELEvalError) or not isinstance(r, bool):
                     if self.failure_policy == "Fail":
                         why = errtext(r) if isinstance(r, CELEvalError) else f"{r!r} is not a bool"
@@ -531,9 +564,9 @@ class Policy:
         return d
 
     @staticmethod
-    def _message(msg, msg_expr, text, activation) -> str:
+    def _message(msg, msg_expr, text, activation, ev) -> str:
         if msg_expr is not None:
-            m = evaluate(msg_expr, activation)
+            m = ev(msg_expr, activation)
             if isinstance(m, str) and m.strip() and "\n" not in m:
                 return m.strip()
         if msg:

@@ -172,14 +172,17 @@ def a_message_with_a_line_break_is_refused():
 
 
 def main() -> int:
-    failed = 0
-    for fn in CHECKS:
-        try:
-            fn()
-        except AssertionError as e:
-            failed += 1
-            print(f"FAIL {fn.__name__}: {e}")
-    print(f"vap: {len(CHECKS) - failed} passed, {failed} failed")
+    passed = failed = 0
+    for engine in vap.ENGINES:
+        vap.ENGINE = engine
+        for fn in CHECKS:
+            try:
+                fn()
+                passed += 1
+            except AssertionError as e:
+                failed += 1
+                print(f"FAIL [{engine}] {fn.__name__}: {e}")
+    print(f"vap: {passed} passed, {failed} failed")
     return 1 if failed else 0
 
 
