@@ -66,6 +66,14 @@ if ! "$py" -c 'import helm_sdkpy, yaml' 2>/dev/null; then
   "$py" -m pip install -q --ignore-requires-python helm-sdkpy pyyaml
 fi
 
+# cel-python (module celpy) and common-expression-language (module cel, Rust's cel crate): two
+# CEL implementations for the chart's admission policies (charts/tests/policies.py);
+# kubernetes-validate: the Kubernetes OpenAPI schemas of each release (charts/tests/schema.py).
+if ! "$py" -c 'import celpy, cel, kubernetes_validate' 2>/dev/null; then
+  echo "install-deps: pip installing cel-python common-expression-language kubernetes-validate"
+  "$py" -m pip install -q cel-python common-expression-language kubernetes-validate
+fi
+
 if ! command -v cargo-nextest >/dev/null 2>&1 && ! cargo nextest --version >/dev/null 2>&1; then
   echo "install-deps: cargo-nextest missing; installing from crates.io"
   cargo install --locked cargo-nextest

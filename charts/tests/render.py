@@ -55,6 +55,10 @@ RESOURCES: dict[str, list[tuple[str, str, bool]]] = {
         ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False),
     ],
     "scheduling.k8s.io/v1": [("priorityclasses", "PriorityClass", False)],
+    "flowcontrol.apiserver.k8s.io/v1": [
+        ("flowschemas", "FlowSchema", False),
+        ("prioritylevelconfigurations", "PriorityLevelConfiguration", False),
+    ],
     "monitoring.coreos.com/v1": [
         ("servicemonitors", "ServiceMonitor", True),
         ("prometheusrules", "PrometheusRule", True),

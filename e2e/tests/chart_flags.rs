@@ -241,6 +241,9 @@ fn chart_defaults_render_match_the_daemons_and_keep_their_promises() {
                 "DaemonSet",
                 // The sentinel and the node lease (chart_sentinel.rs checks them).
                 "Deployment",
+                // podward's own API priority level (charts/tests/policies.py checks them).
+                "FlowSchema",
+                "PriorityLevelConfiguration",
                 "Role",
                 "RoleBinding",
                 "ServiceAccount",
