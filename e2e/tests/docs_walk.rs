@@ -210,12 +210,25 @@ fn lease(name: &str, holder: &str, duration: i32) -> Value {
 /// container's environment against the API stand-in (leases where the chart's daemons write
 /// them), and returns (stdout, the lease paths the command read).
 async fn walk_status(doc: &str, release: &str, namespace: &str) -> (String, Vec<String>) {
+    walk_status_with(doc, release, namespace, json!({})).await
+}
+
+/// [`walk_status`] with chart values `values`.
+async fn walk_status_with(
+    doc: &str,
+    release: &str,
+    namespace: &str,
+    values: Value,
+) -> (String, Vec<String>) {
     let (_, exec_container, command) = status_command(doc);
     // Built first when stale (minutes): the leases below must be fresh when status reads them.
     let binary = tokio::task::spawn_blocking(|| podward_e2e::bin_path("podward-prober"))
         .await
         .expect("join");
-    let r = Render::defaults().release(release, namespace).run();
+    let r = Render::defaults()
+        .release(release, namespace)
+        .set(values)
+        .run();
     let ds = r.get("DaemonSet");
     let c = container(ds, &exec_container);
     let sentinel = r
@@ -322,6 +335,25 @@ async fn status_under_a_release_named_otherwise_reads_that_releases_sentinel_lea
         out.contains("Sentinel leader lease platform/edge-podward-sentinel: leader sentinel-0_ab"),
         "{out}"
     );
+}
+
+/// `nodeLease.durationSeconds=0`: the probers keep no lease, and `status` says so instead of
+/// reporting a lease that will never be written.
+#[tokio::test]
+async fn status_under_a_chart_without_node_leases_says_they_are_off() {
+    let doc = read("docs/operations.md");
+    let (out, reads) = walk_status_with(
+        &doc,
+        "podward",
+        "podward-system",
+        json!({"nodeLease": {"durationSeconds": 0}}),
+    )
+    .await;
+    assert!(
+        out.contains("Node lease podward-system/node-a: off"),
+        "{out}"
+    );
+    assert!(reads.is_empty(), "{reads:?}");
 }
 
 // ---------------------------------------------------------------------------------------------
