@@ -5,7 +5,8 @@ Renders charts/podward with every option on (render.py, Helm's engine), takes th
 `spec.groups` as a plain rules file, checks it (`promtool check rules`), then runs
 `promtool test rules charts/tests/alerts.test.yaml` against it: every alert of the chart is fired by
 a series that should fire it and stays silent for one that should not. An alert of the chart that
-the test file never names fails this script, so a new alert cannot ship untested.
+the test file never names fails this script, so a new alert cannot ship untested; so does one that
+the healthy-install group (every series of a healthy node and sentinel) does not expect silent.
 
 Usage: python3 charts/tests/alerts.py           (exit 0 = every test passed)
 Needs: promtool (Debian's `prometheus` package; scripts/install-deps.sh installs it).
@@ -46,6 +47,21 @@ def rendered_groups() -> list[dict]:
     return rules[0]["spec"]["groups"]
 
 
+def healthy_silent(tests: dict) -> set[str]:
+    """The alerts that the healthy-install test group (the one whose series include a node's
+    `podward_prober_lease_healthy` of 1 and a sentinel leader) expects silent at every eval time:
+    the group that says a healthy install raises nothing."""
+    silent: set[str] = set()
+    for t in tests["tests"]:
+        series = " ".join(s["series"] for s in t.get("input_series", []))
+        if "podward_prober_lease_healthy" not in series or "podward_sentinel_leader" not in series:
+            continue
+        checks = t.get("alert_rule_test", [])
+        loud = {a["alertname"] for a in checks if a.get("exp_alerts")}
+        silent |= {a["alertname"] for a in checks} - loud
+    return silent
+
+
 def main() -> int:
     promtool = shutil.which("promtool")
     if promtool is None:
@@ -61,6 +77,10 @@ def main() -> int:
     unknown = sorted(tested - alerts)
     if untested or unknown:
         print(f"alerts without a test: {untested}; tests of no alert: {unknown}")
+        return 1
+    not_silent = sorted(alerts - healthy_silent(tests))
+    if not_silent:
+        print(f"alerts the healthy-install test does not expect silent: {not_silent}")
         return 1
     with tempfile.TemporaryDirectory() as d:
         # Checked with their annotations (templates must parse), tested without them (prose).

@@ -11,6 +11,7 @@ values merging, schema checks, `required`, `fail` and all. Nothing leaves the lo
 Usage:
   python3 charts/tests/render.py [--values FILE]... [--set-json JSON] [--out FILE]
                                  [--kube-version 1.33.0] [--namespace-labels JSON]
+                                 [--release podward] [--namespace podward-system]
 --kube-version is the version the API stand-in reports (Helm checks the chart's kubeVersion against
 it); --namespace-labels makes the release namespace exist with those labels (what the chart's
 `lookup` of it sees; without it the namespace does not exist yet).
@@ -231,6 +232,8 @@ def main() -> int:
                         help="Kubernetes version the API stand-in reports (MAJOR.MINOR.PATCH)")
     parser.add_argument("--namespace-labels", default=None,
                         help="JSON object: the release namespace exists with these labels")
+    parser.add_argument("--release", default="podward", help="release name (helm install NAME)")
+    parser.add_argument("--namespace", default="podward-system", help="release namespace (-n)")
     args = parser.parse_args()
     values: dict = {}
     for path in args.values:
@@ -238,7 +241,8 @@ def main() -> int:
     if args.set_json:
         _merge(values, json.loads(args.set_json))
     labels = json.loads(args.namespace_labels) if args.namespace_labels else None
-    result = render(values, kube_version=args.kube_version, namespace_labels=labels)
+    result = render(values, release=args.release, namespace=args.namespace,
+                    kube_version=args.kube_version, namespace_labels=labels)
     text = json.dumps(result, indent=1, sort_keys=True)
     if args.out:
         Path(args.out).write_text(text)

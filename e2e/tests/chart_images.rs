@@ -227,6 +227,9 @@ impl PodPlan {
                     None if e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName" => {
                         "chart-test-node".to_owned()
                     }
+                    None if e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace" => {
+                        "podward-system".to_owned()
+                    }
                     None => panic!("{name}: env {key} has a source this test cannot supply"),
                 };
                 KeyValue { key, value }

@@ -325,3 +325,135 @@ fn the_query_check_rejects_bad_promql_and_undocumented_metrics() {
     assert!(caught.is_err(), "an undocumented metric must fail");
     check_query("t", "podward_shim_upstream_connected == 0", &metrics);
 }
+
+/// The names of the alerts `values` renders (with the PrometheusRule on).
+fn alert_names(values: Value) -> BTreeSet<String> {
+    let mut v = json!({"prometheusRule": {"enabled": true}});
+    if let (Some(d), Some(s)) = (v.as_object_mut(), values.as_object()) {
+        for (k, x) in s {
+            d.insert(k.clone(), x.clone());
+        }
+    }
+    let r = Render::defaults().set(v).run();
+    rendered_alerts(r.get("PrometheusRule"))
+        .into_keys()
+        .collect()
+}
+
+const SENTINEL_ALERTS: [&str; 3] = [
+    "PodwardNodeLeaseExpired",
+    "PodwardSentinelMarkingHeld",
+    "PodwardSentinelNoLeader",
+];
+
+#[test]
+fn alerts_are_rendered_only_where_what_they_watch_is_deployed() {
+    // Defaults: no ServiceMonitor, so no `up` to watch; the lease and the sentinel are on.
+    let defaults = alert_names(json!({}));
+    assert!(!defaults.contains("PodwardTargetDown"), "{defaults:?}");
+    for a in SENTINEL_ALERTS
+        .iter()
+        .chain(&["PodwardNodeLeaseNotRenewing", "PodwardProberBlind"])
+    {
+        assert!(defaults.contains(*a), "{a} missing: {defaults:?}");
+    }
+    let r = Render::defaults()
+        .set(json!({"prometheusRule": {"enabled": true}}))
+        .run();
+    assert_eq!(
+        rendered_alerts(r.get("PrometheusRule"))["PodwardSentinelNoLeader"].0,
+        "sum(podward_sentinel_leader) != 1",
+        "without the chart's ServiceMonitors, an unscraped sentinel must not fire it"
+    );
+
+    // sentinel.enabled with the prober's API side off: the sentinel is not deployed.
+    let no_api = Render::defaults()
+        .set(json!({"prometheusRule": {"enabled": true},
+                    "prober": {"kubernetesApi": {"enabled": false}}}))
+        .run();
+    assert!(
+        !no_api.objects.iter().any(|o| o["kind"] == "Deployment"),
+        "no sentinel without the API side"
+    );
+    let names: BTreeSet<String> = rendered_alerts(no_api.get("PrometheusRule"))
+        .into_keys()
+        .collect();
+    for a in SENTINEL_ALERTS
+        .iter()
+        .chain(&["PodwardNodeLeaseNotRenewing"])
+    {
+        assert!(!names.contains(*a), "{a} rendered without what it watches");
+    }
+
+    let no_sentinel = alert_names(json!({"sentinel": {"enabled": false}}));
+    for a in SENTINEL_ALERTS {
+        assert!(
+            !no_sentinel.contains(a),
+            "{a} rendered without the sentinel"
+        );
+    }
+    assert!(no_sentinel.contains("PodwardNodeLeaseNotRenewing"));
+
+    let no_lease = alert_names(json!({"nodeLease": {"durationSeconds": 0}}));
+    assert!(!no_lease.contains("PodwardNodeLeaseNotRenewing"));
+
+    let scraped = alert_names(json!({"serviceMonitor": {"enabled": true}}));
+    assert!(scraped.contains("PodwardTargetDown"));
+}
+
+/// GitHub's anchor of a Markdown heading's text.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == '-' || *c == ' ' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+#[test]
+fn every_alert_has_a_runbook_url_into_its_heading_of_the_runbooks() {
+    let docs = read("docs/operations.md");
+    let runbooks = md_section(&docs, "### 7.1 Runbooks");
+    let anchors: BTreeSet<String> = runbooks
+        .lines()
+        .filter_map(|l| l.strip_prefix("#### "))
+        .map(slug)
+        .collect();
+    let r = all_on();
+    let rules: Vec<Value> = r.get("PrometheusRule")["spec"]["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert!(rules.len() >= 14, "{} rules", rules.len());
+    for rule in &rules {
+        let alert = rule["alert"].as_str().expect("alert");
+        let url = rule["annotations"]["runbook_url"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{alert}: no runbook_url"));
+        let anchor = url
+            .strip_prefix("docs/operations.md#")
+            .unwrap_or_else(|| panic!("{alert}: {url} is not into docs/operations.md"));
+        assert!(
+            anchors.contains(anchor),
+            "{alert}: #{anchor} is no heading of docs/operations.md, Runbooks: {anchors:?}"
+        );
+        assert_eq!(anchor, slug(alert), "{alert}: its own heading");
+    }
+    // Where the docs are served is a value.
+    let served = Render::defaults()
+        .set(json!({"prometheusRule": {"enabled": true,
+                     "runbookBaseUrl": "https://git.example/podward/blob/v1/docs/operations.md"}}))
+        .run();
+    let rule = &served.get("PrometheusRule")["spec"]["groups"][0]["rules"][0];
+    assert!(
+        rule["annotations"]["runbook_url"]
+            .as_str()
+            .expect("runbook_url")
+            .starts_with("https://git.example/podward/blob/v1/docs/operations.md#podward"),
+        "{rule}"
+    );
+}

@@ -29,6 +29,7 @@ pub(crate) struct Render {
     kube_version: Option<String>,
     namespace_labels: Option<Value>,
     no_registry: bool,
+    release: Option<(String, String)>,
 }
 
 /// What Helm produced.
@@ -87,6 +88,12 @@ impl Render {
         self
     }
 
+    /// Installs as release `name` into `namespace` (default: `podward` into `podward-system`).
+    pub(crate) fn release(mut self, name: &str, namespace: &str) -> Self {
+        self.release = Some((name.to_owned(), namespace.to_owned()));
+        self
+    }
+
     /// Leaves `image.registry` unset.
     pub(crate) fn without_registry(mut self) -> Self {
         self.no_registry = true;
@@ -112,6 +119,12 @@ impl Render {
         }
         if let Some(l) = &self.namespace_labels {
             cmd.arg("--namespace-labels").arg(l.to_string());
+        }
+        if let Some((name, namespace)) = &self.release {
+            cmd.arg("--release")
+                .arg(name)
+                .arg("--namespace")
+                .arg(namespace);
         }
         let out = cmd.output().expect("run python3 charts/tests/render.py");
         if !out.status.success() {

@@ -37,10 +37,14 @@ pub enum Command {
     /// Print what the running prober sees (asks it over --socket): per probed pod, container
     /// and probe, whether the container is started, ready and live, the probe's verdict, its
     /// last result and output, its consecutive results, and the kills; then the last kill per
-    /// container and the errors in podward.io/probes annotations. With a node name (--node-name,
-    /// NODE_NAME), the table ends with this node's lease (holder, last renewal, current or
-    /// expired by how long) and the sentinel's leader lease, read from the Kubernetes API
-    /// (--kubeconfig, else in-cluster) — printed even when the prober cannot be reached.
+    /// container and the errors in podward.io/probes annotations. With a node name in the
+    /// environment (NODE_NAME or PODWARD_PROBER_NODE_NAME), the table ends with this node's
+    /// lease (holder, last renewal, current or expired by how long) and the sentinel's leader
+    /// lease, read from the Kubernetes API (PODWARD_PROBER_KUBECONFIG, else in-cluster) —
+    /// printed even when the prober cannot be reached. The leases' namespace is
+    /// PODWARD_PROBER_LEASE_NAMESPACE, else POD_NAMESPACE, else podward; the leader lease's
+    /// name is PODWARD_SENTINEL_ELECTION_LEASE, else podward-sentinel. The chart sets all of
+    /// these in the prober's container.
     Status {
         /// Only this pod.
         #[arg(long, value_name = "NAMESPACE/NAME")]
@@ -176,7 +180,7 @@ pub async fn lease_section(cfg: &Config) -> Option<String> {
     let names = LeaseNames {
         namespace,
         node,
-        election: crate::sentinel::DEFAULT_ELECTION_LEASE.to_owned(),
+        election: election_lease(std::env::var(ELECTION_LEASE_ENV).ok().as_deref()),
     };
     Some(
         report::section(
@@ -186,6 +190,20 @@ pub async fn lease_section(cfg: &Config) -> Option<String> {
         )
         .await,
     )
+}
+
+/// The environment variable naming the sentinel's leader lease: the sentinel's own
+/// (`--election-lease`), so that one setting in a pod names the lease for both.
+pub const ELECTION_LEASE_ENV: &str = "PODWARD_SENTINEL_ELECTION_LEASE";
+
+/// The leader lease `status` reads: `configured` (from [`ELECTION_LEASE_ENV`]) when it names
+/// one, else the sentinel's default.
+pub fn election_lease(configured: Option<&str>) -> String {
+    configured
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .unwrap_or(crate::sentinel::DEFAULT_ELECTION_LEASE)
+        .to_owned()
 }
 
 /// The pods of `status` named `pod` (all without one). Namespace and name can match more than
@@ -270,6 +288,42 @@ mod tests {
         let daemon =
             Cli::try_parse_from(["podward-prober", "--node-ip", "127.0.0.1"]).expect("parse");
         assert!(daemon.command.is_none());
+    }
+
+    #[test]
+    fn the_leader_lease_is_the_sentinels_setting_else_its_default() {
+        assert_eq!(
+            election_lease(Some("edge-podward-sentinel")),
+            "edge-podward-sentinel"
+        );
+        assert_eq!(election_lease(Some(" ")), "podward-sentinel");
+        assert_eq!(election_lease(None), "podward-sentinel");
+    }
+
+    /// `status --help` names only what `status` takes: the daemon's flags other than the
+    /// global ones are refused after `status`.
+    #[test]
+    fn status_help_names_no_flag_status_refuses() {
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("status")
+            .expect("status")
+            .render_long_help()
+            .to_string();
+        for word in help.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+            let Some(flag) = word.strip_prefix("--").filter(|f| !f.is_empty()) else {
+                continue;
+            };
+            let parsed = Cli::try_parse_from(["podward-prober", "status", &format!("--{flag}=x")]);
+            let refused = parsed
+                .as_ref()
+                .err()
+                .is_some_and(|e| e.kind() == clap::error::ErrorKind::UnknownArgument);
+            assert!(
+                !refused,
+                "status --help names --{flag}, which status refuses:\n{help}"
+            );
+        }
     }
 
     #[test]

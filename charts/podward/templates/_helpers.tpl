@@ -32,6 +32,11 @@ app.kubernetes.io/name: {{ include "podward.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The sentinel's name: its Deployment, ServiceAccount, RBAC and leader lease. */}}
+{{- define "podward.sentinelName" -}}
+{{- printf "%s-sentinel" (include "podward.fullname" .) }}
+{{- end }}
+
 {{/* ServiceAccount name. */}}
 {{- define "podward.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
