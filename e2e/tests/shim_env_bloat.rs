@@ -67,7 +67,7 @@ async fn spawn_shim(node: &TestNode, admin: SocketAddr) -> Daemon {
 
 /// A container config with `BIG_VARS` variables of 1 MiB, a small `SMALL`, and (container 0
 /// only) `REF_BIG`, referenced by the probes and past the bound on a container's kept
-/// environment (64 KiB).
+/// environment (16 KiB).
 fn bloated_config(i: usize) -> cri::ContainerConfig {
     let mut config = support::container_config();
     if let Some(md) = config.metadata.as_mut() {
@@ -93,7 +93,7 @@ fn bloated_config(i: usize) -> cri::ContainerConfig {
     if i == 0 {
         config.envs.push(cri::KeyValue {
             key: "REF_BIG".into(),
-            value: mib[..65 * 1024].to_owned(),
+            value: mib[..17 * 1024].to_owned(),
         });
     }
     config

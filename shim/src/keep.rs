@@ -28,15 +28,15 @@ use podward_api::labels;
 /// accepted is never cut.
 pub const PROBES_BYTES: usize = 256 * 1024;
 /// Bytes of the `io.kubernetes.container.ports` annotation kept (kubelet's JSON of the
-/// container's ports, ~60 bytes a port: over a thousand ports).
-pub const PORTS_BYTES: usize = 64 * 1024;
+/// container's ports, ~60 bytes a port: about 130 ports).
+pub const PORTS_BYTES: usize = 8 * 1024;
 /// Bytes of any other kept label or annotation value (kubelet writes names, UIDs and numbers).
 pub const VALUE_BYTES: usize = 4 * 1024;
 /// Bytes of one object's kept labels and annotations, keys and values together.
 pub const MAPS_BYTES: usize = PROBES_BYTES + PORTS_BYTES + 16 * 1024;
 /// Bytes of one container's kept environment (names and values of the variables its pod's
 /// probes reference).
-pub const ENV_BYTES: usize = 64 * 1024;
+pub const ENV_BYTES: usize = 16 * 1024;
 /// Bytes of an ID, a name, a namespace, a UID, an IP or a runtime handler (kubelet's are
 /// DNS names and UUIDs well under this).
 pub const NAME_BYTES: usize = 1024;
