@@ -190,9 +190,11 @@ impl Index {
     }
 
     /// Whether a List sent at `listed_at_ns` that lacks `id` shows it gone: it is not known to
-    /// have existed at or after that time.
+    /// have existed within [`LIST_GRACE_NS`] before that time.
     fn gone_by(&self, id: &str, listed_at_ns: i64) -> bool {
-        self.existed_at.get(id).is_none_or(|t| *t < listed_at_ns)
+        self.existed_at
+            .get(id)
+            .is_none_or(|t| t.saturating_add(LIST_GRACE_NS) < listed_at_ns)
     }
 
     pub(super) fn sandbox_list(
@@ -334,6 +336,14 @@ impl Index {
         }
     }
 }
+
+/// How long after an entry was last known to exist a List that lacks it is still not believed.
+/// A List sent before containerd had the entry lacks it, and containerd's own List answers were
+/// seen to leave out a sandbox for a few milliseconds right after its RunPodSandbox returned,
+/// between Lists that held it (`e2e/tests/shim_list_race.rs`). Removals the shim sees happen
+/// (RemovePodSandbox, RemoveContainer, containerd's delete event) apply at once; a List only
+/// catches the ones it did not see, up to this much later.
+pub(super) const LIST_GRACE_NS: i64 = 2_000_000_000;
 
 /// What a rebuild or relist listed.
 pub(super) struct Listed {
