@@ -43,11 +43,10 @@ async fn lists_read_after_a_run_pod_sandbox_never_remove_it_nor_its_ip() {
     let watcher = tokio::spawn(async move {
         while let Ok(Some(ev)) = watch.message().await {
             if let Some(watch_event::Event::Sandbox(s)) = ev.event
+                && s.kind == SandboxEventKind::SandboxEventRemoved as i32
                 && let Some(sb) = s.sandbox
             {
-                if s.kind == SandboxEventKind::SandboxEventRemoved as i32 {
-                    seen.lock().insert(sb.id);
-                }
+                seen.lock().insert(sb.id);
             }
         }
     });
