@@ -175,8 +175,8 @@ pub enum Observation {
     },
     /// A relist from the runtime while a connection is not observed: the objects that are new
     /// or changed, read whole (List + Status), and the IDs of every object listed. An object
-    /// missing from the list is removed only if it was created before the list was taken (one
-    /// created since was seen on an observed connection and is not gone).
+    /// missing from the list is removed only if it was created before the list was taken and
+    /// not known to exist shortly before (`index/lists.rs`, `LIST_GRACE_NS`).
     Relisted {
         /// New or changed sandboxes.
         sandboxes: Vec<Sandbox>,
