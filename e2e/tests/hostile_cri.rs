@@ -148,7 +148,7 @@ async fn two_pods(node: &TestNode) -> (podward_e2e::Pod, PodSpec) {
         .expect("clean pod");
     let evil = PodSpec::new("evil")
         .annotation(labels::PODWARD_PROBES, PROBES)
-        .annotation("example.com/evil", MARK);
+        .annotation("podward.io/evil", MARK);
     run_poisoned_pod(node, &evil).await;
     (clean, evil)
 }
@@ -265,7 +265,7 @@ async fn one_invalid_utf8_annotation_costs_that_value_never_the_shims_rebuilt_in
         .iter()
         .find(|s| s.uid == evil.uid)
         .expect("the poisoned sandbox is in the index");
-    assert_eq!(bad.annotations["example.com/evil"], REPAIRED);
+    assert_eq!(bad.annotations["podward.io/evil"], REPAIRED);
     assert_eq!(bad.annotations[labels::PODWARD_PROBES], PROBES);
     assert!(snap.sandboxes.iter().any(|s| s.uid == clean.uid()));
     assert!(
@@ -364,7 +364,7 @@ async fn a_housekeeping_pass_with_an_invalid_annotation_on_the_node_still_cleans
     let evil = PodSpec::new("evil")
         .uid(EVIL)
         .cgroup_parent(&format!("/{}", evil_cg.rel))
-        .annotation("example.com/evil", MARK);
+        .annotation("podward.io/evil", MARK);
     run_poisoned_pod(&node, &evil).await;
     let (evil_dir, evil_log) = common::leave_dirs(&cfg, EVIL);
     // A real orphan: a pod cgroup with a process in it, its pod dir and log dir.

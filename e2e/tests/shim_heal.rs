@@ -75,7 +75,12 @@ async fn a_blind_connection_is_healed_by_relists_within_the_documented_bound() {
     assert!(shim.admin.readiness.get(), "still ready: the relay serves");
 
     // A pod on the blind connection: only a relist can tell the index.
+    // Its probe expands $(CONF): the one variable of the environment the index keeps.
     let config = PodSpec::new("unseen")
+        .annotation(
+            "podward.io/probes",
+            r#"{"main":{"livenessProbe":{"exec":{"command":["echo","$(CONF)"]}}}}"#,
+        )
         .sandbox_config(&node)
         .expect("sandbox config");
     let sid = rt

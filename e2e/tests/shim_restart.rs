@@ -85,7 +85,11 @@ async fn kill9_under_load_new_shim_rebuilds_the_same_index_and_retries_lose_noth
     for i in 0..3 {
         let spec = PodSpec::new(&format!("load-{i}"))
             .grace_period(1)
-            .annotation("podward.io/probes", &format!("{{\"n\":{i}}}"))
+            // The probe expands $(FOO): the index keeps that variable of the environment.
+            .annotation(
+                "podward.io/probes",
+                &format!("{{\"n\":{i},\"cmd\":\"echo $(FOO)\"}}"),
+            )
             .container(
                 ContainerSpec::new("main", &["sleep", "3600"]).env("FOO", &format!("bar-{i}")),
             );
@@ -171,7 +175,15 @@ async fn kill9_under_load_new_shim_rebuilds_the_same_index_and_retries_lose_noth
         killed_at.elapsed()
     );
     assert_ne!(before.instance_id, after.instance_id);
-    // The environment comes back from the OCI spec (which adds the image's PATH and the like).
+    // The environment the probes reference comes back from the OCI spec.
+    assert!(
+        before
+            .containers
+            .iter()
+            .any(|c| c.envs.iter().any(|kv| kv.key == "FOO")),
+        "the probes' variable is indexed: {:?}",
+        before.containers
+    );
     for c in &before.containers {
         let a = after
             .containers
@@ -202,6 +214,7 @@ async fn kill9_under_load_new_shim_rebuilds_the_same_index_and_retries_lose_noth
 
 #[tokio::test]
 async fn a_subscriber_that_stops_reading_slows_nothing_and_later_resyncs() {
+    const PODS: usize = 24;
     let node = TestNode::start().await.expect("node");
     let shim = InProcShim::start_with(&node, |c| c.subscriber_queue = 4).await;
     let mut stuck = lifecycle(&shim.control)
@@ -213,20 +226,21 @@ async fn a_subscriber_that_stops_reading_slows_nothing_and_later_resyncs() {
     let mut last_seq = first.seq;
 
     // Big pod annotations make big events: the HTTP/2 buffers (the client's 2 MiB stream
-    // window, the server's send buffer) fill up, then the 4-slot queue overflows.
-    let big = "x".repeat(1024 * 1024);
+    // window, the server's send buffer) fill up, then the 4-slot queue overflows. The one
+    // annotation the index keeps at this size is the probes' (up to 256 KiB).
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(250 * 1024));
     let driver = Driver::connect(&shim.cri).await.expect("driver");
     let mut pods = Vec::new();
-    for i in 0..6 {
+    for i in 0..PODS {
         let spec = PodSpec::new(&format!("big-{i}"))
             .grace_period(1)
-            .annotation("podward.io/blob", &big)
+            .annotation("podward.io/probes", &big)
             .container(ContainerSpec::new("main", &["sleep", "3600"]));
         pods.push(driver.run_pod(&node, spec).await.expect("pod"));
     }
     eventually("subscriber overflowed", Duration::from_secs(20), || {
         let resync_owed = shim.metrics_text();
-        async move { resync_owed.contains("podward_shim_index_sandboxes 6") }
+        async move { resync_owed.contains(&format!("podward_shim_index_sandboxes {PODS}")) }
     })
     .await;
 
@@ -273,7 +287,7 @@ async fn a_subscriber_that_stops_reading_slows_nothing_and_later_resyncs() {
         last_seq = ev.seq;
     };
     assert!(snap.resync);
-    assert_eq!(snap.sandboxes.len(), 6);
+    assert_eq!(snap.sandboxes.len(), PODS);
     assert!(shim.metrics_text().contains("podward_shim_resyncs_total 1"));
     // And the stream goes on right after the snapshot's sequence number.
     let p = driver

@@ -21,19 +21,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
-use podward_api::cri;
 use podward_api::daemon::admin::Readiness;
-use podward_api::tolerant::runtime::RuntimeReader;
 use tokio::sync::{Notify, watch};
 
 use crate::index::Observation;
 use crate::metrics::Metrics;
 use crate::publish::Publisher;
-use crate::rebuild::{self, RebuildError};
-
-/// Status calls in flight at once during a relist.
-const PARALLEL_STATUS: usize = 8;
+use crate::rebuild::{self, KeptReader, Listed, RebuildError};
 
 /// Losses of observation, shared by the relay's readers, the decoder and [`run`].
 #[derive(Debug)]
@@ -138,17 +132,16 @@ pub async fn relist(
     metrics: &Metrics,
 ) -> Result<usize, RebuildError> {
     let channel = podward_api::socket::connect(socket.to_owned()).await?;
-    let mut client = RuntimeReader::new(channel);
+    let mut client = KeptReader::new(channel);
     let listed_at_ns = podward_api::time::now_ns();
-    let sandboxes = client
-        .list_pod_sandbox(cri::ListPodSandboxRequest::default())
-        .await?;
-    let containers = client
-        .list_containers(cri::ListContainersRequest::default())
-        .await?;
-    let mut repairs = sandboxes.repairs;
-    repairs.extend(containers.repairs);
-    let (sandboxes, containers) = (sandboxes.message.items, containers.message.containers);
+    let listed = Listed::read(&mut client).await?;
+    let env_names = listed.env_names();
+    let Listed {
+        sandboxes,
+        containers,
+        truncated,
+        mut repairs,
+    } = listed;
     let sandbox_ids: HashSet<String> = sandboxes.iter().map(|s| s.id.clone()).collect();
     let container_ids: HashSet<String> = containers.iter().map(|c| c.id.clone()).collect();
     let (sandboxes, containers) = publisher.with_index(|idx| {
@@ -164,26 +157,10 @@ pub async fn relist(
         )
     });
     let refreshed = sandboxes.len() + containers.len();
-    let sandboxes: Vec<_> = futures::stream::iter(sandboxes)
-        .map(|p| rebuild::sandbox_entry(client.clone(), p))
-        .buffer_unordered(PARALLEL_STATUS)
-        .collect()
-        .await;
-    let containers: Vec<_> = futures::stream::iter(containers)
-        .map(|c| rebuild::container_entry(client.clone(), c))
-        .buffer_unordered(PARALLEL_STATUS)
-        .collect()
-        .await;
-    let mut sandbox_entries = Vec::new();
-    for (entry, r) in sandboxes {
-        sandbox_entries.extend(entry);
-        repairs.extend(r);
-    }
-    let mut container_entries = Vec::new();
-    for (entry, r) in containers {
-        container_entries.extend(entry);
-        repairs.extend(r);
-    }
+    let (sandbox_entries, container_entries, entry_repairs) =
+        rebuild::read_entries(&client, sandboxes, containers, &truncated, &env_names).await;
+    repairs.extend(entry_repairs);
+    metrics.count_truncated(&sandbox_entries, &container_entries);
     for r in &repairs {
         metrics.count_repair(r);
     }

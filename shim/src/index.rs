@@ -14,7 +14,7 @@ mod runtime_events;
 #[cfg(test)]
 mod tests;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use podward_api::cri;
 use podward_api::shim::v1::{
@@ -104,12 +104,15 @@ pub enum Observation {
         /// Container ID.
         id: String,
     },
-    /// A ListPodSandbox response; `complete` when the request had no filter (absent = removed).
+    /// A ListPodSandbox response; `complete` when the request had no filter (absent = removed,
+    /// unless known to exist after `listed_at_ns`).
     SandboxList {
         /// Sandboxes listed.
         items: Vec<cri::PodSandbox>,
         /// Whether this is the whole set.
         complete: bool,
+        /// When the request was sent to containerd (Unix ns).
+        listed_at_ns: i64,
     },
     /// A ListContainers response; `complete` when the request had no filter.
     ContainerList {
@@ -117,6 +120,8 @@ pub enum Observation {
         items: Vec<cri::Container>,
         /// Whether this is the whole set.
         complete: bool,
+        /// When the request was sent to containerd (Unix ns).
+        listed_at_ns: i64,
     },
     /// A PodSandboxStatus response.
     SandboxStatus {
@@ -133,6 +138,13 @@ pub enum Observation {
         sandbox_id: Option<String>,
         /// Environment, when known (verbose info's OCI spec).
         envs: Option<Vec<(String, String)>>,
+    },
+    /// Kept fields of these entries were past their bound (`keep`): they are marked truncated.
+    Truncated {
+        /// Sandbox IDs.
+        sandbox_ids: Vec<String>,
+        /// Container IDs.
+        container_ids: Vec<String>,
     },
     /// containerd: a task's init process exited.
     TaskExit {
@@ -163,8 +175,8 @@ pub enum Observation {
     },
     /// A relist from the runtime while a connection is not observed: the objects that are new
     /// or changed, read whole (List + Status), and the IDs of every object listed. An object
-    /// missing from the list is removed only if it was created before the list was taken (one
-    /// created since was seen on an observed connection and is not gone).
+    /// missing from the list is removed only if it was created before the list was taken and
+    /// not known to exist shortly before (`index/lists.rs`, `LIST_GRACE_NS`).
     Relisted {
         /// New or changed sandboxes.
         sandboxes: Vec<Sandbox>,
@@ -236,6 +248,9 @@ pub struct Index {
     sandboxes: packed::Table<Sandbox>,
     containers: packed::Table<Container>,
     abandoned: VecDeque<Abandoned>,
+    /// Per entry ID, the latest time it is known to have existed in containerd (its creating
+    /// call completed, a List holding it was sent): a List sent before that never removes it.
+    existed_at: HashMap<String, i64>,
 }
 
 impl Index {
@@ -289,8 +304,7 @@ impl Index {
     }
 
     /// Folds `obs` into the index and returns the changes it made, in order.
-    // Long, but flat: one arm per kind of observation, each handing its fields to the method of
-    // that name; side by side they show every way the index changes.
+    // Long, but flat: one arm per kind of observation, side by side every way the index changes.
     pub fn apply(&mut self, obs: Observation) -> Vec<Change> {
         let mut out = Vec::new();
         match obs {
@@ -343,12 +357,16 @@ impl Index {
                 completed,
             } => self.container_stop(&id, timeout_seconds, requested_at_ns, completed, &mut out),
             Observation::ContainerRemove { id } => self.container_remove(&id, &mut out),
-            Observation::SandboxList { items, complete } => {
-                self.sandbox_list(items, complete, &mut out)
-            }
-            Observation::ContainerList { items, complete } => {
-                self.container_list(items, complete, &mut out)
-            }
+            Observation::SandboxList {
+                items,
+                complete,
+                listed_at_ns,
+            } => self.sandbox_list(items, complete, listed_at_ns, &mut out),
+            Observation::ContainerList {
+                items,
+                complete,
+                listed_at_ns,
+            } => self.container_list(items, complete, listed_at_ns, &mut out),
             Observation::SandboxStatus {
                 status,
                 host_network,
@@ -363,6 +381,10 @@ impl Index {
                 exit_code,
                 exited_at_ns,
             } => self.task_exit(&container_id, exit_code, exited_at_ns, &mut out),
+            Observation::Truncated {
+                sandbox_ids,
+                container_ids,
+            } => self.truncated(&sandbox_ids, &container_ids, &mut out),
             Observation::TaskOom { container_id } => self.task_oom(&container_id, &mut out),
             Observation::ContainerDeleted { id } => self.deleted(&id, &mut out),
             Observation::Rebuilt {

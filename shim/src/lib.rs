@@ -7,6 +7,7 @@
 //! - [`observe`]: the CRI calls read from those streams, which are watched, and how their
 //!   bytes become [`index::Observation`]s;
 //! - [`index`]: the sandboxes and containers, and the ordered changes to them;
+//! - [`keep`]: what the index keeps of a CRI object, and the bound on each field;
 //! - [`publish`]: per-subscriber bounded queues with resync snapshots;
 //! - [`events`]: containerd's task exit / OOM / delete events;
 //! - [`rebuild`]: the index from the runtime at start and after a reconnect;
@@ -23,6 +24,7 @@ pub mod fault;
 pub mod h2read;
 pub mod heal;
 pub mod index;
+pub mod keep;
 pub mod lifecycle_api;
 mod memory;
 pub mod metrics;

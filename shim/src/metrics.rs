@@ -66,6 +66,8 @@ pub struct Metrics {
     pub relists: IntCounterVec,
     /// Bytes of call bodies waiting in the decoder's queue.
     pub decoder_queue_bytes: IntGauge,
+    /// Objects read with a kept field past its bound (marked truncated), by kind.
+    pub index_truncated: IntCounterVec,
 }
 
 impl Metrics {
@@ -203,6 +205,14 @@ impl Metrics {
         registry.register(Box::new(watch_rejected.clone()))?;
         registry.register(Box::new(connections_refused.clone()))?;
         registry.register(Box::new(cri_repairs.clone()))?;
+        let index_truncated = IntCounterVec::new(
+            Opts::new(
+                "podward_shim_index_truncated_total",
+                "Sandboxes and containers read with a kept field (a label, an annotation, an environment variable a probe references) past its bound; published with truncated = true, without that field",
+            ),
+            &["kind"],
+        )?;
+        registry.register(Box::new(index_truncated.clone()))?;
         let unobserved_connections = IntGauge::new(
             "podward_shim_unobserved_connections",
             "Open CRI connections no longer observed; the index is healed by relisting from \
@@ -248,7 +258,24 @@ impl Metrics {
             unobserved_connections,
             relists,
             decoder_queue_bytes,
+            index_truncated,
         })
+    }
+
+    /// Counts the entries of a rebuild or relist that are marked truncated.
+    pub fn count_truncated(
+        &self,
+        sandboxes: &[podward_api::shim::v1::Sandbox],
+        containers: &[podward_api::shim::v1::Container],
+    ) {
+        let s = sandboxes.iter().filter(|s| s.truncated).count();
+        let c = containers.iter().filter(|c| c.truncated).count();
+        self.index_truncated
+            .with_label_values(&["sandbox"])
+            .inc_by(s as u64);
+        self.index_truncated
+            .with_label_values(&["container"])
+            .inc_by(c as u64);
     }
 
     /// Counts one repair of a CRI message.

@@ -21,6 +21,7 @@ use std::time::Instant;
 use bytes::{Buf, Bytes};
 
 use crate::heal::Blindness;
+use crate::index::Observation;
 use crate::metrics::Metrics;
 use crate::publish::Publisher;
 
@@ -243,9 +244,16 @@ pub struct Observer {
     queued: Arc<AtomicUsize>,
     metrics: Metrics,
     blindness: Arc<Blindness>,
+    /// The index's count of removed entries ([`Publisher::removals`]).
+    removals: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Observer {
+    /// How many entries the index lost so far.
+    pub fn removals(&self) -> u64 {
+        self.removals.load(Ordering::Relaxed)
+    }
+
     /// Queues a raw observation without waiting; when the decoder lags (entries or bytes), it is
     /// dropped, counted, the index healed by a relist, and false returned.
     pub fn send(&self, raw: Raw) -> bool {
@@ -280,6 +288,7 @@ impl Observer {
             queued: Arc::default(),
             metrics,
             blindness,
+            removals: Arc::default(),
         };
         (observer, rx)
     }
@@ -299,6 +308,7 @@ pub fn spawn(publisher: Publisher, metrics: Metrics) -> std::io::Result<Observer
         queued: Arc::default(),
         metrics: metrics.clone(),
         blindness: Blindness::new(metrics.clone()),
+        removals: publisher.removals(),
     };
     let decoder = Decoder {
         queued: observer.queued.clone(),
@@ -364,12 +374,36 @@ impl Decoder {
                 self.blindness.call_lost();
                 continue;
             };
-            for r in &repairs.0 {
+            if repairs.undecodable {
+                // What it told is lost: a relist tells it again.
+                self.metrics.observations_dropped.inc();
+                self.blindness.call_lost();
+            }
+            for r in &repairs.made {
                 self.metrics.count_repair(r);
                 // kubelet relists every second: the same bad object would flood the log.
                 tracing::debug!(repair = %r, "observed CRI message repaired");
             }
             for obs in observations {
+                if let Observation::Truncated {
+                    sandbox_ids,
+                    container_ids,
+                } = &obs
+                {
+                    self.metrics
+                        .index_truncated
+                        .with_label_values(&["sandbox"])
+                        .inc_by(sandbox_ids.len() as u64);
+                    self.metrics
+                        .index_truncated
+                        .with_label_values(&["container"])
+                        .inc_by(container_ids.len() as u64);
+                    tracing::debug!(
+                        ?sandbox_ids,
+                        ?container_ids,
+                        "a kept field was past its bound; the entry is published truncated"
+                    );
+                }
                 publisher.apply(obs);
             }
         }

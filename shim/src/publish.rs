@@ -5,12 +5,15 @@
 //! bounded queue; publishing is a `try_send`, never an await. A subscriber whose queue is full is
 //! flagged: it gets no more events until it has drained its queue, and then receives a fresh
 //! snapshot with `resync = true` (see [`subscriber`]). So a slow subscriber costs nothing to the
-//! relay path or to the others, and never sees a silent gap.
+//! relay path or to the others, and never sees a silent gap. An event is one reference-counted
+//! allocation shared by every queue it is in; a subscriber's stream takes its own copy only
+//! when it hands the event to its connection's encoder (the last one to take it takes it
+//! without a copy).
 
 mod subscriber;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use podward_api::shim::v1::{
@@ -36,6 +39,8 @@ pub struct Publisher {
     clock: fn() -> i64,
     /// A snapshot or a rebuild is a copy of the whole index: its memory is given back after.
     release: Release,
+    /// How many entries the index lost ([`Publisher::removals`]).
+    removals: Arc<AtomicU64>,
 }
 
 struct Shared {
@@ -45,7 +50,8 @@ struct Shared {
 }
 
 struct Slot {
-    tx: mpsc::Sender<WatchEvent>,
+    /// Events shared by every subscriber's queue: one allocation each, however many subscribe.
+    tx: mpsc::Sender<Arc<WatchEvent>>,
     /// Set when the queue overflowed: the subscriber is owed a snapshot, not events.
     resync: Arc<AtomicBool>,
 }
@@ -67,7 +73,14 @@ impl Publisher {
             metrics,
             clock,
             release: Release::default(),
+            removals: Arc::default(),
         }
+    }
+
+    /// A count of the entries removed from the index, bumped as each removal is published: the
+    /// relay's repeat digests are forgotten when it moves (`observe/unchanged.rs`).
+    pub fn removals(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.removals)
     }
 
     /// Records whether containerd is reachable (reported in snapshots).
@@ -92,8 +105,11 @@ impl Publisher {
         let shared = &mut *guard;
         let changes = shared.index.apply(obs);
         for change in changes {
+            if is_removal(&change) {
+                self.removals.fetch_add(1, Ordering::Relaxed);
+            }
             shared.seq += 1;
-            let event = to_event(shared.seq, now, change);
+            let event = Arc::new(to_event(shared.seq, now, change));
             if is_undelivered(&event) {
                 self.metrics.undelivered.inc();
             }
@@ -101,7 +117,7 @@ impl Publisher {
                 if s.resync.load(Ordering::Relaxed) {
                     return !s.tx.is_closed();
                 }
-                match s.tx.try_send(event.clone()) {
+                match s.tx.try_send(Arc::clone(&event)) {
                     Ok(()) => true,
                     Err(mpsc::error::TrySendError::Full(_)) => {
                         s.resync.store(true, Ordering::Relaxed);
@@ -205,6 +221,14 @@ fn to_event(seq: u64, now: i64, change: Change) -> WatchEvent {
         seq,
         observed_at_ns: now,
         event: Some(event),
+    }
+}
+
+/// Whether the change removes an entry.
+fn is_removal(c: &Change) -> bool {
+    match c {
+        Change::Sandbox(k, _) => *k == SandboxEventKind::SandboxEventRemoved,
+        Change::Container(k, _) => *k == ContainerEventKind::ContainerEventRemoved,
     }
 }
 

@@ -1,28 +1,34 @@
 //! Rebuilding the index from the runtime: the runtime is the source of truth, so no state file
 //! is needed to survive a shim restart.
 //!
-//! `ListPodSandbox` + `ListContainers`, then a verbose `*Status` per object (pod IP, exit code,
-//! and the OCI runtime spec, parsed with `oci-spec`, for the environment). Answers are decoded
-//! tolerantly (`podward_api::tolerant`): a sandbox with an invalid UTF-8 annotation value is
-//! rebuilt with that value repaired, and no object ever makes the whole rebuild fail. Runs at start and
+//! `ListPodSandbox` + `ListContainers`, then a plain `*Status` per object (pod IP, exit code),
+//! and for a container whose pod's probes reference environment variables a verbose
+//! `ContainerStatus` read for those variables only (`rebuild/reader.rs`). Every answer is cut
+//! down on the wire to what the index keeps (`keep`), then decoded tolerantly
+//! (`podward_api::tolerant`): a sandbox with an invalid UTF-8 annotation value is rebuilt with
+//! that value repaired, and no object ever makes the whole rebuild fail. Runs at start and
 //! after every reconnect to containerd (events may have been missed while it was down).
 
-use std::collections::HashMap;
+pub mod reader;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
 use podward_api::backoff::Backoff;
 use podward_api::cri;
+use podward_api::labels;
 use podward_api::shim::v1::{Container, KeyValue, Sandbox};
 use podward_api::tolerant::Repair;
-use podward_api::tolerant::runtime::RuntimeReader;
 use tokio::sync::watch;
 
+pub use self::reader::KeptReader;
 use crate::index::Observation;
+use crate::keep;
 use crate::metrics::Metrics;
 use crate::publish::Publisher;
 
-/// Status calls in flight at once during a rebuild.
+/// Status calls in flight at once during a rebuild or a relist.
 const PARALLEL_STATUS: usize = 8;
 
 /// Rebuild errors.
@@ -34,24 +40,6 @@ pub enum RebuildError {
     /// A List call failed.
     #[error("list: {0}")]
     Rpc(#[from] tonic::Status),
-}
-
-/// The environment in an OCI runtime spec (`info.runtimeSpec.process.env` of a verbose
-/// ContainerStatus), in order. Pairs without `=` keep an empty value.
-pub fn env_from_info(info: &HashMap<String, String>) -> Option<Vec<(String, String)>> {
-    let json = info.get("info")?;
-    let v: serde_json::Value = serde_json::from_str(json).ok()?;
-    let spec_json = v.get("runtimeSpec")?;
-    let spec: oci_spec::runtime::Spec = serde_json::from_value(spec_json.clone()).ok()?;
-    let env = spec.process().as_ref()?.env().clone().unwrap_or_default();
-    Some(
-        env.into_iter()
-            .map(|e| match e.split_once('=') {
-                Some((k, v)) => (k.to_owned(), v.to_owned()),
-                None => (e, String::new()),
-            })
-            .collect(),
-    )
 }
 
 /// What a rebuild read: the index entries, and what had to be repaired to decode them.
@@ -66,48 +54,144 @@ pub struct RuntimeState {
     pub repairs: Vec<Repair>,
 }
 
+/// Both Lists, cut down to what the index keeps.
+pub(crate) struct Listed {
+    /// Sandboxes listed.
+    pub sandboxes: Vec<cri::PodSandbox>,
+    /// Containers listed.
+    pub containers: Vec<cri::Container>,
+    /// IDs of the objects listed with a kept field past its bound.
+    pub truncated: HashSet<String>,
+    /// What had to be repaired.
+    pub repairs: Vec<Repair>,
+}
+
+impl Listed {
+    /// Lists sandboxes, then containers.
+    pub(crate) async fn read(client: &mut KeptReader) -> Result<Self, RebuildError> {
+        let sandboxes = client.list_pod_sandbox().await?;
+        let containers = client.list_containers().await?;
+        let mut repairs = sandboxes.repairs;
+        repairs.extend(containers.repairs);
+        let truncated = sandboxes
+            .truncated_ids
+            .into_iter()
+            .chain(containers.truncated_ids)
+            .collect();
+        Ok(Self {
+            sandboxes: sandboxes.message.items,
+            containers: containers.message.containers,
+            truncated,
+            repairs,
+        })
+    }
+
+    /// The environment variables each listed sandbox's probes reference, by sandbox ID (only
+    /// sandboxes whose probes reference some).
+    pub(crate) fn env_names(&self) -> HashMap<String, BTreeSet<String>> {
+        self.sandboxes
+            .iter()
+            .filter_map(|s| {
+                let names = keep::env_names(
+                    s.annotations
+                        .get(labels::PODWARD_PROBES)
+                        .map(String::as_str),
+                );
+                (!names.is_empty()).then(|| (s.id.clone(), names))
+            })
+            .collect()
+    }
+}
+
 /// Reads the whole runtime state into index entries.
 pub async fn read_runtime(socket: &Path) -> Result<RuntimeState, RebuildError> {
     let channel = podward_api::socket::connect(socket.to_owned()).await?;
-    let mut client = RuntimeReader::new(channel);
-    let mut repairs = Vec::new();
-    let sandboxes = client
-        .list_pod_sandbox(cri::ListPodSandboxRequest::default())
-        .await?;
-    repairs.extend(sandboxes.repairs);
-    let containers = client
-        .list_containers(cri::ListContainersRequest::default())
-        .await?;
-    repairs.extend(containers.repairs);
+    let mut client = KeptReader::new(channel);
+    let listed = Listed::read(&mut client).await?;
+    let env_names = listed.env_names();
+    let (sandboxes, containers, repairs) = read_entries(
+        &client,
+        listed.sandboxes,
+        listed.containers,
+        &listed.truncated,
+        &env_names,
+    )
+    .await;
+    let mut all_repairs = listed.repairs;
+    all_repairs.extend(repairs);
+    Ok(RuntimeState {
+        sandboxes,
+        containers,
+        repairs: all_repairs,
+    })
+}
 
-    let sandboxes: Vec<(Option<Sandbox>, Vec<Repair>)> =
-        futures::stream::iter(sandboxes.message.items)
-            .map(|p| sandbox_entry(client.clone(), p))
-            .buffer_unordered(PARALLEL_STATUS)
-            .collect()
-            .await;
-    let containers: Vec<(Option<Container>, Vec<Repair>)> =
-        futures::stream::iter(containers.message.containers)
-            .map(|c| container_entry(client.clone(), c))
-            .buffer_unordered(PARALLEL_STATUS)
-            .collect()
-            .await;
-    let mut state = RuntimeState::default();
+/// The listed objects read whole: a Status each (8 at a time), then the environment the
+/// probes reference (one at a time: a verbose status carries the whole OCI spec), each marked
+/// truncated when its List or its Status had a kept field past its bound.
+pub(crate) async fn read_entries(
+    client: &KeptReader,
+    sandboxes: Vec<cri::PodSandbox>,
+    containers: Vec<cri::Container>,
+    truncated: &HashSet<String>,
+    env_names: &HashMap<String, BTreeSet<String>>,
+) -> (Vec<Sandbox>, Vec<Container>, Vec<Repair>) {
+    let sandboxes: Vec<(Option<Sandbox>, Vec<Repair>)> = futures::stream::iter(sandboxes)
+        .map(|p| sandbox_entry(client.clone(), p))
+        .buffer_unordered(PARALLEL_STATUS)
+        .collect()
+        .await;
+    let containers: Vec<(Option<Container>, Vec<Repair>)> = futures::stream::iter(containers)
+        .map(|c| container_entry(client.clone(), c))
+        .buffer_unordered(PARALLEL_STATUS)
+        .collect()
+        .await;
+    let mut repairs = Vec::new();
+    let mut sandbox_entries = Vec::new();
     for (s, r) in sandboxes {
-        state.sandboxes.extend(s);
+        sandbox_entries.extend(s.map(|mut s| {
+            s.truncated |= truncated.contains(&s.id);
+            s
+        }));
         repairs.extend(r);
     }
+    let mut container_entries = Vec::new();
+    let mut client = client.clone();
     for (c, r) in containers {
-        state.containers.extend(c);
         repairs.extend(r);
+        let Some(mut c) = c else { continue };
+        c.truncated |= truncated.contains(&c.id);
+        if let Some(names) = env_names.get(&c.sandbox_id) {
+            match client.container_env(&c.id, names).await {
+                Ok(Some((env, cut))) => {
+                    c.envs = keep_env(env);
+                    c.truncated |= cut;
+                }
+                Ok(None) => {}
+                Err(s) => {
+                    // containerd cannot send the spec of a container whose environment is
+                    // past half its message limit (the verbose answer carries it twice): the
+                    // variables the probes reference are missing from the entry.
+                    tracing::warn!(id = c.id, error = %s, "verbose ContainerStatus failed; the container's environment is not indexed");
+                    c.truncated = true;
+                }
+            }
+        }
+        container_entries.push(c);
     }
-    state.repairs = repairs;
-    Ok(state)
+    (sandbox_entries, container_entries, repairs)
+}
+
+fn keep_env(env: Vec<(String, String)>) -> Vec<KeyValue> {
+    env.into_iter()
+        .filter(|(k, _)| !k.is_empty())
+        .map(|(key, value)| KeyValue { key, value })
+        .collect()
 }
 
 /// A listed sandbox read whole (its Status); None once it is gone.
 pub(crate) async fn sandbox_entry(
-    mut client: RuntimeReader,
+    mut client: KeptReader,
     p: cri::PodSandbox,
 ) -> (Option<Sandbox>, Vec<Repair>) {
     let mut idx = crate::index::Index::new();
@@ -115,15 +199,14 @@ pub(crate) async fn sandbox_entry(
     idx.apply(Observation::SandboxList {
         items: vec![p],
         complete: false,
+        listed_at_ns: 0,
     });
-    let req = cri::PodSandboxStatusRequest {
-        pod_sandbox_id: id.clone(),
-        verbose: false,
-    };
     let mut repairs = Vec::new();
-    match client.pod_sandbox_status(req).await {
+    let mut truncated = false;
+    match client.pod_sandbox_status(&id).await {
         Ok(r) => {
             repairs = r.repairs;
+            truncated = !r.truncated_ids.is_empty();
             if let Some(status) = r.message.status {
                 idx.apply(Observation::SandboxStatus {
                     status,
@@ -135,12 +218,16 @@ pub(crate) async fn sandbox_entry(
         Err(s) if s.code() == tonic::Code::NotFound => return (None, repairs),
         Err(s) => tracing::warn!(id, error = %s, "PodSandboxStatus failed during rebuild"),
     }
-    (idx.sandbox(&id), repairs)
+    let entry = idx.sandbox(&id).map(|mut s| {
+        s.truncated |= truncated;
+        s
+    });
+    (entry, repairs)
 }
 
-/// A listed container read whole (its verbose Status); None once it is gone.
+/// A listed container read whole (its Status, without the environment); None once it is gone.
 pub(crate) async fn container_entry(
-    mut client: RuntimeReader,
+    mut client: KeptReader,
     c: cri::Container,
 ) -> (Option<Container>, Vec<Repair>) {
     let mut idx = crate::index::Index::new();
@@ -148,41 +235,32 @@ pub(crate) async fn container_entry(
     idx.apply(Observation::ContainerList {
         items: vec![c],
         complete: false,
+        listed_at_ns: 0,
     });
-    let req = |verbose| cri::ContainerStatusRequest {
-        container_id: id.clone(),
-        verbose,
-    };
-    let mut answer = client.container_status(req(true)).await;
-    if matches!(&answer, Err(s) if s.code() != tonic::Code::NotFound) {
-        // The verbose part can fail on its own (e.g. for a container whose task is gone);
-        // the plain status still has the state and the exit code.
-        answer = client.container_status(req(false)).await;
-    }
     let mut repairs = Vec::new();
-    match answer {
+    let mut truncated = false;
+    match client.container_status(&id).await {
         Ok(r) => {
             repairs = r.repairs;
-            let r = r.message;
-            let envs = env_from_info(&r.info);
-            if let Some(status) = r.status {
+            truncated = !r.truncated_ids.is_empty();
+            if let Some(status) = r.message.status {
                 idx.apply(Observation::ContainerStatus {
                     status,
                     sandbox_id: None,
-                    envs,
+                    envs: None,
                 });
             }
         }
         Err(s) if s.code() == tonic::Code::NotFound => return (None, repairs),
         Err(s) => tracing::warn!(id, error = %s, "ContainerStatus failed during rebuild"),
     }
-    let Some(mut out) = idx.container(&id) else {
-        return (None, repairs);
-    };
     // Entries built here never saw the CRI path: delivery stays UNKNOWN (the index keeps what
     // it already knew when merging).
-    out.envs.retain(|kv: &KeyValue| !kv.key.is_empty());
-    (Some(out), repairs)
+    let entry = idx.container(&id).map(|mut c| {
+        c.truncated |= truncated;
+        c
+    });
+    (entry, repairs)
 }
 
 /// Rebuilds at start and after every reconnect, retrying failures with backoff, until
@@ -213,6 +291,7 @@ pub async fn run(
                         metrics.count_repair(r);
                         tracing::warn!(repair = %r, "containerd's answer had an invalid field");
                     }
+                    metrics.count_truncated(&state.sandboxes, &state.containers);
                     publisher.apply(Observation::Rebuilt {
                         sandboxes: state.sandboxes,
                         containers: state.containers,
@@ -240,35 +319,5 @@ pub async fn run(
             _ = shutdown.changed() => return,
             r = generations.changed() => if r.is_err() { return },
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn env_comes_from_the_runtime_spec_in_order() {
-        let info = serde_json::json!({
-            "sandboxID": "s1",
-            "runtimeSpec": {
-                "ociVersion": "1.0.2",
-                "process": {"cwd": "/", "env": ["PATH=/bin", "A=1=2", "EMPTY="], "user": {"uid": 0, "gid": 0}},
-                "root": {"path": "rootfs"}
-            }
-        });
-        let mut m = HashMap::new();
-        m.insert("info".to_owned(), info.to_string());
-        let env = env_from_info(&m).expect("env");
-        assert_eq!(
-            env,
-            vec![
-                ("PATH".to_owned(), "/bin".to_owned()),
-                ("A".to_owned(), "1=2".to_owned()),
-                ("EMPTY".to_owned(), String::new()),
-            ]
-        );
-        m.insert("info".to_owned(), "{not json".to_owned());
-        assert!(env_from_info(&m).is_none());
     }
 }

@@ -63,6 +63,7 @@ pub(super) fn sandbox_from_run(
         runtime_handler,
         run_delivery: delivery as i32,
         stop_requested_at_ns: 0,
+        truncated: false,
     }
 }
 

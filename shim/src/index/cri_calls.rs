@@ -20,6 +20,7 @@ impl Index {
         at_ns: i64,
         out: &mut Vec<Change>,
     ) {
+        self.existed(&sandbox_id, at_ns);
         let fresh = convert::sandbox_from_run(sandbox_id, config, runtime_handler, delivery, at_ns);
         let Some(cur) = self.sandboxes.get(&fresh.id) else {
             self.insert_new_sandbox(fresh, out);
@@ -95,6 +96,7 @@ impl Index {
         for c in orphans {
             self.container_remove(&c, out);
         }
+        self.existed_at.remove(id);
         if let Some(s) = self.sandboxes.remove(id) {
             out.push(Change::Sandbox(SandboxEventKind::SandboxEventRemoved, s));
         }
@@ -109,6 +111,7 @@ impl Index {
         at_ns: i64,
         out: &mut Vec<Change>,
     ) {
+        self.existed(&container_id, at_ns);
         let fresh =
             convert::container_from_create(container_id, sandbox_id, config, delivery, at_ns);
         let Some(cur) = self.containers.get(&fresh.id) else {
@@ -190,11 +193,44 @@ impl Index {
     }
 
     pub(super) fn container_remove(&mut self, id: &str, out: &mut Vec<Change>) {
+        self.existed_at.remove(id);
         if let Some(c) = self.containers.remove(id) {
             out.push(Change::Container(
                 ContainerEventKind::ContainerEventRemoved,
                 c,
             ));
+        }
+    }
+
+    /// Marks the entries truncated (a kept field was past its bound), emitting UPDATED for
+    /// each that was not marked yet.
+    pub(super) fn truncated(
+        &mut self,
+        sandbox_ids: &[String],
+        container_ids: &[String],
+        out: &mut Vec<Change>,
+    ) {
+        for id in sandbox_ids {
+            if let Some(mut cur) = self.sandboxes.get_mut(id)
+                && !cur.truncated
+            {
+                cur.truncated = true;
+                out.push(Change::Sandbox(
+                    SandboxEventKind::SandboxEventUpdated,
+                    Sandbox::clone(&cur),
+                ));
+            }
+        }
+        for id in container_ids {
+            if let Some(mut cur) = self.containers.get_mut(id)
+                && !cur.truncated
+            {
+                cur.truncated = true;
+                out.push(Change::Container(
+                    ContainerEventKind::ContainerEventUpdated,
+                    Container::clone(&cur),
+                ));
+            }
         }
     }
 }

@@ -84,6 +84,7 @@ impl Index {
         }
         cur.labels = fresh.labels;
         cur.annotations = fresh.annotations;
+        cur.truncated |= fresh.truncated;
         if fresh.created_at_ns != 0 {
             cur.created_at_ns = fresh.created_at_ns;
         }
@@ -131,6 +132,7 @@ impl Index {
         }
         cur.labels = fresh.labels;
         cur.annotations = fresh.annotations;
+        cur.truncated |= fresh.truncated;
         if fresh.created_at_ns != 0 {
             cur.created_at_ns = fresh.created_at_ns;
         }
@@ -177,14 +179,34 @@ impl Index {
             })
     }
 
+    /// Records that `id` existed in containerd at `at_ns`.
+    pub(super) fn existed(&mut self, id: &str, at_ns: i64) {
+        match self.existed_at.get_mut(id) {
+            Some(t) => *t = (*t).max(at_ns),
+            None => {
+                self.existed_at.insert(id.to_owned(), at_ns);
+            }
+        }
+    }
+
+    /// Whether a List sent at `listed_at_ns` that lacks `id` shows it gone: it is not known to
+    /// have existed within [`LIST_GRACE_NS`] before that time.
+    fn gone_by(&self, id: &str, listed_at_ns: i64) -> bool {
+        self.existed_at
+            .get(id)
+            .is_none_or(|t| t.saturating_add(LIST_GRACE_NS) < listed_at_ns)
+    }
+
     pub(super) fn sandbox_list(
         &mut self,
         items: Vec<cri::PodSandbox>,
         complete: bool,
+        listed_at_ns: i64,
         out: &mut Vec<Change>,
     ) {
         let seen: HashSet<String> = items.iter().map(|p| p.id.clone()).collect();
         for p in items {
+            self.existed(&p.id, listed_at_ns);
             let facts = SandboxFacts { network: false };
             self.merge_sandbox(convert::sandbox_from_list(p), facts, out);
         }
@@ -192,7 +214,7 @@ impl Index {
             let gone: Vec<String> = self
                 .sandboxes
                 .ids()
-                .filter(|id| !seen.contains(*id))
+                .filter(|id| !seen.contains(*id) && self.gone_by(id, listed_at_ns))
                 .cloned()
                 .collect();
             for id in gone {
@@ -205,10 +227,12 @@ impl Index {
         &mut self,
         items: Vec<cri::Container>,
         complete: bool,
+        listed_at_ns: i64,
         out: &mut Vec<Change>,
     ) {
         let seen: HashSet<String> = items.iter().map(|c| c.id.clone()).collect();
         for c in items {
+            self.existed(&c.id, listed_at_ns);
             let facts = ContainerFacts {
                 sandbox_id: true,
                 times: false,
@@ -220,7 +244,7 @@ impl Index {
             let gone: Vec<String> = self
                 .containers
                 .ids()
-                .filter(|id| !seen.contains(*id))
+                .filter(|id| !seen.contains(*id) && self.gone_by(id, listed_at_ns))
                 .cloned()
                 .collect();
             for id in gone {
@@ -270,6 +294,11 @@ impl Index {
         listed: &Listed,
         out: &mut Vec<Change>,
     ) {
+        if let Some(at) = listed.at_ns {
+            for id in listed.sandbox_ids.iter().chain(&listed.container_ids) {
+                self.existed(id, at);
+            }
+        }
         for s in sandboxes {
             self.merge_sandbox(s, SandboxFacts { network: true }, out);
         }
@@ -281,13 +310,16 @@ impl Index {
             };
             self.merge_container(c, facts, out);
         }
-        let gone = |id: &String, created_at_ns: i64, ids: &HashSet<String>| {
-            !ids.contains(id) && listed.at_ns.is_none_or(|at| created_at_ns < at)
+        let gone = |idx: &Self, id: &String, created_at_ns: i64, ids: &HashSet<String>| {
+            !ids.contains(id)
+                && listed
+                    .at_ns
+                    .is_none_or(|at| created_at_ns < at && idx.gone_by(id, at))
         };
         let gone_c: Vec<String> = self
             .containers
             .scan::<ContainerScan>()
-            .filter(|(id, c)| gone(id, c.created_at_ns, &listed.container_ids))
+            .filter(|(id, c)| gone(self, id, c.created_at_ns, &listed.container_ids))
             .map(|(id, _)| id.clone())
             .collect();
         for id in gone_c {
@@ -296,7 +328,7 @@ impl Index {
         let gone_s: Vec<String> = self
             .sandboxes
             .scan::<SandboxScan>()
-            .filter(|(id, s)| gone(id, s.created_at_ns, &listed.sandbox_ids))
+            .filter(|(id, s)| gone(self, id, s.created_at_ns, &listed.sandbox_ids))
             .map(|(id, _)| id.clone())
             .collect();
         for id in gone_s {
@@ -304,6 +336,14 @@ impl Index {
         }
     }
 }
+
+/// How long after an entry was last known to exist a List that lacks it is still not believed.
+/// A List sent before containerd had the entry lacks it, and containerd's own List answers were
+/// seen to leave out a sandbox for a few milliseconds right after its RunPodSandbox returned,
+/// between Lists that held it (`e2e/tests/shim_list_race.rs`). Removals the shim sees happen
+/// (RemovePodSandbox, RemoveContainer, containerd's delete event) apply at once; a List only
+/// catches the ones it did not see, up to this much later.
+pub(super) const LIST_GRACE_NS: i64 = 2_000_000_000;
 
 /// What a rebuild or relist listed.
 pub(super) struct Listed {

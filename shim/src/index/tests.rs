@@ -7,7 +7,12 @@ use podward_api::shim::v1::{
     ContainerEventKind as CK, ContainerState, Delivery, SandboxEventKind as SK, SandboxState,
 };
 
+use super::lists::LIST_GRACE_NS;
 use super::{Change, ContainerScan, Index, Observation, SandboxScan};
+
+/// A List's send time well after every call of these tests (past the grace a List lacking an
+/// entry is given).
+const LATER: i64 = 10 * LIST_GRACE_NS;
 
 fn sandbox_config(name: &str, attempt: u32, host_net: bool) -> cri::PodSandboxConfig {
     let mut labels = HashMap::new();
@@ -226,6 +231,7 @@ fn abandoned_run_is_recognised_when_its_sandbox_shows_up_in_a_list() {
     let ch = idx.apply(Observation::SandboxList {
         items: vec![listed.clone()],
         complete: true,
+        listed_at_ns: LATER,
     });
     assert_eq!(
         kinds(&ch),
@@ -240,6 +246,7 @@ fn abandoned_run_is_recognised_when_its_sandbox_shows_up_in_a_list() {
     let ch = idx.apply(Observation::SandboxList {
         items: vec![other],
         complete: false,
+        listed_at_ns: LATER,
     });
     assert_eq!(kinds(&ch), vec!["SANDBOX_EVENT_CREATED:s10"]);
 }
@@ -252,18 +259,69 @@ fn complete_list_removes_vanished_entries_but_filtered_list_does_not() {
     let ch = idx.apply(Observation::ContainerList {
         items: vec![],
         complete: false,
+        listed_at_ns: LATER,
     });
     assert!(ch.is_empty());
     let ch = idx.apply(Observation::ContainerList {
         items: vec![],
         complete: true,
+        listed_at_ns: LATER,
     });
     assert_eq!(kinds(&ch), vec!["CONTAINER_EVENT_REMOVED:c1"]);
     let ch = idx.apply(Observation::SandboxList {
         items: vec![],
         complete: true,
+        listed_at_ns: LATER,
     });
     assert_eq!(kinds(&ch), vec!["SANDBOX_EVENT_REMOVED:s1"]);
+}
+
+#[test]
+fn a_list_sent_before_an_entry_was_known_to_exist_never_removes_it() {
+    let mut idx = Index::new();
+    // RunPodSandbox and CreateContainer completed at 100 and 200: a List sent at 150 may have
+    // been answered before the sandbox was in containerd's store, and one sent at 50 before
+    // either.
+    run(&mut idx, "s1", Delivery::Delivered);
+    create(&mut idx, "c1", Delivery::Delivered);
+    let stale = |listed_at_ns| Observation::SandboxList {
+        items: vec![],
+        complete: true,
+        listed_at_ns,
+    };
+    assert!(idx.apply(stale(50)).is_empty());
+    assert!(
+        idx.apply(stale(100)).is_empty(),
+        "sent as the call completed"
+    );
+    let ch = idx.apply(Observation::ContainerList {
+        items: vec![],
+        complete: true,
+        listed_at_ns: 150,
+    });
+    assert!(ch.is_empty(), "{:?}", kinds(&ch));
+    // Listed by a List sent at 900: a List sent at 800, answered after it, is older news.
+    let listed = cri::PodSandbox {
+        id: "s1".into(),
+        state: cri::PodSandboxState::SandboxReady as i32,
+        ..Default::default()
+    };
+    idx.apply(Observation::SandboxList {
+        items: vec![listed],
+        complete: false,
+        listed_at_ns: 900,
+    });
+    assert!(idx.apply(stale(800)).is_empty());
+    // containerd's List can leave out a sandbox for a moment after its RunPodSandbox returned:
+    // a List lacking it is believed only once the entry was last known to exist a while before.
+    assert!(idx.apply(stale(901)).is_empty());
+    assert!(idx.apply(stale(900 + LIST_GRACE_NS)).is_empty());
+    assert!(idx.sandbox("s1").is_some() && idx.container("c1").is_some());
+    let ch = idx.apply(stale(901 + LIST_GRACE_NS));
+    assert_eq!(
+        kinds(&ch),
+        vec!["CONTAINER_EVENT_REMOVED:c1", "SANDBOX_EVENT_REMOVED:s1"]
+    );
 }
 
 #[test]
@@ -301,6 +359,7 @@ fn stale_list_does_not_undo_an_exit_and_identical_list_is_silent() {
     let ch = idx.apply(Observation::ContainerList {
         items: vec![listed],
         complete: true,
+        listed_at_ns: LATER,
     });
     assert!(ch.is_empty(), "{:?}", kinds(&ch));
     assert_eq!(
@@ -336,6 +395,7 @@ fn exit_seen_first_in_a_list_is_completed_by_the_event() {
     let ch = idx.apply(Observation::ContainerList {
         items: vec![listed],
         complete: false,
+        listed_at_ns: LATER,
     });
     assert_eq!(kinds(&ch), vec!["CONTAINER_EVENT_EXITED:c1"]);
     let ch = idx.apply(Observation::TaskExit {
@@ -461,7 +521,7 @@ fn a_relist_removes_only_what_existed_before_it_listed() {
     let (old_at, new_at) = (created("old"), created("new"));
     // Listed between the two: neither is in the list. "old" is gone; "new" was seen on an
     // observed connection after the list was taken and stays.
-    let listed_at_ns = new_at.max(old_at + 1);
+    let listed_at_ns = new_at.max(old_at) + LIST_GRACE_NS + 1;
     idx.sandboxes.get_mut("new").expect("new").created_at_ns = listed_at_ns;
     let ch = idx.apply(Observation::Relisted {
         sandboxes: vec![],

@@ -19,8 +19,9 @@ use crate::metrics::{MethodMetrics, MethodTable, Metrics};
 /// limit, with its 5-byte gRPC prefix. A bigger one is relayed but not observed.
 pub(crate) const MAX_OBSERVED_BYTES: usize = podward_api::limits::CRI_MESSAGE_BYTES + 5;
 
-/// Observed bytes one connection may hold at once (many large watched calls in flight); past it
-/// the connection is no longer observed.
+/// Observed bytes one connection may hold at once (many large watched calls in flight); a call
+/// whose body would pass it is relayed unobserved (counted, and the index relisted), and the
+/// connection's next calls are observed as usual.
 const MAX_CONNECTION_BYTES: usize = 64 << 20;
 
 /// Open streams tracked per connection; past it the connection is no longer observed.
@@ -70,6 +71,13 @@ impl Recorder {
     /// Where losses of observation are reported (the index heals from them).
     pub fn blindness(&self) -> &Arc<crate::heal::Blindness> {
         self.observer.blindness()
+    }
+
+    /// One call relayed but not observed: counted, and the index relisted.
+    fn skipped(&self, why: &'static str) {
+        tracing::debug!(why, "a CRI call is relayed unobserved; relisting");
+        self.metrics.observations_dropped.inc();
+        self.blindness().call_lost();
     }
 }
 
@@ -162,7 +170,11 @@ impl Calls {
     ) -> Result<(), FrameError> {
         if !self.streams.contains_key(&id) {
             if self.streams.len() >= MAX_STREAMS {
-                return Err(FrameError::Abandoned("too many open streams"));
+                // Not followed: its frames find no call and pass. The next stream opened once
+                // some have ended is.
+                self.recorder
+                    .skipped("too many open streams on the connection");
+                return Ok(());
             }
             let path = fields.path.unwrap_or_default();
             let method = self.recorder.methods.get(&path);
@@ -233,7 +245,10 @@ impl Calls {
             s.request_key = self.recorder.digests.request(w, &s.request);
             s.reading = s.request_key.map_or(Reading::Keep, |k| {
                 let now = std::time::Instant::now();
-                self.recorder.unchanged.lock().reading(w, k, now)
+                let removals = self.recorder.observer.removals();
+                let mut unchanged = self.recorder.unchanged.lock();
+                unchanged.follow(removals);
+                unchanged.reading(w, k, now)
             });
             if s.reading == Reading::Unread {
                 // No digest to feed: the next List/Status call takes it.
@@ -272,7 +287,14 @@ impl Calls {
         } else {
             s.response_len
         };
-        if len + range.len() > MAX_OBSERVED_BYTES {
+        // Past one CRI message, or past what the connection may hold: this call is given up
+        // (counted and relisted when it ends), the others go on.
+        let kept = if s.reading == Reading::Keep || request {
+            range.len()
+        } else {
+            0
+        };
+        if len + range.len() > MAX_OBSERVED_BYTES || self.buffered + kept > MAX_CONNECTION_BYTES {
             self.buffered -= s.request.len() + s.response.len();
             s.overflow = true;
             s.request = Body::default();
@@ -295,9 +317,6 @@ impl Calls {
         };
         self.buffered += range.len();
         body.push(part(chunk, range));
-        if self.buffered > MAX_CONNECTION_BYTES {
-            return Err(FrameError::Abandoned("too much observed data held"));
-        }
         Ok(())
     }
 
@@ -451,7 +470,11 @@ impl Calls {
             grpc_message = s.message.as_deref(),
             "request"
         );
-        let Some(method) = s.watched.filter(|_| !s.overflow) else {
+        if s.watched.is_some() && s.overflow {
+            r.skipped("a watched call's body past the bound on what is held");
+            return;
+        }
+        let Some(method) = s.watched else {
             return;
         };
         if s.request.is_compressed()
@@ -472,14 +495,12 @@ impl Calls {
         if let Some(key) = repeat_key {
             let answer = answer.and_then(Digest::finish);
             let kept = s.reading == Reading::Keep;
-            let verdict = r.unchanged.lock().settle(
-                method,
-                key,
-                answer,
-                s.response_len,
-                kept,
-                now.into_std(),
-            );
+            let removals = r.observer.removals();
+            let mut unchanged = r.unchanged.lock();
+            unchanged.follow(removals);
+            let verdict =
+                unchanged.settle(method, key, answer, s.response_len, kept, now.into_std());
+            drop(unchanged);
             match verdict {
                 Verdict::Repeat => {
                     r.metrics.answers_unchanged.inc();

@@ -30,6 +30,14 @@
 //! still read. A change that comes meanwhile is found by the first answer read after the
 //! interval (counted as deferred, as above) and decoded from the next one.
 //!
+//! **Forgotten whenever the index loses an entry.** "The same as the previous answer" stands
+//! for "nothing the index lacks" only while the index still holds what that answer told: an
+//! entry removed since (by a relist, or a List answered before the entry was in containerd's
+//! store) and listed again without its pod IP would otherwise never get the IP back from the
+//! Status answers that repeat the one it was first learned from. So after a removal every
+//! request's next answer is decoded ([`Unchanged::follow`]); removals are rare (a pod's end),
+//! and each costs one decode per distinct request.
+//!
 //! Digests rather than the answers themselves keep the memory to a few hundred KiB at most.
 
 use std::time::{Duration, Instant};
@@ -88,6 +96,9 @@ pub(crate) struct Unchanged {
     last: HashMap<(Watched, u64), Last>,
     /// [`READ_INTERVAL`] unless set otherwise.
     read_interval: Duration,
+    /// The index's count of removed entries the digests were taken at (see
+    /// [`Unchanged::follow`]).
+    removals: u64,
 }
 
 impl Default for Unchanged {
@@ -95,6 +106,7 @@ impl Default for Unchanged {
         Self {
             last: HashMap::default(),
             read_interval: READ_INTERVAL,
+            removals: 0,
         }
     }
 }
@@ -112,6 +124,16 @@ impl Unchanged {
     /// (zero: every one).
     pub(crate) fn set_read_interval(&mut self, interval: Duration) {
         self.read_interval = interval;
+    }
+
+    /// Follows the index's count of removed entries: when it moved, every answer remembered
+    /// is forgotten, so that each request's next answer is decoded and tells the index again
+    /// what it holds.
+    pub(crate) fn follow(&mut self, removals: u64) {
+        if removals != self.removals {
+            self.removals = removals;
+            self.last.clear();
+        }
     }
 
     /// How much of the answer to `request`, complete at `now`, to read (see the module docs).

@@ -22,7 +22,7 @@ pub struct Subscription {
 struct State {
     publisher: Publisher,
     first: Option<WatchEvent>,
-    rx: mpsc::Receiver<WatchEvent>,
+    rx: mpsc::Receiver<Arc<WatchEvent>>,
     resync: Arc<AtomicBool>,
     _gauge: GaugeGuard,
 }
@@ -40,7 +40,7 @@ impl Subscription {
     pub(super) fn new(
         publisher: Publisher,
         first: WatchEvent,
-        rx: mpsc::Receiver<WatchEvent>,
+        rx: mpsc::Receiver<Arc<WatchEvent>>,
         resync: Arc<AtomicBool>,
     ) -> Self {
         let gauge = publisher.metrics.subscribers.clone();
@@ -57,7 +57,7 @@ impl Subscription {
                 return Some((first, st));
             }
             match st.rx.try_recv() {
-                Ok(ev) => return Some((ev, st)),
+                Ok(ev) => return Some((Arc::unwrap_or_clone(ev), st)),
                 Err(mpsc::error::TryRecvError::Disconnected) => return None,
                 Err(mpsc::error::TryRecvError::Empty) => {}
             }
@@ -67,7 +67,7 @@ impl Subscription {
                 return Some((ev, st));
             }
             let ev = st.rx.recv().await?;
-            Some((ev, st))
+            Some((Arc::unwrap_or_clone(ev), st))
         });
         Self {
             inner: Box::pin(inner),

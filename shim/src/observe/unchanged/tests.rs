@@ -130,3 +130,26 @@ fn a_small_repeating_answer_is_always_read_and_kept() {
     assert_eq!(u.settle(m, 1, Some(10), small, true, t), Verdict::Repeat);
     assert_eq!(u.reading(m, 1, t), Reading::Keep);
 }
+
+#[test]
+fn a_repeat_after_the_index_lost_an_entry_is_news() {
+    let mut u = Unchanged::default();
+    let m = Watched::PodSandboxStatus;
+    u.follow(0);
+    assert_eq!(u.settle(m, 1, Some(10), 100, true, t0()), Verdict::News);
+    u.follow(0);
+    assert_eq!(u.settle(m, 1, Some(10), 100, true, t0()), Verdict::Repeat);
+    // The sandbox was removed by a List and listed again without its IP: the same Status
+    // answer must reach the index again.
+    u.follow(2);
+    assert_eq!(u.settle(m, 1, Some(10), 100, true, t0()), Verdict::News);
+    u.follow(2);
+    assert_eq!(u.settle(m, 1, Some(10), 100, true, t0()), Verdict::Repeat);
+    let big = SPECULATE_ABOVE;
+    let l = Watched::ListContainers;
+    u.settle(l, 1, Some(7), big, true, t0());
+    u.settle(l, 1, Some(7), big, true, t0());
+    assert!(speculate(&u, l, 1));
+    u.follow(3);
+    assert!(!speculate(&u, l, 1), "the next large answer is kept again");
+}
