@@ -18,6 +18,10 @@
 //! - `GET /api/v1/nodes/{name}` of the Nodes a test put (`404 NotFound` otherwise): the node
 //!   lease renewer reads its Node's zone label.
 //!
+//! Faults as real API servers have them: [`MockApiServer::drop_watches`] breaks every open watch
+//! off mid-stream; [`MockApiServer::refuse_status_writes`] refuses one pod's status writes for
+//! good.
+//!
 //! Every request is recorded with its arrival time, its `User-Agent` and the status it was
 //! answered ([`MockApiServer::requests`]), so tests assert what reached the API, from which of
 //! several clients, and when. [`MockApiServer::set_available`] turns it into a
@@ -89,6 +93,11 @@ pub(crate) struct Shared {
     pub(crate) requests: Mutex<Vec<Recorded>>,
     pub(crate) available: AtomicBool,
     pub(crate) bookmark_every: Duration,
+    /// Bumped to end every open watch mid-stream ([`MockApiServer::drop_watches`]).
+    pub(crate) drops: tokio::sync::watch::Sender<u64>,
+    /// Pods (namespace, name) whose status writes are refused, with the answer's code and
+    /// message ([`MockApiServer::refuse_status_writes`]).
+    pub(crate) refused: Mutex<BTreeMap<(String, String), (u16, String)>>,
     /// Record the bodies of requests (off for benchmarks: the writes are counted, not kept).
     pub(crate) keep_bodies: bool,
 }
@@ -142,6 +151,8 @@ impl MockApiServer {
             requests: Mutex::new(Vec::new()),
             available: AtomicBool::new(true),
             bookmark_every: options.bookmark_every,
+            drops: tokio::sync::watch::channel(0).0,
+            refused: Mutex::new(BTreeMap::new()),
             keep_bodies: options.keep_bodies,
         });
         let task = tokio::spawn(http::serve(listener, shared.clone()));
@@ -170,6 +181,23 @@ impl MockApiServer {
     /// Answers every request with `503` while `false` (the API server down).
     pub fn set_available(&self, available: bool) {
         self.shared.available.store(available, Ordering::SeqCst);
+    }
+
+    /// Ends every open watch mid-stream, as an API server restart or a load balancer's idle
+    /// timeout does: the response body breaks off without its final chunk, so the client sees
+    /// a transport error and must resume (watches opened later are served as usual).
+    pub fn drop_watches(&self) {
+        self.shared.drops.send_modify(|n| *n += 1);
+    }
+
+    /// Refuses every later status write of pod `namespace/name` with `code` and `message`
+    /// (`403`: an admission webhook's denial; `500` with etcd's "request is too large": a pod
+    /// at etcd's size limit), for good.
+    pub fn refuse_status_writes(&self, namespace: &str, name: &str, code: u16, message: &str) {
+        self.shared.refused.lock().insert(
+            (namespace.to_owned(), name.to_owned()),
+            (code, message.to_owned()),
+        );
     }
 
     /// Adds (or replaces) a pod object; watches see `ADDED` (or `MODIFIED`).

@@ -269,7 +269,7 @@ fn apply(
         .lease_duration_seconds
         .and_then(|s| u64::try_from(s).ok())
         .filter(|s| *s > 0)
-        .map_or(Duration::from_secs(40), Duration::from_secs);
+        .map_or(Duration::from_secs(50), Duration::from_secs);
     let zone = l
         .metadata
         .labels

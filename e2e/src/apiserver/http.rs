@@ -173,6 +173,19 @@ fn route(
             }
         }
         ("PATCH", ["api", "v1", "namespaces", ns, "pods", name, "status"]) => {
+            let refused = shared
+                .refused
+                .lock()
+                .get(&((*ns).to_owned(), (*name).to_owned()))
+                .cloned();
+            if let Some((code, message)) = refused {
+                let reason = match code {
+                    403 => "Forbidden",
+                    422 => "Invalid",
+                    _ => "InternalError",
+                };
+                return json_response(code, &status(code, reason, &message));
+            }
             let r = shared.store.lock().patch_status(ns, name, &body);
             match r {
                 Ok((pod, change)) => {
@@ -363,6 +376,7 @@ fn watch(shared: &Arc<Shared>, query: &BTreeMap<String, String>, filter: Filter)
         let start = from.unwrap_or(store.rv());
         (live, store.since(start, &filter), start)
     };
+    let mut drops = shared.drops.subscribe();
     let shared = shared.clone();
     tokio::spawn(async move {
         let send = |line: String| {
@@ -392,6 +406,11 @@ fn watch(shared: &Arc<Shared>, query: &BTreeMap<String, String>, filter: Filter)
             tokio::select! {
                 () = &mut end => return,
                 () = tx.closed() => return,
+                _ = drops.changed() => {
+                    // Broken off: an error in the body ends the response without its last chunk.
+                    let _ = tx.send(Err(io::Error::other("watch dropped by the API server"))).await;
+                    return;
+                }
                 _ = tick.tick(), if bookmarks => {
                     let (api_version, kind) = filter.bookmark_kind();
                     let bm = json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version,
