@@ -15,8 +15,11 @@
 //!   missing lease `404 NotFound`), delete, list and watch by `labelSelector`;
 //! - `POST` and `PATCH` of core `v1` and `events.k8s.io/v1` events (a patch of flat fields, as
 //!   kubelet's strategic merge patch of `count`, `lastTimestamp`, `message` is, merged);
-//! - `GET /api/v1/nodes/{name}` of the Nodes a test put (`404 NotFound` otherwise): the node
-//!   lease renewer reads its Node's zone label.
+//! - `GET /api/v1/nodes/{name}` of the Nodes a test put (`404 NotFound` otherwise; a `uid` is
+//!   given to a Node put without one): the node lease renewer reads its Node's uid (the lease's
+//!   owner) and zone label, the sentinel whether an expired lease's Node still exists;
+//!   [`MockApiServer::delete_node`] deletes the leases the Node owns, as the garbage collector
+//!   does.
 //!
 //! Faults as real API servers have them: [`MockApiServer::drop_watches`] breaks every open watch
 //! off mid-stream; [`MockApiServer::refuse_status_writes`] refuses one pod's status writes for
@@ -248,6 +251,19 @@ impl MockApiServer {
     /// Adds (or replaces) Node `node` (its `metadata.name`), served to `GET`.
     pub fn put_node(&self, node: Value) {
         self.shared.store.lock().put_node(node);
+    }
+
+    /// Node `name`, as stored now.
+    pub fn node(&self, name: &str) -> Option<Value> {
+        self.shared.store.lock().node(name).ok()
+    }
+
+    /// Deletes Node `name` and, as the garbage collector does, the leases it owns.
+    pub fn delete_node(&self, name: &str) {
+        let changes = self.shared.store.lock().delete_node(name);
+        for c in changes {
+            let _ = self.shared.changes.send(c);
+        }
     }
 
     /// Lease `namespace/name`, as stored now.

@@ -372,3 +372,73 @@ async fn a_zone_that_drops_whole_is_marked_at_the_normal_rate_while_other_zones_
     pods.sort();
     assert_eq!(pods, ["web-00", "web-01", "web-02", "web-03"]);
 }
+
+#[tokio::test]
+async fn leases_of_deleted_nodes_are_collected_or_ignored_and_never_hold_a_zone() {
+    let cluster = Cluster::new().await;
+    // Two real nodes, each with a gated pod; their leases are owned by their Nodes.
+    for n in ["node-a", "node-b"] {
+        cluster.add_node(n, "zone-1");
+        cluster.add_pod(&format!("web-{n}"), n, true, Some("True"));
+    }
+    let a = prober(&cluster, "node-a");
+    let _b = prober(&cluster, "node-b");
+    // Three nodes an autoscaler removed: their leases outlived them (no owner to collect
+    // them by), and their probers are gone.
+    let ghosts: Vec<_> = (1..=3)
+        .map(|i| {
+            let n = format!("ghost-{i}");
+            cluster.add_pod(&format!("web-{n}"), &n, true, Some("True"));
+            ghost_prober(&cluster, &n)
+        })
+        .collect();
+    let (_s, metrics) = start_sentinel(&cluster, "sentinel-0", fast());
+    assert!(
+        eventually(Duration::from_secs(10), || metrics.leases.get() == 5
+            && cluster.lease("node-a").is_some_and(
+                |l| l["metadata"]["ownerReferences"][0]["kind"] == "Node"
+            ))
+        .await,
+        "five leases, the real nodes' owned by their Nodes"
+    );
+    let owner = &cluster.lease("node-a").expect("lease")["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["apiVersion"], "v1");
+    assert_eq!(owner["name"], "node-a");
+    assert!(
+        owner["uid"].as_str().is_some_and(|u| !u.is_empty()),
+        "{owner}"
+    );
+    for g in &ghosts {
+        g.abort();
+    }
+    // The ghosts' leases expire: their Nodes are gone, so the sentinel ignores them (3 of 5
+    // expired would otherwise be a partially disrupted small zone, where nothing is marked).
+    tokio::time::sleep(LEASE + PERIOD * 3).await;
+    // A real prober dies: its node is marked.
+    a.abort();
+    assert!(
+        eventually(LEASE + PERIOD + Duration::from_secs(3), || cluster
+            .status_writes()
+            .iter()
+            .any(|w| w.pod == "web-node-a"))
+        .await,
+        "node-a marked: {:?}",
+        cluster.status_writes()
+    );
+    assert!(
+        cluster
+            .status_writes()
+            .iter()
+            .all(|w| w.pod == "web-node-a"),
+        "only node-a's pod: {:?}",
+        cluster.status_writes()
+    );
+    // A Node deleted: the garbage collector deletes its lease, and the sentinel forgets it.
+    cluster.delete_node("node-a");
+    assert!(cluster.lease("node-a").is_none(), "collected with its Node");
+    assert!(
+        eventually(Duration::from_secs(3), || metrics.leases.get() == 4).await,
+        "{}",
+        metrics.leases.get()
+    );
+}

@@ -95,6 +95,11 @@ impl Cluster {
             "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}}}));
     }
 
+    /// Deletes Node `name` (the stand-in's garbage collector deletes the leases it owns).
+    pub fn delete_node(&self, name: &str) {
+        self.api.delete_node(name);
+    }
+
     /// Pod `name`'s `podward.io/ready` condition.
     pub fn condition(&self, name: &str) -> Option<Value> {
         let pod = self.api.pod(&format!("uid-{name}"))?;
@@ -180,8 +185,19 @@ impl Health for Healthy {
     }
 }
 
-/// A node's prober renewing its lease (only the renewer: the rest is not in question here).
+/// A node's prober renewing its lease (only the renewer: the rest is not in question here);
+/// its Node is added (without a zone) unless the test added it.
 pub fn prober(cluster: &Cluster, node: &str) -> JoinHandle<()> {
+    if cluster.api.node(node).is_none() {
+        cluster
+            .api
+            .put_node(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}));
+    }
+    ghost_prober(cluster, node)
+}
+
+/// A prober renewing the lease of `node`, which has no Node (one an autoscaler deleted).
+pub fn ghost_prober(cluster: &Cluster, node: &str) -> JoinHandle<()> {
     let renewer = Renewer::new(
         cluster.client_named(&format!("prober-{node}")),
         LeaseSettings {

@@ -8,7 +8,9 @@
 //!   the nodes whose lease expired to the [`Marker`] at the rate the [`Table`]'s zones allow:
 //!   their gated pods' `podward.io/ready` goes `False` (reason `ProberNotReporting`), one event
 //!   per pod. Never `True`: the node's prober, when back, writes its own results.
-//! - Nodes without a lease (podward not installed there) are not followed, so never touched.
+//! - Nodes without a lease (podward not installed there) are not followed, so never touched;
+//!   an expired lease whose Node is gone (deleted, or another Node under the name: the lease's
+//!   owner uid differs) is ignored, neither marked nor counted in its zone.
 //! - The gated pods are listed per node when the node is marked, not watched: one watch (the
 //!   leases) whatever the cluster's size, and the pods' memory only for a page at a time.
 
@@ -141,6 +143,17 @@ async fn mark_loop(
         }
         if !*leading.borrow() {
             continue;
+        }
+        // Expired leases whose Node is gone (an autoscaler removed it before the garbage
+        // collector removed its lease) are ignored: looked up once per expiry, before they
+        // count in their zone.
+        let expiring = table.lock().expiring(Instant::now());
+        for (node, owner) in expiring {
+            let gone = marker.node_gone(&node, &owner).await;
+            if gone {
+                tracing::info!(node = %node, "node lease expired, but its Node is gone: ignored");
+            }
+            table.lock().checked(&node, gone);
         }
         let now = Instant::now();
         let due = {
@@ -276,6 +289,13 @@ fn apply(
         .as_ref()
         .and_then(|ls| ls.get(ZONE_LABEL))
         .map_or("", String::as_str);
+    let owner = l
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "Node" && o.name == node)
+        .map_or("", |o| o.uid.as_str());
     let mut t = table.lock();
     let back = t.apply(
         &node,
@@ -285,6 +305,7 @@ fn apply(
         zone,
         now,
     );
+    t.set_owner(&node, owner);
     if back {
         tracing::info!(node = %node, "node lease renewed again: its prober reports");
         metrics.last_transition.set(clock.now_ns() / 1_000_000_000);

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
@@ -55,6 +55,7 @@ pub enum MarkError {
 /// Marks nodes' gated pods.
 pub struct Marker {
     pods: Api<Pod>,
+    nodes: Api<Node>,
     writer: Arc<dyn ConditionWriter>,
     recorder: Recorder,
     condition_type: String,
@@ -71,7 +72,8 @@ impl Marker {
         clock: Clock,
     ) -> Self {
         Self {
-            pods: Api::all(client),
+            pods: Api::all(client.clone()),
+            nodes: Api::all(client),
             writer,
             recorder,
             condition_type: condition_type.to_owned(),
@@ -151,6 +153,22 @@ impl Marker {
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(c) => params = params.continue_token(&c),
                 None => return Ok(out),
+            }
+        }
+    }
+
+    /// Whether Node `node` is gone: not found, or found with another uid than `owner` (the
+    /// lease's owner; "" when the lease names none). A failed read counts as present: the
+    /// lease is then judged as any other.
+    pub async fn node_gone(&self, node: &str, owner: &str) -> bool {
+        match self.nodes.get_opt(node).await {
+            Ok(None) => true,
+            Ok(Some(n)) => {
+                !owner.is_empty() && n.metadata.uid.as_deref().is_some_and(|u| u != owner)
+            }
+            Err(e) => {
+                tracing::debug!(node, error = %e, "cannot read the Node of an expired lease");
+                false
             }
         }
     }

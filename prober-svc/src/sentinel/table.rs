@@ -78,6 +78,13 @@ struct NodeLease {
     duration: Duration,
     zone: String,
     state: State,
+    /// The uid of the Node owning the lease ("" when it names none).
+    owner: String,
+    /// Whether the Node was looked up since the lease last expired.
+    checked: bool,
+    /// The lease's Node is gone (deleted, or another Node under the name): the lease is
+    /// ignored (never marked, not counted in its zone) until it is renewed.
+    gone: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,6 +189,8 @@ impl Table {
                 }
                 n.record = record;
                 n.observed = now;
+                n.checked = false;
+                n.gone = false;
                 let back = n.state != State::Current;
                 n.state = State::Current;
                 if back {
@@ -198,10 +207,45 @@ impl Table {
                         duration,
                         zone: zone.to_owned(),
                         state: State::Current,
+                        owner: String::new(),
+                        checked: false,
+                        gone: false,
                     },
                 );
                 false
             }
+        }
+    }
+
+    /// The uid of the Node that owns node `node`'s lease ("" when it names none).
+    pub fn set_owner(&mut self, node: &str, uid: &str) {
+        if let Some(n) = self.nodes.get_mut(node)
+            && n.owner != uid
+        {
+            n.owner = uid.to_owned();
+        }
+    }
+
+    /// Expired leases whose Node was not looked up yet, with their owner's uid: the sentinel
+    /// asks the API whether each Node still exists ([`Table::checked`]) before the lease
+    /// counts as expired.
+    pub fn expiring(&self, now: Instant) -> Vec<(String, String)> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| {
+                n.state == State::Current
+                    && !n.checked
+                    && now.saturating_duration_since(n.observed) > n.duration
+            })
+            .map(|(name, n)| (name.clone(), n.owner.clone()))
+            .collect()
+    }
+
+    /// Node `node` was looked up: `gone` when it no longer exists (its lease is then ignored).
+    pub fn checked(&mut self, node: &str, gone: bool) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.checked = true;
+            n.gone = gone;
         }
     }
 
@@ -236,7 +280,7 @@ impl Table {
         let mut newly: Vec<(String, String)> = Vec::new();
         for (name, n) in &mut self.nodes {
             let expired = now.saturating_duration_since(n.observed) > n.duration;
-            if expired && n.state == State::Current {
+            if expired && n.state == State::Current && n.checked && !n.gone {
                 n.state = State::Queued;
                 newly.push((n.zone.clone(), name.clone()));
             }
@@ -331,7 +375,7 @@ impl Table {
     /// Each zone's state and size.
     pub fn zone_states(&self) -> BTreeMap<String, (ZoneState, usize)> {
         let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-        for n in self.nodes.values() {
+        for n in self.nodes.values().filter(|n| !n.gone) {
             let c = counts.entry(n.zone.clone()).or_default();
             if n.state == State::Current {
                 c.0 += 1;
@@ -377,6 +421,14 @@ mod tests {
 
     const D: Duration = Duration::from_secs(40);
 
+    /// [`Table::due`] after every expiring node was looked up and found present.
+    fn due(t: &mut Table, now: Instant) -> Vec<Due> {
+        for (node, _) in t.expiring(now) {
+            t.checked(&node, false);
+        }
+        t.due(now)
+    }
+
     fn table(rates: Rates, nodes: usize, now: Instant) -> Table {
         let mut t = Table::new(rates);
         for i in 0..nodes {
@@ -389,11 +441,11 @@ mod tests {
     async fn a_lease_expires_on_the_sentinels_clock_and_comes_back_when_it_changes() {
         let t0 = Instant::now();
         let mut t = table(Rates::default(), 10, t0);
-        assert!(t.due(t0 + D).is_empty(), "not before the duration");
+        assert!(due(&mut t, t0 + D).is_empty(), "not before the duration");
         for i in 1..10 {
             t.apply(&format!("n{i:02}"), "h", "t1", D, "", t0 + D);
         }
-        let due = t.due(t0 + D + Duration::from_secs(1));
+        let due = due(&mut t, t0 + D + Duration::from_secs(1));
         assert_eq!(due.len(), 1);
         assert_eq!(due[0].node, "n00");
         assert_eq!(due[0].renew_time, "t0");
@@ -411,9 +463,9 @@ mod tests {
             t.apply(&format!("n{i:02}"), "h", "t1", D, "", t0 + D);
         }
         let at = t0 + D + Duration::from_secs(1);
-        assert_eq!(t.due(at).len(), 1);
-        assert!(t.due(at + Duration::from_secs(9)).is_empty());
-        assert_eq!(t.due(at + Duration::from_secs(10)).len(), 1);
+        assert_eq!(due(&mut t, at).len(), 1);
+        assert!(due(&mut t, at + Duration::from_secs(9)).is_empty());
+        assert_eq!(due(&mut t, at + Duration::from_secs(10)).len(), 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -425,7 +477,7 @@ mod tests {
         for i in 6..10 {
             t.apply(&format!("n{i:02}"), "h", "t1", D, "", t0 + D);
         }
-        assert!(t.due(at).is_empty());
+        assert!(due(&mut t, at).is_empty());
         assert_eq!(
             t.zone_states()[""],
             (ZoneState::PartialDisruption, 10),
@@ -440,31 +492,56 @@ mod tests {
         for i in 6..10 {
             t.apply(&format!("n{i:02}"), "h", "t1", D, "", t0 + D);
         }
-        assert_eq!(t.due(at).len(), 1);
+        assert_eq!(due(&mut t, at).len(), 1);
         for step in [99, 100] {
             // The healthy nodes keep renewing.
             let now = at + Duration::from_secs(step);
             for i in 6..10 {
                 t.apply(&format!("n{i:02}"), "h", &format!("t{step}"), D, "", now);
             }
-            let due = t.due(now);
+            let due = due(&mut t, now);
             assert_eq!(due.len(), usize::from(step == 100), "at +{step}s: {due:?}");
         }
         // Every node expired (every zone fully disrupted): nothing.
         let mut t = table(rates, 10, t0);
-        assert!(t.due(at).is_empty());
+        assert!(due(&mut t, at).is_empty());
         assert_eq!(t.counts().waiting, 10);
         // One comes back: the others get a fresh duration rather than being marked at once.
         t.apply("n00", "h", "t9", D, "", at + Duration::from_secs(1));
-        assert!(t.due(at + Duration::from_secs(1)).is_empty());
+        assert!(due(&mut t, at + Duration::from_secs(1)).is_empty());
         assert_eq!(t.counts().expired, 0);
         let later = at + Duration::from_secs(1) + D + Duration::from_secs(1);
         t.apply("n00", "h", "t10", D, "", later);
         assert_eq!(
-            t.due(later).len(),
+            due(&mut t, later).len(),
             1,
             "9 of 10: partial, at the secondary rate"
         );
         assert_eq!(t.counts().expired, 9);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_whose_node_is_gone_is_never_marked_nor_counted() {
+        let t0 = Instant::now();
+        let mut t = table(Rates::default(), 5, t0);
+        for i in 3..5 {
+            t.apply(&format!("n{i:02}"), "h", "t1", D, "", t0 + D);
+        }
+        let at = t0 + D + Duration::from_secs(1);
+        let expiring = t.expiring(at);
+        assert_eq!(expiring.len(), 3);
+        assert!(t.due(at).is_empty(), "not before the Nodes were looked up");
+        // n00 and n01 are gone: only n02 counts, 1 of 3: a normal zone, marked.
+        for (node, _) in expiring {
+            t.checked(&node, node != "n02");
+        }
+        let due = t.due(at);
+        assert_eq!(due.len(), 1, "{due:?}");
+        assert_eq!(due[0].node, "n02");
+        assert_eq!(t.zone_states()[""], (ZoneState::Normal, 3));
+        assert!(t.expiring(at).is_empty(), "looked up once per expiry");
+        // Renewed again (a new Node under the name, a prober back): followed again.
+        t.apply("n00", "h", "t2", D, "", at);
+        assert_eq!(t.zone_states()[""], (ZoneState::Normal, 4));
     }
 }
