@@ -23,7 +23,7 @@
 //!
 //! Faults as real API servers have them: [`MockApiServer::drop_watches`] breaks every open watch
 //! off mid-stream; [`MockApiServer::refuse_status_writes`] refuses one pod's status writes for
-//! good.
+//! good; [`MockApiServer::stall`] holds one client's requests unanswered.
 //!
 //! Every request is recorded with its arrival time, its `User-Agent` and the status it was
 //! answered ([`MockApiServer::requests`]), so tests assert what reached the API, from which of
@@ -101,6 +101,9 @@ pub(crate) struct Shared {
     /// Pods (namespace, name) whose status writes are refused, with the answer's code and
     /// message ([`MockApiServer::refuse_status_writes`]).
     pub(crate) refused: Mutex<BTreeMap<(String, String), (u16, String)>>,
+    /// Requests held unanswered: (`User-Agent`, path fragment) pairs
+    /// ([`MockApiServer::stall`]).
+    pub(crate) stalls: tokio::sync::watch::Sender<Vec<(String, String)>>,
     /// Record the bodies of requests (off for benchmarks: the writes are counted, not kept).
     pub(crate) keep_bodies: bool,
 }
@@ -156,6 +159,7 @@ impl MockApiServer {
             bookmark_every: options.bookmark_every,
             drops: tokio::sync::watch::channel(0).0,
             refused: Mutex::new(BTreeMap::new()),
+            stalls: tokio::sync::watch::channel(Vec::new()).0,
             keep_bodies: options.keep_bodies,
         });
         let task = tokio::spawn(http::serve(listener, shared.clone()));
@@ -201,6 +205,19 @@ impl MockApiServer {
             (namespace.to_owned(), name.to_owned()),
             (code, message.to_owned()),
         );
+    }
+
+    /// Holds every request from the client named `user_agent` whose path contains `path`
+    /// unanswered (a hung connection, an overloaded server) until [`MockApiServer::unstall`].
+    pub fn stall(&self, user_agent: &str, path: &str) {
+        self.shared
+            .stalls
+            .send_modify(|v| v.push((user_agent.to_owned(), path.to_owned())));
+    }
+
+    /// Answers the stalled requests, and stalls no more.
+    pub fn unstall(&self) {
+        self.shared.stalls.send_modify(Vec::clear);
     }
 
     /// Adds (or replaces) a pod object; watches see `ADDED` (or `MODIFIED`).

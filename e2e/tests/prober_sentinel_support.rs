@@ -95,6 +95,16 @@ impl Cluster {
             "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}}}));
     }
 
+    /// Holds the requests of client `who` to paths containing `path` unanswered.
+    pub fn stall(&self, who: &str, path: &str) {
+        self.api.stall(who, path);
+    }
+
+    /// Answers what was stalled.
+    pub fn unstall(&self) {
+        self.api.unstall();
+    }
+
     /// Deletes Node `name` (the stand-in's garbage collector deletes the leases it owns).
     pub fn delete_node(&self, name: &str) {
         self.api.delete_node(name);
@@ -251,14 +261,18 @@ pub fn start_sentinel(
         clock,
     );
     let metrics = SentinelMetrics::new(None).expect("metrics");
-    let task = tokio::spawn(sentinel::run(
+    let run = sentinel::run(
+        client.clone(),
         client,
         marker,
         settings(identity, rates),
         metrics.clone(),
         clock,
         std::future::pending(),
-    ));
+    );
+    let task = tokio::spawn(async move {
+        let _ = run.await;
+    });
     (task, metrics)
 }
 

@@ -35,7 +35,7 @@ use podward_api::daemon::stop::Stop;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-pub use self::election::{ElectionTiming, Elector};
+pub use self::election::{ElectionTiming, Elector, Fence};
 pub use self::marker::{Marker, REASON};
 pub use self::metrics::SentinelMetrics;
 pub use self::table::{Rates, Table};
@@ -64,20 +64,24 @@ pub struct SentinelSettings {
     pub gate_condition: String,
 }
 
-/// Runs the sentinel through `client` until `shutdown` resolves; `marker` writes.
+/// Runs the sentinel through `client` until `shutdown` resolves; `marker` writes; `election`
+/// (a client whose requests have deadlines) keeps the leader lease. [`election::Lost`] when
+/// this replica lost its leadership: it has stopped marking, and the process should exit.
 pub async fn run(
     client: kube::Client,
+    election: kube::Client,
     marker: Marker,
     settings: SentinelSettings,
     metrics: SentinelMetrics,
     clock: Clock,
     shutdown: impl Future<Output = ()>,
-) {
+) -> Result<(), election::Lost> {
     let stop = Stop::new();
     let table = Arc::new(Mutex::new(Table::new(settings.rates.clone())));
     let (leading_tx, leading) = watch::channel(false);
+    let fence = Fence::new(settings.election.renew_deadline);
     let elector = Elector::new(
-        client.clone(),
+        election,
         &settings.namespace,
         &settings.election_lease,
         &settings.identity,
@@ -85,7 +89,7 @@ pub async fn run(
         clock,
     );
     // Aborted if this future is dropped (the process dies with its tasks, as on SIGKILL).
-    let mut election = Owned(tokio::spawn(elector.run(leading_tx, stop.stopped())));
+    let mut election = tokio::spawn(elector.run(leading_tx, fence.clone(), stop.stopped()));
     let leases: Api<Lease> = Api::namespaced(client, &settings.namespace);
     let mut follow = Owned(tokio::spawn(follow_leases(
         leases,
@@ -97,16 +101,43 @@ pub async fn run(
     tracing::info!(namespace = %settings.namespace, identity = %settings.identity,
         period_s = settings.period.as_secs_f64(), normal_rate = settings.rates.normal,
         secondary_rate = settings.rates.secondary, "sentinel watching the node leases");
-    let marking = mark_loop(&marker, &table, &metrics, leading, settings.period, clock);
+    let marking = mark_loop(
+        &marker,
+        &table,
+        &metrics,
+        leading,
+        &fence,
+        settings.period,
+        clock,
+    );
     tokio::pin!(shutdown);
-    tokio::select! {
-        () = &mut shutdown => {}
-        () = marking => {}
-    }
+    // Aborted if this future is dropped (the process dies with its tasks, as on SIGKILL).
+    let mut guard = ElectionGuard(Some(election.abort_handle()));
+    let lost = tokio::select! {
+        () = &mut shutdown => None,
+        () = marking => None,
+        r = &mut election => Some(r),
+    };
     stop.trigger();
-    // The election task releases the leader lease on the way out.
-    let _ = (&mut election.0).await;
+    let result = match lost {
+        Some(r) => r.unwrap_or(Ok(())),
+        // The election task releases the leader lease on the way out.
+        None => (&mut election).await.unwrap_or(Ok(())),
+    };
+    guard.0 = None;
     let _ = (&mut follow.0).await;
+    result
+}
+
+/// Aborts the election task if the sentinel's future is dropped.
+struct ElectionGuard(Option<tokio::task::AbortHandle>);
+
+impl Drop for ElectionGuard {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            h.abort();
+        }
+    }
 }
 
 /// A task aborted when its owner is dropped.
@@ -124,6 +155,7 @@ async fn mark_loop(
     table: &Mutex<Table>,
     metrics: &SentinelMetrics,
     mut leading: watch::Receiver<bool>,
+    fence: &Fence,
     period: Duration,
     clock: Clock,
 ) {
@@ -141,7 +173,7 @@ async fn mark_loop(
                 continue;
             }
         }
-        if !*leading.borrow() {
+        if !*leading.borrow() || !fence.holds() {
             continue;
         }
         // Expired leases whose Node is gone (an autoscaler removed it before the garbage
@@ -170,7 +202,10 @@ async fn mark_loop(
             due
         };
         for d in due {
-            let check = || *leading.borrow() && table.lock().expired(&d.node, Instant::now());
+            // Fencing: each write only while this replica holds the leader lease.
+            let check = || {
+                *leading.borrow() && fence.holds() && table.lock().expired(&d.node, Instant::now())
+            };
             tracing::warn!(node = %d.node, last_renewal = %d.renew_time, zone = %d.zone,
                 "node lease expired: marking the node's gated pods not ready");
             match marker.mark(&d.node, &d.renew_time, check).await {

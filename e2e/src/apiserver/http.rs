@@ -132,6 +132,17 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         });
         requests.len() - 1
     };
+    let ua = header("user-agent");
+    let mut stalls = shared.stalls.subscribe();
+    loop {
+        let held = stalls
+            .borrow_and_update()
+            .iter()
+            .any(|(who, frag)| *who == ua && path.contains(frag.as_str()));
+        if !held || stalls.changed().await.is_err() {
+            break;
+        }
+    }
     let resp = route(&shared, &method, &path, &query, body);
     if let Some(r) = shared.requests.lock().get_mut(seen) {
         r.code = Some(resp.status().as_u16());

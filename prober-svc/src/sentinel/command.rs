@@ -125,6 +125,9 @@ pub enum SentinelError {
     /// Metrics could not be registered.
     #[error(transparent)]
     Metrics(#[from] MetricsError),
+    /// This replica lost the leader lease (it stopped marking; a restart campaigns afresh).
+    #[error(transparent)]
+    Lost(#[from] super::election::Lost),
 }
 
 impl SentinelArgs {
@@ -224,7 +227,18 @@ pub async fn run(
     // The lease watch may be quiet for minutes (no read timeout); the marker's writes have the
     // gate writer's deadlines, so a half-open connection never holds a node's marking.
     let client = client::build(config.clone(), bucket.clone(), client::Deadlines::watches())?;
-    let writes = client::build(config, bucket, client::Deadlines::writes())?;
+    let writes = client::build(config.clone(), bucket, client::Deadlines::writes())?;
+    // The leader lease on a client of its own (its own bucket: a renewal never queues behind
+    // the marker's writes), every request bounded by the renew deadline, as client-go's.
+    let deadline = Some(settings.election.renew_deadline);
+    let election = client::build(
+        config,
+        Arc::new(TokenBucket::new(5.0, 10)),
+        client::Deadlines {
+            request: deadline,
+            read: deadline,
+        },
+    )?;
     let admin = Admin::new();
     podward_api::daemon::build_info::register(
         &admin.registry,
@@ -259,12 +273,12 @@ pub async fn run(
         &settings.gate_condition,
         clock,
     );
-    super::run(client, marker, settings, metrics, clock, shutdown).await;
+    let result = super::run(client, election, marker, settings, metrics, clock, shutdown).await;
     stop.trigger();
     if let Some(t) = admin_task {
         let _ = t.await;
     }
-    Ok(())
+    Ok(result?)
 }
 
 #[cfg(test)]
