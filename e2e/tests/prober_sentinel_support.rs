@@ -95,6 +95,11 @@ impl Cluster {
             "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}}}));
     }
 
+    /// Refuses every status write of pod `shop/name` with `code` and `message`.
+    pub fn refuse_status_writes(&self, name: &str, code: u16, message: &str) {
+        self.api.refuse_status_writes("shop", name, code, message);
+    }
+
     /// Holds the requests of client `who` to paths containing `path` unanswered.
     pub fn stall(&self, who: &str, path: &str) {
         self.api.stall(who, path);

@@ -5,9 +5,10 @@
 //! - Every replica watches the node leases (one watch: the leases of podward's namespace with
 //!   the node-lease label) into a [`Table`]; one replica leads ([`election`]).
 //! - The leader, every period (5 s, the node lifecycle controller's `nodeMonitorPeriod`), hands
-//!   the nodes whose lease expired to the [`Marker`] at the rate the [`Table`]'s zones allow:
-//!   their gated pods' `podward.io/ready` goes `False` (reason `ProberNotReporting`), one event
-//!   per pod. Never `True`: the node's prober, when back, writes its own results.
+//!   every node whose lease expired in a zone that is not disrupted to the [`Marker`] at once
+//!   ([`Table`]: a disrupted zone, or every lease expired, holds marking and says so): their
+//!   gated pods' `podward.io/ready` goes `False` (reason `ProberNotReporting`), one event per
+//!   pod. Never `True`: the node's prober, when back, writes its own results.
 //! - Nodes without a lease (podward not installed there) are not followed, so never touched;
 //!   an expired lease whose Node is gone (deleted, or another Node under the name: the lease's
 //!   owner uid differs) is ignored, neither marked nor counted in its zone.
@@ -161,6 +162,7 @@ async fn mark_loop(
 ) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut held: Vec<String> = Vec::new();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -193,6 +195,15 @@ async fn mark_loop(
             let before = t.counts().expired;
             let due = t.due(now);
             let c = t.counts();
+            if t.held_zones() != held.as_slice() {
+                held = t.held_zones().to_vec();
+                if held.is_empty() {
+                    tracing::info!("marking resumes: no zone is disrupted");
+                } else {
+                    tracing::warn!(zones = ?held, held_nodes = c.held,
+                        "marking held: so many leases expired at once in these zones (or in every zone) that podward itself, not each prober, is the likely fault");
+                }
+            }
             let newly = c.expired.saturating_sub(before);
             if newly > 0 {
                 metrics.expirations.inc_by(newly as u64);
@@ -219,15 +230,15 @@ async fn mark_loop(
                         failed = m.failed, renewed = m.renewed, "node marked");
                     let mut t = table.lock();
                     if m.failed > 0 {
-                        t.retry(&d.node);
-                    } else if m.written == 0 {
-                        t.refund(&d.zone, Instant::now());
+                        t.retry(&d.node, Instant::now());
+                    } else {
+                        t.marked(&d.node);
                     }
                 }
                 Err(e) => {
                     metrics.errors.inc();
-                    tracing::warn!(error = %e, "cannot mark an expired node; retrying");
-                    table.lock().retry(&d.node);
+                    tracing::warn!(error = %e, "cannot mark an expired node; retrying after a backoff");
+                    table.lock().retry(&d.node, Instant::now());
                 }
             }
         }
@@ -240,6 +251,7 @@ fn set_counts(metrics: &SentinelMetrics, t: &Table) {
     metrics.leases.set(g(c.leases));
     metrics.expired.set(g(c.expired));
     metrics.waiting.set(g(c.waiting));
+    metrics.held.set(g(c.held));
 }
 
 /// Follows the node leases into `table` until `shutdown` (kube-rs's watcher: a paged list,

@@ -59,15 +59,17 @@ pub struct SentinelArgs {
     /// nodeMonitorPeriod).
     #[arg(long, env = "PODWARD_SENTINEL_PERIOD_SECONDS", default_value_t = 5.0)]
     pub period_seconds: f64,
-    /// Expired nodes marked per second in a healthy zone (--node-eviction-rate).
+    /// Accepted so that existing manifests run; not used: marking is not rate-limited (the node
+    /// lifecycle controller marks a not-ready node's pods at once; only its evictions use
+    /// --node-eviction-rate). The API QPS paces marking.
     #[arg(
         long,
         env = "PODWARD_SENTINEL_NODE_EVICTION_RATE",
         default_value_t = 0.1
     )]
     pub node_eviction_rate: f64,
-    /// Expired nodes marked per second in a partially disrupted zone
-    /// (--secondary-node-eviction-rate).
+    /// Accepted so that existing manifests run; not used: a partially disrupted zone is held
+    /// (--secondary-node-eviction-rate is the controller's eviction rate there).
     #[arg(
         long,
         env = "PODWARD_SENTINEL_SECONDARY_NODE_EVICTION_RATE",
@@ -82,8 +84,8 @@ pub struct SentinelArgs {
         default_value_t = 0.55
     )]
     pub unhealthy_zone_threshold: f64,
-    /// A partially disrupted zone of at most this many nodes is not marked at all
-    /// (--large-cluster-size-threshold).
+    /// Accepted so that existing manifests run; not used: every partially disrupted zone is
+    /// held, whatever its size (--large-cluster-size-threshold).
     #[arg(
         long,
         env = "PODWARD_SENTINEL_LARGE_CLUSTER_SIZE_THRESHOLD",
