@@ -535,3 +535,59 @@ async fn a_dropped_pod_watch_never_withdraws_the_node_lease() {
     assert_eq!(gate(&mock, &uid)["status"], "True");
     sentinel.terminate().await.expect("sentinel stops");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_prober_restarts_in_a_row_never_write_a_pod_false() {
+    // A renewal every 4 s, 6 s duration: a restart (kill, start 3 s later) stays within the
+    // lease only if the new prober renews at once on start, not an interval later.
+    const LEASE_HERE: Duration = Duration::from_secs(6);
+    let mock = MockApiServer::start().await.expect("mock API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig: PathBuf = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
+    let mut args = prober_args(&kubeconfig);
+    for (flag, value) in [
+        ("--node-lease-renew-interval-seconds", "4"),
+        ("--node-lease-duration-seconds", "6"),
+    ] {
+        let i = args.iter().position(|a| a == flag).expect("flag");
+        args[i + 1] = value.to_owned();
+    }
+    let mut env = Env::start_with(args).await;
+    let (mut sentinel, sentinel_admin) = spawn_sentinel(&kubeconfig).await;
+    let uid = ready_pod(&env, &mock, "served", None).await;
+    until("the gate to be True", Duration::from_secs(60), || {
+        gate(&mock, &uid)["status"] == "True"
+    })
+    .await;
+    until_async_leases(sentinel_admin).await;
+    let since = SystemTime::now();
+    let mut renewed = renew_time(&mock);
+    for round in 0..10 {
+        env.kill_prober().await;
+        let killed = Instant::now();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        env.start_prober().await;
+        until(
+            &format!("round {round}: the restarted prober's first renewal"),
+            Duration::from_secs(3),
+            || renew_time(&mock) != renewed,
+        )
+        .await;
+        renewed = renew_time(&mock);
+        let gap = killed.elapsed();
+        assert!(
+            gap < LEASE_HERE,
+            "round {round}: renewed {gap:?} after the kill"
+        );
+        let w = written(&mock, "served", since);
+        assert!(
+            !w.iter().any(|s| s == "False"),
+            "round {round}: written False: {w:?}"
+        );
+    }
+    // A period and a half more: the sentinel had every chance to see an expiry.
+    tokio::time::sleep(PERIOD + PERIOD / 2).await;
+    assert_eq!(written(&mock, "served", since), Vec::<String>::new());
+    assert_eq!(gate(&mock, &uid)["status"], "True");
+    sentinel.terminate().await.expect("sentinel stops");
+}
