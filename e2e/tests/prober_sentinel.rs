@@ -146,6 +146,7 @@ async fn a_killed_prober_s_gated_pod_goes_false_then_its_fresh_result_takes_it_b
     let mock = MockApiServer::start().await.expect("mock API server");
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig: PathBuf = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
+    put_node(&mock);
     let mut env = Env::start_with(
         [
             "--node-name",
@@ -324,6 +325,12 @@ async fn a_killed_prober_s_gated_pod_goes_false_then_its_fresh_result_takes_it_b
     sentinel.terminate().await.expect("sentinel stops");
 }
 
+/// The stand-in's Node for this node (the lease's owner; the sentinel ignores the lease of a
+/// Node that is gone).
+fn put_node(mock: &MockApiServer) {
+    mock.put_node(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}));
+}
+
 /// The prober's flags here: its node, the stand-in, the lease at this file's cadence.
 fn prober_args(kubeconfig: &std::path::Path) -> Vec<String> {
     [
@@ -457,6 +464,7 @@ async fn one_pod_s_refused_writes_never_withdraw_the_node_lease() {
     let mock = MockApiServer::start().await.expect("mock API server");
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig: PathBuf = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
+    put_node(&mock);
     let (_env, mut sentinel, uid) = node_with_a_refused_pod(&mock, &kubeconfig).await;
     // The refused pod is that pod's problem: the lease holds, the other pod is untouched.
     let renewals = lease_holds(&mock, "served", LEASE * 3, "one pod's writes refused").await;
@@ -485,6 +493,7 @@ async fn a_dropped_pod_watch_never_withdraws_the_node_lease() {
     let mock = MockApiServer::start().await.expect("mock API server");
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig: PathBuf = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
+    put_node(&mock);
     let env = Env::start_with(prober_args(&kubeconfig)).await;
     let (mut sentinel, sentinel_admin) = spawn_sentinel(&kubeconfig).await;
     let uid = ready_pod(&env, &mock, "served", None).await;
@@ -544,6 +553,7 @@ async fn ten_prober_restarts_in_a_row_never_write_a_pod_false() {
     let mock = MockApiServer::start().await.expect("mock API server");
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig: PathBuf = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
+    put_node(&mock);
     let mut args = prober_args(&kubeconfig);
     for (flag, value) in [
         ("--node-lease-renew-interval-seconds", "4"),
