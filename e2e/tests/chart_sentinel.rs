@@ -113,10 +113,10 @@ fn the_sentinel_deployment_runs_what_the_binary_accepts_with_exactly_its_rbac() 
     assert_eq!(
         rules(named(&r.objects, "ClusterRole", "-sentinel")),
         [
+            want("", "events", &["create", "patch"]),
             want("", "nodes", &["get"]),
             want("", "pods", &["get", "list"]),
             want("", "pods/status", &["patch"]),
-            want("events.k8s.io", "events", &["create", "patch"]),
         ]
     );
     assert_eq!(

@@ -71,7 +71,11 @@ fn written(mock: &MockApiServer, name: &str, since: SystemTime) -> Vec<String> {
 fn sentinel_events(mock: &MockApiServer, name: &str) -> Vec<Value> {
     mock.events()
         .into_iter()
-        .filter(|e| e["regarding"]["name"] == name && e["reason"] == "ProberNotReporting")
+        .filter(|e| {
+            e["involvedObject"]["kind"] == "Pod"
+                && e["involvedObject"]["name"] == name
+                && e["reason"] == "ProberNotReporting"
+        })
         .collect()
 }
 

@@ -119,19 +119,42 @@ async fn a_killed_prober_s_gated_pods_go_false_within_lease_duration_and_a_perio
         !cluster.node_lists().iter().any(|n| n == "node-b"),
         "node-b never listed"
     );
-    // One event per pod marked.
-    assert!(eventually(Duration::from_secs(2), || cluster.events().len() == 2).await);
+    // One event per pod marked (core v1, through the prober's correlator), and one on the Node.
+    assert!(eventually(Duration::from_secs(2), || cluster.events().len() == 3).await);
     let mut regarding: Vec<String> = cluster
         .events()
         .iter()
         .map(|e| {
             assert_eq!(e["reason"], "ProberNotReporting");
             assert_eq!(e["type"], "Warning");
-            e["regarding"]["name"].as_str().unwrap_or("").to_owned()
+            assert_eq!(e["source"]["component"], "podward-sentinel");
+            format!(
+                "{}/{}",
+                e["involvedObject"]["kind"].as_str().unwrap_or(""),
+                e["involvedObject"]["name"].as_str().unwrap_or("")
+            )
         })
         .collect();
     regarding.sort();
-    assert_eq!(regarding, ["web-1", "web-2"]);
+    assert_eq!(regarding, ["Node/node-a", "Pod/web-1", "Pod/web-2"]);
+    let node_event = cluster
+        .events()
+        .into_iter()
+        .find(|e| e["involvedObject"]["kind"] == "Node")
+        .expect("the Node's event");
+    assert_eq!(node_event["metadata"]["namespace"], "default");
+    assert!(
+        node_event["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("2 gated pod(s) marked not ready")),
+        "{node_event}"
+    );
+    assert!(
+        node_event["involvedObject"]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty()),
+        "the Node's uid, from the lease's owner: {node_event}"
+    );
     // Later periods write nothing more.
     tokio::time::sleep(PERIOD * 5).await;
     assert_eq!(cluster.status_writes().len(), 2);
@@ -166,6 +189,19 @@ async fn the_prober_back_takes_over_and_the_sentinel_does_not_write_again() {
     // The prober comes back: it renews, then its gate writes its fresh result.
     let _a = prober(&cluster, "node-a");
     assert!(eventually(Duration::from_secs(3), || metrics.expired.get() == 0).await);
+    assert!(
+        eventually(Duration::from_secs(3), || cluster.events().iter().any(
+            |e| {
+                e["involvedObject"]["kind"] == "Node"
+                    && e["involvedObject"]["name"] == "node-a"
+                    && e["reason"] == "ProberReporting"
+                    && e["type"] == "Normal"
+            }
+        ))
+        .await,
+        "one event on the Node when it recovers: {:?}",
+        cluster.events()
+    );
     let writer = KubeWriter::new(cluster.client_named("prober-node-a"));
     use podward_prober::kubernetes::gate::{ConditionWriter, Target};
     use podward_prober::model::api_pod::{ConditionStatus, GateCondition};

@@ -16,7 +16,7 @@ use podward_prober::clock::Clock;
 use podward_prober::kubernetes::gate::KubeWriter;
 use podward_prober::lease::{Blind, Health, LeaseMetrics, LeaseSettings, Renewer};
 use podward_prober::sentinel::{
-    self, ElectionTiming, Marker, Rates, SentinelMetrics, SentinelSettings,
+    self, ElectionTiming, Marker, Rates, SentinelEvents, SentinelMetrics, SentinelSettings,
 };
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -251,17 +251,11 @@ pub fn start_sentinel(
 ) -> (JoinHandle<()>, SentinelMetrics) {
     let client = cluster.client_named(identity);
     let clock = Clock::system();
-    let recorder = kube::runtime::events::Recorder::new(
-        client.clone(),
-        kube::runtime::events::Reporter {
-            controller: "podward-sentinel".into(),
-            instance: Some(identity.into()),
-        },
-    );
+    let events = SentinelEvents::spawn(client.clone(), identity, clock);
     let marker = Marker::new(
         client.clone(),
         Arc::new(KubeWriter::new(client.clone())),
-        recorder,
+        events,
         "podward.io/ready",
         clock,
     );

@@ -17,6 +17,7 @@
 
 pub mod command;
 pub mod election;
+pub mod events;
 pub mod marker;
 pub mod metrics;
 pub mod table;
@@ -37,6 +38,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 pub use self::election::{ElectionTiming, Elector, Fence};
+pub use self::events::SentinelEvents;
 pub use self::marker::{Marker, REASON};
 pub use self::metrics::SentinelMetrics;
 pub use self::table::{Rates, Table};
@@ -97,6 +99,7 @@ pub async fn run(
         table.clone(),
         metrics.clone(),
         clock,
+        marker.events().clone(),
         stop.stopped(),
     )));
     tracing::info!(namespace = %settings.namespace, identity = %settings.identity,
@@ -225,6 +228,11 @@ async fn mark_loop(
                     metrics.errors.inc_by(m.failed as u64);
                     if m.written > 0 {
                         metrics.last_transition.set(clock.now_ns() / 1_000_000_000);
+                        marker.events().node(&d.node, &d.owner, true, REASON, &format!(
+                            "podward-prober on this node stopped renewing its node lease (last renewal {}): {} gated pod(s) marked not ready",
+                            if d.renew_time.is_empty() { "never" } else { &d.renew_time },
+                            m.written
+                        ));
                     }
                     tracing::info!(node = %d.node, gated = m.gated, marked = m.written,
                         failed = m.failed, renewed = m.renewed, "node marked");
@@ -261,6 +269,7 @@ async fn follow_leases(
     table: Arc<Mutex<Table>>,
     metrics: SentinelMetrics,
     clock: Clock,
+    events: SentinelEvents,
     shutdown: impl Future<Output = ()>,
 ) {
     let stream = watcher::watcher(api, watcher::Config::default().labels(NODE_LEASE_LABEL))
@@ -278,7 +287,7 @@ async fn follow_leases(
         match next {
             Ok(Event::Init) => relist = Some(HashSet::new()),
             Ok(Event::InitApply(l)) => {
-                if let Some(node) = apply(&table, &l, now, &metrics, clock)
+                if let Some(node) = apply(&table, &l, now, &metrics, clock, &events)
                     && let Some(seen) = &mut relist
                 {
                     seen.insert(node);
@@ -296,7 +305,7 @@ async fn follow_leases(
                 }
             }
             Ok(Event::Apply(l)) => {
-                apply(&table, &l, now, &metrics, clock);
+                apply(&table, &l, now, &metrics, clock, &events);
             }
             Ok(Event::Delete(l)) => {
                 if let Some(node) = l.metadata.name.as_deref() {
@@ -317,6 +326,7 @@ fn apply(
     now: Instant,
     metrics: &SentinelMetrics,
     clock: Clock,
+    events: &SentinelEvents,
 ) -> Option<String> {
     let node = l.metadata.name.clone()?;
     let spec = l.spec.clone().unwrap_or_default();
@@ -356,6 +366,13 @@ fn apply(
     if back {
         tracing::info!(node = %node, "node lease renewed again: its prober reports");
         metrics.last_transition.set(clock.now_ns() / 1_000_000_000);
+        events.node(
+            &node,
+            owner,
+            false,
+            events::REASON_BACK,
+            "podward-prober on this node renews its node lease again: its pods' readiness is its own again",
+        );
     }
     set_counts(metrics, &t);
     Some(node)

@@ -261,17 +261,11 @@ pub async fn run(
         }
     };
     let clock = Clock::system();
-    let recorder = kube::runtime::events::Recorder::new(
-        writes.clone(),
-        kube::runtime::events::Reporter {
-            controller: "podward-sentinel".to_owned(),
-            instance: Some(settings.identity.clone()),
-        },
-    );
+    let events = super::SentinelEvents::spawn(writes.clone(), &settings.identity, clock);
     let marker = Marker::new(
         writes.clone(),
         Arc::new(KubeWriter::new(writes)),
-        recorder,
+        events,
         &settings.gate_condition,
         clock,
     );
