@@ -15,8 +15,15 @@
 //!   missing lease `404 NotFound`), delete, list and watch by `labelSelector`;
 //! - `POST` and `PATCH` of core `v1` and `events.k8s.io/v1` events (a patch of flat fields, as
 //!   kubelet's strategic merge patch of `count`, `lastTimestamp`, `message` is, merged);
-//! - `GET /api/v1/nodes/{name}` of the Nodes a test put (`404 NotFound` otherwise): the node
-//!   lease renewer reads its Node's zone label.
+//! - `GET /api/v1/nodes/{name}` of the Nodes a test put (`404 NotFound` otherwise; a `uid` is
+//!   given to a Node put without one): the node lease renewer reads its Node's uid (the lease's
+//!   owner) and zone label, the sentinel whether an expired lease's Node still exists;
+//!   [`MockApiServer::delete_node`] deletes the leases the Node owns, as the garbage collector
+//!   does.
+//!
+//! Faults as real API servers have them: [`MockApiServer::drop_watches`] breaks every open watch
+//! off mid-stream; [`MockApiServer::refuse_status_writes`] refuses one pod's status writes for
+//! good; [`MockApiServer::stall`] holds one client's requests unanswered.
 //!
 //! Every request is recorded with its arrival time, its `User-Agent` and the status it was
 //! answered ([`MockApiServer::requests`]), so tests assert what reached the API, from which of
@@ -89,6 +96,14 @@ pub(crate) struct Shared {
     pub(crate) requests: Mutex<Vec<Recorded>>,
     pub(crate) available: AtomicBool,
     pub(crate) bookmark_every: Duration,
+    /// Bumped to end every open watch mid-stream ([`MockApiServer::drop_watches`]).
+    pub(crate) drops: tokio::sync::watch::Sender<u64>,
+    /// Pods (namespace, name) whose status writes are refused, with the answer's code and
+    /// message ([`MockApiServer::refuse_status_writes`]).
+    pub(crate) refused: Mutex<BTreeMap<(String, String), (u16, String)>>,
+    /// Requests held unanswered: (`User-Agent`, path fragment) pairs
+    /// ([`MockApiServer::stall`]).
+    pub(crate) stalls: tokio::sync::watch::Sender<Vec<(String, String)>>,
     /// Record the bodies of requests (off for benchmarks: the writes are counted, not kept).
     pub(crate) keep_bodies: bool,
 }
@@ -142,6 +157,9 @@ impl MockApiServer {
             requests: Mutex::new(Vec::new()),
             available: AtomicBool::new(true),
             bookmark_every: options.bookmark_every,
+            drops: tokio::sync::watch::channel(0).0,
+            refused: Mutex::new(BTreeMap::new()),
+            stalls: tokio::sync::watch::channel(Vec::new()).0,
             keep_bodies: options.keep_bodies,
         });
         let task = tokio::spawn(http::serve(listener, shared.clone()));
@@ -170,6 +188,36 @@ impl MockApiServer {
     /// Answers every request with `503` while `false` (the API server down).
     pub fn set_available(&self, available: bool) {
         self.shared.available.store(available, Ordering::SeqCst);
+    }
+
+    /// Ends every open watch mid-stream, as an API server restart or a load balancer's idle
+    /// timeout does: the response body breaks off without its final chunk, so the client sees
+    /// a transport error and must resume (watches opened later are served as usual).
+    pub fn drop_watches(&self) {
+        self.shared.drops.send_modify(|n| *n += 1);
+    }
+
+    /// Refuses every later status write of pod `namespace/name` with `code` and `message`
+    /// (`403`: an admission webhook's denial; `500` with etcd's "request is too large": a pod
+    /// at etcd's size limit), for good.
+    pub fn refuse_status_writes(&self, namespace: &str, name: &str, code: u16, message: &str) {
+        self.shared.refused.lock().insert(
+            (namespace.to_owned(), name.to_owned()),
+            (code, message.to_owned()),
+        );
+    }
+
+    /// Holds every request from the client named `user_agent` whose path contains `path`
+    /// unanswered (a hung connection, an overloaded server) until [`MockApiServer::unstall`].
+    pub fn stall(&self, user_agent: &str, path: &str) {
+        self.shared
+            .stalls
+            .send_modify(|v| v.push((user_agent.to_owned(), path.to_owned())));
+    }
+
+    /// Answers the stalled requests, and stalls no more.
+    pub fn unstall(&self) {
+        self.shared.stalls.send_modify(Vec::clear);
     }
 
     /// Adds (or replaces) a pod object; watches see `ADDED` (or `MODIFIED`).
@@ -220,6 +268,19 @@ impl MockApiServer {
     /// Adds (or replaces) Node `node` (its `metadata.name`), served to `GET`.
     pub fn put_node(&self, node: Value) {
         self.shared.store.lock().put_node(node);
+    }
+
+    /// Node `name`, as stored now.
+    pub fn node(&self, name: &str) -> Option<Value> {
+        self.shared.store.lock().node(name).ok()
+    }
+
+    /// Deletes Node `name` and, as the garbage collector does, the leases it owns.
+    pub fn delete_node(&self, name: &str) {
+        let changes = self.shared.store.lock().delete_node(name);
+        for c in changes {
+            let _ = self.shared.changes.send(c);
+        }
     }
 
     /// Lease `namespace/name`, as stored now.

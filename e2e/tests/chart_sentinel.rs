@@ -113,9 +113,10 @@ fn the_sentinel_deployment_runs_what_the_binary_accepts_with_exactly_its_rbac() 
     assert_eq!(
         rules(named(&r.objects, "ClusterRole", "-sentinel")),
         [
+            want("", "events", &["create", "patch"]),
+            want("", "nodes", &["get"]),
             want("", "pods", &["get", "list"]),
             want("", "pods/status", &["patch"]),
-            want("events.k8s.io", "events", &["create", "patch"]),
         ]
     );
     assert_eq!(
@@ -151,7 +152,7 @@ fn the_sentinel_deployment_runs_what_the_binary_accepts_with_exactly_its_rbac() 
     for flag in [
         "--lease-namespace=",
         "--node-lease-renew-interval-seconds=10",
-        "--node-lease-duration-seconds=40",
+        "--node-lease-duration-seconds=50",
     ] {
         assert!(args.iter().any(|a| a.starts_with(flag)), "{flag}: {args:?}");
     }

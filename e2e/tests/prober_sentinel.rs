@@ -71,7 +71,11 @@ fn written(mock: &MockApiServer, name: &str, since: SystemTime) -> Vec<String> {
 fn sentinel_events(mock: &MockApiServer, name: &str) -> Vec<Value> {
     mock.events()
         .into_iter()
-        .filter(|e| e["regarding"]["name"] == name && e["reason"] == "ProberNotReporting")
+        .filter(|e| {
+            e["involvedObject"]["kind"] == "Pod"
+                && e["involvedObject"]["name"] == name
+                && e["reason"] == "ProberNotReporting"
+        })
         .collect()
 }
 
@@ -146,6 +150,7 @@ async fn a_killed_prober_s_gated_pod_goes_false_then_its_fresh_result_takes_it_b
     let mock = MockApiServer::start().await.expect("mock API server");
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig: PathBuf = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
+    put_node(&mock);
     let mut env = Env::start_with(
         [
             "--node-name",
@@ -321,5 +326,282 @@ async fn a_killed_prober_s_gated_pod_goes_false_then_its_fresh_result_takes_it_b
                 .is_some_and(|f| f.contains("unleased-node"))),
         "the unleased node's pods were listed"
     );
+    sentinel.terminate().await.expect("sentinel stops");
+}
+
+/// The stand-in's Node for this node (the lease's owner; the sentinel ignores the lease of a
+/// Node that is gone).
+fn put_node(mock: &MockApiServer) {
+    mock.put_node(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}));
+}
+
+/// The prober's flags here: its node, the stand-in, the lease at this file's cadence.
+fn prober_args(kubeconfig: &std::path::Path) -> Vec<String> {
+    [
+        "--node-name",
+        NODE,
+        "--kubeconfig",
+        kubeconfig.to_str().expect("utf8"),
+        "--lease-namespace",
+        NAMESPACE,
+        "--node-lease-renew-interval-seconds",
+        "1",
+        "--node-lease-duration-seconds",
+        "4",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect()
+}
+
+/// Runs gated pod `name` whose HTTP readiness succeeds, put in the stand-in with the gate
+/// condition `initial` (absent when `None`); its UID.
+async fn ready_pod(env: &Env, mock: &MockApiServer, name: &str, initial: Option<&str>) -> String {
+    let data = env.node.dir().join(format!("data-{name}"));
+    std::fs::create_dir_all(&data).expect("data dir");
+    std::fs::write(data.join("healthz"), "ok").expect("healthz");
+    let port = free_port();
+    let probes = json!({"readinessProbe": {"httpGet": {"path": "/healthz", "port": port},
+        "periodSeconds": 1, "failureThreshold": 3, "timeoutSeconds": 1}});
+    let spec = PodSpec::new(name)
+        .annotation(
+            podward_api::labels::PODWARD_PROBES,
+            &json!({ "app": probes }).to_string(),
+        )
+        .container(
+            ContainerSpec::new(
+                "app",
+                &[
+                    "sh",
+                    "-c",
+                    &script(&format!("httpd -p 127.0.0.1:{port} -h /data")),
+                ],
+            )
+            .mount(data.to_str().expect("utf8"), "/data"),
+        );
+    let mut obj = pod_object(&spec, NODE);
+    obj["spec"]["readinessGates"] = json!([{ "conditionType": GATE }]);
+    if let Some(st) = initial {
+        obj["status"]["conditions"]
+            .as_array_mut()
+            .expect("conditions")
+            .push(json!({"type": GATE, "status": st, "reason": "Earlier",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}));
+    }
+    mock.put_pod(obj);
+    let pod = env.driver.run_pod(&env.node, spec).await.expect("run pod");
+    pod.uid().to_owned()
+}
+
+/// The node lease's `renewTime` ("" without a lease).
+fn renew_time(mock: &MockApiServer) -> String {
+    mock.lease(NAMESPACE, NODE)
+        .and_then(|l| l["spec"]["renewTime"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// Watches the node lease for `span`: it must change at least every lease duration (so the
+/// sentinel never sees it expire), and pod `name` must never be written `False`. Returns the
+/// renewals seen.
+async fn lease_holds(mock: &MockApiServer, name: &str, span: Duration, what: &str) -> usize {
+    let start = Instant::now();
+    let since = SystemTime::now();
+    let mut last = renew_time(mock);
+    let mut changed_at = Instant::now();
+    let mut renewals = 0;
+    while start.elapsed() < span {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = renew_time(mock);
+        if now != last {
+            last = now;
+            changed_at = Instant::now();
+            renewals += 1;
+        }
+        assert!(
+            changed_at.elapsed() < LEASE,
+            "{what}: the node lease was not renewed for {:?} (duration {LEASE:?})",
+            changed_at.elapsed()
+        );
+        let w = written(mock, name, since);
+        assert!(
+            !w.iter().any(|s| s == "False"),
+            "{what}: pod {name} was written False: {w:?}"
+        );
+    }
+    renewals
+}
+
+/// A node whose prober and sentinel run against the stand-in, with gated pod `served` True and
+/// gated pod `refused` (whose status writes an admission webhook refuses for good) wanting a
+/// write; the served pod's UID.
+async fn node_with_a_refused_pod(
+    mock: &MockApiServer,
+    kubeconfig: &std::path::Path,
+) -> (Env, Daemon, String) {
+    mock.refuse_status_writes(
+        "default",
+        "refused",
+        403,
+        "admission webhook \"deny.example.com\" denied the request: frozen namespace",
+    );
+    let env = Env::start_with(prober_args(kubeconfig)).await;
+    let (sentinel, sentinel_admin) = spawn_sentinel(kubeconfig).await;
+    let uid = ready_pod(&env, mock, "served", None).await;
+    // Its condition says False (from before): the prober wants True and is refused each time.
+    ready_pod(&env, mock, "refused", Some("False")).await;
+    until("the gate to be True", Duration::from_secs(60), || {
+        gate(mock, &uid)["status"] == "True"
+    })
+    .await;
+    until("a refused write", Duration::from_secs(30), || {
+        mock.requests()
+            .iter()
+            .any(|r| r.is_status_write("refused") && r.code == Some(403))
+    })
+    .await;
+    until_async_leases(sentinel_admin).await;
+    (env, sentinel, uid)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_pod_s_refused_writes_never_withdraw_the_node_lease() {
+    let mock = MockApiServer::start().await.expect("mock API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig: PathBuf = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
+    put_node(&mock);
+    let (_env, mut sentinel, uid) = node_with_a_refused_pod(&mock, &kubeconfig).await;
+    // The refused pod is that pod's problem: the lease holds, the other pod is untouched.
+    let renewals = lease_holds(&mock, "served", LEASE * 3, "one pod's writes refused").await;
+    assert!(renewals >= 6, "{renewals} renewals in {:?}", LEASE * 3);
+    assert_eq!(gate(&mock, &uid)["status"], "True");
+    let refused = mock
+        .requests()
+        .iter()
+        .filter(|r| r.is_status_write("refused"))
+        .count();
+    assert!(refused >= 2, "the refused write is retried ({refused})");
+    // What the lease says of it (`status` shows it beside the lease).
+    let lease = mock.lease(NAMESPACE, NODE).expect("lease");
+    let problems = lease["metadata"]["annotations"]["podward.io/prober-problems"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        problems.contains("1 pod(s) whose readiness-gate write keeps failing"),
+        "{lease}"
+    );
+    sentinel.terminate().await.expect("sentinel stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_pod_watch_never_withdraws_the_node_lease() {
+    let mock = MockApiServer::start().await.expect("mock API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig: PathBuf = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
+    put_node(&mock);
+    let env = Env::start_with(prober_args(&kubeconfig)).await;
+    let (mut sentinel, sentinel_admin) = spawn_sentinel(&kubeconfig).await;
+    let uid = ready_pod(&env, &mock, "served", None).await;
+    until("the gate to be True", Duration::from_secs(60), || {
+        gate(&mock, &uid)["status"] == "True"
+    })
+    .await;
+    until_async_leases(sentinel_admin).await;
+    // An API server restart: every watch breaks off, and for a moment every request is
+    // answered 503 (kube-rs's re-watch fails: an error), then it serves again and kube-rs
+    // resumes the watch from its resource version, without a relist.
+    let watches = |mock: &MockApiServer| {
+        mock.requests()
+            .iter()
+            .filter(|r| {
+                r.path == "/api/v1/pods" && r.query.get("watch").is_some_and(|w| w == "true")
+            })
+            .count()
+    };
+    let before = watches(&mock);
+    let lists = |mock: &MockApiServer| {
+        mock.requests()
+            .iter()
+            .filter(|r| {
+                r.path == "/api/v1/pods" && r.code == Some(200) && !r.query.contains_key("watch")
+            })
+            .count()
+    };
+    let listed = lists(&mock);
+    mock.set_available(false);
+    mock.drop_watches();
+    until("a refused re-watch", Duration::from_secs(10), || {
+        mock.requests().iter().skip(before).any(|r| {
+            r.path == "/api/v1/pods" && r.query.contains_key("watch") && r.code == Some(503)
+        })
+    })
+    .await;
+    mock.set_available(true);
+    until("the pod watch to resume", Duration::from_secs(10), || {
+        mock.requests().iter().any(|r| {
+            r.path == "/api/v1/pods" && r.query.contains_key("watch") && r.code == Some(200)
+        }) && watches(&mock) > before + 1
+    })
+    .await;
+    assert_eq!(lists(&mock), listed, "resumed without a relist");
+    let renewals = lease_holds(&mock, "served", LEASE * 3, "the pod watch dropped").await;
+    assert!(renewals >= 6, "{renewals} renewals in {:?}", LEASE * 3);
+    assert_eq!(gate(&mock, &uid)["status"], "True");
+    sentinel.terminate().await.expect("sentinel stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_prober_restarts_in_a_row_never_write_a_pod_false() {
+    // A renewal every 4 s, 6 s duration: a restart (kill, start 3 s later) stays within the
+    // lease only if the new prober renews at once on start, not an interval later.
+    const LEASE_HERE: Duration = Duration::from_secs(6);
+    let mock = MockApiServer::start().await.expect("mock API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig: PathBuf = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
+    put_node(&mock);
+    let mut args = prober_args(&kubeconfig);
+    for (flag, value) in [
+        ("--node-lease-renew-interval-seconds", "4"),
+        ("--node-lease-duration-seconds", "6"),
+    ] {
+        let i = args.iter().position(|a| a == flag).expect("flag");
+        args[i + 1] = value.to_owned();
+    }
+    let mut env = Env::start_with(args).await;
+    let (mut sentinel, sentinel_admin) = spawn_sentinel(&kubeconfig).await;
+    let uid = ready_pod(&env, &mock, "served", None).await;
+    until("the gate to be True", Duration::from_secs(60), || {
+        gate(&mock, &uid)["status"] == "True"
+    })
+    .await;
+    until_async_leases(sentinel_admin).await;
+    let since = SystemTime::now();
+    let mut renewed = renew_time(&mock);
+    for round in 0..10 {
+        env.kill_prober().await;
+        let killed = Instant::now();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        env.start_prober().await;
+        until(
+            &format!("round {round}: the restarted prober's first renewal"),
+            Duration::from_secs(3),
+            || renew_time(&mock) != renewed,
+        )
+        .await;
+        renewed = renew_time(&mock);
+        let gap = killed.elapsed();
+        assert!(
+            gap < LEASE_HERE,
+            "round {round}: renewed {gap:?} after the kill"
+        );
+        let w = written(&mock, "served", since);
+        assert!(
+            !w.iter().any(|s| s == "False"),
+            "round {round}: written False: {w:?}"
+        );
+    }
+    // A period and a half more: the sentinel had every chance to see an expiry.
+    tokio::time::sleep(PERIOD + PERIOD / 2).await;
+    assert_eq!(written(&mock, "served", since), Vec::<String>::new());
+    assert_eq!(gate(&mock, &uid)["status"], "True");
     sentinel.terminate().await.expect("sentinel stops");
 }

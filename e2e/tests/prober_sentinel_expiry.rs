@@ -7,8 +7,10 @@
 //!   already `False`, and a node that never had a lease are not touched; never `True`;
 //! - the prober back: its renewals stop the sentinel, whose writes do not come back (the
 //!   prober's own results take over);
-//! - a mass expiry is rate-limited as the node lifecycle controller: the secondary rate in a
-//!   partially disrupted zone, nothing when every node expired at once.
+//! - every expired node of a healthy zone is marked at once (a node whose marking fails is
+//!   retried alone); a partially or fully disrupted zone, or every lease expired at once, is
+//!   held (the metric says so);
+//! - a lease whose Node is gone is ignored; a deleted Node takes its lease with it.
 
 #[path = "prober_sentinel_support.rs"]
 mod support;
@@ -117,19 +119,42 @@ async fn a_killed_prober_s_gated_pods_go_false_within_lease_duration_and_a_perio
         !cluster.node_lists().iter().any(|n| n == "node-b"),
         "node-b never listed"
     );
-    // One event per pod marked.
-    assert!(eventually(Duration::from_secs(2), || cluster.events().len() == 2).await);
+    // One event per pod marked (core v1, through the prober's correlator), and one on the Node.
+    assert!(eventually(Duration::from_secs(2), || cluster.events().len() == 3).await);
     let mut regarding: Vec<String> = cluster
         .events()
         .iter()
         .map(|e| {
             assert_eq!(e["reason"], "ProberNotReporting");
             assert_eq!(e["type"], "Warning");
-            e["regarding"]["name"].as_str().unwrap_or("").to_owned()
+            assert_eq!(e["source"]["component"], "podward-sentinel");
+            format!(
+                "{}/{}",
+                e["involvedObject"]["kind"].as_str().unwrap_or(""),
+                e["involvedObject"]["name"].as_str().unwrap_or("")
+            )
         })
         .collect();
     regarding.sort();
-    assert_eq!(regarding, ["web-1", "web-2"]);
+    assert_eq!(regarding, ["Node/node-a", "Pod/web-1", "Pod/web-2"]);
+    let node_event = cluster
+        .events()
+        .into_iter()
+        .find(|e| e["involvedObject"]["kind"] == "Node")
+        .expect("the Node's event");
+    assert_eq!(node_event["metadata"]["namespace"], "default");
+    assert!(
+        node_event["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("2 gated pod(s) marked not ready")),
+        "{node_event}"
+    );
+    assert!(
+        node_event["involvedObject"]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty()),
+        "the Node's uid, from the lease's owner: {node_event}"
+    );
     // Later periods write nothing more.
     tokio::time::sleep(PERIOD * 5).await;
     assert_eq!(cluster.status_writes().len(), 2);
@@ -164,6 +189,19 @@ async fn the_prober_back_takes_over_and_the_sentinel_does_not_write_again() {
     // The prober comes back: it renews, then its gate writes its fresh result.
     let _a = prober(&cluster, "node-a");
     assert!(eventually(Duration::from_secs(3), || metrics.expired.get() == 0).await);
+    assert!(
+        eventually(Duration::from_secs(3), || cluster.events().iter().any(
+            |e| {
+                e["involvedObject"]["kind"] == "Node"
+                    && e["involvedObject"]["name"] == "node-a"
+                    && e["reason"] == "ProberReporting"
+                    && e["type"] == "Normal"
+            }
+        ))
+        .await,
+        "one event on the Node when it recovers: {:?}",
+        cluster.events()
+    );
     let writer = KubeWriter::new(cluster.client_named("prober-node-a"));
     use podward_prober::kubernetes::gate::{ConditionWriter, Target};
     use podward_prober::model::api_pod::{ConditionStatus, GateCondition};
@@ -210,45 +248,69 @@ fn nodes(cluster: &Cluster, n: usize) -> Vec<JoinHandle<()>> {
 }
 
 #[tokio::test]
-async fn a_mass_expiry_in_a_large_zone_goes_at_the_secondary_rate() {
+async fn a_partially_disrupted_zone_is_held_and_says_so() {
     let cluster = Cluster::new().await;
     let probers = nodes(&cluster, 12);
-    let rates = Rates {
-        normal: 10.0,
-        secondary: 1.0,
-        unhealthy_zone_threshold: 0.55,
-        large_cluster_threshold: 5,
-    };
-    let (_s, metrics) = start_sentinel(&cluster, "sentinel-0", rates);
+    let (_s, metrics) = start_sentinel(&cluster, "sentinel-0", Rates::default());
     assert!(eventually(Duration::from_secs(10), || metrics.leases.get() == 12).await);
-    // 8 of 12 go at once: 67 % ≥ 55 %, a partially disrupted zone of more than 5 nodes.
+    // 8 of 12 go at once: 67 % ≥ 55 %, a partially disrupted zone: podward's own fault is
+    // likelier than eight probers' at once.
     for p in &probers[..8] {
         p.abort();
     }
-    assert!(eventually(LEASE * 3, || !cluster.status_writes().is_empty()).await);
-    // One node per second, not ten: at most 5 nodes in 3.5 s after the first (ten a second
-    // would have marked all 8), and the marking goes on (a fourth node, polled: a loaded
-    // machine spaces the writes a little wider than the rate).
-    tokio::time::sleep(Duration::from_millis(3_500)).await;
-    let early = cluster.status_writes().len();
-    assert!(early <= 5, "{early} nodes marked in 3.5 s");
-    assert!(eventually(LEASE * 3, || cluster.status_writes().len() >= 4).await);
-    let writes = cluster.status_writes();
+    assert!(eventually(LEASE * 3, || metrics.held.get() == 8).await);
+    tokio::time::sleep(PERIOD * 5).await;
     assert!(
-        writes.len() < 8,
-        "{} nodes marked: {writes:?}",
-        writes.len()
+        cluster.status_writes().is_empty(),
+        "{:?}",
+        cluster.status_writes()
     );
-    let mut at: Vec<SystemTime> = writes.iter().map(|w| w.at).collect();
-    at.sort();
-    for pair in at.windows(2) {
-        let gap = pair[1].duration_since(pair[0]).unwrap_or_default();
-        assert!(
-            gap >= Duration::from_millis(800),
-            "spaced by the secondary rate: {gap:?}"
-        );
+    assert_eq!(metrics.waiting.get(), 8);
+}
+
+#[tokio::test]
+async fn ten_lost_probers_in_a_healthy_zone_are_all_marked_at_once_and_a_failing_node_holds_none_back()
+ {
+    let cluster = Cluster::new().await;
+    let probers = nodes(&cluster, 30);
+    // One node's pod refuses every write (a webhook): that node is retried, alone.
+    cluster.refuse_status_writes("web-00", 500, "etcdserver: request is too large");
+    let (_s, metrics) = start_sentinel(&cluster, "sentinel-0", Rates::default());
+    assert!(eventually(Duration::from_secs(10), || metrics.leases.get() == 30).await);
+    for p in &probers[..10] {
+        p.abort();
     }
-    assert!(metrics.waiting.get() >= 3, "the rest waits");
+    let killed = Instant::now();
+    let marked = |cluster: &Cluster| {
+        cluster
+            .status_writes()
+            .iter()
+            .filter(|w| w.code == 200)
+            .count()
+    };
+    assert!(
+        eventually(LEASE + PERIOD + Duration::from_secs(3), || marked(&cluster)
+            == 9)
+        .await,
+        "{:?}",
+        cluster.status_writes()
+    );
+    let took = killed.elapsed();
+    assert!(
+        took <= LEASE + PERIOD * 2 + Duration::from_secs(1),
+        "all nine marked {took:?} after the kill (lease {LEASE:?} + period {PERIOD:?})"
+    );
+    // The refused node is tried again, after a backoff of its own.
+    assert!(
+        eventually(Duration::from_secs(5), || cluster
+            .status_writes()
+            .iter()
+            .filter(|w| w.pod == "web-00")
+            .count()
+            >= 2)
+        .await
+    );
+    assert_eq!(marked(&cluster), 9);
 }
 
 #[tokio::test]
@@ -277,16 +339,16 @@ async fn every_node_expiring_at_once_marks_nothing() {
     );
     assert_eq!(metrics.waiting.get(), 6);
     // One node back: the others get a fresh lease duration (as the node lifecycle controller
-    // resets its timestamps when it leaves this mode), then, still silent, go at the secondary
-    // rate of a partially disrupted zone.
+    // resets its timestamps when it leaves this mode), then, still silent, are a partially
+    // disrupted zone: held.
     let _back = prober(&cluster, "node-00");
     assert!(eventually(Duration::from_secs(2), || metrics.expired.get() == 0).await);
     tokio::time::sleep(LEASE - Duration::from_millis(500)).await;
     assert!(cluster.status_writes().is_empty(), "a fresh duration first");
+    assert!(eventually(Duration::from_secs(5), || metrics.held.get() == 5).await);
+    tokio::time::sleep(PERIOD * 3).await;
     assert!(
-        eventually(Duration::from_secs(5), || cluster.status_writes().len()
-            == 5)
-        .await,
+        cluster.status_writes().is_empty(),
         "{:?}",
         cluster.status_writes()
     );
@@ -309,10 +371,8 @@ async fn a_cluster_of_one_or_two_nodes_is_marked_when_its_probers_are_all_gone()
             p.abort();
         }
         let killed = Instant::now();
-        // At the default normal rate (0.1 nodes/s) the first node goes at once; a second one,
-        // ten seconds later.
-        let within =
-            LEASE + PERIOD + Duration::from_secs(2) + Duration::from_secs(10) * (n as u32 - 1);
+        // Both at once: one or two expired nodes are no disruption.
+        let within = LEASE + PERIOD + Duration::from_secs(2);
         assert!(
             eventually(within, || cluster.status_writes().len() == n).await,
             "{n} node(s): {:?} after {:?}",
@@ -330,9 +390,7 @@ async fn a_cluster_of_one_or_two_nodes_is_marked_when_its_probers_are_all_gone()
 }
 
 #[tokio::test]
-async fn a_zone_that_drops_whole_is_marked_at_the_normal_rate_while_other_zones_renew() {
-    // 4 of 7 nodes expired would be a partial disruption of one small zone (nothing marked);
-    // with zones, the 4 are a fully disrupted zone-a beside a healthy zone-b: the normal rate.
+async fn a_zone_that_drops_whole_is_held_while_a_lost_prober_of_a_healthy_zone_is_marked() {
     let cluster = Cluster::new().await;
     let mut probers = Vec::new();
     for (i, zone) in ["zone-a"; 4].into_iter().chain(["zone-b"; 3]).enumerate() {
@@ -341,7 +399,7 @@ async fn a_zone_that_drops_whole_is_marked_at_the_normal_rate_while_other_zones_
         cluster.add_pod(&format!("web-{i:02}"), &node, true, Some("True"));
         probers.push(prober(&cluster, &node));
     }
-    let (_s, metrics) = start_sentinel(&cluster, "sentinel-0", fast());
+    let (_s, metrics) = start_sentinel(&cluster, "sentinel-0", Rates::default());
     assert!(
         eventually(Duration::from_secs(10), || metrics.leader.get() == 1
             && metrics.leases.get() == 7)
@@ -357,18 +415,90 @@ async fn a_zone_that_drops_whole_is_marked_at_the_normal_rate_while_other_zones_
         .await,
         "every lease carries its node's zone"
     );
-    for p in &probers[..4] {
+    // zone-a drops whole (a zone outage, or a rollout gone wrong there), and one of zone-b.
+    for p in &probers[..5] {
         p.abort();
     }
     assert!(
         eventually(LEASE + PERIOD + Duration::from_secs(3), || {
-            cluster.status_writes().len() == 4
+            cluster.status_writes().len() == 1
         })
         .await,
         "{:?}",
         cluster.status_writes()
     );
-    let mut pods: Vec<String> = cluster.status_writes().into_iter().map(|w| w.pod).collect();
-    pods.sort();
-    assert_eq!(pods, ["web-00", "web-01", "web-02", "web-03"]);
+    assert_eq!(cluster.status_writes()[0].pod, "web-04");
+    assert!(eventually(Duration::from_secs(2), || metrics.held.get() == 4).await);
+    tokio::time::sleep(PERIOD * 3).await;
+    assert_eq!(cluster.status_writes().len(), 1, "zone-a held");
+}
+
+#[tokio::test]
+async fn leases_of_deleted_nodes_are_collected_or_ignored_and_never_hold_a_zone() {
+    let cluster = Cluster::new().await;
+    // Two real nodes, each with a gated pod; their leases are owned by their Nodes.
+    for n in ["node-a", "node-b"] {
+        cluster.add_node(n, "zone-1");
+        cluster.add_pod(&format!("web-{n}"), n, true, Some("True"));
+    }
+    let a = prober(&cluster, "node-a");
+    let _b = prober(&cluster, "node-b");
+    // Three nodes an autoscaler removed: their leases outlived them (no owner to collect
+    // them by), and their probers are gone.
+    let ghosts: Vec<_> = (1..=3)
+        .map(|i| {
+            let n = format!("ghost-{i}");
+            cluster.add_pod(&format!("web-{n}"), &n, true, Some("True"));
+            ghost_prober(&cluster, &n)
+        })
+        .collect();
+    let (_s, metrics) = start_sentinel(&cluster, "sentinel-0", fast());
+    assert!(
+        eventually(Duration::from_secs(10), || metrics.leases.get() == 5
+            && cluster.lease("node-a").is_some_and(
+                |l| l["metadata"]["ownerReferences"][0]["kind"] == "Node"
+            ))
+        .await,
+        "five leases, the real nodes' owned by their Nodes"
+    );
+    let owner = &cluster.lease("node-a").expect("lease")["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["apiVersion"], "v1");
+    assert_eq!(owner["name"], "node-a");
+    assert!(
+        owner["uid"].as_str().is_some_and(|u| !u.is_empty()),
+        "{owner}"
+    );
+    for g in &ghosts {
+        g.abort();
+    }
+    // The ghosts' leases expire: their Nodes are gone, so the sentinel ignores them (3 of 5
+    // expired would otherwise be a partially disrupted small zone, where nothing is marked).
+    tokio::time::sleep(LEASE + PERIOD * 3).await;
+    // A real prober dies: its node is marked.
+    a.abort();
+    assert!(
+        eventually(LEASE + PERIOD + Duration::from_secs(3), || cluster
+            .status_writes()
+            .iter()
+            .any(|w| w.pod == "web-node-a"))
+        .await,
+        "node-a marked: {:?}",
+        cluster.status_writes()
+    );
+    assert!(
+        cluster
+            .status_writes()
+            .iter()
+            .all(|w| w.pod == "web-node-a"),
+        "only node-a's pod: {:?}",
+        cluster.status_writes()
+    );
+    // A Node deleted: the garbage collector deletes its lease, and the sentinel forgets it.
+    cluster.delete_node("node-a");
+    assert!(cluster.lease("node-a").is_none(), "collected with its Node");
+    assert!(
+        eventually(Duration::from_secs(3), || metrics.leases.get() == 4).await,
+        "{}",
+        metrics.leases.get()
+    );
 }

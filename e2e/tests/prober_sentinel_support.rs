@@ -16,7 +16,7 @@ use podward_prober::clock::Clock;
 use podward_prober::kubernetes::gate::KubeWriter;
 use podward_prober::lease::{Blind, Health, LeaseMetrics, LeaseSettings, Renewer};
 use podward_prober::sentinel::{
-    self, ElectionTiming, Marker, Rates, SentinelMetrics, SentinelSettings,
+    self, ElectionTiming, Marker, Rates, SentinelEvents, SentinelMetrics, SentinelSettings,
 };
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -93,6 +93,26 @@ impl Cluster {
     pub fn add_node(&self, name: &str, zone: &str) {
         self.api.put_node(json!({"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}}}));
+    }
+
+    /// Refuses every status write of pod `shop/name` with `code` and `message`.
+    pub fn refuse_status_writes(&self, name: &str, code: u16, message: &str) {
+        self.api.refuse_status_writes("shop", name, code, message);
+    }
+
+    /// Holds the requests of client `who` to paths containing `path` unanswered.
+    pub fn stall(&self, who: &str, path: &str) {
+        self.api.stall(who, path);
+    }
+
+    /// Answers what was stalled.
+    pub fn unstall(&self) {
+        self.api.unstall();
+    }
+
+    /// Deletes Node `name` (the stand-in's garbage collector deletes the leases it owns).
+    pub fn delete_node(&self, name: &str) {
+        self.api.delete_node(name);
     }
 
     /// Pod `name`'s `podward.io/ready` condition.
@@ -180,8 +200,19 @@ impl Health for Healthy {
     }
 }
 
-/// A node's prober renewing its lease (only the renewer: the rest is not in question here).
+/// A node's prober renewing its lease (only the renewer: the rest is not in question here);
+/// its Node is added (without a zone) unless the test added it.
 pub fn prober(cluster: &Cluster, node: &str) -> JoinHandle<()> {
+    if cluster.api.node(node).is_none() {
+        cluster
+            .api
+            .put_node(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}));
+    }
+    ghost_prober(cluster, node)
+}
+
+/// A prober renewing the lease of `node`, which has no Node (one an autoscaler deleted).
+pub fn ghost_prober(cluster: &Cluster, node: &str) -> JoinHandle<()> {
     let renewer = Renewer::new(
         cluster.client_named(&format!("prober-{node}")),
         LeaseSettings {
@@ -220,29 +251,27 @@ pub fn start_sentinel(
 ) -> (JoinHandle<()>, SentinelMetrics) {
     let client = cluster.client_named(identity);
     let clock = Clock::system();
-    let recorder = kube::runtime::events::Recorder::new(
-        client.clone(),
-        kube::runtime::events::Reporter {
-            controller: "podward-sentinel".into(),
-            instance: Some(identity.into()),
-        },
-    );
+    let events = SentinelEvents::spawn(client.clone(), identity, clock);
     let marker = Marker::new(
         client.clone(),
         Arc::new(KubeWriter::new(client.clone())),
-        recorder,
+        events,
         "podward.io/ready",
         clock,
     );
     let metrics = SentinelMetrics::new(None).expect("metrics");
-    let task = tokio::spawn(sentinel::run(
+    let run = sentinel::run(
+        client.clone(),
         client,
         marker,
         settings(identity, rates),
         metrics.clone(),
         clock,
         std::future::pending(),
-    ));
+    );
+    let task = tokio::spawn(async move {
+        let _ = run.await;
+    });
     (task, metrics)
 }
 

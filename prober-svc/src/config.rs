@@ -160,7 +160,7 @@ pub struct Args {
 
     /// The node lease's duration: how long one renewal vouches for this node's conditions
     /// before the sentinel marks them False (kubelet's --node-lease-duration-seconds).
-    /// 0 turns the lease off. [default: 40]
+    /// 0 turns the lease off. [default: 50, the node lifecycle controller's grace period]
     #[arg(long, env = "PODWARD_PROBER_NODE_LEASE_DURATION_SECONDS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_lease_duration_seconds: Option<u64>,
@@ -275,7 +275,7 @@ impl Default for Config {
             readiness_gate_condition: DEFAULT_GATE_CONDITION.to_owned(),
             lease_namespace: None,
             node_lease_renew_interval_seconds: 10,
-            node_lease_duration_seconds: 40,
+            node_lease_duration_seconds: 50,
             exec_mode: ExecMode::Cri,
             exec_helper: None,
             exec_standby: true,

@@ -92,6 +92,12 @@ impl ApiSide {
         })
     }
 
+    /// The gate writer leaves the sentinel's `False` alone while `vouch` (this prober's node
+    /// lease) is not current.
+    pub fn set_vouch(&mut self, vouch: crate::lease::Vouch) {
+        self.gate.set_vouch(vouch);
+    }
+
     /// The API side's metrics (the node lease's health reads the reflector's and the gate
     /// writer's).
     pub fn metrics(&self) -> ApiMetrics {

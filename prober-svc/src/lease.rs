@@ -1,24 +1,35 @@
 //! The node lease: a `coordination.k8s.io/v1` Lease per node, in podward's namespace and named
-//! after the node, that the prober renews while its readiness-gate conditions are current — the
-//! statement kubelet's node lease makes for the node, made for podward's conditions. The
-//! sentinel ([`crate::sentinel`]) reads an expired lease as "this node's conditions are frozen".
+//! after the node, that the prober renews while it can vouch for probing on its node — the
+//! statement kubelet's node lease makes for kubelet. The sentinel ([`crate::sentinel`]) reads an
+//! expired lease as "this node's readiness is not being kept".
 //!
-//! - Renewed at kubelet's node-lease cadence (every 10 s, 40 s duration, both flags) by
-//!   kubelet's algorithm: the lease is kept from the last answer and replaced (`PUT`) with a new
-//!   `renewTime`; a `404` creates it; a `409` (someone else changed it: another writer, or our
-//!   cached copy is stale) reads it again and retries at once, up to [`MAX_TRIES`] times.
-//! - Only while healthy ([`Health`]): the pod source read (the shim's stream, or containerd
-//!   polled), the node's pods listed from the API, the gate writer draining. A prober alive but
-//!   blind stops renewing: the lease says "my conditions are current", not "my process exists".
+//! - Renewed from a loop of its own that waits on nothing but the API: never on the pod watch,
+//!   a relist, or one pod's write. What withdraws it is what really stops probing
+//!   ([`Health`]: no pod source at all; the node's pods never listed for a lease duration since
+//!   start; the process itself, on whose runtime the loop runs; the API unreachable). A resumed
+//!   watch or one pod's refused write is counted and written on the lease
+//!   ([`PROBLEMS_ANNOTATION`]), never node-wide.
+//! - Renewed at once on start (kubelet renews in its first sync), then at kubelet's node-lease
+//!   cadence (every 10 s, a 50 s duration: the node lifecycle controller's grace period), by
+//!   kubelet's algorithm: the lease is kept from the last answer and updated (`PUT`) with a new
+//!   `renewTime`, up to [`MAX_TRIES`] times (`retryUpdateLease`: a `409` reads it again first);
+//!   failing that it is read again, or created when missing, with a doubling backoff
+//!   (`backoffEnsureLease`).
+//! - Owned by its Node (kubelet's `SetNodeOwnerFunc`: `v1`/`Node`, name and uid from a read of
+//!   the Node), so the garbage collector deletes it with the Node; it carries the Node's
+//!   `topology.kubernetes.io/zone` label, so the sentinel follows zones without watching
+//!   Nodes. A Node that cannot be read (no RBAC, not found yet) leaves the lease without an
+//!   owner and a zone, and is read again at the next renewal.
 //! - Its own client with its own token bucket, as kubelet's heartbeat client: a renewal never
 //!   waits behind a queue of condition writes.
-//! - It carries the node's zone (the Node's `topology.kubernetes.io/zone` label, read once per
-//!   process), so the sentinel rate-limits per zone as the node lifecycle controller does
-//!   without watching every Node. A Node that cannot be read (no RBAC, not found) leaves the
-//!   lease without a zone.
+//! - Each success is told to the [`Vouch`] the gate writer reads: a prober whose lease is not
+//!   current does not overwrite the sentinel's `False`.
 
 mod health;
+mod metrics;
+pub mod node;
 pub mod report;
+mod vouch;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -32,14 +43,15 @@ use kube::Api;
 use kube::api::PostParams;
 use podward_api::backoff::Backoff;
 use podward_api::daemon::stop::Stop;
-use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
 use tokio::task::JoinHandle;
 
 pub use self::health::{Blind, Health, ProberHealth};
+pub use self::metrics::LeaseMetrics;
+use self::node::NodeFacts;
+pub use self::vouch::Vouch;
 use crate::clock::Clock;
 use crate::kubernetes::client;
 use crate::kubernetes::limit::TokenBucket;
-use crate::metrics::MetricsError;
 
 /// Label on every node lease (the sentinel watches leases with it, and nothing else).
 pub const NODE_LEASE_LABEL: &str = "podward.io/node-lease";
@@ -81,45 +93,18 @@ pub enum RenewError {
     Api(#[from] kube::Error),
 }
 
-/// The renewer's metrics (`podward_prober_lease_*`).
-#[derive(Clone)]
-pub struct LeaseMetrics {
-    /// Renewals by `result` (`ok`, `conflict`, `error`, `skipped`: not healthy).
-    pub renewals: IntCounterVec,
-    /// 1 while the prober is healthy enough to renew.
-    pub healthy: IntGauge,
-    /// Unix seconds of the last successful renewal.
-    pub last_renewal: IntGauge,
-}
+/// The annotation on the node lease listing the prober's per-pod or transient problems (one
+/// line each; absent when there are none): what `podward-prober status` shows beside the lease.
+pub const PROBLEMS_ANNOTATION: &str = "podward.io/prober-problems";
 
-impl LeaseMetrics {
-    /// Creates the metrics, registered in `registry` when given.
-    pub fn new(registry: Option<&Registry>) -> Result<Self, MetricsError> {
-        let m = Self {
-            renewals: IntCounterVec::new(
-                Opts::new(
-                    "podward_prober_lease_renewals_total",
-                    "Node lease renewals by result (ok, conflict, error, skipped: the prober is not current).",
-                ),
-                &["result"],
-            )?,
-            healthy: IntGauge::new(
-                "podward_prober_lease_healthy",
-                "1 while the prober's conditions are current (pod source read, pods listed, gate writer draining).",
-            )?,
-            last_renewal: IntGauge::new(
-                "podward_prober_lease_last_renewal_timestamp_seconds",
-                "Unix time of the node lease's last successful renewal.",
-            )?,
-        };
-        if let Some(r) = registry {
-            r.register(Box::new(m.renewals.clone()))?;
-            r.register(Box::new(m.healthy.clone()))?;
-            r.register(Box::new(m.last_renewal.clone()))?;
-        }
-        Ok(m)
-    }
-}
+/// First wait of [`Renewer::ensure`]'s backoff (kubelet's `backoffEnsureLease`: doubling from
+/// here up to [`ENSURE_MAX_BACKOFF`]).
+const ENSURE_FIRST_BACKOFF: Duration = Duration::from_millis(200);
+/// Longest wait of [`Renewer::ensure`]'s backoff (kubelet's `maxBackoff`).
+const ENSURE_MAX_BACKOFF: Duration = Duration::from_secs(7);
+/// How often a prober that cannot vouch asks again (so the first renewal after start comes as
+/// soon as the pod source is read, not an interval later).
+const BLIND_RECHECK: Duration = Duration::from_millis(250);
 
 /// Keeps one node's lease.
 pub struct Renewer {
@@ -130,9 +115,11 @@ pub struct Renewer {
     /// The lease as the last answer had it (replaced without a read when it is current).
     cached: Option<Lease>,
     nodes: Api<Node>,
-    /// The node's zone label, once the Node was read (`Some(None)`: it has none, or cannot be
-    /// read).
-    zone: Option<Option<String>>,
+    /// The Node as last read (`None`: not read yet; read again while its uid is unknown).
+    node: Option<NodeFacts>,
+    vouch: Option<Vouch>,
+    /// Per-pod or transient problems to write on the lease.
+    problems: Vec<String>,
 }
 
 impl Renewer {
@@ -150,24 +137,31 @@ impl Renewer {
             clock,
             metrics,
             cached: None,
-            zone: None,
+            node: None,
+            vouch: None,
+            problems: Vec::new(),
         }
     }
 
-    /// Renews every interval while `health` says the prober is current, until `shutdown`.
-    /// Never returns an error: failures are counted, logged at their first occurrence, and
-    /// retried at the next interval.
+    /// Tells `vouch` of every successful renewal.
+    pub fn with_vouch(mut self, vouch: Vouch) -> Self {
+        self.vouch = Some(vouch);
+        self
+    }
+
+    /// Renews at once, then every interval while `health` says the prober can vouch, until
+    /// `shutdown`. Never returns an error: failures are counted, logged at their first
+    /// occurrence, and retried at the next interval.
     pub async fn run(mut self, health: &dyn Health, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
-        let mut tick = tokio::time::interval(self.settings.renew_interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut was_blind: Option<Blind> = None;
         let mut ever_current = false;
         let mut failing = false;
+        let mut next = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 () = &mut shutdown => return,
-                _ = tick.tick() => {}
+                () = tokio::time::sleep_until(next) => {}
             }
             match health.check() {
                 Err(why) => {
@@ -177,29 +171,43 @@ impl Renewer {
                         // A prober that is starting is not current yet: that is no news.
                         if ever_current {
                             tracing::warn!(node = %self.settings.node, reason = %why,
-                                "not renewing the node lease: this prober's conditions are not current");
+                                "not renewing the node lease: this prober cannot vouch for probing on its node");
                         } else {
                             tracing::info!(node = %self.settings.node, reason = %why,
-                                "the node lease waits for this prober's conditions to be current");
+                                "the node lease waits until this prober can vouch for probing");
                         }
                         was_blind = Some(why);
                     }
+                    next = tokio::time::Instant::now()
+                        + BLIND_RECHECK.min(self.settings.renew_interval);
                     continue;
                 }
                 Ok(()) => {
                     self.metrics.healthy.set(1);
                     ever_current = true;
                     if was_blind.take().is_some() {
-                        tracing::info!(node = %self.settings.node, "current again; renewing the node lease");
+                        tracing::info!(node = %self.settings.node, "vouching again; renewing the node lease");
                     }
                 }
             }
-            match self.renew().await {
+            // The next renewal is due an interval after this one started, as kubelet's
+            // `wait.Until` paces its heartbeat.
+            next = tokio::time::Instant::now() + self.settings.renew_interval;
+            self.problems = health.problems();
+            let renewal = self.renew();
+            let result = tokio::select! {
+                () = &mut shutdown => return,
+                r = renewal => r,
+            };
+            match result {
                 Ok(()) => {
                     self.metrics.renewals.with_label_values(&["ok"]).inc();
                     self.metrics
                         .last_renewal
                         .set(self.clock.now_ns() / 1_000_000_000);
+                    if let Some(v) = &self.vouch {
+                        v.renewed();
+                    }
                     if failing {
                         tracing::info!(node = %self.settings.node, "node lease renewed again");
                         failing = false;
@@ -223,29 +231,34 @@ impl Renewer {
         }
     }
 
-    /// One renewal: replace the cached lease with a new `renewTime` (create it when missing);
-    /// on a conflict read it again and retry.
+    /// One renewal, kubelet's `sync`: update the cached lease ([`MAX_TRIES`] tries); failing
+    /// that (or without one), make sure the lease exists (reading it, creating it when missing,
+    /// retried with backoff within one lease duration) and update that.
     pub async fn renew(&mut self) -> Result<(), RenewError> {
-        if self.zone.is_none() {
-            self.zone = self.read_zone().await;
+        self.read_node().await;
+        if let Some(base) = self.cached.take() {
+            match self.retry_update(base).await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::debug!(node = %self.settings.node, error = %e,
+                        "updating the cached node lease failed; reading it again");
+                }
+            }
         }
+        let deadline = tokio::time::Instant::now() + self.settings.duration;
+        let (base, created) = self.ensure(deadline).await?;
+        if created {
+            return Ok(());
+        }
+        self.retry_update(base).await
+    }
+
+    /// kubelet's `retryUpdateLease`: up to [`MAX_TRIES`] updates; a conflict reads the lease
+    /// again first (it changed under us), any other failure retries with the same base.
+    async fn retry_update(&mut self, mut base: Lease) -> Result<(), RenewError> {
+        let mut last = RenewError::Conflicts;
         for _ in 0..MAX_TRIES {
-            let base = match self.cached.take() {
-                Some(l) => l,
-                None => match self.api.get_opt(&self.settings.node).await? {
-                    Some(l) => l,
-                    None => match self.api.create(&PostParams::default(), &self.fresh()).await {
-                        Ok(l) => {
-                            self.cached = Some(l);
-                            return Ok(());
-                        }
-                        // Created by someone else between our read and our create: read again.
-                        Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                        Err(e) => return Err(e.into()),
-                    },
-                },
-            };
-            let next = self.renewed(base);
+            let next = self.renewed(base.clone());
             match self
                 .api
                 .replace(&self.settings.node, &PostParams::default(), &next)
@@ -255,66 +268,131 @@ impl Renewer {
                     self.cached = Some(l);
                     return Ok(());
                 }
-                Err(kube::Error::Api(s)) if s.code == 409 => {
+                Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
                     tracing::debug!(node = %self.settings.node, message = %s.message,
                         "node lease conflict; reading it again");
+                    let deadline = tokio::time::Instant::now() + self.settings.duration;
+                    let (fresh, created) = self.ensure(deadline).await?;
+                    if created {
+                        return Ok(());
+                    }
+                    base = fresh;
+                    last = RenewError::Conflicts;
                 }
-                // Deleted under us: the next try creates it.
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    tracing::debug!(node = %self.settings.node, error = %e, "node lease update failed");
+                    last = RenewError::Api(e);
+                }
             }
         }
-        Err(RenewError::Conflicts)
+        Err(last)
     }
 
-    /// The node's zone label; `None` to ask again at the next renewal (the API did not
-    /// answer), `Some(None)` when the Node has no zone or cannot be read.
-    async fn read_zone(&self) -> Option<Option<String>> {
-        match self.nodes.get_opt(&self.settings.node).await {
-            Ok(node) => {
-                let zone = node
-                    .and_then(|n| n.metadata.labels)
-                    .and_then(|mut l| l.remove(ZONE_LABEL))
-                    .filter(|z| !z.is_empty());
-                tracing::info!(node = %self.settings.node, zone = zone.as_deref().unwrap_or(""),
-                    "the node lease carries the node's zone");
-                Some(zone)
+    /// kubelet's `backoffEnsureLease`: the lease as the API has it, created when missing (true
+    /// then); failures retried with a doubling backoff until `deadline`.
+    async fn ensure(
+        &mut self,
+        deadline: tokio::time::Instant,
+    ) -> Result<(Lease, bool), RenewError> {
+        let mut sleep = ENSURE_FIRST_BACKOFF;
+        loop {
+            let got = match self.api.get_opt(&self.settings.node).await {
+                Ok(Some(l)) => Ok((l, false)),
+                Ok(None) => match self.api.create(&PostParams::default(), &self.fresh()).await {
+                    Ok(l) => {
+                        self.cached = Some(l.clone());
+                        Ok((l, true))
+                    }
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            };
+            match got {
+                Ok(r) => return Ok(r),
+                // Created by someone else between our read and our create: read again now.
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => {
+                    tracing::debug!(node = %self.settings.node, error = %e, retry_in_ms = sleep.as_millis() as u64,
+                        "cannot read or create the node lease; retrying");
+                    if tokio::time::Instant::now() + sleep >= deadline {
+                        return Err(RenewError::Api(e));
+                    }
+                    tokio::time::sleep(sleep).await;
+                    sleep = (sleep * 2).min(ENSURE_MAX_BACKOFF);
+                }
             }
-            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => {
-                tracing::info!(node = %self.settings.node, code = s.code,
-                    "cannot read this node's zone; the node lease has none");
-                Some(None)
+        }
+    }
+
+    /// Reads the Node while its uid is unknown (kubelet reads it for every lease without an
+    /// owner); the zone is taken from the first read that answers.
+    async fn read_node(&mut self) {
+        if self.node.as_ref().is_some_and(|n| n.uid.is_some()) {
+            return;
+        }
+        match node::read(&self.nodes, &self.settings.node).await {
+            Ok(Some(facts)) => {
+                tracing::info!(node = %self.settings.node, zone = facts.zone.as_deref().unwrap_or(""),
+                    "the node lease is owned by its Node and carries its zone");
+                self.node = Some(facts);
+            }
+            Ok(None) => {
+                if self.node.is_none() {
+                    tracing::info!(node = %self.settings.node,
+                        "cannot read this node's Node (missing, or no RBAC): the node lease has no owner and no zone; asked again at each renewal");
+                }
+                self.node = Some(NodeFacts::default());
             }
             Err(e) => {
-                tracing::debug!(node = %self.settings.node, error = %e, "reading the node's zone failed");
-                None
+                tracing::debug!(node = %self.settings.node, error = %e, "reading the Node failed");
             }
         }
     }
 
-    /// This lease's labels: the node-lease label, and the zone when known.
-    fn label(&self, labels: &mut std::collections::BTreeMap<String, String>) {
+    /// This lease's labels, owner and annotations: the node-lease label, the zone when known,
+    /// the Node as owner once read (kept when the lease has one), the problems when any.
+    fn decorate(&self, meta: &mut ObjectMeta) {
+        let labels = meta.labels.get_or_insert_with(Default::default);
         labels.insert(NODE_LEASE_LABEL.to_owned(), "true".to_owned());
-        if let Some(Some(zone)) = &self.zone {
-            labels.insert(ZONE_LABEL.to_owned(), zone.clone());
+        if let Some(zone) = self.node.as_ref().and_then(|n| n.zone.clone()) {
+            labels.insert(ZONE_LABEL.to_owned(), zone);
+        }
+        if meta.owner_references.as_ref().is_none_or(Vec::is_empty)
+            && let Some(owner) = self
+                .node
+                .as_ref()
+                .and_then(|n| n.owner(&self.settings.node))
+        {
+            meta.owner_references = Some(vec![owner]);
+        }
+        if self.problems.is_empty() {
+            if let Some(a) = meta.annotations.as_mut() {
+                a.remove(PROBLEMS_ANNOTATION);
+            }
+        } else {
+            meta.annotations
+                .get_or_insert_with(Default::default)
+                .insert(PROBLEMS_ANNOTATION.to_owned(), self.problems.join("; "));
         }
     }
 
     /// A new lease for this node.
     fn fresh(&self) -> Lease {
-        let mut labels: std::collections::BTreeMap<String, String> = [(
-            "app.kubernetes.io/managed-by".to_owned(),
-            "podward-prober".to_owned(),
-        )]
-        .into();
-        self.label(&mut labels);
+        let mut meta = ObjectMeta {
+            name: Some(self.settings.node.clone()),
+            namespace: Some(self.settings.namespace.clone()),
+            labels: Some(
+                [(
+                    "app.kubernetes.io/managed-by".to_owned(),
+                    "podward-prober".to_owned(),
+                )]
+                .into(),
+            ),
+            ..ObjectMeta::default()
+        };
+        self.decorate(&mut meta);
         Lease {
-            metadata: ObjectMeta {
-                name: Some(self.settings.node.clone()),
-                namespace: Some(self.settings.namespace.clone()),
-                labels: Some(labels),
-                ..ObjectMeta::default()
-            },
+            metadata: meta,
             spec: Some(self.spec(None)),
         }
     }
@@ -323,7 +401,7 @@ impl Renewer {
     fn renewed(&self, mut base: Lease) -> Lease {
         let transitions = base.spec.as_ref().and_then(|s| s.lease_transitions);
         base.spec = Some(self.spec(transitions));
-        self.label(base.metadata.labels.get_or_insert_with(Default::default));
+        self.decorate(&mut base.metadata);
         base
     }
 
@@ -341,11 +419,13 @@ impl Renewer {
 }
 
 /// Connects (retrying with backoff until the configuration loads, a client of its own with a
-/// token bucket of its own) and renews the node lease until `stop` is triggered.
+/// token bucket of its own) and renews the node lease until `stop` is triggered, telling
+/// `vouch` of each renewal.
 pub fn spawn(
     settings: LeaseSettings,
     kubeconfig: Option<PathBuf>,
     health: Arc<dyn Health>,
+    vouch: Vouch,
     clock: Clock,
     metrics: LeaseMetrics,
     stop: Stop,
@@ -382,8 +462,9 @@ pub fn spawn(
         };
         tracing::info!(node = %settings.node, namespace = %settings.namespace,
             every_s = settings.renew_interval.as_secs(), duration_s = settings.duration.as_secs(),
-            "renewing the node lease while this prober's conditions are current");
+            "renewing the node lease while this prober can vouch for probing on its node");
         Renewer::new(client, settings, clock, metrics)
+            .with_vouch(vouch)
             .run(&*health, stop.stopped())
             .await;
     })

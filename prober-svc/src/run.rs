@@ -23,7 +23,7 @@ use crate::handler::exec::cri::CriExec;
 use crate::handler::host_policy::NodePolicy;
 use crate::hub::Hub;
 use crate::kubernetes::ApiSide;
-use crate::lease::{self, LeaseMetrics, LeaseSettings, ProberHealth};
+use crate::lease::{self, LeaseMetrics, LeaseSettings, ProberHealth, Vouch};
 use crate::manager::Manager;
 use crate::metrics::{Metrics, PROBES_PATH};
 use crate::probing::probe::{Prober, ProberOptions};
@@ -228,14 +228,18 @@ impl Tasks {
             clock,
         } = parts;
         let stop = Stop::new();
-        let lease = match (&api, lease_settings) {
+        let mut api = api;
+        let lease = match (&mut api, lease_settings) {
             (Some(api), Some(settings)) => {
                 let health =
                     ProberHealth::new(admin.readiness.clone(), api.metrics(), settings.duration);
+                let vouch = Vouch::new(settings.duration);
+                api.set_vouch(vouch.clone());
                 Some(lease::spawn(
                     settings,
                     config.kubeconfig.clone(),
                     Arc::new(health),
+                    vouch,
                     clock,
                     LeaseMetrics::new(Some(&admin.registry))?,
                     stop.clone(),

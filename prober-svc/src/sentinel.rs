@@ -5,15 +5,19 @@
 //! - Every replica watches the node leases (one watch: the leases of podward's namespace with
 //!   the node-lease label) into a [`Table`]; one replica leads ([`election`]).
 //! - The leader, every period (5 s, the node lifecycle controller's `nodeMonitorPeriod`), hands
-//!   the nodes whose lease expired to the [`Marker`] at the rate the [`Table`]'s zones allow:
-//!   their gated pods' `podward.io/ready` goes `False` (reason `ProberNotReporting`), one event
-//!   per pod. Never `True`: the node's prober, when back, writes its own results.
-//! - Nodes without a lease (podward not installed there) are not followed, so never touched.
+//!   every node whose lease expired in a zone that is not disrupted to the [`Marker`] at once
+//!   ([`Table`]: a disrupted zone, or every lease expired, holds marking and says so): their
+//!   gated pods' `podward.io/ready` goes `False` (reason `ProberNotReporting`), one event per
+//!   pod. Never `True`: the node's prober, when back, writes its own results.
+//! - Nodes without a lease (podward not installed there) are not followed, so never touched;
+//!   an expired lease whose Node is gone (deleted, or another Node under the name: the lease's
+//!   owner uid differs) is ignored, neither marked nor counted in its zone.
 //! - The gated pods are listed per node when the node is marked, not watched: one watch (the
 //!   leases) whatever the cluster's size, and the pods' memory only for a page at a time.
 
 pub mod command;
 pub mod election;
+pub mod events;
 pub mod marker;
 pub mod metrics;
 pub mod table;
@@ -33,7 +37,8 @@ use podward_api::daemon::stop::Stop;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-pub use self::election::{ElectionTiming, Elector};
+pub use self::election::{ElectionTiming, Elector, Fence};
+pub use self::events::SentinelEvents;
 pub use self::marker::{Marker, REASON};
 pub use self::metrics::SentinelMetrics;
 pub use self::table::{Rates, Table};
@@ -62,20 +67,24 @@ pub struct SentinelSettings {
     pub gate_condition: String,
 }
 
-/// Runs the sentinel through `client` until `shutdown` resolves; `marker` writes.
+/// Runs the sentinel through `client` until `shutdown` resolves; `marker` writes; `election`
+/// (a client whose requests have deadlines) keeps the leader lease. [`election::Lost`] when
+/// this replica lost its leadership: it has stopped marking, and the process should exit.
 pub async fn run(
     client: kube::Client,
+    election: kube::Client,
     marker: Marker,
     settings: SentinelSettings,
     metrics: SentinelMetrics,
     clock: Clock,
     shutdown: impl Future<Output = ()>,
-) {
+) -> Result<(), election::Lost> {
     let stop = Stop::new();
     let table = Arc::new(Mutex::new(Table::new(settings.rates.clone())));
     let (leading_tx, leading) = watch::channel(false);
+    let fence = Fence::new(settings.election.renew_deadline);
     let elector = Elector::new(
-        client.clone(),
+        election,
         &settings.namespace,
         &settings.election_lease,
         &settings.identity,
@@ -83,28 +92,56 @@ pub async fn run(
         clock,
     );
     // Aborted if this future is dropped (the process dies with its tasks, as on SIGKILL).
-    let mut election = Owned(tokio::spawn(elector.run(leading_tx, stop.stopped())));
+    let mut election = tokio::spawn(elector.run(leading_tx, fence.clone(), stop.stopped()));
     let leases: Api<Lease> = Api::namespaced(client, &settings.namespace);
     let mut follow = Owned(tokio::spawn(follow_leases(
         leases,
         table.clone(),
         metrics.clone(),
         clock,
+        marker.events().clone(),
         stop.stopped(),
     )));
     tracing::info!(namespace = %settings.namespace, identity = %settings.identity,
         period_s = settings.period.as_secs_f64(), normal_rate = settings.rates.normal,
         secondary_rate = settings.rates.secondary, "sentinel watching the node leases");
-    let marking = mark_loop(&marker, &table, &metrics, leading, settings.period, clock);
+    let marking = mark_loop(
+        &marker,
+        &table,
+        &metrics,
+        leading,
+        &fence,
+        settings.period,
+        clock,
+    );
     tokio::pin!(shutdown);
-    tokio::select! {
-        () = &mut shutdown => {}
-        () = marking => {}
-    }
+    // Aborted if this future is dropped (the process dies with its tasks, as on SIGKILL).
+    let mut guard = ElectionGuard(Some(election.abort_handle()));
+    let lost = tokio::select! {
+        () = &mut shutdown => None,
+        () = marking => None,
+        r = &mut election => Some(r),
+    };
     stop.trigger();
-    // The election task releases the leader lease on the way out.
-    let _ = (&mut election.0).await;
+    let result = match lost {
+        Some(r) => r.unwrap_or(Ok(())),
+        // The election task releases the leader lease on the way out.
+        None => (&mut election).await.unwrap_or(Ok(())),
+    };
+    guard.0 = None;
     let _ = (&mut follow.0).await;
+    result
+}
+
+/// Aborts the election task if the sentinel's future is dropped.
+struct ElectionGuard(Option<tokio::task::AbortHandle>);
+
+impl Drop for ElectionGuard {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            h.abort();
+        }
+    }
 }
 
 /// A task aborted when its owner is dropped.
@@ -122,11 +159,13 @@ async fn mark_loop(
     table: &Mutex<Table>,
     metrics: &SentinelMetrics,
     mut leading: watch::Receiver<bool>,
+    fence: &Fence,
     period: Duration,
     clock: Clock,
 ) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut held: Vec<String> = Vec::new();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -139,8 +178,19 @@ async fn mark_loop(
                 continue;
             }
         }
-        if !*leading.borrow() {
+        if !*leading.borrow() || !fence.holds() {
             continue;
+        }
+        // Expired leases whose Node is gone (an autoscaler removed it before the garbage
+        // collector removed its lease) are ignored: looked up once per expiry, before they
+        // count in their zone.
+        let expiring = table.lock().expiring(Instant::now());
+        for (node, owner) in expiring {
+            let gone = marker.node_gone(&node, &owner).await;
+            if gone {
+                tracing::info!(node = %node, "node lease expired, but its Node is gone: ignored");
+            }
+            table.lock().checked(&node, gone);
         }
         let now = Instant::now();
         let due = {
@@ -148,6 +198,15 @@ async fn mark_loop(
             let before = t.counts().expired;
             let due = t.due(now);
             let c = t.counts();
+            if t.held_zones() != held.as_slice() {
+                held = t.held_zones().to_vec();
+                if held.is_empty() {
+                    tracing::info!("marking resumes: no zone is disrupted");
+                } else {
+                    tracing::warn!(zones = ?held, held_nodes = c.held,
+                        "marking held: so many leases expired at once in these zones (or in every zone) that podward itself, not each prober, is the likely fault");
+                }
+            }
             let newly = c.expired.saturating_sub(before);
             if newly > 0 {
                 metrics.expirations.inc_by(newly as u64);
@@ -157,7 +216,10 @@ async fn mark_loop(
             due
         };
         for d in due {
-            let check = || *leading.borrow() && table.lock().expired(&d.node, Instant::now());
+            // Fencing: each write only while this replica holds the leader lease.
+            let check = || {
+                *leading.borrow() && fence.holds() && table.lock().expired(&d.node, Instant::now())
+            };
             tracing::warn!(node = %d.node, last_renewal = %d.renew_time, zone = %d.zone,
                 "node lease expired: marking the node's gated pods not ready");
             match marker.mark(&d.node, &d.renew_time, check).await {
@@ -166,20 +228,25 @@ async fn mark_loop(
                     metrics.errors.inc_by(m.failed as u64);
                     if m.written > 0 {
                         metrics.last_transition.set(clock.now_ns() / 1_000_000_000);
+                        marker.events().node(&d.node, &d.owner, true, REASON, &format!(
+                            "podward-prober on this node stopped renewing its node lease (last renewal {}): {} gated pod(s) marked not ready",
+                            if d.renew_time.is_empty() { "never" } else { &d.renew_time },
+                            m.written
+                        ));
                     }
                     tracing::info!(node = %d.node, gated = m.gated, marked = m.written,
                         failed = m.failed, renewed = m.renewed, "node marked");
                     let mut t = table.lock();
                     if m.failed > 0 {
-                        t.retry(&d.node);
-                    } else if m.written == 0 {
-                        t.refund(&d.zone, Instant::now());
+                        t.retry(&d.node, Instant::now());
+                    } else {
+                        t.marked(&d.node);
                     }
                 }
                 Err(e) => {
                     metrics.errors.inc();
-                    tracing::warn!(error = %e, "cannot mark an expired node; retrying");
-                    table.lock().retry(&d.node);
+                    tracing::warn!(error = %e, "cannot mark an expired node; retrying after a backoff");
+                    table.lock().retry(&d.node, Instant::now());
                 }
             }
         }
@@ -192,6 +259,7 @@ fn set_counts(metrics: &SentinelMetrics, t: &Table) {
     metrics.leases.set(g(c.leases));
     metrics.expired.set(g(c.expired));
     metrics.waiting.set(g(c.waiting));
+    metrics.held.set(g(c.held));
 }
 
 /// Follows the node leases into `table` until `shutdown` (kube-rs's watcher: a paged list,
@@ -201,6 +269,7 @@ async fn follow_leases(
     table: Arc<Mutex<Table>>,
     metrics: SentinelMetrics,
     clock: Clock,
+    events: SentinelEvents,
     shutdown: impl Future<Output = ()>,
 ) {
     let stream = watcher::watcher(api, watcher::Config::default().labels(NODE_LEASE_LABEL))
@@ -218,7 +287,7 @@ async fn follow_leases(
         match next {
             Ok(Event::Init) => relist = Some(HashSet::new()),
             Ok(Event::InitApply(l)) => {
-                if let Some(node) = apply(&table, &l, now, &metrics, clock)
+                if let Some(node) = apply(&table, &l, now, &metrics, clock, &events)
                     && let Some(seen) = &mut relist
                 {
                     seen.insert(node);
@@ -236,7 +305,7 @@ async fn follow_leases(
                 }
             }
             Ok(Event::Apply(l)) => {
-                apply(&table, &l, now, &metrics, clock);
+                apply(&table, &l, now, &metrics, clock, &events);
             }
             Ok(Event::Delete(l)) => {
                 if let Some(node) = l.metadata.name.as_deref() {
@@ -257,6 +326,7 @@ fn apply(
     now: Instant,
     metrics: &SentinelMetrics,
     clock: Clock,
+    events: &SentinelEvents,
 ) -> Option<String> {
     let node = l.metadata.name.clone()?;
     let spec = l.spec.clone().unwrap_or_default();
@@ -269,13 +339,20 @@ fn apply(
         .lease_duration_seconds
         .and_then(|s| u64::try_from(s).ok())
         .filter(|s| *s > 0)
-        .map_or(Duration::from_secs(40), Duration::from_secs);
+        .map_or(Duration::from_secs(50), Duration::from_secs);
     let zone = l
         .metadata
         .labels
         .as_ref()
         .and_then(|ls| ls.get(ZONE_LABEL))
         .map_or("", String::as_str);
+    let owner = l
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "Node" && o.name == node)
+        .map_or("", |o| o.uid.as_str());
     let mut t = table.lock();
     let back = t.apply(
         &node,
@@ -285,9 +362,17 @@ fn apply(
         zone,
         now,
     );
+    t.set_owner(&node, owner);
     if back {
         tracing::info!(node = %node, "node lease renewed again: its prober reports");
         metrics.last_transition.set(clock.now_ns() / 1_000_000_000);
+        events.node(
+            &node,
+            owner,
+            false,
+            events::REASON_BACK,
+            "podward-prober on this node renews its node lease again: its pods' readiness is its own again",
+        );
     }
     set_counts(metrics, &t);
     Some(node)

@@ -484,3 +484,58 @@ async fn another_422_is_not_retried() {
     api.quiet_for(Duration::from_millis(1500)).await;
     assert_eq!((s.writes("invalid"), s.writes("error")), (1, 0));
 }
+
+#[tokio::test]
+async fn the_sentinels_false_waits_until_this_prober_vouches_for_its_node_again() {
+    use podward_prober::lease::Vouch;
+    let (client, mut api) = mock();
+    let metrics = ApiMetrics::new(None).expect("metrics");
+    let gate = Gate::new("podward.io/ready", metrics.clone());
+    let vouch = Vouch::new(Duration::from_secs(40));
+    gate.set_vouch(vouch.clone());
+    let source = Arc::new(Scripted::default());
+    let (_stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(gate.clone().run(
+        Arc::new(KubeWriter::new(client)),
+        source.clone(),
+        Clock::starting_at(T0_NS),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    // The sentinel marked the pod while this prober was gone; the prober is back, its probe
+    // says ready, but its node lease is not renewed yet.
+    source.0.lock().insert("u-web".into(), PodReadiness::Ready);
+    source.0.lock().insert("u-own".into(), PodReadiness::Ready);
+    gate.api_pod(&seen(
+        "web",
+        "10",
+        Some(cond(
+            ConditionStatus::False,
+            "ProberNotReporting",
+            "podward-prober on node n stopped renewing its lease",
+            EARLIER,
+        )),
+    ));
+    // A pod with a False of its own (not the sentinel's) is written as usual.
+    gate.api_pod(&seen(
+        "own",
+        "10",
+        Some(cond(
+            ConditionStatus::False,
+            "ReadinessProbeFailed",
+            "container app: Readiness probe failed: x",
+            EARLIER,
+        )),
+    ));
+    let w = api.next().await;
+    assert_eq!(w.path, "/api/v1/namespaces/shop/pods/own/status");
+    w.reply(200, written("own", "11"));
+    api.quiet_for(Duration::from_millis(800)).await;
+    // Renewed: it vouches again, and takes the pod back at once.
+    vouch.renewed();
+    let w = api.next().await;
+    assert_eq!(w.path, "/api/v1/namespaces/shop/pods/web/status");
+    assert_eq!(w.body["status"]["conditions"][0]["status"], "True");
+    w.reply(200, written("web", "12"));
+}

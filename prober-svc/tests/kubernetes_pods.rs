@@ -288,12 +288,19 @@ async fn the_api_down_is_retried_with_backoff_and_the_last_view_stays() {
     eventually("the pod", || r.sink.uids() == vec!["u-a"]).await;
     assert_eq!(r.metrics.synced.get(), 1);
 
-    // Down again: the re-watch fails; the view is kept (no pod "disappears").
+    // Down again: the re-watch fails; the view is kept (no pod "disappears"), the failure is
+    // counted, and the view stays synced (kube-rs resumes from its version, without a relist).
+    let before = r.metrics.watch_errors.get();
     feed.cut().await;
     api.next()
         .await
         .reply_status(503, "ServiceUnavailable", "down", &[]);
-    eventually("the failure noticed", || r.metrics.synced.get() == 0).await;
+    eventually("the failure noticed", || {
+        r.metrics.watch_errors.get() > before
+    })
+    .await;
+    assert_eq!(r.metrics.synced.get(), 1);
+    assert!(r.metrics.watch_last_error.get() > 0);
     assert_eq!(r.sink.uids(), vec!["u-a"]);
     assert!(r.sink.deleted.lock().is_empty());
     r.stop().await;

@@ -1,8 +1,10 @@
-//! The node lease renewer at the HTTP boundary: it creates the lease when missing and replaces
-//! it with a new `renewTime` at every interval; it stops renewing while the pod source is not
-//! read (alive but blind) and starts again when it is; a `409` as a real API server answers it
-//! (the object has been modified) reads the lease again and writes on top of the new version;
-//! the lease carries the Node's zone label, read once.
+//! The node lease renewer at the HTTP boundary: it creates the lease when missing, owned by its
+//! Node (uid from a read of the Node) and carrying the Node's zone, at once on start, and
+//! replaces it with a new `renewTime` at every interval; it stops renewing while the pod source
+//! is not read (alive but blind) and starts again when it is; a `409` as a real API server
+//! answers it (the object has been modified) reads the lease again and writes on top of the new
+//! version; any other failed update is tried again in the same renewal (kubelet's
+//! `retryUpdateLease`), not an interval later.
 
 #[path = "apiserver_support.rs"]
 mod support;
@@ -73,7 +75,7 @@ async fn created(api: &mut ApiServer) -> Value {
     node.reply(
         200,
         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a",
-               "labels": {"topology.kubernetes.io/zone": "zone-1"}}}),
+               "uid": "node-a-uid", "labels": {"topology.kubernetes.io/zone": "zone-1"}}}),
     );
     let get = api.next().await;
     assert_eq!(
@@ -94,6 +96,11 @@ async fn created(api: &mut ApiServer) -> Value {
     assert_eq!(
         body["metadata"]["labels"]["topology.kubernetes.io/zone"], "zone-1",
         "the node's zone, for the sentinel's per-zone rates"
+    );
+    assert_eq!(
+        body["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "node-a-uid"}]),
+        "owned by its Node (kubelet's SetNodeOwnerFunc): deleted with it"
     );
     assert_eq!(body["spec"]["holderIdentity"], "node-a");
     assert_eq!(body["spec"]["leaseDurationSeconds"], 40);
@@ -197,5 +204,32 @@ async fn a_conflict_reads_the_lease_again_and_writes_on_the_new_version() {
     let next = api.next().await;
     assert_eq!(next.body["metadata"]["resourceVersion"], "8");
     assert_eq!(metrics.renewals.with_label_values(&["conflict"]).get(), 0);
+    assert_eq!(metrics.renewals.with_label_values(&["error"]).get(), 0);
+}
+
+#[tokio::test]
+async fn a_failed_update_is_tried_again_at_once_within_the_same_renewal() {
+    let (client, mut api) = mock();
+    let (_source, metrics, _stop) = start(client);
+    created(&mut api).await;
+    // kubelet's retryUpdateLease: a 500 (or a timeout) is tried again at once, up to 5 times.
+    let started = tokio::time::Instant::now();
+    for _ in 0..2 {
+        let put = api.next().await;
+        assert_eq!(put.method, "PUT");
+        put.reply_status(500, "InternalError", "etcdserver: request timed out", &[]);
+    }
+    let put = api.next().await;
+    assert_eq!(put.method, "PUT");
+    assert_eq!(put.body["metadata"]["resourceVersion"], "1");
+    let s = stored(put.body.clone(), "2");
+    put.reply(200, s);
+    assert!(
+        started.elapsed() < INTERVAL * 2,
+        "the tries came within one renewal: {:?}",
+        started.elapsed()
+    );
+    let next = api.next().await;
+    assert_eq!(next.body["metadata"]["resourceVersion"], "2");
     assert_eq!(metrics.renewals.with_label_values(&["error"]).get(), 0);
 }

@@ -132,6 +132,17 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         });
         requests.len() - 1
     };
+    let ua = header("user-agent");
+    let mut stalls = shared.stalls.subscribe();
+    loop {
+        let held = stalls
+            .borrow_and_update()
+            .iter()
+            .any(|(who, frag)| *who == ua && path.contains(frag.as_str()));
+        if !held || stalls.changed().await.is_err() {
+            break;
+        }
+    }
     let resp = route(&shared, &method, &path, &query, body);
     if let Some(r) = shared.requests.lock().get_mut(seen) {
         r.code = Some(resp.status().as_u16());
@@ -173,6 +184,19 @@ fn route(
             }
         }
         ("PATCH", ["api", "v1", "namespaces", ns, "pods", name, "status"]) => {
+            let refused = shared
+                .refused
+                .lock()
+                .get(&((*ns).to_owned(), (*name).to_owned()))
+                .cloned();
+            if let Some((code, message)) = refused {
+                let reason = match code {
+                    403 => "Forbidden",
+                    422 => "Invalid",
+                    _ => "InternalError",
+                };
+                return json_response(code, &status(code, reason, &message));
+            }
             let r = shared.store.lock().patch_status(ns, name, &body);
             match r {
                 Ok((pod, change)) => {
@@ -363,6 +387,7 @@ fn watch(shared: &Arc<Shared>, query: &BTreeMap<String, String>, filter: Filter)
         let start = from.unwrap_or(store.rv());
         (live, store.since(start, &filter), start)
     };
+    let mut drops = shared.drops.subscribe();
     let shared = shared.clone();
     tokio::spawn(async move {
         let send = |line: String| {
@@ -392,6 +417,11 @@ fn watch(shared: &Arc<Shared>, query: &BTreeMap<String, String>, filter: Filter)
             tokio::select! {
                 () = &mut end => return,
                 () = tx.closed() => return,
+                _ = drops.changed() => {
+                    // Broken off: an error in the body ends the response without its last chunk.
+                    let _ = tx.send(Err(io::Error::other("watch dropped by the API server"))).await;
+                    return;
+                }
                 _ = tick.tick(), if bookmarks => {
                     let (api_version, kind) = filter.bookmark_kind();
                     let bm = json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version,

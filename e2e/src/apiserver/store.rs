@@ -322,9 +322,36 @@ impl Store {
     }
 
     /// Adds (or replaces) a Node, by its `metadata.name`.
-    pub(crate) fn put_node(&mut self, node: Value) {
+    pub(crate) fn put_node(&mut self, mut node: Value) {
         let name = node["metadata"]["name"].as_str().unwrap_or("").to_owned();
+        if node["metadata"]["uid"].as_str().is_none_or(str::is_empty) {
+            self.rv += 1;
+            node["metadata"]["uid"] = json!(format!("node-{name}-{}", self.rv));
+        }
         self.nodes.insert(name, node);
+    }
+
+    /// Deletes Node `name`, and as the garbage collector would, every lease it owns (an
+    /// `ownerReferences` entry with its uid); the leases' deletions, for the watches.
+    pub(crate) fn delete_node(&mut self, name: &str) -> Vec<Change> {
+        let Some(node) = self.nodes.remove(name) else {
+            return Vec::new();
+        };
+        let uid = node["metadata"]["uid"].as_str().unwrap_or("").to_owned();
+        let owned: Vec<(String, String)> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| {
+                l["metadata"]["ownerReferences"]
+                    .as_array()
+                    .is_some_and(|o| o.iter().any(|r| r["uid"] == uid.as_str()))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        owned
+            .into_iter()
+            .filter_map(|(ns, n)| self.delete_lease(&ns, &n).ok().map(|(_, c)| c))
+            .collect()
     }
 
     /// Node `name`.

@@ -44,9 +44,12 @@ pub const SPAM_BURST: f64 = 25.0;
 /// 1/300).
 pub const SPAM_REFILL: Duration = Duration::from_secs(300);
 
-/// The object an event is about: a pod, narrowed to one of its containers.
+/// The object an event is about: a pod, narrowed to one of its containers (or a Node, for the
+/// sentinel's events about a node).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Involved {
+    /// `Pod`, or `Node` (cluster-scoped: its events go to namespace `default`, as client-go's).
+    pub kind: &'static str,
     /// The pod's UID.
     pub uid: String,
     /// The pod's namespace.

@@ -169,7 +169,7 @@ async fn deliver(
     mut shutdown: Pin<&mut impl Future<Output = ()>>,
 ) -> Option<(Result<(), kube::Error>, u32)> {
     let api: kube::Api<CoreEvent> =
-        kube::Api::namespaced(client.clone(), &correlated.involved.namespace);
+        kube::Api::namespaced(client.clone(), event_namespace(&correlated.involved));
     let mut tries = 0;
     let outcome = loop {
         tries += 1;
@@ -223,6 +223,17 @@ fn retriable(e: &kube::Error) -> bool {
 
 /// One write of `c`: a new event, or the bump of an earlier one (created anew if it expired).
 async fn write(api: &kube::Api<CoreEvent>, c: &Correlated, node: &str) -> Result<(), kube::Error> {
+    write_from(api, c, COMPONENT, node).await
+}
+
+/// One write of `c` reported by `component` on `instance`: client-go's create, or its
+/// strategic-merge patch of `count`, `lastTimestamp` and `message` (created anew if it expired).
+pub async fn write_from(
+    api: &kube::Api<CoreEvent>,
+    c: &Correlated,
+    component: &str,
+    instance: &str,
+) -> Result<(), kube::Error> {
     if c.count > 1 {
         // client-go's two-way strategic merge patch of the fields a repeat changes.
         let patch = serde_json::json!({
@@ -239,9 +250,12 @@ async fn write(api: &kube::Api<CoreEvent>, c: &Correlated, node: &str) -> Result
             Err(e) => return Err(e),
         }
     }
-    api.create(&PostParams::default(), &core_event(c, node))
-        .await
-        .map(|_| ())
+    api.create(
+        &PostParams::default(),
+        &core_event_from(c, component, instance),
+    )
+    .await
+    .map(|_| ())
 }
 
 /// kube-rs's recorder (`events.k8s.io/v1`), for a server without core `v1` events. Its series
@@ -299,23 +313,40 @@ impl Fallback {
 
 /// The object an event is about: the pod, narrowed to the container.
 fn reference(involved: &Involved) -> ObjectReference {
+    let pod = involved.kind == "Pod";
     ObjectReference {
         api_version: Some("v1".to_owned()),
-        kind: Some("Pod".to_owned()),
+        kind: Some(involved.kind.to_owned()),
         name: Some(involved.name.clone()),
-        namespace: Some(involved.namespace.clone()),
+        namespace: pod.then(|| involved.namespace.clone()),
         uid: Some(involved.uid.clone()),
-        field_path: Some(involved.field_path.clone()),
+        field_path: Some(involved.field_path.clone()).filter(|f| !f.is_empty()),
         ..ObjectReference::default()
+    }
+}
+
+/// The namespace of an event about `involved`: the pod's; `default` for a cluster-scoped
+/// object, as client-go's recorder puts it.
+pub fn event_namespace(involved: &Involved) -> &str {
+    if involved.kind == "Pod" {
+        &involved.namespace
+    } else {
+        "default"
     }
 }
 
 /// The core `v1` event kubelet's `makeEvent` builds for `c`.
 pub fn core_event(c: &Correlated, node: &str) -> CoreEvent {
+    core_event_from(c, COMPONENT, node)
+}
+
+/// The core `v1` event client-go's `makeEvent` builds for `c`, reported by `component` on
+/// `instance`.
+pub fn core_event_from(c: &Correlated, component: &str, instance: &str) -> CoreEvent {
     CoreEvent {
         metadata: ObjectMeta {
             name: Some(c.name.clone()),
-            namespace: Some(c.involved.namespace.clone()),
+            namespace: Some(event_namespace(&c.involved).to_owned()),
             ..ObjectMeta::default()
         },
         involved_object: reference(&c.involved),
@@ -326,11 +357,11 @@ pub fn core_event(c: &Correlated, node: &str) -> CoreEvent {
         count: Some(c.count),
         type_: Some(if c.warning { "Warning" } else { "Normal" }.to_owned()),
         source: Some(EventSource {
-            component: Some(COMPONENT.to_owned()),
-            host: Some(node.to_owned()),
+            component: Some(component.to_owned()),
+            host: Some(instance.to_owned()),
         }),
-        reporting_component: Some(COMPONENT.to_owned()),
-        reporting_instance: Some(node.to_owned()),
+        reporting_component: Some(component.to_owned()),
+        reporting_instance: Some(instance.to_owned()),
         ..CoreEvent::default()
     }
 }
@@ -357,6 +388,7 @@ pub fn note(ev: &Event, rec: Recorded) -> Note {
     }
     Note {
         involved: Involved {
+            kind: "Pod",
             uid: ev.pod_uid.clone(),
             namespace: ev.pod_namespace.clone(),
             name: ev.pod_name.clone(),

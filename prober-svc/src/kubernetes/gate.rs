@@ -21,6 +21,9 @@
 //!   [`PodReadiness::Unknown`], and the condition the API has is kept. A prober restart changes
 //!   nothing a Service can see, in either direction, until a real probe result differs.
 //! - With the API unreachable, writes wait (and keep being coalesced); probing never does.
+//! - The sentinel's `False` (reason `ProberNotReporting`) is not overwritten while this
+//!   prober's node lease is not current ([`Gate::set_vouch`]): the prober takes its pods back
+//!   only once it vouches for its node again.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -38,12 +41,14 @@ pub use self::write::{ConditionWriter, FIELD_MANAGER, KubeWriter, Target, WriteE
 use super::metrics::ApiMetrics;
 use crate::clock::Clock;
 use crate::event::{Event, EventKind, EventSink};
+use crate::lease::Vouch;
 use crate::model::api_pod::{ApiPod, GateCondition};
 use crate::spec::ProbeType;
 use crate::view::View;
 use crate::view::readiness::PodReadiness;
 
 mod desired;
+mod hold;
 mod write;
 
 /// Condition writes in flight at once (each for a different pod).
@@ -79,6 +84,9 @@ pub struct Gate {
 
 struct Inner {
     condition_type: String,
+    /// This prober's node lease, when it keeps one: while it is not current, the sentinel's
+    /// `False` is left as it is.
+    vouch: std::sync::OnceLock<Vouch>,
     state: Mutex<State>,
     wake: Notify,
     metrics: ApiMetrics,
@@ -168,6 +176,7 @@ impl Gate {
         Self {
             inner: Arc::new(Inner {
                 condition_type: condition_type.to_owned(),
+                vouch: std::sync::OnceLock::new(),
                 state: Mutex::new(State::default()),
                 wake: Notify::new(),
                 metrics,
@@ -184,7 +193,8 @@ impl Gate {
     pub fn api_pod(&self, pod: &ApiPod) {
         let mut st = self.inner.state.lock();
         if !pod.gated {
-            st.pods.remove(&pod.uid);
+            let gone = st.pods.remove(&pod.uid);
+            self.forget(gone.as_ref());
             return;
         }
         let target = Target {
@@ -213,7 +223,15 @@ impl Gate {
 
     /// Pod `uid` is gone from the API's view.
     pub fn api_gone(&self, uid: &str) {
-        self.inner.state.lock().pods.remove(uid);
+        let gone = self.inner.state.lock().pods.remove(uid);
+        self.forget(gone.as_ref());
+    }
+
+    /// A pod no longer followed: out of the failing count if it was in it.
+    fn forget(&self, gone: Option<&GatePod>) {
+        if gone.is_some_and(|p| p.failures > 0) {
+            self.inner.metrics.gate_failing.dec();
+        }
     }
 
     /// Looks at pod `uid` again (its readiness may have changed).
@@ -243,11 +261,19 @@ impl Gate {
     ) {
         tokio::pin!(shutdown);
         let mut tasks = Tasks::default();
+        let mut renewals = self.inner.vouch.get().map(Vouch::renewals);
         loop {
             let next_due = self.dispatch(&mut tasks, &writer, &*source, &clock);
             tokio::select! {
                 () = &mut shutdown => return,
                 () = self.inner.wake.notified() => {}
+                changed = hold::renewed(renewals.as_mut()) => {
+                    if changed {
+                        self.touch_marked();
+                    } else {
+                        renewals = None;
+                    }
+                }
                 Some(done) = tasks.set.join_next_with_id(), if !tasks.set.is_empty() => match done {
                     Ok((id, (uid, outcome))) => {
                         tasks.ids.remove(&id);
@@ -316,6 +342,9 @@ impl Gate {
         let mut requeue = Vec::new();
         for (uid, want) in plans {
             let planned = match (want, st.pods.get(&uid)) {
+                // The sentinel's False stays until this prober vouches for its node again (a
+                // renewal looks at the pod again).
+                (Some(_), Some(pod)) if self.held(pod.current.as_ref()) => None,
                 (Some(want), Some(pod)) => plan(&uid, pod, want, clock),
                 _ => None,
             };
@@ -375,6 +404,9 @@ impl Gate {
                     reason = %condition.reason, "readiness gate written");
                 pod.current = Some(condition);
                 pod.written_rv = rv.parse().ok();
+                if pod.failures > 0 {
+                    m.gate_failing.dec();
+                }
                 pod.failures = 0;
                 pod.backoff.reset();
                 pod.not_before = None;
@@ -382,6 +414,9 @@ impl Gate {
             }
             Err(WriteError::Gone) => {
                 m.gate_writes.with_label_values(&["gone"]).inc();
+                if pod.failures > 0 {
+                    m.gate_failing.dec();
+                }
                 pod.failures = 0;
                 pod.backoff.reset();
                 None
@@ -391,6 +426,9 @@ impl Gate {
                 tracing::warn!(pod = %pod.target.name, namespace = %pod.target.namespace,
                     error = %message,
                     "the API server refuses the readiness-gate condition as invalid; not retried until the readiness changes");
+                if pod.failures > 0 {
+                    m.gate_failing.dec();
+                }
                 pod.failures = 0;
                 pod.backoff.reset();
                 None
@@ -402,6 +440,9 @@ impl Gate {
                     _ => "error",
                 };
                 m.gate_writes.with_label_values(&[label]).inc();
+                if pod.failures == 0 {
+                    m.gate_failing.inc();
+                }
                 pod.failures = pod.failures.saturating_add(1);
                 // The schedule moves on either way: throttling is a failure in a row too.
                 let next = pod.backoff.next_delay();

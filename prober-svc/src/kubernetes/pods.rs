@@ -110,7 +110,13 @@ pub async fn reflect(
                 }
             }
             Err(e) => {
-                metrics.synced.set(0);
+                // kube-rs resumes from the last resource version (or relists after a `410`):
+                // the view is kept and stays synced; the failure is counted, not node-wide.
+                metrics.watch_errors.inc();
+                let now_s = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+                metrics.watch_last_error.set(now_s);
                 if failing {
                     tracing::debug!(node, error = %e, "Kubernetes API: watching pods failed again");
                 } else {

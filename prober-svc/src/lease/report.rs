@@ -95,7 +95,7 @@ fn node_state(node: &Read, now_ns: i64) -> String {
     let holder = spec.holder_identity.as_deref().unwrap_or("");
     let duration = spec.lease_duration_seconds.unwrap_or(0);
     let renewed = spec.renew_time.as_ref().map(|t| t.0);
-    format!(
+    let mut out = format!(
         "holder {}, {}, duration {duration}s: {}",
         if holder.is_empty() {
             "(none)".to_owned()
@@ -104,7 +104,21 @@ fn node_state(node: &Read, now_ns: i64) -> String {
         },
         renewal(renewed, now_ns),
         expiry(renewed, duration, now_ns)
-    )
+    );
+    // What the prober reports without withdrawing its lease (a resumed watch, a pod refused).
+    if let Some(p) = l
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(super::PROBLEMS_ANNOTATION))
+        .filter(|p| !p.is_empty())
+    {
+        out.push_str(&format!(
+            "\n  problems reported by the prober (the lease holds): {}",
+            clean(p)
+        ));
+    }
+    out
 }
 
 /// Whether a lease last renewed at `renewed` for `duration` seconds is current at `now_ns`.
@@ -246,6 +260,19 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("no leader (released"), "{out}");
+        let mut l = lease(Some("node-a"), 3, 50);
+        l.metadata.annotations = Some(
+            [(
+                crate::lease::PROBLEMS_ANNOTATION.to_owned(),
+                "1 pod(s) whose readiness-gate write keeps failing".to_owned(),
+            )]
+            .into(),
+        );
+        let out = render(&names(), &Ok(Some(l)), &Ok(None), NOW);
+        assert!(
+            out.contains("current (expires in 47s)\n  problems reported by the prober (the lease holds): 1 pod(s)"),
+            "{out}"
+        );
         let out = render(&names(), &Ok(None), &Ok(None), NOW);
         assert!(out.contains("Node lease podward/node-a: none"), "{out}");
         assert!(

@@ -59,15 +59,17 @@ pub struct SentinelArgs {
     /// nodeMonitorPeriod).
     #[arg(long, env = "PODWARD_SENTINEL_PERIOD_SECONDS", default_value_t = 5.0)]
     pub period_seconds: f64,
-    /// Expired nodes marked per second in a healthy zone (--node-eviction-rate).
+    /// Accepted so that existing manifests run; not used: marking is not rate-limited (the node
+    /// lifecycle controller marks a not-ready node's pods at once; only its evictions use
+    /// --node-eviction-rate). The API QPS paces marking.
     #[arg(
         long,
         env = "PODWARD_SENTINEL_NODE_EVICTION_RATE",
         default_value_t = 0.1
     )]
     pub node_eviction_rate: f64,
-    /// Expired nodes marked per second in a partially disrupted zone
-    /// (--secondary-node-eviction-rate).
+    /// Accepted so that existing manifests run; not used: a partially disrupted zone is held
+    /// (--secondary-node-eviction-rate is the controller's eviction rate there).
     #[arg(
         long,
         env = "PODWARD_SENTINEL_SECONDARY_NODE_EVICTION_RATE",
@@ -82,8 +84,8 @@ pub struct SentinelArgs {
         default_value_t = 0.55
     )]
     pub unhealthy_zone_threshold: f64,
-    /// A partially disrupted zone of at most this many nodes is not marked at all
-    /// (--large-cluster-size-threshold).
+    /// Accepted so that existing manifests run; not used: every partially disrupted zone is
+    /// held, whatever its size (--large-cluster-size-threshold).
     #[arg(
         long,
         env = "PODWARD_SENTINEL_LARGE_CLUSTER_SIZE_THRESHOLD",
@@ -125,6 +127,9 @@ pub enum SentinelError {
     /// Metrics could not be registered.
     #[error(transparent)]
     Metrics(#[from] MetricsError),
+    /// This replica lost the leader lease (it stopped marking; a restart campaigns afresh).
+    #[error(transparent)]
+    Lost(#[from] super::election::Lost),
 }
 
 impl SentinelArgs {
@@ -224,7 +229,18 @@ pub async fn run(
     // The lease watch may be quiet for minutes (no read timeout); the marker's writes have the
     // gate writer's deadlines, so a half-open connection never holds a node's marking.
     let client = client::build(config.clone(), bucket.clone(), client::Deadlines::watches())?;
-    let writes = client::build(config, bucket, client::Deadlines::writes())?;
+    let writes = client::build(config.clone(), bucket, client::Deadlines::writes())?;
+    // The leader lease on a client of its own (its own bucket: a renewal never queues behind
+    // the marker's writes), every request bounded by the renew deadline, as client-go's.
+    let deadline = Some(settings.election.renew_deadline);
+    let election = client::build(
+        config,
+        Arc::new(TokenBucket::new(5.0, 10)),
+        client::Deadlines {
+            request: deadline,
+            read: deadline,
+        },
+    )?;
     let admin = Admin::new();
     podward_api::daemon::build_info::register(
         &admin.registry,
@@ -245,26 +261,20 @@ pub async fn run(
         }
     };
     let clock = Clock::system();
-    let recorder = kube::runtime::events::Recorder::new(
-        writes.clone(),
-        kube::runtime::events::Reporter {
-            controller: "podward-sentinel".to_owned(),
-            instance: Some(settings.identity.clone()),
-        },
-    );
+    let events = super::SentinelEvents::spawn(writes.clone(), &settings.identity, clock);
     let marker = Marker::new(
         writes.clone(),
         Arc::new(KubeWriter::new(writes)),
-        recorder,
+        events,
         &settings.gate_condition,
         clock,
     );
-    super::run(client, marker, settings, metrics, clock, shutdown).await;
+    let result = super::run(client, election, marker, settings, metrics, clock, shutdown).await;
     stop.trigger();
     if let Some(t) = admin_task {
         let _ = t.await;
     }
-    Ok(())
+    Ok(result?)
 }
 
 #[cfg(test)]

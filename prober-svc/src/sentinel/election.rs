@@ -7,8 +7,10 @@
 //! own clock (the holder's clock is not trusted, as in client-go's `observedTime`); write it
 //! back with the resource version read (a `409` means someone else won this round). A leader
 //! that cannot renew within the renew deadline steps down before its lease can expire for the
-//! others. A leader that stops (SIGTERM) releases the lease, so the other takes over at its next
-//! retry instead of after a lease duration.
+//! others: every try is bounded by what is left of the renew deadline, and each write of the
+//! leader checks its [`Fence`] first; a leader that lost its lease returns [`Lost`] and the
+//! process exits. A leader that stops (SIGTERM) releases the lease, so the other takes over at
+//! its next retry instead of after a lease duration.
 
 use std::time::Duration;
 
@@ -43,6 +45,45 @@ impl Default for ElectionTiming {
     }
 }
 
+/// A leader lost its lease: it could not renew within the renew deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("lost the leader lease: not renewed within the renew deadline")]
+pub struct Lost;
+
+/// The leader's fencing: when it last renewed. A write is allowed only while that is within
+/// the renew deadline, so a leader whose renewals hang stops writing before another replica can
+/// take the lease over (it must wait out the longer lease duration). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Fence {
+    renewed: std::sync::Arc<parking_lot::Mutex<Option<Instant>>>,
+    deadline: Duration,
+}
+
+impl Fence {
+    /// A fence for leases renewed within `renew_deadline`; not leading yet.
+    pub fn new(renew_deadline: Duration) -> Self {
+        Self {
+            renewed: std::sync::Arc::default(),
+            deadline: renew_deadline,
+        }
+    }
+
+    fn renewed(&self, at: Instant) {
+        *self.renewed.lock() = Some(at);
+    }
+
+    fn lost(&self) {
+        *self.renewed.lock() = None;
+    }
+
+    /// Whether this replica holds the leader lease now: renewed within the renew deadline.
+    pub fn holds(&self) -> bool {
+        self.renewed
+            .lock()
+            .is_some_and(|at| at.elapsed() < self.deadline)
+    }
+}
+
 /// One candidate.
 pub struct Elector {
     api: Api<Lease>,
@@ -74,33 +115,47 @@ impl Elector {
         }
     }
 
-    /// Campaigns (and leads) until `shutdown`; `leading` says whether this candidate leads.
+    /// Campaigns (and leads) until `shutdown`; `leading` says whether this candidate leads,
+    /// `fence` when it last renewed. Each try is bounded by what is left of the renew deadline
+    /// (client-go's renew loop under its `renewDeadline` context), so a request that hangs
+    /// cannot keep a leader leading. A leader that could not renew within the renew deadline
+    /// steps down at once and returns [`Lost`] (kube-controller-manager exits then: a process
+    /// that lost its lease starts afresh rather than keep state from its reign).
     pub async fn run(
         mut self,
         leading: watch::Sender<bool>,
+        fence: Fence,
         shutdown: impl std::future::Future<Output = ()>,
-    ) {
+    ) -> Result<(), Lost> {
         tokio::pin!(shutdown);
         let mut last_renew: Option<Instant> = None;
+        let deadline = self.timing.renew_deadline;
         loop {
+            let budget = last_renew.map_or(deadline, |at| deadline.saturating_sub(at.elapsed()));
             let ok = tokio::select! {
                 () = &mut shutdown => break,
-                ok = self.try_acquire_or_renew() => ok,
+                ok = tokio::time::timeout(budget, self.try_acquire_or_renew()) => ok.unwrap_or_else(|_| {
+                    tracing::debug!(identity = %self.identity, "a leader election try ran out of time");
+                    false
+                }),
             };
             let now = Instant::now();
             if ok {
                 if last_renew.is_none() {
                     tracing::info!(identity = %self.identity, lease = %self.name, "became the leader");
+                    fence.renewed(now);
                     leading.send_replace(true);
                 }
+                fence.renewed(now);
                 last_renew = Some(now);
             } else if let Some(at) = last_renew
-                && now.saturating_duration_since(at) >= self.timing.renew_deadline
+                && now.saturating_duration_since(at) >= deadline
             {
-                tracing::warn!(identity = %self.identity, lease = %self.name,
-                    "could not renew the leader lease within the renew deadline; stepping down");
+                fence.lost();
                 leading.send_replace(false);
-                last_renew = None;
+                tracing::error!(identity = %self.identity, lease = %self.name,
+                    "could not renew the leader lease within the renew deadline: stopped marking; exiting");
+                return Err(Lost);
             }
             let wait = jittered(self.timing.retry_period);
             tokio::select! {
@@ -109,9 +164,11 @@ impl Elector {
             }
         }
         if last_renew.is_some() {
+            fence.lost();
             leading.send_replace(false);
             self.release().await;
         }
+        Ok(())
     }
 
     /// One round; true when this candidate holds the lease after it.

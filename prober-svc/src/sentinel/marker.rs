@@ -11,11 +11,11 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::ListParams;
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 
+use super::events::SentinelEvents;
 use crate::clock::Clock;
 use crate::kubernetes::gate::{ConditionWriter, Target, WriteError};
 use crate::model::api_pod::{ConditionStatus, GateCondition};
@@ -55,25 +55,27 @@ pub enum MarkError {
 /// Marks nodes' gated pods.
 pub struct Marker {
     pods: Api<Pod>,
+    nodes: Api<Node>,
     writer: Arc<dyn ConditionWriter>,
-    recorder: Recorder,
+    events: SentinelEvents,
     condition_type: String,
     clock: Clock,
 }
 
 impl Marker {
-    /// A marker listing through `client`, writing through `writer`, recording with `recorder`.
+    /// A marker listing through `client`, writing through `writer`, recording with `events`.
     pub fn new(
         client: kube::Client,
         writer: Arc<dyn ConditionWriter>,
-        recorder: Recorder,
+        events: SentinelEvents,
         condition_type: &str,
         clock: Clock,
     ) -> Self {
         Self {
-            pods: Api::all(client),
+            pods: Api::all(client.clone()),
+            nodes: Api::all(client),
             writer,
-            recorder,
+            events,
             condition_type: condition_type.to_owned(),
             clock,
         }
@@ -137,7 +139,7 @@ impl Marker {
                 {
                     Ok(_) => {
                         out.written += 1;
-                        self.record(&target, &message).await;
+                        self.record(&target, &message);
                     }
                     // Gone, or another pod under the name now: nothing to mark.
                     Err(WriteError::Gone | WriteError::Conflict(_)) => {}
@@ -151,6 +153,22 @@ impl Marker {
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(c) => params = params.continue_token(&c),
                 None => return Ok(out),
+            }
+        }
+    }
+
+    /// Whether Node `node` is gone: not found, or found with another uid than `owner` (the
+    /// lease's owner; "" when the lease names none). A failed read counts as present: the
+    /// lease is then judged as any other.
+    pub async fn node_gone(&self, node: &str, owner: &str) -> bool {
+        match self.nodes.get_opt(node).await {
+            Ok(None) => true,
+            Ok(Some(n)) => {
+                !owner.is_empty() && n.metadata.uid.as_deref().is_some_and(|u| u != owner)
+            }
+            Err(e) => {
+                tracing::debug!(node, error = %e, "cannot read the Node of an expired lease");
+                false
             }
         }
     }
@@ -181,26 +199,20 @@ impl Marker {
         Some((target, status))
     }
 
-    /// The pod's event (failures are logged: an event lost is not worth a retry).
-    async fn record(&self, target: &Target, message: &str) {
-        let reference = ObjectReference {
-            api_version: Some("v1".to_owned()),
-            kind: Some("Pod".to_owned()),
-            name: Some(target.name.clone()),
-            namespace: Some(target.namespace.clone()),
-            uid: Some(target.uid.clone()),
-            ..ObjectReference::default()
-        };
-        let event = KubeEvent {
-            type_: EventType::Warning,
-            reason: REASON.to_owned(),
-            note: Some(message.to_owned()),
-            action: "MarkNotReady".to_owned(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::debug!(pod = %target.name, error = %e, "cannot record the sentinel's event");
-        }
+    /// The pod's event (queued: an event never holds the marking).
+    fn record(&self, target: &Target, message: &str) {
+        self.events.pod(
+            &target.namespace,
+            &target.name,
+            &target.uid,
+            REASON,
+            message,
+        );
+    }
+
+    /// The events' recorder (the Node's events).
+    pub fn events(&self) -> &SentinelEvents {
+        &self.events
     }
 }
 

@@ -13,8 +13,10 @@ pub struct SentinelMetrics {
     pub leases: IntGauge,
     /// Of them expired.
     pub expired: IntGauge,
-    /// Expired nodes waiting for their zone's rate limiter.
+    /// Expired nodes not handed out: held, or waiting for a retry.
     pub waiting: IntGauge,
+    /// Expired nodes held: their zone is disrupted, or every lease expired.
+    pub held: IntGauge,
     /// Nodes whose lease expired (transitions).
     pub expirations: IntCounter,
     /// Pods whose condition was written `False`.
@@ -43,7 +45,11 @@ impl SentinelMetrics {
             )?,
             waiting: IntGauge::new(
                 "podward_sentinel_nodes_waiting",
-                "Expired nodes waiting for their zone's rate limiter before their pods are marked.",
+                "Expired nodes not marked yet: held by the disruption rules, or waiting for a retry after a failed marking.",
+            )?,
+            held: IntGauge::new(
+                "podward_sentinel_nodes_held",
+                "Expired nodes whose marking is held: their zone is partially or fully disrupted, or every lease expired.",
             )?,
             expirations: IntCounter::new(
                 "podward_sentinel_lease_expirations_total",
@@ -67,6 +73,7 @@ impl SentinelMetrics {
             r.register(Box::new(m.leases.clone()))?;
             r.register(Box::new(m.expired.clone()))?;
             r.register(Box::new(m.waiting.clone()))?;
+            r.register(Box::new(m.held.clone()))?;
             r.register(Box::new(m.expirations.clone()))?;
             r.register(Box::new(m.pods_marked.clone()))?;
             r.register(Box::new(m.errors.clone()))?;

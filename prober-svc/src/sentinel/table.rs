@@ -1,25 +1,26 @@
 //! The sentinel's view of the node leases, and which expired nodes may be marked now: the node
-//! lifecycle controller's monitor and its rate-limited eviction queue, for leases.
+//! lifecycle controller's monitor, for leases.
 //!
 //! - A lease is judged on the sentinel's own clock, as the node lifecycle controller judges
 //!   node leases: *when it saw* `renewTime` change (not the `renewTime` value, which another
 //!   clock wrote). A lease it has not seen change for `leaseDurationSeconds` is expired; one
 //!   that changes again is current at once.
-//! - Expired nodes queue per zone (the lease's `topology.kubernetes.io/zone` label; leases
-//!   without it share one zone) and leave each zone's queue at that zone's rate, one node per
-//!   token of a bucket of burst 1 (the controller's `RateLimitedTimedQueue`). A zone's rate
-//!   follows its state, as the controller's `ComputeZoneState` and `setLimiterInZone` set it:
-//!   normal (0.1 nodes/s); partial disruption (more than 2 nodes and at least 55 % expired)
-//!   slows to the secondary rate (0.01 nodes/s), or stops for a zone of at most 50 nodes;
-//!   a fully expired zone goes at the normal rate unless every zone is fully expired, when
-//!   nothing is marked at all (the sentinel's own network or the API is then the likely fault,
-//!   not every prober at once); leaving that state gives every node not yet marked a fresh
-//!   lease duration, as the controller resets its probe timestamps then.
-//! - Unlike the controller, "every zone fully disrupted" needs more than
-//!   [`PARTITION_MIN_EXPIRED`] - 1 expired nodes, the count partial disruption needs: a
-//!   cluster of one node loses every lease with its one prober, and its pods must not keep
-//!   `True` without bound (the controller marks a NotReady node's pods at once, whatever the
-//!   disruption; only evictions stop).
+//! - An expired node of a zone in the normal state is handed out at once, every one of them
+//!   (the controller marks a not-ready node's pods NotReady at once; only its evictions are
+//!   rate-limited): the API client's QPS is the only pace. Zones are the leases'
+//!   `topology.kubernetes.io/zone` label (leases without it share one zone) and their state is
+//!   the controller's `ComputeZoneState`: partial disruption (more than 2 nodes and at least
+//!   the threshold, 55 %, expired) and full disruption (every node of the zone, at least
+//!   [`PARTITION_MIN_EXPIRED`]) *hold* marking there: so many probers lost at once is more
+//!   likely podward's own fault (a bad rollout, the sentinel's view) or a zone outage the node
+//!   lifecycle controller handles, than each node's prober. Every zone fully disrupted holds
+//!   everything; leaving that state gives every node not yet marked a fresh lease duration, as
+//!   the controller resets its probe timestamps then.
+//! - A node whose marking failed is retried after a backoff of its own (1 s doubling to 60 s)
+//!   and never blocks the other nodes of its zone.
+//! - Fewer than [`PARTITION_MIN_EXPIRED`] expired nodes are never a disruption: a cluster of
+//!   one node loses every lease with its one prober, and its pods must not keep `True` without
+//!   bound.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
@@ -30,7 +31,9 @@ use tokio::time::Instant;
 /// controller's partial disruption needs more than 2 not-ready nodes too).
 pub const PARTITION_MIN_EXPIRED: usize = 3;
 
-/// The node lifecycle controller's rates, as flags.
+/// The node lifecycle controller's rates, as flags. Only the zone threshold decides anything:
+/// marking is not rate-limited (the rates are the controller's eviction rates), and every
+/// partially disrupted zone is held whatever its size.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rates {
     /// Nodes per second a healthy zone's expired nodes are marked at
@@ -78,6 +81,16 @@ struct NodeLease {
     duration: Duration,
     zone: String,
     state: State,
+    /// The uid of the Node owning the lease ("" when it names none).
+    owner: String,
+    /// Failed markings in a row, and not before when the next try may come.
+    failures: u32,
+    not_before: Option<Instant>,
+    /// Whether the Node was looked up since the lease last expired.
+    checked: bool,
+    /// The lease's Node is gone (deleted, or another Node under the name): the lease is
+    /// ignored (never marked, not counted in its zone) until it is renewed.
+    gone: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,31 +102,6 @@ enum State {
     Admitted,
 }
 
-/// One zone's token bucket of burst 1.
-#[derive(Debug)]
-struct Limiter {
-    qps: f64,
-    next: Instant,
-}
-
-impl Limiter {
-    fn take(&mut self, now: Instant) -> bool {
-        if self.qps <= 0.0 || now < self.next {
-            return false;
-        }
-        self.next = now + Duration::from_secs_f64(1.0 / self.qps);
-        true
-    }
-
-    /// A new bucket at `qps`, full, as the controller's `SwapLimiter`.
-    fn swap(&mut self, qps: f64, now: Instant) {
-        if (qps - self.qps).abs() > f64::EPSILON {
-            self.qps = qps;
-            self.next = now;
-        }
-    }
-}
-
 /// An expired node the sentinel may mark now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Due {
@@ -123,6 +111,8 @@ pub struct Due {
     pub renew_time: String,
     /// Its zone ("" for leases without a zone label).
     pub zone: String,
+    /// The uid of the Node owning the lease ("" when it names none).
+    pub owner: String,
 }
 
 /// Counts for the metrics.
@@ -132,8 +122,11 @@ pub struct Counts {
     pub leases: usize,
     /// Of them expired.
     pub expired: usize,
-    /// Expired and waiting for their zone's rate limiter.
+    /// Expired and not handed out: held (a disrupted zone, every lease expired) or waiting
+    /// for a retry.
     pub waiting: usize,
+    /// Of them in a zone whose marking is held.
+    pub held: usize,
 }
 
 /// The node leases and the expired-node queues.
@@ -142,7 +135,8 @@ pub struct Table {
     rates: Rates,
     nodes: HashMap<String, NodeLease>,
     queues: BTreeMap<String, VecDeque<String>>,
-    limiters: HashMap<String, Limiter>,
+    /// Zones whose marking is held now.
+    held: Vec<String>,
     /// Every zone was fully disrupted at the last look.
     all_full: bool,
 }
@@ -154,7 +148,7 @@ impl Table {
             rates,
             nodes: HashMap::new(),
             queues: BTreeMap::new(),
-            limiters: HashMap::new(),
+            held: Vec::new(),
             all_full: false,
         }
     }
@@ -182,6 +176,10 @@ impl Table {
                 }
                 n.record = record;
                 n.observed = now;
+                n.checked = false;
+                n.gone = false;
+                n.failures = 0;
+                n.not_before = None;
                 let back = n.state != State::Current;
                 n.state = State::Current;
                 if back {
@@ -198,10 +196,47 @@ impl Table {
                         duration,
                         zone: zone.to_owned(),
                         state: State::Current,
+                        owner: String::new(),
+                        failures: 0,
+                        not_before: None,
+                        checked: false,
+                        gone: false,
                     },
                 );
                 false
             }
+        }
+    }
+
+    /// The uid of the Node that owns node `node`'s lease ("" when it names none).
+    pub fn set_owner(&mut self, node: &str, uid: &str) {
+        if let Some(n) = self.nodes.get_mut(node)
+            && n.owner != uid
+        {
+            n.owner = uid.to_owned();
+        }
+    }
+
+    /// Expired leases whose Node was not looked up yet, with their owner's uid: the sentinel
+    /// asks the API whether each Node still exists ([`Table::checked`]) before the lease
+    /// counts as expired.
+    pub fn expiring(&self, now: Instant) -> Vec<(String, String)> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| {
+                n.state == State::Current
+                    && !n.checked
+                    && now.saturating_duration_since(n.observed) > n.duration
+            })
+            .map(|(name, n)| (name.clone(), n.owner.clone()))
+            .collect()
+    }
+
+    /// Node `node` was looked up: `gone` when it no longer exists (its lease is then ignored).
+    pub fn checked(&mut self, node: &str, gone: bool) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.checked = true;
+            n.gone = gone;
         }
     }
 
@@ -236,7 +271,7 @@ impl Table {
         let mut newly: Vec<(String, String)> = Vec::new();
         for (name, n) in &mut self.nodes {
             let expired = now.saturating_duration_since(n.observed) > n.duration;
-            if expired && n.state == State::Current {
+            if expired && n.state == State::Current && n.checked && !n.gone {
                 n.state = State::Queued;
                 newly.push((n.zone.clone(), name.clone()));
             }
@@ -270,68 +305,81 @@ impl Table {
         }
         self.all_full = all_full;
         let mut out = Vec::new();
+        self.held.clear();
         for (zone, (state, size)) in &states {
-            let qps = if all_full {
-                0.0
-            } else {
-                match state {
-                    ZoneState::Normal | ZoneState::FullDisruption => self.rates.normal,
-                    ZoneState::PartialDisruption if *size > self.rates.large_cluster_threshold => {
-                        self.rates.secondary
-                    }
-                    ZoneState::PartialDisruption => 0.0,
-                }
-            };
-            let limiter = self
-                .limiters
-                .entry(zone.clone())
-                .or_insert(Limiter { qps, next: now });
-            limiter.swap(qps, now);
+            let held = all_full
+                || match state {
+                    ZoneState::Normal => false,
+                    ZoneState::PartialDisruption => true,
+                    ZoneState::FullDisruption => *size >= PARTITION_MIN_EXPIRED,
+                };
+            if held {
+                self.held.push(zone.clone());
+                continue;
+            }
             let Some(queue) = self.queues.get_mut(zone) else {
                 continue;
             };
-            while !queue.is_empty() && limiter.take(now) {
-                let Some(node) = queue.pop_front() else { break };
-                if let Some(n) = self.nodes.get_mut(&node) {
-                    n.state = State::Admitted;
-                    out.push(Due {
-                        node,
-                        renew_time: n.record.1.clone(),
-                        zone: zone.clone(),
-                    });
+            // Every node due now, in queue order; one waiting for its retry keeps its place
+            // and holds no other back.
+            let mut waiting = VecDeque::new();
+            while let Some(node) = queue.pop_front() {
+                let Some(n) = self.nodes.get_mut(&node) else {
+                    continue;
+                };
+                if n.not_before.is_some_and(|t| t > now) {
+                    waiting.push_back(node);
+                    continue;
                 }
+                n.state = State::Admitted;
+                out.push(Due {
+                    node,
+                    renew_time: n.record.1.clone(),
+                    zone: zone.clone(),
+                    owner: n.owner.clone(),
+                });
             }
+            *queue = waiting;
         }
         out
     }
 
-    /// Gives node `node`'s token back to its zone (nothing needed marking there: a node the
-    /// sentinel, or a leader before it, already marked), so it does not delay the next node.
-    pub fn refund(&mut self, zone: &str, now: Instant) {
-        if let Some(l) = self.limiters.get_mut(zone) {
-            l.next = now;
+    /// Zones whose marking is held now (disrupted, or every lease expired).
+    pub fn held_zones(&self) -> &[String] {
+        &self.held
+    }
+
+    /// Admitted node `node` was marked: its retry schedule starts over.
+    pub fn marked(&mut self, node: &str) {
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.failures = 0;
+            n.not_before = None;
         }
     }
 
-    /// Puts admitted node `node` back at the front of its zone's queue (marking failed; it
-    /// goes again at the next token).
-    pub fn retry(&mut self, node: &str) {
+    /// Puts admitted node `node` back in its zone's queue after a failed marking, due again
+    /// after its own backoff (1 s doubling to 60 s); the other nodes go on meanwhile.
+    pub fn retry(&mut self, node: &str, now: Instant) {
         if let Some(n) = self.nodes.get_mut(node)
             && n.state == State::Admitted
         {
             n.state = State::Queued;
+            n.failures = n.failures.saturating_add(1);
+            let backoff =
+                Duration::from_secs(1 << (n.failures.min(7) - 1)).min(Duration::from_secs(60));
+            n.not_before = Some(now + backoff);
             let zone = n.zone.clone();
             self.queues
                 .entry(zone)
                 .or_default()
-                .push_front(node.to_owned());
+                .push_back(node.to_owned());
         }
     }
 
     /// Each zone's state and size.
     pub fn zone_states(&self) -> BTreeMap<String, (ZoneState, usize)> {
         let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-        for n in self.nodes.values() {
+        for n in self.nodes.values().filter(|n| !n.gone) {
             let c = counts.entry(n.zone.clone()).or_default();
             if n.state == State::Current {
                 c.0 += 1;
@@ -367,104 +415,15 @@ impl Table {
                 .filter(|n| n.state != State::Current)
                 .count(),
             waiting: self.queues.values().map(VecDeque::len).sum(),
+            held: self
+                .held
+                .iter()
+                .filter_map(|z| self.queues.get(z))
+                .map(VecDeque::len)
+                .sum(),
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const D: Duration = Duration::from_secs(40);
-
-    fn table(rates: Rates, nodes: usize, now: Instant) -> Table {
-        let mut t = Table::new(rates);
-        for i in 0..nodes {
-            t.apply(&format!("n{i:02}"), "h", "t0", D, "", now);
-        }
-        t
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_lease_expires_on_the_sentinels_clock_and_comes_back_when_it_changes() {
-        let t0 = Instant::now();
-        let mut t = table(Rates::default(), 10, t0);
-        assert!(t.due(t0 + D).is_empty(), "not before the duration");
-        for i in 1..10 {
-            t.apply(&format!("n{i:02}"), "h", "t1", D, "", t0 + D);
-        }
-        let due = t.due(t0 + D + Duration::from_secs(1));
-        assert_eq!(due.len(), 1);
-        assert_eq!(due[0].node, "n00");
-        assert_eq!(due[0].renew_time, "t0");
-        // The same record again is no renewal; a new one is.
-        assert!(!t.apply("n00", "h", "t0", D, "", t0 + D * 2));
-        assert!(t.apply("n00", "h", "t2", D, "", t0 + D * 2));
-        assert_eq!(t.counts().expired, 0);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn normal_rate_is_one_node_per_ten_seconds() {
-        let t0 = Instant::now();
-        let mut t = table(Rates::default(), 20, t0);
-        for i in 2..20 {
-            t.apply(&format!("n{i:02}"), "h", "t1", D, "", t0 + D);
-        }
-        let at = t0 + D + Duration::from_secs(1);
-        assert_eq!(t.due(at).len(), 1);
-        assert!(t.due(at + Duration::from_secs(9)).is_empty());
-        assert_eq!(t.due(at + Duration::from_secs(10)).len(), 1);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn partial_disruption_slows_or_stops_and_full_disruption_everywhere_stops() {
-        let t0 = Instant::now();
-        let at = t0 + D + Duration::from_secs(1);
-        // 6 of 10 expired: partial disruption; a zone of at most 50 nodes is not marked.
-        let mut t = table(Rates::default(), 10, t0);
-        for i in 6..10 {
-            t.apply(&format!("n{i:02}"), "h", "t1", D, "", t0 + D);
-        }
-        assert!(t.due(at).is_empty());
-        assert_eq!(
-            t.zone_states()[""],
-            (ZoneState::PartialDisruption, 10),
-            "zone state"
-        );
-        // A large zone: the secondary rate, one node per 100 s.
-        let rates = Rates {
-            large_cluster_threshold: 5,
-            ..Rates::default()
-        };
-        let mut t = table(rates.clone(), 10, t0);
-        for i in 6..10 {
-            t.apply(&format!("n{i:02}"), "h", "t1", D, "", t0 + D);
-        }
-        assert_eq!(t.due(at).len(), 1);
-        for step in [99, 100] {
-            // The healthy nodes keep renewing.
-            let now = at + Duration::from_secs(step);
-            for i in 6..10 {
-                t.apply(&format!("n{i:02}"), "h", &format!("t{step}"), D, "", now);
-            }
-            let due = t.due(now);
-            assert_eq!(due.len(), usize::from(step == 100), "at +{step}s: {due:?}");
-        }
-        // Every node expired (every zone fully disrupted): nothing.
-        let mut t = table(rates, 10, t0);
-        assert!(t.due(at).is_empty());
-        assert_eq!(t.counts().waiting, 10);
-        // One comes back: the others get a fresh duration rather than being marked at once.
-        t.apply("n00", "h", "t9", D, "", at + Duration::from_secs(1));
-        assert!(t.due(at + Duration::from_secs(1)).is_empty());
-        assert_eq!(t.counts().expired, 0);
-        let later = at + Duration::from_secs(1) + D + Duration::from_secs(1);
-        t.apply("n00", "h", "t10", D, "", later);
-        assert_eq!(
-            t.due(later).len(),
-            1,
-            "9 of 10: partial, at the secondary rate"
-        );
-        assert_eq!(t.counts().expired, 9);
-    }
-}
+mod tests;

@@ -3,6 +3,7 @@ use super::*;
 fn note(container: &str, reason: &'static str, message: &str, at_ns: i64) -> Note {
     Note {
         involved: Involved {
+            kind: "Pod",
             uid: "u".into(),
             namespace: "ns".into(),
             name: "web".into(),
