@@ -404,14 +404,14 @@ def prober_event_cases(ctx: Ctx) -> list[Case]:
         case("deletes an event", event_request(user, ex, "DELETE", None, other), DENY,
              "only create and patch core v1 events"),
         case("records an events.k8s.io/v1 event", event_request(
-            user, ex, "CREATE", sentinel_event(ctx, "node-a", "podward-prober"),
+            user, ex, "CREATE", events_k8s_event(ctx, "node-a", "podward-prober"),
             group="events.k8s.io"), DENY, "only create and patch core v1 events"),
         case("kubelet (another user) is not matched", event_request(
             "system:node:node-b", {}, "CREATE", kubelet), ALLOW),
     ]
 
 
-def sentinel_event(ctx: Ctx, instance: str, controller: str = "podward-sentinel") -> dict:
+def events_k8s_event(ctx: Ctx, instance: str, controller: str = "podward-sentinel") -> dict:
     """An events.k8s.io/v1 event as kube-rs's Recorder writes it."""
     return {
         "apiVersion": "events.k8s.io/v1", "kind": "Event",
@@ -425,33 +425,64 @@ def sentinel_event(ctx: Ctx, instance: str, controller: str = "podward-sentinel"
     }
 
 
+def sentinel_event(instance: str, *, component: str = "podward-sentinel", node: bool = False,
+                   count: int = 1) -> dict:
+    """A core v1 event as the sentinel writes it (the prober's correlator, client-go's makeEvent):
+    about a pod in its namespace, or about a Node in `default`."""
+    ev = core_event(instance, component=component, count=count,
+                    namespace="default" if node else "shop")
+    ev["reason"], ev["message"] = "ProberNotReporting", "podward-prober on node-b stopped renewing"
+    if node:
+        ev["involvedObject"] = {"apiVersion": "v1", "kind": "Node", "name": "node-b",
+                                "uid": NODE_UIDS["node-b"]}
+    else:
+        ev["involvedObject"].pop("fieldPath")
+    return ev
+
+
 def sentinel_event_cases(ctx: Ctx) -> list[Case]:
     policy = "-sentinel-only-not-ready"
     me = f"{ctx.sentinel_sa}-6b7-q2x"
     user, ex = ctx.sentinel, extra("node-c", pod=me)
-    ev = sentinel_event(ctx, me)
-    series = edit(ev, lambda e: e.update({"series": {"count": 2,
-                                                     "lastObservedTime": "2026-11-28T20:05:00.000000Z"}}))
+    ev = sentinel_event(me)
+    on_node = sentinel_event(me, node=True)
+    kubelet = sentinel_event("node-b", component="kubelet")
 
-    def req(op, new, old=None):
-        return event_request(user, ex, op, new, old, group="events.k8s.io")
+    def case(name, op, new, old=None, verdict=ALLOW, message="", group=""):
+        return Case(f"sentinel event: {name}", policy,
+                    event_request(user, ex, op, new, old, group=group), verdict, message)
 
     return [
-        Case("sentinel event: records its own event", policy, req("CREATE", ev), ALLOW),
-        Case("sentinel event: bumps its own event's series", policy, req("UPDATE", series, ev),
-             ALLOW),
-        Case("sentinel event: records as kubelet", policy,
-             req("CREATE", sentinel_event(ctx, "node-b", "kubelet")), DENY, "as itself"),
-        Case("sentinel event: records as the other replica", policy,
-             req("CREATE", sentinel_event(ctx, f"{ctx.sentinel_sa}-6b7-zz9")), DENY, "as itself"),
-        Case("sentinel event: records a core v1 event", policy,
-             event_request(user, ex, "CREATE", core_event("node-b", component="podward-sentinel")),
-             DENY, "events.k8s.io/v1 events"),
-        Case("sentinel event: deletes an event", policy,
-             event_request(user, ex, "DELETE", None, ev, group="events.k8s.io"), DENY, "as itself"),
-        Case("sentinel event: rewrites kubelet's event", policy,
-             req("UPDATE", edit(sentinel_event(ctx, me), lambda e: e.update({"note": "x"})),
-                 sentinel_event(ctx, "node-b", "kubelet")), DENY, "as itself"),
+        case("records its own event about a pod", "CREATE", ev),
+        case("records its own event about a Node", "CREATE", on_node),
+        case("bumps its own event (count, lastTimestamp, message)", "UPDATE", bump(ev), ev),
+        case("records as kubelet", "CREATE", kubelet, None, DENY, "as itself"),
+        case("records as the other replica", "CREATE",
+             sentinel_event(f"{ctx.sentinel_sa}-6b7-zz9"), None, DENY, "as itself"),
+        case("records an events.k8s.io/v1 event", "CREATE", events_k8s_event(ctx, me), None, DENY,
+             "core v1 events", group="events.k8s.io"),
+        case("deletes an event", "DELETE", None, ev, DENY, "core v1 events"),
+        case("rewrites kubelet's event", "UPDATE",
+             edit(bump(kubelet), lambda e: (e["source"].update({"component": "podward-sentinel",
+                                                                "host": me}),
+                                           e.update({"reportingComponent": "podward-sentinel",
+                                                     "reportingInstance": me}))),
+             kubelet, DENY, "events it recorded as itself"),
+        case("records a Node event outside default", "CREATE",
+             edit(on_node, lambda e: e["metadata"].update({"namespace": "shop"})), None, DENY,
+             "about a pod"),
+        case("records a pod event outside the pod's namespace", "CREATE",
+             edit(ev, lambda e: e["metadata"].update({"namespace": "kube-system"})), None, DENY,
+             "about a pod"),
+        case("records an event about a Secret", "CREATE",
+             edit(ev, lambda e: e["involvedObject"].update({"kind": "Secret"})), None, DENY,
+             "about a pod"),
+        case("changes the reason of its own event", "UPDATE",
+             edit(bump(ev), lambda e: e.update({"reason": "Killing"})), ev, DENY,
+             "only count, lastTimestamp and message"),
+        case("labels its event", "CREATE",
+             edit(ev, lambda e: e["metadata"].update({"labels": {"a": "b"}})), None, DENY,
+             "no labels"),
     ]
 
 
@@ -551,6 +582,21 @@ def prober_lease_cases(ctx: Ctx) -> list[Case]:
         case("adds an annotation", "UPDATE",
              edit(renewed(mine), lambda l: l["metadata"].update({"annotations": {"a": "b"}})),
              mine, DENY, "annotations"),
+        # lease.rs: the prober lists its per-pod and transient problems on its lease.
+        case("renews with its problems listed", "UPDATE",
+             edit(renewed(mine), lambda l: l["metadata"].update({"annotations": {
+                 "podward.io/prober-problems":
+                     "the pod watch failed 2 time(s) (last at Unix 1764360000s), resumed"}})),
+             mine),
+        case("creates its lease with its problems listed", "CREATE",
+             edit(node_lease(ctx), lambda l: l["metadata"].update({"annotations": {
+                 "podward.io/prober-problems": "the node's pods are not listed from the API yet"}}))),
+        case("lists problems beside another annotation", "UPDATE",
+             edit(renewed(mine), lambda l: l["metadata"].update({"annotations": {
+                 "podward.io/prober-problems": "x", "a": "b"}})), mine, DENY, "annotations"),
+        case("lists problems over 4 KiB", "UPDATE",
+             edit(renewed(mine), lambda l: l["metadata"].update({"annotations": {
+                 "podward.io/prober-problems": "x" * 4097}})), mine, DENY, "annotations"),
         case("adds a finalizer", "UPDATE",
              edit(renewed(mine), lambda l: l["metadata"].update({"finalizers": ["x/y"]})),
              mine, DENY, "finalizers"),
