@@ -9,7 +9,7 @@
 //!   prober's own results take over);
 //! - every expired node of a healthy zone is marked at once (a node whose marking fails is
 //!   retried alone); a partially or fully disrupted zone, or every lease expired at once, is
-//!   held (the metric says so);
+//!   held (the metric says so, and one Warning event on each held node's Node);
 //! - a lease whose Node is gone is ignored; a deleted Node takes its lease with it.
 
 #[path = "prober_sentinel_support.rs"]
@@ -259,6 +259,26 @@ async fn a_partially_disrupted_zone_is_held_and_says_so() {
         p.abort();
     }
     assert!(eventually(LEASE * 3, || metrics.held.get() == 8).await);
+    let held_events = || {
+        let mut on: Vec<(String, serde_json::Value)> = cluster
+            .events()
+            .iter()
+            .filter(|e| e["involvedObject"]["kind"] == "Node" && e["reason"] == "ProberMarkingHeld")
+            .map(|e| {
+                assert_eq!(e["type"], "Warning", "{e}");
+                let node = e["involvedObject"]["name"].as_str().unwrap_or_default();
+                (node.to_owned(), e["count"].clone())
+            })
+            .collect();
+        on.sort_by(|a, b| a.0.cmp(&b.0));
+        on
+    };
+    let expected: Vec<String> = (0..8).map(|i| format!("node-{i:02}")).collect();
+    assert!(
+        eventually(Duration::from_secs(3), || held_events().len() == 8).await,
+        "one event on each held node's Node: {:?}",
+        cluster.events()
+    );
     tokio::time::sleep(PERIOD * 5).await;
     assert!(
         cluster.status_writes().is_empty(),
@@ -266,6 +286,13 @@ async fn a_partially_disrupted_zone_is_held_and_says_so() {
         cluster.status_writes()
     );
     assert_eq!(metrics.waiting.get(), 8);
+    // Said once per node while the hold lasts, not at every period.
+    let events = held_events();
+    assert_eq!(
+        events.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+        expected
+    );
+    assert!(events.iter().all(|(_, count)| count == 1), "{events:?}");
 }
 
 #[tokio::test]

@@ -166,6 +166,9 @@ async fn mark_loop(
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut held: Vec<String> = Vec::new();
+    // Held nodes already told so on their Node: one event per node and hold, bounded by the
+    // node leases.
+    let mut announced: HashSet<String> = HashSet::new();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -213,6 +216,7 @@ async fn mark_loop(
                 metrics.last_transition.set(clock.now_ns() / 1_000_000_000);
             }
             set_counts(metrics, &t);
+            announce_held(marker, &t.held_nodes(), &mut announced);
             due
         };
         for d in due {
@@ -249,6 +253,21 @@ async fn mark_loop(
                     table.lock().retry(&d.node, Instant::now());
                 }
             }
+        }
+    }
+}
+
+/// Says once on each newly held node's Node that its lease expired but its pods are left as
+/// they are; a node no longer held may be told again at its next hold.
+fn announce_held(marker: &Marker, now_held: &[table::Due], announced: &mut HashSet<String>) {
+    announced.retain(|node| now_held.iter().any(|d| &d.node == node));
+    for d in now_held {
+        if announced.insert(d.node.clone()) {
+            marker.events().node(&d.node, &d.owner, true, events::REASON_HELD, &format!(
+                "podward-prober on this node stopped renewing its node lease (last renewal {}), but its gated pods are not marked: marking is held in zone {:?}, where so many leases expired at once (or in every zone) that podward itself, not this prober, is the likely fault",
+                if d.renew_time.is_empty() { "never" } else { &d.renew_time },
+                d.zone
+            ));
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The sentinel's events, through the same client-go-exact path as the prober's
 //! ([`crate::kubernetes::correlate`], core `v1` events: a series' note is never frozen): one
-//! `Warning` `ProberNotReporting` per pod marked, and on the Node one when its pods are marked
+//! `Warning` `ProberNotReporting` per pod marked, and on the Node one when its pods are marked,
+//! one (`Warning`, `ProberMarkingHeld`) when its lease expired in a zone whose marking is held,
 //! and one (`Normal`, `ProberReporting`) when its prober renews again.
 //!
 //! Publishing never waits: notes go into a bounded queue one task drains (a full queue drops
@@ -20,6 +21,8 @@ use crate::kubernetes::events::{MAX_NOTE_BYTES, event_namespace, write_from};
 pub const COMPONENT: &str = "podward-sentinel";
 /// The reason of the Node's event when its prober renews again.
 pub const REASON_BACK: &str = "ProberReporting";
+/// The reason of the Node's event when its lease expired but marking is held in its zone.
+pub const REASON_HELD: &str = "ProberMarkingHeld";
 /// Notes waiting to be written, at most.
 const QUEUE: usize = 4096;
 /// Tries of one write.

@@ -349,6 +349,25 @@ impl Table {
         &self.held
     }
 
+    /// The expired nodes whose marking is held now, each with its zone and the uid of the Node
+    /// owning its lease ("" when it names none), in zone then queue order.
+    pub fn held_nodes(&self) -> Vec<Due> {
+        self.held
+            .iter()
+            .filter_map(|zone| self.queues.get(zone).map(|q| (zone, q)))
+            .flat_map(|(zone, queue)| {
+                queue.iter().filter_map(move |node| {
+                    self.nodes.get(node).map(|n| Due {
+                        node: node.clone(),
+                        renew_time: n.record.1.clone(),
+                        zone: zone.clone(),
+                        owner: n.owner.clone(),
+                    })
+                })
+            })
+            .collect()
+    }
+
     /// Admitted node `node` was marked: its retry schedule starts over.
     pub fn marked(&mut self, node: &str) {
         if let Some(n) = self.nodes.get_mut(node) {
