@@ -12,9 +12,11 @@ Usage:
   python3 charts/tests/render.py [--values FILE]... [--set-json JSON] [--out FILE]
                                  [--kube-version 1.33.0] [--namespace-labels JSON]
                                  [--release podward] [--namespace podward-system]
+                                 [--existing JSON]
 --kube-version is the version the API stand-in reports (Helm checks the chart's kubeVersion against
 it); --namespace-labels makes the release namespace exist with those labels (what the chart's
-`lookup` of it sees; without it the namespace does not exist yet).
+`lookup` of it sees; without it the namespace does not exist yet); --existing is a JSON list of
+objects the stand-in already holds (what `lookup` finds of an earlier release's objects).
 Prints {"objects": [<manifest objects>], "notes": "<NOTES.txt>", "created": [<kind/name>...]}.
 """
 
@@ -56,6 +58,7 @@ RESOURCES: dict[str, list[tuple[str, str, bool]]] = {
         ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False),
     ],
     "scheduling.k8s.io/v1": [("priorityclasses", "PriorityClass", False)],
+    "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget", True)],
     "flowcontrol.apiserver.k8s.io/v1": [
         ("flowschemas", "FlowSchema", False),
         ("prioritylevelconfigurations", "PriorityLevelConfiguration", False),
@@ -111,6 +114,8 @@ class FakeApiServer(BaseHTTPRequestHandler):
     version: dict = _version_info(DEFAULT_KUBE_VERSION)
     # name -> labels of namespaces that exist
     namespaces: dict[str, dict] = {}
+    # objects that exist already (an earlier release's), as `lookup` would find them
+    existing: list[dict] = []
 
     def log_message(self, format, *args):  # noqa: A002  (silence per-request logging)
         pass
@@ -146,12 +151,21 @@ class FakeApiServer(BaseHTTPRequestHandler):
                                                  "labels": self.namespaces[parts[4]]}})
         if len(parts) == 4 and parts[1] == "apis" and f"{parts[2]}/{parts[3]}" in RESOURCES:
             return self._send(200, _resource_list(f"{parts[2]}/{parts[3]}"))
+        namespace = parts[parts.index("namespaces") + 1] if "namespaces" in parts[:-1] else None
         kind = _PLURALS.get(parts[-1])
         if kind is not None:
-            # A collection (Helm's release storage lists its Secrets by label): empty.
+            # A collection (Helm's release storage lists its Secrets by label): what exists.
+            items = [o for o in self.existing if o.get("kind") == kind
+                     and namespace in (None, o.get("metadata", {}).get("namespace"))]
             return self._send(200, {"kind": f"{kind}List", "apiVersion": "v1",
-                                    "metadata": {"resourceVersion": "1"}, "items": []})
-        # Any object: it does not exist yet, so Helm creates it.
+                                    "metadata": {"resourceVersion": "1"}, "items": items})
+        kind = _PLURALS.get(parts[-2]) if len(parts) > 2 else None
+        for o in self.existing:
+            meta = o.get("metadata", {})
+            if (o.get("kind") == kind and meta.get("name") == parts[-1]
+                    and namespace == meta.get("namespace")):
+                return self._send(200, o)
+        # Any other object: it does not exist yet, so Helm creates it.
         return self._not_found()
 
     def do_POST(self) -> None:  # noqa: N802
@@ -174,7 +188,17 @@ class FakeApiServer(BaseHTTPRequestHandler):
         self.do_POST()
 
     def do_PATCH(self) -> None:  # noqa: N802
-        self.do_POST()
+        # Helm patches what exists already (an earlier release's object): answer with the object
+        # the patch gives, kind and all, as the API server does.
+        length = int(self.headers.get("Content-Length", "0"))
+        patch = json.loads(self.rfile.read(length) or b"{}")
+        name = self.path.split("?", 1)[0].rstrip("/").split("/")[-1]
+        for o in self.existing:
+            if o.get("metadata", {}).get("name") == name:
+                with self.lock:
+                    self.created.append(patch)
+                return self._send(200, _merge(json.loads(json.dumps(o)), patch))
+        return self._not_found()
 
 
 def _merge(dst: dict, src: dict) -> dict:
@@ -187,7 +211,8 @@ def _merge(dst: dict, src: dict) -> dict:
 
 
 def render(values: dict, release: str = "podward", namespace: str = "podward-system",
-           kube_version: str = DEFAULT_KUBE_VERSION, namespace_labels: dict | None = None) -> dict:
+           kube_version: str = DEFAULT_KUBE_VERSION, namespace_labels: dict | None = None,
+           existing: list[dict] | None = None) -> dict:
     os.environ["HELM_DRIVER"] = "memory"
     os.environ.setdefault("HELM_CACHE_HOME", "/tmp/podward-helm-cache")
     os.environ.setdefault("HELM_CONFIG_HOME", "/tmp/podward-helm-config")
@@ -196,6 +221,7 @@ def render(values: dict, release: str = "podward", namespace: str = "podward-sys
     FakeApiServer.created = []
     FakeApiServer.version = _version_info(kube_version)
     FakeApiServer.namespaces = {} if namespace_labels is None else {namespace: namespace_labels}
+    FakeApiServer.existing = list(existing or [])
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeApiServer)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -234,6 +260,8 @@ def main() -> int:
                         help="JSON object: the release namespace exists with these labels")
     parser.add_argument("--release", default="podward", help="release name (helm install NAME)")
     parser.add_argument("--namespace", default="podward-system", help="release namespace (-n)")
+    parser.add_argument("--existing", default=None,
+                        help="JSON list: objects that exist already (what lookup finds)")
     args = parser.parse_args()
     values: dict = {}
     for path in args.values:
@@ -242,7 +270,8 @@ def main() -> int:
         _merge(values, json.loads(args.set_json))
     labels = json.loads(args.namespace_labels) if args.namespace_labels else None
     result = render(values, release=args.release, namespace=args.namespace,
-                    kube_version=args.kube_version, namespace_labels=labels)
+                    kube_version=args.kube_version, namespace_labels=labels,
+                    existing=json.loads(args.existing) if args.existing else None)
     text = json.dumps(result, indent=1, sort_keys=True)
     if args.out:
         Path(args.out).write_text(text)

@@ -430,6 +430,74 @@ fn upgrades_never_use_reuse_values() {
     assert!(upgrade.contains("--reset-then-reuse-values") && upgrade.contains("values file"));
 }
 
+/// The DaemonSet an earlier install of release `podward` left, as the API server holds it.
+fn installed_daemonset(name: &str, selector_name: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {
+            "name": name,
+            "namespace": "podward-system",
+            "labels": {
+                "app.kubernetes.io/managed-by": "Helm",
+                "app.kubernetes.io/instance": "podward",
+                "app.kubernetes.io/part-of": "podward",
+            },
+            "annotations": {
+                "meta.helm.sh/release-name": "podward",
+                "meta.helm.sh/release-namespace": "podward-system",
+            },
+        },
+        "spec": {"selector": {"matchLabels": {
+            "app.kubernetes.io/name": selector_name,
+            "app.kubernetes.io/instance": "podward",
+        }}},
+    })
+}
+
+#[test]
+fn a_renamed_release_is_refused_before_it_replaces_every_nodes_daemonset() {
+    let docs = read("docs/operations.md");
+    // nameOverride alone renames the DaemonSet: Helm would delete the running one.
+    let err = Render::defaults()
+        .set(json!({"nameOverride": "pw"}))
+        .existing(vec![installed_daemonset("podward", "podward")])
+        .try_run()
+        .err()
+        .expect("a renamed DaemonSet must be refused");
+    assert!(
+        err.contains("podward-system/podward") && err.contains("podward-pw"),
+        "{err}"
+    );
+    assert!(
+        err.contains("helm get values podward -n podward-system"),
+        "{err}"
+    );
+    // With the full name pinned it changes the immutable selector instead.
+    let err = Render::defaults()
+        .set(json!({"nameOverride": "pw", "fullnameOverride": "podward"}))
+        .existing(vec![installed_daemonset("podward", "podward")])
+        .try_run()
+        .err()
+        .expect("a changed selector must be refused");
+    assert!(
+        err.contains("immutable") && err.contains(r#""app.kubernetes.io/name":"pw""#),
+        "{err}"
+    );
+    assert!(
+        docs.lines()
+            .any(|l| l.starts_with('#') && l.contains("Names and selectors are fixed at install")),
+        "the message's section exists"
+    );
+    // The same values pass, and another release's DaemonSet is none of this one's business.
+    Render::defaults()
+        .existing(vec![installed_daemonset("podward", "podward")])
+        .run();
+    let mut other = installed_daemonset("other", "other");
+    other["metadata"]["labels"]["app.kubernetes.io/instance"] = json!("other");
+    Render::defaults().existing(vec![other]).run();
+}
+
 #[test]
 fn chart_references_into_the_docs_name_real_sections() {
     let docs = read("docs/operations.md");

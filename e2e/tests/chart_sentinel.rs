@@ -7,7 +7,9 @@
 //! - RBAC is exactly what it uses (pods get/list, pods/status patch, events create/patch; leases
 //!   in the release namespace), the prober's node lease likewise (get/create/update), and an
 //!   admission policy narrows each (own node's lease; the gate's condition to False only);
-//! - the prober's DaemonSet passes the lease flags; `sentinel.enabled=false` drops the sentinel.
+//! - the prober's DaemonSet passes the lease flags; `sentinel.enabled=false` drops the sentinel;
+//! - the replicas run on distinct nodes (required anti-affinity), roll one at a time with no
+//!   surge, and a PodDisruptionBudget lets a drain take only one of them at a time.
 
 use std::process::Command;
 
@@ -170,4 +172,62 @@ fn the_sentinel_can_be_turned_off() {
             .unwrap_or("")
             .ends_with("-sentinel")
     }),);
+}
+
+#[test]
+fn a_drain_or_a_rollout_never_takes_every_sentinel_replica() {
+    let r = Render::defaults().run();
+    let dep = named(&r.objects, "Deployment", "-sentinel");
+    let selector = &dep["spec"]["selector"]["matchLabels"];
+    let pod = &dep["spec"]["template"]["spec"];
+    let required =
+        &pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+    assert_eq!(required[0]["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(&required[0]["labelSelector"]["matchLabels"], selector);
+    // A surge replica could find no free node under required anti-affinity: none is made.
+    assert_eq!(
+        dep["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}})
+    );
+    let pdb = named(&r.objects, "PodDisruptionBudget", "-sentinel");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(&pdb["spec"]["selector"]["matchLabels"], selector);
+    assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+    assert!(
+        pdb["spec"].get("minAvailable").is_none(),
+        "minAvailable would block a drain with one replica"
+    );
+
+    // A one-node cluster: preferred spreading, no budget.
+    let r = Render::defaults()
+        .set(
+            json!({"sentinel": {"replicas": 1, "antiAffinity": "preferred",
+                                 "podDisruptionBudget": {"enabled": false}}}),
+        )
+        .run();
+    let dep = named(&r.objects, "Deployment", "-sentinel");
+    let anti = &dep["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"];
+    assert!(
+        anti.get("requiredDuringSchedulingIgnoredDuringExecution")
+            .is_none(),
+        "{anti}"
+    );
+    assert_eq!(
+        anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    assert!(r.find("PodDisruptionBudget").is_none());
+
+    // The values schema refuses what the API server would.
+    for bad in [
+        json!({"antiAffinity": "spread"}),
+        json!({"podDisruptionBudget": {"maxUnavailable": 0}}),
+    ] {
+        let err = Render::defaults()
+            .set(json!({"sentinel": bad}))
+            .try_run()
+            .err()
+            .unwrap_or_else(|| panic!("{bad} must be refused"));
+        assert!(err.contains("sentinel"), "{err}");
+    }
 }

@@ -28,6 +28,7 @@ pub(crate) struct Render {
     set: Value,
     kube_version: Option<String>,
     namespace_labels: Option<Value>,
+    existing: Vec<Value>,
     no_registry: bool,
     release: Option<(String, String)>,
 }
@@ -88,6 +89,12 @@ impl Render {
         self
     }
 
+    /// These objects exist already (an earlier release's: what the chart's `lookup` finds).
+    pub(crate) fn existing(mut self, objects: Vec<Value>) -> Self {
+        self.existing = objects;
+        self
+    }
+
     /// Installs as release `name` into `namespace` (default: `podward` into `podward-system`).
     pub(crate) fn release(mut self, name: &str, namespace: &str) -> Self {
         self.release = Some((name.to_owned(), namespace.to_owned()));
@@ -119,6 +126,10 @@ impl Render {
         }
         if let Some(l) = &self.namespace_labels {
             cmd.arg("--namespace-labels").arg(l.to_string());
+        }
+        if !self.existing.is_empty() {
+            cmd.arg("--existing")
+                .arg(Value::from(self.existing.clone()).to_string());
         }
         if let Some((name, namespace)) = &self.release {
             cmd.arg("--release")

@@ -75,6 +75,29 @@ cluster's default level, which no chart can read: both pass here.
 {{- end }}
 {{- end }}
 
+{{/*
+Fails when the release's DaemonSet exists under another name or selector than this render's. A
+changed `nameOverride` or `fullnameOverride` renames the DaemonSet (Helm deletes the old one and
+creates the new: every node's prober and housekeeper stop at once, and the sentinel marks every
+gated pod) or changes its selector, which the API server refuses as immutable halfway through
+the upgrade. `lookup` sees nothing under `helm template` or a client-side dry run: both pass here.
+*/}}
+{{- define "podward.checkRename" -}}
+{{- $fullname := include "podward.fullname" . }}
+{{- $selector := include "podward.selectorLabels" . | fromYaml }}
+{{- $found := lookup "apps/v1" "DaemonSet" .Release.Namespace "" }}
+{{- range ($found.items | default list) }}
+{{- $labels := .metadata.labels | default dict }}
+{{- if and (eq (get $labels "app.kubernetes.io/instance") $.Release.Name) (eq (get $labels "app.kubernetes.io/part-of") "podward") }}
+{{- if ne .metadata.name $fullname }}
+{{- fail (printf "release %s's DaemonSet is %s/%s, this chart would name it %s: nameOverride or fullnameOverride changed, and Helm would delete the running DaemonSet (every node's prober at once) before creating the new one. Keep the values the release was installed with (helm get values %s -n %s), or uninstall and install again (docs/operations.md, \"Names and selectors are fixed at install\")" $.Release.Name .metadata.namespace .metadata.name $fullname $.Release.Name $.Release.Namespace) }}
+{{- else if ne (toJson .spec.selector.matchLabels) (toJson $selector) }}
+{{- fail (printf "DaemonSet %s/%s selects %s, this chart would select %s: a DaemonSet's selector is immutable and the API server would refuse the upgrade halfway. nameOverride changed: keep the value the release was installed with (helm get values %s -n %s), or uninstall and install again (docs/operations.md, \"Names and selectors are fixed at install\")" .metadata.namespace .metadata.name (toJson .spec.selector.matchLabels) (toJson $selector) $.Release.Name $.Release.Namespace) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* Whether the admin ports bind the node IP (needed for scraping) instead of loopback. */}}
 {{- define "podward.adminExposed" -}}
 {{- if or .Values.admin.exposeOnHostIP .Values.serviceMonitor.enabled }}true{{- end }}
