@@ -81,6 +81,9 @@ pub(crate) fn resolve(cgroup: &str, mountinfo: &str) -> Result<Cgroups, Unreacha
         if fs == "cgroup2" {
             out.v2_dir = Some(dir);
         } else {
+            if wanted.contains(&"freezer") {
+                out.v1_freezer = Some(dir.clone());
+            }
             out.v1_tasks.push(dir.join("tasks"));
         }
     }
@@ -115,6 +118,7 @@ mod tests {
             .map(PathBuf::from)
             .collect(),
             v2_dir: Some(PathBuf::from("/sys/fs/cgroup/unified/pod/c1")),
+            v1_freezer: None,
         };
         assert_eq!(got, want);
     }
@@ -145,6 +149,7 @@ mod tests {
             Cgroups {
                 v1_tasks: Vec::new(),
                 v2_dir: Some(PathBuf::from("/sys/fs/cgroup/pod1/c1")),
+                v1_freezer: None,
             }
         );
     }
