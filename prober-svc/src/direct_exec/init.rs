@@ -201,14 +201,16 @@ fn helper(control: &UnixStream, known: Option<Start>) -> Result<i32, Stop> {
     let (go_reader, go) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(err("pipe"))?;
     let (reaper_pid, pid_writer) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(err("pipe"))?;
+    let (command, command_link) = UnixStream::pair().map_err(err("socketpair"))?;
     match sys::fork().map_err(err("fork"))? {
         ForkResult::Child => {
-            drop((go, reaper_pid));
+            drop((go, reaper_pid, command));
             let hand_on = stage::ForReaper {
                 devnull,
                 signals,
                 filter: &reaper_filter,
                 parent: go_reader,
+                command_link,
             };
             let code = match stage::run(control, &plan, joins, pid_writer, hand_on) {
                 Ok(c) => c,
@@ -220,13 +222,14 @@ fn helper(control: &UnixStream, known: Option<Start>) -> Result<i32, Stop> {
             std::process::exit(code)
         }
         ForkResult::Parent { child } => {
-            drop((joins, go_reader, pid_writer));
+            drop((joins, go_reader, pid_writer, command_link));
             // Only the reaper and the command keep the probe's pipes and the control socket.
             release_stdio(&devnull)?;
             let stage = supervise::Intermediate {
                 pid: child,
                 reaper_pid,
                 go,
+                command,
             };
             Ok(supervise::run(control, stage, &waited)?)
         }

@@ -11,11 +11,12 @@
 //! The container can stop it or kill it: that only ends this probe (the helper kills the tree
 //! itself when the reaper does not finish).
 
-use std::io::Write;
+use std::io::{IoSlice, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
 use nix::sys::signal::{SigSet, Signal};
+use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
 
@@ -35,6 +36,7 @@ pub(super) fn run(control: &UnixStream, plan: &Plan, hand_on: ForReaper<'_>) -> 
         signals,
         filter,
         parent,
+        command_link,
     } = hand_on;
     // The helper's byte: the intermediate process has exited and the reaper is the helper's
     // child. The end of file: the helper is gone.
@@ -49,10 +51,20 @@ pub(super) fn run(control: &UnixStream, plan: &Plan, hand_on: ForReaper<'_>) -> 
         control.as_raw_fd(),
         devnull.as_raw_fd(),
         parent.as_raw_fd(),
+        command_link.as_raw_fd(),
     ])?;
     nix::sys::prctl::set_child_subreaper(true).map_err(err("set child subreaper"))?;
+    let me = nix::unistd::getpid();
     let command = match sys::fork().map_err(err("fork"))? {
         ForkResult::Child => {
+            // A reaper killed before the helper holds the command's pidfd takes the command
+            // along (until the command's own change of credentials, when it holds no more
+            // than the container); one killed before this line shows as another parent.
+            if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
+                || nix::unistd::getppid() != me
+            {
+                std::process::exit(127)
+            }
             let e = match command::run(plan, control, &devnull, signals) {
                 Ok(never) => match never {},
                 Err(e) => e,
@@ -62,6 +74,25 @@ pub(super) fn run(control: &UnixStream, plan: &Plan, hand_on: ForReaper<'_>) -> 
         }
         ForkResult::Parent { child } => child,
     };
+    // The helper holds the command for good (a pidfd), whatever becomes of the reaper: the
+    // command is the reaper's unreaped child, so its PID is still its own.
+    let handed = sys::pidfd_open(command.as_raw())
+        .map_err(err("pidfd_open the command"))
+        .and_then(|pidfd| {
+            sendmsg::<()>(
+                command_link.as_raw_fd(),
+                &[IoSlice::new(b"c")],
+                &[ControlMessage::ScmRights(&[pidfd.as_raw_fd()])],
+                MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+                None,
+            )
+            .map_err(err("hand the helper the command's pidfd"))
+        });
+    drop(command_link);
+    if let Err(e) = handed {
+        kill_tree(command);
+        return Err(e);
+    }
     release_stdio(&devnull)?;
     drop(devnull);
     let dropped = privileges::drop_to(plan).and_then(|()| {

@@ -30,6 +30,8 @@ pub(super) struct ForReaper<'a> {
     /// The read end of the helper's pipe: a byte when the reaper is the helper's child, the
     /// end of file when the helper is gone.
     pub(super) parent: OwnedFd,
+    /// The reaper's end of the socket it hands the helper the command's pidfd on.
+    pub(super) command_link: UnixStream,
 }
 
 /// Runs the intermediate process; returns its exit code (the reaper never returns from here).

@@ -6,10 +6,11 @@
 //! host's `/proc`, and the container can neither see nor signal it.
 
 use std::io::Write;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
@@ -36,6 +37,8 @@ pub(super) struct Intermediate {
     /// The write end of the pipe the reaper waits on: a byte says the reaper is the helper's
     /// child; its end of file (the helper gone) ends the reaper.
     pub(super) go: OwnedFd,
+    /// The helper's end of the socket the reaper hands it the command's pidfd on.
+    pub(super) command: UnixStream,
 }
 
 /// Waits for the intermediate process, then supervises the reaper; returns the helper's exit
@@ -79,7 +82,27 @@ pub(super) fn run(control: &UnixStream, stage: Intermediate, waited: &SigSet) ->
     }
     // Held until the helper exits: the reaper's check that its parent is alive.
     let _go = stage.go;
-    supervise(control, reaper, waited, told)
+    let code = supervise(control, reaper, waited, told)?;
+    end_command(&stage.command);
+    Ok(code)
+}
+
+/// Kills the command, whatever the reaper did (the container can stop the command and kill
+/// the reaper), and waits until it is gone: the helper, and with it the probe's place in
+/// flight, outlives no process of the probe. The reaper handed its pidfd over before anything
+/// else (a reaper killed before that took the command along: its parent death signal).
+fn end_command(link: &UnixStream) {
+    let Ok(mut got) = sys::receive_fds(link.as_raw_fd()) else {
+        return;
+    };
+    let Some(pidfd) = got.fds.pop() else { return };
+    // A pidfd names one process for good: one that has exited gets nothing.
+    if sys::pidfd_signal(&pidfd, Some(Signal::SIGKILL)).is_err() {
+        return;
+    }
+    // Readable once it has exited (a process of a frozen cgroup dies only when thawed).
+    let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+    while let Err(nix::errno::Errno::EINTR) = poll(&mut fds, PollTimeout::NONE) {}
 }
 
 /// Waits for the reaper; on `SIGTERM` passes the end of the probe on, and kills the tree itself
