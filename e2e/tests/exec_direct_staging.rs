@@ -146,7 +146,15 @@ async fn nothing_of_the_probe_is_seen_in_the_container_outside_its_namespaces() 
     let out = tempfile::tempdir().expect("tempdir");
     build_attacker(out.path());
     let sec = SecurityContext::default();
-    let p = pod(&driver, &node, "stage", &["/out/attack", "stage"], out.path(), sec).await;
+    let p = pod(
+        &driver,
+        &node,
+        "stage",
+        &["/out/attack", "stage"],
+        out.path(),
+        sec,
+    )
+    .await;
     let id = p.container_id("app").expect("container id");
     wait_ready(out.path()).await;
     let direct = runner(&node);
@@ -188,7 +196,15 @@ async fn a_ptrace_capable_container_gains_nothing_from_the_reaper() {
         add_capabilities: vec!["SYS_PTRACE".into()],
         ..SecurityContext::default()
     };
-    let p = pod(&driver, &node, "ptrace", &["/out/attack", "ptrace"], out.path(), sec).await;
+    let p = pod(
+        &driver,
+        &node,
+        "ptrace",
+        &["/out/attack", "ptrace"],
+        out.path(),
+        sec,
+    )
+    .await;
     let id = p.container_id("app").expect("container id");
     wait_ready(out.path()).await;
     let direct = runner(&node);
@@ -222,7 +238,15 @@ async fn a_command_orphaned_before_its_execve_dies_with_its_probe() {
     let out = tempfile::tempdir().expect("tempdir");
     build_attacker(out.path());
     let sec = SecurityContext::default();
-    let p = pod(&driver, &node, "orphan", &["/out/attack", "orphan"], out.path(), sec).await;
+    let p = pod(
+        &driver,
+        &node,
+        "orphan",
+        &["/out/attack", "orphan"],
+        out.path(),
+        sec,
+    )
+    .await;
     let id = p.container_id("app").expect("container id");
     wait_ready(out.path()).await;
     let init = pid_of("/out/attack orphan").await;
@@ -269,7 +293,15 @@ async fn the_home_lookup_never_follows_a_proc_root_link() {
                   rm -f /etc/passwd && ln -s /x/passwd /etc/passwd && \
                   touch /out/ready && exec sleep 3608";
     let sec = SecurityContext::default();
-    let p = pod(&driver, &node, "passwd", &["/bin/sh", "-c", script], out.path(), sec).await;
+    let p = pod(
+        &driver,
+        &node,
+        "passwd",
+        &["/bin/sh", "-c", script],
+        out.path(),
+        sec,
+    )
+    .await;
     let id = p.container_id("app").expect("container id");
     wait_ready(out.path()).await;
     let direct = runner(&node);
@@ -309,7 +341,15 @@ async fn an_init_that_unshares_a_mount_namespace_is_refused() {
         add_capabilities: vec!["SYS_ADMIN".into()],
         ..SecurityContext::default()
     };
-    let p = pod(&driver, &node, "mntns", &["/bin/sh", "-c", script], out.path(), sec).await;
+    let p = pod(
+        &driver,
+        &node,
+        "mntns",
+        &["/bin/sh", "-c", script],
+        out.path(),
+        sec,
+    )
+    .await;
     let id = p.container_id("app").expect("container id");
     wait_ready(out.path()).await;
     let direct = runner(&node);
@@ -340,7 +380,9 @@ fn freezer_of(pid: i32) -> Option<PathBuf> {
     let path = cgroup.lines().find_map(|l| {
         let mut f = l.splitn(3, ':');
         let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
-        ctrl.split(',').any(|c| c == "freezer").then(|| path.to_owned())
+        ctrl.split(',')
+            .any(|c| c == "freezer")
+            .then(|| path.to_owned())
     })?;
     let dir = Path::new("/sys/fs/cgroup/freezer").join(path.trim_start_matches('/'));
     dir.join("freezer.state").exists().then_some(dir)
@@ -357,7 +399,15 @@ async fn a_paused_container_is_refused_and_holds_nothing_of_the_probe() {
     let out = tempfile::tempdir().expect("tempdir");
     let script = "touch /out/ready; exec sleep 3611";
     let sec = SecurityContext::default();
-    let p = pod(&driver, &node, "paused", &["/bin/sh", "-c", script], out.path(), sec).await;
+    let p = pod(
+        &driver,
+        &node,
+        "paused",
+        &["/bin/sh", "-c", script],
+        out.path(),
+        sec,
+    )
+    .await;
     let id = p.container_id("app").expect("container id");
     wait_ready(out.path()).await;
     let init = pid_of("sleep 3611").await;

@@ -62,8 +62,8 @@ use nix::unistd::ForkResult;
 
 use self::descriptors::release_stdio;
 use self::failure::{Res, err};
-use self::namespaces::{Join, NAMESPACES, ns_id};
 pub(crate) use self::namespaces::NAMESPACE_NAMES;
+use self::namespaces::{Join, NAMESPACES, ns_id};
 pub use self::zygote::ZYGOTE_ARG;
 pub use super::plan::HELPER_ARG;
 use super::plan::{Plan, Report};

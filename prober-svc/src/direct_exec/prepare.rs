@@ -18,8 +18,8 @@ use serde_json::Value;
 mod cgroups;
 
 use self::cgroups::Unreachable;
-use super::init::{parent_pid, start_time};
 use super::init::NAMESPACE_NAMES;
+use super::init::{parent_pid, start_time};
 use super::plan::{CapSets, NamespaceId, Plan, Rlimit};
 use super::seccomp::{self, SeccompError};
 

@@ -65,11 +65,8 @@ mod tests {
         let f = dir.path().join("passwd");
         std::fs::write(&f, b"root:x:0:0:root:/root:/bin/sh\n").expect("write");
         let link = dir.path().join("link");
-        std::os::unix::fs::symlink(
-            format!("/proc/self/root{}", f.display()),
-            &link,
-        )
-        .expect("symlink");
+        std::os::unix::fs::symlink(format!("/proc/self/root{}", f.display()), &link)
+            .expect("symlink");
         assert!(read(link.to_str().expect("utf-8"), 4).is_err());
     }
 }

@@ -116,3 +116,18 @@ pub(super) fn confine(filter: &[u8]) -> Res<()> {
     nix::sys::prctl::set_no_new_privs().map_err(err("reaper: no_new_privs"))?;
     sys::load_seccomp(filter, 0).map_err(err("reaper: seccomp"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reaper_filter_compiles_to_a_program() {
+        let bpf = reaper_filter().expect("compiled");
+        assert!(
+            !bpf.is_empty() && bpf.len().is_multiple_of(8),
+            "{} bytes",
+            bpf.len()
+        );
+    }
+}
