@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use podward_api::cri::ContainerStatusRequest;
 use podward_api::cri::runtime_service_client::RuntimeServiceClient;
+use podward_api::cri::{ContainerState, ContainerStatusRequest};
 use podward_api::limits::CRI_MESSAGE_BYTES;
 use tokio::sync::Semaphore;
 use tonic::transport::Channel;
@@ -132,6 +132,18 @@ impl DirectExec {
                 message: s.message().to_owned(),
             })?
             .into_inner();
+        // Bound to a running container only: the PID of a created or exited one names no
+        // process of it (and is not cached, so the probe after it starts asks again).
+        let running = resp
+            .status
+            .as_ref()
+            .is_some_and(|s| s.state == ContainerState::ContainerRunning as i32);
+        if !running {
+            return Err(ExecError::Runtime {
+                code: tonic::Code::FailedPrecondition,
+                message: "direct exec: the container is not running".to_owned(),
+            });
+        }
         let decision = match resp.info.get("info") {
             Some(info) => match prepare::prepare(container_id, info, &self.host) {
                 Ok(plan) => Decision::Direct(Box::new(plan)),

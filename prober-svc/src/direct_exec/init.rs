@@ -10,25 +10,29 @@
 //! container controls without bounds. `docs/prober.md`, "Direct exec: threat model", has the
 //! argument.
 //!
-//! Three processes, like runc's stages:
+//! Four processes, like runc's stages:
 //!
-//! 1. the helper, in the prober's namespaces from start to end (the container never sees it),
-//!    reads the [`Plan`] from its control socket (fd 0), binds the container's init to one
-//!    process (a pidfd and its start time), opens the init's namespaces and refuses the probe
-//!    if the init is no longer in the prober's user namespace, moves itself into the container's
-//!    v1 cgroups, sets the shim's rlimits, `oom_score_adj` and umask, joins the PID and time
-//!    namespaces for its children, then forks the reaper — into the container's v2 cgroup
-//!    where there is one ([`fork_reaper`]) — and supervises it: on `SIGTERM` (the
-//!    probe is over) it tells the reaper, and kills the whole tree itself if the reaper does not
-//!    finish in time (the container can stop or kill the reaper: same uid);
-//! 2. the reaper joins the other namespaces (ipc, uts, net, mnt, cgroup — the user namespace is
-//!    never joined) and is the first process of the probe inside the container's PID namespace,
-//!    a child subreaper: the command's orphans come to it, so a probe that forks a background
-//!    child leaves no zombie behind. It reports the command's exit and, on `SIGTERM`, kills what
-//!    is left of the command's process tree and exits once it has reaped everything
-//!    ([`reaper`]);
-//! 3. the command's process, forked from the reaper, sets up the process as runc does and
-//!    `execve`s the command ([`command`]).
+//! 1. the helper, in the prober's namespaces and cgroups from start to end (the container never
+//!    sees it), reads the [`Plan`] from its control socket (fd 0), binds the container's init
+//!    to one process (a pidfd and its start time), opens the init's namespaces and refuses the
+//!    probe if any of them is not the one the plan recorded (or the init is no longer in the
+//!    prober's user namespace), refuses a paused container as `runc exec` does, sets the shim's
+//!    rlimits, `oom_score_adj` and umask, becomes a child subreaper, and forks
+//!    ([`supervise`]);
+//! 2. the intermediate process, in the host's PID namespace, joins the container's cgroups and
+//!    then every namespace of the container, forks the reaper into them and exits
+//!    ([`stage`]): the reaper comes to the helper, which supervises it — on `SIGTERM` (the
+//!    probe is over) it tells the reaper, and kills the whole tree itself if the reaper does
+//!    not finish in time (the container can stop or kill the reaper);
+//! 3. the reaper, born in every namespace and cgroup of the container, is the probe's first
+//!    process there, a child subreaper: the command's orphans come to it, so a probe that forks
+//!    a background child leaves no zombie behind. Once it has forked the command it drops to
+//!    the plan's credentials with nothing but `CAP_KILL`, no_new_privs and a seccomp filter
+//!    ([`privileges`]); it reports the command's exit and, on `SIGTERM`, kills what is left of
+//!    the command's process tree and exits once it has reaped everything ([`reaper`]);
+//! 4. the command's process, forked from the reaper, sets up the process as runc does and
+//!    `execve`s the command ([`command`]): the one privileged window left in the container is
+//!    its own, up to its `execve`, as in runc.
 //!
 //! Errors before `execve` are reported on the control socket (`failed …`, or `refused …` when
 //! what the plan was made for no longer holds); every descriptor but stdin, stdout, stderr and
@@ -39,7 +43,10 @@ mod container_file;
 mod descriptors;
 mod failure;
 mod namespaces;
+mod privileges;
 mod reaper;
+mod stage;
+mod supervise;
 mod zygote;
 
 use std::fs::File;
@@ -47,33 +54,24 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
-use std::time::{Duration, Instant};
 
-use nix::sys::signal::{SigSet, Signal, kill};
+use nix::fcntl::OFlag;
+use nix::sys::signal::{SigSet, Signal};
 use nix::sys::stat::Mode;
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{ForkResult, Pid};
+use nix::unistd::ForkResult;
 
 use self::descriptors::release_stdio;
 use self::failure::{Res, err};
-use self::namespaces::{CLONE_NEWTIME, Join, NAMESPACES, ns_id};
+pub(crate) use self::namespaces::NAMESPACE_NAMES;
+use self::namespaces::{Join, NAMESPACES, ns_id};
 pub use self::zygote::ZYGOTE_ARG;
 pub use super::plan::HELPER_ARG;
 use super::plan::{Plan, Report};
 use super::sys;
 
-/// How long the reaper has, once told the probe is over, to kill and reap the command's tree
-/// before the helper kills it all itself.
-const REAPER_GRACE: Duration = Duration::from_millis(500);
-
 /// Bytes reserved for reading a plan: more than a usual plan's few KiB (a larger one still
 /// reads whole, in more calls).
 const PLAN_CAPACITY: usize = 16 << 10;
-
-/// Rounds of killing the reaper's children (each round's dead pass their own children to the
-/// stopped reaper, the subreaper) before the reaper itself is killed.
-const KILL_ROUNDS: usize = 50;
 
 /// Why the helper stopped before the command ran.
 enum Stop {
@@ -115,6 +113,8 @@ struct Start {
     own: Vec<Option<(u64, u64)>>,
     own_user: Option<(u64, u64)>,
     signals: sys::Dispositions,
+    /// The reaper's seccomp filter, compiled ([`privileges::reaper_filter`]).
+    reaper_filter: Vec<u8>,
 }
 
 impl Start {
@@ -128,6 +128,7 @@ impl Start {
                 .collect(),
             own_user: ns_id("/proc/self/ns/user"),
             signals: sys::Dispositions::of_self(),
+            reaper_filter: privileges::reaper_filter()?,
         })
     }
 }
@@ -168,6 +169,7 @@ fn helper(control: &UnixStream, known: Option<Start>) -> Result<i32, Stop> {
         own,
         own_user,
         signals,
+        reaper_filter,
     } = match known {
         Some(start) => start,
         None => Start::learn()?,
@@ -187,27 +189,30 @@ fn helper(control: &UnixStream, known: Option<Start>) -> Result<i32, Stop> {
     }
     let plan: Plan = serde_json::from_slice(&buf).map_err(err("decoding the plan"))?;
     let joins = open_init(&plan, own, own_user)?;
+    check_not_paused(&plan)?;
     settle(&plan)?;
-    // PID and time namespaces apply to children: joined here, so the helper itself stays in
-    // the prober's namespaces (its /proc is the host's, to supervise the reaper). The reaper
-    // joins the others.
-    let (for_children, in_reaper): (Vec<Join>, Vec<Join>) = joins
-        .into_iter()
-        .partition(|j| j.flag == libc::CLONE_NEWPID || j.flag == CLONE_NEWTIME);
-    namespaces::enter(&for_children)?;
-    drop(for_children);
     let mut waited = SigSet::empty();
     waited.add(Signal::SIGCHLD);
     waited.add(Signal::SIGTERM);
     waited.thread_block().map_err(err("block signals"))?;
-    // Open while the helper lives: the reaper's check that its parent has not died already.
-    let (alive, alive_writer) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-            .map_err(err("pipe"))?;
-    match fork_reaper(plan.cgroups.v2_dir.as_deref())? {
+    // The reaper's parent, the intermediate process, exits once it has forked it: the reaper
+    // then comes to the helper.
+    nix::sys::prctl::set_child_subreaper(true).map_err(err("set child subreaper"))?;
+    let (go_reader, go) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(err("pipe"))?;
+    let (reaper_pid, pid_writer) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(err("pipe"))?;
+    let (command, command_link) = UnixStream::pair().map_err(err("socketpair"))?;
+    match sys::fork().map_err(err("fork"))? {
         ForkResult::Child => {
-            drop(alive_writer);
-            let code = match reaper::run(control, &plan, devnull, signals, in_reaper, alive) {
+            drop((go, reaper_pid, command));
+            let hand_on = stage::ForReaper {
+                devnull,
+                signals,
+                filter: &reaper_filter,
+                parent: go_reader,
+                command_link,
+            };
+            let code = match stage::run(control, &plan, joins, pid_writer, hand_on) {
                 Ok(c) => c,
                 Err(e) => {
                     let _ = (&*control).write_all(Report::Failed(e).line().as_bytes());
@@ -217,12 +222,16 @@ fn helper(control: &UnixStream, known: Option<Start>) -> Result<i32, Stop> {
             std::process::exit(code)
         }
         ForkResult::Parent { child } => {
-            drop((in_reaper, alive));
-            // Held until the helper exits (then closed by the kernel).
-            let _alive_writer = alive_writer;
+            drop((joins, go_reader, pid_writer, command_link));
             // Only the reaper and the command keep the probe's pipes and the control socket.
             release_stdio(&devnull)?;
-            Ok(supervise(control, child, &waited)?)
+            let stage = supervise::Intermediate {
+                pid: child,
+                reaper_pid,
+                go,
+                command,
+            };
+            Ok(supervise::run(control, stage, &waited)?)
         }
     }
 }
@@ -241,6 +250,9 @@ fn open_init(
     let init = sys::pidfd_open(plan.init_pid).map_err(|_| gone())?;
     check_init(plan)?;
     let mut joins = Vec::new();
+    // The first namespace that is not the one the plan recorded (said after the user namespace,
+    // which a change of the others usually comes with).
+    let mut changed: Option<&str> = None;
     for ((name, own, flag), mine) in NAMESPACES.into_iter().zip(own) {
         let target = match File::open(format!("{proc_dir}/ns/{name}")) {
             Ok(f) => f,
@@ -250,6 +262,10 @@ fn open_init(
         let t = target
             .metadata()
             .map_err(err(format!("stat {name} namespace")))?;
+        let recorded = plan.namespaces.iter().find(|n| n.name == name);
+        if recorded.is_none_or(|n| (n.dev, n.ino) != (t.dev(), t.ino())) {
+            changed.get_or_insert(name);
+        }
         let mine = mine.ok_or_else(|| format!("stat own {own} namespace: not found"))?;
         if (t.dev(), t.ino()) != mine {
             joins.push(Join {
@@ -273,20 +289,20 @@ fn open_init(
                 .to_owned(),
         ));
     }
+    if let Some(name) = changed {
+        return Err(Stop::Refused(format!(
+            "the container's init process is in another {name} namespace than when direct exec \
+             was prepared (it entered one of its own): direct exec refuses to join namespaces \
+             the container made"
+        )));
+    }
     drop(init);
     Ok(joins)
 }
 
-/// The process settings every process of the probe inherits from the helper: the container's
-/// cgroups, the shim's rlimits, `oom_score_adj` and umask.
+/// The process settings every process of the probe inherits from the helper: the shim's
+/// rlimits, `oom_score_adj` and umask.
 fn settle(plan: &Plan) -> Res<()> {
-    // `0` names the writer itself: on a v1 `tasks` file that is the one move the kernel makes
-    // without the global threadgroup lock (the helper is single-threaded: its one thread is the
-    // whole process), and no PID is read or written that could name another process. The v2
-    // cgroup is the reaper's from its start ([`fork_reaper`]).
-    for file in &plan.cgroups.v1_tasks {
-        join_by_write(file)?;
-    }
     for r in &plan.rlimits {
         set_rlimit(r.resource, r.soft, r.hard)?;
     }
@@ -296,116 +312,34 @@ fn settle(plan: &Plan) -> Res<()> {
     Ok(())
 }
 
-/// Writes `0` (the writer) to a cgroup's `tasks` or `cgroup.procs` file: the helper moves there.
-fn join_by_write(file: &Path) -> Res<()> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(file)
-        .and_then(|mut f| f.write_all(b"0"))
-        .map_err(err(format!("join cgroup {}", file.display())))
-}
-
-/// Forks the reaper, into the container's v2 cgroup `v2_dir` (when its init has one) by
-/// `clone3` with `CLONE_INTO_CGROUP`: the helper itself stays in the prober's v2 cgroup, and no
-/// process is moved. Where the kernel (or a seccomp profile around the prober) has no such
-/// `clone3`, or the C library would not stay sound in its child, the helper joins the cgroup by
-/// writing its `cgroup.procs` and forks, as before.
-fn fork_reaper(v2_dir: Option<&Path>) -> Res<ForkResult> {
-    let Some(dir) = v2_dir else {
-        return sys::fork().map_err(err("fork"));
-    };
-    if sys::clone3_keeps_libc_sound() {
-        // Close-on-exec, and closed in both processes when this returns: the reaper, about to
-        // enter the container's mount namespace, keeps no descriptor of a host directory.
-        let cgroup = File::open(dir).map_err(err(format!("open cgroup {}", dir.display())))?;
-        match sys::fork_into_cgroup(cgroup.as_fd()) {
-            Ok(forked) => return Ok(forked),
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM)
-                ) => {}
-            Err(e) => return Err(format!("clone3 into cgroup {}: {e}", dir.display())),
+/// `runc exec` refuses a paused container ("cannot exec in a paused container"): its v1
+/// freezer cgroup not `THAWED`, or its v2 cgroup `frozen`. A process placed in a frozen cgroup
+/// could not even be killed until the container is thawed.
+fn check_not_paused(plan: &Plan) -> Res<()> {
+    let paused = |what: &str| format!("cannot exec in a paused container ({what})");
+    if let Some(dir) = &plan.cgroups.v1_freezer {
+        let state = std::fs::read_to_string(dir.join("freezer.state"))
+            .map_err(err(format!("read {}/freezer.state", dir.display())))?;
+        if state.trim() != "THAWED" {
+            return Err(paused(&format!("freezer.state {}", state.trim())));
         }
     }
-    join_by_write(&dir.join("cgroup.procs"))?;
-    sys::fork().map_err(err("fork"))
+    if let Some(dir) = &plan.cgroups.v2_dir {
+        match std::fs::read_to_string(dir.join("cgroup.events")) {
+            Ok(events) if events.lines().any(|l| l == "frozen 1") => {
+                return Err(paused("cgroup.events frozen 1"));
+            }
+            Ok(_) => {}
+            // The root cgroup, or a kernel before cgroup.events: nothing to freeze it by.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("read {}/cgroup.events: {e}", dir.display())),
+        }
+    }
+    Ok(())
 }
 
 fn gone() -> String {
     "the container's init process is gone".to_owned()
-}
-
-/// Waits for the reaper; on `SIGTERM` passes the end of the probe on, and kills the tree itself
-/// if the reaper has not finished [`REAPER_GRACE`] later.
-fn supervise(control: &UnixStream, reaper: Pid, waited: &SigSet) -> Res<i32> {
-    let mut told: Option<Instant> = None;
-    let mut forced = false;
-    loop {
-        match waitpid(reaper, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(_, c)) => return Ok(c),
-            Ok(WaitStatus::Signaled(_, Signal::SIGKILL, _)) if !forced => {
-                // The container's init exited and the PID namespace's teardown killed the
-                // reaper and the command (or the container killed the reaper). runc reports
-                // such an exec as killed by SIGKILL (exit 137); say so, unless the reaper
-                // reported the command's exit first (the prober keeps the first report).
-                let code = 128 + Signal::SIGKILL as i32;
-                let _ = (&*control).write_all(Report::Exited(code).line().as_bytes());
-                return Ok(code);
-            }
-            Ok(WaitStatus::Signaled(_, s, _)) => return Ok(128 + s as i32),
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(format!("wait for the reaper: {e}")),
-        }
-        let wait = match told {
-            Some(t) if !forced => REAPER_GRACE.saturating_sub(t.elapsed()),
-            _ => Duration::from_secs(3600),
-        };
-        match sys::wait_signal(waited, wait).map_err(err("sigtimedwait"))? {
-            Some(Signal::SIGTERM) if told.is_none() => {
-                told = Some(Instant::now());
-                // A reaper the container stopped gets going again to do its part.
-                let _ = kill(reaper, Signal::SIGCONT);
-                let _ = kill(reaper, Signal::SIGTERM);
-            }
-            Some(_) => {}
-            None if told.is_some() && !forced => {
-                forced = true;
-                kill_tree(reaper);
-            }
-            None => {}
-        }
-    }
-}
-
-/// Kills the reaper's tree from outside: the reaper stopped (it cannot reap, so its children's
-/// PIDs stay theirs), its children killed round after round (orphans come to the reaper, the
-/// subreaper), then the reaper. The helper reads the host's `/proc`: it never entered the
-/// container's mount namespace.
-fn kill_tree(reaper: Pid) {
-    let _ = kill(reaper, Signal::SIGSTOP);
-    let r = reaper.as_raw();
-    for _ in 0..KILL_ROUNDS {
-        let live: Vec<Pid> = std::fs::read_to_string(format!("/proc/{r}/task/{r}/children"))
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter_map(|p| p.parse().ok())
-            .filter(|p: &i32| {
-                std::fs::read_to_string(format!("/proc/{p}/stat"))
-                    .is_ok_and(|s| state(&s).is_some_and(|c| c != 'Z'))
-            })
-            .map(Pid::from_raw)
-            .collect();
-        if live.is_empty() {
-            break;
-        }
-        for p in live {
-            let _ = kill(p, Signal::SIGKILL);
-        }
-        // The killed exit in the kernel's time; their children then come to the reaper.
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let _ = kill(reaper, Signal::SIGKILL);
 }
 
 /// The init process is still the one the plan was made for.

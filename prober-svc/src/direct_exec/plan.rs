@@ -20,6 +20,9 @@ pub struct Plan {
     pub init_pid: i32,
     /// Its start time (`/proc/<pid>/stat` field 22): a reused PID is refused, never entered.
     pub init_start_time: u64,
+    /// The identity of each namespace of the container's init when the plan was made: a probe
+    /// finds every one unchanged, or is refused.
+    pub namespaces: Vec<NamespaceId>,
     /// The container init's cgroups, under the prober's mounts.
     pub cgroups: Cgroups,
     /// Every resource limit: the runtime shim's (which `runc exec` inherits), the spec's on top.
@@ -52,16 +55,33 @@ pub struct Plan {
     pub argv: Vec<String>,
 }
 
+/// One namespace of the container's init, as `stat` shows its `/proc/<pid>/ns/<name>` file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceId {
+    /// The name under `/proc/<pid>/ns/` (`ipc`, `uts`, `net`, `pid`, `mnt`, `cgroup`, `time`).
+    pub name: String,
+    /// The namespace file system's device.
+    pub dev: u64,
+    /// The namespace's inode number.
+    pub ino: u64,
+}
+
 /// The cgroups of the container's init, as the helper places the probe's processes in them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cgroups {
-    /// Each v1 hierarchy's `tasks` file: the helper writes `0` (itself) to each before it forks,
-    /// and the reaper and the command inherit them.
+    /// Each v1 hierarchy's `tasks` file: the helper's intermediate process writes `0` (itself)
+    /// to each before it joins the container's namespaces and forks the reaper, which (and the
+    /// command) inherit them. The helper itself never joins them.
     pub v1_tasks: Vec<PathBuf>,
     /// The directory on the v2 hierarchy (the `0::` line; on a hybrid node the `unified` one):
-    /// the helper forks the reaper straight into it (`clone3` with `CLONE_INTO_CGROUP`), or
-    /// where the kernel cannot, joins it by writing `0` to its `cgroup.procs` first.
+    /// the intermediate process forks the reaper straight into it (`clone3` with
+    /// `CLONE_INTO_CGROUP`, the directory opened before it joins the container's mount
+    /// namespace), or where the kernel cannot, joins it by writing `0` to its `cgroup.procs`.
     pub v2_dir: Option<PathBuf>,
+    /// The v1 freezer hierarchy's directory, when the init has one: a frozen (paused) container
+    /// is refused, as `runc exec` refuses it.
+    #[serde(default)]
+    pub v1_freezer: Option<PathBuf>,
 }
 
 /// One `setrlimit`.

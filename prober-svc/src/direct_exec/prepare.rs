@@ -18,8 +18,9 @@ use serde_json::Value;
 mod cgroups;
 
 use self::cgroups::Unreachable;
+use super::init::NAMESPACE_NAMES;
 use super::init::{parent_pid, start_time};
-use super::plan::{CapSets, Plan, Rlimit};
+use super::plan::{CapSets, NamespaceId, Plan, Rlimit};
 use super::seccomp::{self, SeccompError};
 
 /// Runtime types whose shim runs `runc exec` (runc or crun behind containerd's runc shim).
@@ -155,8 +156,11 @@ pub fn prepare(container_id: &str, info_json: &str, host: &Host) -> Result<Plan,
     if (theirs.dev(), theirs.ino()) != (ours.dev(), ours.ino()) {
         return Err(Refusal::UserNamespace);
     }
+    let namespaces = namespace_ids(proc, pid).map_err(init_err)?;
+    let init_cgroups = read(&proc.join(format!("{pid}/cgroup"))).map_err(init_err)?;
+    check_cgroups_name(container_id, &init_cgroups)?;
     let cgroups = cgroups::resolve(
-        &read(&proc.join(format!("{pid}/cgroup"))).map_err(init_err)?,
+        &init_cgroups,
         &read(&proc.join("self/mountinfo")).map_err(init_err)?,
     )?;
     let (rlimits, umask, oom_score_adj) = from_shim(proc, shim, process)?;
@@ -168,6 +172,7 @@ pub fn prepare(container_id: &str, info_json: &str, host: &Host) -> Result<Plan,
         container_id: container_id.to_owned(),
         init_pid: pid,
         init_start_time,
+        namespaces,
         cgroups,
         rlimits,
         oom_score_adj,
@@ -185,6 +190,46 @@ pub fn prepare(container_id: &str, info_json: &str, host: &Host) -> Result<Plan,
     };
     check_privileges(&plan, proc)?;
     Ok(plan)
+}
+
+/// The identity of every namespace of the init `pid` (a kernel without time namespaces has no
+/// `time` file).
+fn namespace_ids(proc: &Path, pid: i32) -> Result<Vec<NamespaceId>, std::io::Error> {
+    let mut out = Vec::new();
+    for name in NAMESPACE_NAMES {
+        match std::fs::metadata(proc.join(format!("{pid}/ns/{name}"))) {
+            Ok(m) => out.push(NamespaceId {
+                name: name.to_owned(),
+                dev: m.dev(),
+                ino: m.ino(),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && name == "time" => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// The process at the runtime's PID is the container's init only if its cgroups are the
+/// container's own: both of runc's cgroup drivers name the container's cgroup after its ID
+/// (`.../<id>`, `cri-containerd-<id>.scope`). A hierarchy the runtime left the init at the root
+/// of (`/`: one it does not manage) says nothing either way; every other one must name the
+/// container, and one at least must. A PID that names another process is refused.
+fn check_cgroups_name(container_id: &str, cgroup: &str) -> Result<(), Refusal> {
+    let paths: Vec<&str> = cgroup
+        .lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2))
+        .filter(|p| *p != "/")
+        .collect();
+    let foreign = paths.iter().find(|p| !p.contains(container_id));
+    if paths.is_empty() || foreign.is_some() {
+        return Err(Refusal::Changed(format!(
+            "the process the runtime named as the container's init is not in the container's \
+             cgroup ({})",
+            foreign.unwrap_or(&"only root cgroups")
+        )));
+    }
+    Ok(())
 }
 
 /// Only runc (or crun) behind containerd's runc shim is what `runc exec` reproduces.

@@ -224,7 +224,7 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<Program, SeccompError> {
 }
 
 /// libseccomp's program, through a memfd (`seccomp_export_bpf_mem` is libseccomp 2.6).
-fn export(filter: &ScmpFilterContext) -> Result<Vec<u8>, SeccompError> {
+pub(crate) fn export(filter: &ScmpFilterContext) -> Result<Vec<u8>, SeccompError> {
     let fd = nix::sys::memfd::memfd_create(c"seccomp", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
         .map_err(compile_err)?;
     filter.export_bpf(&fd).map_err(compile_err)?;

@@ -5,11 +5,12 @@
 //! The probe is over when the command has exited and both pipes are closed, or at the timeout.
 //! Either way the helper is then told (`SIGTERM`) to end everything the probe started: its
 //! reaper kills what is left of the command's process tree and exits once it has reaped it, and
-//! the helper kills the tree itself when the reaper does not (the container can stop it). The
-//! answer does not wait for that: the helper's exit is awaited in the background, bounded, and
-//! the helper killed after [`REAP_GRACE`]; the pipes' readers end with the probe, so a process
-//! of the container that kept a pipe holds nothing of the prober. The helper counts against its
-//! container's in-flight bound ([`InFlight`]) until it has exited.
+//! the helper kills the tree itself when the reaper does not (the container can stop it or kill
+//! it), and the command through its pidfd whatever became of the reaper. The answer does not
+//! wait for that: the helper's exit is awaited in the background; the pipes' readers end with
+//! the probe, so a process of the container that kept a pipe holds nothing of the prober. The
+//! helper exits only once every process of its probe is gone, and counts against its
+//! container's in-flight bound ([`InFlight`]) until then.
 //!
 //! containerd's `ExecSync` instead kills only the command at the timeout and waits for every
 //! holder of its pipes to exit (a `sleep 10 &` keeps a 1 s probe open 10 s, and its orphans are
@@ -29,8 +30,8 @@ use super::standby::{Standby, failed};
 use crate::handler::exec::runner::{ExecError, ExecOutput};
 use crate::handler::output::MAX_OUTPUT_BYTES;
 
-/// How long the end of a probe may take (the reaper killing and reaping the tree, the helper
-/// exiting) before the prober kills the helper (and with it, the reaper).
+/// How long the end of a probe usually takes at most (the reaper killing and reaping the tree,
+/// the helper exiting); a helper that takes longer is waited for all the same, and logged.
 const REAP_GRACE: Duration = Duration::from_secs(5);
 
 /// A place among the helpers in flight in one container, held until the helper has exited.
@@ -86,13 +87,21 @@ impl Drop for Reader {
     }
 }
 
-/// Waits (bounded) for the helper to exit, then drops it (killing it if it has not: the reaper
-/// dies with it) and frees its place in flight.
+/// Waits for the helper to exit, then frees its place in flight: the helper exits only once
+/// every process of its probe is gone, so the place is taken as long as one of them lives (a
+/// process of a frozen cgroup dies only when thawed: said once, after [`REAP_GRACE`]).
 async fn settle(mut process: Process, place: InFlight) -> Option<String> {
-    let status = tokio::time::timeout(REAP_GRACE, process.exited())
-        .await
-        .ok()
-        .flatten();
+    let status = match tokio::time::timeout(REAP_GRACE, process.exited()).await {
+        Ok(status) => status,
+        Err(_) => {
+            tracing::warn!(
+                grace = ?REAP_GRACE,
+                "a direct exec helper has not finished after its probe (a process of the probe \
+                 cannot die yet: a frozen cgroup?); its place in flight stays taken until it does"
+            );
+            process.exited().await
+        }
+    };
     drop(process);
     drop(place);
     status

@@ -5,10 +5,10 @@
 //! with the spec's environment.
 //!
 //! It is a copy of the reaper (plain `fork`), not dumpable until its `execve` (inherited, and
-//! set again once its credentials are the container's). The only files of the container it
-//! reads while it still holds the prober's privileges, `/etc/passwd` and
-//! `/proc/self/setgroups`, are read as [`container_file`] allows; the `PATH` walk comes after
-//! the credentials are the container's.
+//! set again once its credentials are the container's). The one file of the container it
+//! reads while it still holds the prober's privileges, `/etc/passwd`, is read as
+//! [`container_file`] allows; it writes only to procfs checked to be procfs (AppArmor); the
+//! `PATH` walk comes after the credentials are the container's.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -170,13 +170,9 @@ fn setup_user(plan: &Plan, env: &mut Vec<String>) -> Res<()> {
     let home = passwd_home(plan.uid).unwrap_or_else(|| "/".to_owned());
     fix_stdio(plan.uid)?;
     let groups: Vec<Gid> = plan.groups.iter().map(|g| Gid::from_raw(*g)).collect();
-    let setgroups = container_file::read("/proc/self/setgroups", 64)
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    if String::from_utf8_lossy(&setgroups).trim() != "deny" {
-        nix::unistd::setgroups(&groups).map_err(err("setgroups"))?;
-    }
+    // The process is in the prober's user namespace (the helper refuses any other), where
+    // `setgroups` is always allowed: nothing the container serves as `/proc` decides it.
+    nix::unistd::setgroups(&groups).map_err(err("setgroups"))?;
     nix::unistd::setgid(Gid::from_raw(plan.gid)).map_err(err("setgid"))?;
     nix::unistd::setuid(Uid::from_raw(plan.uid)).map_err(err("setuid"))?;
     let has_home = env
@@ -221,18 +217,48 @@ fn fix_stdio(uid: u32) -> Res<()> {
     fix(std::io::stdout().as_fd())
 }
 
-/// runc's `apparmor.ApplyProfile`: the profile takes effect at `execve`.
+/// runc's `apparmor.ApplyProfile`: the profile takes effect at `execve`. Written only through
+/// the real procfs: the container's `/proc` is checked to be procfs (`fstatfs`), the attribute
+/// file reached under it without a symbolic link or a mount crossing, and checked again, so
+/// that a file or mount the container put there never takes the write (the CVE-2019-16884
+/// class).
 fn apparmor_on_exec(profile: &str) -> Res<()> {
-    use std::io::Write;
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
     let data = format!("exec {profile}");
-    let write = |p: &str| {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(p)?
-            .write_all(data.as_bytes())
+    let procfs = |fd: &std::os::fd::OwnedFd| {
+        nix::sys::statfs::fstatfs(fd)
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::PROC_SUPER_MAGIC)
     };
-    write("/proc/thread-self/attr/apparmor/exec")
-        .or_else(|_| write("/proc/thread-self/attr/exec"))
+    let proc = nix::fcntl::open(
+        "/proc",
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(err("open /proc"))?;
+    if !procfs(&proc) {
+        return Err(format!(
+            "apply apparmor profile {profile:?}: /proc is not procfs"
+        ));
+    }
+    let tid = nix::unistd::gettid();
+    let write = |attr: &str| -> Res<()> {
+        let how = OpenHow::new()
+            .flags(OFlag::O_WRONLY | OFlag::O_CLOEXEC)
+            .resolve(
+                ResolveFlag::RESOLVE_BENEATH
+                    | ResolveFlag::RESOLVE_NO_SYMLINKS
+                    | ResolveFlag::RESOLVE_NO_XDEV,
+            );
+        let path = format!("{tid}/task/{tid}/{attr}");
+        let fd = nix::fcntl::openat2(&proc, path.as_str(), how).map_err(err(&path))?;
+        if !procfs(&fd) {
+            return Err(format!("{path} is not on procfs"));
+        }
+        nix::unistd::write(&fd, data.as_bytes()).map_err(err(&path))?;
+        Ok(())
+    };
+    write("attr/apparmor/exec")
+        .or_else(|_| write("attr/exec"))
         .map_err(err(format!("apply apparmor profile {profile:?}")))
 }
 

@@ -1,13 +1,13 @@
 //! Reading a file the container controls from a process that still holds the prober's
-//! privileges: never an open that can block (`O_NONBLOCK`: a FIFO opens at once), never a
-//! controlling terminal, only a regular file, and only its first bytes up to a limit. Symbolic
-//! links are followed: the process is in the container's mount namespace and root, so they
-//! resolve inside the container's root (every descriptor of the host is closed by then, so no
-//! `/proc/self/fd` link leads out of it).
+//! privileges: resolved inside the container's root only (`openat2` with `RESOLVE_IN_ROOT`,
+//! no magic link such as `/proc/<pid>/root` that would lead into another process's root, no
+//! crossing of a mount), never an open that can block (`O_NONBLOCK`: a FIFO opens at once),
+//! never a controlling terminal, only a regular file, and only its first bytes up to a limit.
 
-use std::fs::OpenOptions;
+use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::OpenOptionsExt;
+
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 
 /// Bytes reserved before the first read.
 const READ_AHEAD: usize = 4 << 10;
@@ -15,10 +15,19 @@ const READ_AHEAD: usize = 4 << 10;
 /// The first `limit` bytes of the regular file at `path`; `None` when it is something else (a
 /// FIFO, a device, a directory, a socket).
 pub(super) fn read(path: &str, limit: usize) -> io::Result<Option<Vec<u8>>> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)?;
+    let root = nix::fcntl::open(
+        "/",
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    let how = OpenHow::new()
+        .flags(OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
+        .resolve(
+            ResolveFlag::RESOLVE_IN_ROOT
+                | ResolveFlag::RESOLVE_NO_MAGICLINKS
+                | ResolveFlag::RESOLVE_NO_XDEV,
+        );
+    let file = File::from(nix::fcntl::openat2(&root, path, how)?);
     if !file.metadata()?.is_file() {
         return Ok(None);
     }
@@ -48,6 +57,16 @@ mod tests {
         std::fs::write(&f, b"root:x:0:0:root:/root:/bin/sh\n").expect("write");
         let path = f.to_str().expect("utf-8");
         assert_eq!(read(path, 4).expect("read"), Some(b"root".to_vec()));
-        assert_eq!(read("/dev/null", 4).expect("read"), None);
+    }
+
+    #[test]
+    fn a_magic_link_is_not_followed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("passwd");
+        std::fs::write(&f, b"root:x:0:0:root:/root:/bin/sh\n").expect("write");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(format!("/proc/self/root{}", f.display()), &link)
+            .expect("symlink");
+        assert!(read(link.to_str().expect("utf-8"), 4).is_err());
     }
 }

@@ -21,6 +21,9 @@ pub(super) const NAMESPACES: [(&str, &str, i32); 7] = [
     ("time", "time_for_children", CLONE_NEWTIME),
 ];
 
+/// The names of [`NAMESPACES`] under `/proc/<pid>/ns/`, as the plan records them.
+pub(crate) const NAMESPACE_NAMES: [&str; 7] = ["ipc", "uts", "net", "pid", "mnt", "cgroup", "time"];
+
 /// A namespace of the container's init to join, opened.
 pub(super) struct Join {
     pub(super) name: &'static str,

@@ -1,57 +1,70 @@
-//! Stage 2: the reaper, the probe's first process in the container's PID namespace.
+//! Stage 3: the reaper, the probe's first process in the container's PID namespace, born in
+//! every namespace and cgroup of the container (the intermediate process joined them before it
+//! forked the reaper).
 //!
-//! It keeps every capability of the prober (it must start the command as the runtime would),
-//! so it shares nothing the container can use: it is not dumpable (so the container can open
-//! none of its `/proc` files that matter), the command is a plain `fork` of it (a copy of its
-//! memory, not its memory), and it holds no descriptor but the control socket and `/dev/null`.
-//! What the container can do to it is what its uid allows: stop it or kill it, which only ends
-//! this probe (the helper kills the tree itself when the reaper does not finish).
+//! Until it has forked the command it holds the prober's privileges (the command must start as
+//! the runtime would start it), and shares nothing the container can use: it is not dumpable,
+//! the command is a plain `fork` of it (a copy of its memory, not its memory), and it holds no
+//! descriptor but the control socket, `/dev/null` and the helper's pipe. Once the command is
+//! forked it drops to the plan's credentials ([`super::privileges`]): what runs in it from
+//! then on, even code a ptrace-capable container put there, holds no more than the container.
+//! The container can stop it or kill it: that only ends this probe (the helper kills the tree
+//! itself when the reaper does not finish).
 
-use std::fs::File;
-use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::io::{IoSlice, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
 use nix::sys::signal::{SigSet, Signal};
+use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
 
 use super::command;
 use super::descriptors::{close_all_but, release_stdio};
 use super::failure::{Res, err};
-use super::namespaces::{self, Join};
+use super::privileges;
+use super::stage::ForReaper;
 use crate::direct_exec::plan::{Plan, Report};
 use crate::direct_exec::sys;
 
-/// Runs the reaper (forked from the helper, with `SIGCHLD` and `SIGTERM` blocked; `helper` is
-/// the non-blocking read end of a pipe whose write end only the helper holds); returns its exit
-/// code.
-pub(super) fn run(
-    control: &UnixStream,
-    plan: &Plan,
-    devnull: File,
-    signals: sys::Dispositions,
-    joins: Vec<Join>,
-    helper: OwnedFd,
-) -> Res<i32> {
-    // A helper killed (the prober gave up on it) takes the reaper along; it may have died
-    // before this line (its PID is not in this PID namespace, so getppid says 0 and a pidfd of
-    // it cannot be used here: the pipe's end of file says it).
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(err("set parent death signal"))?;
-    match nix::unistd::read(&helper, &mut [0u8; 1]) {
-        Err(nix::errno::Errno::EAGAIN) => {}
+/// Runs the reaper (forked from the intermediate process, with `SIGCHLD` and `SIGTERM`
+/// blocked); returns its exit code.
+pub(super) fn run(control: &UnixStream, plan: &Plan, hand_on: ForReaper<'_>) -> Res<i32> {
+    let ForReaper {
+        devnull,
+        signals,
+        filter,
+        parent,
+        command_link,
+    } = hand_on;
+    // The helper's byte: the intermediate process has exited and the reaper is the helper's
+    // child. The end of file: the helper is gone.
+    match nix::unistd::read(&parent, &mut [0u8; 1]) {
+        Ok(1) => {}
         _ => return Err("the exec helper is gone".to_owned()),
     }
-    drop(helper);
-    namespaces::enter(&joins)?;
-    drop(joins);
-    // Inside the container now: nothing but stdio, the control socket and /dev/null stays open
-    // (whatever the prober itself inherited, even close-on-exec, must not be reachable before
-    // the command's execve: runc's CVE-2024-21626).
-    close_all_but(&[control.as_raw_fd(), devnull.as_raw_fd()])?;
+    // Nothing but stdio, the control socket, /dev/null and the helper's pipe stays open (whatever
+    // the prober itself inherited, even close-on-exec, must not be reachable before the
+    // command's execve: runc's CVE-2024-21626).
+    close_all_but(&[
+        control.as_raw_fd(),
+        devnull.as_raw_fd(),
+        parent.as_raw_fd(),
+        command_link.as_raw_fd(),
+    ])?;
     nix::sys::prctl::set_child_subreaper(true).map_err(err("set child subreaper"))?;
+    let me = nix::unistd::getpid();
     let command = match sys::fork().map_err(err("fork"))? {
         ForkResult::Child => {
+            // A reaper killed before the helper holds the command's pidfd takes the command
+            // along (until the command's own change of credentials, when it holds no more
+            // than the container); one killed before this line shows as another parent.
+            if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
+                || nix::unistd::getppid() != me
+            {
+                std::process::exit(127)
+            }
             let e = match command::run(plan, control, &devnull, signals) {
                 Ok(never) => match never {},
                 Err(e) => e,
@@ -61,8 +74,48 @@ pub(super) fn run(
         }
         ForkResult::Parent { child } => child,
     };
+    // The helper holds the command for good (a pidfd), whatever becomes of the reaper: the
+    // command is the reaper's unreaped child, so its PID is still its own.
+    let handed = sys::pidfd_open(command.as_raw())
+        .map_err(err("pidfd_open the command"))
+        .and_then(|pidfd| {
+            sendmsg::<()>(
+                command_link.as_raw_fd(),
+                &[IoSlice::new(b"c")],
+                &[ControlMessage::ScmRights(&[pidfd.as_raw_fd()])],
+                MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+                None,
+            )
+            .map_err(err("hand the helper the command's pidfd"))
+        });
+    drop(command_link);
+    if let Err(e) = handed {
+        kill_tree(command);
+        return Err(e);
+    }
     release_stdio(&devnull)?;
     drop(devnull);
+    let dropped = privileges::drop_to(plan).and_then(|()| {
+        // The change of credentials cleared the parent death signal: a helper the prober
+        // killed takes the reaper along from here on; one already gone shows as the end of its
+        // pipe.
+        nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(err("set parent death signal"))?;
+        nix::fcntl::fcntl(
+            &parent,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )
+        .map_err(err("helper pipe"))?;
+        match nix::unistd::read(&parent, &mut [0u8; 1]) {
+            Err(nix::errno::Errno::EAGAIN) => Ok(()),
+            _ => Err("the exec helper is gone".to_owned()),
+        }
+    });
+    let dropped = dropped.and_then(|()| privileges::confine(filter));
+    drop(parent);
+    if let Err(e) = dropped {
+        kill_tree(command);
+        return Err(e);
+    }
     let mut waited = SigSet::empty();
     waited.add(Signal::SIGCHLD);
     waited.add(Signal::SIGTERM);

@@ -81,6 +81,9 @@ pub(crate) fn resolve(cgroup: &str, mountinfo: &str) -> Result<Cgroups, Unreacha
         if fs == "cgroup2" {
             out.v2_dir = Some(dir);
         } else {
+            if wanted.contains(&"freezer") {
+                out.v1_freezer = Some(dir.clone());
+            }
             out.v1_tasks.push(dir.join("tasks"));
         }
     }
@@ -95,12 +98,12 @@ mod tests {
 
     #[test]
     fn cgroup_lines_map_to_v1_tasks_files_and_the_v2_directory() {
-        let cgroup =
-            "9:name=systemd:/pod/c1\n4:memory:/pod/c1\n1:cpu,cpuacct:/pod/c1\n0::/pod/c1\n";
+        let cgroup = "9:name=systemd:/pod/c1\n4:memory:/pod/c1\n3:freezer:/pod/c1\n1:cpu,cpuacct:/pod/c1\n0::/pod/c1\n";
         let mountinfo = "\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
 32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
 35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+36 31 0:33 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
 40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 ";
@@ -109,12 +112,14 @@ mod tests {
             v1_tasks: [
                 "/sys/fs/cgroup/systemd/pod/c1/tasks",
                 "/sys/fs/cgroup/memory/pod/c1/tasks",
+                "/sys/fs/cgroup/freezer/pod/c1/tasks",
                 "/sys/fs/cgroup/cpu,cpuacct/pod/c1/tasks",
             ]
             .iter()
             .map(PathBuf::from)
             .collect(),
             v2_dir: Some(PathBuf::from("/sys/fs/cgroup/unified/pod/c1")),
+            v1_freezer: Some(PathBuf::from("/sys/fs/cgroup/freezer/pod/c1")),
         };
         assert_eq!(got, want);
     }
@@ -145,6 +150,7 @@ mod tests {
             Cgroups {
                 v1_tasks: Vec::new(),
                 v2_dir: Some(PathBuf::from("/sys/fs/cgroup/pod1/c1")),
+                v1_freezer: None,
             }
         );
     }

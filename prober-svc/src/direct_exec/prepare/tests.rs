@@ -95,3 +95,18 @@ fn vm_runtimes_user_namespaces_and_unknown_fields_are_refused() {
         Err(Refusal::Field("process.terminal".to_owned()))
     );
 }
+
+#[test]
+fn an_init_whose_cgroups_do_not_name_the_container_is_refused() {
+    let id = "0123abcd";
+    let cgroupfs = "4:memory:/kubepods/pod1/0123abcd\n2:misc:/\n0::/kubepods/pod1/0123abcd\n";
+    assert_eq!(check_cgroups_name(id, cgroupfs), Ok(()));
+    let systemd = "0::/kubepods.slice/cri-containerd-0123abcd.scope\n";
+    assert_eq!(check_cgroups_name(id, systemd), Ok(()));
+    // Another container's process, a process at the root of every hierarchy.
+    assert!(check_cgroups_name(id, "0::/kubepods/pod1/ffff\n").is_err());
+    assert!(check_cgroups_name(id, "4:memory:/\n0::/\n").is_err());
+    assert!(
+        check_cgroups_name(id, "4:memory:/kubepods/pod1/0123abcd\n0::/system.slice\n").is_err()
+    );
+}
