@@ -221,6 +221,26 @@ async fn a_pod_created_through_the_webhook_is_probed_by_podward_and_admitted_unc
         .await
         .expect("podward's liveness probe restarted the container once");
 
+    // What the webhook counted, on its admin endpoint.
+    let metrics = scrape(format!("127.0.0.1:{admin}").parse().expect("addr"))
+        .await
+        .expect("scrape the webhook");
+    assert_eq!(
+        sample(&metrics, &["podward_admission_reviews_total"]),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&metrics, &["podward_admission_takeovers_total"]),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            &["podward_admission_skipped_total", "reason=\"no_probes\""]
+        ),
+        Some(0.0)
+    );
+
     // Webhook down: admitted unchanged with Ignore, refused with Fail.
     admission.terminate().await.expect("stop the webhook");
     let original = replicaset_pod(http_port);
