@@ -158,6 +158,13 @@ async fn pods_the_kubelet_keeps_are_admitted_unchanged_with_the_reason_counted()
             }),
         ),
         (
+            // Moved, the probes would take the annotations past the API server's 256 KiB.
+            "annotations_too_large",
+            pod_with(|p| {
+                p["metadata"]["annotations"] = json!({"example.com/blob": "x".repeat(262_000)});
+            }),
+        ),
+        (
             "node_selector_conflict",
             pod_with(|p| p["spec"]["nodeSelector"]["podward.io/node"] = json!("false")),
         ),

@@ -11,6 +11,10 @@ use serde_json::{Map, Value, json};
 use super::{MOVED_ANNOTATION, OPT_IN_ANNOTATION, PROBES_ANNOTATION};
 use crate::spec::ProbeType;
 
+/// The API server's bound on all annotations of an object together (keys and values,
+/// `TotalAnnotationSizeLimitB`).
+pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
 /// What the webhook adds besides the annotation: the readiness gate and the node label that
 /// keeps a taken-over pod on nodes running podward.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,11 +48,14 @@ pub enum SkipReason {
     NodeBound,
     /// The pod's `nodeSelector` asks for another value of podward's node label.
     NodeSelectorConflict,
+    /// With podward's annotations the pod's would pass the API server's 256 KiB total: it
+    /// would be refused.
+    AnnotationsTooLarge,
 }
 
 impl SkipReason {
     /// Every reason, for the metric's zero series.
-    pub const ALL: [SkipReason; 9] = [
+    pub const ALL: [SkipReason; 10] = [
         SkipReason::NotPodCreate,
         SkipReason::Undecodable,
         SkipReason::AlreadyAnnotated,
@@ -58,6 +65,7 @@ impl SkipReason {
         SkipReason::InvalidProbe,
         SkipReason::NodeBound,
         SkipReason::NodeSelectorConflict,
+        SkipReason::AnnotationsTooLarge,
     ];
 
     /// The metric label and log word.
@@ -72,6 +80,7 @@ impl SkipReason {
             SkipReason::InvalidProbe => "invalid_probe",
             SkipReason::NodeBound => "node_bound",
             SkipReason::NodeSelectorConflict => "node_selector_conflict",
+            SkipReason::AnnotationsTooLarge => "annotations_too_large",
         }
     }
 }
@@ -180,6 +189,15 @@ fn decide_with(pod: &Value, policy: &Policy, defaults: bool) -> Decision {
         (PROBES_ANNOTATION, annotation),
         (MOVED_ANNOTATION, Value::Object(record).to_string()),
     ];
+    let existing: usize = annotations
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+        .sum();
+    let ours: usize = added.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if existing + ours > MAX_ANNOTATIONS_BYTES {
+        return Decision::Skip(SkipReason::AnnotationsTooLarge);
+    }
     match pod.pointer("/metadata/annotations") {
         Some(Value::Object(_)) => {
             for (key, value) in added {
