@@ -183,3 +183,51 @@ spec:
     );
     assert!(rewrite("kind: [unclosed", &policy(), false).is_err());
 }
+
+#[test]
+fn the_command_line_rewrites_a_file_and_reports_each_object() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (input, migrated, reverted) = (
+        dir.path().join("in.yaml"),
+        dir.path().join("migrated.yaml"),
+        dir.path().join("reverted.yaml"),
+    );
+    std::fs::write(&input, WORKLOADS).expect("write");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_podward-prober"))
+            .arg("migrate")
+            .args(args)
+            .output()
+            .expect("run podward-prober migrate");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stderr).expect("utf8")
+    };
+    let report = run(&[
+        "-f".as_ref(),
+        input.as_ref(),
+        "-o".as_ref(),
+        migrated.as_ref(),
+    ]);
+    assert!(report.contains("Deployment/web: changed"), "{report}");
+    assert!(
+        report.contains("DaemonSet/node-agent: unchanged (probe_names_host)"),
+        "{report}"
+    );
+    let text = std::fs::read_to_string(&migrated).expect("read");
+    assert!(text.contains("podward.io/probes"), "{text}");
+    run(&[
+        "--revert".as_ref(),
+        "-f".as_ref(),
+        migrated.as_ref(),
+        "-o".as_ref(),
+        reverted.as_ref(),
+    ]);
+    assert_eq!(
+        docs(&std::fs::read_to_string(&reverted).expect("read")),
+        docs(WORKLOADS)
+    );
+}
