@@ -65,7 +65,8 @@ def effective(values: dict) -> dict:
 def context(objects: list[dict], values: dict) -> vap_ctx:
     v = effective(values)
     ds = next(o for o in objects if o["kind"] == "DaemonSet")
-    dep = next((o for o in objects if o["kind"] == "Deployment"), None)
+    dep = next((o for o in objects if o["kind"] == "Deployment"
+                and o["metadata"]["labels"].get("app.kubernetes.io/component") == "sentinel"), None)
     return cases_mod.Ctx(
         namespace="podward-system",
         fullname=ds["metadata"]["name"],

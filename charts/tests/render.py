@@ -56,6 +56,7 @@ RESOURCES: dict[str, list[tuple[str, str, bool]]] = {
     "admissionregistration.k8s.io/v1": [
         ("validatingadmissionpolicies", "ValidatingAdmissionPolicy", False),
         ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False),
+        ("mutatingwebhookconfigurations", "MutatingWebhookConfiguration", False),
     ],
     "scheduling.k8s.io/v1": [("priorityclasses", "PriorityClass", False)],
     "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget", True)],

@@ -21,6 +21,9 @@
 //!   [`MockApiServer::delete_node`] deletes the leases the Node owns, as the garbage collector
 //!   does.
 //!
+//! Pod creation through mutating admission webhooks over HTTPS, `failurePolicy` honoured:
+//! [`MockApiServer::create_pod`] ([`admission`]).
+//!
 //! Faults as real API servers have them: [`MockApiServer::drop_watches`] breaks every open watch
 //! off mid-stream; [`MockApiServer::refuse_status_writes`] refuses one pod's status writes for
 //! good; [`MockApiServer::stall`] holds one client's requests unanswered.
@@ -30,6 +33,7 @@
 //! several clients, and when. [`MockApiServer::set_available`] turns it into a
 //! server answering `503` to everything (the API being down).
 
+pub mod admission;
 mod http;
 mod store;
 

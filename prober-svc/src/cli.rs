@@ -59,6 +59,18 @@ pub enum Command {
     /// nodes whose prober stopped renewing its node lease, rate-limited like the node lifecycle
     /// controller; never True.
     Sentinel(crate::sentinel::command::SentinelArgs),
+    /// Run the takeover webhook (a cluster-scoped mutating admission webhook, HTTPS): on pod
+    /// CREATE in opted-in namespaces (or pods), moves the containers' liveness, readiness and
+    /// startup probes into the podward.io/probes annotation, adds the podward.io/ready
+    /// readiness gate and the podward node label to the pod's nodeSelector, and records what
+    /// moved in podward.io/probes-moved. Never refuses a pod.
+    Admission(crate::admission::AdmissionArgs),
+    /// Rewrite Kubernetes YAML offline (Pods, Deployments, StatefulSets, DaemonSets, ReplicaSets,
+    /// Jobs, CronJobs, Lists; several documents): each pod template's probes move into the
+    /// podward.io/probes annotation as the takeover webhook moves them (as written, no defaults),
+    /// with the readiness gate and the node label; --revert puts them back. Idempotent. Reports
+    /// each object on standard error.
+    Migrate(crate::migrate::MigrateArgs),
 }
 
 /// A pod by namespace and name, as `--pod` takes it.

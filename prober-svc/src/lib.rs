@@ -24,6 +24,7 @@
 //! [`metrics`] keeps kubelet's metric names (also on kubelet's `/metrics/probes`); [`config`],
 //! [`clock`] and [`run`] are the daemon, [`cli`] its command line and the one-shot `status`.
 
+pub mod admission;
 pub mod cli;
 pub mod clock;
 pub mod config;
@@ -36,6 +37,7 @@ pub mod kubernetes;
 pub mod lease;
 pub mod manager;
 pub mod metrics;
+pub mod migrate;
 pub mod model;
 pub mod probing;
 pub mod registry;

@@ -43,6 +43,20 @@ async fn daemon() -> anyhow::Result<()> {
                 .await
                 .context("podward-prober sentinel")
         }
+        Some(Command::Admission(args)) => {
+            telemetry::init(cfg.common.log_format, &cfg.common.log_level)?;
+            podward_prober::admission::run(args, signal::shutdown())
+                .await
+                .context("podward-prober admission")
+        }
+        Some(Command::Migrate(args)) => {
+            // The YAML goes to stdout (or --output), the report to stderr; no logs.
+            let report = podward_prober::migrate::run(&args).context("podward-prober migrate")?;
+            for (object, outcome) in report {
+                eprintln!("{object}: {}", podward_prober::migrate::describe(&outcome));
+            }
+            Ok(())
+        }
         None => {
             // The downward API's usual variable, when neither the flag, PODWARD_PROBER_NODE_NAME
             // nor the config file names the node.
