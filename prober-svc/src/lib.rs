@@ -24,6 +24,7 @@
 //! [`metrics`] keeps kubelet's metric names (also on kubelet's `/metrics/probes`); [`config`],
 //! [`clock`] and [`run`] are the daemon, [`cli`] its command line and the one-shot `status`.
 
+pub mod allocator;
 pub mod cli;
 pub mod clock;
 pub mod config;

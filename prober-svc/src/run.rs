@@ -108,6 +108,7 @@ pub async fn run_with(
         on_start,
     } = options;
     raise_open_files();
+    crate::allocator::return_large_buffers();
     // Every setting is checked before anything is bound or created, so a setting that cannot
     // work leaves nothing behind (no socket file, no half-started task).
     let api_settings = config.api_settings().map_err(RunError::Daemon)?;

@@ -15,7 +15,7 @@
 //! the one that waits. A probe that cannot get room waits (its own timeout bounds the wait), then
 //! fails saying so; every wait ends when some room is given back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -58,8 +58,8 @@ struct State {
     pods: HashMap<Arc<str>, PodState>,
     /// The most ever held at once (tests and the benchmark read it).
     peak: usize,
-    /// Probes waiting for room.
-    waiters: Vec<Waker>,
+    /// Probes waiting for room, oldest first.
+    waiters: VecDeque<Waker>,
 }
 
 /// One pod's part of the budget.
@@ -187,7 +187,11 @@ impl TargetBudget {
                 }
             }
             self.report(&st);
-            std::mem::take(&mut st.waiters)
+            // Enough waiting probes for the room given back, oldest first (each woken one that
+            // still finds no room waits again at the back); waking them all would cost a poll
+            // of every waiting probe per probe that ends.
+            let wake = (2 * (n / CHUNK + 1)).min(st.waiters.len());
+            st.waiters.drain(..wake).collect::<Vec<_>>()
         };
         for w in waiters {
             w.wake();
@@ -250,9 +254,7 @@ impl Account {
             self.waiting.store(false, Ordering::Relaxed);
             return Poll::Ready(());
         }
-        if !st.waiters.iter().any(|w| w.will_wake(cx.waker())) {
-            st.waiters.push(cx.waker().clone());
-        }
+        st.waiters.push_back(cx.waker().clone());
         if !self.is_waiting {
             self.is_waiting = true;
             st.pods.entry(self.pod.clone()).or_default().waiting += 1;
