@@ -191,6 +191,15 @@ pub struct Args {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec_standby: Option<bool>,
 
+    /// Bytes that all network probes together may hold of what their targets send (heads,
+    /// bodies, TLS and HTTP/2 buffers); a probe that finds no room waits up to its timeout, the
+    /// pod whose probes hold the most first, then fails naming the budget. 0 sizes it from the
+    /// prober's memory limit: a quarter of its cgroup's memory.max (at least 32 MiB), or 256 MiB
+    /// without a limit. [default: 0]
+    #[arg(long, env = "PODWARD_PROBER_TARGET_MEMORY_BUDGET_BYTES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_memory_budget_bytes: Option<u64>,
+
     /// Log format. [default: text]
     #[arg(long, env = "PODWARD_PROBER_LOG_FORMAT", value_enum)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -248,6 +257,8 @@ pub struct Config {
     pub exec_helper: Option<PathBuf>,
     /// Keep one direct-exec helper started ahead of the next probe.
     pub exec_standby: bool,
+    /// The node-wide budget for what probe targets send; 0 = from the memory limit.
+    pub target_memory_budget_bytes: u64,
     /// containerd's socket (exec probes, kills, fallback source), the CRI plugin's namespace
     /// (reported only: CRI calls carry no namespace), the admin endpoint and logs: the settings
     /// every daemon has.
@@ -279,6 +290,7 @@ impl Default for Config {
             exec_mode: ExecMode::Cri,
             exec_helper: None,
             exec_standby: true,
+            target_memory_budget_bytes: 0,
             common: Common::with_admin_port(9642),
         }
     }

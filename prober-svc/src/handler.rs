@@ -24,4 +24,5 @@ pub mod output;
 pub mod pod_sockets;
 pub mod port;
 mod scoped;
+pub mod target_budget;
 pub mod tcp;

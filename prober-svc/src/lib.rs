@@ -25,6 +25,7 @@
 //! [`clock`] and [`run`] are the daemon, [`cli`] its command line and the one-shot `status`.
 
 pub mod admission;
+pub mod allocator;
 pub mod cli;
 pub mod clock;
 pub mod config;

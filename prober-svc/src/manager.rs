@@ -201,21 +201,25 @@ impl Manager {
         self.inner.set_spec_errors(&pod, parsed.errors.len());
         let uid = pod.uid.clone();
         let shared: SharedPod = Arc::new(PodView::new(pod));
+        // Every name waits for its container; `reconcile_names` starts the workers of those the
+        // pod has and reports those it cannot have.
+        let unknown = UnknownNames {
+            pending: parsed.containers.keys().cloned().collect(),
+            ..UnknownNames::default()
+        };
+        let has_startup = annotation::startup_names(&parsed);
         pods.insert(
             uid.clone(),
             PodEntry {
-                shared: shared.clone(),
-                spec_errors: parsed.errors.clone(),
-                has_startup: annotation::startup_names(&parsed),
+                shared,
+                spec_errors: parsed.errors,
+                has_startup,
                 annotation,
-                probes: parsed.containers.clone(),
-                unknown: UnknownNames::default(),
+                probes: parsed.containers,
+                unknown,
             },
         );
         drop(pods);
-        for (name, probes) in &parsed.containers {
-            self.spawn_workers(&uid, name, probes, &shared);
-        }
         self.reconcile_names(&uid);
     }
 
@@ -306,19 +310,30 @@ impl Manager {
         entry.spec_errors = parsed.errors.clone();
         entry.has_startup = annotation::startup_names(&parsed);
         entry.annotation = annotation;
-        entry.probes = parsed.containers.clone();
         // A name the new annotation drops is no longer an error; one it keeps stays unknown
-        // (no worker) until its container appears.
-        let probes = &entry.probes;
+        // (no worker, no probes kept) until its container appears.
+        let probes = &parsed.containers;
         entry.unknown.names.retain(|n| probes.contains_key(n));
         let unknown = entry.unknown.names.clone();
+        entry.probes = parsed.containers.clone();
+        entry.probes.retain(|n, _| !unknown.contains(n));
+        // Names the pod does not have (yet) wait for their container without workers.
+        entry.unknown.pending = entry
+            .probes
+            .keys()
+            .filter(|n| !unknown::pod_has(&pod, n))
+            .cloned()
+            .collect();
+        let pending = entry.unknown.pending.clone();
         self.inner
             .set_spec_errors(&pod, entry.spec_errors.len() + unknown.len());
         drop(pods);
         let wanted: BTreeMap<WorkerKey, (Arc<ProbeSpec>, bool)> =
             annotation::worker_specs(uid, parsed)
                 .into_iter()
-                .filter(|(k, _, _)| !unknown.contains(&k.container))
+                .filter(|(k, _, _)| {
+                    !unknown.contains(&k.container) && !pending.contains(&k.container)
+                })
                 .map(|(k, spec, hs)| (k, (Arc::new(spec), hs)))
                 .collect();
         self.apply_workers(uid, wanted, &shared);

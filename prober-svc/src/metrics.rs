@@ -50,6 +50,9 @@ pub struct Metrics {
     /// Sockets held by network probes in flight, all pods (a closed probe socket is never held:
     /// closes do not wait).
     pub sockets_held: IntGauge,
+    /// Bytes of what probe targets sent that probes in flight hold, all pods (the node-wide
+    /// budget's use).
+    pub target_memory_bytes: IntGauge,
     /// Probes that timed out while the prober itself was starved (recorded Unknown, retried at
     /// once, not counted as failures), by probe type.
     pub probes_starved: IntCounterVec,
@@ -66,6 +69,7 @@ impl Metrics {
         registry.register(Box::new(m.source_connected.clone()))?;
         registry.register(Box::new(m.probe_errors.clone()))?;
         registry.register(Box::new(m.sockets_held.clone()))?;
+        registry.register(Box::new(m.target_memory_bytes.clone()))?;
         registry.register(Box::new(m.probes_starved.clone()))?;
         Ok(m)
     }
@@ -122,6 +126,10 @@ impl Metrics {
             sockets_held: IntGauge::new(
                 "podward_prober_sockets_held",
                 "Sockets held by HTTP, TCP and gRPC probes in flight (at most one each; each pod has at most its per-pod limit in flight).",
+            )?,
+            target_memory_bytes: IntGauge::new(
+                "podward_prober_target_memory_bytes",
+                "Bytes of what probe targets sent (heads, bodies, TLS and HTTP/2 frames) held by network probes in flight, all pods: the use of the node-wide budget (--target-memory-budget-bytes).",
             )?,
             probes_starved: IntCounterVec::new(
                 Opts::new(

@@ -33,8 +33,8 @@ pub(crate) struct PodEntry {
     pub(crate) has_startup: HashSet<String>,
     /// The annotation text the workers were built from.
     pub(crate) annotation: String,
-    /// The annotation's probes per container name (to start the workers of a name again when
-    /// its container appears after it was reported unknown).
+    /// The annotation's probes per container name, for the names the pod has or may still get
+    /// (an unknown name's probes are not kept: they are parsed again if its container appears).
     pub(crate) probes: BTreeMap<String, ContainerProbes>,
     /// Names of the annotation with no such container in the pod: spec errors, no workers.
     pub(crate) unknown: UnknownNames,
@@ -64,11 +64,15 @@ pub(crate) struct WorkerEntry {
 }
 
 /// A pod's annotation names that no container of the pod has (`crate::manager`'s unknown-name
-/// check finds them after [`UNKNOWN_CONTAINER_GRACE`]).
+/// check finds them: at once when the API's pod spec lacks them, else after
+/// [`UNKNOWN_CONTAINER_GRACE`]).
 #[derive(Debug, Default)]
 pub(crate) struct UnknownNames {
-    /// Names reported unknown (their workers are stopped).
+    /// Names reported unknown (no workers, no probes kept).
     pub(crate) names: BTreeSet<String>,
+    /// Names of `probes` whose workers wait for the pod to have such a container (in CRI, or in
+    /// the API's pod spec): a name gets workers only once the pod has it.
+    pub(crate) pending: BTreeSet<String>,
     /// When a container name first appeared in the pod last (the grace runs from there).
     pub(crate) last_new: Option<Instant>,
     /// Names of containers seen so far.
@@ -90,8 +94,8 @@ pub(crate) fn unknown_name_error(name: &str) -> SpecError {
         container: name.to_owned(),
         field: String::new(),
         message: format!(
-            "no container named {name:?} in this pod (none appeared within {}s of its \
-             containers running); its probes are not run",
+            "no container named {name:?} in this pod (not in its spec, or none appeared within \
+             {}s of its containers running); its probes are not run",
             UNKNOWN_CONTAINER_GRACE.as_secs()
         ),
     }

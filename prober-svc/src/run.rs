@@ -21,6 +21,7 @@ use crate::direct_exec::DirectExec;
 use crate::event::{EventSink, Events};
 use crate::handler::exec::cri::CriExec;
 use crate::handler::host_policy::NodePolicy;
+use crate::handler::target_budget::{TargetBudget, memory_limit};
 use crate::hub::Hub;
 use crate::kubernetes::ApiSide;
 use crate::lease::{self, LeaseMetrics, LeaseSettings, ProberHealth, Vouch};
@@ -107,6 +108,7 @@ pub async fn run_with(
         on_start,
     } = options;
     raise_open_files();
+    crate::allocator::return_large_buffers();
     // Every setting is checked before anything is bound or created, so a setting that cannot
     // work leaves nothing behind (no socket file, no half-started task).
     let api_settings = config.api_settings().map_err(RunError::Daemon)?;
@@ -347,6 +349,17 @@ fn log_start(config: &Config, admin_addr: std::net::SocketAddr, node_ip: IpAddr)
     );
 }
 
+/// The node-wide budget for what probe targets send: the configured size, else a share of the
+/// prober's memory limit.
+fn target_budget(config: &Config, metrics: &Metrics) -> Arc<TargetBudget> {
+    let limit = match config.target_memory_budget_bytes {
+        0 => TargetBudget::size_for(memory_limit(std::path::Path::new("/"))),
+        n => usize::try_from(n).unwrap_or(usize::MAX),
+    };
+    tracing::info!(bytes = limit, "budget for what probe targets send");
+    TargetBudget::new(limit, Some(metrics.target_memory_bytes.clone()))
+}
+
 /// The manager with its prober (the handlers, exec direct or through CRI) and its kill path
 /// (preStop hooks, then `stopper`), publishing to `events`.
 fn build_manager(
@@ -376,7 +389,8 @@ fn build_manager(
     .with_pod_sockets(
         crate::handler::pod_sockets::PER_POD,
         metrics.sockets_held.clone(),
-    );
+    )
+    .with_target_budget(target_budget(config, metrics));
     // preStop exec hooks go through CRI ExecSync, as kubelet runs them (the direct runner is
     // for probes).
     let exec = Arc::new(CriExec::new(containerd.clone()));

@@ -133,7 +133,7 @@ impl HookRunner for Hooks {
                     // the server answers is a hook that ran. The probe client reports an answered
                     // error status as a Failure with kubelet's probe text; every other Failure is
                     // a request that failed (dial, timeout, redirects, a bad response).
-                    match self.http.probe(get, timeout, &target, guard).await {
+                    match self.http.probe(get, timeout, &target, guard, None).await {
                         Ok(Outcome::Success(_) | Outcome::Warning(_)) => Ok(()),
                         Ok(Outcome::Failure(o)) if o.starts_with(ANSWERED_STATUS) => Ok(()),
                         Ok(Outcome::Failure(o) | Outcome::Errored(o)) => Err(HookError::Http(o)),

@@ -22,6 +22,7 @@ use super::attempt::Outcome;
 use super::dialer::{self, DialError, Options, ProbeStream};
 use super::go_text::{go_duration, go_status};
 use super::scoped;
+use super::target_budget::{Account, Meter, Metered};
 
 /// How close to the deadline a cancellation counts as the deadline.
 const DEADLINE_SLACK: Duration = Duration::from_millis(50);
@@ -62,6 +63,7 @@ pub(crate) async fn probe(
     service: &str,
     timeout: Duration,
     user_agent: &str,
+    meter: Option<&Meter>,
 ) -> Outcome {
     let addr = SocketAddr::new(host, port);
     let shown = addr.to_string();
@@ -87,10 +89,19 @@ pub(crate) async fn probe(
     };
     // The connection and hyper's tasks live in this future only: when it ends (answer or
     // deadline) the socket is closed, whatever the target does.
+    // What the target sends is charged to the node's budget while the probe runs.
+    let account = meter.map(Meter::account);
+    let waiting = account.as_ref().map(Account::waiting);
+    let stream = Metered::new(stream, account);
     let (exec, scope) = scoped::scope();
     let call = scope.run(check(stream, exec, addr, service, user_agent, deadline));
     let resp = match tokio::time::timeout_at(deadline, call).await {
-        Err(_) => return timed_out(),
+        Err(_) => {
+            return match meter.zip(waiting).and_then(|(m, w)| w.exhausted(m)) {
+                Some(e) => Outcome::Failure(format!("error: health rpc probe failed: {e}")),
+                None => timed_out(),
+            };
+        }
         Ok(Ok(resp)) => resp,
         Ok(Err(CallError::Connect(e))) => return connect_failed(e),
         Ok(Err(CallError::Status(status))) => {
@@ -150,7 +161,7 @@ async fn dial(addr: SocketAddr, deadline: Instant) -> Result<ProbeStream, Connec
 /// a channel sends: the client's default HTTP/2 settings (but grpc-go's 16 MiB header list), the
 /// origin `http://<addr>`, the User-Agent, and tonic's `grpc-timeout` for the time left.
 async fn check(
-    stream: ProbeStream,
+    stream: Metered<ProbeStream>,
     exec: scoped::ScopedExec,
     addr: SocketAddr,
     service: &str,

@@ -37,6 +37,7 @@ use super::attempt::{Outcome, ProbeTarget};
 use super::dialer::{DialError, ip_string};
 use super::host_policy::Guard;
 use super::port::{PortError, resolve_port};
+use super::target_budget::Meter;
 use crate::spec::{HttpGetSpec, HttpScheme};
 
 pub use self::head::MAX_HEAD_BYTES;
@@ -103,6 +104,7 @@ impl HttpProber {
         timeout: Duration,
         target: &ProbeTarget<'_>,
         guard: Guard,
+        meter: Option<&Meter>,
     ) -> Result<Outcome, HttpError> {
         let port = resolve_port(&get.port, target.ports)?;
         let deadline = Instant::now() + timeout;
@@ -142,7 +144,7 @@ impl HttpProber {
                 hop.referer.as_ref(),
                 self.tls.as_ref(),
                 deadline,
-                guard,
+                exchange::Bounds { guard, meter },
             ))
             .await
             {

@@ -113,6 +113,11 @@ impl PodSockets {
 }
 
 impl PodShare {
+    /// The pod's UID.
+    pub fn uid(&self) -> &str {
+        &self.0.pod
+    }
+
     /// A place for one more network probe of this pod, waiting until `deadline` if the pod is at
     /// its bound.
     pub async fn acquire(&self, deadline: Instant) -> Result<InFlight, AtLimit> {

@@ -1,11 +1,18 @@
 //! Names in `podward.io/probes` that no container of the pod has: a spec error, not a worker.
 //!
+//! A name gets workers only once the pod has it: a container of that name in CRI, or in the
+//! API's pod spec when the prober has the pod's API view (kubelet's workers follow the pod
+//! spec). Until then it is *pending*: its probes are kept, it gates readiness (fails closed),
+//! and it has no worker.
+//!
 //! CRI never says which containers a pod *will* have (kubelet creates them one sync at a time:
-//! init containers one after another, then the others), so a name is only called unknown once
-//! the pod has containers, one of them is running, and no new container has appeared for
-//! [`UNKNOWN_CONTAINER_GRACE`]. Then its workers stop, and the pod's spec errors (log, the
-//! `podward_prober_spec_errors` gauge, `Status`) name it. If a container of that name appears
-//! later (an init container ran longer than the grace), the error goes and its workers start.
+//! init containers one after another, then the others), so without the API's view a pending
+//! name is only called unknown once the pod has containers, one of them is running, and no new
+//! container has appeared for [`UNKNOWN_CONTAINER_GRACE`]. With the API's view, a name its pod
+//! spec lacks is unknown at once. An unknown name is reported (log, the
+//! `podward_prober_spec_errors` gauge, `Status`), has no workers and its probes are not kept; if
+//! a container of that name appears later (an init container ran longer than the grace), the
+//! error goes, its probes are parsed again from the annotation and its workers start.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Weak};
@@ -15,7 +22,8 @@ use tokio::time::Instant;
 use super::{Inner, Manager};
 use crate::model::{PodInfo, RunState};
 use crate::probing::worker::handle::WorkerKey;
-use crate::registry::{PodEntry, UNKNOWN_CONTAINER_GRACE, unknown_name_error};
+use crate::registry::{PodEntry, UNKNOWN_CONTAINER_GRACE, pod_workers, unknown_name_error};
+use crate::spec::ContainerProbes;
 
 fn has_running(pod: &PodInfo) -> bool {
     pod.containers
@@ -23,59 +31,86 @@ fn has_running(pod: &PodInfo) -> bool {
         .any(|c| c.state == RunState::Running)
 }
 
+/// Whether `pod` has a container named `name`: in CRI, or in the API's pod spec.
+pub(super) fn pod_has(pod: &PodInfo, name: &str) -> bool {
+    pod.current(name).is_some()
+        || pod
+            .api
+            .as_ref()
+            .is_some_and(|a| a.container(name).is_some())
+}
+
 impl Manager {
-    /// After a pod's containers changed: names that now have a container get their workers
-    /// back, and a check is scheduled while some name has none.
+    /// After a pod's containers (or its API view) changed: pending names the pod now has get
+    /// their workers, unknown names whose container appeared get theirs back, names the API's
+    /// pod spec lacks are reported at once, and a check is scheduled while some name has none.
     pub(super) fn reconcile_names(&self, uid: &str) {
-        let mut back = Vec::new();
+        let mut start: Vec<(String, ContainerProbes)> = Vec::new();
         let mut schedule = false;
-        {
+        let shared = {
             let mut pods = self.inner.registry.pods.lock();
             let Some(entry) = pods.get_mut(uid) else {
                 return;
             };
             let pod = entry.shared.read().clone();
-            let names: BTreeSet<String> = pod.containers.values().map(|c| c.name.clone()).collect();
+            let names: BTreeSet<&str> = pod.containers.values().map(|c| c.name.as_str()).collect();
             let u = &mut entry.unknown;
-            if names.iter().any(|n| !u.seen.contains(n)) {
+            if names.iter().any(|n| !u.seen.contains(*n)) {
                 u.last_new = Some(Instant::now());
-                u.seen.extend(names.iter().cloned());
+                u.seen.extend(names.iter().map(|n| (*n).to_owned()));
             }
-            for n in u.names.clone() {
-                if names.contains(&n) {
-                    u.names.remove(&n);
-                    if let Some(p) = entry.probes.get(&n) {
-                        back.push((n, p.clone()));
+            let errors_before = entry_errors(entry);
+            let back: Vec<String> = entry
+                .unknown
+                .names
+                .iter()
+                .filter(|n| pod_has(&pod, n))
+                .cloned()
+                .collect();
+            if !back.is_empty() {
+                // Their probes were not kept: parse them again.
+                let mut parsed = self.parse(&pod, &entry.annotation);
+                for n in back {
+                    entry.unknown.names.remove(&n);
+                    if let Some(p) = parsed.containers.remove(&n) {
+                        tracing::info!(pod_uid = %uid, container = %n,
+                            "container named in podward.io/probes appeared; its probes start");
+                        entry.probes.insert(n.clone(), p);
+                        entry.unknown.pending.insert(n);
                     }
                 }
+            }
+            let mut unknown_now = Vec::new();
+            for n in &entry.unknown.pending {
+                if pod_has(&pod, n) {
+                    if let Some(p) = entry.probes.get(n) {
+                        start.push((n.clone(), p.clone()));
+                    }
+                } else if pod.api.is_some() {
+                    unknown_now.push(n.clone());
+                }
+            }
+            for (n, _) in &start {
+                entry.unknown.pending.remove(n);
+            }
+            for n in unknown_now {
+                mark_unknown(entry, &pod, n);
             }
             let missing = entry
                 .probes
                 .keys()
-                .any(|n| !names.contains(n) && !u.names.contains(n));
-            if missing && has_running(&pod) && !u.scheduled {
-                u.scheduled = true;
+                .any(|n| !pod_has(&pod, n) && !entry.unknown.names.contains(n));
+            if missing && has_running(&pod) && !entry.unknown.scheduled {
+                entry.unknown.scheduled = true;
                 schedule = true;
             }
-            if !back.is_empty() {
+            if entry_errors(entry) != errors_before {
                 self.inner.set_spec_errors(&pod, entry_errors(entry));
             }
-        }
-        if !back.is_empty() {
-            let shared = self
-                .inner
-                .registry
-                .pods
-                .lock()
-                .get(uid)
-                .map(|e| e.shared.clone());
-            if let Some(shared) = shared {
-                for (name, probes) in &back {
-                    tracing::info!(pod_uid = %uid, container = %name,
-                        "container named in podward.io/probes appeared; its probes start");
-                    self.spawn_workers(uid, name, probes, &shared);
-                }
-            }
+            entry.shared.clone()
+        };
+        for (name, probes) in &start {
+            self.spawn_workers(uid, name, probes, &shared);
         }
         if schedule {
             tokio::spawn(check(Arc::downgrade(&self.inner), uid.to_owned()));
@@ -85,6 +120,16 @@ impl Manager {
 
 fn entry_errors(entry: &PodEntry) -> usize {
     entry.spec_errors.len() + entry.unknown.names.len()
+}
+
+/// Reports `name` as unknown: no workers (the caller stops any), no probes kept.
+fn mark_unknown(entry: &mut PodEntry, pod: &PodInfo, name: String) {
+    entry.probes.remove(&name);
+    entry.unknown.pending.remove(&name);
+    tracing::warn!(pod = %pod.name, namespace = %pod.namespace, pod_uid = %pod.uid,
+        container = %name, error = %unknown_name_error(&name).message,
+        "podward.io/probes names a container this pod does not have");
+    entry.unknown.names.insert(name);
 }
 
 /// Waits out the grace from the last new container, then reports the names still missing.
@@ -113,10 +158,9 @@ async fn check(state: Weak<Inner>, uid: String) {
     }
 }
 
-/// Reports every name of the annotation that no container of the pod has, and stops its
-/// workers.
+/// Reports every name of the annotation that the pod does not have, and stops its workers.
 fn flag(state: &Inner, uid: &str) {
-    let mut stop = Vec::new();
+    let mut stop = BTreeSet::new();
     {
         let mut pods = state.registry.pods.lock();
         let Some(entry) = pods.get_mut(uid) else {
@@ -124,20 +168,25 @@ fn flag(state: &Inner, uid: &str) {
         };
         entry.unknown.scheduled = false;
         let pod = entry.shared.read().clone();
-        for name in entry.probes.keys() {
-            if pod.current(name).is_none() && entry.unknown.names.insert(name.clone()) {
-                tracing::warn!(pod = %pod.name, namespace = %pod.namespace, pod_uid = %pod.uid,
-                    container = %name, error = %unknown_name_error(name).message,
-                    "podward.io/probes names a container this pod does not have");
-                stop.push(name.clone());
-            }
+        let gone: Vec<String> = entry
+            .probes
+            .keys()
+            .filter(|n| !pod_has(&pod, n))
+            .cloned()
+            .collect();
+        for name in gone {
+            stop.insert(name.clone());
+            mark_unknown(entry, &pod, name);
         }
         state.set_spec_errors(&pod, entry_errors(entry));
     }
+    if stop.is_empty() {
+        return;
+    }
     let mut workers = state.registry.workers.lock();
-    let keys: Vec<WorkerKey> = workers
-        .keys()
-        .filter(|k| k.pod_uid == uid && stop.contains(&k.container))
+    let keys: Vec<WorkerKey> = pod_workers(&workers, uid)
+        .map(|(k, _)| k)
+        .filter(|k| stop.contains(&k.container))
         .cloned()
         .collect();
     for k in keys {

@@ -15,6 +15,7 @@ use crate::handler::exec::runner::{ExecError, ExecRunner};
 use crate::handler::host_policy::NodePolicy;
 use crate::handler::http::{HttpError, HttpProber};
 use crate::handler::pod_sockets::{self, PodShare, PodSockets};
+use crate::handler::target_budget::{Meter, TargetBudget};
 use crate::handler::tcp::TcpError;
 use crate::handler::{exec, grpc, tcp};
 use crate::model::ContainerInfo;
@@ -60,6 +61,7 @@ pub struct Prober {
     user_agent: String,
     host_policy: NodePolicy,
     pod_sockets: Arc<PodSockets>,
+    target_budget: Arc<TargetBudget>,
 }
 
 impl Prober {
@@ -72,7 +74,15 @@ impl Prober {
             user_agent,
             host_policy: NodePolicy::ALLOW,
             pod_sockets: PodSockets::new(pod_sockets::PER_POD, None),
+            target_budget: TargetBudget::unbounded(),
         }
+    }
+
+    /// Charges what the targets of every pod's network probes send to `budget` (unbounded
+    /// unless set).
+    pub fn with_target_budget(mut self, budget: Arc<TargetBudget>) -> Self {
+        self.target_budget = budget;
+        self
     }
 
     /// Bounds each pod to `per_pod` network probes in flight, reporting the sockets held on
@@ -173,11 +183,17 @@ impl Prober {
         // every handler's state larger than an HTTP probe's outer steps is boxed on its own (a
         // test holds the sizes): exec and gRPC (a CRI call, a tonic channel: several KiB), TCP
         // (its connect wait), and within the HTTP probe its exchange.
+        // What a pod's targets send is charged to the node's budget (`target_budget`).
+        let meter = pod.map(|p| Meter::new(&self.target_budget, p.uid()));
         Ok(match &spec.handler {
             Handler::Exec { command } => {
                 Box::pin(exec::probe(&*self.exec, command, spec.timeout, target)).await?
             }
-            Handler::HttpGet(get) => self.http.probe(get, spec.timeout, target, guard).await?,
+            Handler::HttpGet(get) => {
+                self.http
+                    .probe(get, spec.timeout, target, guard, meter.as_ref())
+                    .await?
+            }
             Handler::TcpSocket { host, port } => {
                 Box::pin(tcp::probe(
                     host.as_deref(),
@@ -195,6 +211,7 @@ impl Prober {
                     service.as_deref().unwrap_or(""),
                     spec.timeout,
                     &self.user_agent,
+                    meter.as_ref(),
                 ))
                 .await
             }

@@ -27,6 +27,7 @@ use crate::handler::go_text::go_errno;
 use crate::handler::host_policy::Guard;
 use crate::handler::output::MAX_OUTPUT_BYTES;
 use crate::handler::scoped;
+use crate::handler::target_budget::{Account, BudgetExhausted, Meter, Metered, Waiting};
 use crate::spec::HttpScheme;
 
 /// Go's HTTP/2 `MaxHeaderListSize` as kubelet's transport has it (its HTTP/1
@@ -57,6 +58,10 @@ pub(crate) enum GetError {
     /// The HTTP/1 exchange failed before the response head.
     #[error(transparent)]
     H1(#[from] H1Error),
+    /// The probe waited for room in the node's budget for what targets send until its
+    /// deadline.
+    #[error(transparent)]
+    Budget(BudgetExhausted),
     /// `timeoutSeconds` passed before the response head.
     #[error("context deadline exceeded (Client.Timeout exceeded while awaiting headers)")]
     HeadersTimeout,
@@ -89,6 +94,16 @@ pub(crate) struct RawResponse {
     pub(crate) body: Result<Vec<u8>, BodyError>,
 }
 
+/// What bounds the connection of a GET: where it may go, and the node's budget for what its
+/// target sends (unmetered without a meter).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounds<'a> {
+    /// The host policy's check of every dialled address.
+    pub(crate) guard: Guard,
+    /// The probe's pod's way into the budget.
+    pub(crate) meter: Option<&'a Meter>,
+}
+
 /// One GET.
 pub(crate) async fn get(
     url: &ProbeUrl,
@@ -97,29 +112,40 @@ pub(crate) async fn get(
     referer: Option<&HeaderValue>,
     tls: Option<&Arc<ClientConfig>>,
     deadline: Instant,
-    guard: Guard,
+    bounds: Bounds<'_>,
 ) -> Result<RawResponse, GetError> {
+    let Bounds { guard, meter } = bounds;
     // One timer for the dial and the whole exchange (a timer entry per step, or per body frame,
     // cost more than the step); how far it got (`dialing`, `dialed`, `head`) picks Go's text
     // when the deadline fires.
     let mut dialing = None;
     let mut dialed = false;
     let mut head: Option<Head> = None;
+    // Set once the connection's reads are charged to the node's budget (`meter`).
+    let mut waiting: Option<Waiting> = None;
     let work = async {
         let conn =
             dialer::connect_untimed(&url.host, url.port(), Options::PROBE, guard, &mut dialing)
                 .await
                 .map_err(GetError::Dial)?;
         dialed = true;
-        let stream = ProbeStream::new(conn);
+        // What the target sends is charged to the node's budget until the exchange ends.
+        let account = meter.map(Meter::account);
+        waiting = account.as_ref().map(Account::waiting);
         match url.scheme {
+            // Boxed on its own: with the metered stream inline, the exchange's future would pass
+            // the allocator's per-thread cache size (see the test of its size).
             HttpScheme::Http => {
-                let mut stream = stream;
-                send_h1(&mut stream, url, headers, host, referer, &mut head).await
+                Box::pin(async {
+                    let mut stream = Metered::new(ProbeStream::new(conn), account);
+                    send_h1(&mut stream, url, headers, host, referer, &mut head).await
+                })
+                .await
             }
             // Boxed: the TLS and HTTP/2 states would otherwise make every probe's future (boxed
             // per probe by the worker) several KiB larger.
             HttpScheme::Https => {
+                let stream = Metered::new(ProbeStream::new(conn), account);
                 Box::pin(send_tls(
                     stream, url, headers, host, referer, tls, &mut head,
                 ))
@@ -129,6 +155,8 @@ pub(crate) async fn get(
     };
     match tokio::time::timeout_at(deadline, work).await {
         Ok(r) => r,
+        // Waiting for room in the node's budget: the budget is the reason.
+        Err(_) if let Some(e) = budget_failure(meter, waiting.as_ref()) => Err(GetError::Budget(e)),
         // Still dialling: Go's dial timeout, which its client words as its own.
         Err(_) if !dialed => Err(GetError::Dial(dialer::timeout_text(
             &url.host,
@@ -147,11 +175,16 @@ pub(crate) async fn get(
     }
 }
 
+/// The budget's failure if the exchange was waiting for room in it.
+fn budget_failure(meter: Option<&Meter>, waiting: Option<&Waiting>) -> Option<BudgetExhausted> {
+    waiting?.exhausted(meter?)
+}
+
 /// Status line and `Location` of a response whose body is being read.
 use super::h1::H1Head as Head;
 
 async fn send_tls(
-    stream: ProbeStream,
+    stream: Metered<ProbeStream>,
     url: &ProbeUrl,
     headers: &ProbeHeaders,
     host: &HeaderValue,

@@ -106,6 +106,8 @@ where
     // What hyper would have been handed: the heads as `Scan` filters them, then the body.
     // Room for a usual head at once (it grows for a larger one).
     let mut filtered: Vec<u8> = Vec::with_capacity(HEAD_ROOM);
+    // How much of `filtered` was checked line by line.
+    let mut checked = 0;
     let (parsed, framing) = loop {
         buf.clear();
         let n = io.read_buf(&mut *buf).await.map_err(H1Error::Io)?;
@@ -122,8 +124,19 @@ where
         if filtered.len() == before {
             continue;
         }
-        if let Some(done) = parse_head(&filtered)? {
-            break done;
+        if !scan.head_done() {
+            // Only whole lines were added: each is checked once, as it arrives, so a malformed
+            // head fails as soon as hyper's incremental parse would fail it.
+            check_lines(&filtered, checked)?;
+            checked = filtered.len();
+            continue;
+        }
+        // The whole head is here: one parse of it. `Scan` ended it at its blank line after a
+        // final status line, so the parser finds it complete; were it not, reading on would
+        // parse it again on every read, so it is refused instead.
+        match parse_head(&filtered)? {
+            Some(done) => break done,
+            None => return Err(H1Error::Malformed("message head is too large")),
         }
     };
     let parsed_head = H1Head {
@@ -143,8 +156,27 @@ struct Parsed {
     location: Option<String>,
 }
 
+/// Checks the whole lines `filtered[from..]` of a head not yet complete with hyper's parser:
+/// the status line when `from` is 0, field lines after it. Each line is checked once, so a head
+/// costs one pass here however it arrives (a parse of everything so far on every read would
+/// examine a long status line once per later line).
+fn check_lines(filtered: &[u8], from: usize) -> Result<(), H1Error> {
+    count_examined(filtered.len() - from);
+    let checked = if from == 0 {
+        let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+        httparse::Response::new(&mut fields)
+            .parse(filtered)
+            .map(|_| ())
+    } else {
+        let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+        httparse::parse_headers(&filtered[from..], &mut fields).map(|_| ())
+    };
+    checked.map_err(|e| H1Error::Malformed(parse_error_text(e)))
+}
+
 /// hyper's `Client::parse` over the filtered bytes: `None` while the head is incomplete.
 fn parse_head(filtered: &[u8]) -> Result<Option<(Parsed, Framing)>, H1Error> {
+    count_examined(filtered.len());
     let mut offset = 0;
     // hyper skips interim responses itself too (`Scan` already dropped the ones it recognises).
     loop {
@@ -325,6 +357,21 @@ where
         }
         std::mem::swap(&mut input, &mut *buf);
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Bytes handed to the head parser on this thread (tests count the parse work of a head).
+    pub(crate) static EXAMINED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts `n` bytes handed to the head parser (tests only).
+#[inline]
+fn count_examined(n: usize) {
+    #[cfg(test)]
+    EXAMINED.with(|c| c.set(c.get() + n));
+    #[cfg(not(test))]
+    let _ = n;
 }
 
 /// Appends at most what is left of the 10 KiB.

@@ -127,6 +127,11 @@ impl Scan {
         Ok(())
     }
 
+    /// The final head is over (what `feed` passes on now is body).
+    pub(super) fn head_done(&self) -> bool {
+        self.phase == Phase::Body
+    }
+
     /// Adds a piece of the current line.
     fn take(&mut self, seg: &[u8]) {
         match self.mode {
@@ -172,6 +177,9 @@ impl Scan {
     fn end_line(&mut self, out: &mut Vec<u8>) {
         let blank = self.line == b"\r\n" || self.line == b"\n";
         match self.phase {
+            // Empty lines before a status line are skipped (hyper's parser skips them too), so
+            // the parser's input starts with the status line.
+            Phase::Status if blank => {}
             Phase::Status => {
                 self.interim = is_interim(&self.line);
                 if !self.interim {

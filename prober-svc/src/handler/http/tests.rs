@@ -74,6 +74,7 @@ async fn every_redirect_hop_is_checked_against_the_host_policy() {
             Duration::from_secs(2),
             &TARGET,
             Guard::denying_port(denied),
+            None,
         )
         .await;
     match got {
@@ -97,14 +98,14 @@ async fn the_body_of_a_probe_that_names_a_host_is_never_shown() {
     let prober = HttpProber::new("kube-probe/1.33");
     let timeout = Duration::from_secs(2);
     let got = prober
-        .probe(&get("127.0.0.1", ok), timeout, &TARGET, Guard::OPEN)
+        .probe(&get("127.0.0.1", ok), timeout, &TARGET, Guard::OPEN, None)
         .await
         .expect("probe");
     assert_eq!(got, Outcome::Success(String::new()));
     // A redirect to another host ends the probe with kubelet's warning, minus the body.
     let (away, _) = serve(reply(302, Some("http://10.0.0.9/"), "node secret")).await;
     let got = prober
-        .probe(&get("127.0.0.1", away), timeout, &TARGET, Guard::OPEN)
+        .probe(&get("127.0.0.1", away), timeout, &TARGET, Guard::OPEN, None)
         .await
         .expect("probe");
     match got {
@@ -115,7 +116,7 @@ async fn the_body_of_a_probe_that_names_a_host_is_never_shown() {
     let mut own = get("127.0.0.1", ok);
     own.host = None;
     let got = prober
-        .probe(&own, timeout, &TARGET, Guard::OPEN)
+        .probe(&own, timeout, &TARGET, Guard::OPEN, None)
         .await
         .expect("probe");
     assert_eq!(got, Outcome::Success("node secret".into()));
@@ -135,7 +136,10 @@ fn an_http_exchanges_box_fits_the_allocators_cache() {
         None,
         prober.tls.as_ref(),
         tokio::time::Instant::now(),
-        Guard::OPEN,
+        super::exchange::Bounds {
+            guard: Guard::OPEN,
+            meter: None,
+        },
     );
     let size = std::mem::size_of_val(&get);
     assert!(

@@ -186,6 +186,7 @@ fn cases() -> Vec<Vec<u8>> {
         b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx",
         b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 302 Found\r\nLocation: /b\r\n\r\n",
         b"HTTP/1.1 100 Continue\r\n\r\n",
+        b"\r\n\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx",
         b"HTTP/1.1 302 Found\r\nLocation: /next\r\nlocation: /other\r\nContent-Length: 0\r\n\r\n",
         b"HTTP/1.1 301 Moved\r\nLocation: /caf\xc3\xa9\xff\r\nContent-Length: 0\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nX-Foo: \x01bad\r\nContent-Length: 2\r\n\r\nok",
@@ -358,4 +359,72 @@ async fn requests_are_the_bytes_hyper_wrote() {
             }
         }
     }
+}
+
+/// A ~10 MB status line followed by many large fields, delivered in socket-sized pieces: the
+/// head parser examines each byte a bounded number of times, however many reads it takes.
+#[tokio::test]
+async fn a_long_status_line_then_many_fields_is_parsed_in_one_pass() {
+    let mut response = b"HTTP/1.1 200 ".to_vec();
+    response.resize(response.len() + 10_000_000, b'a');
+    response.extend_from_slice(b"\r\n");
+    for i in 0..64 {
+        let mut field = format!("Location: /{i}/").into_bytes();
+        field.resize(5_000, b'l');
+        field.extend_from_slice(b"\r\n");
+        response.extend_from_slice(&field);
+    }
+    response.extend_from_slice(b"Content-Length: 2\r\n\r\nok");
+    assert!(response.len() < MAX_HEAD_BYTES);
+    EXAMINED.with(|c| c.set(0));
+    let outcome = with_h1(response.clone(), READ_CHUNK).await;
+    let examined = EXAMINED.with(std::cell::Cell::get);
+    match outcome {
+        Outcome::Response {
+            status, location, ..
+        } => {
+            assert_eq!(status, 200);
+            assert!(location.is_some_and(|l| l.starts_with("/0/")));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        examined <= 3 * response.len(),
+        "the parser examined {examined} bytes for a head of {}",
+        response.len()
+    );
+}
+
+/// A head that never completes is checked line by line: a malformed line fails at once.
+#[tokio::test]
+async fn a_malformed_line_fails_before_the_head_ends() {
+    let (mut client, mut server) = tokio::io::duplex(1 << 16);
+    let (url, headers, host) = probe_request();
+    let mut request = super::Spare::take();
+    headers
+        .write_h1(&url, &host, None, &mut request)
+        .expect("request");
+    let srv = tokio::spawn(async move {
+        let mut b = [0u8; 1024];
+        let _ = server.read(&mut b).await;
+        server
+            .write_all(b"HTTP/1.1 200 OK\r\nBad Name: x\r\n")
+            .await
+            .expect("write");
+        // Never ends the head, never closes.
+        std::future::pending::<()>().await;
+    });
+    let mut head = None;
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        exchange(&mut client, request, &mut head),
+    )
+    .await
+    .expect("failed without waiting for the rest of the head");
+    assert!(
+        matches!(r, Err(H1Error::Malformed(_))),
+        "{:?}",
+        r.map(|_| ())
+    );
+    srv.abort();
 }

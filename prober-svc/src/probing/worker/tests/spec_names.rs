@@ -3,6 +3,7 @@
 
 use super::harness::*;
 use crate::manager::UNKNOWN_CONTAINER_GRACE;
+use crate::model::api_pod::{ContainerKind, RestartPolicy};
 use crate::spec::ProbeType;
 
 const SPEC: &str = r#"{"app":{"readinessProbe":{"exec":{"command":["true"]},"periodSeconds":1}},
@@ -94,4 +95,72 @@ async fn no_name_is_unknown_while_no_container_of_the_pod_runs_or_new_ones_keep_
                 .is_empty()
         );
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_name_without_a_container_never_gets_a_worker_even_within_the_grace() {
+    let n = Node::steady().await;
+    n.manager
+        .update_pod(pod("u", SPEC, vec![running(&n.clock, "a1", "app", 0, S)]));
+    assert_eq!(
+        n.manager.registry().worker_count(),
+        1,
+        "only the container the pod has is probed"
+    );
+    run_for(UNKNOWN_CONTAINER_GRACE / 2).await;
+    assert_eq!(n.manager.registry().worker_count(), 1);
+    assert_eq!(names(&n, "u"), ["app"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn thousands_of_unknown_names_cost_no_worker_and_no_kept_spec() {
+    let n = Node::steady().await;
+    let mut spec = String::from(r#"{"app":{"readinessProbe":{"exec":{"command":["true"]}}}"#);
+    for i in 0..3000 {
+        spec.push_str(&format!(
+            r#","ghost-{i}":{{"livenessProbe":{{"exec":{{"command":["true"]}}}},"readinessProbe":{{"exec":{{"command":["true"]}}}}}}"#
+        ));
+    }
+    spec.push('}');
+    n.manager
+        .update_pod(pod("u", &spec, vec![running(&n.clock, "a1", "app", 0, S)]));
+    assert_eq!(n.manager.registry().worker_count(), 1);
+    run_for(UNKNOWN_CONTAINER_GRACE + 2 * S).await;
+    assert_eq!(n.manager.registry().worker_count(), 1);
+    {
+        let pods = n.manager.registry().pods.lock();
+        let entry = pods.get("u").expect("pod");
+        assert_eq!(
+            entry.probes.len(),
+            1,
+            "the probes of unknown names are not kept"
+        );
+        assert_eq!(entry.all_errors().len(), 3000);
+    }
+    assert_eq!(n.script.calls_of(ProbeType::Liveness).len(), 0);
+    assert!(n.manager.remove_pod("u"));
+    assert_eq!(n.manager.registry().worker_count(), 0);
+    assert!(n.manager.registry().pods.lock().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_api_view_a_name_not_in_the_pod_spec_is_an_error_at_once() {
+    let n = Node::steady().await;
+    let mut p = pod("u", SPEC, vec![]);
+    p.probes_annotation = None;
+    let api = api_pod(
+        &p,
+        RestartPolicy::Always,
+        Some(SPEC),
+        vec![("app", ContainerKind::Regular, None)],
+    );
+    n.manager.set_api_pod(api);
+    n.manager.update_pod(p);
+    let st = n.manager.view().status(Some("u"));
+    let errs = &st.pods[0].spec_errors;
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].container, "ghost");
+    // The pod spec has `app`: its worker waits for the container, as kubelet's does.
+    assert_eq!(n.manager.registry().worker_count(), 1);
+    assert_eq!(names(&n, "u"), ["app"]);
 }
