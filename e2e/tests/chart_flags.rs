@@ -244,6 +244,8 @@ fn chart_defaults_render_match_the_daemons_and_keep_their_promises() {
                 // podward's own API priority level (charts/tests/policies.py checks them).
                 "FlowSchema",
                 "PriorityLevelConfiguration",
+                // The sentinel's (chart_sentinel.rs).
+                "PodDisruptionBudget",
                 "Role",
                 "RoleBinding",
                 "ServiceAccount",
