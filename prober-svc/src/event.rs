@@ -34,6 +34,11 @@ pub const REASON_PROBE_DECLARED_TWICE: &str = "ProbeDeclaredTwice";
 /// `spec.readinessGates` lacks the prober's condition (no Service would follow it).
 pub const REASON_READINESS_GATE_MISSING: &str = "ReadinessGateMissing";
 
+/// podward's event reason, and the readiness gate condition's reason, for a `podward.io/probes`
+/// annotation the API server would refuse (it does not parse, a probe is invalid, a key is no
+/// probe field or no container of the pod): a gated pod stays not ready until it is fixed.
+pub const REASON_PROBE_SPEC_INVALID: &str = "ProbeSpecInvalid";
+
 /// kubelet's event reason for a preStop hook that failed (`events.FailedPreStopHook`).
 pub const REASON_FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
 
@@ -86,7 +91,8 @@ pub enum EventKind {
     /// The `podward.io/probes` annotation asks for something podward does not do as written
     /// (a probe type the pod spec declares too, a readiness probe without the readiness gate).
     AnnotationWarning {
-        /// The event's reason ([`REASON_PROBE_DECLARED_TWICE`], [`REASON_READINESS_GATE_MISSING`]).
+        /// The event's reason ([`REASON_PROBE_DECLARED_TWICE`], [`REASON_READINESS_GATE_MISSING`],
+        /// [`REASON_PROBE_SPEC_INVALID`]).
         reason: &'static str,
         /// What a user reads.
         message: String,

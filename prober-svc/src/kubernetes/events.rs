@@ -392,7 +392,13 @@ pub fn note(ev: &Event, rec: Recorded) -> Note {
             uid: ev.pod_uid.clone(),
             namespace: ev.pod_namespace.clone(),
             name: ev.pod_name.clone(),
-            field_path: format!("spec.{list}{{{}}}", ev.container_name),
+            // An event about the pod as a whole (an annotation that does not parse) names no
+            // container.
+            field_path: if ev.container_name.is_empty() {
+                String::new()
+            } else {
+                format!("spec.{list}{{{}}}", ev.container_name)
+            },
         },
         warning: rec.warning,
         reason: rec.reason,
