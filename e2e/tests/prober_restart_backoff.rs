@@ -1,5 +1,5 @@
 //! The restart delay after each podward liveness kill, with the driver backing off restarts as
-//! kubelet does (`podward_e2e::driver::backoff`: client-go's `flowcontrol.Backoff`, 10 s
+//! kubelet does (`e2e/src/driver/backoff.rs`: client-go's `flowcontrol.Backoff`, 10 s
 //! initial, 300 s cap, keyed per pod and container, consulted with the exited instance's
 //! `finishedAt`), on a real containerd, shim and prober.
 //!

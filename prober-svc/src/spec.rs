@@ -10,6 +10,7 @@
 //! held not ready by any such error: the manager and the gate see to that.)
 
 mod convert;
+mod describe;
 mod strict;
 mod validate;
 

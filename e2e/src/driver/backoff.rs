@@ -12,9 +12,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 /// kubelet's `backOffPeriod`: the first back-off.
-pub const INITIAL: Duration = Duration::from_secs(10);
+pub(crate) const INITIAL: Duration = Duration::from_secs(10);
 /// kubelet's `MaxContainerBackOff`.
-pub const MAX: Duration = Duration::from_secs(300);
+pub(crate) const MAX: Duration = Duration::from_secs(300);
 
 /// One key's state (`backoffEntry`).
 #[derive(Debug, Clone, Copy)]
@@ -25,7 +25,7 @@ struct Entry {
 
 /// `flowcontrol.Backoff` with kubelet's parameters times `scale`, on wall-clock nanoseconds.
 #[derive(Debug, Clone)]
-pub struct KubeletBackoff {
+pub(crate) struct KubeletBackoff {
     initial_ns: i64,
     max_ns: i64,
     entries: HashMap<String, Entry>,
@@ -37,7 +37,7 @@ fn ns(d: Duration, scale: f64) -> i64 {
 
 impl KubeletBackoff {
     /// kubelet's back-off with every duration times `scale` (1.0: kubelet's own).
-    pub fn new(scale: f64) -> Self {
+    pub(crate) fn new(scale: f64) -> Self {
         Self {
             initial_ns: ns(INITIAL, scale),
             max_ns: ns(MAX, scale),
@@ -51,7 +51,7 @@ impl KubeletBackoff {
     }
 
     /// `IsInBackOffSince(key, finishedAt)`: whether a restart must still wait at `now_ns`.
-    pub fn in_backoff_since(&self, key: &str, event_ns: i64, now_ns: i64) -> bool {
+    pub(crate) fn in_backoff_since(&self, key: &str, event_ns: i64, now_ns: i64) -> bool {
         match self.entries.get(key) {
             Some(e) if !self.expired(e, event_ns) => now_ns - event_ns < e.backoff_ns,
             _ => false,
@@ -60,7 +60,7 @@ impl KubeletBackoff {
 
     /// `Next(key, finishedAt)`: a restart happens now; the next one waits twice as long (up to
     /// the cap), or the initial back-off for a new or stable key.
-    pub fn next(&mut self, key: &str, event_ns: i64, now_ns: i64) {
+    pub(crate) fn next(&mut self, key: &str, event_ns: i64, now_ns: i64) {
         let backoff_ns = match self.entries.get(key) {
             Some(e) if !self.expired(e, event_ns) => (e.backoff_ns * 2).min(self.max_ns),
             _ => self.initial_ns,
