@@ -5,13 +5,10 @@
 //! `Status` and the spec-error gauge carry the error. An ungated pod with the same annotation
 //! keeps probing the valid rest and is held by nothing.
 
-#[path = "../../../../tests/apiserver_support.rs"]
-mod support;
-
 use std::sync::Arc;
 
+use super::gate_rules::support::{self, ApiServer, mock};
 use serde_json::Value;
-use support::{ApiServer, mock};
 
 use super::harness::*;
 use crate::event::EventKind;
