@@ -1,5 +1,6 @@
 //! [`Driver`]: a small kubelet that runs pods over CRI, against containerd or the shim.
 
+mod backoff;
 mod cri_config;
 mod pod;
 mod pod_cgroup;

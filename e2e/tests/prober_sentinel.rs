@@ -326,6 +326,27 @@ async fn a_killed_prober_s_gated_pod_goes_false_then_its_fresh_result_takes_it_b
                 .is_some_and(|f| f.contains("unleased-node"))),
         "the unleased node's pods were listed"
     );
+    // Every list of a node's pods (the sentinel's marking, the prober's reflector) is served from
+    // the API server's watch cache (`resourceVersion=0`), not a quorum read per node.
+    let lists: Vec<_> = mock
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.method == "GET"
+                && r.path == "/api/v1/pods"
+                && r.query.get("watch").is_none_or(|w| w != "true")
+        })
+        .collect();
+    assert!(!lists.is_empty());
+    for r in &lists {
+        assert_eq!(
+            r.query.get("resourceVersion").map(String::as_str),
+            Some("0"),
+            "a pod list not at resourceVersion=0 by {}: {:?}",
+            r.user_agent,
+            r.query
+        );
+    }
     sentinel.terminate().await.expect("sentinel stops");
 }
 

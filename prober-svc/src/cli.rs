@@ -14,8 +14,10 @@ use podward_api::prober::v1::{StatusRequest, StatusResponse};
 use crate::config::{Args, Config};
 use crate::lease::report::{self, LeaseNames};
 
+mod describe;
 mod render;
 
+pub use describe::render_describe;
 pub use render::{render_json, render_table};
 
 /// podward-prober: runs Kubernetes liveness, readiness and startup probes with kubelet's
@@ -46,7 +48,8 @@ pub enum Command {
     /// name is PODWARD_SENTINEL_ELECTION_LEASE, else podward-sentinel. The chart sets all of
     /// these in the prober's container.
     Status {
-        /// Only this pod.
+        /// Only this pod; the table is then followed by the pod as `kubectl describe pod` would show
+        /// it if kubelet ran its probes (Ready, the probe lines, the events).
         #[arg(long, value_name = "NAMESPACE/NAME")]
         pod: Option<PodRef>,
         /// Print JSON (the podward.prober.v1 StatusResponse, enums by name, outputs whole)
@@ -144,7 +147,8 @@ pub enum StatusError {
 pub const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Asks the prober on `socket` for its status and renders it (`json`, or the table), for `pod`
-/// only when given.
+/// only when given (the table then followed by the pod as `kubectl describe` would show it if
+/// kubelet ran its probes).
 pub async fn status_command(
     socket: &Path,
     pod: Option<&PodRef>,
@@ -167,6 +171,13 @@ pub async fn status_command(
     let status = select(status, pod)?;
     if json {
         Ok(render_json(&status)?)
+    } else if pod.is_some() {
+        // One pod: also as `kubectl describe` would show it if kubelet ran its probes.
+        Ok(format!(
+            "{}\n{}",
+            render_table(&status, podward_api::time::now_ns()),
+            render_describe(&status)
+        ))
     } else {
         Ok(render_table(&status, podward_api::time::now_ns()))
     }

@@ -34,6 +34,11 @@ pub const REASON_PROBE_DECLARED_TWICE: &str = "ProbeDeclaredTwice";
 /// `spec.readinessGates` lacks the prober's condition (no Service would follow it).
 pub const REASON_READINESS_GATE_MISSING: &str = "ReadinessGateMissing";
 
+/// podward's event reason, and the readiness gate condition's reason, for a `podward.io/probes`
+/// annotation the API server would refuse (it does not parse, a probe is invalid, a key is no
+/// probe field or no container of the pod): a gated pod stays not ready until it is fixed.
+pub const REASON_PROBE_SPEC_INVALID: &str = "ProbeSpecInvalid";
+
 /// kubelet's event reason for a preStop hook that failed (`events.FailedPreStopHook`).
 pub const REASON_FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
 
@@ -86,7 +91,8 @@ pub enum EventKind {
     /// The `podward.io/probes` annotation asks for something podward does not do as written
     /// (a probe type the pod spec declares too, a readiness probe without the readiness gate).
     AnnotationWarning {
-        /// The event's reason ([`REASON_PROBE_DECLARED_TWICE`], [`REASON_READINESS_GATE_MISSING`]).
+        /// The event's reason ([`REASON_PROBE_DECLARED_TWICE`], [`REASON_READINESS_GATE_MISSING`],
+        /// [`REASON_PROBE_SPEC_INVALID`]).
         reason: &'static str,
         /// What a user reads.
         message: String,
@@ -254,11 +260,23 @@ pub fn killing_message(container: &str, ty: ProbeType) -> String {
     )
 }
 
-/// kubelet's message when it stops container `name` of `pod` for a failed `ty` probe: a
-/// sidecar is "Init container X failed liveness probe" (`computeInitContainerActions`); a
-/// regular container's message ends ", will be restarted" unless the pod's `restartPolicy` is
-/// `Never` (`shouldRestartOnFailure`). Without the API's view of the pod: the API's default
-/// policy (`Always`) and a regular container.
+/// kubelet's message when it stops container `name` of `pod` for a failed `ty` probe, so that
+/// the text says what follows a stop by podward (kubelet's `ShouldContainerBeRestarted` on the
+/// exited container):
+/// - a sidecar: "Init container X failed liveness probe" (`computeInitContainerActions`; it is
+///   restarted whatever its exit code);
+/// - a regular container under `Always`: "Container X failed liveness probe, will be
+///   restarted";
+/// - under `OnFailure`: kubelet restarts an exited container only if its exit code is not 0, and
+///   a container that handles SIGTERM may well exit 0: "..., will be restarted if it exits
+///   non-zero" (kubelet's own kill restarts it in the same sync whatever the code; a stop
+///   through CRI cannot do that, nor choose the exit code);
+/// - under `Never`, with another regular container still running: "Container X failed liveness
+///   probe"; with none ([`kills_pod`]): kubelet kills the whole pod, its text is "Stopping
+///   container X" (`killContainer` with no message).
+///
+/// Without the API's view of the pod: the API's default policy (`Always`) and a regular
+/// container.
 pub fn killing_message_for(pod: &PodInfo, name: &str, ty: ProbeType) -> String {
     let probe = probe_word(ty);
     let api = pod.api.as_deref();
@@ -268,10 +286,41 @@ pub fn killing_message_for(pod: &PodInfo, name: &str, ty: ProbeType) -> String {
     {
         return format!("Init container {name} failed {probe} probe");
     }
-    if api.is_some_and(|a| a.restart_policy == RestartPolicy::Never) {
-        return format!("Container {name} failed {probe} probe");
+    if kills_pod(pod, name) {
+        return format!("Stopping container {name}");
     }
-    killing_message(name, ty)
+    match api.map(|a| a.restart_policy) {
+        Some(RestartPolicy::Never) => format!("Container {name} failed {probe} probe"),
+        Some(RestartPolicy::OnFailure) => {
+            format!("Container {name} failed {probe} probe, will be restarted if it exits non-zero")
+        }
+        _ => killing_message(name, ty),
+    }
+}
+
+/// Whether kubelet, failing the probe of regular container `name` of `pod` itself, would kill
+/// the whole pod (`computePodActions`: `restartPolicy: Never` and no other regular container to
+/// keep running). kubelet then stops it with the pod's grace (`killPodWithSyncResult`, no
+/// probe reason, so no probe-level `terminationGracePeriodSeconds`) and the text "Stopping
+/// container X".
+pub fn kills_pod(pod: &PodInfo, name: &str) -> bool {
+    let Some(api) = pod.api.as_deref() else {
+        return false;
+    };
+    if api.restart_policy != RestartPolicy::Never
+        || api
+            .container(name)
+            .is_some_and(|c| c.kind != ContainerKind::Regular)
+    {
+        return false;
+    }
+    !api.containers.iter().any(|c| {
+        c.kind == ContainerKind::Regular
+            && c.name != name
+            && pod
+                .current(&c.name)
+                .is_some_and(|i| i.state == crate::model::RunState::Running)
+    })
 }
 
 fn probe_word(ty: ProbeType) -> &'static str {

@@ -29,7 +29,7 @@ use crate::probing::runner::ProbeRunner;
 use crate::probing::worker::handle::{SpecUpdate, WorkerKey};
 use crate::probing::worker::{Ctx, SharedPod, Worker};
 use crate::registry::{PodEntry, Registry, UnknownNames, WorkerEntry, pod_workers};
-use crate::spec::{ContainerProbes, PodProbes, ProbeSpec, ProbeType};
+use crate::spec::{ContainerProbes, ProbeSpec, ProbeType};
 use crate::view::View;
 
 use self::refresh::{Refreshed, refresh};
@@ -197,7 +197,10 @@ impl Manager {
             return; // not probed (yet)
         };
         reg.idle.lock().remove(&pod.uid);
-        let parsed = self.parse(&pod, &annotation);
+        let annotation::Parsed {
+            probes: parsed,
+            invalid,
+        } = self.parse(&pod, &annotation);
         self.inner.set_spec_errors(&pod, parsed.errors.len());
         let uid = pod.uid.clone();
         let shared: SharedPod = Arc::new(PodView::new(pod));
@@ -213,6 +216,7 @@ impl Manager {
             PodEntry {
                 shared,
                 spec_errors: parsed.errors,
+                invalid,
                 has_startup,
                 annotation,
                 probes: parsed.containers,
@@ -304,10 +308,14 @@ impl Manager {
         };
         let shared = entry.shared.clone();
         let pod = shared.read().clone();
-        let parsed = self.parse(&pod, &annotation);
+        let annotation::Parsed {
+            probes: parsed,
+            invalid,
+        } = self.parse(&pod, &annotation);
         tracing::info!(pod = %pod.name, namespace = %pod.namespace, pod_uid = %pod.uid,
             "the podward.io/probes annotation changed; applying it to the running pod");
         entry.spec_errors = parsed.errors.clone();
+        entry.invalid = invalid;
         entry.has_startup = annotation::startup_names(&parsed);
         entry.annotation = annotation;
         // A name the new annotation drops is no longer an error; one it keeps stays unknown
@@ -374,7 +382,7 @@ impl Manager {
     }
 
     /// The pod's annotation parsed under this node's host policy.
-    fn parse(&self, pod: &PodInfo, annotation: &str) -> PodProbes {
+    fn parse(&self, pod: &PodInfo, annotation: &str) -> annotation::Parsed {
         annotation::parse(
             pod,
             annotation,

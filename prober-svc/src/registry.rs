@@ -29,6 +29,9 @@ pub(crate) struct PodEntry {
     pub(crate) shared: SharedPod,
     /// The annotation's errors (invalid, refused or deferred probes).
     pub(crate) spec_errors: Vec<SpecError>,
+    /// How many of `spec_errors` (the first ones) make the annotation invalid: what the API
+    /// server would refuse or this node refuses to run, not findings on valid probes.
+    pub(crate) invalid: usize,
     /// Container names with a startup probe (they gate liveness and readiness).
     pub(crate) has_startup: HashSet<String>,
     /// The annotation text the workers were built from.
@@ -41,6 +44,16 @@ pub(crate) struct PodEntry {
 }
 
 impl PodEntry {
+    /// The errors that make the annotation invalid (unknown names included): each one holds a
+    /// gated pod not ready.
+    pub(crate) fn invalid_errors(&self) -> Vec<SpecError> {
+        self.spec_errors[..self.invalid.min(self.spec_errors.len())]
+            .iter()
+            .cloned()
+            .chain(self.unknown.errors())
+            .collect()
+    }
+
     /// Every spec error of the pod: the annotation's and one per unknown name.
     pub(crate) fn all_errors(&self) -> Vec<SpecError> {
         self.spec_errors

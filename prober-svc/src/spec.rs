@@ -3,11 +3,15 @@
 //! The annotation is JSON keyed by container name; each value carries `livenessProbe`,
 //! `readinessProbe` and `startupProbe` in the Kubernetes `Probe` schema, so users paste what they
 //! already have in their pod spec. Each probe is decoded with `k8s-openapi`, defaulted like the API
-//! server's `SetDefaults_Probe` and validated like `validateProbe`. A bad probe is dropped and
-//! reported on its own (container and field path), every other probe is kept: one typo must not
-//! switch off the probes of a whole pod.
+//! server's `SetDefaults_Probe` and validated like `validateProbe`, and decoded strictly (a key
+//! the schema does not declare is an error, as with `fieldValidation=Strict`). A bad probe is
+//! dropped and reported on its own (container and field path), every other probe is kept: one
+//! typo must not switch off the probes of a whole pod. (A pod that lists the readiness gate is
+//! held not ready by any such error: the manager and the gate see to that.)
 
 mod convert;
+mod describe;
+mod strict;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -257,9 +261,17 @@ pub fn parse_pod_probes(annotation: &str) -> PodProbes {
             continue;
         };
         let mut probes = ContainerProbes::default();
+        // Other container fields (image, ports...) are ignored so that a whole container spec
+        // can be pasted; a key no container has is an error, as in strict decoding.
+        for key in fields.keys().filter(|k| !strict::is_container_field(k)) {
+            out.errors.push(SpecError {
+                container: container.clone(),
+                field: key.clone(),
+                message: strict::unknown_field(key),
+            });
+        }
         for ty in ProbeType::ALL {
-            // Other container fields (image, ports...) are ignored so a whole container spec can
-            // be pasted; `null` means "no probe", as in the API.
+            // `null` means "no probe", as in the API.
             let Some(raw) = fields.remove(ty.field_name()) else {
                 continue;
             };
@@ -281,6 +293,23 @@ pub fn parse_pod_probes(annotation: &str) -> PodProbes {
         out.containers.insert(container, probes);
     }
     out
+}
+
+/// The message of a gated pod held not ready by `errors` (non-empty): the first error with its
+/// container and field path, and how many more there are.
+pub fn spec_invalid_message(errors: &[SpecError]) -> String {
+    let Some(first) = errors.first() else {
+        return String::new();
+    };
+    let mut message = if first.container.is_empty() {
+        first.to_string()
+    } else {
+        format!("podward.io/probes: {first}")
+    };
+    if errors.len() > 1 {
+        message.push_str(&format!(" (and {} more errors)", errors.len() - 1));
+    }
+    message
 }
 
 fn whole(message: String) -> SpecError {

@@ -213,9 +213,10 @@ async fn twelve_different_failure_messages_are_nine_events_and_one_combined_with
 }
 
 #[tokio::test]
-async fn sidecars_are_named_by_their_init_container_path_and_long_notes_are_cut_to_the_apis_limit()
+async fn sidecars_are_named_by_their_init_container_path_and_notes_carry_kubelets_10_kib_of_output()
 {
     let (queue, mut api, _metrics, _stop) = recorder(Duration::from_millis(10));
+    // kubelet's probe output cap: its legacy (core v1) event carries all of it.
     let mut ev = failed(&"x".repeat(10_240));
     ev.init_container = true;
     ev.probe = ProbeType::Readiness;
@@ -226,8 +227,17 @@ async fn sidecars_are_named_by_their_init_container_path_and_long_notes_are_cut_
         "spec.initContainers{app}"
     );
     let note = create.body["message"].as_str().expect("message");
-    assert_eq!(note.len(), 1024);
+    assert_eq!(note.len(), "Readiness probe failed: ".len() + 10_240);
     assert!(note.starts_with("Readiness probe failed: xxx"));
+    created(create);
+    // Longer than kubelet could write: bounded.
+    queue.publish(&failed(&"y".repeat(50_000)));
+    let create = api.next().await;
+    let note = create.body["message"].as_str().expect("message");
+    assert_eq!(
+        note.len(),
+        podward_prober::kubernetes::events::MAX_NOTE_BYTES
+    );
 }
 
 #[tokio::test]
@@ -249,25 +259,30 @@ async fn a_repeat_of_an_expired_event_is_created_anew_with_its_count() {
 }
 
 #[tokio::test]
-async fn failed_writes_are_tried_twelve_times_and_a_rejection_only_once() {
+async fn failed_writes_are_tried_twelve_times_and_any_status_answer_only_once() {
     let (queue, mut api, metrics, _stop) = recorder(Duration::from_millis(5));
     queue.publish(&failed("a"));
     queue.publish(&failed("b"));
+    queue.publish(&failed("c"));
+    queue.publish(&failed("d"));
     for i in 0..12 {
         let ex = api.next().await;
         assert_eq!(ex.body["message"], "Liveness probe failed: a", "try {i}");
-        if i % 2 == 0 {
-            ex.drop_connection();
-        } else {
-            ex.reply_status(503, "ServiceUnavailable", "down", &[]);
-        }
+        ex.drop_connection();
     }
-    // Given up after twelve tries; the next event follows, and a rejection is final.
-    let b = api.next().await;
-    assert_eq!(b.body["message"], "Liveness probe failed: b");
-    b.reply_status(403, "Forbidden", "no", &[]);
+    // Given up after twelve tries; the next events follow, and a status answer is final, as in
+    // client-go's recordToSink (a 5xx or 429 included).
+    for (m, code, reason) in [
+        ("b", 503, "ServiceUnavailable"),
+        ("c", 429, "TooManyRequests"),
+        ("d", 403, "Forbidden"),
+    ] {
+        let ex = api.next().await;
+        assert_eq!(ex.body["message"], format!("Liveness probe failed: {m}"));
+        ex.reply_status(code, reason, "no", &[]);
+    }
     api.quiet_for(Duration::from_millis(300)).await;
-    assert_eq!(metrics.events.with_label_values(&["failed"]).get(), 2);
+    assert_eq!(metrics.events.with_label_values(&["failed"]).get(), 4);
 }
 
 #[tokio::test]

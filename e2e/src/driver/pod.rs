@@ -47,6 +47,9 @@ impl Pod {
             sandbox_id: sandbox_id.clone(),
             sandbox_config,
             state: state.clone(),
+            backoff: spec
+                .kubelet_backoff
+                .map(super::backoff::KubeletBackoff::new),
         };
         let task = tokio::spawn(sync.run(stop_rx));
         node.register_pod_task(task.abort_handle());

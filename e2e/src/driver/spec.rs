@@ -179,6 +179,9 @@ pub struct PodSpec {
     /// Wait this long before restarting an exited container (kubelet backs off from 10 s;
     /// the default 0 restarts as soon as the exit is seen, to keep tests fast).
     pub restart_backoff: Duration,
+    /// Back off restarts as kubelet does (`crate::driver::backoff`), every duration times this
+    /// scale; `None`: only `restart_backoff`.
+    pub kubelet_backoff: Option<f64>,
     /// cgroup parent of the sandbox; `None` uses the node's [`crate::node::TestNode::cgroup_parent`].
     pub cgroup_parent: Option<String>,
     /// Run in a pod cgroup placed as kubelet places it ([`PodSpec::kubelet_cgroups`]); ignored
@@ -200,6 +203,7 @@ impl PodSpec {
             termination_grace_period_seconds: 30,
             containers: Vec::new(),
             restart_backoff: Duration::ZERO,
+            kubelet_backoff: None,
             cgroup_parent: None,
             kubelet_cgroups: false,
         }
@@ -251,6 +255,13 @@ impl PodSpec {
     /// Sets `terminationGracePeriodSeconds`.
     pub fn grace_period(mut self, seconds: i64) -> Self {
         self.termination_grace_period_seconds = seconds;
+        self
+    }
+
+    /// Backs off restarts as kubelet does (client-go's `flowcontrol.Backoff`, 10 s initial,
+    /// 300 s cap, keyed per pod and container), every duration times `scale` (1.0: kubelet's).
+    pub fn kubelet_backoff(mut self, scale: f64) -> Self {
+        self.kubelet_backoff = Some(scale);
         self
     }
 

@@ -15,6 +15,7 @@ use podward_api::labels;
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
+use super::backoff::KubeletBackoff;
 use super::spec::{ContainerSpec, PodSpec};
 use super::state::PodState;
 use crate::error::HarnessError;
@@ -29,6 +30,8 @@ pub(crate) struct SyncLoop {
     pub(crate) sandbox_id: String,
     pub(crate) sandbox_config: PodSandboxConfig,
     pub(crate) state: Arc<PodState>,
+    /// kubelet's crash-loop back-off, when the pod asks for it.
+    pub(crate) backoff: Option<KubeletBackoff>,
 }
 
 /// What one tick decided for one container.
@@ -155,6 +158,22 @@ impl SyncLoop {
         {
             return Ok(Next::Nothing);
         }
+        if let Some(b) = &mut self.backoff {
+            // kubelet's `getStableKey`: the container hash stands for the spec it ran.
+            let key = format!(
+                "{}_{}_{}_{}_{:x}",
+                self.spec.name,
+                self.spec.namespace,
+                self.spec.uid,
+                c.name,
+                spec_hash(c)
+            );
+            let now = podward_api::time::now_ns();
+            if b.in_backoff_since(&key, status.finished_at, now) {
+                return Ok(Next::Nothing);
+            }
+            b.next(&key, status.finished_at, now);
+        }
         Ok(Next::Restart(tracked.attempt + 1))
     }
 
@@ -215,6 +234,14 @@ impl SyncLoop {
             }),
         }
     }
+}
+
+/// A stable hash of what a container runs (kubelet hashes the container spec).
+fn spec_hash(c: &ContainerSpec) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (&c.name, &c.image, &c.command).hash(&mut h);
+    h.finish()
 }
 
 /// Every container of sandbox `sandbox_id` (CRI `ListContainers` with a sandbox filter).

@@ -7,7 +7,9 @@
 //! and container kind), then the container's preStop hook when the pod spec has one and the
 //! grace is above 0 (`crate::consequences::prestop`; bounded by the grace period), then `StopContainer` with
 //! the grace that is left, never below 2 s. A pod being deleted gives its
-//! `deletionGracePeriodSeconds`, as kubelet's `setTerminationGracePeriod`.
+//! `deletionGracePeriodSeconds`, as kubelet's `setTerminationGracePeriod`. A `Never` pod
+//! with no other regular container running is one kubelet would kill whole
+//! ([`crate::event::kills_pod`]): the pod's grace then, not the probe's.
 //!
 //! Workers only decide that a kill is due; the manager only forwards that decision here.
 //!
@@ -22,7 +24,7 @@ use parking_lot::Mutex;
 
 use crate::clock::Clock;
 use crate::consequences::prestop::{HookRunner, grace_after_hook};
-use crate::event::{Event, Events, Kill, killing_message_for};
+use crate::event::{Event, Events, Kill, killing_message_for, kills_pod};
 use crate::metrics::Metrics;
 use crate::model::{ContainerInfo, PodInfo};
 use crate::spec::{ProbeSpec, ProbeType};
@@ -134,7 +136,14 @@ impl Killer {
             .pod_grace_seconds
             .or_else(|| pod.api.as_ref().and_then(|a| a.grace_seconds));
         let deletion_grace = pod.api.as_ref().and_then(|a| a.deletion_grace_seconds);
-        let grace = kill_grace(spec, pod_grace, deletion_grace);
+        // A kill kubelet would make a pod kill has no probe reason: the pod's grace.
+        let grace = if kills_pod(pod, &c.name) {
+            deletion_grace
+                .or(pod_grace)
+                .unwrap_or(DEFAULT_GRACE_SECONDS)
+        } else {
+            kill_grace(spec, pod_grace, deletion_grace)
+        };
         let message = killing_message_for(pod, &c.name, ty);
         tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
             container_id = %c.id, probe = ty.name(), grace_seconds = grace.max(MIN_GRACE_SECONDS),

@@ -13,10 +13,11 @@
 //! gets kube-rs's `Recorder` from then on: the same correlated notes, but a series' note stays the
 //! first one's there.
 //!
-//! A write that fails on the way (transport, timeout, `429`, `5xx`) is tried again, up to
-//! [`MAX_TRIES`] times (kubelet's `maxTriesPerEvent`), [`RETRY_SLEEP`] apart (the first sleep
-//! randomised, so nodes do not retry in step); an answer that rejects it (`4xx`) is final, as in
-//! client-go. Meanwhile later events wait in the queue.
+//! A write that gets no answer (transport, timeout) is tried again, up to [`MAX_TRIES`] times
+//! (kubelet's `maxTriesPerEvent`), [`RETRY_SLEEP`] apart (the first sleep randomised, so nodes
+//! do not retry in step); any status answer (`4xx`, `429`, `5xx`) is final, as in client-go's
+//! `recordToSink`. Meanwhile later events wait in the queue. Messages are as long as kubelet's
+//! (its 10 KiB of probe output, [`MAX_NOTE_BYTES`]).
 //!
 //! Publishing never waits: events go into a bounded queue ([`QUEUE`]) that one task drains; a
 //! full queue drops (and counts) the event. Writes go through the event client, whose own token
@@ -43,9 +44,14 @@ use crate::event::{Event, EventSink, Recorded};
 pub const QUEUE: usize = 4096;
 /// The `source.component` and `reportingComponent` of every event (kubelet's is `kubelet`).
 pub const COMPONENT: &str = "podward-prober";
-/// The API's limit on an event's note (`events.k8s.io/v1`); kept for core `v1` events too so
-/// that what the prober holds per event is bounded.
-pub const MAX_NOTE_BYTES: usize = 1024;
+/// The longest message of a core `v1` event: kubelet's probe output cap (10 KiB, which its
+/// legacy events carry whole: the API server sets no limit on a core `v1` event's message)
+/// plus room for the longest text kubelet puts before it. Longer messages, which kubelet could
+/// not write, are cut here.
+pub const MAX_NOTE_BYTES: usize = 11 * 1024;
+/// The API server's limit on an `events.k8s.io/v1` event's note (`NoteLengthLimit`): notes
+/// of the fallback recorder are cut to it.
+pub const EVENTS_V1_NOTE_BYTES: usize = 1024;
 /// Tries of one event write before it is given up (client-go's `maxTriesPerEvent`).
 pub const MAX_TRIES: u32 = 12;
 /// Sleep between tries (client-go's `defaultSleepDuration`; the first one is a random fraction).
@@ -212,13 +218,11 @@ async fn deliver(
     Some((outcome, tries))
 }
 
-/// Whether client-go would try the write again: the request did not reach a verdict (transport,
-/// timeout) or the server asked for another try (`429`, `5xx`); a rejection is final.
+/// Whether client-go's `recordToSink` would try the write again: only when the request got no
+/// answer from the server (transport, timeout). Any status answer is final there (`recordEvent`
+/// drops the event on a `StatusError`, `429` and `5xx` included: "will not retry!").
 fn retriable(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
-        _ => true,
-    }
+    !matches!(e, kube::Error::Api(_))
 }
 
 /// One write of `c`: a new event, or the bump of an earlier one (created anew if it expired).
@@ -303,7 +307,7 @@ impl Fallback {
                 EventType::Normal
             },
             reason: c.reason.to_owned(),
-            note: Some(c.message.clone()),
+            note: Some(cut(c.message.clone(), EVENTS_V1_NOTE_BYTES)),
             action: action.to_owned(),
             secondary: None,
         };
@@ -370,6 +374,18 @@ fn time(ns: i64) -> Time {
     Time(Timestamp::from_nanosecond(i128::from(ns)).unwrap_or(Timestamp::UNIX_EPOCH))
 }
 
+/// `message` cut to at most `max` bytes, on a character boundary.
+fn cut(mut message: String, max: usize) -> String {
+    if message.len() > max {
+        let mut end = max;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+    }
+    message
+}
+
 /// The note kubelet's recorder makes of `ev`: the pod, narrowed to the container as kubelet does
 /// (`spec.containers{web}`, `spec.initContainers{side}`), the message cut to [`MAX_NOTE_BYTES`].
 pub fn note(ev: &Event, rec: Recorded) -> Note {
@@ -378,21 +394,20 @@ pub fn note(ev: &Event, rec: Recorded) -> Note {
     } else {
         "containers"
     };
-    let mut message = rec.message;
-    if message.len() > MAX_NOTE_BYTES {
-        let mut end = MAX_NOTE_BYTES;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-    }
+    let message = cut(rec.message, MAX_NOTE_BYTES);
     Note {
         involved: Involved {
             kind: "Pod",
             uid: ev.pod_uid.clone(),
             namespace: ev.pod_namespace.clone(),
             name: ev.pod_name.clone(),
-            field_path: format!("spec.{list}{{{}}}", ev.container_name),
+            // An event about the pod as a whole (an annotation that does not parse) names no
+            // container.
+            field_path: if ev.container_name.is_empty() {
+                String::new()
+            } else {
+                format!("spec.{list}{{{}}}", ev.container_name)
+            },
         },
         warning: rec.warning,
         reason: rec.reason,

@@ -473,9 +473,12 @@ impl Gate {
 
 impl EventSink for Gate {
     fn publish(&self, event: &Event) {
-        if matches!(event.kind, EventKind::Result { .. })
-            && matches!(event.probe, ProbeType::Readiness | ProbeType::Startup)
-        {
+        let result = matches!(event.kind, EventKind::Result { .. })
+            && matches!(event.probe, ProbeType::Readiness | ProbeType::Startup);
+        // An invalid annotation holds a gated pod not ready with no probe result to tell it.
+        let invalid = matches!(event.kind, EventKind::AnnotationWarning { reason, .. }
+            if reason == crate::event::REASON_PROBE_SPEC_INVALID);
+        if result || invalid {
             self.touch(&event.pod_uid);
         }
     }

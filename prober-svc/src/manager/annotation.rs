@@ -4,12 +4,15 @@
 
 use std::collections::HashSet;
 
-use crate::event::Events;
+use crate::event::{Event, EventKind, Events, REASON_PROBE_SPEC_INVALID};
 use crate::handler::host_policy::NodePolicy;
 use crate::model::PodInfo;
-use crate::model::api_pod::ContainerKind;
+use crate::model::api_pod::{ApiPod, ContainerKind};
 use crate::probing::worker::handle::WorkerKey;
-use crate::spec::{ContainerProbes, PodProbes, ProbeSpec, ProbeType, SpecError, parse_pod_probes};
+use crate::spec::{
+    ContainerProbes, PodProbes, ProbeSpec, ProbeType, SpecError, parse_pod_probes,
+    spec_invalid_message,
+};
 
 use super::conflicts;
 
@@ -39,45 +42,35 @@ pub(super) fn parse_facts(pod: &PodInfo) -> ParseFacts<'_> {
     })
 }
 
+/// The annotation's parse: its probes and errors, and how many of those errors (the first ones)
+/// make it invalid (the rest are findings on valid probes, such as a probe deferred to kubelet).
+pub(super) struct Parsed {
+    /// Probes and every error.
+    pub(super) probes: PodProbes,
+    /// `probes.errors[..invalid]` are what the API server would refuse, or what this node
+    /// refuses to run: each holds a gated pod not ready.
+    pub(super) invalid: usize,
+}
+
 /// `annotation` of `pod` parsed; with the API's view, probes of plain init containers and of
-/// ephemeral containers are refused as the API server refuses them in a pod spec, and probes
-/// the pod spec declares too are deferred ([`conflicts`], which warns on `events`).
+/// ephemeral containers are refused as the API server refuses them in a pod spec, a name that
+/// is no container of the pod is refused, and probes the pod spec declares too are deferred
+/// ([`conflicts`], which warns on `events`). Each invalid finding is logged and, with the API's
+/// view, told in a `Warning` `ProbeSpecInvalid` event.
 pub(super) fn parse(
     pod: &PodInfo,
     annotation: &str,
     host_policy: Option<&NodePolicy>,
     events: &Events,
     at_ns: i64,
-) -> PodProbes {
+) -> Parsed {
     let mut parsed = parse_pod_probes(annotation);
     if let Some(p) = host_policy {
         let host_network = pod.ip.is_some_and(|ip| p.host_network(ip));
         p.policy().deny_hosts(&mut parsed, host_network);
     }
     if let Some(api) = &pod.api {
-        let refused: Vec<(String, ContainerKind)> = parsed
-            .containers
-            .keys()
-            .filter_map(|n| {
-                api.container(n)
-                    .filter(|c| matches!(c.kind, ContainerKind::Init | ContainerKind::Ephemeral))
-                    .map(|c| (n.clone(), c.kind))
-            })
-            .collect();
-        for (name, kind) in refused {
-            parsed.containers.remove(&name);
-            let message = if kind == ContainerKind::Init {
-                "Forbidden: probes may not be set for init containers without \
-                 restartPolicy=Always"
-            } else {
-                "Forbidden: cannot be set for an Ephemeral Container"
-            };
-            parsed.errors.push(SpecError {
-                container: name,
-                field: String::new(),
-                message: message.to_owned(),
-            });
-        }
+        refuse_names(&mut parsed, api);
     }
     let invalid = parsed.errors.len();
     if let Some(api) = &pod.api {
@@ -87,8 +80,78 @@ pub(super) fn parse(
         tracing::warn!(pod = %pod.name, namespace = %pod.namespace, pod_uid = %pod.uid,
             container = %e.container, field = %e.field, error = %e.message,
             "invalid probe in the podward.io/probes annotation; this probe is not run");
+        if let Some(api) = &pod.api {
+            events.publish(invalid_event(pod, api, e, at_ns));
+        }
     }
-    parsed
+    Parsed {
+        probes: parsed,
+        invalid,
+    }
+}
+
+/// Refuses what the API's view of the pod makes invalid: names of plain init and ephemeral
+/// containers (the API server refuses probes on them in a pod spec) and names no container of
+/// the pod has (a pod's containers are immutable, so such a name never gets one).
+fn refuse_names(parsed: &mut PodProbes, api: &ApiPod) {
+    let refused: Vec<(String, &'static str)> = parsed
+        .containers
+        .keys()
+        .filter_map(|n| match api.container(n).map(|c| c.kind) {
+            None => Some((n.clone(), "")),
+            Some(ContainerKind::Init) => Some((
+                n.clone(),
+                "Forbidden: probes may not be set for init containers without \
+                 restartPolicy=Always",
+            )),
+            Some(ContainerKind::Ephemeral) => Some((
+                n.clone(),
+                "Forbidden: cannot be set for an Ephemeral Container",
+            )),
+            Some(_) => None,
+        })
+        .collect();
+    for (name, message) in refused {
+        parsed.containers.remove(&name);
+        let message = if message.is_empty() {
+            format!("Not found: {name:?}: this pod has no container of that name")
+        } else {
+            message.to_owned()
+        };
+        parsed.errors.push(SpecError {
+            container: name,
+            field: String::new(),
+            message,
+        });
+    }
+}
+
+/// The `Warning` `ProbeSpecInvalid` event of invalid finding `e`, on its container when the
+/// pod has one of that name, else on the pod.
+fn invalid_event(pod: &PodInfo, api: &ApiPod, e: &SpecError, at_ns: i64) -> Event {
+    let container = api.container(&e.container);
+    Event {
+        pod_uid: pod.uid.clone(),
+        pod_name: pod.name.clone(),
+        pod_namespace: pod.namespace.clone(),
+        container_name: container.map(|c| c.name.clone()).unwrap_or_default(),
+        container_id: String::new(),
+        init_container: container.is_some_and(|c| c.kind != ContainerKind::Regular),
+        probe: probe_of(&e.field),
+        at_ns,
+        kind: EventKind::AnnotationWarning {
+            reason: REASON_PROBE_SPEC_INVALID,
+            message: spec_invalid_message(std::slice::from_ref(e)),
+        },
+    }
+}
+
+/// The probe type a field path is under (readiness when it names none).
+fn probe_of(field: &str) -> ProbeType {
+    ProbeType::ALL
+        .into_iter()
+        .find(|t| field.split('.').next() == Some(t.field_name()))
+        .unwrap_or(ProbeType::Readiness)
 }
 
 /// Names of the containers with a startup probe.

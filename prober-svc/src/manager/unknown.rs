@@ -69,7 +69,7 @@ impl Manager {
                 .collect();
             if !back.is_empty() {
                 // Their probes were not kept: parse them again.
-                let mut parsed = self.parse(&pod, &entry.annotation);
+                let mut parsed = self.parse(&pod, &entry.annotation).probes;
                 for n in back {
                     entry.unknown.names.remove(&n);
                     if let Some(p) = parsed.containers.remove(&n) {

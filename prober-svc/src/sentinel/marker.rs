@@ -1,5 +1,5 @@
 //! Marks one expired node's gated pods: lists the node's pods (`fieldSelector=spec.nodeName`,
-//! paged), and for each pod that lists the readiness gate and whose condition says `True` (or
+//! at `resourceVersion=0`), and for each pod that lists the readiness gate and whose condition says `True` (or
 //! `Unknown`), writes the condition `False` with reason [`REASON`] — the same server-side apply
 //! request as the prober's gate writer ([`crate::kubernetes::gate::KubeWriter`]: field manager
 //! `podward-prober`, only that condition, the pod's UID as a precondition), so the prober, when
@@ -22,9 +22,6 @@ use crate::model::api_pod::{ConditionStatus, GateCondition};
 
 /// The condition's reason when the sentinel marks it.
 pub const REASON: &str = "ProberNotReporting";
-
-/// Pods per list page.
-const PAGE: u32 = 500;
 
 /// What marking one node did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -99,9 +96,14 @@ impl Marker {
                 renew_time
             }
         );
+        // At `resourceVersion=0`, as kubelet's and the prober's reflectors list: served from the
+        // API server's watch cache, not a quorum read ranging over every pod of the cluster in
+        // etcd for each expired node. Unpaged: kube-rs drops `resourceVersion=0` from a request
+        // with a `limit`, and the watch cache answers it whole anyway (a `continue` is still
+        // followed, should a server page it).
         let mut params = ListParams::default()
             .fields(&format!("spec.nodeName={node}"))
-            .limit(PAGE);
+            .match_any();
         loop {
             let page = self
                 .pods

@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::Probe;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
+use super::strict;
 use super::validate::{self, FieldErrors};
 use super::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeSpec, ProbeType};
 
@@ -16,9 +17,15 @@ pub(super) fn probe_from_json(
     raw: Value,
 ) -> Result<ProbeSpec, Vec<(String, String)>> {
     let root = ty.field_name();
-    let probe: Probe = serde_json::from_value(raw)
+    let probe: Probe = serde_json::from_value(raw.clone())
         .map_err(|e| vec![(root.to_owned(), format!("invalid probe: {e}"))])?;
     let mut errs = FieldErrors::new(root);
+    // Strict decoding: a key `Probe` does not declare fails the probe (a misspelled threshold
+    // or delay must not run the probe with the default instead).
+    let decoded = serde_json::to_value(&probe).unwrap_or(Value::Null);
+    for path in strict::unknown_paths(root, &raw, &decoded) {
+        errs.push_path(strict::unknown_field(&path), path);
+    }
 
     // SetDefaults_Probe: an absent or explicit 0 becomes the default; negatives stay and fail
     // validation below.

@@ -24,6 +24,11 @@ impl FieldErrors {
         self.errs.push((format!("{}.{field}", self.root), message));
     }
 
+    /// An error at `path`, a full path (it already starts with the root).
+    pub(super) fn push_path(&mut self, message: String, path: String) {
+        self.errs.push((path, message));
+    }
+
     pub(super) fn push_root(&mut self, message: String) {
         self.errs.push((self.root.to_owned(), message));
     }

@@ -16,7 +16,7 @@ use crate::model::api_pod::PodPhase;
 use crate::model::{ContainerInfo, RunState};
 use crate::probing::worker::started_before_restart;
 use crate::registry::{WorkerEntry, pod_workers, worker};
-use crate::spec::ProbeType;
+use crate::spec::{ProbeType, spec_invalid_message};
 
 /// Longest condition message the prober writes (a probe's output can be 10 KiB).
 pub const MAX_MESSAGE_BYTES: usize = 1024;
@@ -46,6 +46,10 @@ pub enum PodReadiness {
 pub const REASON_READINESS: &str = "ReadinessProbeFailed";
 /// Condition reason: a startup probe has not succeeded.
 pub const REASON_STARTUP: &str = "StartupProbeNotSucceeded";
+/// Condition reason: the `podward.io/probes` annotation is invalid (the API server would refuse
+/// it, or this node refuses to run one of its probes), so the pod's readiness is not checked as
+/// asked. The message names the container, the field and the error.
+pub const REASON_SPEC_INVALID: &str = crate::event::REASON_PROBE_SPEC_INVALID;
 /// Condition reason: the container does not run.
 pub const REASON_NOT_RUNNING: &str = "ContainerNotRunning";
 /// Condition reason of a pod whose phase is `Succeeded` (kubelet's `PodCompleted`, the reason of
@@ -95,7 +99,8 @@ impl View {
     /// with kubelet's reason; a pod whose API view has no `podward.io/probes` annotation (never
     /// had one, or it was removed) is ready, as kubelet treats a container without a readiness
     /// probe; a container whose probe workers ended (it exited and will not restart) is judged
-    /// by its state, never left out.
+    /// by its state, never left out; a gated pod whose annotation is invalid is not ready
+    /// ([`REASON_SPEC_INVALID`]), whatever its valid probes say.
     pub fn readiness(&self, uid: &str) -> PodReadiness {
         let api = self.registry.api.lock().get(uid).cloned();
         if let Some(reason) = api.as_ref().and_then(|a| match a.phase {
@@ -107,6 +112,15 @@ impl View {
                 container: String::new(),
                 reason,
                 message: String::new(),
+            };
+        }
+        if api.as_ref().is_some_and(|a| a.gated)
+            && let Some(message) = self.invalid_message(uid)
+        {
+            return PodReadiness::NotReady {
+                container: String::new(),
+                reason: REASON_SPEC_INVALID,
+                message: truncate(message),
             };
         }
         let Some(gated) = self.gated(uid) else {
@@ -124,6 +138,13 @@ impl View {
                 })
                 .collect(),
         )
+    }
+
+    /// Why pod `uid`'s annotation is invalid, if it is: a gated pod fails closed, since what
+    /// its readiness was meant to be checked by is not known.
+    fn invalid_message(&self, uid: &str) -> Option<String> {
+        let errors = self.registry.pods.lock().get(uid)?.invalid_errors();
+        (!errors.is_empty()).then(|| spec_invalid_message(&errors))
     }
 
     /// The containers of pod `uid` that gate its readiness: those with a startup or readiness

@@ -60,10 +60,11 @@ impl View {
         names
             .into_iter()
             .map(|name| {
-                let probes: Vec<(ProbeType, WorkerStatus)> = ProbeType::ALL
+                let probes: Vec<(ProbeType, WorkerStatus, String)> = ProbeType::ALL
                     .into_iter()
                     .filter_map(|ty| {
-                        worker(&workers, &pod.uid, name, ty).map(|w| (ty, w.status.lock().clone()))
+                        worker(&workers, &pod.uid, name, ty)
+                            .map(|w| (ty, w.status.lock().clone(), w.spec.describe()))
                     })
                     .collect();
                 self.container(pod, name, has_startup.contains(name), probes)
@@ -77,10 +78,10 @@ impl View {
         pod: &PodInfo,
         name: &str,
         has_startup: bool,
-        probes: Vec<(ProbeType, WorkerStatus)>,
+        probes: Vec<(ProbeType, WorkerStatus, String)>,
     ) -> api::ContainerStatus {
         let c = pod.current(name);
-        let has_readiness = probes.iter().any(|(ty, _)| *ty == ProbeType::Readiness);
+        let has_readiness = probes.iter().any(|(ty, ..)| *ty == ProbeType::Readiness);
         let (started, ready, live) = match c {
             Some(c) => self.flags(c, has_startup, has_readiness),
             None => (false, false, true),
@@ -95,7 +96,7 @@ impl View {
             live,
             probes: probes
                 .into_iter()
-                .map(|(ty, st)| probe_status(ty, st))
+                .map(|(ty, st, describe)| probe_status(ty, st, describe))
                 .collect(),
             kills: kills.count,
             last_kill: kills.last.as_ref().map(wire::kill),
@@ -136,7 +137,7 @@ impl View {
 }
 
 /// One worker's status on the wire.
-fn probe_status(ty: ProbeType, st: WorkerStatus) -> api::ProbeStatus {
+fn probe_status(ty: ProbeType, st: WorkerStatus, describe: String) -> api::ProbeStatus {
     api::ProbeStatus {
         r#type: wire::probe_type(ty) as i32,
         result: wire::probe_result(st.result) as i32,
@@ -151,5 +152,6 @@ fn probe_status(ty: ProbeType, st: WorkerStatus) -> api::ProbeStatus {
         last_error: st.last_error,
         last_error_at_ns: st.last_error_at_ns,
         probes_errored: st.probes_errored,
+        describe,
     }
 }

@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::{GatePod, Planned};
 use crate::clock::Clock;
 use crate::model::api_pod::{ConditionStatus, GateCondition};
-use crate::view::readiness::PodReadiness;
+use crate::view::readiness::{PodReadiness, REASON_SPEC_INVALID};
 
 /// A condition the gate wants.
 pub(super) struct Wanted {
@@ -42,8 +42,13 @@ pub(super) fn desired(r: PodReadiness) -> Option<Wanted> {
 
 /// Whether the API's condition already says what `want` says: same status and reason, and
 /// about the same container. A new probe output alone is no reason to write (a failing exec
-/// probe's output may change at every probe; the condition would be rewritten forever).
+/// probe's output may change at every probe; the condition would be rewritten forever). An
+/// invalid annotation's message is compared whole: it changes only with the annotation, and
+/// then it says what is left to fix.
 fn same(c: &GateCondition, want: &Wanted) -> bool {
+    if want.reason == REASON_SPEC_INVALID {
+        return c.status == want.status && c.reason == want.reason && c.message == want.message;
+    }
     c.status == want.status
         && c.reason == want.reason
         && (want.container.is_empty()

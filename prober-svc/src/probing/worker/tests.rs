@@ -5,6 +5,7 @@
 mod annotation_conflicts;
 mod api_pod;
 mod errored;
+mod fail_closed;
 mod gate_rules;
 mod harness;
 mod host_policy;

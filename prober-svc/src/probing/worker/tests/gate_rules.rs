@@ -4,7 +4,7 @@
 //! the pod finishes, when a container of a `Never` pod exits.
 
 #[path = "../../../../tests/apiserver_support.rs"]
-mod support;
+pub(super) mod support;
 
 use std::sync::Arc;
 

@@ -1,6 +1,8 @@
-//! kubelet's `Killing` texts by restart policy and container kind, and its grace rules around
-//! the preStop hook (`setTerminationGracePeriod`, `killContainer`): a grace of 0 skips the hook
-//! and the stop still gets the 2 s minimum.
+//! kubelet's `Killing` texts by restart policy and container kind, saying what follows a stop
+//! by podward (`ShouldContainerBeRestarted`); a `Never` pod with no other regular container
+//! running is killed as kubelet kills the pod then ("Stopping container c", the pod's grace);
+//! and kubelet's grace rules around the preStop hook (`setTerminationGracePeriod`,
+//! `killContainer`): a grace of 0 skips the hook and the stop still gets the 2 s minimum.
 
 use std::time::Duration;
 
@@ -25,22 +27,39 @@ fn killing(n: &Node) -> Vec<String> {
         .collect()
 }
 
+/// The `Killing` texts and stop graces of a kill of `c` (a second regular container `d` runs
+/// beside it when `two`).
+async fn kill_of(
+    ann: &str,
+    ty: ProbeType,
+    policy: Option<RestartPolicy>,
+    kind: ContainerKind,
+    two: bool,
+) -> (Vec<String>, Vec<(String, i64)>) {
+    let n = Node::steady().await;
+    n.script.set("c", ty, failure(), Duration::ZERO);
+    let mut cs = vec![running(&n.clock, "c1", "c", 0, S)];
+    let mut specs = vec![("c", kind, None)];
+    if two {
+        cs.push(running(&n.clock, "d1", "d", 0, S));
+        specs.push(("d", ContainerKind::Regular, None));
+    }
+    let p = pod("u", ann, cs);
+    if let Some(policy) = policy {
+        n.manager.set_api_pod(api_pod(&p, policy, Some(ann), specs));
+    }
+    n.manager.update_pod(p);
+    run_for(3 * S).await;
+    (killing(&n), n.kills.done.lock().clone())
+}
+
 async fn kill_text(
     ann: &str,
     ty: ProbeType,
     policy: Option<RestartPolicy>,
     kind: ContainerKind,
 ) -> Vec<String> {
-    let n = Node::steady().await;
-    n.script.set("c", ty, failure(), Duration::ZERO);
-    let p = pod("u", ann, vec![running(&n.clock, "c1", "c", 0, S)]);
-    if let Some(policy) = policy {
-        n.manager
-            .set_api_pod(api_pod(&p, policy, Some(ann), vec![("c", kind, None)]));
-    }
-    n.manager.update_pod(p);
-    run_for(3 * S).await;
-    killing(&n)
+    kill_of(ann, ty, policy, kind, false).await.0
 }
 
 #[tokio::test(start_paused = true)]
@@ -59,21 +78,22 @@ async fn killing_says_will_be_restarted_only_when_kubelet_would_restart_and_name
             ProbeType::Liveness,
             Some(RestartPolicy::OnFailure),
             regular,
-            "Container c failed liveness probe, will be restarted",
+            "Container c failed liveness probe, will be restarted if it exits non-zero",
         ),
+        // A one-container Never pod: kubelet kills the pod.
         (
             LIVE,
             ProbeType::Liveness,
             Some(RestartPolicy::Never),
             regular,
-            "Container c failed liveness probe",
+            "Stopping container c",
         ),
         (
             STARTUP,
             ProbeType::Startup,
             Some(RestartPolicy::Never),
             regular,
-            "Container c failed startup probe",
+            "Stopping container c",
         ),
         (
             LIVE,
@@ -133,4 +153,20 @@ async fn a_pod_grace_of_zero_skips_the_hook_and_the_stop_gets_kubelets_minimum()
         "kubelet runs no hook with a grace of 0"
     );
     assert_eq!(n.kills.done.lock().clone(), vec![("c1".to_owned(), 2)]);
+}
+
+const LIVE_GRACE_5: &str = r#"{"c":{"livenessProbe":{"exec":{"command":["false"]},"periodSeconds":1,"failureThreshold":1,"terminationGracePeriodSeconds":5}}}"#;
+
+#[tokio::test(start_paused = true)]
+async fn a_never_pods_kill_is_kubelets_pod_kill_unless_another_container_runs() {
+    let regular = ContainerKind::Regular;
+    let never = Some(RestartPolicy::Never);
+    // Alone: kubelet kills the pod, with the pod's grace (30 s), not the probe's (5 s).
+    let (texts, stops) = kill_of(LIVE_GRACE_5, ProbeType::Liveness, never, regular, false).await;
+    assert_eq!(texts, vec!["Stopping container c".to_owned()]);
+    assert_eq!(stops, vec![("c1".to_owned(), 30)]);
+    // Beside a running container: kubelet kills this one, with the probe's grace.
+    let (texts, stops) = kill_of(LIVE_GRACE_5, ProbeType::Liveness, never, regular, true).await;
+    assert_eq!(texts, vec!["Container c failed liveness probe".to_owned()]);
+    assert_eq!(stops, vec![("c1".to_owned(), 5)]);
 }
