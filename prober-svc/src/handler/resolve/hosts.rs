@@ -101,7 +101,10 @@ mod tests {
             "# comment\n127.0.0.1 localhost\n10.0.0.7  Web.Local web # alias\n\
              fd00::7 web.local\nnot-an-ip bad\n",
         );
-        let web: Vec<IpAddr> = vec!["10.0.0.7".parse().unwrap(), "fd00::7".parse().unwrap()];
+        let web: Vec<IpAddr> = vec![
+            "10.0.0.7".parse().expect("ip"),
+            "fd00::7".parse().expect("ip"),
+        ];
         assert_eq!(names.get("web.local"), Some(&web));
         assert_eq!(names.get("web").map(Vec::len), Some(1));
         assert!(!names.contains_key("bad"));
@@ -116,13 +119,13 @@ mod tests {
         std::fs::write(dir.path().join("etc/hosts"), "10.1.1.1 a.test\n").expect("write");
         assert_eq!(
             hosts.lookup("A.test."),
-            Some(vec!["10.1.1.1".parse().unwrap()])
+            Some(vec!["10.1.1.1".parse().expect("ip")])
         );
         // A different size is a change even within the file system's time granularity.
         std::fs::write(dir.path().join("etc/hosts"), "10.2.2.22 a.test\n").expect("write");
         assert_eq!(
             hosts.lookup("a.test"),
-            Some(vec!["10.2.2.22".parse().unwrap()])
+            Some(vec!["10.2.2.22".parse().expect("ip")])
         );
     }
 }
