@@ -1,14 +1,19 @@
 //! The probes' resolver under a DNS blackhole: the pool's lookups never answer (a fake blocking
 //! lookup at the resolver's seam), and the bounds, the other pods and `/etc/hosts` still hold.
 
+mod handlers_support;
+
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use handlers_support::{get, prober, spec, target};
 use parking_lot::{Condvar, Mutex};
+use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::resolve::{Names, Resolver, ResolverOptions};
+use podward_prober::spec::{Handler, ProbeType};
 use tokio::time::Instant;
 
 /// A lookup that hangs for names starting with `hang.` until released, and answers others
@@ -182,4 +187,64 @@ async fn the_hosts_file_is_read_again_when_it_changes() {
         0,
         "the pool was never used"
     );
+}
+
+#[tokio::test]
+async fn tcp_and_http_probes_resolve_through_the_probers_resolver() {
+    let root = root_with_hosts();
+    let hole = Arc::new(Blackhole::default());
+    let lookups = hole.clone();
+    // Names starting with `hang.` never answer; the others are 127.0.0.1.
+    let resolver = Arc::new(Resolver::new(ResolverOptions {
+        root: root.path().to_owned(),
+        threads: 8,
+        per_pod: 2,
+        lookup: Arc::new(move |host: &str, port| {
+            let answered = lookups.lookup(host, port)?;
+            Ok(answered
+                .iter()
+                .map(|a| SocketAddr::from(([127, 0, 0, 1], a.port())))
+                .collect())
+        }),
+    }));
+    let prober = prober().with_resolver(resolver.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let tcp = |host: &str| Handler::TcpSocket {
+        host: Some(host.to_owned()),
+        port: podward_prober::spec::PortRef::Number(port.into()),
+    };
+    let probe = |handler| {
+        let prober = &prober;
+        async move {
+            prober
+                .probe_for_pod(
+                    "pod",
+                    ProbeType::Liveness,
+                    &spec(handler, 1),
+                    &target(&[], &[]),
+                )
+                .await
+        }
+    };
+    assert_eq!(probe(tcp("up.test")).await, Outcome::Success(String::new()));
+    assert_eq!(hole.most.load(Ordering::SeqCst), 1, "through the pool");
+    assert_eq!(
+        probe(tcp("hang.db")).await,
+        Outcome::Failure("dial tcp: lookup hang.db: i/o timeout".into())
+    );
+    let mut http = get(port, "/", &[]);
+    if let Handler::HttpGet(g) = &mut http {
+        g.host = Some("hang.web".into());
+    }
+    match probe(http).await {
+        Outcome::Failure(text) => assert!(
+            text.contains("dial tcp: lookup hang.web: i/o timeout"),
+            "{text}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    hole.release();
 }
