@@ -248,3 +248,38 @@ async fn tcp_and_http_probes_resolve_through_the_probers_resolver() {
     }
     hole.release();
 }
+
+#[tokio::test]
+async fn pods_with_lookups_waiting_take_turns() {
+    let root = root_with_hosts();
+    let order = Arc::new(Mutex::new(Vec::<String>::new()));
+    let hole = Arc::new(Blackhole::default());
+    let (seen, gate) = (order.clone(), hole.clone());
+    // One thread, one lookup per pod: the order the pool runs them in is the turn's.
+    let resolver = Resolver::new(ResolverOptions {
+        root: root.path().to_owned(),
+        threads: 1,
+        per_pod: 1,
+        lookup: Arc::new(move |host: &str, port| {
+            seen.lock().push(host.to_owned());
+            gate.lookup(&format!("hang.{host}"), port)
+        }),
+    });
+    let soon = || Some(Instant::now() + Duration::from_secs(5));
+    let (a, b) = (Names::new(&resolver, "a"), Names::new(&resolver, "b"));
+    let mut a1 = Box::pin(a.lookup("a1", 80, soon()));
+    assert!(futures::poll!(&mut a1).is_pending());
+    eventually("a1 runs", || resolver.running() == 1).await;
+    // Pod a queues two more, then pod b one: b's runs before a's next.
+    let mut a2 = Box::pin(a.lookup("a2", 80, soon()));
+    let mut a3 = Box::pin(a.lookup("a3", 80, soon()));
+    let mut b1 = Box::pin(b.lookup("b1", 80, soon()));
+    for f in [&mut a2, &mut a3, &mut b1] {
+        assert!(futures::poll!(f).is_pending());
+    }
+    hole.release();
+    for f in [a1, a2, a3, b1] {
+        f.await.expect("answered");
+    }
+    assert_eq!(*order.lock(), ["a1", "b1", "a2", "a3"]);
+}

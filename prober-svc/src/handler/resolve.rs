@@ -295,6 +295,11 @@ impl Shared {
             let Some(q) = state.pods.get_mut(&pod) else {
                 continue;
             };
+            // A pod can be in the turn twice (its queue emptied by probes that gave up, then
+            // refilled): its bound is checked here, and `finished` puts it back.
+            if q.running >= self.per_pod {
+                continue;
+            }
             while let Some(job) = q.waiting.pop_front() {
                 if job.answer.is_closed() {
                     continue;
