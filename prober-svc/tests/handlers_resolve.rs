@@ -283,3 +283,27 @@ async fn pods_with_lookups_waiting_take_turns() {
     }
     assert_eq!(*order.lock(), ["a1", "b1", "a2", "a3"]);
 }
+
+#[tokio::test]
+async fn the_default_lookup_is_the_nodes_getaddrinfo() {
+    // No hosts file under this root, so `localhost` goes through the pool to `getaddrinfo`,
+    // which answers it from the node's own files.
+    let root = tempfile::tempdir().expect("tempdir");
+    let resolver = Resolver::new(ResolverOptions {
+        root: root.path().to_owned(),
+        ..ResolverOptions::default()
+    });
+    let got = Names::new(&resolver, "pod")
+        .lookup(
+            "localhost",
+            8080,
+            Some(Instant::now() + Duration::from_secs(5)),
+        )
+        .await
+        .expect("localhost");
+    assert!(
+        got.iter().all(|a| a.ip().is_loopback() && a.port() == 8080),
+        "{got:?}"
+    );
+    assert_eq!(resolver.threads_started(), 1);
+}
