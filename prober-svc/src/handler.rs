@@ -7,7 +7,8 @@
 //! [`attempt`] (target and outcome), [`output`] (kubelet's 10 KiB output limit) and [`go_text`]
 //! (Go's wording of durations, gRPC statuses and OS errors, so messages read as kubelet's).
 //! Network handlers dial through [`dialer`] (which checks every address against the
-//! [`host_policy`] guard of a probe that names a host); named ports resolve through [`port`]; exec commands
+//! [`host_policy`] guard of a probe that names a host, and resolves names through [`resolve`],
+//! the probes' own bounded lookup pool); named ports resolve through [`port`]; exec commands
 //! are `$(VAR)`-expanded by [`expand`]. hyper's HTTP/2 tasks run in the probe's own future
 //! (`scoped`), so nothing a probe opened outlives it; [`pod_sockets`] bounds how many network
 //! probes (hence sockets) one pod has in flight.
@@ -23,6 +24,7 @@ pub mod http;
 pub mod output;
 pub mod pod_sockets;
 pub mod port;
+pub mod resolve;
 mod scoped;
 pub mod target_budget;
 pub mod tcp;

@@ -21,6 +21,7 @@ use crate::direct_exec::DirectExec;
 use crate::event::{EventSink, Events};
 use crate::handler::exec::cri::CriExec;
 use crate::handler::host_policy::NodePolicy;
+use crate::handler::resolve::{Resolver, ResolverOptions};
 use crate::handler::target_budget::{TargetBudget, memory_limit};
 use crate::hub::Hub;
 use crate::kubernetes::ApiSide;
@@ -371,6 +372,8 @@ fn build_manager(
     stopper: Arc<dyn Stopper>,
     clock: Clock,
 ) -> Manager {
+    // One resolver for probes and hooks: one bound on the node's lookup threads.
+    let resolver = Arc::new(Resolver::new(ResolverOptions::default()));
     let prober = Prober::new(
         ProberOptions {
             kube_version: config.kube_version.clone(),
@@ -390,11 +393,16 @@ fn build_manager(
         crate::handler::pod_sockets::PER_POD,
         metrics.sockets_held.clone(),
     )
-    .with_target_budget(target_budget(config, metrics));
+    .with_target_budget(target_budget(config, metrics))
+    .with_resolver(resolver.clone());
     // preStop exec hooks go through CRI ExecSync, as kubelet runs them (the direct runner is
     // for probes).
     let exec = Arc::new(CriExec::new(containerd.clone()));
-    let hooks = Arc::new(Hooks::new(exec, &config.kube_version).with_host_policy(host_policy));
+    let hooks = Arc::new(
+        Hooks::new(exec, &config.kube_version)
+            .with_host_policy(host_policy)
+            .with_resolver(resolver),
+    );
     let metrics = Arc::new(metrics.clone());
     let killer = Killer::new(stopper, Some(hooks), metrics.clone(), events.clone(), clock);
     Manager::new(Arc::new(prober), killer, events, metrics, clock)

@@ -15,6 +15,7 @@ use crate::handler::attempt::{Outcome, ProbeTarget};
 use crate::handler::exec::runner::{ExecError, ExecRunner};
 use crate::handler::host_policy::{HostPolicy, NodePolicy};
 use crate::handler::http::HttpProber;
+use crate::handler::resolve::{Names, Resolver, ResolverOptions};
 use crate::model::api_pod::Hook;
 use crate::model::{ContainerInfo, PodInfo};
 
@@ -68,6 +69,8 @@ pub struct Hooks {
     /// `--probe-host-policy` holds for httpGet hooks too (a hook's `host` reaches the same
     /// addresses a probe's would), with the node IP that marks a hostNetwork pod.
     host_policy: NodePolicy,
+    /// Where the host names of httpGet hooks resolve (the probes' resolver in the daemon).
+    resolver: std::sync::Arc<Resolver>,
 }
 
 impl Hooks {
@@ -79,7 +82,14 @@ impl Hooks {
             exec,
             http: HttpProber::new(&format!("kube-lifecycle/{kube_version}")),
             host_policy: NodePolicy::ALLOW,
+            resolver: std::sync::Arc::new(Resolver::new(ResolverOptions::default())),
         }
+    }
+
+    /// Resolves the host names of httpGet hooks through `resolver`, in the hook's pod's turn.
+    pub fn with_resolver(mut self, resolver: std::sync::Arc<Resolver>) -> Self {
+        self.resolver = resolver;
+        self
     }
 
     /// Applies `--probe-host-policy` to httpGet hooks that name a host: under `deny` such a hook
@@ -129,11 +139,16 @@ impl HookRunner for Hooks {
                         )));
                     }
                     let guard = self.host_policy.guard(host_ip);
+                    let names = Names::new(&self.resolver, &pod.uid);
                     // kubelet's `runHTTPHandler` fails only when the request fails: any status
                     // the server answers is a hook that ran. The probe client reports an answered
                     // error status as a Failure with kubelet's probe text; every other Failure is
                     // a request that failed (dial, timeout, redirects, a bad response).
-                    match self.http.probe(get, timeout, &target, guard, None).await {
+                    match self
+                        .http
+                        .probe(get, timeout, &target, guard, None, names)
+                        .await
+                    {
                         Ok(Outcome::Success(_) | Outcome::Warning(_)) => Ok(()),
                         Ok(Outcome::Failure(o)) if o.starts_with(ANSWERED_STATUS) => Ok(()),
                         Ok(Outcome::Failure(o) | Outcome::Errored(o)) => Err(HookError::Http(o)),

@@ -22,6 +22,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::host_policy::Guard;
+use super::resolve::Names;
 
 pub mod closer;
 mod error;
@@ -78,8 +79,13 @@ fn push_decimal(s: &mut String, n: u32) {
 /// Connects to `host:port` before `deadline`; an IP literal is dialled without any lookup, a name
 /// is resolved and its addresses are tried in order. The socket lingers as kubelet's: close it
 /// with [`closer::close`], or dropping it may wait for the peer.
-pub async fn dial(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, DialError> {
-    let s = connect(host, port, deadline, Options::PROBE)
+pub async fn dial(
+    host: &str,
+    port: u16,
+    deadline: Instant,
+    names: Names<'_>,
+) -> Result<TcpStream, DialError> {
+    let s = connect(host, port, deadline, Options::PROBE, names)
         .await?
         .into_tokio(port_addr(host, port))?;
     lingering(s, || join_host_port(host, port))
@@ -169,8 +175,9 @@ pub(crate) async fn connect(
     port: u16,
     deadline: Instant,
     opts: Options,
+    names: Names<'_>,
 ) -> Result<Connected, DialError> {
-    connect_guarded(host, port, deadline, opts, Guard::OPEN).await
+    connect_guarded(host, port, deadline, opts, Guard::OPEN, names).await
 }
 
 /// [`connect`], refusing every address `guard` denies: the check is on the address actually
@@ -181,9 +188,11 @@ pub(crate) async fn connect_guarded(
     deadline: Instant,
     opts: Options,
     guard: Guard,
+    names: Names<'_>,
 ) -> Result<Connected, DialError> {
     let mut dialing = None;
-    dial_steps(host, port, Some(deadline), opts, guard, &mut dialing).await
+    let steps = Steps { opts, guard, names };
+    dial_steps(host, port, Some(deadline), steps, &mut dialing).await
 }
 
 /// [`connect_guarded`] with no timer of its own, for a caller whose one timer bounds the dial
@@ -194,18 +203,38 @@ pub(crate) async fn connect_untimed(
     port: u16,
     opts: Options,
     guard: Guard,
+    names: Names<'_>,
     dialing: &mut Option<SocketAddr>,
 ) -> Result<Connected, DialError> {
-    dial_steps(host, port, None, opts, guard, dialing).await
+    let steps = Steps { opts, guard, names };
+    dial_steps(host, port, None, steps, dialing).await
 }
 
 /// The timeout of a dial stopped while at `dialing` (an address, or still resolving `host`), as
 /// [`DialError::Timeout`] says it from inside the dialer.
 pub(crate) fn timeout_text(host: &str, port: u16, dialing: Option<SocketAddr>) -> DialError {
-    DialError::Timeout(match dialing {
-        Some(addr) => addr.to_string(),
-        None => join_host_port(host, port),
-    })
+    match dialing {
+        Some(addr) => DialError::Timeout(addr.to_string()),
+        None if literal_ip(host).is_none() => DialError::LookupTimeout(host.to_owned()),
+        None => DialError::Timeout(join_host_port(host, port)),
+    }
+}
+
+/// `host` as an IP literal (IPv6 with or without brackets), if it is one.
+fn literal_ip(host: &str) -> Option<IpAddr> {
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+        .parse()
+        .ok()
+}
+
+/// How a dial goes: its socket options, the host policy's check, where names resolve.
+#[derive(Clone, Copy)]
+struct Steps<'a> {
+    opts: Options,
+    guard: Guard,
+    names: Names<'a>,
 }
 
 /// `f` before `deadline`, or unbounded (`None`) when the caller's own timer bounds it.
@@ -220,19 +249,15 @@ async fn dial_steps(
     host: &str,
     port: u16,
     deadline: Option<Instant>,
-    opts: Options,
-    guard: Guard,
+    steps: Steps<'_>,
     dialing: &mut Option<SocketAddr>,
 ) -> Result<Connected, DialError> {
-    let literal = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    let Ok(ip) = literal.parse::<IpAddr>() else {
+    let Steps { opts, guard, .. } = steps;
+    let Some(ip) = literal_ip(host) else {
         // Boxed, as the wait below: the lookup's state is the largest of the dial's, and inline
         // it would be carried by every HTTP probe's future, which the worker allocates per probe
         // (past glibc's per-thread cache, every allocation takes the allocator's slow path).
-        return Box::pin(dial_name(host, port, deadline, opts, guard, dialing)).await;
+        return Box::pin(dial_name(host, port, deadline, steps, dialing)).await;
     };
     let addr = SocketAddr::new(ip, port);
     if let Some(refused) = refusal(guard, addr) {
@@ -260,21 +285,12 @@ async fn dial_name(
     host: &str,
     port: u16,
     deadline: Option<Instant>,
-    opts: Options,
-    guard: Guard,
+    steps: Steps<'_>,
     dialing: &mut Option<SocketAddr>,
 ) -> Result<Connected, DialError> {
-    let addrs: Vec<SocketAddr> = match before(deadline, tokio::net::lookup_host((host, port))).await
-    {
-        None => return Err(DialError::Timeout(join_host_port(host, port))),
-        Some(Err(_)) => {
-            return Err(DialError::Lookup {
-                host: host.to_owned(),
-                reason: "no such host".to_owned(),
-            });
-        }
-        Some(Ok(it)) => it.collect(),
-    };
+    let Steps { opts, guard, names } = steps;
+    // On the probes' own resolver (`resolve`), never on tokio's shared blocking pool.
+    let addrs = names.lookup(host, port, deadline).await?;
     let mut last = DialError::Lookup {
         host: host.to_owned(),
         reason: "no such host".to_owned(),

@@ -37,6 +37,7 @@ use super::attempt::{Outcome, ProbeTarget};
 use super::dialer::{DialError, ip_string};
 use super::host_policy::Guard;
 use super::port::{PortError, resolve_port};
+use super::resolve::Names;
 use super::target_budget::Meter;
 use crate::spec::{HttpGetSpec, HttpScheme};
 
@@ -95,7 +96,8 @@ impl HttpProber {
     }
 
     /// One HTTP probe (kubelet `DoHTTPProbe` over `NewRequestForHTTPGetAction`); `guard` checks
-    /// every hop's addresses when the probe names a `host`. Its steps: the first URL and the
+    /// every hop's addresses when the probe names a `host`; host names resolve through `names`.
+    /// Its steps: the first URL and the
     /// headers, then one GET per hop, each answer either the probe's result or a redirect to
     /// follow (`next_hop`), all before one deadline.
     pub(crate) async fn probe(
@@ -105,6 +107,7 @@ impl HttpProber {
         target: &ProbeTarget<'_>,
         guard: Guard,
         meter: Option<&Meter>,
+        names: Names<'_>,
     ) -> Result<Outcome, HttpError> {
         let port = resolve_port(&get.port, target.ports)?;
         let deadline = Instant::now() + timeout;
@@ -144,7 +147,11 @@ impl HttpProber {
                 hop.referer.as_ref(),
                 self.tls.as_ref(),
                 deadline,
-                exchange::Bounds { guard, meter },
+                exchange::Bounds {
+                    guard,
+                    meter,
+                    names,
+                },
             ))
             .await
             {

@@ -12,6 +12,7 @@ use super::attempt::{Outcome, ProbeTarget};
 use super::dialer::{self, DialError, Options};
 use super::host_policy::Guard;
 use super::port::{PortError, resolve_port};
+use super::resolve::Names;
 use crate::spec::PortRef;
 
 /// Why a TCP probe errored (kubelet: Unknown + err), rather than failed.
@@ -25,19 +26,21 @@ pub(crate) enum TcpError {
     Denied(DialError),
 }
 
-/// One TCP probe; `guard` checks the addresses of a probe's `host`.
+/// One TCP probe; `guard` checks the addresses of a probe's `host`, which resolves through
+/// `names`.
 pub(crate) async fn probe(
     host: Option<&str>,
     port: &PortRef,
     timeout: Duration,
     target: &ProbeTarget<'_>,
     guard: Guard,
+    names: Names<'_>,
 ) -> Result<Outcome, TcpError> {
     let port = resolve_port(port, target.ports)?;
     let deadline = Instant::now() + timeout;
     // A connection that carries no data: no TCP_NODELAY (see `Options::NO_DATA`).
     let result = match host {
-        Some(h) => dialer::connect_guarded(h, port, deadline, Options::NO_DATA, guard).await,
+        Some(h) => dialer::connect_guarded(h, port, deadline, Options::NO_DATA, guard, names).await,
         None => {
             dialer::connect_addr((target.host_ip, port).into(), deadline, Options::NO_DATA).await
         }

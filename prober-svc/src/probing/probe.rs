@@ -15,6 +15,7 @@ use crate::handler::exec::runner::{ExecError, ExecRunner};
 use crate::handler::host_policy::NodePolicy;
 use crate::handler::http::{HttpError, HttpProber};
 use crate::handler::pod_sockets::{self, PodShare, PodSockets};
+use crate::handler::resolve::{Names, Resolver, ResolverOptions};
 use crate::handler::target_budget::{Meter, TargetBudget};
 use crate::handler::tcp::TcpError;
 use crate::handler::{exec, grpc, tcp};
@@ -62,6 +63,7 @@ pub struct Prober {
     host_policy: NodePolicy,
     pod_sockets: Arc<PodSockets>,
     target_budget: Arc<TargetBudget>,
+    resolver: Arc<Resolver>,
 }
 
 impl Prober {
@@ -75,7 +77,15 @@ impl Prober {
             host_policy: NodePolicy::ALLOW,
             pod_sockets: PodSockets::new(pod_sockets::PER_POD, None),
             target_budget: TargetBudget::unbounded(),
+            resolver: Arc::new(Resolver::new(ResolverOptions::default())),
         }
+    }
+
+    /// Resolves the host names of probes through `resolver` (one with the default bounds, over
+    /// the node's `/etc/hosts`, unless set).
+    pub fn with_resolver(mut self, resolver: Arc<Resolver>) -> Self {
+        self.resolver = resolver;
+        self
     }
 
     /// Charges what the targets of every pod's network probes send to `budget` (unbounded
@@ -185,13 +195,16 @@ impl Prober {
         // (its connect wait), and within the HTTP probe its exchange.
         // What a pod's targets send is charged to the node's budget (`target_budget`).
         let meter = pod.map(|p| Meter::new(&self.target_budget, p.uid()));
+        // Host names resolve on the probes' own pool, in the pod's turn (a probe with no pod
+        // shares the turn of the others without one).
+        let names = Names::new(&self.resolver, pod.map_or("", PodShare::uid));
         Ok(match &spec.handler {
             Handler::Exec { command } => {
                 Box::pin(exec::probe(&*self.exec, command, spec.timeout, target)).await?
             }
             Handler::HttpGet(get) => {
                 self.http
-                    .probe(get, spec.timeout, target, guard, meter.as_ref())
+                    .probe(get, spec.timeout, target, guard, meter.as_ref(), names)
                     .await?
             }
             Handler::TcpSocket { host, port } => {
@@ -201,6 +214,7 @@ impl Prober {
                     spec.timeout,
                     target,
                     guard,
+                    names,
                 ))
                 .await?
             }

@@ -39,6 +39,9 @@ pub enum DialError {
         /// What kind of address it is (`loopback`, `link-local`...).
         kind: &'static str,
     },
+    /// The deadline passed while the host name was being resolved.
+    #[error("dial tcp: lookup {0}: i/o timeout")]
+    LookupTimeout(String),
     /// The host name did not resolve.
     #[error("dial tcp: lookup {host}: {reason}")]
     Lookup {
@@ -52,7 +55,7 @@ pub enum DialError {
 impl DialError {
     /// Whether the deadline caused it.
     pub fn is_timeout(&self) -> bool {
-        matches!(self, DialError::Timeout(_))
+        matches!(self, DialError::Timeout(_) | DialError::LookupTimeout(_))
     }
 
     /// Whether the host policy refused the target.

@@ -26,6 +26,7 @@ use crate::handler::dialer::{self, DialError, Options, ProbeStream};
 use crate::handler::go_text::go_errno;
 use crate::handler::host_policy::Guard;
 use crate::handler::output::MAX_OUTPUT_BYTES;
+use crate::handler::resolve::Names;
 use crate::handler::scoped;
 use crate::handler::target_budget::{Account, BudgetExhausted, Meter, Metered, Waiting};
 use crate::spec::HttpScheme;
@@ -102,6 +103,8 @@ pub(crate) struct Bounds<'a> {
     pub(crate) guard: Guard,
     /// The probe's pod's way into the budget.
     pub(crate) meter: Option<&'a Meter>,
+    /// Where the hop's host name resolves (the probe's pod's lookups).
+    pub(crate) names: Names<'a>,
 }
 
 /// One GET.
@@ -114,7 +117,11 @@ pub(crate) async fn get(
     deadline: Instant,
     bounds: Bounds<'_>,
 ) -> Result<RawResponse, GetError> {
-    let Bounds { guard, meter } = bounds;
+    let Bounds {
+        guard,
+        meter,
+        names,
+    } = bounds;
     // One timer for the dial and the whole exchange (a timer entry per step, or per body frame,
     // cost more than the step); how far it got (`dialing`, `dialed`, `head`) picks Go's text
     // when the deadline fires.
@@ -124,10 +131,16 @@ pub(crate) async fn get(
     // Set once the connection's reads are charged to the node's budget (`meter`).
     let mut waiting: Option<Waiting> = None;
     let work = async {
-        let conn =
-            dialer::connect_untimed(&url.host, url.port(), Options::PROBE, guard, &mut dialing)
-                .await
-                .map_err(GetError::Dial)?;
+        let conn = dialer::connect_untimed(
+            &url.host,
+            url.port(),
+            Options::PROBE,
+            guard,
+            names,
+            &mut dialing,
+        )
+        .await
+        .map_err(GetError::Dial)?;
         dialed = true;
         // What the target sends is charged to the node's budget until the exchange ends.
         let account = meter.map(Meter::account);
@@ -313,7 +326,9 @@ async fn read(resp: Response<Incoming>, head: &mut Option<Head>) -> Result<RawRe
 /// A dial error as Go's client reports it: a dial timeout is the client's timeout.
 fn dial_text(e: &DialError) -> String {
     match e {
-        DialError::Timeout(_) => format!("{e} (Client.Timeout exceeded while awaiting headers)"),
+        DialError::Timeout(_) | DialError::LookupTimeout(_) => {
+            format!("{e} (Client.Timeout exceeded while awaiting headers)")
+        }
         e => e.to_string(),
     }
 }

@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use super::{HttpError, HttpProber};
 use crate::handler::attempt::{Outcome, ProbeTarget};
 use crate::handler::host_policy::Guard;
+use crate::handler::resolve::{Names, Resolver, ResolverOptions};
 use crate::spec::{HttpGetSpec, HttpScheme, PortRef};
 
 /// A server answering every request with `reply`; counts connections.
@@ -35,6 +36,11 @@ async fn serve(reply: String) -> (u16, Arc<AtomicUsize>) {
         }
     });
     (port, seen)
+}
+
+/// The probes' resolver with its defaults (these tests dial IP literals only).
+fn resolver() -> Resolver {
+    Resolver::new(ResolverOptions::default())
 }
 
 fn reply(status: u16, location: Option<&str>, body: &str) -> String {
@@ -75,6 +81,7 @@ async fn every_redirect_hop_is_checked_against_the_host_policy() {
             &TARGET,
             Guard::denying_port(denied),
             None,
+            Names::new(&resolver(), "pod"),
         )
         .await;
     match got {
@@ -97,15 +104,31 @@ async fn the_body_of_a_probe_that_names_a_host_is_never_shown() {
     let (ok, _) = serve(reply(200, None, "node secret")).await;
     let prober = HttpProber::new("kube-probe/1.33");
     let timeout = Duration::from_secs(2);
+    let resolver = resolver();
+    let names = Names::new(&resolver, "pod");
     let got = prober
-        .probe(&get("127.0.0.1", ok), timeout, &TARGET, Guard::OPEN, None)
+        .probe(
+            &get("127.0.0.1", ok),
+            timeout,
+            &TARGET,
+            Guard::OPEN,
+            None,
+            names,
+        )
         .await
         .expect("probe");
     assert_eq!(got, Outcome::Success(String::new()));
     // A redirect to another host ends the probe with kubelet's warning, minus the body.
     let (away, _) = serve(reply(302, Some("http://10.0.0.9/"), "node secret")).await;
     let got = prober
-        .probe(&get("127.0.0.1", away), timeout, &TARGET, Guard::OPEN, None)
+        .probe(
+            &get("127.0.0.1", away),
+            timeout,
+            &TARGET,
+            Guard::OPEN,
+            None,
+            names,
+        )
         .await
         .expect("probe");
     match got {
@@ -116,7 +139,7 @@ async fn the_body_of_a_probe_that_names_a_host_is_never_shown() {
     let mut own = get("127.0.0.1", ok);
     own.host = None;
     let got = prober
-        .probe(&own, timeout, &TARGET, Guard::OPEN, None)
+        .probe(&own, timeout, &TARGET, Guard::OPEN, None, names)
         .await
         .expect("probe");
     assert_eq!(got, Outcome::Success("node secret".into()));
@@ -127,6 +150,7 @@ async fn the_body_of_a_probe_that_names_a_host_is_never_shown() {
 #[test]
 fn an_http_exchanges_box_fits_the_allocators_cache() {
     let prober = HttpProber::new("kube-probe/1.33");
+    let resolver = resolver();
     let url = super::url::ProbeUrl::for_probe(HttpScheme::Http, "127.0.0.1", 8080, "/healthz");
     let host = http::HeaderValue::from_static("127.0.0.1:8080");
     let get = super::exchange::get(
@@ -139,6 +163,7 @@ fn an_http_exchanges_box_fits_the_allocators_cache() {
         super::exchange::Bounds {
             guard: Guard::OPEN,
             meter: None,
+            names: Names::new(&resolver, "pod"),
         },
     );
     let size = std::mem::size_of_val(&get);

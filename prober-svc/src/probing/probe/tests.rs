@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use super::{Prober, ProberOptions};
 use crate::handler::host_policy::Guard;
+use crate::handler::resolve::{Names, Resolver, ResolverOptions};
 use crate::probing::runner::ProbeRunner;
 use crate::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeSpec, ProbeType};
 use crate::test_fakes::{NoExec, running_app};
@@ -60,8 +61,16 @@ fn the_tcp_probes_own_box_fits_the_allocators_cache() {
     let c = running_app("c");
     let target = super::target(IpAddr::V4(Ipv4Addr::LOCALHOST), &c);
     let port = PortRef::Number(8080);
-    let probe =
-        crate::handler::tcp::probe(None, &port, Duration::from_secs(1), &target, Guard::OPEN);
+    let resolver = Resolver::new(ResolverOptions::default());
+    let names = Names::new(&resolver, "pod");
+    let probe = crate::handler::tcp::probe(
+        None,
+        &port,
+        Duration::from_secs(1),
+        &target,
+        Guard::OPEN,
+        names,
+    );
     let size = std::mem::size_of_val(&probe);
     assert!(size <= CACHED, "a TCP probe's future is {size} bytes");
 }
