@@ -101,6 +101,14 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The node lease's hand-over at shutdown; `None` when turned off (0).
+    pub fn lease_handover(&self) -> Option<Duration> {
+        (self.node_lease_handover_seconds > 0)
+            .then(|| Duration::from_secs(self.node_lease_handover_seconds))
+    }
+}
+
 /// The leases' namespace: `configured`, else POD_NAMESPACE (the downward API), else `podward`.
 pub fn lease_namespace(configured: Option<&str>) -> String {
     configured
