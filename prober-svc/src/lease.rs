@@ -82,6 +82,8 @@ pub struct LeaseSettings {
     pub renew_interval: Duration,
     /// The lease's `leaseDurationSeconds`: how long a renewal vouches for the conditions.
     pub duration: Duration,
+    /// The duration of the last renewal at shutdown ([`handover`]); `None`: no hand-over.
+    pub handover: Option<Duration>,
 }
 
 /// Why a renewal failed.
@@ -134,6 +136,7 @@ impl Renewer {
         clock: Clock,
         metrics: LeaseMetrics,
     ) -> Self {
+        let settings_handover = settings.handover;
         Self {
             api: Api::namespaced(client.clone(), &settings.namespace),
             nodes: Api::all(client),
@@ -146,6 +149,7 @@ impl Renewer {
             problems: Vec::new(),
             handover: None,
         }
+        .with_handover(settings_handover)
     }
 
     /// Tells `vouch` of every successful renewal.
@@ -215,7 +219,8 @@ impl Renewer {
             self.problems = health.problems();
             let renewal = self.renew();
             let result = tokio::select! {
-                () = &mut shutdown => return false,
+                // A renewal cut short by shutdown: the hand-over takes its place.
+                () = &mut shutdown => return !failing && ever_renewed,
                 r = renewal => r,
             };
             match result {
@@ -440,10 +445,9 @@ impl Renewer {
 
 /// Connects (retrying with backoff until the configuration loads, a client of its own with a
 /// token bucket of its own) and renews the node lease until `stop` is triggered, telling
-/// `vouch` of each renewal; then hands it over for `handover` ([`handover`]).
+/// `vouch` of each renewal; then hands it over ([`handover`]) when the settings say so.
 pub fn spawn(
     settings: LeaseSettings,
-    handover: Option<Duration>,
     kubeconfig: Option<PathBuf>,
     health: Arc<dyn Health>,
     vouch: Vouch,
@@ -486,7 +490,6 @@ pub fn spawn(
             "renewing the node lease while this prober can vouch for probing on its node");
         Renewer::new(client, settings, clock, metrics)
             .with_vouch(vouch)
-            .with_handover(handover)
             .run(&*health, stop.stopped())
             .await;
     })

@@ -249,7 +249,6 @@ impl Tasks {
                 ));
                 Some(lease::spawn(
                     settings,
-                    config.lease_handover(),
                     config.kubeconfig.clone(),
                     Arc::new(health),
                     vouch,

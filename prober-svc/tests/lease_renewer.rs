@@ -29,6 +29,7 @@ fn settings() -> LeaseSettings {
         node: "node-a".into(),
         renew_interval: INTERVAL,
         duration: Duration::from_secs(40),
+        handover: None,
     }
 }
 
@@ -282,7 +283,8 @@ async fn a_stopping_prober_hands_its_lease_over_for_the_replacement() {
     assert_eq!(put.method, "PUT");
     assert_eq!(put.body["metadata"]["resourceVersion"], "1");
     assert_eq!(put.body["spec"]["leaseDurationSeconds"], 120);
-    put.reply(200, stored(put.body.clone(), "2"));
+    let s = stored(put.body.clone(), "2");
+    put.reply(200, s);
     tokio::time::timeout(Duration::from_secs(5), task)
         .await
         .expect("the renewer ends after the hand-over")

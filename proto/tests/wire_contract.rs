@@ -29,6 +29,17 @@ fn strip_comment(l: &str) -> &str {
     l.split("//").next().unwrap_or("").trim()
 }
 
+/// `package.Outer.Inner` of the scopes open now (a oneof is not one: its fields are its
+/// message's).
+fn scope_of(package: &str, scopes: &[(String, bool)]) -> String {
+    let names: Vec<&str> = scopes
+        .iter()
+        .filter(|(_, counts)| *counts)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    format!("{package}.{}", names.join("."))
+}
+
 fn parse(text: &str, c: &mut Contract) {
     let mut package = String::new();
     let mut scopes: Vec<(String, bool)> = Vec::new(); // (name, is_scope_that_counts)
@@ -37,19 +48,17 @@ fn parse(text: &str, c: &mut Contract) {
         if l.is_empty() {
             continue;
         }
+        if ["syntax", "import", "option"]
+            .iter()
+            .any(|k| l.starts_with(k))
+        {
+            continue;
+        }
         if let Some(p) = l.strip_prefix("package ") {
             package = p.trim_end_matches(';').trim().to_owned();
             continue;
         }
         let words: Vec<&str> = l.split_whitespace().collect();
-        let scope = || {
-            let names: Vec<&str> = scopes
-                .iter()
-                .filter(|(_, counts)| *counts)
-                .map(|(n, _)| n.as_str())
-                .collect();
-            format!("{package}.{}", names.join("."))
-        };
         match words.first().copied() {
             Some("message" | "enum" | "service") if l.ends_with('{') => {
                 scopes.push((words[1].to_owned(), true));
@@ -58,7 +67,11 @@ fn parse(text: &str, c: &mut Contract) {
             Some("oneof") if l.ends_with('{') => {
                 // A oneof's fields belong to the message; the oneof itself is named.
                 scopes.push((words[1].to_owned(), false));
-                c.lines.insert(format!("{}.oneof {}", scope(), words[1]));
+                c.lines.insert(format!(
+                    "{}.oneof {}",
+                    scope_of(&package, &scopes),
+                    words[1]
+                ));
                 continue;
             }
             Some("}") => {
@@ -66,17 +79,22 @@ fn parse(text: &str, c: &mut Contract) {
                 continue;
             }
             Some("rpc") => {
-                c.lines
-                    .insert(format!("{}.{}", scope(), l.trim_end_matches(';')));
+                c.lines.insert(format!(
+                    "{}.{}",
+                    scope_of(&package, &scopes),
+                    l.trim_end_matches(';')
+                ));
                 continue;
             }
             Some("reserved") => {
-                let s = scope();
+                let s = scope_of(&package, &scopes);
                 for part in l["reserved".len()..].trim_end_matches(';').split(',') {
                     let part = part.trim().trim_matches('"');
                     if let Some((a, b)) = part.split_once(" to ") {
-                        let (a, b): (u32, u32) =
-                            (a.trim().parse().unwrap(), b.trim().parse().unwrap());
+                        let (a, b): (u32, u32) = (
+                            a.trim().parse().expect("a reserved range's start"),
+                            b.trim().parse().expect("a reserved range's end"),
+                        );
                         for n in a..=b {
                             c.reserved.insert(format!("{s}#{n}"));
                         }
@@ -102,7 +120,10 @@ fn parse(text: &str, c: &mut Contract) {
         } else {
             ty.join(" ")
         };
-        c.lines.insert(format!("{}.{name} = {num} : {ty}", scope()));
+        c.lines.insert(format!(
+            "{}.{name} = {num} : {ty}",
+            scope_of(&package, &scopes)
+        ));
     }
 }
 

@@ -97,6 +97,7 @@ impl Config {
             node: node.to_owned(),
             renew_interval: Duration::from_secs(interval),
             duration: Duration::from_secs(duration),
+            handover: self.lease_handover(),
         }))
     }
 }
