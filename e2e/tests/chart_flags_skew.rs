@@ -37,27 +37,27 @@ fn recorded() -> BTreeMap<(String, String), BTreeSet<String>> {
     out
 }
 
-/// The program a container runs (`podward-prober-sentinel` for the subcommand) and its flags.
-fn program_flags(c: &Value) -> Option<(String, BTreeSet<String>)> {
+/// The programs a container runs and the flags each is given: the binary's own flags, and after
+/// a subcommand (`podward-prober ... sentinel ...`) that subcommand's, as `podward-prober-sentinel`
+/// (the chart gives every flag's value after `=`, so a bare word is a subcommand).
+fn program_flags(c: &Value) -> Vec<(String, BTreeSet<String>)> {
     let command = strs(&c["command"]);
-    let args = strs(&c["args"]);
     let program = match command.as_slice() {
         [_, script] if script.ends_with("install-shim.sh") => "install-shim.sh".to_owned(),
-        [bin] => {
-            let name = bin.rsplit('/').next().unwrap_or(bin).to_owned();
-            match args.first() {
-                Some(sub) if !sub.starts_with('-') => format!("{name}-{sub}"),
-                _ => name,
-            }
-        }
-        _ => return None,
+        [bin] => bin.rsplit('/').next().unwrap_or(bin).to_owned(),
+        _ => return Vec::new(),
     };
-    let flags = args
-        .iter()
-        .filter(|a| a.starts_with("--"))
-        .map(|a| a.split('=').next().unwrap_or(a).to_owned())
-        .collect();
-    Some((program, flags))
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut current = program.clone();
+    for a in strs(&c["args"]) {
+        if a.starts_with("--") {
+            let flag = a.split('=').next().unwrap_or(&a).to_owned();
+            out.entry(current.clone()).or_default().insert(flag);
+        } else {
+            current = format!("{program}-{a}");
+        }
+    }
+    out.into_iter().collect()
 }
 
 /// Today's chart: program → flags, over the default values and every option on.
@@ -79,7 +79,7 @@ fn chart_now() -> BTreeMap<String, BTreeSet<String>> {
                 .unwrap_or_default();
             all.extend(spec["containers"].as_array().cloned().unwrap_or_default());
             for c in &all {
-                if let Some((p, f)) = program_flags(c) {
+                for (p, f) in program_flags(c) {
                     out.entry(p).or_default().extend(f);
                 }
             }
@@ -153,12 +153,16 @@ fn the_previous_chart_s_flags_are_accepted_by_today_s_programs() {
 fn the_check_sees_a_flag_the_previous_release_lacks() {
     let c = serde_json::json!({
         "command": ["podward-prober"],
-        "args": ["--node-name=a", "--flag-from-the-future=1"],
+        "args": ["--node-name=a", "--flag-from-the-future=1", "sentinel", "--namespace=p"],
     });
-    let (program, flags) = program_flags(&c).expect("a program");
+    let programs = program_flags(&c);
+    assert_eq!(programs.len(), 2, "{programs:?}");
+    let (program, flags) = &programs[0];
     assert_eq!(program, "podward-prober");
-    let known = &recorded()[&("binary".to_owned(), program)];
+    let known = &recorded()[&("binary".to_owned(), program.clone())];
     assert!(known.contains("--node-name"));
     assert!(!known.contains("--flag-from-the-future"));
     assert_eq!(flags.difference(known).count(), 1);
+    assert_eq!(programs[1].0, "podward-prober-sentinel");
+    assert!(programs[1].1.contains("--namespace"));
 }
