@@ -3,8 +3,8 @@
 //! `podward-prober sentinel`, against the API stand-in, with a gated pod whose readiness
 //! probe succeeds (`podward.io/ready=True`):
 //!
-//! - the shim restarted (SIGTERM, a new one on the same sockets) under the running prober: the
-//!   prober keeps its workers (no result change on its Watch, the readiness worker's transition
+//! - the shim restarted (SIGTERM, a new one on the same sockets, which reaches containerd only
+//!   3 s later) under the running prober: the prober keeps its workers (no result change on its Watch, the readiness worker's transition
 //!   time and probe count carry on), the gate is never written and no event is emitted;
 //! - the prober replaced as a DaemonSet rollout replaces it (SIGTERM, a replacement's delay of
 //!   twice the lease duration, a new prober): the old one hands its lease over, the sentinel
@@ -219,10 +219,13 @@ async fn a_shim_restart_under_a_running_prober_changes_no_readiness_and_writes_n
     let since = SystemTime::now();
 
     // The shim restarted as `install-shim.sh --restart` does: SIGTERM, a new one on the same
-    // sockets.
+    // sockets. The new one reaches containerd only 3 s after its start (containerd slow to
+    // answer, restarted with it on a node upgrade): its index stays empty that long, while the
+    // prober is already back on its control socket.
     let status = env.shim.terminate().await.expect("the shim stops");
     assert!(status.success(), "the shim's SIGTERM exit: {status:?}");
     let dir_path = env.node.dir().to_owned();
+    let late = dir_path.join("containerd-late.sock");
     let shim_admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
     let s = |p: PathBuf| p.to_str().expect("utf8").to_owned();
     env.shim = Daemon::spawn(
@@ -233,13 +236,20 @@ async fn a_shim_restart_under_a_running_prober_changes_no_readiness_and_writes_n
             "--control-socket",
             &s(dir_path.join("shim.ctl.sock")),
             "--containerd-socket",
-            &s(env.node.containerd_socket()),
+            &s(late.clone()),
             "--admin-addr",
             &shim_admin.to_string(),
         ],
     )
     .await
     .expect("spawn the new shim");
+    env.shim
+        .wait_healthy(shim_admin, Duration::from_secs(30))
+        .await
+        .expect("the new shim serving");
+    // The scenario's delay, not a synchronisation: containerd appears 3 s later.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    std::os::unix::fs::symlink(env.node.containerd_socket(), &late).expect("containerd back");
     env.shim
         .wait_ready(shim_admin, Duration::from_secs(60))
         .await
