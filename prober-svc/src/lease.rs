@@ -124,8 +124,6 @@ pub struct Renewer {
     vouch: Option<Vouch>,
     /// Per-pod or transient problems to write on the lease.
     problems: Vec<String>,
-    /// The duration of the last renewal at shutdown ([`handover`]); `None`: none.
-    handover: Option<Duration>,
 }
 
 impl Renewer {
@@ -136,7 +134,6 @@ impl Renewer {
         clock: Clock,
         metrics: LeaseMetrics,
     ) -> Self {
-        let settings_handover = settings.handover;
         Self {
             api: Api::namespaced(client.clone(), &settings.namespace),
             nodes: Api::all(client),
@@ -147,9 +144,7 @@ impl Renewer {
             node: None,
             vouch: None,
             problems: Vec::new(),
-            handover: None,
         }
-        .with_handover(settings_handover)
     }
 
     /// Tells `vouch` of every successful renewal.

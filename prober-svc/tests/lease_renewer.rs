@@ -277,6 +277,16 @@ async fn a_stopping_prober_hands_its_lease_over_for_the_replacement() {
         first["spec"]["leaseDurationSeconds"], 40,
         "the normal duration"
     );
+    // Stopped once that renewal is done (a prober stopped before it ever renewed has nothing
+    // to hand over).
+    let end = tokio::time::Instant::now() + Duration::from_secs(5);
+    while metrics.renewals.with_label_values(&["ok"]).get() == 0 {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "the first renewal never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let _ = stop.send(());
     // The last renewal: the hand-over's duration, on the version it holds.
     let put = api.next().await;

@@ -28,19 +28,20 @@ pub const DEFAULT_HANDOVER: Duration = Duration::from_secs(120);
 pub const MAX_HANDOVER: Duration = Duration::from_secs(600);
 
 impl Renewer {
-    /// At shutdown, renews once for `handover` (never less than the lease's duration) when
-    /// `vouching` and the prober can still vouch; at most one renew interval (and 5 s) is
-    /// spent on it.
+    /// At shutdown, renews once for `handover` (never less than the lease's duration, at most
+    /// [`MAX_HANDOVER`]) when it vouches and can still vouch; at most one renew interval (and
+    /// 5 s) is spent on it. Replaces the settings' hand-over.
     pub fn with_handover(mut self, handover: Option<Duration>) -> Self {
-        self.handover = handover.map(|h| h.max(self.settings.duration).min(MAX_HANDOVER));
+        self.settings.handover = handover;
         self
     }
 
     /// The last renewal, with the hand-over's duration (see the module's doc).
     pub(super) async fn hand_over(&mut self, health: &dyn Health, vouching: bool) {
-        let Some(handover) = self.handover else {
+        let Some(handover) = self.settings.handover else {
             return;
         };
+        let handover = handover.max(self.settings.duration).min(MAX_HANDOVER);
         if !vouching || health.check().is_err() {
             tracing::info!(node = %self.settings.node,
                 "stopping without a node lease hand-over: this prober does not vouch for probing now");
