@@ -176,18 +176,53 @@ fn install_shim_is_idempotent_updates_atomically_and_uninstalls() {
         std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&bin).expect("stat"))
     );
 
-    // A new binary replaces the old one by rename (new inode): a running shim keeps its old file.
+    // A new binary is only staged: the active build, its units and the link stay (a crash or a
+    // reboot restarts the build that ran); a changed socket unit is staged with it.
     std::fs::write(&payload, "#!/bin/sh\necho v2\n").expect("write v2");
-    let third = install(&root, &payload, &[]);
+    let units = tmp.path().join("units");
+    std::fs::create_dir_all(&units).expect("units dir");
+    for f in ["podward-shim.socket", "podward-shim.service"] {
+        std::fs::copy(repo().join("deploy/systemd").join(f), units.join(f)).expect("copy unit");
+    }
+    let socket_v2 = format!(
+        "{}\n# v2\n",
+        std::fs::read_to_string(units.join("podward-shim.socket")).expect("socket")
+    );
+    std::fs::write(units.join("podward-shim.socket"), &socket_v2).expect("socket v2");
+    let units_flag = format!("--units={}", units.display());
+    let staged = install(&root, &payload, &[&units_flag]);
+    assert!(staged.contains("staged build"), "{staged}");
+    assert!(std::fs::read_to_string(&bin).expect("bin").contains("v1"));
+    assert_eq!(
+        inode,
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&bin).expect("stat"))
+    );
+    assert_ne!(
+        std::fs::read_to_string(&socket).expect("socket"),
+        socket_v2,
+        "a staged socket unit is not installed"
+    );
+    // The explicit step: the link flips to the new build, its units are installed.
+    let third = install(&root, &payload, &[&units_flag, "--restart"]);
+    assert!(third.contains("activated build"), "{third}");
+    assert_eq!(std::fs::read_to_string(&socket).expect("socket"), socket_v2);
     assert!(
-        third.contains(&format!("installed {}", bin.display())),
-        "{third}"
+        std::fs::symlink_metadata(&bin)
+            .expect("link")
+            .file_type()
+            .is_symlink(),
+        "the active build is a link into podward-shim.d"
     );
     assert_ne!(
         inode,
         std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&bin).expect("stat"))
     );
     assert!(std::fs::read_to_string(&bin).expect("bin").contains("v2"));
+    // Back to v1 (a rollback): its build is still there.
+    std::fs::write(&payload, "#!/bin/sh\necho v1\n").expect("write v1");
+    let back = install(&root, &payload, &["--restart"]);
+    assert!(back.contains("activated build"), "{back}");
+    assert!(std::fs::read_to_string(&bin).expect("bin").contains("v1"));
     let leftovers: Vec<_> = std::fs::read_dir(bin.parent().expect("dir"))
         .expect("ls")
         .flatten()
@@ -237,6 +272,13 @@ fn install_shim_as_the_chart_runs_it_writes_only_the_mounted_dirs() {
         }
     }
     written.sort();
+    // The build's own directory (binary and units), the link to it, the units.
+    let build: Vec<&String> = written
+        .iter()
+        .filter(|w| w.starts_with("usr/local/bin/podward-shim.d/"))
+        .collect();
+    assert_eq!(build.len(), 3, "{written:?}");
+    written.retain(|w| !w.starts_with("usr/local/bin/podward-shim.d/"));
     assert_eq!(
         written,
         vec![

@@ -220,6 +220,7 @@ pub fn ghost_prober(cluster: &Cluster, node: &str) -> JoinHandle<()> {
             node: node.into(),
             renew_interval: RENEW,
             duration: LEASE,
+            handover: None,
         },
         Clock::system(),
         LeaseMetrics::new(None).expect("metrics"),

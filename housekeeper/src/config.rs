@@ -317,7 +317,9 @@ mod tests {
     }
 
     #[test]
-    fn unknown_keys_are_rejected() {
-        assert!(from_file("intervall = \"3s\"\n").is_err());
+    fn unknown_keys_are_ignored_and_a_wrong_value_is_refused() {
+        let c = from_file("intervall = \"3s\"\n").expect("a key of another release");
+        assert_eq!(c.interval, Config::default().interval);
+        assert!(from_file("interval = \"soon\"\n").is_err());
     }
 }

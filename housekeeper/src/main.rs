@@ -22,6 +22,7 @@ fn main() -> anyhow::Result<()> {
                 "warn"
             };
             telemetry::init(config.common.log_format, filter).map_err(anyhow::Error::msg)?;
+            warn_unknown_keys(&cli.args);
             let out = rt.block_on(report::plan_command(&config, json, local))?;
             print!("{out}");
             Ok(())
@@ -29,9 +30,17 @@ fn main() -> anyhow::Result<()> {
         None => {
             telemetry::init(config.common.log_format, &config.common.log_level)
                 .map_err(anyhow::Error::msg)?;
+            warn_unknown_keys(&cli.args);
             // `shutdown()` installs the signal handlers inside the runtime, before `run` serves.
             rt.block_on(async { podward_housekeeper::run(config, signal::shutdown()).await })?;
             Ok(())
         }
+    }
+}
+
+/// Says which keys of the config file this build ignored (a key of another release).
+fn warn_unknown_keys(args: &podward_housekeeper::config::Args) {
+    for w in podward_api::daemon::config::unknown_keys::<Config>(args.config.as_deref()) {
+        tracing::warn!("{w}");
     }
 }

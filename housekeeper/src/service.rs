@@ -8,6 +8,7 @@ use podward_api::housekeeper::v1::housekeeper_server::Housekeeper;
 use podward_api::housekeeper::v1::{
     PlanRequest, PlanResponse, ReconcileRequest, ReconcileResponse, StatusRequest, StatusResponse,
 };
+use podward_api::wire::announced;
 use tonic::{Request, Response, Status};
 
 use crate::act::Actuator;
@@ -37,7 +38,7 @@ impl<S: Sources, A: Actuator> Housekeeper for Service<S, A> {
         // A preview never acts, but the question is what the daemon's next pass will do.
         plan.dry_run = self.dry_run;
         plan.preview = true;
-        Ok(Response::new(PlanResponse { plan: Some(plan) }))
+        Ok(announced(PlanResponse { plan: Some(plan) }, &[]))
     }
 
     async fn reconcile(
@@ -50,16 +51,19 @@ impl<S: Sources, A: Actuator> Housekeeper for Service<S, A> {
             Mode::Act
         };
         let (plan, took) = self.reconciler.pass(mode).await;
-        Ok(Response::new(ReconcileResponse {
-            plan: Some(plan),
-            duration_ns: i64::try_from(took.as_nanos()).unwrap_or(i64::MAX),
-        }))
+        Ok(announced(
+            ReconcileResponse {
+                plan: Some(plan),
+                duration_ns: i64::try_from(took.as_nanos()).unwrap_or(i64::MAX),
+            },
+            &[],
+        ))
     }
 
     async fn status(
         &self,
         _req: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
-        Ok(Response::new(self.reconciler.status().await))
+        Ok(announced(self.reconciler.status().await, &[]))
     }
 }

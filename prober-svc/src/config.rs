@@ -164,6 +164,14 @@ pub struct Args {
     #[arg(long, env = "PODWARD_PROBER_NODE_LEASE_DURATION_SECONDS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_lease_duration_seconds: Option<u64>,
+
+    /// The node lease's last renewal when this prober stops (SIGTERM): its duration, so that a
+    /// replacement (a DaemonSet rollout: pod deletion, creation, image pull, first sync) takes
+    /// over before the sentinel marks the node. At least the lease's duration, at most 600.
+    /// 0: no hand-over (the lease expires at its normal duration). [default: 120]
+    #[arg(long, env = "PODWARD_PROBER_NODE_LEASE_HANDOVER_SECONDS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_lease_handover_seconds: Option<u64>,
     /// How exec probes run: "direct" starts the command in the container's namespaces, cgroup,
     /// credentials, capabilities and seccomp filter exactly as runc exec would (about a fifth of
     /// CRI ExecSync's CPU; needs host PID and root with CAP_SYS_ADMIN, see docs/operations.md);
@@ -251,6 +259,8 @@ pub struct Config {
     pub node_lease_renew_interval_seconds: u64,
     /// The node lease's duration in seconds; 0: no lease.
     pub node_lease_duration_seconds: u64,
+    /// The node lease's duration at its last renewal on shutdown, in seconds; 0: none.
+    pub node_lease_handover_seconds: u64,
     /// How exec probes run.
     pub exec_mode: ExecMode,
     /// The direct-exec helper binary; `None` = this binary.
@@ -287,6 +297,7 @@ impl Default for Config {
             lease_namespace: None,
             node_lease_renew_interval_seconds: 10,
             node_lease_duration_seconds: 50,
+            node_lease_handover_seconds: 120,
             exec_mode: ExecMode::Cri,
             exec_helper: None,
             exec_standby: true,

@@ -25,9 +25,11 @@
 //! - Each success is told to the [`Vouch`] the gate writer reads: a prober whose lease is not
 //!   current does not overwrite the sentinel's `False`.
 
+pub mod handover;
 mod health;
 mod metrics;
 pub mod node;
+pub mod ready;
 pub mod report;
 mod vouch;
 
@@ -80,6 +82,8 @@ pub struct LeaseSettings {
     pub renew_interval: Duration,
     /// The lease's `leaseDurationSeconds`: how long a renewal vouches for the conditions.
     pub duration: Duration,
+    /// The duration of the last renewal at shutdown ([`handover`]); `None`: no hand-over.
+    pub handover: Option<Duration>,
 }
 
 /// Why a renewal failed.
@@ -150,17 +154,30 @@ impl Renewer {
     }
 
     /// Renews at once, then every interval while `health` says the prober can vouch, until
-    /// `shutdown`. Never returns an error: failures are counted, logged at their first
-    /// occurrence, and retried at the next interval.
+    /// `shutdown`; then hands the lease over ([`handover`]) when one is set. Never returns an
+    /// error: failures are counted, logged at their first occurrence, and retried at the next
+    /// interval.
     pub async fn run(mut self, health: &dyn Health, shutdown: impl Future<Output = ()>) {
+        let vouching = self.renew_until(health, shutdown).await;
+        self.hand_over(health, vouching).await;
+    }
+
+    /// The renewal loop of [`Renewer::run`]; whether the last renewal succeeded when
+    /// `shutdown` came.
+    async fn renew_until(
+        &mut self,
+        health: &dyn Health,
+        shutdown: impl Future<Output = ()>,
+    ) -> bool {
         tokio::pin!(shutdown);
         let mut was_blind: Option<Blind> = None;
         let mut ever_current = false;
         let mut failing = false;
+        let mut ever_renewed = false;
         let mut next = tokio::time::Instant::now();
         loop {
             tokio::select! {
-                () = &mut shutdown => return,
+                () = &mut shutdown => return !failing && ever_renewed,
                 () = tokio::time::sleep_until(next) => {}
             }
             match health.check() {
@@ -180,6 +197,7 @@ impl Renewer {
                     }
                     next = tokio::time::Instant::now()
                         + BLIND_RECHECK.min(self.settings.renew_interval);
+                    ever_renewed = false;
                     continue;
                 }
                 Ok(()) => {
@@ -196,11 +214,13 @@ impl Renewer {
             self.problems = health.problems();
             let renewal = self.renew();
             let result = tokio::select! {
-                () = &mut shutdown => return,
+                // A renewal cut short by shutdown: the hand-over takes its place.
+                () = &mut shutdown => return !failing && ever_renewed,
                 r = renewal => r,
             };
             match result {
                 Ok(()) => {
+                    ever_renewed = true;
                     self.metrics.renewals.with_label_values(&["ok"]).inc();
                     self.metrics
                         .last_renewal
@@ -420,7 +440,7 @@ impl Renewer {
 
 /// Connects (retrying with backoff until the configuration loads, a client of its own with a
 /// token bucket of its own) and renews the node lease until `stop` is triggered, telling
-/// `vouch` of each renewal.
+/// `vouch` of each renewal; then hands it over ([`handover`]) when the settings say so.
 pub fn spawn(
     settings: LeaseSettings,
     kubeconfig: Option<PathBuf>,

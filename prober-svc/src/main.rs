@@ -39,6 +39,7 @@ async fn daemon() -> anyhow::Result<()> {
         }
         Some(Command::Sentinel(args)) => {
             telemetry::init(cfg.common.log_format, &cfg.common.log_level)?;
+            warn_unknown_keys(cli.args.config.as_deref());
             podward_prober::sentinel::command::run(args, signal::shutdown())
                 .await
                 .context("podward-prober sentinel")
@@ -64,9 +65,17 @@ async fn daemon() -> anyhow::Result<()> {
                 cfg.node_name = std::env::var("NODE_NAME").ok().filter(|n| !n.is_empty());
             }
             telemetry::init(cfg.common.log_format, &cfg.common.log_level)?;
+            warn_unknown_keys(cli.args.config.as_deref());
             podward_prober::run(cfg, signal::shutdown())
                 .await
                 .context("podward-prober")
         }
+    }
+}
+
+/// Says which keys of the config file this build ignored (a key of another release).
+fn warn_unknown_keys(file: Option<&std::path::Path>) {
+    for w in config::unknown_keys::<Config>(file) {
+        tracing::warn!("{w}");
     }
 }

@@ -232,12 +232,24 @@ impl Tasks {
         } = parts;
         let stop = Stop::new();
         let mut api = api;
+        // With a node lease, `/readyz` is the source's view *and* the lease being current
+        // (`lease::ready`); without one, the source's view alone.
+        let source_ready = match (&api, &lease_settings) {
+            (Some(_), Some(_)) => Readiness::default(),
+            _ => admin.readiness.clone(),
+        };
         let lease = match (&mut api, lease_settings) {
             (Some(api), Some(settings)) => {
                 let health =
-                    ProberHealth::new(admin.readiness.clone(), api.metrics(), settings.duration);
+                    ProberHealth::new(source_ready.clone(), api.metrics(), settings.duration);
                 let vouch = Vouch::new(settings.duration);
                 api.set_vouch(vouch.clone());
+                tokio::spawn(lease::ready::follow(
+                    admin.readiness.clone(),
+                    source_ready.clone(),
+                    vouch.clone(),
+                    stop.subscribe(),
+                ));
                 Some(lease::spawn(
                     settings,
                     config.kubeconfig.clone(),
@@ -261,7 +273,7 @@ impl Tasks {
                 containerd,
                 node_ip,
                 poll_interval: Duration::from_secs(config.poll_interval_seconds.max(1)),
-                readiness: readiness.clone(),
+                readiness: source_ready,
             },
             manager.clone(),
             metrics,

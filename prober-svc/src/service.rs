@@ -9,6 +9,7 @@ use std::pin::Pin;
 use futures::{Stream, StreamExt};
 use podward_api::prober::v1 as api;
 use podward_api::prober::v1::prober_server::Prober as ProberApi;
+use podward_api::wire::announced;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tonic::{Request, Response, Status};
@@ -53,7 +54,7 @@ impl ProberApi for ProberService {
     ) -> Result<Response<api::StatusResponse>, Status> {
         let uid = request.into_inner().pod_uid;
         let uid = (!uid.is_empty()).then_some(uid);
-        Ok(Response::new(self.manager.view().status(uid.as_deref())))
+        Ok(announced(self.manager.view().status(uid.as_deref()), &[]))
     }
 
     type WatchStream = EventStream;
@@ -84,7 +85,7 @@ impl ProberApi for ProberService {
             };
             std::future::ready(out)
         });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(announced(Box::pin(stream), &[]))
     }
 
     async fn cleanup_pods(
@@ -96,9 +97,12 @@ impl ProberApi for ProberService {
         if !removed.is_empty() {
             tracing::info!(pods = ?removed, "stopped the workers of pods that are gone");
         }
-        Ok(Response::new(api::CleanupPodsResponse {
-            removed_pod_uids: removed,
-        }))
+        Ok(announced(
+            api::CleanupPodsResponse {
+                removed_pod_uids: removed,
+            },
+            &[],
+        ))
     }
 }
 

@@ -20,6 +20,7 @@ use podward_api::limits::API_MESSAGE_BYTES;
 use podward_api::shim::v1 as shim;
 use podward_api::shim::v1::lifecycle_client::LifecycleClient;
 use podward_api::tolerant::runtime::RuntimeReader;
+use podward_api::wire::advertises;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
@@ -161,8 +162,19 @@ async fn consume(
     }
 }
 
+/// Whether snapshot `s` is the node's whole set: its shim is connected to containerd and has
+/// rebuilt its index from it (`complete`; a shim that does not advertise the capability has no
+/// such field, and its connected snapshots are taken as whole, as that shim meant them).
+pub fn is_whole(s: &shim::Snapshot) -> bool {
+    s.runtime_connected
+        && (s.complete || !advertises(&s.capabilities, podward_api::wire::SHIM_SNAPSHOT_COMPLETE))
+}
+
 /// Folds one Watch event into `index` and tells the manager what changed. True when the event
-/// was a snapshot of a shim connected to containerd (the view is then complete).
+/// was a whole snapshot ([`is_whole`]): the view is then complete. A snapshot that is not whole
+/// adds and refreshes pods but drops none (a pod it does not list may only be unknown to it
+/// yet). An event kind this build does not know is no action: a newer shim's kind could mean
+/// anything, removal included, and is never applied as an update.
 pub fn apply(
     index: &mut NodeIndex,
     ev: shim::WatchEvent,
@@ -170,9 +182,11 @@ pub fn apply(
     node_ip: IpAddr,
 ) -> bool {
     use shim::watch_event::Event;
-    let whole = matches!(&ev.event, Some(Event::Snapshot(s)) if s.runtime_connected);
+    use shim::{ContainerEventKind as C, SandboxEventKind as S};
+    let mut whole = false;
     match ev.event {
         Some(Event::Snapshot(s)) => {
+            whole = is_whole(&s);
             *index = NodeIndex::new();
             for sb in &s.sandboxes {
                 index.put_sandbox(shim_sandbox(sb, node_ip));
@@ -181,17 +195,38 @@ pub fn apply(
                 let (uid, info) = shim_container(c);
                 index.put_container(&uid, info);
             }
-            manager.sync_all(index.pods());
+            if whole {
+                manager.sync_all(index.pods());
+            } else {
+                tracing::info!(
+                    connected = s.runtime_connected,
+                    complete = s.complete,
+                    "the shim's snapshot is not the whole node yet; keeping every pod known"
+                );
+                for p in index.pods() {
+                    manager.update_pod(p);
+                }
+            }
         }
         Some(Event::Sandbox(se)) => {
             let Some(sb) = se.sandbox else { return false };
-            let uid = if se.kind == shim::SandboxEventKind::SandboxEventRemoved as i32 {
-                index.remove_sandbox(&sb.id)
-            } else {
-                let rec = shim_sandbox(&sb, node_ip);
-                let uid = rec.uid.clone();
-                index.put_sandbox(rec);
-                Some(uid)
+            let uid = match S::try_from(se.kind) {
+                Ok(S::SandboxEventRemoved) => index.remove_sandbox(&sb.id),
+                Ok(
+                    S::SandboxEventCreated
+                    | S::SandboxEventStopped
+                    | S::SandboxEventUpdated
+                    | S::SandboxEventUndelivered,
+                ) => {
+                    let rec = shim_sandbox(&sb, node_ip);
+                    let uid = rec.uid.clone();
+                    index.put_sandbox(rec);
+                    Some(uid)
+                }
+                Ok(S::Unspecified) | Err(_) => {
+                    tracing::debug!(kind = se.kind, id = %sb.id, "unknown sandbox event kind; no action");
+                    None
+                }
             };
             if let Some(uid) = uid {
                 refresh(index, manager, &uid);
@@ -199,12 +234,24 @@ pub fn apply(
         }
         Some(Event::Container(ce)) => {
             let Some(c) = ce.container else { return false };
-            let uid = if ce.kind == shim::ContainerEventKind::ContainerEventRemoved as i32 {
-                index.remove_container(&c.id)
-            } else {
-                let (uid, info) = shim_container(&c);
-                index.put_container(&uid, info);
-                Some(uid)
+            let uid = match C::try_from(ce.kind) {
+                Ok(C::ContainerEventRemoved) => index.remove_container(&c.id),
+                Ok(
+                    C::ContainerEventCreated
+                    | C::ContainerEventStarted
+                    | C::ContainerEventExited
+                    | C::ContainerEventOom
+                    | C::ContainerEventUpdated
+                    | C::ContainerEventUndelivered,
+                ) => {
+                    let (uid, info) = shim_container(&c);
+                    index.put_container(&uid, info);
+                    Some(uid)
+                }
+                Ok(C::Unspecified) | Err(_) => {
+                    tracing::debug!(kind = ce.kind, id = %c.id, "unknown container event kind; no action");
+                    None
+                }
             };
             if let Some(uid) = uid {
                 refresh(index, manager, &uid);

@@ -29,6 +29,7 @@ fn settings() -> LeaseSettings {
         node: "node-a".into(),
         renew_interval: INTERVAL,
         duration: Duration::from_secs(40),
+        handover: None,
     }
 }
 
@@ -232,4 +233,91 @@ async fn a_failed_update_is_tried_again_at_once_within_the_same_renewal() {
     let next = api.next().await;
     assert_eq!(next.body["metadata"]["resourceVersion"], "2");
     assert_eq!(metrics.renewals.with_label_values(&["error"]).get(), 0);
+}
+
+/// A renewer with the hand-over set; `stop` ends its loop as SIGTERM does.
+fn start_with_handover(
+    client: kube::Client,
+    handover: Duration,
+) -> (
+    Readiness,
+    LeaseMetrics,
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let source = Readiness::default();
+    source.set(true);
+    let api = ApiMetrics::new(None).expect("metrics");
+    api.synced.set(1);
+    let metrics = LeaseMetrics::new(None).expect("metrics");
+    let health = Arc::new(ProberHealth::new(
+        source.clone(),
+        api,
+        Duration::from_secs(40),
+    ));
+    let renewer = Renewer::new(client, settings(), Clock::system(), metrics.clone())
+        .with_handover(Some(handover));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        renewer
+            .run(&*health, async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    (source, metrics, stop, task)
+}
+
+#[tokio::test]
+async fn a_stopping_prober_hands_its_lease_over_for_the_replacement() {
+    let (client, mut api) = mock();
+    let (_source, metrics, stop, task) = start_with_handover(client, Duration::from_secs(120));
+    let first = created(&mut api).await;
+    assert_eq!(
+        first["spec"]["leaseDurationSeconds"], 40,
+        "the normal duration"
+    );
+    // Stopped once that renewal is done (a prober stopped before it ever renewed has nothing
+    // to hand over).
+    let end = tokio::time::Instant::now() + Duration::from_secs(5);
+    while metrics.renewals.with_label_values(&["ok"]).get() == 0 {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "the first renewal never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = stop.send(());
+    // The last renewal: the hand-over's duration, on the version it holds.
+    let put = api.next().await;
+    assert_eq!(put.method, "PUT");
+    assert_eq!(put.body["metadata"]["resourceVersion"], "1");
+    assert_eq!(put.body["spec"]["leaseDurationSeconds"], 120);
+    let s = stored(put.body.clone(), "2");
+    put.reply(200, s);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the renewer ends after the hand-over")
+        .expect("join");
+    assert_eq!(metrics.renewals.with_label_values(&["handover"]).get(), 1);
+    api.quiet_for(INTERVAL * 3).await;
+}
+
+#[tokio::test]
+async fn a_blind_prober_hands_nothing_over() {
+    let (client, mut api) = mock();
+    let (source, metrics, stop, task) = start_with_handover(client, Duration::from_secs(120));
+    let first = created(&mut api).await;
+    source.set(false);
+    if let Ok(ex) = tokio::time::timeout(INTERVAL * 2, api.next()).await {
+        ex.reply(200, stored(first.clone(), "2"));
+    }
+    api.quiet_for(INTERVAL * 2).await;
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the renewer ends")
+        .expect("join");
+    api.quiet_for(INTERVAL * 2).await;
+    assert_eq!(metrics.renewals.with_label_values(&["handover"]).get(), 0);
 }

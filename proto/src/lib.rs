@@ -28,6 +28,7 @@ pub mod socket;
 pub mod test_util;
 pub mod time;
 pub mod tolerant;
+pub mod wire;
 
 /// CRI `runtime.v1` (types, `RuntimeServiceClient`, `ImageServiceClient`, servers).
 pub mod cri {

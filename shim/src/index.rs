@@ -13,7 +13,6 @@ mod packed;
 mod runtime_events;
 #[cfg(test)]
 mod tests;
-
 use std::collections::{HashMap, VecDeque};
 
 use podward_api::cri;
@@ -202,7 +201,7 @@ pub enum Change {
 
 /// Metadata of a RunPodSandbox or CreateContainer whose caller left before the answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Abandoned {
+pub(crate) enum Abandoned {
     Sandbox {
         name: String,
         namespace: String,
@@ -247,7 +246,7 @@ struct SandboxScan {
 pub struct Index {
     sandboxes: packed::Table<Sandbox>,
     containers: packed::Table<Container>,
-    abandoned: VecDeque<Abandoned>,
+    pub(crate) abandoned: VecDeque<Abandoned>,
     /// Per entry ID, the latest time it is known to have existed in containerd (its creating
     /// call completed, a List holding it was sent): a List sent before that never removes it.
     existed_at: HashMap<String, i64>,
@@ -300,6 +299,7 @@ impl Index {
             runtime_connected: connected,
             resync,
             taken_at_ns: now_ns,
+            ..Snapshot::default()
         }
     }
 
@@ -418,7 +418,7 @@ impl Index {
         out
     }
 
-    fn remember(&mut self, a: Abandoned) {
+    pub(crate) fn remember(&mut self, a: Abandoned) {
         if self.abandoned.len() >= ABANDONED_MEMORY {
             self.abandoned.pop_front();
         }

@@ -12,12 +12,14 @@
 //! - [`events`]: containerd's task exit / OOM / delete events;
 //! - [`rebuild`]: the index from the runtime at start and after a reconnect;
 //! - [`heal`]: relists from the runtime while observation is lost;
+//! - [`carry`]: undelivered results carried from one shim process to the next;
 //! - [`upstream`]: whether containerd is up (readiness, reconnects);
 //! - [`lifecycle_api`]: the control socket's gRPC service;
 //! - [`fault`]: test-only fault injection (cargo feature `fault-injection`).
 // Denied, not forbidden: `memory` alone allows it, for one call into the C allocator.
 #![deny(unsafe_code)]
 
+pub mod carry;
 pub mod config;
 pub mod events;
 pub mod fault;

@@ -1,5 +1,9 @@
 //! `podward.shim.v1.Lifecycle` on the control socket: `Snapshot` and `Watch`.
 //!
+//! A Watch's first snapshot waits for the index's rebuild from the runtime (a shim that has
+//! just started knows only what it relayed), so every snapshot a subscriber receives is the
+//! node's whole set (`Snapshot.complete`); `Snapshot` answers at once and says whether it is.
+//!
 //! Bounds: at most `max_subscribers` Watch streams (one more gets `RESOURCE_EXHAUSTED`), a
 //! handshake deadline for every connection ([`incoming`], over podward-api's shared
 //! `daemon::grpc` bounds), and on shutdown every Watch stream
@@ -59,6 +63,17 @@ impl Lifecycle for LifecycleApi {
     async fn watch(&self, _req: Request<WatchRequest>) -> Result<Response<WatchStream>, Status> {
         if self.stop.is_stopped() {
             return Err(shutting_down());
+        }
+        // Until the index is rebuilt from the runtime it lists only what the relay happened to
+        // see: a subscriber that took it for the node's whole set would drop every pod it does
+        // not list. So the first snapshot waits for the rebuild (the subscriber keeps the view
+        // it had meanwhile); a shim that stops first ends the call as it ends a stream.
+        if !self.publisher.is_complete() {
+            tracing::debug!("Watch waits for the index rebuild");
+            tokio::select! {
+                () = self.publisher.until_complete() => {}
+                () = self.stop.stopped() => return Err(shutting_down()),
+            }
         }
         // `from_seq` is accepted but every Watch starts with a snapshot (no replay buffer yet).
         let sub = self

@@ -13,6 +13,9 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::load(&args).context("loading configuration")?;
     podward_api::daemon::telemetry::init(config.common.log_format, &config.common.log_level)
         .map_err(anyhow::Error::msg)?;
+    for w in podward_api::daemon::config::unknown_keys::<Config>(args.config.as_deref()) {
+        tracing::warn!("{w}");
+    }
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         ?config,

@@ -300,8 +300,12 @@ impl Observer {
 /// takes milliseconds to decode and fold into the index, and on the runtime's one thread those
 /// milliseconds would be taken from the copies of every connection (measured in
 /// docs/benchmarks.md). The queue between them stays bounded in entries ([`QUEUE_LEN`]) and
-/// bytes ([`QUEUE_BYTES`]); the thread ends once every [`Observer`] is dropped.
-pub fn spawn(publisher: Publisher, metrics: Metrics) -> std::io::Result<Observer> {
+/// bytes ([`QUEUE_BYTES`]); the thread (returned) ends once every [`Observer`] is dropped and
+/// the queue is drained.
+pub fn spawn(
+    publisher: Publisher,
+    metrics: Metrics,
+) -> std::io::Result<(Observer, std::thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::sync_channel::<Raw>(QUEUE_LEN);
     let observer = Observer {
         tx,
@@ -315,10 +319,10 @@ pub fn spawn(publisher: Publisher, metrics: Metrics) -> std::io::Result<Observer
         blindness: observer.blindness.clone(),
         metrics,
     };
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("shim-decoder".into())
         .spawn(move || decoder.run(&rx, &publisher))?;
-    Ok(observer)
+    Ok((observer, thread))
 }
 
 /// Raw observations holding at least this much body make the decoder give freed memory back to

@@ -20,7 +20,7 @@ use podward_api::shim::v1::{
     ContainerEvent, ContainerEventKind, SandboxEvent, SandboxEventKind, Snapshot, WatchEvent,
     watch_event,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::index::{Change, Index, Observation};
 use crate::memory::Release;
@@ -41,7 +41,17 @@ pub struct Publisher {
     release: Release,
     /// How many entries the index lost ([`Publisher::removals`]).
     removals: Arc<AtomicU64>,
+    /// True once the index has been rebuilt from the runtime: before, it lists only what the
+    /// relay happened to see, and a subscriber must not take it for the node's whole set.
+    complete: Arc<watch::Sender<bool>>,
 }
+
+/// The capabilities this shim advertises in every snapshot (`Snapshot.capabilities`; names in
+/// `podward_api::wire`).
+pub const CAPABILITIES: &[&str] = &[
+    podward_api::wire::SHIM_SNAPSHOT_COMPLETE,
+    podward_api::wire::SHIM_STOP_REQUESTED,
+];
 
 struct Shared {
     index: Index,
@@ -74,7 +84,20 @@ impl Publisher {
             clock,
             release: Release::default(),
             removals: Arc::default(),
+            complete: Arc::new(watch::channel(false).0),
         }
+    }
+
+    /// Whether the index has been rebuilt from the runtime since this shim started.
+    pub fn is_complete(&self) -> bool {
+        *self.complete.borrow()
+    }
+
+    /// Resolves once the index has been rebuilt from the runtime (at once if it has been).
+    pub async fn until_complete(&self) {
+        let mut rx = self.complete.subscribe();
+        // The sender lives as long as `self`, so the wait only ends when the flag is set.
+        let _ = rx.wait_for(|c| *c).await;
     }
 
     /// A count of the entries removed from the index, bumped as each removal is published: the
@@ -101,6 +124,7 @@ impl Publisher {
             obs,
             Observation::Rebuilt { .. } | Observation::Relisted { .. }
         );
+        let whole = matches!(obs, Observation::Rebuilt { .. });
         let mut guard = self.shared.lock();
         let shared = &mut *guard;
         let changes = shared.index.apply(obs);
@@ -133,9 +157,19 @@ impl Publisher {
         self.metrics
             .index_containers
             .set(i64::try_from(shared.index.container_count()).unwrap_or(i64::MAX));
+        drop(guard);
+        if whole {
+            self.complete.send_replace(true);
+        }
         if rebuilt {
             self.release.soon();
         }
+    }
+
+    /// Folds the calls the previous shim left undelivered into the index, before its rebuild
+    /// (which then marks their sandboxes and containers undelivered again).
+    pub fn carry_in(&self, calls: Vec<crate::carry::Carried>) {
+        crate::carry::into_index(&mut self.shared.lock().index, calls);
     }
 
     /// Reads the index under its lock (keep `f` short: the relay's decoder waits on it).
@@ -151,13 +185,17 @@ impl Publisher {
 
     fn snapshot_locked(&self, shared: &Shared, resync: bool) -> Snapshot {
         self.release.soon();
-        shared.index.snapshot(
+        let mut snap = shared.index.snapshot(
             shared.seq,
             &self.instance_id,
             self.connected.load(Ordering::Relaxed),
             resync,
             (self.clock)(),
-        )
+        );
+        snap.complete = self.is_complete();
+        snap.server_version = env!("CARGO_PKG_VERSION").to_owned();
+        snap.capabilities = CAPABILITIES.iter().map(|c| (*c).to_owned()).collect();
+        snap
     }
 
     /// A new subscriber unless `max` are already connected (the error is that count). Each

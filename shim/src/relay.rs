@@ -62,6 +62,8 @@ pub struct Relay {
     pub handshake_timeout: Duration,
     /// On shutdown, how long in-flight calls may take to finish.
     pub shutdown_grace: Duration,
+    /// On shutdown, how long calls whose own deadline is later may take, at most.
+    pub max_shutdown_grace: Duration,
     /// Read buffer per direction.
     pub buffer: usize,
     /// Most connections relayed at once (one thread each).
@@ -109,7 +111,9 @@ impl Relay {
         // Not accepting any more: under socket activation new connections queue in the
         // listening socket, which systemd keeps for the next process.
         drop(listener);
-        let deadline = Instant::now() + self.shutdown_grace + Duration::from_millis(250);
+        let deadline = Instant::now()
+            + self.shutdown_grace.max(self.max_shutdown_grace)
+            + Duration::from_millis(250);
         threads.stop(deadline).await;
     }
 }

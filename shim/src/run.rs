@@ -2,8 +2,10 @@
 //! and the admin endpoint, all stopped by one shutdown signal.
 //!
 //! Shutdown (SIGTERM): readiness drops, the relay stops accepting and winds its connections
-//! down (see `relay/connection.rs`), Watch streams end with `UNAVAILABLE`, and the process exits
-//! once those are done or the shutdown grace has passed.
+//! down (see `relay/connection.rs`: each waits for its calls in flight up to their own deadline,
+//! within `--max-shutdown-grace`), Watch streams end with `UNAVAILABLE`, the calls whose result
+//! never reached kubelet (those cut included) are left for the next shim (`carry`), and the
+//! process exits.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -26,7 +28,7 @@ use crate::observe::Recorder;
 use crate::publish::Publisher;
 use crate::relay::Relay;
 use crate::upstream::Upstream;
-use crate::{events, heal, lifecycle_api, observe, rebuild};
+use crate::{carry, events, heal, lifecycle_api, observe, rebuild};
 
 /// Why the shim could not run: the daemons' shared reasons, or its own.
 pub type RunError = podward_api::daemon::run::RunError<StartError>;
@@ -135,7 +137,9 @@ pub async fn run_with(
     let (cri, control) = bind_sockets(&config).await?;
     let admin_listener = podward_api::daemon::admin::bind(config.common.admin_addr).await?;
 
-    let observer = observe::spawn(publisher.clone(), metrics.clone())
+    let undelivered_file = config.undelivered_path();
+    carry_in(&publisher, &undelivered_file);
+    let (observer, decoder) = observe::spawn(publisher.clone(), metrics.clone())
         .map_err(|e| RunError::Daemon(StartError::Decoder(e)))?;
     spawn_index_tasks(
         &config,
@@ -156,6 +160,7 @@ pub async fn run_with(
         faults,
         handshake_timeout: config.handshake_timeout,
         shutdown_grace: config.shutdown_grace,
+        max_shutdown_grace: config.max_shutdown_grace,
         buffer: relay_buffer.max(4096),
         max_connections: config.max_connections,
     });
@@ -163,6 +168,7 @@ pub async fn run_with(
         .serve(cri.listener, stop.subscribe())
         .map_err(|e| RunError::Daemon(StartError::RelayStop(e)))?;
     let cri_task = tokio::spawn(serving);
+    let publisher_for_exit = publisher.clone();
     let control_task = tokio::spawn(serve_control(
         control.listener,
         config.max_subscribers,
@@ -179,7 +185,9 @@ pub async fn run_with(
     );
 
     shutdown.await;
-    let control_res = wind_down(&admin, &stop, cri_task, control_task, config.shutdown_grace).await;
+    let grace = config.shutdown_grace.max(config.max_shutdown_grace);
+    let control_res = wind_down(&admin, &stop, cri_task, control_task, grace).await;
+    carry_out(&publisher_for_exit, decoder, &undelivered_file).await;
     for path in [cri.created, control.created].into_iter().flatten() {
         // Only sockets we bound ourselves; a systemd-owned socket must outlive us.
         let _ = std::fs::remove_file(&path);
@@ -187,6 +195,43 @@ pub async fn run_with(
     match control_res {
         Ok(r) => r.map_err(RunError::from),
         Err(_) => Ok(()),
+    }
+}
+
+/// Folds in the calls the previous shim left undelivered at `path` (a file that cannot be used
+/// is reported and costs only what it held).
+fn carry_in(publisher: &Publisher, path: &Path) {
+    match carry::take(path) {
+        Ok(calls) if calls.is_empty() => {}
+        Ok(calls) => {
+            tracing::info!(calls = calls.len(), file = %path.display(),
+                "undelivered calls carried from the previous shim");
+            publisher.carry_in(calls);
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot read the previous shim's undelivered calls"),
+    }
+}
+
+/// At exit, once the relay's connections are closed (what was cut is abandoned) and the decoder
+/// has folded their last calls in (it ends when the relay's observers are gone; waited for a
+/// bounded time), leaves the undelivered calls at `path` for the next shim.
+async fn carry_out(publisher: &Publisher, decoder: std::thread::JoinHandle<()>, path: &Path) {
+    let joined = tokio::task::spawn_blocking(move || decoder.join());
+    if tokio::time::timeout(Duration::from_secs(2), joined)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the decoder did not finish in time; its last calls may not be carried");
+    }
+    let calls = publisher.with_index(carry::from_index);
+    let n = calls.len();
+    match carry::save(path, calls) {
+        Ok(()) if n > 0 => tracing::info!(calls = n, file = %path.display(),
+            "undelivered calls left for the next shim"),
+        Ok(()) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot leave the undelivered calls for the next shim")
+        }
     }
 }
 

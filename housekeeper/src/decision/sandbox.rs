@@ -166,4 +166,21 @@ mod tests {
             .collect();
         assert_eq!(ids, ["old"]);
     }
+
+    #[test]
+    fn a_delivery_value_from_a_newer_shim_is_no_action() {
+        // An idle, superseded sandbox: leaked if undelivered; with a delivery value this build
+        // does not know (a newer shim's), nothing is done.
+        let runtime = RuntimeView {
+            sandboxes: vec![rt_sb("old", "u1", 0, 1), rt_sb("new", "u1", 1, 2)],
+            ..Default::default()
+        };
+        let mut future = shim_sb("old", "u1", 0, Delivery::Undelivered);
+        future.run_delivery = 7;
+        let shim = ShimIndex {
+            sandboxes: vec![future, shim_sb("new", "u1", 1, Delivery::Delivered)],
+            ..Default::default()
+        };
+        assert!(leaked_sandboxes(&runtime, &shim).is_empty());
+    }
 }

@@ -97,7 +97,16 @@ impl Config {
             node: node.to_owned(),
             renew_interval: Duration::from_secs(interval),
             duration: Duration::from_secs(duration),
+            handover: self.lease_handover(),
         }))
+    }
+}
+
+impl Config {
+    /// The node lease's hand-over at shutdown; `None` when turned off (0).
+    pub fn lease_handover(&self) -> Option<Duration> {
+        (self.node_lease_handover_seconds > 0)
+            .then(|| Duration::from_secs(self.node_lease_handover_seconds))
     }
 }
 

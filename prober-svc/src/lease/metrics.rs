@@ -22,7 +22,7 @@ impl LeaseMetrics {
             renewals: IntCounterVec::new(
                 Opts::new(
                     "podward_prober_lease_renewals_total",
-                    "Node lease renewals by result (ok, conflict, error, skipped: the prober cannot vouch for probing).",
+                    "Node lease renewals by result (ok, conflict, error, skipped: the prober cannot vouch for probing; handover: the last renewal at shutdown, for the replacement).",
                 ),
                 &["result"],
             )?,

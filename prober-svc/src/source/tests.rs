@@ -61,13 +61,21 @@ fn container(uid: &str, id: &str) -> shim::Container {
     }
 }
 
+/// A whole snapshot, as this build's shim sends one.
 fn snapshot(sandboxes: Vec<shim::Sandbox>, containers: Vec<shim::Container>) -> shim::WatchEvent {
+    snapshot_of(shim::Snapshot {
+        sandboxes,
+        containers,
+        runtime_connected: true,
+        complete: true,
+        capabilities: vec![podward_api::wire::SHIM_SNAPSHOT_COMPLETE.to_owned()],
+        ..Default::default()
+    })
+}
+
+fn snapshot_of(s: shim::Snapshot) -> shim::WatchEvent {
     shim::WatchEvent {
-        event: Some(shim::watch_event::Event::Snapshot(shim::Snapshot {
-            sandboxes,
-            containers,
-            ..Default::default()
-        })),
+        event: Some(shim::watch_event::Event::Snapshot(s)),
         ..Default::default()
     }
 }
@@ -151,4 +159,116 @@ async fn snapshot_events_and_resync_drive_the_manager() {
     );
     assert_eq!(m.registry().pod_uids(), vec!["c"]);
     assert_eq!(m.registry().worker_count(), 1);
+}
+
+fn manager() -> crate::manager::Manager {
+    test_fakes::manager(
+        Arc::new(Never),
+        Arc::new(Never),
+        &Hub::default(),
+        Clock::system(),
+    )
+}
+
+#[tokio::test]
+async fn a_snapshot_before_the_shim_s_rebuild_drops_no_pod() {
+    let m = manager();
+    let ip: IpAddr = "192.0.2.9".parse().expect("ip");
+    let mut index = NodeIndex::new();
+    let whole = snapshot(vec![sandbox("a", false)], vec![container("a", "a1")]);
+    assert!(apply(&mut index, whole, &m, ip));
+    let before = m.view().status(Some("a")).pods[0].containers[0].clone();
+    // A shim that has just started: connected, its index not rebuilt yet, so empty.
+    let early = shim::Snapshot {
+        runtime_connected: true,
+        complete: false,
+        capabilities: vec![podward_api::wire::SHIM_SNAPSHOT_COMPLETE.to_owned()],
+        ..Default::default()
+    };
+    assert!(!apply(&mut index, snapshot_of(early), &m, ip), "not whole");
+    assert_eq!(m.registry().pod_uids(), vec!["a"], "pod a kept");
+    assert_eq!(m.registry().worker_count(), 1, "its worker kept");
+    // A shim that lost containerd says so: not whole either.
+    let blind = shim::Snapshot {
+        complete: true,
+        capabilities: vec![podward_api::wire::SHIM_SNAPSHOT_COMPLETE.to_owned()],
+        ..Default::default()
+    };
+    assert!(!apply(&mut index, snapshot_of(blind), &m, ip));
+    assert_eq!(m.registry().pod_uids(), vec!["a"]);
+    // The rebuilt index: the same pod, the same worker (nothing restarted, nothing re-learned).
+    let whole = snapshot(vec![sandbox("a", false)], vec![container("a", "a1")]);
+    assert!(apply(&mut index, whole, &m, ip));
+    let after = m.view().status(Some("a")).pods[0].containers[0].clone();
+    assert_eq!(before.container_id, after.container_id);
+    assert_eq!(m.registry().worker_count(), 1);
+    // And a whole snapshot still drops what is gone.
+    assert!(apply(&mut index, snapshot(vec![], vec![]), &m, ip));
+    assert!(m.registry().pod_uids().is_empty());
+}
+
+#[tokio::test]
+async fn an_older_shim_s_connected_snapshot_is_whole() {
+    let m = manager();
+    let ip: IpAddr = "192.0.2.9".parse().expect("ip");
+    let mut index = NodeIndex::new();
+    let old = shim::Snapshot {
+        sandboxes: vec![sandbox("a", false)],
+        runtime_connected: true,
+        ..Default::default()
+    };
+    assert!(apply(&mut index, snapshot_of(old), &m, ip));
+    let gone = shim::Snapshot {
+        runtime_connected: true,
+        ..Default::default()
+    };
+    assert!(apply(&mut index, snapshot_of(gone), &m, ip));
+    assert!(m.registry().pod_uids().is_empty());
+}
+
+#[tokio::test]
+async fn an_event_kind_from_a_newer_shim_is_no_action() {
+    let m = manager();
+    let ip: IpAddr = "192.0.2.9".parse().expect("ip");
+    let mut index = NodeIndex::new();
+    apply(
+        &mut index,
+        snapshot(vec![sandbox("a", false)], vec![container("a", "a1")]),
+        &m,
+        ip,
+    );
+    // Kind 99 about a new container and a new sandbox: neither is added.
+    let unknown_container = shim::WatchEvent {
+        event: Some(shim::watch_event::Event::Container(shim::ContainerEvent {
+            kind: 99,
+            container: Some(shim::Container {
+                attempt: 1,
+                ..container("a", "a2")
+            }),
+        })),
+        ..Default::default()
+    };
+    assert!(!apply(&mut index, unknown_container, &m, ip));
+    let unknown_sandbox = shim::WatchEvent {
+        event: Some(shim::watch_event::Event::Sandbox(shim::SandboxEvent {
+            kind: 99,
+            sandbox: Some(sandbox("b", false)),
+        })),
+        ..Default::default()
+    };
+    apply(&mut index, unknown_sandbox, &m, ip);
+    assert_eq!(m.registry().pod_uids(), vec!["a"], "no pod b");
+    let st = m.view().status(Some("a"));
+    assert_eq!(
+        st.pods[0].containers[0].container_id, "a1",
+        "a2 not applied"
+    );
+    // Unknown fields inside a known message decode and are ignored (prost skips them).
+    use prost::Message;
+    let mut bytes = snapshot(vec![sandbox("c", false)], vec![]).encode_to_vec();
+    // Field 4000, varint 7: a field this build does not know, at the top level.
+    bytes.extend_from_slice(&[0x80, 0xfa, 0x01, 0x07]);
+    let ev = shim::WatchEvent::decode(bytes.as_slice()).expect("decodes");
+    assert!(apply(&mut index, ev, &m, ip));
+    assert_eq!(m.registry().pod_uids(), vec!["c"]);
 }

@@ -3,7 +3,11 @@
 //! Each daemon declares a typed `Config` (serde, with defaults) and a clap `Args` whose fields are
 //! all `Option` and carry `env = "PODWARD_..."`, so clap already resolves flag-over-env. This
 //! module lays the `Some` values of `Args` over the file and deserialises the result into
-//! `Config`, so unknown keys in the file are rejected with their name.
+//! `Config`. A top-level key of the file that this build does not know is left out, not refused:
+//! a key that a newer release added (or an older one had) must not stop a daemon across an
+//! upgrade or a rollback; [`unknown_keys`] names each, with the nearest known key, for the
+//! daemon to log once its logs are up. A known key with a wrong value, or an unknown key inside
+//! a table, still fails the start.
 //!
 //! The settings all three daemons have are one struct, [`Common`], that each `Config` embeds with
 //! `#[serde(flatten)]`: its keys stay top-level in the file, and the flags and environment
@@ -102,6 +106,11 @@ where
         }
         None => toml::Table::new(),
     };
+    let known = known_keys::<C>();
+    let from_file = from_file
+        .into_iter()
+        .filter(|(k, _)| known.is_empty() || known.iter().any(|n| n == k))
+        .collect();
     merge(&mut table, from_file);
     let over =
         toml::Table::try_from(overrides).map_err(|e| ConfigError::Override(e.to_string()))?;
@@ -115,6 +124,37 @@ where
             path: source,
             message: with_key_hint(e.to_string().trim_end(), &known_keys::<C>()),
         })
+}
+
+/// The top-level keys of `file` that `C` does not have (left out by [`load`]), each as a line for
+/// the log: the key, and the nearest known key or the list of them. None without a file, or
+/// when it cannot be read (then [`load`] has already said why).
+pub fn unknown_keys<C: Serialize + Default>(file: Option<&Path>) -> Vec<String> {
+    let Some(path) = file else {
+        return Vec::new();
+    };
+    let Ok(table) = std::fs::read_to_string(path)
+        .map_err(drop)
+        .and_then(|t| toml::from_str::<toml::Table>(&t).map_err(drop))
+    else {
+        return Vec::new();
+    };
+    let known = known_keys::<C>();
+    if known.is_empty() {
+        return Vec::new();
+    }
+    table
+        .keys()
+        .filter(|k| !known.iter().any(|n| n == *k))
+        .map(|k| {
+            let shown: String = k.chars().take(MAX_HINTED_KEY).collect();
+            let message = format!(
+                "config file {}: unknown key `{shown}` ignored (a key of another release?)",
+                path.display()
+            );
+            with_key_hint_for(&message, k, &known)
+        })
+        .collect()
 }
 
 /// The top-level keys of `C`, its optional ones included: serialised as JSON, where `None` is
@@ -140,7 +180,15 @@ fn with_key_hint(message: &str, known: &[String]) -> String {
     let Some(unknown) = unknown else {
         return message.to_owned();
     };
-    if message.contains("expected") || known.is_empty() {
+    if message.contains("expected") {
+        return message.to_owned();
+    }
+    with_key_hint_for(message, unknown, known)
+}
+
+/// `message` about key `unknown`, with the nearest of `known` or the list of them.
+fn with_key_hint_for(message: &str, unknown: &str, known: &[String]) -> String {
+    if known.is_empty() {
         return message.to_owned();
     }
     // Only a key of about a known key's length can be a typo of one; a longer one would cost
@@ -212,12 +260,19 @@ mod tests {
     }
 
     #[test]
-    fn unknown_key_is_named() {
+    fn an_unknown_key_is_left_out_and_named() {
         let dir = tempfile::tempdir().expect("tempdir");
         let f = dir.path().join("c.toml");
-        std::fs::write(&f, "nope = 1\n").expect("write");
-        let err = load::<Cfg, _>(Some(&f), &Over::default()).expect_err("must fail");
-        assert!(err.to_string().contains("nope"), "{err}");
+        std::fs::write(&f, "nope = 1\na = 3\n").expect("write");
+        let c: Cfg = load(Some(&f), &Over::default()).expect("starts");
+        assert_eq!(c.a, 3, "the known keys still apply");
+        let w = unknown_keys::<Cfg>(Some(&f));
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("`nope`") && w[0].contains("ignored"), "{w:?}");
+        assert!(unknown_keys::<Cfg>(None).is_empty());
+        // A known key with a wrong value still fails.
+        std::fs::write(&f, "a = \"three\"\n").expect("write");
+        assert!(load::<Cfg, _>(Some(&f), &Over::default()).is_err());
     }
 
     #[derive(Debug, Deserialize, Serialize, PartialEq)]
@@ -250,8 +305,9 @@ mod tests {
         let d: Daemon = load(None, &Over::default()).expect("load");
         assert_eq!(d, Daemon::default());
         std::fs::write(&f, "log_levle = \"debug\"\n").expect("write");
-        let err = load::<Daemon, _>(Some(&f), &Over::default()).expect_err("must fail");
-        assert!(err.to_string().contains("log_levle"), "{err}");
+        load::<Daemon, _>(Some(&f), &Over::default()).expect("starts");
+        let w = unknown_keys::<Daemon>(Some(&f));
+        assert!(w[0].contains("log_levle"), "{w:?}");
     }
 
     #[test]
@@ -260,9 +316,8 @@ mod tests {
         let f = dir.path().join("c.toml");
         let err_for = |text: &str| {
             std::fs::write(&f, text).expect("write");
-            load::<Daemon, _>(Some(&f), &Over::default())
-                .expect_err("must fail")
-                .to_string()
+            load::<Daemon, _>(Some(&f), &Over::default()).expect("starts");
+            unknown_keys::<Daemon>(Some(&f)).join("\n")
         };
         // A key of the embedded `Common`, and an optional key (absent from the TOML defaults).
         let err = err_for("log_levle = \"debug\"\n");
@@ -283,13 +338,14 @@ mod tests {
         let f = dir.path().join("c.toml");
         std::fs::write(&f, format!("{} = 1\n", "k".repeat(1 << 20))).expect("write");
         let started = std::time::Instant::now();
-        let err = load::<Daemon, _>(Some(&f), &Over::default()).expect_err("must fail");
-        let err = err.to_string();
+        load::<Daemon, _>(Some(&f), &Over::default()).expect("starts");
+        let err = unknown_keys::<Daemon>(Some(&f)).join("\n");
         assert!(
             err.contains("the known keys are "),
             "{}",
-            &err[err.len() - 200..]
+            &err[err.len().saturating_sub(200)..]
         );
+        assert!(err.len() < 4096, "the huge key is not repeated whole");
         assert!(!err.contains("did you mean"));
         // Compared with every key, a 1 MiB key takes seconds; skipped, it is parsing alone.
         assert!(started.elapsed() < std::time::Duration::from_secs(1));

@@ -151,6 +151,11 @@ impl Calls {
         self.streams.len()
     }
 
+    /// The latest deadline (`grpc-timeout`) of the open calls; `None` when none has one.
+    pub(crate) fn latest_deadline(&self) -> Option<Instant> {
+        self.streams.values().filter_map(|s| s.deadline).max()
+    }
+
     /// Where this connection's calls go.
     pub(crate) fn recorder(&self) -> Arc<Recorder> {
         self.recorder.clone()

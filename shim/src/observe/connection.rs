@@ -73,6 +73,19 @@ impl Conversation {
         s.observing.then(|| s.calls.active())
     }
 
+    /// The latest deadline of the calls still open (`None`: none open with a deadline, or the
+    /// connection is not observed).
+    pub fn latest_deadline(&self) -> Option<std::time::Instant> {
+        let s = self.shared.lock();
+        if s.observing {
+            s.calls
+                .latest_deadline()
+                .map(tokio::time::Instant::into_std)
+        } else {
+            None
+        }
+    }
+
     /// The connection ended; `client_left` says whose side closed first.
     pub fn close(&self, client_left: bool) {
         let mut s = self.shared.lock();

@@ -126,7 +126,12 @@ pub(super) fn relay(
         };
 
         if ready.stop {
-            ending.stop(relay.shutdown_grace);
+            ending.stop(stop_deadline(
+                Instant::now(),
+                conversation.latest_deadline(),
+                relay.shutdown_grace,
+                relay.max_shutdown_grace,
+            ));
         }
         if ready.client && !client_gone && down.wants_write() {
             client_gone = down.flush(client).is_err();
@@ -194,7 +199,24 @@ pub(super) fn relay(
             break;
         }
     }
-    conversation.close(ending.client_left);
+    // Calls still open when shutdown's grace ran out are cut: their caller never gets the
+    // answer, so they are abandoned (a sandbox or container they made shows up undelivered).
+    conversation.close(ending.client_left || ending.cut());
+}
+
+/// When a connection stopping at `now` is closed at the latest: after `grace`, or at the latest
+/// deadline of its open calls (their callers' own bound: kubelet's StopContainer waits out
+/// the pod's grace period, RunPodSandbox runs CNI, ExecSync its probe's timeout), but never
+/// after `max_grace`.
+fn stop_deadline(
+    now: Instant,
+    latest_call: Option<Instant>,
+    grace: Duration,
+    max_grace: Duration,
+) -> Instant {
+    let floor = now + grace;
+    let ceiling = now + max_grace.max(grace);
+    latest_call.map_or(floor, |d| d.clamp(floor, ceiling))
 }
 
 /// Waits until one of `wanted` (those with events) is ready or `wake` passes; which are ready.
@@ -269,11 +291,16 @@ struct Ending {
 }
 
 impl Ending {
-    /// Shutdown began: the connection is closed within `grace`.
-    fn stop(&mut self, grace: Duration) {
+    /// Shutdown began: the connection is closed by `deadline` at the latest.
+    fn stop(&mut self, deadline: Instant) {
         if self.stopping_until.is_none() {
-            self.stopping_until = Some(Instant::now() + grace);
+            self.stopping_until = Some(deadline);
         }
+    }
+
+    /// Whether shutdown's deadline has passed (what is still open now is cut).
+    fn cut(&self) -> bool {
+        self.stopping_until.is_some_and(|d| Instant::now() >= d)
     }
 
     /// The client-to-containerd direction ended so; true when the connection ends now.

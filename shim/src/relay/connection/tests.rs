@@ -29,7 +29,7 @@ fn an_idle_connection_waits_for_ever_and_the_earliest_deadline_wakes_it() {
     );
 
     let mut stopping = Ending::default();
-    stopping.stop(Duration::from_secs(5));
+    stopping.stop(Instant::now() + Duration::from_secs(5));
     let wake = stopping.wake(Some(handshake), false).expect("a tick");
     assert!(
         wake <= Instant::now() + STOP_TICK,
@@ -60,16 +60,49 @@ fn the_client_leaving_drains_and_a_missing_preface_ends_at_once() {
 fn a_stopping_connection_ends_when_nothing_would_be_cut_or_at_the_grace() {
     let mut ending = Ending::default();
     assert!(!ending.due(|| true), "not stopping: may_close is not asked");
-    ending.stop(Duration::from_secs(60));
+    ending.stop(Instant::now() + Duration::from_secs(60));
     assert!(
         !ending.due(|| false),
         "a call is open and the grace has not passed"
     );
     assert!(ending.due(|| true), "nothing open: closed now");
     let mut late = Ending::default();
-    late.stop(Duration::ZERO);
+    late.stop(Instant::now());
     assert!(
         late.due(|| false),
         "the grace passed: closed even with a call open"
     );
+}
+
+#[test]
+fn a_stopping_connection_waits_for_its_longest_call_within_the_bound() {
+    let now = Instant::now();
+    let (grace, max) = (Duration::from_millis(1500), Duration::from_secs(120));
+    // No call with a deadline: the plain grace.
+    assert_eq!(stop_deadline(now, None, grace, max), now + grace);
+    // A StopContainer waiting out a 30 s grace period: its deadline.
+    let stop = now + Duration::from_secs(32);
+    assert_eq!(stop_deadline(now, Some(stop), grace, max), stop);
+    // A call due sooner than the grace: the grace still.
+    let soon = now + Duration::from_millis(100);
+    assert_eq!(stop_deadline(now, Some(soon), grace, max), now + grace);
+    // RunPodSandbox under kubelet's 4 min: the bound.
+    let long = now + Duration::from_secs(240);
+    assert_eq!(stop_deadline(now, Some(long), grace, max), now + max);
+    // A bound below the grace never shortens the grace.
+    assert_eq!(
+        stop_deadline(now, Some(long), grace, Duration::ZERO),
+        now + grace
+    );
+}
+
+#[test]
+fn what_is_open_past_the_deadline_is_cut() {
+    let mut e = Ending::default();
+    assert!(!e.cut(), "not stopping");
+    e.stop(Instant::now() + Duration::from_secs(60));
+    assert!(!e.cut(), "within the deadline");
+    let mut late = Ending::default();
+    late.stop(Instant::now());
+    assert!(late.cut());
 }
