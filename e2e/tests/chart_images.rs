@@ -481,7 +481,13 @@ async fn images_built_with_buildah_run_the_chart_on_containerd() {
         let what = format!("{name} in its image to answer /healthz and /readyz");
         eventually(&what, Duration::from_secs(60), async || {
             matches!(get(addr, "/healthz").await, Some((200, _)))
-                && matches!(get(addr, "/readyz").await, Some((200, _)))
+                && match get(addr, "/readyz").await {
+                    Some((200, _)) => true,
+                    // No API server stands behind the chart's API settings here: the prober reads
+                    // the node's pods but cannot renew its node lease, and says so.
+                    Some((503, body)) => daemon == "prober" && body.contains("node lease"),
+                    _ => false,
+                }
         })
         .await;
         let (_, metrics) = get(addr, "/metrics").await.expect("metrics");

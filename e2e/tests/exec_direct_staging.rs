@@ -419,15 +419,26 @@ async fn a_paused_container_is_refused_and_holds_nothing_of_the_probe() {
     let t = Duration::from_secs(2);
     let o = run(&direct, &id, &["true"], t).await.expect("direct exec");
     assert_eq!(o.exit_code, 0, "{o:?}");
+    let in_freezer = || -> Vec<i32> {
+        running(HELPER_ARG)
+            .into_iter()
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/cgroup"))
+                    .is_ok_and(|c| c.lines().any(|l| l.contains("freezer") && l.ends_with(&id)))
+            })
+            .collect()
+    };
+    // The answer comes before the first probe's reaper has exited (its exit is awaited off the
+    // probe's path): the freeze is about the next probe, so it waits for that one to be gone.
+    eventually(
+        "the first probe's processes to leave the container",
+        Duration::from_secs(10),
+        async || in_freezer().is_empty(),
+    )
+    .await;
     std::fs::write(freezer.join("freezer.state"), "FROZEN").expect("freeze");
     let r = run(&direct, &id, &["true"], t).await;
-    let frozen_helpers: Vec<i32> = running(HELPER_ARG)
-        .into_iter()
-        .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/cgroup"))
-                .is_ok_and(|c| c.lines().any(|l| l.contains("freezer") && l.ends_with(&id)))
-        })
-        .collect();
+    let frozen_helpers = in_freezer();
     std::fs::write(freezer.join("freezer.state"), "THAWED").expect("thaw");
     match &r {
         Err(ExecError::Runtime { message, .. }) => assert!(
