@@ -55,16 +55,27 @@ pub(super) fn run(control: &UnixStream, plan: &Plan, hand_on: ForReaper<'_>) -> 
     ])?;
     nix::sys::prctl::set_child_subreaper(true).map_err(err("set child subreaper"))?;
     let me = nix::unistd::getpid();
+    // The reaper's word that the helper holds the command's pidfd (close-on-exec: gone at the
+    // command's execve).
+    let (handed_reader, handed_writer) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(err("pipe"))?;
     let command = match sys::fork().map_err(err("fork"))? {
         ForkResult::Child => {
+            drop(handed_writer);
             // A reaper killed before the helper holds the command's pidfd takes the command
-            // along (until the command's own change of credentials, when it holds no more
-            // than the container); one killed before this line shows as another parent.
+            // along; one killed before this line shows as another parent.
             if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
                 || nix::unistd::getppid() != me
             {
                 std::process::exit(127)
             }
+            // The command's change of credentials clears the parent death signal: it waits
+            // until the helper holds its pidfd, so that no moment leaves it held by nobody. The
+            // end of the pipe without the byte: the reaper is gone or gave up.
+            if !matches!(nix::unistd::read(&handed_reader, &mut [0u8; 1]), Ok(1)) {
+                std::process::exit(127)
+            }
+            drop(handed_reader);
             let e = match command::run(plan, control, &devnull, signals) {
                 Ok(never) => match never {},
                 Err(e) => e,
@@ -89,6 +100,13 @@ pub(super) fn run(control: &UnixStream, plan: &Plan, hand_on: ForReaper<'_>) -> 
             .map_err(err("hand the helper the command's pidfd"))
         });
     drop(command_link);
+    drop(handed_reader);
+    let handed = handed.and_then(|_| {
+        nix::unistd::write(&handed_writer, b"h")
+            .map(drop)
+            .map_err(err("tell the command the helper holds it"))
+    });
+    drop(handed_writer);
     if let Err(e) = handed {
         kill_tree(command);
         return Err(e);
