@@ -132,7 +132,11 @@ struct State {
     /// Pods that have a lookup waiting and room to run one, each once, in turn order.
     turn: VecDeque<Box<str>>,
     spawned: usize,
+    /// Threads waiting for work.
     idle: usize,
+    /// Idle threads already woken for a lookup that have not yet taken the lock: each serves
+    /// one lookup, so only `idle - woken` are free to wake for the next.
+    woken: usize,
     running: usize,
     stopping: bool,
 }
@@ -221,9 +225,20 @@ impl Resolver {
         host: &str,
         port: u16,
     ) -> oneshot::Receiver<io::Result<Vec<SocketAddr>>> {
+        let mut state = self.shared.state.lock();
+        self.submit_locked(&mut state, pod, host, port)
+    }
+
+    /// [`Self::submit`] with the pool's state already held.
+    fn submit_locked(
+        &self,
+        state: &mut State,
+        pod: &str,
+        host: &str,
+        port: u16,
+    ) -> oneshot::Receiver<io::Result<Vec<SocketAddr>>> {
         let (tx, rx) = oneshot::channel();
         let shared = &self.shared;
-        let mut state = shared.state.lock();
         let per_pod = shared.per_pod;
         let q = state.pods.entry(pod.into()).or_default();
         // Lookups whose probe gave up are dropped here, so a pod whose lookups never return
@@ -235,11 +250,16 @@ impl Resolver {
             port,
             answer: tx,
         });
-        let joins_turn = was_empty && q.running < per_pod;
-        if joins_turn {
+        if was_empty && q.running < per_pod {
             state.turn.push_back(pod.into());
         }
-        if state.idle > 0 {
+        if q.running + q.waiting.len() > per_pod {
+            // Lookups ahead of it fill the pod's bound: this one runs on the thread of one of
+            // them, when it returns.
+            return rx;
+        }
+        if state.idle > state.woken {
+            state.woken += 1;
             shared.work.notify_one();
         } else if state.spawned < shared.threads {
             let worker = shared.clone();
@@ -277,6 +297,7 @@ impl Shared {
                 state.idle += 1;
                 self.work.wait(&mut state);
                 state.idle -= 1;
+                state.woken = state.woken.saturating_sub(1);
                 continue;
             };
             state.running += 1;
@@ -330,6 +351,87 @@ impl Shared {
         } else if q.running + 1 == self.per_pod {
             // It was at its bound, so out of the turn: it joins at the back.
             state.turn.push_back(pod);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A pool whose lookups of `hang.` names block until the test ends, others answer at once.
+    fn pool(release: Arc<(Mutex<bool>, Condvar)>) -> Resolver {
+        Resolver::new(ResolverOptions {
+            root: PathBuf::from("/nonexistent"),
+            threads: 8,
+            per_pod: 2,
+            lookup: Arc::new(move |host: &str, port| {
+                if host.starts_with("hang.") {
+                    let (lock, cv) = &*release;
+                    let mut done = lock.lock();
+                    while !*done {
+                        cv.wait(&mut done);
+                    }
+                }
+                Ok(vec![SocketAddr::new([10, 0, 0, 1].into(), port)])
+            }),
+        })
+    }
+
+    fn until(what: &str, cond: impl Fn() -> bool) {
+        let end = std::time::Instant::now() + Duration::from_secs(5);
+        while !cond() {
+            assert!(std::time::Instant::now() < end, "never: {what}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    #[tokio::test]
+    async fn lookups_submitted_before_a_woken_thread_runs_each_get_a_thread() {
+        let release = Arc::new((Mutex::new(false), Condvar::new()));
+        let resolver = pool(release.clone());
+        // One thread, idle after a quick lookup.
+        let warm = resolver.submit("warm", "quick", 80);
+        warm.await.expect("answer").expect("quick");
+        until("one idle thread", || resolver.shared.state.lock().idle == 1);
+        // Six pods submit while the idle thread cannot yet take the lock: one is its, the
+        // other five need threads of their own.
+        let answers: Vec<_> = {
+            let mut state = resolver.shared.state.lock();
+            (0..6)
+                .map(|i| resolver.submit_locked(&mut state, &format!("pod-{i}"), "hang.x", 80))
+                .collect()
+        };
+        until("all six running", || resolver.running() == 6);
+        assert!(resolver.threads_started() <= 8);
+        let (lock, cv) = &*release;
+        *lock.lock() = true;
+        cv.notify_all();
+        for a in answers {
+            a.await.expect("answer").expect("released");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pod_at_its_bound_starts_no_thread() {
+        let release = Arc::new((Mutex::new(false), Condvar::new()));
+        let resolver = pool(release.clone());
+        let answers: Vec<_> = (0..50)
+            .map(|_| resolver.submit("hostile", "hang.y", 80))
+            .collect();
+        until("two running", || resolver.running() == 2);
+        assert!(
+            resolver.threads_started() <= 3,
+            "{} threads for one pod's two lookups",
+            resolver.threads_started()
+        );
+        let (lock, cv) = &*release;
+        *lock.lock() = true;
+        cv.notify_all();
+        for a in answers {
+            a.await.expect("answer").expect("released");
         }
     }
 }
