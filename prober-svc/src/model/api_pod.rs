@@ -53,6 +53,11 @@ pub struct ApiContainer {
     pub pre_stop: Option<Hook>,
     /// The probe types the container spec itself declares (kubelet runs those).
     pub spec_probes: Vec<ProbeType>,
+    /// The probe types `podward.io/probes-moved` records as moved out of this container's spec
+    /// into `podward.io/probes` (by the takeover webhook or `migrate`): each at most once, in the
+    /// spec's field order (liveness, readiness, startup); a record naming no container of the
+    /// pod costs nothing.
+    pub moved_probes: Vec<ProbeType>,
 }
 
 /// Where a container is declared.
@@ -210,12 +215,14 @@ mod tests {
                     kind: ContainerKind::Regular,
                     pre_stop: None,
                     spec_probes: Vec::new(),
+                    moved_probes: Vec::new(),
                 },
                 ApiContainer {
                     name: "proxy".into(),
                     kind: ContainerKind::Sidecar,
                     pre_stop: None,
                     spec_probes: Vec::new(),
+                    moved_probes: Vec::new(),
                 },
             ],
         }
