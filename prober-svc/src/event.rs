@@ -47,7 +47,7 @@ pub const REASON_FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
 /// `podward.io/probes` (the takeover webhook, `migrate`): podward runs them, kubelet does not.
 pub const REASON_PROBES_TAKEN_OVER: &str = "ProbesTakenOver";
 
-/// One thing that happened to one probe of one container.
+/// One thing that happened to one probe of one container, or to the pod as a whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     /// The pod's UID.
