@@ -1,6 +1,7 @@
 //! What the Kubernetes API says of a pod that CRI does not carry: its restart policy, which init
 //! containers are sidecars, its readiness gate and that condition's current value, the preStop
-//! hooks, the phase and whether it is being deleted. CRI (the shim, containerd) stays the source
+//! hooks, the phase, whether it is being deleted, and which probes a takeover moved out of its
+//! containers' spec (`podward.io/probes-moved`). CRI (the shim, containerd) stays the source
 //! of truth for what runs; an [`ApiPod`] only adds to it, and everything works without one.
 //!
 //! Kept small on purpose: one per pod on the node, built from the reflector's `Pod` objects and
