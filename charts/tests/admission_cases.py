@@ -361,6 +361,14 @@ def prober_event_cases(ctx: Ctx) -> list[Case]:
 
     return [
         case("creates its own node's event", event_request(user, ex, "CREATE", ev), ALLOW),
+        case("creates a Normal event about the whole pod (ProbesTakenOver, no fieldPath)",
+             event_request(user, ex, "CREATE", edit(ev, lambda e: (
+                 e["involvedObject"].pop("fieldPath"),
+                 e.update({"type": "Normal", "reason": "ProbesTakenOver",
+                           "message": "Probes taken over by podward (moved from the pod spec "
+                                      "into podward.io/probes; kubelet does not run them): "
+                                      "container web: livenessProbe, readinessProbe"})))),
+             ALLOW),
         case("bumps its own event (count, lastTimestamp, message)",
              event_request(user, ex, "UPDATE", bump(ev), ev), ALLOW),
         case("creates an event as another node (source.host)",

@@ -64,6 +64,11 @@ RESOURCES: dict[str, list[tuple[str, str, bool]]] = {
         ("flowschemas", "FlowSchema", False),
         ("prioritylevelconfigurations", "PriorityLevelConfiguration", False),
     ],
+    "cert-manager.io/v1": [
+        ("certificates", "Certificate", True),
+        ("issuers", "Issuer", True),
+        ("clusterissuers", "ClusterIssuer", False),
+    ],
     "monitoring.coreos.com/v1": [
         ("servicemonitors", "ServiceMonitor", True),
         ("prometheusrules", "PrometheusRule", True),

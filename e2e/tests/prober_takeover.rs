@@ -6,7 +6,8 @@
 //! - webhook up: the admitted pod's containers have no probes left (nothing for kubelet to
 //!   probe), they are in `podward.io/probes` with the gate and the node label; podward's prober
 //!   probes the pod: its readiness writes the gate `True` at the API, its liveness failure
-//!   restarts the container once;
+//!   restarts the container once, and it records one `Normal` `ProbesTakenOver` event on the
+//!   pod naming the probes moved;
 //! - webhook down: with `failurePolicy: Ignore` the pod is admitted unchanged (its spec probes
 //!   stay for kubelet) and podward does not probe it; with `Fail` the CREATE is refused.
 
@@ -220,6 +221,34 @@ async fn a_pod_created_through_the_webhook_is_probed_by_podward_and_admitted_unc
     restarts_once(&running, Duration::from_secs(60))
         .await
         .expect("podward's liveness probe restarted the container once");
+    // The node's prober told the pod where its probes went: one Normal event on the pod.
+    until(
+        "podward's ProbesTakenOver event",
+        Duration::from_secs(30),
+        || !taken_over(&mock, &uid).is_empty(),
+    )
+    .await
+    .expect("the event reached the API server");
+    let events = taken_over(&mock, &uid);
+    assert_eq!(events.len(), 1, "{events:?}");
+    let ev = &events[0];
+    assert_eq!(ev["type"], "Normal");
+    assert_eq!(
+        ev["message"],
+        "Probes taken over by podward (moved from the pod spec into podward.io/probes; kubelet does not run them): container app: livenessProbe, readinessProbe"
+    );
+    assert_eq!(
+        ev["involvedObject"],
+        json!({"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
+               "namespace": "shop", "uid": uid})
+    );
+    assert_eq!(
+        (
+            ev["source"]["component"].as_str(),
+            ev["source"]["host"].as_str()
+        ),
+        (Some("podward-prober"), Some(NODE))
+    );
 
     // What the webhook counted, on its admin endpoint.
     let metrics = scrape(format!("127.0.0.1:{admin}").parse().expect("addr"))
@@ -259,6 +288,8 @@ async fn a_pod_created_through_the_webhook_is_probed_by_podward_and_admitted_unc
             .expect("metadata")
             .remove(k);
     }
+    assert_eq!(stripped["status"], json!({"phase": "Pending"}));
+    stripped.as_object_mut().expect("pod").remove("status");
     assert_eq!(stripped, original, "admitted unchanged");
     let refused = mock
         .create_pod("shop", original, &[webhook(port, &ca, FailurePolicy::Fail)])
@@ -281,4 +312,17 @@ async fn a_pod_created_through_the_webhook_is_probed_by_podward_and_admitted_unc
         "podward probes a pod it was not given"
     );
     assert_eq!(gate_status(&mock, &kept_uid), "", "no gate written");
+    assert!(
+        taken_over(&mock, &kept_uid).is_empty(),
+        "an event for a pod not taken over"
+    );
+    assert_eq!(taken_over(&mock, &uid).len(), 1, "the event once");
+}
+
+/// The `ProbesTakenOver` events the API server holds about pod `uid`.
+fn taken_over(mock: &MockApiServer, uid: &str) -> Vec<Value> {
+    mock.events()
+        .into_iter()
+        .filter(|e| e["reason"] == "ProbesTakenOver" && e["involvedObject"]["uid"] == uid)
+        .collect()
 }

@@ -6,13 +6,14 @@
 //! what happened, the sinks decide what to do with it. The `Watch` hub (`crate::hub`) takes result
 //! changes and kill records ([`Event::on_watch`]); the Kubernetes event recorder
 //! (`crate::kubernetes::events`) takes what kubelet's recorder would record ([`Event::recorded`]):
-//! `Unhealthy` and `ProbeWarning` for single probes, `Killing`, `FailedPreStopHook`.
+//! `Unhealthy` and `ProbeWarning` for single probes, `Killing`, `FailedPreStopHook`, and the
+//! events podward records about a pod as a whole (its annotation, [`EventKind::ProbesTakenOver`]).
 
 use std::sync::Arc;
 
 use crate::handler::attempt::Outcome;
 use crate::handler::attempt::ProbeResult;
-use crate::model::api_pod::{ContainerKind, RestartPolicy};
+use crate::model::api_pod::{ApiPod, ContainerKind, RestartPolicy};
 use crate::model::{ContainerInfo, PodInfo};
 use crate::spec::ProbeType;
 use crate::stopper::StopError;
@@ -42,7 +43,11 @@ pub const REASON_PROBE_SPEC_INVALID: &str = "ProbeSpecInvalid";
 /// kubelet's event reason for a preStop hook that failed (`events.FailedPreStopHook`).
 pub const REASON_FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
 
-/// One thing that happened to one probe of one container.
+/// podward's `Normal` event reason for a pod whose spec probes were moved into
+/// `podward.io/probes` (the takeover webhook, `migrate`): podward runs them, kubelet does not.
+pub const REASON_PROBES_TAKEN_OVER: &str = "ProbesTakenOver";
+
+/// One thing that happened to one probe of one container, or to the pod as a whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     /// The pod's UID.
@@ -51,14 +56,14 @@ pub struct Event {
     pub pod_name: String,
     /// The pod's namespace.
     pub pod_namespace: String,
-    /// The container's name.
+    /// The container's name; "" for an event about the pod as a whole.
     pub container_name: String,
     /// The container instance's runtime ID.
     pub container_id: String,
     /// The container is declared in `spec.initContainers` (a sidecar), as far as the prober
     /// knows the pod spec: Kubernetes events name it `spec.initContainers{name}`.
     pub init_container: bool,
-    /// The probe concerned.
+    /// The probe concerned (of an event about several, the first it names).
     pub probe: ProbeType,
     /// When it happened, Unix ns.
     pub at_ns: i64,
@@ -97,6 +102,19 @@ pub enum EventKind {
         /// What a user reads.
         message: String,
     },
+    /// The pod's spec probes were moved into `podward.io/probes` (`podward.io/probes-moved`
+    /// records which): podward runs them, not kubelet. An event about the pod as a whole, once
+    /// per pod ([`crate::manager`] decides when).
+    ProbesTakenOver(Vec<MovedProbes>),
+}
+
+/// The probes moved out of one container's spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MovedProbes {
+    /// The container's name.
+    pub container: String,
+    /// The probe types moved, in the spec's field order.
+    pub probes: Vec<ProbeType>,
 }
 
 /// What kubelet's event recorder would record for an [`Event`].
@@ -171,6 +189,32 @@ impl Event {
         Self::about(pod, c, ty, at_ns, EventKind::PreStopFailed)
     }
 
+    /// The `ProbesTakenOver` event of pod `api`: the probes `podward.io/probes-moved` records as
+    /// moved, per container of the pod; `None` when it records none.
+    pub fn probes_taken_over(api: &ApiPod, at_ns: i64) -> Option<Self> {
+        let moved: Vec<MovedProbes> = api
+            .containers
+            .iter()
+            .filter(|c| !c.moved_probes.is_empty())
+            .map(|c| MovedProbes {
+                container: c.name.clone(),
+                probes: c.moved_probes.clone(),
+            })
+            .collect();
+        let probe = *moved.first()?.probes.first()?;
+        Some(Self {
+            pod_uid: api.uid.clone(),
+            pod_name: api.name.clone(),
+            pod_namespace: api.namespace.clone(),
+            container_name: String::new(),
+            container_id: String::new(),
+            init_container: false,
+            probe,
+            at_ns,
+            kind: EventKind::ProbesTakenOver(moved),
+        })
+    }
+
     fn about(pod: &PodInfo, c: &ContainerInfo, ty: ProbeType, at_ns: i64, kind: EventKind) -> Self {
         let init_container = pod
             .api
@@ -223,6 +267,9 @@ impl Event {
             ),
             EventKind::Killing { message } => (false, REASON_KILLING, message.clone()),
             EventKind::AnnotationWarning { reason, message } => (true, *reason, message.clone()),
+            EventKind::ProbesTakenOver(moved) => {
+                (false, REASON_PROBES_TAKEN_OVER, taken_over_message(moved))
+            }
             // kubelet leaves the hook's output out of the event so that secrets cannot leak.
             EventKind::PreStopFailed => (
                 true,
@@ -245,9 +292,26 @@ impl Event {
             EventKind::Probed(outcome) => outcome.output(),
             EventKind::Killing { .. }
             | EventKind::PreStopFailed
-            | EventKind::AnnotationWarning { .. } => "",
+            | EventKind::AnnotationWarning { .. }
+            | EventKind::ProbesTakenOver(_) => "",
         }
     }
+}
+
+/// The `ProbesTakenOver` message: where the probes went and who runs them, then what moved per
+/// container ("container app: livenessProbe, readinessProbe; container proxy: ...").
+fn taken_over_message(moved: &[MovedProbes]) -> String {
+    let list: Vec<String> = moved
+        .iter()
+        .map(|m| {
+            let fields: Vec<&str> = m.probes.iter().map(|t| t.field_name()).collect();
+            format!("container {}: {}", m.container, fields.join(", "))
+        })
+        .collect();
+    format!(
+        "Probes taken over by podward (moved from the pod spec into podward.io/probes; kubelet does not run them): {}",
+        list.join("; ")
+    )
 }
 
 /// kubelet's message when it stops a regular container of a pod that restarts it
@@ -361,99 +425,4 @@ impl Events {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn event(kind: EventKind) -> Event {
-        Event {
-            pod_uid: "u".into(),
-            pod_name: "p".into(),
-            pod_namespace: "ns".into(),
-            container_name: "web".into(),
-            container_id: "c1".into(),
-            init_container: false,
-            probe: ProbeType::Liveness,
-            at_ns: 1,
-            kind,
-        }
-    }
-
-    #[test]
-    fn kubelets_texts_for_what_it_records_and_nothing_for_results_and_kill_records() {
-        assert_eq!(
-            killing_message("web", ProbeType::Liveness),
-            "Container web failed liveness probe, will be restarted"
-        );
-        assert_eq!(
-            killing_message("web", ProbeType::Startup),
-            "Container web failed startup probe, will be restarted"
-        );
-        let recorded = |kind| {
-            event(kind)
-                .recorded()
-                .map(|r| (r.warning, r.reason, r.message))
-        };
-        assert_eq!(
-            recorded(EventKind::Killing {
-                message: killing_message("web", ProbeType::Liveness)
-            }),
-            Some((
-                false,
-                "Killing",
-                "Container web failed liveness probe, will be restarted".into()
-            ))
-        );
-        assert_eq!(
-            recorded(EventKind::Probed(Outcome::Failure(
-                "HTTP probe failed with statuscode: 500".into()
-            ))),
-            Some((
-                true,
-                "Unhealthy",
-                "Liveness probe failed: HTTP probe failed with statuscode: 500".into()
-            ))
-        );
-        assert_eq!(
-            recorded(EventKind::Probed(Outcome::Errored(
-                "strconv.Atoi: parsing \"http\": invalid syntax".into()
-            ))),
-            Some((
-                true,
-                "Unhealthy",
-                "Liveness probe errored and resulted in unknown state: strconv.Atoi: parsing \"http\": invalid syntax".into()
-            ))
-        );
-        assert_eq!(
-            recorded(EventKind::Probed(Outcome::Warning(
-                "Probe terminated redirects, Response body: x".into()
-            ))),
-            Some((
-                true,
-                "ProbeWarning",
-                "Liveness probe warning: Probe terminated redirects, Response body: x".into()
-            ))
-        );
-        assert_eq!(
-            recorded(EventKind::PreStopFailed),
-            Some((true, "FailedPreStopHook", "PreStopHook failed".into()))
-        );
-        let kill = event(EventKind::Kill(Kill {
-            container_id: "c1".into(),
-            probe: ProbeType::Liveness,
-            message: killing_message("web", ProbeType::Liveness),
-            output: "HTTP probe failed with statuscode: 500".into(),
-            grace_seconds: 30,
-            issued_at_ns: 1,
-            error: None,
-        }));
-        assert!(kill.on_watch() && kill.recorded().is_none());
-        assert_eq!(kill.output(), "HTTP probe failed with statuscode: 500");
-        let result = event(EventKind::Result {
-            result: ProbeResult::Failure,
-            output: "refused".into(),
-        });
-        assert!(result.on_watch() && result.recorded().is_none());
-        assert_eq!(result.output(), "refused");
-        assert!(!event(EventKind::PreStopFailed).on_watch());
-    }
-}
+mod tests;

@@ -39,6 +39,7 @@ mod annotation;
 mod conflicts;
 mod refresh;
 mod sink;
+mod taken_over;
 mod unknown;
 
 pub use crate::registry::UNKNOWN_CONTAINER_GRACE;
@@ -254,12 +255,16 @@ impl Manager {
 
     /// Takes the Kubernetes API's view of a pod (the reflector's): its annotation wins over
     /// CRI's, its restart policy, phase, deletion and preStop hooks reach the workers and the
-    /// kill path.
+    /// kill path. The first view of a pod whose probes were taken over may announce it
+    /// (`ProbesTakenOver`, see `taken_over.rs`).
     pub fn set_api_pod(&self, api: ApiPod) {
         let reg = &self.inner.registry;
         let uid = api.uid.clone();
         let api = Arc::new(api);
-        reg.api.lock().insert(uid.clone(), api.clone());
+        let first = reg.api.lock().insert(uid.clone(), api.clone()).is_none();
+        if first {
+            taken_over::announce(&api, &self.inner.events, self.inner.clock.now_ns());
+        }
         let current = {
             let pods = reg.pods.lock();
             pods.get(&uid).map(|e| PodInfo::clone(&e.shared.read()))

@@ -53,7 +53,8 @@ pub fn event(ev: &Event) -> Option<api::ProbeEvent> {
         EventKind::Probed(_)
         | EventKind::Killing { .. }
         | EventKind::PreStopFailed
-        | EventKind::AnnotationWarning { .. } => return None,
+        | EventKind::AnnotationWarning { .. }
+        | EventKind::ProbesTakenOver(_) => return None,
     };
     Some(api::ProbeEvent {
         pod_uid: ev.pod_uid.clone(),

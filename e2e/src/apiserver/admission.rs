@@ -73,6 +73,8 @@ impl MockApiServer {
         }
         let uid = format!("{:032x}", rand::random::<u128>());
         pod["metadata"]["uid"] = json!(uid);
+        // The API server's PrepareForCreate: whatever status was sent, a new pod is Pending.
+        pod["status"] = json!({"phase": "Pending"});
         if pod["metadata"].get("name").is_none_or(Value::is_null) {
             let prefix = pod["metadata"]["generateName"].as_str().unwrap_or("pod-");
             pod["metadata"]["name"] = json!(format!("{prefix}{}", &uid[..5]));

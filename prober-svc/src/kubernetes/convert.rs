@@ -4,11 +4,13 @@
 //! The object is outside input: a field that does not fit is dropped (a hook becomes
 //! [`Hook::Invalid`]), never a reason to drop the pod.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use podward_api::labels;
 
+use crate::admission::MOVED_ANNOTATION;
 use crate::model::api_pod::{
     ApiContainer, ApiPod, ConditionStatus, ContainerKind, GateCondition, Hook, PodPhase,
     RestartPolicy,
@@ -22,6 +24,8 @@ pub fn api_pod(pod: &Pod, gate_type: &str) -> Option<ApiPod> {
     let uid = meta.uid.clone().filter(|u| !u.is_empty())?;
     let spec = pod.spec.as_ref();
     let status = pod.status.as_ref();
+    let annotations = meta.annotations.as_ref();
+    let moved = moved_record(annotations.and_then(|a| a.get(MOVED_ANNOTATION)));
     let mut containers: Vec<ApiContainer> = Vec::new();
     if let Some(spec) = spec {
         for c in spec.init_containers.iter().flatten() {
@@ -30,10 +34,10 @@ pub fn api_pod(pod: &Pod, gate_type: &str) -> Option<ApiPod> {
             } else {
                 ContainerKind::Init
             };
-            containers.push(container(c, kind));
+            containers.push(container(c, kind, &moved));
         }
         for c in &spec.containers {
-            containers.push(container(c, ContainerKind::Regular));
+            containers.push(container(c, ContainerKind::Regular, &moved));
         }
         for c in spec.ephemeral_containers.iter().flatten() {
             containers.push(ApiContainer {
@@ -42,6 +46,7 @@ pub fn api_pod(pod: &Pod, gate_type: &str) -> Option<ApiPod> {
                 // The API refuses lifecycle hooks on ephemeral containers.
                 pre_stop: None,
                 spec_probes: Vec::new(),
+                moved_probes: Vec::new(),
             });
         }
     }
@@ -79,9 +84,7 @@ pub fn api_pod(pod: &Pod, gate_type: &str) -> Option<ApiPod> {
         deleting: meta.deletion_timestamp.is_some(),
         grace_seconds: spec.and_then(|s| s.termination_grace_period_seconds),
         deletion_grace_seconds: meta.deletion_grace_period_seconds,
-        probes_annotation: meta
-            .annotations
-            .as_ref()
+        probes_annotation: annotations
             .and_then(|a| a.get(labels::PODWARD_PROBES))
             .cloned(),
         gated: spec
@@ -92,9 +95,41 @@ pub fn api_pod(pod: &Pod, gate_type: &str) -> Option<ApiPod> {
     })
 }
 
-fn container(c: &Container, kind: ContainerKind) -> ApiContainer {
+/// What `podward.io/probes-moved` records as moved: the `containers` entry, container name to
+/// probe field names. Anything else in it, and a record that does not parse, count as nothing
+/// moved.
+#[derive(Debug, Default, serde::Deserialize)]
+struct MovedRecord {
+    #[serde(default)]
+    containers: BTreeMap<String, Vec<String>>,
+}
+
+/// The record in `value` (the annotation's text), or an empty one.
+fn moved_record(value: Option<&String>) -> MovedRecord {
+    value
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default()
+}
+
+/// The probe types `record` says moved out of container `name`, in the spec's field order.
+fn moved_probes(record: &MovedRecord, name: &str) -> Vec<ProbeType> {
+    let Some(fields) = record.containers.get(name) else {
+        return Vec::new();
+    };
+    [
+        ProbeType::Liveness,
+        ProbeType::Readiness,
+        ProbeType::Startup,
+    ]
+    .into_iter()
+    .filter(|ty| fields.iter().any(|f| f == ty.field_name()))
+    .collect()
+}
+
+fn container(c: &Container, kind: ContainerKind, moved: &MovedRecord) -> ApiContainer {
     ApiContainer {
         name: c.name.clone(),
+        moved_probes: moved_probes(moved, &c.name),
         kind,
         pre_stop: c
             .lifecycle
@@ -253,6 +288,47 @@ mod tests {
         assert!(matches!(a.pre_stop("odd"), Some(Hook::Invalid(_))));
         assert_eq!(a.pre_stop("setup"), None);
         assert!(a.restarts("proxy") && !a.restarts("app"));
+    }
+
+    #[test]
+    fn the_moved_record_keeps_only_probe_types_of_the_pods_containers() {
+        let record = serde_json::json!({
+            "containers": {"app": ["readinessProbe", "livenessProbe", "readinessProbe", "x"],
+                           "proxy": ["startupProbe"], "ghost": ["livenessProbe"]},
+            "readinessGate": "podward.io/ready"
+        });
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "x", "uid": "u",
+                         "annotations": {"podward.io/probes-moved": record.to_string()}},
+            "spec": {"initContainers": [{"name": "proxy", "restartPolicy": "Always"}],
+                     "containers": [{"name": "app"}, {"name": "db"}]}
+        }));
+        let a = api_pod(&p, "g").expect("pod");
+        let moved: Vec<_> = a
+            .containers
+            .iter()
+            .map(|c| (c.name.as_str(), c.moved_probes.clone()))
+            .collect();
+        assert_eq!(
+            moved,
+            vec![
+                ("proxy", vec![ProbeType::Startup]),
+                ("app", vec![ProbeType::Liveness, ProbeType::Readiness]),
+                ("db", vec![]),
+            ]
+        );
+        for bad in [
+            "not json",
+            r#"{"containers": 5}"#,
+            r#"{"containers": {"app": "x"}}"#,
+        ] {
+            let p = pod(serde_json::json!({
+                "metadata": {"name": "x", "uid": "u", "annotations": {"podward.io/probes-moved": bad}},
+                "spec": {"containers": [{"name": "app"}]}
+            }));
+            let a = api_pod(&p, "g").expect("a bad record costs the record, not the pod");
+            assert!(a.containers[0].moved_probes.is_empty(), "{bad}");
+        }
     }
 
     #[test]

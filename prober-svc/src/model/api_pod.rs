@@ -1,6 +1,7 @@
 //! What the Kubernetes API says of a pod that CRI does not carry: its restart policy, which init
 //! containers are sidecars, its readiness gate and that condition's current value, the preStop
-//! hooks, the phase and whether it is being deleted. CRI (the shim, containerd) stays the source
+//! hooks, the phase, whether it is being deleted, and which probes a takeover moved out of its
+//! containers' spec (`podward.io/probes-moved`). CRI (the shim, containerd) stays the source
 //! of truth for what runs; an [`ApiPod`] only adds to it, and everything works without one.
 //!
 //! Kept small on purpose: one per pod on the node, built from the reflector's `Pod` objects and
@@ -53,6 +54,11 @@ pub struct ApiContainer {
     pub pre_stop: Option<Hook>,
     /// The probe types the container spec itself declares (kubelet runs those).
     pub spec_probes: Vec<ProbeType>,
+    /// The probe types `podward.io/probes-moved` records as moved out of this container's spec
+    /// into `podward.io/probes` (by the takeover webhook or `migrate`): each at most once, in the
+    /// spec's field order (liveness, readiness, startup); a record naming no container of the
+    /// pod costs nothing.
+    pub moved_probes: Vec<ProbeType>,
 }
 
 /// Where a container is declared.
@@ -210,12 +216,14 @@ mod tests {
                     kind: ContainerKind::Regular,
                     pre_stop: None,
                     spec_probes: Vec::new(),
+                    moved_probes: Vec::new(),
                 },
                 ApiContainer {
                     name: "proxy".into(),
                     kind: ContainerKind::Sidecar,
                     pre_stop: None,
                     spec_probes: Vec::new(),
+                    moved_probes: Vec::new(),
                 },
             ],
         }

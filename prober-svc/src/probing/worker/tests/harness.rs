@@ -328,6 +328,7 @@ pub(super) fn api_pod(
                 kind,
                 pre_stop,
                 spec_probes: Vec::new(),
+                moved_probes: Vec::new(),
             })
             .collect(),
     }
