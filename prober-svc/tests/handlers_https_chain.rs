@@ -43,19 +43,33 @@ fn padded_cert(size: usize) -> CertificateDer<'static> {
     params.self_signed(&key).expect("cert").der().clone()
 }
 
-/// The TLS 1.3 Certificate message's length (what Go's limit is checked against) for `chain`,
+/// The Certificate message's length (what Go's limit is checked against) for `chain`. TLS 1.3,
 /// each entry without extensions: context (1), list length (3), each entry's length (3),
-/// certificate, and extensions length (2).
-fn certificate_message_len(chain: &[CertificateDer<'_>]) -> usize {
-    1 + 3 + chain.iter().map(|c| 3 + c.len() + 2).sum::<usize>()
+/// certificate, and extensions length (2); TLS 1.2: list length (3), each entry's length (3)
+/// and certificate.
+fn certificate_message_len(chain: &[CertificateDer<'_>], tls12: bool) -> usize {
+    if tls12 {
+        3 + chain.iter().map(|c| 3 + c.len()).sum::<usize>()
+    } else {
+        1 + 3 + chain.iter().map(|c| 3 + c.len() + 2).sum::<usize>()
+    }
 }
 
 /// A TLS server (rustls: its server side has no cap on what it sends) presenting a leaf plus
 /// intermediates padding its chain to about `chain_bytes`, offering `alpn`; records the
-/// HTTP version of each request.
+/// HTTP version of each request. Returns the Certificate message's length too.
 async fn chain_server(
     alpn: &[&[u8]],
     chain_bytes: usize,
+) -> (u16, Seen, usize, tokio::task::JoinHandle<()>) {
+    chain_server_versions(alpn, chain_bytes, false).await
+}
+
+/// [`chain_server`] speaking TLS 1.2 only if `tls12`.
+async fn chain_server_versions(
+    alpn: &[&[u8]],
+    chain_bytes: usize,
+    tls12: bool,
 ) -> (u16, Seen, usize, tokio::task::JoinHandle<()>) {
     let leaf = rcgen::generate_simple_self_signed(vec!["probe.test".to_owned()]).expect("cert");
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf.key_pair.serialize_der()));
@@ -68,15 +82,20 @@ async fn chain_server(
         total += pad.len();
         chain.push(pad);
     }
-    let msg_len = certificate_message_len(&chain);
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+    let msg_len = certificate_message_len(&chain, tls12);
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_no_client_auth()
-    .with_single_cert(chain, key)
-    .expect("server config");
+    ));
+    let builder = if tls12 {
+        builder.with_protocol_versions(&[&rustls::version::TLS12])
+    } else {
+        builder.with_safe_default_protocol_versions()
+    };
+    let mut config = builder
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("server config");
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let acceptor = TlsAcceptor::from(Arc::new(config));
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -244,5 +263,36 @@ async fn the_redone_handshake_is_charged_to_the_nodes_budget() {
         budget.peak()
     );
     assert_eq!(budget.used(), 0, "everything given back");
+    task.abort();
+}
+
+#[tokio::test]
+async fn over_tls12_a_200_kib_chain_succeeds_and_a_larger_one_fails_with_gos_text() {
+    let (port, seen, _, task) = chain_server_versions(&[b"h2"], 200 << 10, true).await;
+    let v = prober()
+        .probe(
+            ProbeType::Liveness,
+            &spec(https(port), 5),
+            &target(&[], &[]),
+        )
+        .await;
+    assert_eq!(v, Outcome::Success("chain ok".into()));
+    assert_eq!(seen.lock().clone(), vec![http::Version::HTTP_2]);
+    task.abort();
+
+    let (port, _, msg_len, task) = chain_server_versions(&[b"http/1.1"], 300 << 10, true).await;
+    let v = prober()
+        .probe(
+            ProbeType::Liveness,
+            &spec(https(port), 5),
+            &target(&[], &[]),
+        )
+        .await;
+    assert_eq!(
+        v,
+        Outcome::Failure(format!(
+            "Get \"https://127.0.0.1:{port}/secure\": tls: handshake message of length {msg_len} bytes exceeds maximum of 262144 bytes"
+        ))
+    );
     task.abort();
 }
