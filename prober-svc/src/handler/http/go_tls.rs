@@ -158,7 +158,11 @@ impl GoTls {
             SslStream::new(ssl, Tap::new(io)).map_err(|e| HandshakeError::Tls(e.to_string()))?;
         match Pin::new(&mut stream).connect().await {
             Ok(()) => {
+                // Neither the first bytes nor the secret are needed past the handshake.
                 stream.get_mut().stop();
+                if let Some(slot) = stream.ssl().ex_data(self.secret) {
+                    slot.lock().take();
+                }
                 Ok(stream)
             }
             Err(e) => Err(self.failure(&stream, e)),
