@@ -296,3 +296,58 @@ async fn over_tls12_a_200_kib_chain_succeeds_and_a_larger_one_fails_with_gos_tex
     );
     task.abort();
 }
+
+#[tokio::test]
+async fn the_redone_handshake_is_bounded_by_the_probes_one_deadline() {
+    // The first connection presents a 200 KiB chain (rustls refuses it); the second is accepted
+    // and never answered: the probe fails at its timeout, as Go's client stuck in its handshake.
+    let leaf = rcgen::generate_simple_self_signed(vec!["probe.test".to_owned()]).expect("cert");
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf.key_pair.serialize_der()));
+    let mut chain = vec![leaf.cert.der().clone()];
+    for _ in 0..4 {
+        chain.push(padded_cert(52_000));
+    }
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .expect("server config");
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let task = tokio::spawn(async move {
+        let (first, _) = listener.accept().await.expect("first");
+        tokio::spawn(async move {
+            let _ = acceptor.accept(first).await;
+        });
+        let (silent, _) = listener.accept().await.expect("second");
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+        drop(silent);
+    });
+    let fallbacks = fallback_counter();
+    let started = tokio::time::Instant::now();
+    let v = prober()
+        .with_tls_fallbacks(fallbacks.clone())
+        .probe(
+            ProbeType::Liveness,
+            &spec(https(port), 1),
+            &target(&[], &[]),
+        )
+        .await;
+    let took = started.elapsed();
+    assert_eq!(
+        v,
+        Outcome::Failure(format!(
+            "Get \"https://127.0.0.1:{port}/secure\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+        ))
+    );
+    assert_eq!(fallbacks.get(), 1);
+    assert!(
+        took < std::time::Duration::from_millis(1900),
+        "one deadline for both handshakes: took {took:?}"
+    );
+    task.abort();
+}
