@@ -351,3 +351,36 @@ async fn the_redone_handshake_is_bounded_by_the_probes_one_deadline() {
     );
     task.abort();
 }
+
+#[tokio::test]
+async fn a_certificate_message_just_under_rustls_cap_succeeds() {
+    // A Certificate message a little under 64 KiB: its records' headers and encryption overhead
+    // fill rustls' 64 KiB buffer before the message is whole, which rustls reports as "message
+    // buffer full" rather than as a too-large message. Go takes it; so does the fallback.
+    let mut redone_under_the_cap = 0;
+    for size in [65_000, 65_100, 65_200, 65_280] {
+        let (port, _, msg_len, task) = chain_server(&[b"http/1.1"], size).await;
+        let fallbacks = fallback_counter();
+        let v = prober()
+            .with_tls_fallbacks(fallbacks.clone())
+            .probe(
+                ProbeType::Liveness,
+                &spec(https(port), 5),
+                &target(&[], &[]),
+            )
+            .await;
+        assert_eq!(
+            v,
+            Outcome::Success("chain ok".into()),
+            "message of {msg_len} bytes"
+        );
+        if msg_len <= 0xffff && fallbacks.get() == 1 {
+            redone_under_the_cap += 1;
+        }
+        task.abort();
+    }
+    assert!(
+        redone_under_the_cap > 0,
+        "no message under the cap filled rustls' buffer"
+    );
+}
