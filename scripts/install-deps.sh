@@ -10,6 +10,9 @@ APT_PACKAGES=(
   gcc libc6-dev               # builds the tiny static pause binary
   libseccomp-dev              # the prober's direct exec compiles seccomp profiles with libseccomp,
                               # linked statically from its libseccomp.a (.cargo/config.toml)
+  libssl-dev pkg-config       # OpenSSL: the prober redoes as Go's client an HTTPS handshake whose
+                              # certificate chain passes rustls' 64 KiB cap; linked statically from
+                              # libssl.a and libcrypto.a (.cargo/config.toml)
   iproute2 util-linux         # ip, mount/umount, nsenter for tests
   containernetworking-plugins # bridge + host-local CNI for pod-network sandboxes in e2e
   docker-registry skopeo      # loopback registry so CRI PullImage is exercised
@@ -52,6 +55,16 @@ if [ ! -f "$seccomp_dir/libseccomp.a" ]; then
   echo "install-deps: $seccomp_dir/libseccomp.a missing (libseccomp-dev; set LIBSECCOMP_LIB_PATH)" >&2
   exit 1
 fi
+
+# The static OpenSSL archives the prober links (OPENSSL_STATIC, OPENSSL_LIB_DIR in
+# .cargo/config.toml: the multiarch directory, unless the environment names another).
+ssl_dir=${OPENSSL_LIB_DIR:-/usr/lib/$(uname -m)-linux-gnu}
+for a in libssl.a libcrypto.a; do
+  if [ ! -f "$ssl_dir/$a" ]; then
+    echo "install-deps: $ssl_dir/$a missing (libssl-dev; set OPENSSL_LIB_DIR)" >&2
+    exit 1
+  fi
+done
 
 py=python3
 if ! "$py" -c 'import grpc_health.v1, grpc_tools.protoc' 2>/dev/null; then

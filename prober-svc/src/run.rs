@@ -406,6 +406,7 @@ fn build_manager(
         metrics.sockets_held.clone(),
     )
     .with_target_budget(target_budget(config, metrics))
+    .with_tls_fallbacks(metrics.tls_fallbacks.clone())
     .with_resolver(resolver.clone());
     // preStop exec hooks go through CRI ExecSync, as kubelet runs them (the direct runner is
     // for probes).

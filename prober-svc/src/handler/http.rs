@@ -16,18 +16,17 @@
 //!   ([`MAX_HEAD_BYTES`]); past it a Failure with Go's text. The body keeps kubelet's 10 KiB.
 
 mod exchange;
+mod go_tls;
 mod h1;
 mod head;
 mod request;
 mod tls;
 mod url;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::HeaderValue;
-use rustls::ClientConfig;
 use tokio::time::Instant;
 
 use self::exchange::{BodyError, RawResponse};
@@ -73,18 +72,12 @@ pub(crate) struct HttpProber {
     user_agent: HeaderValue,
     /// The headers of a probe without `httpHeaders` (most of them), resolved once.
     default_headers: ProbeHeaders,
-    tls: Option<Arc<ClientConfig>>,
+    tls: tls::Clients,
 }
 
 impl HttpProber {
     pub(crate) fn new(user_agent: &str) -> Self {
-        let tls = match tls::client_config() {
-            Ok(c) => Some(c),
-            Err(e) => {
-                tracing::error!(error = %e, "TLS configuration failed; HTTPS probes will fail");
-                None
-            }
-        };
+        let tls = tls::Clients::new();
         let user_agent = HeaderValue::from_str(user_agent)
             .unwrap_or_else(|_| HeaderValue::from_static("kube-probe"));
         let default_headers = ProbeHeaders::default_for(&user_agent);
@@ -93,6 +86,11 @@ impl HttpProber {
             default_headers,
             tls,
         }
+    }
+
+    /// Counts the handshakes redone with OpenSSL on `fallbacks`.
+    pub(crate) fn count_tls_fallbacks(&mut self, fallbacks: prometheus::IntCounter) {
+        self.tls.fallbacks = fallbacks;
     }
 
     /// One HTTP probe (kubelet `DoHTTPProbe` over `NewRequestForHTTPGetAction`); `guard` checks
@@ -145,7 +143,7 @@ impl HttpProber {
                 headers,
                 &host_value,
                 hop.referer.as_ref(),
-                self.tls.as_ref(),
+                &self.tls,
                 deadline,
                 exchange::Bounds {
                     guard,

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use prometheus::IntGauge;
+use prometheus::{IntCounter, IntGauge};
 use tokio::time::Instant;
 
 use crate::handler::attempt::{Outcome, ProbeTarget};
@@ -99,6 +99,13 @@ impl Prober {
     /// `held` (`podward_prober_sockets_held`).
     pub fn with_pod_sockets(mut self, per_pod: usize, held: IntGauge) -> Self {
         self.pod_sockets = PodSockets::new(per_pod, Some(held));
+        self
+    }
+
+    /// Counts on `fallbacks` the HTTPS handshakes redone with OpenSSL because the server sent a
+    /// handshake message over rustls' cap (`podward_prober_tls_fallback_total`).
+    pub fn with_tls_fallbacks(mut self, fallbacks: IntCounter) -> Self {
+        self.http.count_tls_fallbacks(fallbacks);
         self
     }
 

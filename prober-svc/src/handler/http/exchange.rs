@@ -1,7 +1,9 @@
 //! One HTTP exchange on a fresh connection: dial (probe dialer), TLS if https, send the GET,
 //! read the status, `Location` and at most 10 KiB of body — all before the probe's deadline.
 //! HTTP/1 (plain, or TLS without `h2`) is the probe's own exchange (`h1`); HTTP/2 goes through
-//! hyper, driven in the probe's scope.
+//! hyper, driven in the probe's scope. TLS is rustls's, or OpenSSL's as Go's client when rustls
+//! refused the handshake only for its 64 KiB message cap (`tls`, `go_tls`): the same exchange
+//! runs over either stream.
 
 use std::future::Future;
 use std::io;
@@ -18,9 +20,11 @@ use rustls::pki_types::ServerName;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
+use super::go_tls::{GoTls, HandshakeError};
 use super::h1::{self, H1BodyError, H1Error};
 use super::head::{self, HeadTooLarge};
 use super::request::{ProbeHeaders, RequestError};
+use super::tls::{self, Clients};
 use super::url::ProbeUrl;
 use crate::handler::dialer::{self, DialError, Options, ProbeStream};
 use crate::handler::go_text::go_errno;
@@ -53,6 +57,10 @@ pub(crate) enum GetError {
     /// The TLS handshake failed.
     #[error("{}", tls_text(.0))]
     Tls(io::Error),
+    /// The handshake redone as Go's client (after rustls refused a message over its cap)
+    /// failed.
+    #[error(transparent)]
+    GoTls(HandshakeError),
     /// The HTTP/2 exchange failed before the response head.
     #[error("{}", hyper_text(.0))]
     Http(hyper::Error),
@@ -113,7 +121,7 @@ pub(crate) async fn get(
     headers: &ProbeHeaders,
     host: &HeaderValue,
     referer: Option<&HeaderValue>,
-    tls: Option<&Arc<ClientConfig>>,
+    tls: &Clients,
     deadline: Instant,
     bounds: Bounds<'_>,
 ) -> Result<RawResponse, GetError> {
@@ -159,8 +167,42 @@ pub(crate) async fn get(
             // per probe by the worker) several KiB larger.
             HttpScheme::Https => {
                 let stream = Metered::new(ProbeStream::new(conn), account);
-                Box::pin(send_tls(
-                    stream, url, headers, host, referer, tls, &mut head,
+                let first = Box::pin(send_tls(
+                    stream,
+                    url,
+                    headers,
+                    host,
+                    referer,
+                    tls.rustls.as_ref(),
+                    &mut head,
+                ))
+                .await;
+                let (Err(GetError::Tls(e)), Some(go)) = (&first, &tls.go) else {
+                    return first;
+                };
+                if !tls::over_rustls_cap(e) {
+                    return first;
+                }
+                // rustls refused the handshake only for its message cap (the first connection
+                // is closed and its room given back): the handshake is redone as Go's client on
+                // a new connection, dialled and charged like the first, before the same
+                // deadline.
+                tls.fallbacks.inc();
+                let conn = Box::pin(dialer::connect_untimed(
+                    &url.host,
+                    url.port(),
+                    Options::PROBE,
+                    guard,
+                    names,
+                    &mut None,
+                ))
+                .await
+                .map_err(GetError::Dial)?;
+                let account = meter.map(Meter::account);
+                waiting = account.as_ref().map(Account::waiting);
+                let stream = Metered::new(ProbeStream::new(conn), account);
+                Box::pin(send_go_tls(
+                    stream, url, headers, host, referer, go, &mut head,
                 ))
                 .await
             }
@@ -216,6 +258,27 @@ async fn send_tls(
         return Box::pin(send_h2(TokioIo::new(conn), req, head)).await;
     }
     let mut conn = conn;
+    send_h1(&mut conn, url, headers, host, referer, head).await
+}
+
+/// The exchange over a handshake redone as Go's client ([`GoTls`]).
+async fn send_go_tls(
+    stream: Metered<ProbeStream>,
+    url: &ProbeUrl,
+    headers: &ProbeHeaders,
+    host: &HeaderValue,
+    referer: Option<&HeaderValue>,
+    go: &GoTls,
+    head: &mut Option<Head>,
+) -> Result<RawResponse, GetError> {
+    let mut conn = go
+        .connect(&url.host, stream)
+        .await
+        .map_err(GetError::GoTls)?;
+    if conn.ssl().selected_alpn_protocol() == Some(b"h2") {
+        let req = headers.request(url, host, referer, true)?;
+        return Box::pin(send_h2(TokioIo::new(conn), req, head)).await;
+    }
     send_h1(&mut conn, url, headers, host, referer, head).await
 }
 

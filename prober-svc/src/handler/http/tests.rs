@@ -158,7 +158,7 @@ fn an_http_exchanges_box_fits_the_allocators_cache() {
         &prober.default_headers,
         &host,
         None,
-        prober.tls.as_ref(),
+        &prober.tls,
         tokio::time::Instant::now(),
         super::exchange::Bounds {
             guard: Guard::OPEN,
