@@ -4,8 +4,10 @@
 # the *-unknown-linux-musl targets cannot be installed on machines that reach only package
 # registries (rustup downloads them from the Rust servers); a static glibc binary needs no libc on
 # the host (the shim runs on any distribution's glibc, old or new) and runs in a `FROM scratch`
-# image. The daemons resolve no host names (unix sockets and IP literals), so static glibc's NSS
-# limitation does not apply. Where the musl target IS installed, `--musl` uses it.
+# image. Static glibc loads no NSS modules, but glibc 2.34 and later carry the `files` and `dns`
+# lookups inside libc itself, so the prober's probe host names (getaddrinfo, /etc/hosts and
+# resolv.conf) resolve in a static binary with no library beside it. Where the musl target IS
+# installed, `--musl` uses it.
 #
 # Usage: deploy/build-release.sh [--package=NAME]... [--arch=ARCH] [--out=DIR] [--musl] [--print]
 #   --package=NAME  podward-shim | podward-prober | podward-housekeeper (repeatable; default: all three)
