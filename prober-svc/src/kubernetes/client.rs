@@ -166,21 +166,16 @@ pub fn build(
     })
 }
 
+/// The HTTP service under the rate limit and the deadline.
+type Connections =
+    tower::util::BoxService<http::Request<Body>, http::Response<hyper::body::Incoming>, BoxError>;
+
 /// kube-rs's stack (base URI, authentication, extra headers over its TLS connector and
 /// timeouts) on a TCP connector whose sockets carry `deadlines.idle`.
 fn connections(
     config: &kube::Config,
     deadlines: Deadlines,
-) -> Result<
-    ClientBuilder<
-        tower::util::BoxService<
-            http::Request<Body>,
-            http::Response<hyper::body::Incoming>,
-            BoxError,
-        >,
-    >,
-    ClientError,
-> {
+) -> Result<ClientBuilder<Connections>, ClientError> {
     let err = |e: &dyn std::fmt::Display| ClientError::Build(e.to_string());
     if let Some(proxy) = &config.proxy_url {
         // As kube-rs built without its proxy features: refused rather than bypassed.
