@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use podward_api::daemon::admin::MetricsPage;
 use prometheus::{
-    CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry,
+    CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
 };
 
 use crate::spec::ProbeType;
@@ -56,6 +56,9 @@ pub struct Metrics {
     /// Probes that timed out while the prober itself was starved (recorded Unknown, retried at
     /// once, not counted as failures), by probe type.
     pub probes_starved: IntCounterVec,
+    /// HTTPS preStop hooks delivered over HTTP because their server answered in plain HTTP
+    /// (kubelet's `kubelet_lifecycle_handler_http_fallbacks_total`).
+    pub lifecycle_http_fallbacks: IntCounter,
 }
 
 impl Metrics {
@@ -71,6 +74,7 @@ impl Metrics {
         registry.register(Box::new(m.sockets_held.clone()))?;
         registry.register(Box::new(m.target_memory_bytes.clone()))?;
         registry.register(Box::new(m.probes_starved.clone()))?;
+        registry.register(Box::new(m.lifecycle_http_fallbacks.clone()))?;
         Ok(m)
     }
 
@@ -137,6 +141,10 @@ impl Metrics {
                     "Probes that reached their timeout while the prober itself was starved of CPU for more than half of it: recorded Unknown and probed again at once (a few times at most), never counted as failures, by probe type.",
                 ),
                 &["probe_type"],
+            )?,
+            lifecycle_http_fallbacks: IntCounter::new(
+                "podward_prober_lifecycle_handler_http_fallbacks_total",
+                "HTTPS preStop hooks delivered over HTTP because their server answered the TLS handshake in plain HTTP (kubelet's kubelet_lifecycle_handler_http_fallbacks_total; each also a LifecycleHTTPFallback event).",
             )?,
         })
     }
