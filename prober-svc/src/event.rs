@@ -47,6 +47,10 @@ pub const REASON_FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
 /// `podward.io/probes` (the takeover webhook, `migrate`): podward runs them, kubelet does not.
 pub const REASON_PROBES_TAKEN_OVER: &str = "ProbesTakenOver";
 
+/// kubelet's event reason for an HTTPS httpGet hook delivered over HTTP because its server
+/// answered in plain HTTP (`runHTTPHandler`).
+pub const REASON_LIFECYCLE_HTTP_FALLBACK: &str = "LifecycleHTTPFallback";
+
 /// One thing that happened to one probe of one container, or to the pod as a whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
@@ -93,6 +97,12 @@ pub enum EventKind {
     },
     /// The container's preStop hook failed (the stop went ahead).
     PreStopFailed,
+    /// The container's HTTPS preStop hook was delivered over HTTP: its server answered the TLS
+    /// handshake in plain HTTP. An event about the pod (kubelet names no container).
+    LifecycleHttpFallback {
+        /// The request URL's `host:port`.
+        host: String,
+    },
     /// The `podward.io/probes` annotation asks for something podward does not do as written
     /// (a probe type the pod spec declares too, a readiness probe without the readiness gate).
     AnnotationWarning {
@@ -215,6 +225,21 @@ impl Event {
         })
     }
 
+    /// The HTTPS preStop hook of container `c` of `pod` (run for a kill for its `ty` probe) was
+    /// delivered over HTTP to `host`; recorded on the pod, as kubelet records it.
+    pub fn lifecycle_http_fallback(
+        pod: &PodInfo,
+        c: &ContainerInfo,
+        ty: ProbeType,
+        host: String,
+        at_ns: i64,
+    ) -> Self {
+        Self {
+            container_name: String::new(),
+            ..Self::about(pod, c, ty, at_ns, EventKind::LifecycleHttpFallback { host })
+        }
+    }
+
     fn about(pod: &PodInfo, c: &ContainerInfo, ty: ProbeType, at_ns: i64, kind: EventKind) -> Self {
         let init_container = pod
             .api
@@ -276,6 +301,13 @@ impl Event {
                 REASON_FAILED_PRE_STOP_HOOK,
                 "PreStopHook failed".to_owned(),
             ),
+            EventKind::LifecycleHttpFallback { host } => (
+                true,
+                REASON_LIFECYCLE_HTTP_FALLBACK,
+                format!(
+                    "request to HTTPS lifecycle hook {host} got HTTP response, retry with HTTP succeeded"
+                ),
+            ),
         };
         Some(Recorded {
             warning,
@@ -292,6 +324,7 @@ impl Event {
             EventKind::Probed(outcome) => outcome.output(),
             EventKind::Killing { .. }
             | EventKind::PreStopFailed
+            | EventKind::LifecycleHttpFallback { .. }
             | EventKind::AnnotationWarning { .. }
             | EventKind::ProbesTakenOver(_) => "",
         }

@@ -457,11 +457,8 @@ pub fn spawn(
                 let config = client::load_config(kubeconfig.as_deref()).await?;
                 // kubelet's heartbeat client times out after one renew interval: a renewal
                 // stuck on a dead connection must not outlive the next one.
-                let deadline = Some(settings.renew_interval);
-                let deadlines = client::Deadlines {
-                    request: deadline,
-                    read: deadline,
-                };
+                let deadline = settings.renew_interval;
+                let deadlines = client::Deadlines::within(deadline, deadline);
                 client::build(
                     config,
                     Arc::new(TokenBucket::new(LEASE_QPS, LEASE_BURST)),

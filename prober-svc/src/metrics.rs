@@ -59,6 +59,9 @@ pub struct Metrics {
     /// HTTPS handshakes redone with OpenSSL as Go's client because the server sent a handshake
     /// message over rustls' 64 KiB cap (a certificate chain of 64–256 KiB).
     pub tls_fallbacks: IntCounter,
+    /// HTTPS preStop hooks delivered over HTTP because their server answered in plain HTTP
+    /// (kubelet's `kubelet_lifecycle_handler_http_fallbacks_total`).
+    pub lifecycle_http_fallbacks: IntCounter,
 }
 
 impl Metrics {
@@ -75,6 +78,7 @@ impl Metrics {
         registry.register(Box::new(m.target_memory_bytes.clone()))?;
         registry.register(Box::new(m.probes_starved.clone()))?;
         registry.register(Box::new(m.tls_fallbacks.clone()))?;
+        registry.register(Box::new(m.lifecycle_http_fallbacks.clone()))?;
         Ok(m)
     }
 
@@ -145,6 +149,10 @@ impl Metrics {
             tls_fallbacks: IntCounter::new(
                 "podward_prober_tls_fallback_total",
                 "HTTPS probe handshakes redone with OpenSSL configured as Go's client, because the server sent a handshake message (a certificate chain) over rustls' 64 KiB cap; Go's client takes up to 256 KiB.",
+            )?,
+            lifecycle_http_fallbacks: IntCounter::new(
+                "podward_prober_lifecycle_handler_http_fallbacks_total",
+                "HTTPS preStop hooks delivered over HTTP because their server answered the TLS handshake in plain HTTP (kubelet's kubelet_lifecycle_handler_http_fallbacks_total; each also a LifecycleHTTPFallback event).",
             )?,
         })
     }

@@ -53,6 +53,7 @@ pub fn event(ev: &Event) -> Option<api::ProbeEvent> {
         EventKind::Probed(_)
         | EventKind::Killing { .. }
         | EventKind::PreStopFailed
+        | EventKind::LifecycleHttpFallback { .. }
         | EventKind::AnnotationWarning { .. }
         | EventKind::ProbesTakenOver(_) => return None,
     };

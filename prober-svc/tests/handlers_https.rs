@@ -152,6 +152,37 @@ async fn https_to_a_plain_http_server_fails() {
 }
 
 #[tokio::test]
+async fn an_http_answer_to_the_handshake_is_gos_scheme_mismatch() {
+    // A plain HTTP server answers a ClientHello as Go's net/http server does.
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let task = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let _ = s
+                .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request")
+                .await;
+        }
+    });
+    let v = prober()
+        .probe(
+            ProbeType::Liveness,
+            &spec(https(port), 1),
+            &target(&[], &[]),
+        )
+        .await;
+    assert_eq!(
+        v,
+        Outcome::Failure(format!(
+            "Get \"https://127.0.0.1:{port}/secure\": http: server gave HTTP response to HTTPS client"
+        ))
+    );
+    task.abort();
+}
+
+#[tokio::test]
 async fn h2_response_headers_are_limited_as_gos_not_at_hypers_16_kib() {
     // Go's HTTP/2 client takes header lists up to its 10 MiB MaxResponseHeaderBytes; hyper's
     // default is 16 KiB.

@@ -99,10 +99,7 @@ async fn a_half_open_connection_is_dropped_and_the_gate_write_completes_on_a_new
     let client = client::build(
         config,
         Arc::new(TokenBucket::new(100.0, 100)),
-        Deadlines {
-            request: Some(3 * READ_TIMEOUT),
-            read: Some(READ_TIMEOUT),
-        },
+        Deadlines::within(3 * READ_TIMEOUT, READ_TIMEOUT),
     )
     .expect("client");
     let metrics = ApiMetrics::new(None).expect("metrics");

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::clock::Clock;
-use crate::consequences::prestop::{HookRunner, grace_after_hook};
+use crate::consequences::prestop::{HookRan, HookRunner, grace_after_hook};
 use crate::event::{Event, Events, Kill, killing_message_for, kills_pod};
 use crate::metrics::Metrics;
 use crate::model::{ContainerInfo, PodInfo};
@@ -244,7 +244,19 @@ impl Inner {
             container_id = %c.id, grace_seconds = grace, "running the preStop hook");
         let began = tokio::time::Instant::now();
         match tokio::time::timeout(budget, hooks.run(hook, pod, c, budget)).await {
-            Ok(Ok(())) => {}
+            Ok(Ok(HookRan::AsWritten)) => {}
+            Ok(Ok(HookRan::HttpFallback { host })) => {
+                tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
+                    host = %host, "HTTPS preStop hook got an HTTP response; delivered over HTTP");
+                self.metrics.lifecycle_http_fallbacks.inc();
+                self.events.publish(Event::lifecycle_http_fallback(
+                    pod,
+                    c,
+                    ty,
+                    host,
+                    self.clock.now_ns(),
+                ));
+            }
             Ok(Err(e)) => {
                 tracing::warn!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
                     container_id = %c.id, error = %e, "preStop hook failed; stopping the container anyway");

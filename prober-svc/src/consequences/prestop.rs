@@ -14,10 +14,11 @@ use futures::future::BoxFuture;
 use crate::handler::attempt::{Outcome, ProbeTarget};
 use crate::handler::exec::runner::{ExecError, ExecRunner};
 use crate::handler::host_policy::{HostPolicy, NodePolicy};
-use crate::handler::http::HttpProber;
+use crate::handler::http::{HttpProber, SCHEME_MISMATCH, authority};
 use crate::handler::resolve::{Names, Resolver, ResolverOptions};
 use crate::model::api_pod::Hook;
 use crate::model::{ContainerInfo, PodInfo};
+use crate::spec::{HttpGetSpec, HttpScheme};
 
 /// The start of the HTTP probe client's output for an answered status outside 200–399
 /// (kubelet's "HTTP probe failed with statuscode: N").
@@ -50,6 +51,19 @@ pub enum HookError {
     Invalid(String),
 }
 
+/// How a hook that ran was delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookRan {
+    /// As the spec has it.
+    AsWritten,
+    /// An HTTPS httpGet hook whose server answered the TLS handshake in plain HTTP, delivered
+    /// over HTTP instead (kubelet's fallback, reported with a `LifecycleHTTPFallback` event).
+    HttpFallback {
+        /// The request URL's `host:port`.
+        host: String,
+    },
+}
+
 /// Runs hooks. The real one is [`Hooks`]; tests script their own.
 pub trait HookRunner: Send + Sync + 'static {
     /// Runs `hook` for container `c` of `pod`, within `timeout`.
@@ -59,7 +73,7 @@ pub trait HookRunner: Send + Sync + 'static {
         pod: &'a PodInfo,
         c: &'a ContainerInfo,
         timeout: Duration,
-    ) -> BoxFuture<'a, Result<(), HookError>>;
+    ) -> BoxFuture<'a, Result<HookRan, HookError>>;
 }
 
 /// Hooks run through the probes' own exec runner and HTTP client.
@@ -108,13 +122,13 @@ impl HookRunner for Hooks {
         pod: &'a PodInfo,
         c: &'a ContainerInfo,
         timeout: Duration,
-    ) -> BoxFuture<'a, Result<(), HookError>> {
+    ) -> BoxFuture<'a, Result<HookRan, HookError>> {
         Box::pin(async move {
             match hook {
                 Hook::Exec { command } => {
                     let out = self.exec.exec_sync(&c.id, command.clone(), timeout).await?;
                     if out.exit_code == 0 {
-                        return Ok(());
+                        return Ok(HookRan::AsWritten);
                     }
                     let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
                     output.push_str(&String::from_utf8_lossy(&out.stderr));
@@ -138,30 +152,72 @@ impl HookRunner for Hooks {
                             "{host:?}: a hook may not name a host (--probe-host-policy=deny)"
                         )));
                     }
-                    let guard = self.host_policy.guard(host_ip);
-                    let names = Names::new(&self.resolver, &pod.uid);
-                    // kubelet's `runHTTPHandler` fails only when the request fails: any status
-                    // the server answers is a hook that ran. The probe client reports an answered
-                    // error status as a Failure with kubelet's probe text; every other Failure is
-                    // a request that failed (dial, timeout, redirects, a bad response).
-                    match self
-                        .http
-                        .probe(get, timeout, &target, guard, None, names)
-                        .await
-                    {
-                        Ok(Outcome::Success(_) | Outcome::Warning(_)) => Ok(()),
-                        Ok(Outcome::Failure(o)) if o.starts_with(ANSWERED_STATUS) => Ok(()),
-                        Ok(Outcome::Failure(o) | Outcome::Errored(o)) => Err(HookError::Http(o)),
-                        Err(e) => Err(HookError::Http(e.to_string())),
+                    let began = tokio::time::Instant::now();
+                    let Err(failed) = self.get(get, timeout, &target, host_ip, &pod.uid).await
+                    else {
+                        return Ok(HookRan::AsWritten);
+                    };
+                    // kubelet's `runHTTPHandler`: a server that answered the TLS handshake in
+                    // plain HTTP gets the same request over HTTP, without its `Authorization`
+                    // header; if that fails too, the hook fails with the HTTPS error.
+                    if !failed.ends_with(SCHEME_MISMATCH) {
+                        return Err(HookError::Http(failed));
+                    }
+                    let plain = HttpGetSpec {
+                        scheme: HttpScheme::Http,
+                        headers: get
+                            .headers
+                            .iter()
+                            .filter(|(name, _)| !name.eq_ignore_ascii_case("authorization"))
+                            .cloned()
+                            .collect(),
+                        ..get.clone()
+                    };
+                    let left = timeout.saturating_sub(began.elapsed());
+                    match self.get(&plain, left, &target, host_ip, &pod.uid).await {
+                        Ok(()) => Ok(HookRan::HttpFallback {
+                            host: authority(get, &target).unwrap_or_default(),
+                        }),
+                        Err(_) => Err(HookError::Http(failed)),
                     }
                 }
                 Hook::Sleep(d) => {
                     tokio::time::sleep((*d).min(timeout)).await;
-                    Ok(())
+                    Ok(HookRan::AsWritten)
                 }
                 Hook::Invalid(msg) => Err(HookError::Invalid(msg.clone())),
             }
         })
+    }
+}
+
+impl Hooks {
+    /// One delivery of httpGet hook `get`; `Err` with the request's failure (the probe client's
+    /// text).
+    async fn get(
+        &self,
+        get: &HttpGetSpec,
+        timeout: Duration,
+        target: &ProbeTarget<'_>,
+        host_ip: std::net::IpAddr,
+        pod_uid: &str,
+    ) -> Result<(), String> {
+        let guard = self.host_policy.guard(host_ip);
+        let names = Names::new(&self.resolver, pod_uid);
+        // kubelet's `runHTTPHandler` fails only when the request fails: any status the server
+        // answers is a hook that ran. The probe client reports an answered error status as a
+        // Failure with kubelet's probe text; every other Failure is a request that failed
+        // (dial, timeout, redirects, a bad response).
+        match self
+            .http
+            .probe(get, timeout, target, guard, None, names)
+            .await
+        {
+            Ok(Outcome::Success(_) | Outcome::Warning(_)) => Ok(()),
+            Ok(Outcome::Failure(o)) if o.starts_with(ANSWERED_STATUS) => Ok(()),
+            Ok(Outcome::Failure(o) | Outcome::Errored(o)) => Err(o),
+            Err(e) => Err(e.to_string()),
+        }
     }
 }
 
@@ -172,6 +228,9 @@ pub fn grace_after_hook(grace: i64, elapsed: Duration, minimum: i64) -> i64 {
     let spent = i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX);
     grace.saturating_sub(spent).max(minimum)
 }
+
+#[cfg(test)]
+mod fallback_tests;
 
 #[cfg(test)]
 mod tests {

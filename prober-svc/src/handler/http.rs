@@ -40,6 +40,7 @@ use super::resolve::Names;
 use super::target_budget::Meter;
 use crate::spec::{HttpGetSpec, HttpScheme};
 
+pub(crate) use self::exchange::SCHEME_MISMATCH;
 pub use self::head::MAX_HEAD_BYTES;
 
 /// Go's `http.Client` redirect limit, as kubelet's checker enforces it.
@@ -169,6 +170,15 @@ impl HttpProber {
             }
         }
     }
+}
+
+/// Go's `URL.Host` of the first request `get` makes of `target` (`host:port`, an IPv6 address
+/// in brackets); `None` when its port does not resolve or its URL cannot be built.
+pub(crate) fn authority(get: &HttpGetSpec, target: &ProbeTarget<'_>) -> Option<String> {
+    let port = resolve_port(&get.port, target.ports).ok()?;
+    first_url(get, target, port)
+        .ok()
+        .map(|(_, url)| url.authority())
 }
 
 /// The probe's host name (the pod IP when it names none) and its first URL. A bad `host` is a

@@ -232,14 +232,11 @@ pub async fn run(
     let writes = client::build(config.clone(), bucket, client::Deadlines::writes())?;
     // The leader lease on a client of its own (its own bucket: a renewal never queues behind
     // the marker's writes), every request bounded by the renew deadline, as client-go's.
-    let deadline = Some(settings.election.renew_deadline);
+    let deadline = settings.election.renew_deadline;
     let election = client::build(
         config,
         Arc::new(TokenBucket::new(5.0, 10)),
-        client::Deadlines {
-            request: deadline,
-            read: deadline,
-        },
+        client::Deadlines::within(deadline, deadline),
     )?;
     let admin = Admin::new();
     podward_api::daemon::build_info::register(

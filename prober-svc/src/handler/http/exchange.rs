@@ -24,7 +24,7 @@ use super::go_tls::{GoTls, HandshakeError};
 use super::h1::{self, H1BodyError, H1Error};
 use super::head::{self, HeadTooLarge};
 use super::request::{ProbeHeaders, RequestError};
-use super::tls::{self, Clients};
+use super::tls::{self, Clients, FirstBytes};
 use super::url::ProbeUrl;
 use crate::handler::dialer::{self, DialError, Options, ProbeStream};
 use crate::handler::go_text::go_errno;
@@ -34,6 +34,10 @@ use crate::handler::resolve::Names;
 use crate::handler::scoped;
 use crate::handler::target_budget::{Account, BudgetExhausted, Meter, Metered, Waiting};
 use crate::spec::HttpScheme;
+
+/// Go's text (`http.ErrSchemeMismatch`) for an HTTPS request whose server answered the TLS
+/// handshake in plain HTTP: the first five bytes it sent were `HTTP/`.
+pub(crate) const SCHEME_MISMATCH: &str = "http: server gave HTTP response to HTTPS client";
 
 /// Go's HTTP/2 `MaxHeaderListSize` as kubelet's transport has it (its HTTP/1
 /// `MaxResponseHeaderBytes`).
@@ -61,6 +65,9 @@ pub(crate) enum GetError {
     /// failed.
     #[error(transparent)]
     GoTls(HandshakeError),
+    /// The server answered the TLS handshake in plain HTTP (Go's `ErrSchemeMismatch`).
+    #[error("{SCHEME_MISMATCH}")]
+    SchemeMismatch,
     /// The HTTP/2 exchange failed before the response head.
     #[error("{}", hyper_text(.0))]
     Http(hyper::Error),
@@ -249,10 +256,15 @@ async fn send_tls(
 ) -> Result<RawResponse, GetError> {
     let tls = tls.ok_or(GetError::NoTls)?;
     let name = ServerName::try_from(url.host.clone()).map_err(GetError::ServerName)?;
-    let conn = TlsConnector::from(Arc::clone(tls))
-        .connect(name, stream)
+    let conn = match TlsConnector::from(Arc::clone(tls))
+        .connect(name, FirstBytes::new(stream))
+        .into_fallible()
         .await
-        .map_err(GetError::Tls)?;
+    {
+        Ok(conn) => conn,
+        Err((_, stream)) if stream.answered_http() => return Err(GetError::SchemeMismatch),
+        Err((e, _)) => return Err(GetError::Tls(e)),
+    };
     if conn.get_ref().1.alpn_protocol() == Some(b"h2") {
         let req = headers.request(url, host, referer, true)?;
         return Box::pin(send_h2(TokioIo::new(conn), req, head)).await;

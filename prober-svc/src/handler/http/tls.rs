@@ -9,13 +9,16 @@
 //! probe are the measured ones.
 
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 
 use prometheus::IntCounter;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, InvalidMessage, SignatureScheme};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::go_tls::GoTls;
 
@@ -126,6 +129,79 @@ impl ServerCertVerifier for AcceptAnyCert {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.algorithms.supported_schemes()
+    }
+}
+
+/// The server's side of a connection keeps its first five bytes, the header of the first TLS
+/// record, so that a handshake the server answered in plain HTTP is told from other failures as
+/// Go's client tells it (a `RecordHeaderError` whose header is `HTTP/`).
+pub(crate) struct FirstBytes<S> {
+    inner: S,
+    first: [u8; 5],
+    len: usize,
+}
+
+impl<S> FirstBytes<S> {
+    pub(crate) fn new(inner: S) -> Self {
+        Self {
+            inner,
+            first: [0; 5],
+            len: 0,
+        }
+    }
+
+    /// The server's first bytes were `HTTP/`: it answered the ClientHello in plain HTTP.
+    pub(crate) fn answered_http(&self) -> bool {
+        self.len == self.first.len() && &self.first == b"HTTP/"
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for FirstBytes<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+        if this.len < this.first.len() {
+            let read = &buf.filled()[before..];
+            let n = read.len().min(this.first.len() - this.len);
+            this.first[this.len..this.len + n].copy_from_slice(&read[..n]);
+            this.len += n;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for FirstBytes<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::clock::Clock;
 use crate::consequences::kill::Killer;
-use crate::consequences::prestop::{HookError, HookRunner};
+use crate::consequences::prestop::{HookError, HookRan, HookRunner};
 use crate::event::{Event, EventSink, Events};
 use crate::handler::attempt::Outcome;
 use crate::handler::attempt::ProbeResult;
@@ -149,11 +149,13 @@ impl Stopper for Kills {
     }
 }
 
-/// A hook runner that takes `takes` and then answers `fails` (or success); records its runs.
+/// A hook runner that takes `takes` and then answers `fails` (or success, over the HTTP
+/// fallback to `fallback` when set); records its runs.
 #[derive(Default)]
 pub(super) struct Hooks {
     pub(super) takes: Mutex<Duration>,
     pub(super) fails: Mutex<bool>,
+    pub(super) fallback: Mutex<Option<String>>,
     /// (container ID, hook, timeout, when it began).
     pub(super) runs: Mutex<Vec<(String, Hook, Duration, Instant)>>,
 }
@@ -165,18 +167,21 @@ impl HookRunner for Hooks {
         _pod: &'a PodInfo,
         c: &'a ContainerInfo,
         timeout: Duration,
-    ) -> BoxFuture<'a, Result<(), HookError>> {
+    ) -> BoxFuture<'a, Result<HookRan, HookError>> {
         self.runs
             .lock()
             .push((c.id.to_string(), hook.clone(), timeout, Instant::now()));
         let takes = *self.takes.lock();
         let fails = *self.fails.lock();
+        let fallback = self.fallback.lock().clone();
         Box::pin(async move {
             tokio::time::sleep(takes).await;
             if fails {
                 Err(HookError::Invalid("scripted failure".into()))
+            } else if let Some(host) = fallback {
+                Ok(HookRan::HttpFallback { host })
             } else {
-                Ok(())
+                Ok(HookRan::AsWritten)
             }
         })
     }

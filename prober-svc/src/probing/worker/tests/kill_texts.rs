@@ -155,6 +155,57 @@ async fn a_pod_grace_of_zero_skips_the_hook_and_the_stop_gets_kubelets_minimum()
     assert_eq!(n.kills.done.lock().clone(), vec![("c1".to_owned(), 2)]);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_hook_delivered_over_the_http_fallback_is_kubelets_warning_on_the_pod_and_the_stop_goes_on()
+ {
+    let n = Node::steady().await;
+    *n.hooks.fallback.lock() = Some("10.1.0.5:8443".into());
+    n.script
+        .set("c", ProbeType::Liveness, failure(), Duration::ZERO);
+    let p = pod("u", LIVE, vec![running(&n.clock, "c1", "c", 0, S)]);
+    n.manager.set_api_pod(api_pod(
+        &p,
+        RestartPolicy::Always,
+        Some(LIVE),
+        vec![(
+            "c",
+            ContainerKind::Regular,
+            Some(Hook::Sleep(Duration::from_secs(1))),
+        )],
+    ));
+    n.manager.update_pod(p);
+    run_for(5 * S).await;
+    assert_eq!(n.kills.done.lock().clone(), vec![("c1".to_owned(), 30)]);
+    assert_eq!(n.metrics.lifecycle_http_fallbacks.get(), 1);
+    let recorded: Vec<(String, &'static str, String)> = n
+        .seen
+        .0
+        .lock()
+        .iter()
+        .filter_map(|e| {
+            e.recorded()
+                .map(|r| (e.container_name.clone(), r.reason, r.message))
+        })
+        .filter(|(_, reason, _)| *reason != "Unhealthy")
+        .collect();
+    assert_eq!(
+        recorded,
+        vec![
+            (
+                "c".to_owned(),
+                "Killing",
+                "Container c failed liveness probe, will be restarted".to_owned()
+            ),
+            (
+                String::new(),
+                "LifecycleHTTPFallback",
+                "request to HTTPS lifecycle hook 10.1.0.5:8443 got HTTP response, retry with HTTP succeeded"
+                    .to_owned()
+            ),
+        ]
+    );
+}
+
 const LIVE_GRACE_5: &str = r#"{"c":{"livenessProbe":{"exec":{"command":["false"]},"periodSeconds":1,"failureThreshold":1,"terminationGracePeriodSeconds":5}}}"#;
 
 #[tokio::test(start_paused = true)]
