@@ -20,7 +20,7 @@ use podward_api::daemon::telemetry::LogFormat;
 use podward_api::paths;
 use serde::{Deserialize, Serialize};
 
-pub use self::roots::{RootError, check_roots};
+pub use self::roots::RootError;
 
 /// How kubelet names pod cgroups (its `--cgroup-driver`), or `auto` to find out from the node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -291,6 +291,14 @@ impl Config {
         };
         podward_api::daemon::config::load(args.config.as_deref(), &overrides)
     }
+}
+
+/// Checks every root the housekeeper removes things under: the kubelet root, the log root and the
+/// cgroup root must be directories other than `/`; the cgroup root must hold a cgroup
+/// filesystem; the log root and `<kubelet-root>/pods` must not contain one another. A missing
+/// `pods/` is not an error here (kubelet may not have made it yet; every pass reports it).
+pub fn check_roots(config: &Config) -> Result<(), RootError> {
+    roots::check(&config.kubelet_root, &config.log_root, &config.cgroup_root)
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@
 use std::io::{ErrorKind, Write};
 use std::path::Path;
 
-use super::{CgroupError, CgroupLayout, HierarchyKind, PodCgroup};
+use super::error::CgroupError;
+use super::layout::{CgroupLayout, HierarchyKind};
+use super::pod_cgroup::PodCgroup;
 
 /// kubelet's `MinShares`.
 const MIN_SHARES: &str = "2";

@@ -2,7 +2,7 @@
 //! descendant in every hierarchy, wait (bounded) for them to leave, then rmdir the tree bottom-up.
 //!
 //! The two halves are public on their own ([`kill_processes`], [`remove_dirs`]) because the
-//! systemd driver puts `StopUnit` between them (see `super::systemd`).
+//! systemd driver puts `StopUnit` between them (see `systemd.rs`).
 
 use std::collections::BTreeSet;
 use std::io::ErrorKind;
@@ -14,7 +14,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::cpu::write_existing;
-use super::{CgroupError, CgroupLayout, Hierarchy, HierarchyKind, PodCgroup};
+use super::error::CgroupError;
+use super::layout::{CgroupLayout, Hierarchy, HierarchyKind};
+use super::pod_cgroup::PodCgroup;
 
 /// What `destroy` did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -1,7 +1,8 @@
 //! kubelet's cgroup naming for both drivers (pkg/kubelet/cm/cgroup_manager_linux.go, helpers_linux.go):
 //! the QoS parents under `<cgroup-root>/kubepods` and `pod<uid>` children.
 
-use super::{CgroupDriver, CgroupError, Qos};
+use super::error::CgroupError;
+use super::kinds::{CgroupDriver, Qos};
 
 /// kubelet's `defaultNodeAllocatableCgroupName`.
 const KUBEPODS: &str = "kubepods";
