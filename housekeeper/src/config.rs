@@ -128,6 +128,10 @@ fn duration(s: &str) -> Result<String, String> {
 
 /// The daemon's flags. Every field is optional so that unset flags leave the config file's
 /// value (or the built-in default) in place; see `podward_api::daemon::config::load`.
+///
+/// The fields' doc comments are the `--help` text, read in a terminal: `<kubelet-root>` there is a
+/// placeholder, not an HTML tag.
+#[allow(rustdoc::invalid_html_tags)]
 #[derive(Debug, Default, clap::Args, Serialize)]
 pub struct Args {
     /// TOML config file; keys are the long flag names with `_` for `-`. Flags and environment

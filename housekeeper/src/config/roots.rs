@@ -1,10 +1,11 @@
 //! The roots the housekeeper deletes under, checked before anything is read: a root flag that
 //! points at the wrong place must stop the daemon with a clear error, not start a cleanup.
 //!
-//! Names under a root are checked too (`crate::node::kubelet_names`), so a wrong root on its own deletes
-//! nothing; this check turns the mistake into an error at start instead of a plan full of foreign
-//! entries, and catches what names alone cannot: a log root inside the pods directory, where a
-//! pod dir named `<uid>` would read as a legacy log dir and lose the pod dir's safety rules.
+//! Names under a root are checked too (`crate::node::kubelet_names`), so a wrong root on its own
+//! deletes nothing; this check turns the mistake into an error at start instead of a plan full of
+//! foreign entries, and catches what names alone cannot: a log root inside the pods directory,
+//! where a pod dir named `<uid>` would read as a legacy log dir and lose the pod dir's safety
+//! rules.
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};

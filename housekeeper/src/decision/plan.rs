@@ -4,9 +4,9 @@
 //! is never acted on).
 //!
 //! Planning reads no filesystem and never acts: the pod dirs it may act on
-//! ([`pod_dirs_to_assess`]) are assessed before, off the async runtime ([`crate::decision::assess`]), and
-//! their verdicts handed in. The plan is sorted, so a dry run and the real pass that follows
-//! produce the same list.
+//! ([`pod_dirs_to_assess`]) are assessed before, off the async runtime
+//! ([`crate::decision::assess`]), and their verdicts handed in. The plan is sorted, so a dry run
+//! and the real pass that follows produce the same list.
 
 use std::collections::HashSet;
 use std::time::Duration;

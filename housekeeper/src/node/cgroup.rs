@@ -1,8 +1,8 @@
 //! Pod cgroups on the node: find them (both drivers, all QoS classes, cgroup v1 and v2), destroy an
 //! orphan's tree (kill every process, then remove it) and lower an orphan's CPU to the minimum.
 //!
-//! Everything takes the cgroup filesystem root as a parameter ([`CgroupLayout::root`]), so tests run
-//! against a temporary tree or a private test hierarchy and never touch the host's `kubepods`.
+//! Everything takes the cgroup filesystem root as a parameter ([`CgroupLayout::root`]), so tests
+//! run against a temporary tree or a private test hierarchy and never touch the host's `kubepods`.
 //! Which driver kubelet uses is decided from the node ([`decide_driver`]), not assumed. With the
 //! systemd driver an orphan's slice is stopped over systemd's D-Bus API ([`systemd`]), as kubelet
 //! does through libcontainer's systemd manager; cgroupfs removal (rmdir) is then only for what

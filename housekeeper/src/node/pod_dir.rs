@@ -2,15 +2,16 @@
 //! remove an orphan's without losing a byte of anyone's data.
 //!
 //! The rules come from kubelet's `cleanupOrphanedPodDirs` and the incidents that shaped it
-//! (kubernetes #72257: a one-filesystem check blind to same-device bind mounts wiped volume subpaths
-//! on 26 of 29 nodes; #60987: `rm -rf` of pod dirs with live volumes):
-//! - only `<root>/pods/<uid>` with a UID in kubelet's shape is a pod dir (`crate::node::kubelet_names`):
-//!   other entries are foreign, and removal re-checks the name before reading anything;
+//! (kubernetes #72257: a one-filesystem check blind to same-device bind mounts wiped volume
+//! subpaths on 26 of 29 nodes; #60987: `rm -rf` of pod dirs with live volumes):
+//! - only `<root>/pods/<uid>` with a UID in kubelet's shape is a pod dir
+//!   (`crate::node::kubelet_names`): other entries are foreign, and removal re-checks the name
+//!   before reading anything;
 //! - nothing may be mounted at or under the dir (mount table prefix scan, checked again during the
 //!   walk with `statx` mount-root, mount-id and device numbers);
-//! - under `volumes/` and `volume-subpaths/` only empty directories are removed; any file there blocks
-//!   the whole pod dir (except CSI's `vol_data.json` leftover next to an unmounted, empty `mount/`,
-//!   kubernetes #105536);
+//! - under `volumes/` and `volume-subpaths/` only empty directories are removed; any file there
+//!   blocks the whole pod dir (except CSI's `vol_data.json` leftover next to an unmounted, empty
+//!   `mount/`, kubernetes #105536);
 //! - everything else is removed recursively on one filesystem, through directory fds, never
 //!   following a symlink (a symlink is unlinked as a link);
 //! - an immutable or append-only entry (`chattr +i`/`+a`) blocks: removal would fail half-way.

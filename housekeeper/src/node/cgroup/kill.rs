@@ -67,8 +67,8 @@ pub fn destroy(layout: &CgroupLayout, cg: &PodCgroup) -> Result<DestroyReport, C
 /// is left; returns the pids signalled. Removes nothing.
 ///
 /// v2: writes `1` to `cgroup.kill` when the file exists (else freezes with `cgroup.freeze`); v1:
-/// freezes through the freezer hierarchy, SIGKILLs each pid listed in `cgroup.procs` anywhere in the
-/// tree, then thaws so the signals are delivered. It waits up to `layout.kill_wait` until every
+/// freezes through the freezer hierarchy, SIGKILLs each pid listed in `cgroup.procs` anywhere in
+/// the tree, then thaws so the signals are delivered. It waits up to `layout.kill_wait` until every
 /// `cgroup.procs` is empty and, on v2, the pod cgroup's `cgroup.events` says `populated 0` (the
 /// kernel's own word that no live task is left below it). Survivors make it fail with
 /// [`CgroupError::Busy`], listing the ones in D state, without retrying in a loop (the caller

@@ -1,5 +1,6 @@
 //! Which cgroup hierarchies exist under a root, decided from the tree itself (not the host's
-//! `/proc/mounts`), so a temporary tree or a private test hierarchy can stand in for `/sys/fs/cgroup`.
+//! `/proc/mounts`), so a temporary tree or a private test hierarchy can stand in for
+//! `/sys/fs/cgroup`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -69,8 +70,8 @@ pub struct CgroupLayout {
     pub cgroup_root: String,
     /// Hierarchies found under `root`, sorted by path.
     pub hierarchies: Vec<Hierarchy>,
-    /// `/proc` (root of the pid namespace whose pids appear in `cgroup.procs`); used to tell D-state
-    /// processes apart. Default `/proc`.
+    /// `/proc` (root of the pid namespace whose pids appear in `cgroup.procs`); used to tell
+    /// D-state processes apart. Default `/proc`.
     pub proc_root: PathBuf,
     /// How long `destroy` waits for killed processes to leave the cgroups before giving up with
     /// `Busy`. Default 2 s.
@@ -133,8 +134,9 @@ impl CgroupLayout {
 
     /// The hierarchy of `path` if `path` is this very pod's cgroup there: absolute, inside a
     /// hierarchy, not its root, and named `pod<uid>` (or the slice) for `uid` under this layout's
-    /// driver. Every write or removal checks this first, whoever built the [`PodCgroup`](super::pod_cgroup::PodCgroup):
-    /// nothing may ever be pointed at a QoS parent, a hierarchy root or another pod.
+    /// driver. Every write or removal checks this first, whoever built the
+    /// [`PodCgroup`](super::pod_cgroup::PodCgroup): nothing may ever be pointed at a QoS parent, a
+    /// hierarchy root or another pod.
     pub fn pod_hierarchy(&self, path: &Path, uid: &str) -> Result<&Hierarchy, CgroupError> {
         let not_pod = || CgroupError::NotAPodCgroup(path.to_path_buf());
         let hierarchy = self.hierarchy_of(path).ok_or_else(not_pod)?;
@@ -212,7 +214,8 @@ pub(crate) fn version_of(hierarchies: &[Hierarchy]) -> CgroupVersion {
 
 impl CgroupLayout {
     /// The pod cgroup root relative to a hierarchy root: `kubepods` (cgroupfs) or
-    /// `kubepods.slice` (systemd), with `--cgroup-root` in front. Guaranteed pods sit directly in it.
+    /// `kubepods.slice` (systemd), with `--cgroup-root` in front. Guaranteed pods sit directly in
+    /// it.
     pub fn pod_root(&self) -> String {
         self.qos_dir(Qos::Guaranteed)
     }
@@ -223,7 +226,8 @@ impl CgroupLayout {
         super::name::qos_dir(self.driver, &self.root_components, qos)
     }
 
-    /// The pod cgroup name relative to a hierarchy root, as kubelet's `GetPodContainerName` builds it.
+    /// The pod cgroup name relative to a hierarchy root, as kubelet's `GetPodContainerName` builds
+    /// it.
     pub fn pod_cgroup_name(&self, qos: Qos, uid: &str) -> String {
         super::name::pod_cgroup_name(self.driver, &self.root_components, qos, uid)
     }

@@ -111,7 +111,8 @@ enum Ctx {
     RmdirOnly,
     /// `volumes/kubernetes.io~csi`: its children are CSI volume dirs.
     CsiPlugin,
-    /// `volumes/kubernetes.io~csi/<vol>`: rmdir-only, but `vol_data.json` may go with an empty `mount/`.
+    /// `volumes/kubernetes.io~csi/<vol>`: rmdir-only, but `vol_data.json` may go with an empty
+    /// `mount/`.
     CsiVol,
 }
 
@@ -343,9 +344,9 @@ impl Walk {
         })
     }
 
-    /// Whether a CSI volume dir holds only kubelet's leftovers: a regular `vol_data.json`, and at most
-    /// an empty `mount/` dir (its mount-ness is checked when the walk reaches it). Reads no further
-    /// than the first entry that is neither.
+    /// Whether a CSI volume dir holds only kubelet's leftovers: a regular `vol_data.json`, and at
+    /// most an empty `mount/` dir (its mount-ness is checked when the walk reaches it). Reads no
+    /// further than the first entry that is neither.
     fn csi_leftover_only(&mut self, fd: &OwnedFd, path: &Path) -> Result<bool, Halt> {
         let mut has_vol_data = false;
         let mut entries = Entries::open(fd, path)?;

@@ -37,7 +37,8 @@ trait Manager {
     ) -> zbus::Result<()>;
     /// Asks systemd to send its signals (it sends none until some client subscribed).
     fn subscribe(&self) -> zbus::Result<()>;
-    /// A job finished; `result` is `done`, `canceled`, `timeout`, `failed`, `dependency` or `skipped`.
+    /// A job finished; `result` is `done`, `canceled`, `timeout`, `failed`, `dependency` or
+    /// `skipped`.
     #[zbus(signal)]
     fn job_removed(
         &self,
