@@ -8,6 +8,7 @@
 //! does through libcontainer's systemd manager; cgroupfs removal (rmdir) is then only for what
 //! systemd leaves behind, or for a slice systemd does not know (see `docs/housekeeper.md`).
 
+mod child_dirs;
 mod cpu;
 mod driver;
 mod error;

@@ -13,6 +13,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use super::child_dirs::child_dirs;
 use super::cpu::write_existing;
 use super::error::CgroupError;
 use super::layout::{CgroupLayout, Hierarchy, HierarchyKind};
@@ -178,21 +179,10 @@ fn descendants(root: &Path) -> Result<Vec<PathBuf>, CgroupError> {
     let mut preorder = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == ErrorKind::NotFound => continue,
-            Err(e) => return Err(CgroupError::io("read dir", dir, e)),
+        let Some(children) = child_dirs(&dir)? else {
+            continue;
         };
-        for entry in entries {
-            let entry = entry.map_err(|e| CgroupError::io("read dir", &dir, e))?;
-            if entry
-                .file_type()
-                .map_err(|e| CgroupError::io("stat", entry.path(), e))?
-                .is_dir()
-            {
-                stack.push(entry.path());
-            }
-        }
+        stack.extend(children.iter().map(|c| c.path()));
         preorder.push(dir);
     }
     // Pre-order puts every parent before its children; reversed, children come first.

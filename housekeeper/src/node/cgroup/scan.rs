@@ -1,8 +1,8 @@
 //! kubelet's `GetAllPodsFromCgroups`: list the children of every QoS parent in every hierarchy.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::ErrorKind;
 
+use super::child_dirs::child_dirs;
 use super::error::CgroupError;
 use super::kinds::{CgroupDriver, Qos};
 use super::layout::CgroupLayout;
@@ -35,19 +35,10 @@ pub fn scan_cgroups(layout: &CgroupLayout) -> Result<DirScan<PodCgroup>, CgroupE
         let rel = layout.qos_dir(qos);
         for h in &layout.hierarchies {
             let dir = h.path.join(&rel);
-            let entries = match std::fs::read_dir(&dir) {
-                Ok(entries) => entries,
-                Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                Err(e) => return Err(CgroupError::io("read dir", dir, e)),
+            let Some(children) = child_dirs(&dir)? else {
+                continue;
             };
-            for entry in entries {
-                let entry = entry.map_err(|e| CgroupError::io("read dir", &dir, e))?;
-                let ft = entry
-                    .file_type()
-                    .map_err(|e| CgroupError::io("stat", entry.path(), e))?;
-                if !ft.is_dir() {
-                    continue;
-                }
+            for entry in children {
                 let file_name = entry.file_name();
                 let child = format!("{rel}/{}", file_name.to_string_lossy());
                 if qos_dirs.contains(&child) {
