@@ -4,7 +4,7 @@
 //! How it ends:
 //! - containerd closes: the client gets the same close;
 //! - the client closes: containerd gets a FIN, as from the client itself, and its answers to what
-//!   was in flight are still read for [`DRAIN_AFTER_CLIENT`](super::DRAIN_AFTER_CLIENT) (they say
+//!   was in flight are still read for [`DRAIN_AFTER_CLIENT`] (they say
 //!   whether a mutating call took effect: *undelivered* results);
 //! - no connection preface within the handshake timeout: both are closed;
 //! - shutdown: a GOAWAY (last stream 2^31-1, NO_ERROR) is added to the client's side at a frame
@@ -21,7 +21,7 @@ use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use super::pump::{Got, Pump};
-use super::{DRAIN_AFTER_CLIENT, REQUEST_BUFFER, Relay};
+use super::settings::{DRAIN_AFTER_CLIENT, REQUEST_BUFFER, Relay};
 use crate::h2read::{Side, graceful_goaway};
 use crate::observe::{Conversation, SideReader};
 
