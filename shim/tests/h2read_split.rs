@@ -3,7 +3,7 @@
 //! every single point, and at random sets of points, the reader reports the same calls as when
 //! fed the chunks as they came.
 
-#[path = "fake_upstream/common.rs"]
+#[path = "support/fake_upstream.rs"]
 #[allow(dead_code)]
 mod common;
 
