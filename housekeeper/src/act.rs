@@ -7,11 +7,11 @@
 //! ([`crate::decision`]) made. Telling the prober which pods are gone ([`prober_link`]) is an
 //! effect of a pass too, so it lives here.
 
+mod actuator;
 mod node;
 pub mod prober_link;
 
 use std::collections::HashSet;
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,14 +19,15 @@ use std::time::Duration;
 use futures::StreamExt;
 use podward_api::housekeeper::v1::{Finding, FindingKind, Outcome};
 
+pub use self::actuator::Actuator;
 pub use self::node::NodeActuator;
 use crate::clock::Clock;
-use crate::decision::plan::{Op, PassPlan, category};
+use crate::decision::plan::{Category, Op, PassPlan};
 use crate::decision::uid_gate::{Cause, Closed, UidGate};
-use crate::node::cgroup::{CgroupError, CgroupLayout, DestroyReport, PodCgroup};
-use crate::node::log_dir::{LogDir, LogDirError};
+use crate::node::cgroup::CgroupError;
+use crate::node::log_dir::LogDirError;
 use crate::node::mounts::MountTable;
-use crate::node::pod_dir::{PodDir, PodDirError, RemovalReport, mounted_volumes};
+use crate::node::pod_dir::{PodDir, PodDirError, mounted_volumes};
 use crate::sources::runtime::{ContainerPhase, RuntimeError, RuntimeView};
 use crate::sources::{SourceError, Sources};
 
@@ -34,30 +35,6 @@ use crate::sources::{SourceError, Sources};
 pub const PARALLEL_PODS: usize = 4;
 /// A re-read runtime list or mount table older than this is read again before the next act.
 pub const FRESH_FOR: Duration = Duration::from_millis(500);
-
-/// The destructive operations, behind a trait so unit tests can record them.
-pub trait Actuator: Send + Sync + 'static {
-    /// Kill every process of a pod cgroup and remove it bottom-up.
-    fn destroy_cgroup(
-        &self,
-        layout: &CgroupLayout,
-        cg: &PodCgroup,
-    ) -> Result<DestroyReport, CgroupError>;
-    /// Lower a pod cgroup's CPU to the minimum.
-    fn reduce_cpu(&self, layout: &CgroupLayout, cg: &PodCgroup) -> Result<(), CgroupError>;
-    /// Remove a pod dir (re-assessed against `mounts`).
-    fn remove_pod_dir(
-        &self,
-        dir: &PodDir,
-        mounts: &MountTable,
-    ) -> Result<RemovalReport, PodDirError>;
-    /// Remove a pod log dir.
-    fn remove_log_dir(&self, dir: &LogDir, mounts: &MountTable) -> Result<u64, LogDirError>;
-    /// StopPodSandbox then RemovePodSandbox.
-    fn remove_sandbox(&self, id: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send;
-    /// RemoveContainer.
-    fn remove_container(&self, id: &str) -> impl Future<Output = Result<(), RuntimeError>> + Send;
-}
 
 /// Why an action failed.
 #[derive(Debug, thiserror::Error)]
@@ -209,7 +186,7 @@ impl<S: Sources, A: Actuator> Ctx<S, A> {
                 if !d_state.is_empty() {
                     reported.push(Finding {
                         kind: FindingKind::Reported as i32,
-                        category: category::CGROUP.to_owned(),
+                        category: Category::Cgroup.as_str().to_owned(),
                         pod_uid: uid,
                         target: name,
                         reason: format!(

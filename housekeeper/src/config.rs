@@ -20,7 +20,7 @@ use podward_api::daemon::telemetry::LogFormat;
 use podward_api::paths;
 use serde::{Deserialize, Serialize};
 
-pub use self::roots::{RootError, check_roots};
+pub use self::roots::RootError;
 
 /// How kubelet names pod cgroups (its `--cgroup-driver`), or `auto` to find out from the node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -128,6 +128,10 @@ fn duration(s: &str) -> Result<String, String> {
 
 /// The daemon's flags. Every field is optional so that unset flags leave the config file's
 /// value (or the built-in default) in place; see `podward_api::daemon::config::load`.
+///
+/// The fields' doc comments are the `--help` text, read in a terminal: `<kubelet-root>` there is a
+/// placeholder, not an HTML tag.
+#[allow(rustdoc::invalid_html_tags)]
 #[derive(Debug, Default, clap::Args, Serialize)]
 pub struct Args {
     /// TOML config file; keys are the long flag names with `_` for `-`. Flags and environment
@@ -291,6 +295,14 @@ impl Config {
         };
         podward_api::daemon::config::load(args.config.as_deref(), &overrides)
     }
+}
+
+/// Checks every root the housekeeper removes things under: the kubelet root, the log root and the
+/// cgroup root must be directories other than `/`; the cgroup root must hold a cgroup
+/// filesystem; the log root and `<kubelet-root>/pods` must not contain one another. A missing
+/// `pods/` is not an error here (kubelet may not have made it yet; every pass reports it).
+pub fn check_roots(config: &Config) -> Result<(), RootError> {
+    roots::check(&config.kubelet_root, &config.log_root, &config.cgroup_root)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use podward_api::daemon::metrics::MetricsError;
 use podward_api::housekeeper::v1::{Outcome, Plan};
 use prometheus::{Gauge, Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
 
-use crate::decision::plan::{Counts, category, category_of};
+use crate::decision::plan::{Category, Counts};
 
 /// The housekeeper's metrics.
 #[derive(Clone, Debug)]
@@ -77,9 +77,9 @@ impl Metrics {
         registry.register(Box::new(m.pass_duration.clone()))?;
         registry.register(Box::new(m.last_success.clone()))?;
         registry.register(Box::new(m.source_errors.clone()))?;
-        for c in category::ALL {
-            m.acted.with_label_values(&[c]);
-            m.failed.with_label_values(&[c]);
+        for c in Category::ALL {
+            m.acted.with_label_values(&[c.as_str()]);
+            m.failed.with_label_values(&[c.as_str()]);
         }
         Ok(m)
     }
@@ -101,7 +101,7 @@ impl Metrics {
             .set(podward_api::time::now_ns() as f64 / 1e9);
         let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         for c in &counts.by_category {
-            let labels = [c.category];
+            let labels = [c.category.as_str()];
             self.found.with_label_values(&labels).set(gauge(c.found));
             self.blocked
                 .with_label_values(&labels)
@@ -110,12 +110,12 @@ impl Metrics {
                 .with_label_values(&labels)
                 .set(gauge(c.foreign));
         }
-        for c in category::ALL {
-            let actions = plan.actions.iter().filter(|a| category_of(a.kind()) == c);
+        for c in Category::ALL {
+            let actions = plan.actions.iter().filter(|a| Category::of(a.kind()) == c);
             for a in actions {
                 match a.outcome() {
-                    Outcome::Done => self.acted.with_label_values(&[c]).inc(),
-                    Outcome::Failed => self.failed.with_label_values(&[c]).inc(),
+                    Outcome::Done => self.acted.with_label_values(&[c.as_str()]).inc(),
+                    Outcome::Failed => self.failed.with_label_values(&[c.as_str()]).inc(),
                     _ => {}
                 }
             }

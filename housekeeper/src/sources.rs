@@ -12,144 +12,30 @@
 //! plugin, read directly) and the shim's index ([`shim_source`]) live here; the node's own
 //! filesystem is read through [`crate::node`]. Nothing here decides or acts.
 
+mod cgroups;
+mod error;
 mod node;
+mod reader;
 pub mod runtime;
 pub mod shim_source;
+mod source;
 
 use std::future::Future;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use podward_api::housekeeper::v1::{CgroupDriverReport, SourceReport};
 use podward_api::shim::v1::Snapshot as ShimIndex;
 
+use self::cgroups::blind_scan;
+pub use self::cgroups::{CgroupScan, read_cgroups};
+pub use self::error::SourceError;
 pub use self::node::NodeSources;
-use crate::node::cgroup::{
-    CgroupError, CgroupLayout, Detection, DriverFlag, PodCgroup, RuntimeAnswer, decide_driver,
-    scan_cgroups,
-};
-use crate::node::log_dir::{LogDirError, LogDirScan};
-use crate::node::mounts::{MountError, MountTable};
-use crate::node::pod_dir::{DirScan, PodDirError, PodDirScan};
-use crate::sources::runtime::{RuntimeError, RuntimeView};
-use crate::sources::shim_source::ShimError;
-
-/// Why a source could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum SourceError {
-    /// Pod cgroups.
-    #[error(transparent)]
-    Cgroup(#[from] CgroupError),
-    /// containerd's CRI.
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-    /// The shim's index.
-    #[error(transparent)]
-    Shim(#[from] ShimError),
-    /// Pod directories.
-    #[error(transparent)]
-    PodDirs(#[from] PodDirError),
-    /// Log directories.
-    #[error(transparent)]
-    LogDirs(#[from] LogDirError),
-    /// The mount table.
-    #[error(transparent)]
-    Mounts(#[from] MountError),
-    /// A blocking read was cancelled or panicked.
-    #[error("reader task: {0}")]
-    Task(#[from] tokio::task::JoinError),
-    /// A test double reporting that its source is down.
-    #[error("{0} unavailable")]
-    Unavailable(&'static str),
-}
-
-/// Pod cgroups and the layout they were found in (destroy and reduce need the layout).
-#[derive(Clone, Debug)]
-pub struct CgroupScan {
-    /// Hierarchies and naming.
-    pub layout: Arc<CgroupLayout>,
-    /// Pod cgroups, one per UID, and the children of QoS parents that are not kubelet's.
-    pub pods: DirScan<PodCgroup>,
-    /// How the driver was decided, and where the pod cgroup root was found.
-    pub detection: Detection,
-}
-
-/// The cgroups source on the tree under `root`: decide the driver ([`decide_driver`]: containerd's
-/// answer, the layout, the flag), then scan every pod cgroup with it. `proc_root` is where the
-/// pids in `cgroup.procs` can be looked up (D-state reports). Blocking.
-pub fn read_cgroups(
-    root: &Path,
-    kubelet_cgroup_root: &str,
-    flag: DriverFlag,
-    runtime: &RuntimeAnswer,
-    proc_root: &Path,
-) -> Result<CgroupScan, SourceError> {
-    let (mut layout, detection) = decide_driver(root, kubelet_cgroup_root, flag, runtime)?;
-    layout.proc_root = proc_root.to_path_buf();
-    let pods = scan_cgroups(&layout)?;
-    Ok(CgroupScan {
-        layout: Arc::new(layout),
-        pods,
-        detection,
-    })
-}
-
-/// Why a cgroup scan that found no pod cgroup root cannot be trusted, if the runtime says pods
-/// run: their cgroups exist somewhere this source does not look.
-fn blind_scan(scan: &CgroupScan, runtime: &RuntimeView) -> Option<String> {
-    let running = runtime.ready_sandboxes();
-    if !scan.detection.pod_roots.is_empty() || running == 0 {
-        return None;
-    }
-    let layout = &scan.layout;
-    let expected = match scan.detection.driver {
-        Some(_) => format!("no {} in any hierarchy", layout.pod_root()),
-        None => {
-            "neither kubepods (cgroupfs) nor kubepods.slice (systemd) in any hierarchy".to_owned()
-        }
-    };
-    Some(format!(
-        "no pod cgroup root found ({expected} under {}, --kubelet-cgroup-root={}) while the \
-         runtime reports {running} running pod sandbox(es): their cgroups are somewhere this \
-         source does not look; check --cgroup-root, --kubelet-cgroup-root and --cgroup-driver",
-        layout.root.display(),
-        layout.cgroup_root,
-    ))
-}
-
-/// The node's state as read by one pass's sources. The actor also re-reads the runtime and the
-/// mount table through the same trait right before each destructive act.
-pub trait Sources: Send + Sync + 'static {
-    /// Pod cgroups (all QoS classes, every hierarchy).
-    fn cgroups(&self) -> impl Future<Output = Result<CgroupScan, SourceError>> + Send;
-    /// Every sandbox and container, all states.
-    fn runtime(&self) -> impl Future<Output = Result<RuntimeView, SourceError>> + Send;
-    /// The shim's index (optional source).
-    fn shim(&self) -> impl Future<Output = Result<ShimIndex, SourceError>> + Send;
-    /// `<kubelet-root>/pods/<uid>` directories (and the foreign entries beside them).
-    fn pod_dirs(&self) -> impl Future<Output = Result<PodDirScan, SourceError>> + Send;
-    /// `<log-root>/<ns>_<name>_<uid>` directories (and the foreign entries beside them).
-    fn log_dirs(&self) -> impl Future<Output = Result<LogDirScan, SourceError>> + Send;
-    /// The host's mount table.
-    fn mounts(&self) -> impl Future<Output = Result<MountTable, SourceError>> + Send;
-}
-
-/// Source names as they appear in reports, metrics and logs.
-pub mod names {
-    /// Pod cgroups.
-    pub const CGROUPS: &str = "cgroups";
-    /// containerd's CRI.
-    pub const RUNTIME: &str = "runtime";
-    /// The shim's index.
-    pub const SHIM: &str = "shim";
-    /// Pod directories.
-    pub const POD_DIRS: &str = "pod_dirs";
-    /// Log directories.
-    pub const LOG_DIRS: &str = "log_dirs";
-    /// The mount table.
-    pub const MOUNTS: &str = "mounts";
-}
+pub use self::reader::Sources;
+pub use self::source::Source;
+use crate::node::log_dir::LogDirScan;
+use crate::node::mounts::MountTable;
+use crate::node::pod_dir::PodDirScan;
+use crate::sources::runtime::RuntimeView;
 
 /// One pass's reads. A `None` means that source failed (its report says why).
 #[derive(Debug, Default)]
@@ -189,7 +75,7 @@ impl Snapshot {
 
 async fn timed<T>(
     reports: &mut Vec<SourceReport>,
-    name: &str,
+    source: Source,
     optional: bool,
     items: impl Fn(&T) -> usize,
     fut: impl Future<Output = Result<T, SourceError>>,
@@ -198,7 +84,7 @@ async fn timed<T>(
     let res = fut.await;
     let duration_ns = i64::try_from(start.elapsed().as_nanos()).unwrap_or(i64::MAX);
     let mut report = SourceReport {
-        name: name.to_owned(),
+        name: source.as_str().to_owned(),
         duration_ns,
         optional,
         ..Default::default()
@@ -224,7 +110,7 @@ pub async fn read_all<S: Sources>(sources: &S) -> Snapshot {
     let mut reports = Vec::with_capacity(6);
     let mut cgroups = timed(
         &mut reports,
-        names::CGROUPS,
+        Source::Cgroups,
         false,
         |c: &CgroupScan| c.pods.len(),
         sources.cgroups(),
@@ -232,7 +118,7 @@ pub async fn read_all<S: Sources>(sources: &S) -> Snapshot {
     .await;
     let runtime = timed(
         &mut reports,
-        names::RUNTIME,
+        Source::Runtime,
         false,
         RuntimeView::len,
         sources.runtime(),
@@ -241,7 +127,9 @@ pub async fn read_all<S: Sources>(sources: &S) -> Snapshot {
     let cgroup_driver = cgroups.as_ref().map(|c| c.detection.report());
     if let (Some(scan), Some(rt)) = (&cgroups, &runtime)
         && let Some(why) = blind_scan(scan, rt)
-        && let Some(report) = reports.iter_mut().find(|r| r.name == names::CGROUPS)
+        && let Some(report) = reports
+            .iter_mut()
+            .find(|r| r.name == Source::Cgroups.as_str())
     {
         report.ok = false;
         report.items = 0;
@@ -250,7 +138,7 @@ pub async fn read_all<S: Sources>(sources: &S) -> Snapshot {
     }
     let shim = timed(
         &mut reports,
-        names::SHIM,
+        Source::Shim,
         true,
         |s: &ShimIndex| s.sandboxes.len() + s.containers.len(),
         sources.shim(),
@@ -258,7 +146,7 @@ pub async fn read_all<S: Sources>(sources: &S) -> Snapshot {
     .await;
     let pod_dirs = timed(
         &mut reports,
-        names::POD_DIRS,
+        Source::PodDirs,
         false,
         PodDirScan::len,
         sources.pod_dirs(),
@@ -266,7 +154,7 @@ pub async fn read_all<S: Sources>(sources: &S) -> Snapshot {
     .await;
     let log_dirs = timed(
         &mut reports,
-        names::LOG_DIRS,
+        Source::LogDirs,
         false,
         LogDirScan::len,
         sources.log_dirs(),
@@ -274,7 +162,7 @@ pub async fn read_all<S: Sources>(sources: &S) -> Snapshot {
     .await;
     let mounts = timed(
         &mut reports,
-        names::MOUNTS,
+        Source::Mounts,
         false,
         MountTable::len,
         sources.mounts(),

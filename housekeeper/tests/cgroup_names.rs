@@ -122,7 +122,8 @@ fn names_both_drivers_all_qos_and_cgroup_root() {
         sd.pod_cgroup_name(Qos::BestEffort, uid),
         "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1234_abcd_5678_efgh.slice"
     );
-    // --cgroup-root: cgroupfs prefixes the path; systemd folds it into the slice names, `-` escaped.
+    // --cgroup-root: cgroupfs prefixes the path; systemd folds it into the slice names, `-`
+    // escaped.
     let fs_root = CgroupLayout::detect(tmp.path(), CgroupDriver::Cgroupfs, "/podward-test/x")
         .expect("detect");
     assert_eq!(
@@ -179,7 +180,8 @@ fn is_cgroup_pod_cases() {
         parse_pod_cgroup_name(Cgroupfs, "pod0123456789abcdef0123456789abcdef").as_deref(),
         Some("0123456789abcdef0123456789abcdef")
     );
-    // kubelet TestIsCgroupPod: a UID containing "pod", container scopes, system cgroups are not pods.
+    // kubelet TestIsCgroupPod: a UID containing "pod", container scopes, system cgroups are not
+    // pods.
     for not_pod in [
         "podabc-pod-def",
         "podpod",
@@ -224,7 +226,8 @@ fn scan_finds_all_qos_in_both_drivers_and_dedupes() {
         "0000000b-0000-4000-8000-000000000002",
         "0000000e-0000-4000-8000-000000000003",
     );
-    // cgroupfs: guaranteed in cpu + unified, burstable only in memory, besteffort in pids; noise next to them.
+    // cgroupfs: guaranteed in cpu + unified, burstable only in memory, besteffort in pids; noise
+    // next to them.
     mkcg(r, "cpu,cpuacct", &format!("kubepods/pod{g}/ctr1"));
     mkcg(r, "unified", &format!("kubepods/pod{g}"));
     mkcg(r, "memory", &format!("kubepods/burstable/pod{b}/ctr"));

@@ -155,8 +155,8 @@ fn d_state_process_makes_destroy_busy_without_spinning() {
     let rel = format!("{pod_rel}/c");
     t.mkcg(&rel);
     let pid = t.spawn_in(&rel);
-    // A task frozen by its own (child) freezer cannot die, and the pod-level thaw does not reach it:
-    // the kernel reports it in D state, like a task stuck in I/O.
+    // A task frozen by its own (child) freezer cannot die, and the pod-level thaw does not reach
+    // it: the kernel reports it in D state, like a task stuck in I/O.
     let own_freezer = t.root().join("freezer").join(&rel).join("freezer.state");
     fs::write(&own_freezer, "FROZEN").expect("freeze child");
     let mut layout = t.layout(CgroupDriver::Cgroupfs);

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use fake::{FakeNode, RecordingActuator, U1, reconciler};
 use podward_housekeeper::reconcile::Mode;
-use podward_housekeeper::sources::names;
+use podward_housekeeper::sources::Source;
 
 #[tokio::test]
 async fn sources_are_read_in_kubelets_order_cgroups_first() {
@@ -18,20 +18,20 @@ async fn sources_are_read_in_kubelets_order_cgroups_first() {
     let (r, _clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
     let (plan, _) = r.pass(Mode::Act).await;
     let order = [
-        names::CGROUPS,
-        names::RUNTIME,
-        names::SHIM,
-        names::POD_DIRS,
-        names::LOG_DIRS,
-        names::MOUNTS,
+        Source::Cgroups,
+        Source::Runtime,
+        Source::Shim,
+        Source::PodDirs,
+        Source::LogDirs,
+        Source::Mounts,
     ];
     assert_eq!(node.reads.lock().as_slice(), order);
     let reported: Vec<_> = plan.sources.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(reported, order);
+    assert_eq!(reported, order.map(Source::as_str));
     assert!(
         plan.sources
             .iter()
-            .find(|s| s.name == names::SHIM)
+            .find(|s| s.name == Source::Shim.as_str())
             .expect("shim report")
             .optional
     );
@@ -40,11 +40,11 @@ async fn sources_are_read_in_kubelets_order_cgroups_first() {
 #[tokio::test]
 async fn a_pass_where_any_required_source_failed_acts_on_nothing() {
     for failing in [
-        names::CGROUPS,
-        names::RUNTIME,
-        names::POD_DIRS,
-        names::LOG_DIRS,
-        names::MOUNTS,
+        Source::Cgroups,
+        Source::Runtime,
+        Source::PodDirs,
+        Source::LogDirs,
+        Source::Mounts,
     ] {
         let node = FakeNode::new();
         node.leave_pod(U1);
@@ -72,7 +72,7 @@ async fn a_pass_where_any_required_source_failed_acts_on_nothing() {
         let report = plan
             .sources
             .iter()
-            .find(|s| s.name == failing)
+            .find(|s| s.name == failing.as_str())
             .expect("report");
         assert!(
             !report.ok && report.error.contains("unavailable"),
@@ -96,7 +96,7 @@ async fn a_pass_where_any_required_source_failed_acts_on_nothing() {
 async fn without_the_shim_orphans_are_still_handled() {
     let node = FakeNode::new();
     node.leave_pod(U1);
-    node.fail(names::SHIM, true);
+    node.fail(Source::Shim, true);
     let act = Arc::new(RecordingActuator::default());
     let (r, _clock) = reconciler(&node, &act, node.settings(Duration::ZERO));
     r.pass(Mode::Act).await;
@@ -105,7 +105,7 @@ async fn without_the_shim_orphans_are_still_handled() {
     let shim = plan
         .sources
         .iter()
-        .find(|s| s.name == names::SHIM)
+        .find(|s| s.name == Source::Shim.as_str())
         .expect("shim report");
     assert!(!shim.ok && shim.optional);
     assert_eq!(act.calls().len(), 3, "{:?}", act.calls());

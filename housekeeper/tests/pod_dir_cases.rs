@@ -1,6 +1,6 @@
-//! Pod dir rules on plain temp trees (no mounts needed): kubelet's TestCleanupOrphanedPodDirs cases,
-//! the CSI `vol_data.json` cases of PR #140681, symlinks, hostile names, names that are not pod
-//! UIDs, and a 10,000-dir scan.
+//! Pod dir rules on plain temp trees (no mounts needed): kubelet's TestCleanupOrphanedPodDirs
+//! cases, the CSI `vol_data.json` cases of PR #140681, symlinks, hostile names, names that are not
+//! pod UIDs, and a 10,000-dir scan.
 
 #[path = "support/uids.rs"]
 mod uids;
@@ -261,7 +261,8 @@ fn csi_vol_data_leftover_is_removed_user_data_is_not() {
     fs::write(c.path.join(csi).join("pv/mount/file"), "data").expect("data");
     fs::write(c.path.join(csi).join("pv/vol_data.json"), "{}").expect("json");
     assert_eq!(blocked(&c).len(), 1);
-    // -csi-plugin-dir-is-file: vol_data.json as a dir, or mount as a file, is not the leftover shape.
+    // -csi-plugin-dir-is-file: vol_data.json as a dir, or mount as a file, is not the leftover
+    // shape.
     let d = pod(root.path(), "d");
     mk(&d.path.join(csi).join("pv"));
     fs::write(d.path.join(csi).join("pv/mount"), "").expect("file");

@@ -1,8 +1,9 @@
 //! A hostile pod's emptyDir that outlived the pod: one directory of 600,000 empty files with
 //! 240-byte names, on a real filesystem (a tmpfs: building the tree on the disk takes minutes on a
-//! busy machine; `benches/housekeeper_pass.rs --worst` runs the same orphans on the disk). A pass over it (beside an orphan whose clean tree is
-//! larger than a walk may look at) stays within a small memory bound and a few seconds, reports
-//! both orphans precisely, and `Status` answers while it runs.
+//! busy machine; `benches/housekeeper_pass.rs --worst` runs the same orphans on the disk). A pass
+//! over it (beside an orphan whose clean tree is larger than a walk may look at) stays within a
+//! small memory bound and a few seconds, reports both orphans precisely, and `Status` answers while
+//! it runs.
 //!
 //! Alone in its file: the peak RSS it checks is the test process's.
 

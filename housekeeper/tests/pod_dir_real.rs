@@ -3,8 +3,8 @@
 //! filesystem, a symlink to a directory outside, a file in a volume dir and CSI's `vol_data.json`.
 //!
 //! Every protected tree is checksummed (sha256 over relative path, type, link target and content)
-//! before and after, so "no byte outside what must go is removed" is checked, not assumed. Runs in a
-//! private mount namespace; a guard unmounts everything even when an assertion fails. Needs root.
+//! before and after, so "no byte outside what must go is removed" is checked, not assumed. Runs in
+//! a private mount namespace; a guard unmounts everything even when an assertion fails. Needs root.
 
 use std::fs;
 use std::os::unix::ffi::OsStrExt;

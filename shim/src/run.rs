@@ -106,8 +106,8 @@ async fn bind(
 
 /// Runs the shim with `options` until `shutdown` resolves, in steps: the sockets (first, so a
 /// second instance fails before it touches anything), the decoder, the tasks that keep the index
-/// whole and readiness true ([`spawn_index_tasks`]), the relay and the control API, then the
-/// wind-down ([`wind_down`]).
+/// whole and readiness true (`spawn_index_tasks`), the relay and the control API, then the
+/// wind-down (`wind_down`).
 pub async fn run_with(
     config: Config,
     options: Options,

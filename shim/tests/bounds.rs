@@ -2,7 +2,7 @@
 //! relay of other connections: handshake deadlines, the Watch subscriber cap, junk and floods
 //! that the reader cannot follow.
 
-#[path = "fake_upstream/common.rs"]
+#[path = "support/fake_upstream.rs"]
 #[allow(dead_code)]
 mod common;
 

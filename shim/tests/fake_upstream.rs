@@ -4,7 +4,7 @@
 //!
 //! The real containerd is exercised by `e2e/tests/shim_*.rs`.
 
-#[path = "fake_upstream/common.rs"]
+#[path = "support/fake_upstream.rs"]
 mod common;
 
 use std::time::Duration;

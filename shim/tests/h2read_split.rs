@@ -3,7 +3,7 @@
 //! every single point, and at random sets of points, the reader reports the same calls as when
 //! fed the chunks as they came.
 
-#[path = "fake_upstream/common.rs"]
+#[path = "support/fake_upstream.rs"]
 #[allow(dead_code)]
 mod common;
 
@@ -186,16 +186,16 @@ fn observe(chunks: &[(Side, Bytes)]) -> (Vec<String>, u64) {
     let before = total_requests(&metrics);
     let (observer, rx) = Observer::channel(metrics.clone());
     let recorder = Arc::new(Recorder::new(metrics.clone(), observer, || 0));
-    let conv = Conversation::new(recorder);
-    let mut client = SideReader::new(Side::Client, conv.clone(), Faults::new());
-    let mut server = SideReader::new(Side::Server, conv.clone(), Faults::new());
+    let mut conv = Conversation::new(recorder);
+    let mut client = SideReader::new(Side::Client, Faults::new());
+    let mut server = SideReader::new(Side::Server, Faults::new());
     for (side, chunk) in chunks {
         let r = match side {
             Side::Client => &mut client,
             Side::Server => &mut server,
         };
-        r.feed(chunk);
-        r.settle(true);
+        r.feed(&mut conv, chunk);
+        r.settle(&mut conv, true);
     }
     assert!(conv.observing(), "the reader must follow a real session");
     let mut out = Vec::new();

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::Actuator;
+use super::actuator::Actuator;
 use crate::node::cgroup::systemd::{self, SystemdClient};
 use crate::node::cgroup::{
     self, CgroupDriver, CgroupError, CgroupLayout, DestroyReport, PodCgroup,

@@ -1,17 +1,16 @@
 //! The roots the housekeeper deletes under, checked before anything is read: a root flag that
 //! points at the wrong place must stop the daemon with a clear error, not start a cleanup.
 //!
-//! Names under a root are checked too (`crate::node::kubelet_names`), so a wrong root on its own deletes
-//! nothing; this check turns the mistake into an error at start instead of a plan full of foreign
-//! entries, and catches what names alone cannot: a log root inside the pods directory, where a
-//! pod dir named `<uid>` would read as a legacy log dir and lose the pod dir's safety rules.
+//! Names under a root are checked too (`crate::node::kubelet_names`), so a wrong root on its own
+//! deletes nothing; this check turns the mistake into an error at start instead of a plan full of
+//! foreign entries, and catches what names alone cannot: a log root inside the pods directory,
+//! where a pod dir named `<uid>` would read as a legacy log dir and lose the pod dir's safety
+//! rules.
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use nix::sys::statfs::{CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, statfs};
-
-use super::Config;
 
 /// Why a root cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -126,17 +125,22 @@ fn has_cgroup_fs(root: &Path) -> Result<bool, std::io::Error> {
 /// cgroup root must be directories other than `/`; the cgroup root must hold a cgroup
 /// filesystem; the log root and `<kubelet-root>/pods` must not contain one another. A missing
 /// `pods/` is not an error here (kubelet may not have made it yet; every pass reports it).
-pub fn check_roots(config: &Config) -> Result<(), RootError> {
-    let kubelet_root = directory("kubelet-root", &config.kubelet_root, "/var/lib/kubelet")?;
-    let log_root = directory("log-root", &config.log_root, "/var/log/pods")?;
-    let cgroup_root = directory("cgroup-root", &config.cgroup_root, "/sys/fs/cgroup")?;
+pub(super) fn check(
+    kubelet_root: &Path,
+    log_root: &Path,
+    cgroup_root: &Path,
+) -> Result<(), RootError> {
+    let given_cgroup_root = cgroup_root;
+    let kubelet_root = directory("kubelet-root", kubelet_root, "/var/lib/kubelet")?;
+    let log_root = directory("log-root", log_root, "/var/log/pods")?;
+    let cgroup_root = directory("cgroup-root", cgroup_root, "/sys/fs/cgroup")?;
     match has_cgroup_fs(&cgroup_root) {
         Ok(true) => {}
-        Ok(false) => return Err(RootError::NoCgroupFs(config.cgroup_root.clone())),
+        Ok(false) => return Err(RootError::NoCgroupFs(given_cgroup_root.to_path_buf())),
         Err(source) => {
             return Err(RootError::Io {
                 flag: "cgroup-root",
-                path: config.cgroup_root.clone(),
+                path: given_cgroup_root.to_path_buf(),
                 source,
             });
         }

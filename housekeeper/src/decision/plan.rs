@@ -4,171 +4,32 @@
 //! is never acted on).
 //!
 //! Planning reads no filesystem and never acts: the pod dirs it may act on
-//! ([`pod_dirs_to_assess`]) are assessed before, off the async runtime ([`crate::decision::assess`]), and
-//! their verdicts handed in. The plan is sorted, so a dry run and the real pass that follows
-//! produce the same list.
+//! ([`pod_dirs_to_assess`]) are assessed before, off the async runtime
+//! ([`crate::decision::assess`]), and their verdicts handed in. The plan is sorted, so a dry run
+//! and the real pass that follows produce the same list.
 
-use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::collections::HashSet;
 use std::time::Duration;
 
-use podward_api::housekeeper::v1::{ActionKind, Plan};
+use podward_api::housekeeper::v1::Plan;
 
 use crate::decision::orphan::{OrphanTracker, Verdict};
 use crate::decision::uid_gate::UidGate;
 use crate::decision::{container_gc, sandbox};
-use crate::node::cgroup::{CgroupLayout, PodCgroup};
-use crate::node::log_dir::LogDir;
-use crate::node::pod_dir::{PodDir, Removal, WalkBounds};
+use crate::node::pod_dir::PodDir;
 use crate::sources::Snapshot;
 
 mod builder;
+mod category;
+mod counts;
+mod op;
+mod settings;
 
 use self::builder::Builder;
-
-/// Category names (findings, metrics).
-pub mod category {
-    /// Pod cgroups.
-    pub const CGROUP: &str = "cgroup";
-    /// Pod directories.
-    pub const POD_DIR: &str = "pod_dir";
-    /// Pod log directories.
-    pub const LOG_DIR: &str = "log_dir";
-    /// Leaked sandboxes.
-    pub const SANDBOX: &str = "sandbox";
-    /// Exited containers beyond kubelet's GC policy.
-    pub const CONTAINER: &str = "container";
-    /// Every category, for metrics.
-    pub const ALL: [&str; 5] = [CGROUP, POD_DIR, LOG_DIR, SANDBOX, CONTAINER];
-}
-
-/// The category an action kind belongs to.
-pub fn category_of(kind: ActionKind) -> &'static str {
-    match kind {
-        ActionKind::RemoveCgroup | ActionKind::ReduceCpu => category::CGROUP,
-        ActionKind::RemovePodDir => category::POD_DIR,
-        ActionKind::RemoveLogDir => category::LOG_DIR,
-        ActionKind::RemoveSandbox => category::SANDBOX,
-        ActionKind::RemoveContainer | ActionKind::Unspecified => category::CONTAINER,
-    }
-}
-
-/// At most this many orphaned UIDs are acted on in one pass; the rest wait for the next passes.
-/// This bounds a pass's time, memory and blast radius when a node has a backlog of thousands of
-/// orphans. Those that waited longest for a turn go first ([`OrphanTracker::queue_key`]), so every
-/// orphan is assessed within `ceil(orphans / MAX_UIDS_PER_PASS)` passes.
-pub const MAX_UIDS_PER_PASS: usize = 256;
-/// At most this many findings are listed in a plan; the rest are counted in a summary finding
-/// (and in the metrics), so the plan (an API response) stays bounded.
-pub const MAX_FINDINGS: usize = 1000;
-
-/// Per category: everything found (actions, findings, deferred), blocked, and foreign, before
-/// any listing cap.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
-    /// One entry for every category, in [`category::ALL`] order.
-    pub by_category: Vec<CategoryCount>,
-}
-
-/// The counts of one category in one pass.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CategoryCount {
-    /// The category ([`category::ALL`]).
-    pub category: &'static str,
-    /// Orphans and leaks found (planned, waiting, blocked or reported).
-    pub found: u64,
-    /// Of those, kept by a safety rule.
-    pub blocked: u64,
-    /// Entries under the category's root that are not in kubelet's shapes (never acted on): many of
-    /// them usually means a root flag points at the wrong directory.
-    pub foreign: u64,
-}
-
-impl Counts {
-    fn new() -> Self {
-        Self {
-            by_category: category::ALL
-                .iter()
-                .map(|c| CategoryCount {
-                    category: c,
-                    found: 0,
-                    blocked: 0,
-                    foreign: 0,
-                })
-                .collect(),
-        }
-    }
-
-    fn entry(&mut self, cat: &str) -> Option<&mut CategoryCount> {
-        self.by_category.iter_mut().find(|e| e.category == cat)
-    }
-
-    fn add(&mut self, cat: &str, blocked: bool) {
-        if let Some(e) = self.entry(cat) {
-            e.found += 1;
-            e.blocked += u64::from(blocked);
-        }
-    }
-
-    fn add_foreign(&mut self, cat: &str, n: u64) {
-        if let Some(e) = self.entry(cat) {
-            e.foreign += n;
-        }
-    }
-}
-
-/// Settings the planner needs from the config.
-#[derive(Clone, Debug)]
-pub struct PlanSettings {
-    /// kubelet's root dir (pod dirs are `<root>/pods/<uid>`).
-    pub kubelet_root: PathBuf,
-    /// Plan removal of exited containers beyond kubelet's policy (else report them).
-    pub remove_exited_containers: bool,
-    /// The grace period (for messages).
-    pub orphan_grace: Duration,
-    /// How much one pod dir assessment may walk.
-    pub walk: WalkBounds,
-}
-
-/// The verdict on each pod dir the pass may act on, by UID ([`pod_dirs_to_assess`]); `Err` says
-/// why there is none (it could not be read, or not in time), and the dir is kept.
-pub type Assessments = HashMap<String, Result<Removal, String>>;
-
-/// What executing one action does (the data the act needs, beside the wire `Action`).
-#[derive(Clone, Debug)]
-pub enum Op {
-    /// Kill and remove an orphan's pod cgroup.
-    DestroyCgroup {
-        /// Where it lives.
-        layout: Arc<CgroupLayout>,
-        /// The cgroup.
-        cgroup: PodCgroup,
-    },
-    /// Lower an orphan's CPU (volumes still mounted).
-    ReduceCpu {
-        /// Where it lives.
-        layout: Arc<CgroupLayout>,
-        /// The cgroup.
-        cgroup: PodCgroup,
-    },
-    /// Remove an orphan's pod dir.
-    RemovePodDir(PodDir),
-    /// Remove an orphan's log dir.
-    RemoveLogDir(LogDir),
-    /// Stop and remove a leaked sandbox.
-    RemoveSandbox(String),
-    /// Remove an exited container.
-    RemoveContainer(String),
-}
-
-impl Op {
-    /// Whether the act must first re-verify that the UID is still absent from the runtime
-    /// (every orphan rule; not leaked sandboxes or containers, whose pod is present by nature).
-    pub fn needs_uid_absent(&self) -> bool {
-        !matches!(self, Op::RemoveSandbox(_) | Op::RemoveContainer(_))
-    }
-}
+pub use self::category::Category;
+pub use self::counts::{CategoryCount, Counts};
+pub use self::op::Op;
+pub use self::settings::{Assessments, MAX_FINDINGS, MAX_UIDS_PER_PASS, PlanSettings};
 
 /// A plan and, in the same order as `plan.actions`, what to do for each action.
 #[derive(Debug)]
@@ -306,11 +167,11 @@ pub fn build(
     let mut turns: Vec<String> = allowed.iter().cloned().collect();
     turns.sort_unstable();
     let mut b = Builder::new(tracker, gate, now, settings, allowed, assessed);
-    b.foreign(category::CGROUP, &cgroups.pods);
+    b.foreign(Category::Cgroup, &cgroups.pods);
     b.cgroups(&cgroups.layout, cgroups.pods.found, &mounts);
-    b.foreign(category::POD_DIR, &pod_dirs);
+    b.foreign(Category::PodDir, &pod_dirs);
     b.pod_dirs(pod_dirs.found);
-    b.foreign(category::LOG_DIR, &log_dirs);
+    b.foreign(Category::LogDir, &log_dirs);
     b.log_dirs(log_dirs.found);
     if let Some(shim) = &shim {
         b.sandboxes(sandbox::leaked_sandboxes(&runtime, shim), &runtime);

@@ -39,6 +39,20 @@ struct State {
     retries: HashMap<String, Retry>,
 }
 
+impl State {
+    /// Why `uid` may not be acted on at `now`, if it may not: an action on it is in flight, or
+    /// it is backing off.
+    fn closed(&self, uid: &str, now: Duration) -> Result<(), Closed> {
+        if self.in_flight.contains(uid) {
+            return Err(Closed::InFlight);
+        }
+        match self.retries.get(uid) {
+            Some(r) if now < r.not_before => Err(Closed::BackingOff(r.cause, r.not_before - now)),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Shared between every pass of one daemon (clones share state).
 #[derive(Clone, Debug, Default)]
 pub struct UidGate {
@@ -76,25 +90,13 @@ impl UidGate {
 
     /// Whether `uid` may be acted on at `now` (without taking it).
     pub fn check(&self, uid: &str, now: Duration) -> Result<(), Closed> {
-        let st = self.state.lock();
-        if st.in_flight.contains(uid) {
-            return Err(Closed::InFlight);
-        }
-        match st.retries.get(uid) {
-            Some(r) if now < r.not_before => Err(Closed::BackingOff(r.cause, r.not_before - now)),
-            _ => Ok(()),
-        }
+        self.state.lock().closed(uid, now)
     }
 
     /// Takes `uid` for one action (single-flight), or says why not.
     pub fn acquire(&self, uid: &str, now: Duration) -> Result<Permit, Closed> {
         let mut st = self.state.lock();
-        if st.in_flight.contains(uid) {
-            return Err(Closed::InFlight);
-        }
-        if let Some(r) = st.retries.get(uid).filter(|r| now < r.not_before) {
-            return Err(Closed::BackingOff(r.cause, r.not_before - now));
-        }
+        st.closed(uid, now)?;
         st.in_flight.insert(uid.to_owned());
         Ok(Permit {
             uid: uid.to_owned(),

@@ -110,7 +110,8 @@ fn is_label_body(s: &str) -> bool {
     }
 }
 
-/// A namespace's shape: a DNS-1123 label (`IsDNS1123Label` in k8s.io/apimachinery/pkg/util/validation).
+/// A namespace's shape: a DNS-1123 label (`IsDNS1123Label` in
+/// k8s.io/apimachinery/pkg/util/validation).
 pub fn is_dns1123_label(s: &str) -> bool {
     s.len() <= DNS1123_LABEL_MAX && is_label_body(s)
 }

@@ -109,8 +109,8 @@ fn check_log_dir(dir: &LogDir) -> Result<(), LogDirError> {
 }
 
 /// Removes a log dir and everything in it, on one filesystem, links as links, refusing a path whose
-/// name is not a kubelet log dir name (`NotALogDir`) and refusing if anything is mounted at or under
-/// it (by the mount table, then by a read-only walk, then per entry again
+/// name is not a kubelet log dir name (`NotALogDir`) and refusing if anything is mounted at or
+/// under it (by the mount table, then by a read-only walk, then per entry again
 /// while removing). Returns the number of entries removed (the dir included).
 pub fn remove_log_dir(dir: &LogDir, mounts: &MountTable) -> Result<u64, LogDirError> {
     check_log_dir(dir)?;

@@ -3,8 +3,9 @@
 //!
 //! Our own parser rather than `procfs`'s `MountInfo`: that one takes `&str` lines (a mount point is
 //! arbitrary bytes, so a non-UTF-8 path would fail the whole table) and keeps the kernel's octal
-//! escapes (`\040` for a space) in the path, which would make a mount at `/a b` invisible to a query
-//! for `/a b`. We need only the mount point (field 5), so the parser is a few lines over bytes.
+//! escapes (`\040` for a space) in the path, which would make a mount at `/a b` invisible to a
+//! query for `/a b`. We need only the mount point (field 5), so the parser is a few lines over
+//! bytes.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -34,15 +35,15 @@ pub enum MountError {
     },
 }
 
-/// Mount points, sorted by a byte key in which `/` sorts before every other byte, so that everything
-/// under a path is one contiguous run found by binary search.
+/// Mount points, sorted by a byte key in which `/` sorts before every other byte, so that
+/// everything under a path is one contiguous run found by binary search.
 #[derive(Debug, Default)]
 pub struct MountTable {
     /// (key, mount point), sorted and deduplicated by key.
     points: Vec<(Vec<u8>, PathBuf)>,
     /// Resolved (symlink-free) forms of the few parent dirs queried through
-    /// [`MountTable::mounts_at_or_under_resolved`]: all pod dirs share one parent, so a pass resolves
-    /// it once instead of 10,000 times. Bounded; lives as long as this (per-pass) table.
+    /// [`MountTable::mounts_at_or_under_resolved`]: all pod dirs share one parent, so a pass
+    /// resolves it once instead of 10,000 times. Bounded; lives as long as this (per-pass) table.
     resolved: Mutex<Vec<(PathBuf, Option<PathBuf>)>>,
 }
 
@@ -67,7 +68,8 @@ impl PartialEq for MountTable {
 impl Eq for MountTable {}
 
 impl MountTable {
-    /// Reads and parses a mountinfo file (normally `/proc/1/mountinfo`, the host's mount namespace).
+    /// Reads and parses a mountinfo file (normally `/proc/1/mountinfo`, the host's mount
+    /// namespace).
     pub fn read(path: &Path) -> Result<Self, MountError> {
         let bytes = std::fs::read(path).map_err(|source| MountError::Read {
             path: path.to_path_buf(),

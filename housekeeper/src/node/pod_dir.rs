@@ -2,15 +2,16 @@
 //! remove an orphan's without losing a byte of anyone's data.
 //!
 //! The rules come from kubelet's `cleanupOrphanedPodDirs` and the incidents that shaped it
-//! (kubernetes #72257: a one-filesystem check blind to same-device bind mounts wiped volume subpaths
-//! on 26 of 29 nodes; #60987: `rm -rf` of pod dirs with live volumes):
-//! - only `<root>/pods/<uid>` with a UID in kubelet's shape is a pod dir (`crate::node::kubelet_names`):
-//!   other entries are foreign, and removal re-checks the name before reading anything;
+//! (kubernetes #72257: a one-filesystem check blind to same-device bind mounts wiped volume
+//! subpaths on 26 of 29 nodes; #60987: `rm -rf` of pod dirs with live volumes):
+//! - only `<root>/pods/<uid>` with a UID in kubelet's shape is a pod dir
+//!   (`crate::node::kubelet_names`): other entries are foreign, and removal re-checks the name
+//!   before reading anything;
 //! - nothing may be mounted at or under the dir (mount table prefix scan, checked again during the
 //!   walk with `statx` mount-root, mount-id and device numbers);
-//! - under `volumes/` and `volume-subpaths/` only empty directories are removed; any file there blocks
-//!   the whole pod dir (except CSI's `vol_data.json` leftover next to an unmounted, empty `mount/`,
-//!   kubernetes #105536);
+//! - under `volumes/` and `volume-subpaths/` only empty directories are removed; any file there
+//!   blocks the whole pod dir (except CSI's `vol_data.json` leftover next to an unmounted, empty
+//!   `mount/`, kubernetes #105536);
 //! - everything else is removed recursively on one filesystem, through directory fds, never
 //!   following a symlink (a symlink is unlinked as a link);
 //! - an immutable or append-only entry (`chattr +i`/`+a`) blocks: removal would fail half-way.
@@ -19,7 +20,9 @@
 //! ([`WalkBounds`]): it streams directories, stops at the first reason not to remove, and past its
 //! bounds says [`Removal::TooLarge`] — never `Clean` on a partial walk.
 
+mod error;
 mod fd;
+mod shown;
 mod walk;
 
 use std::collections::BinaryHeap;
@@ -31,31 +34,10 @@ use crate::node::fs_error::FsError;
 use crate::node::kubelet_names::{Foreign, NameError, PodUid};
 use crate::node::mounts::MountTable;
 
-pub(crate) use self::walk::{Scope, Verdict, Walk, shown};
-
-/// How much one walk of a pod (or log) dir may look at before it gives up on a verdict.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WalkBounds {
-    /// Entries looked at (`statx`), in the whole tree.
-    pub max_entries: u64,
-    /// Time spent.
-    pub max_time: Duration,
-}
-
-impl WalkBounds {
-    /// kubelet's pod dirs hold tens of entries; a tree a hundred thousand entries large is not
-    /// kubelet's, and a walk of it would cost the pass for every other orphan.
-    pub const DEFAULT: WalkBounds = WalkBounds {
-        max_entries: 100_000,
-        max_time: Duration::from_secs(2),
-    };
-}
-
-impl Default for WalkBounds {
-    fn default() -> Self {
-        Self::DEFAULT
-    }
-}
+pub use self::error::PodDirError;
+pub(crate) use self::shown::shown;
+pub use self::walk::{RemovalReport, WalkBounds};
+pub(crate) use self::walk::{Scope, Verdict, Walk};
 
 /// One pod directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,67 +85,6 @@ impl Removal {
             )),
         }
     }
-}
-
-/// What `remove_pod_dir` removed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RemovalReport {
-    /// Files, links and directories removed, the pod dir included.
-    pub removed_entries: u64,
-    /// CSI `vol_data.json` leftovers removed (kubernetes #105536).
-    pub removed_csi_vol_data: Vec<PathBuf>,
-}
-
-/// Errors from reading or removing pod (and log) directories.
-#[derive(Debug, thiserror::Error)]
-pub enum PodDirError {
-    /// A filesystem operation failed.
-    #[error(transparent)]
-    Io(#[from] FsError),
-    /// Removal was refused; nothing was removed.
-    #[error("{}: removal blocked: {}", shown(path), reasons.join("; "))]
-    Blocked {
-        /// The directory.
-        path: PathBuf,
-        /// Why.
-        reasons: Vec<String>,
-    },
-    /// The walk met something that was not there when it was assessed (a new mount, another
-    /// filesystem, a file in a volume dir, an entry swapped mid-walk); it stopped at once.
-    #[error("{}: stopped: {reason}", shown(path))]
-    Changed {
-        /// The entry.
-        path: PathBuf,
-        /// What was found.
-        reason: String,
-    },
-    /// The tree is deeper than the walk allows (a hostile tree must not exhaust fds or stack).
-    #[error("{}: tree too deep", shown(.0))]
-    TooDeep(PathBuf),
-    /// A removing walk reached its [`WalkBounds`] (the tree grew since it was assessed); what it
-    /// removed before was removable by the rules, the rest stays.
-    #[error(
-        "{}: stopped after {entries} entries: over the walk's bounds",
-        shown(path)
-    )]
-    TooLarge {
-        /// The dir.
-        path: PathBuf,
-        /// Entries looked at.
-        entries: u64,
-    },
-    /// The path has no parent or no final component (e.g. `/` or `..`).
-    #[error("{0}: not a removable directory path")]
-    BadPath(PathBuf),
-    /// The path is not `<root>/pods/<uid>` with a UID in kubelet's shape (or does not match the
-    /// UID it was given for); nothing was read or removed.
-    #[error("{path}: not a kubelet pod directory: {reason}")]
-    NotAPodDir {
-        /// The directory.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
 }
 
 /// At most this many foreign entries are kept per scan (the lowest paths); the rest are counted.

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use podward_api::shim::v1::Snapshot as ShimIndex;
 
-use super::{CgroupScan, SourceError, Sources};
+use super::cgroups::{CgroupScan, read_cgroups};
+use super::error::SourceError;
+use super::reader::Sources;
 use crate::config::Config;
 use crate::node::cgroup::DriverFlag;
 use crate::node::log_dir::{LogDirScan, scan_log_dirs};
@@ -68,7 +70,7 @@ impl Sources for NodeSources {
             self.proc_root.clone(),
         );
         tokio::task::spawn_blocking(move || {
-            super::read_cgroups(&root, &cg_root, flag, &answer, &proc_root)
+            read_cgroups(&root, &cg_root, flag, &answer, &proc_root)
         })
         .await?
     }

@@ -27,7 +27,7 @@ use podward_housekeeper::reconcile::Reconciler;
 use podward_housekeeper::sources::runtime::{
     ContainerInfo, ContainerPhase, RuntimeError, RuntimeView, SandboxInfo,
 };
-use podward_housekeeper::sources::{self, CgroupScan, SourceError, Sources, names};
+use podward_housekeeper::sources::{self, CgroupScan, Source, SourceError, Sources};
 
 /// Pod UIDs in kubelet's shape (an API server UUID) for tests that need one or two pods.
 pub const U1: &str = "00000000-0000-4000-8000-000000000001";
@@ -45,9 +45,9 @@ pub struct FakeNode {
     pub runtime: Mutex<VecDeque<RuntimeView>>,
     pub shim: Mutex<Option<ShimIndex>>,
     pub mountinfo: Mutex<String>,
-    pub failing: Mutex<HashSet<&'static str>>,
+    pub failing: Mutex<HashSet<Source>>,
     /// Source names in the order they were read.
-    pub reads: Mutex<Vec<&'static str>>,
+    pub reads: Mutex<Vec<Source>>,
 }
 
 impl FakeNode {
@@ -109,11 +109,11 @@ impl FakeNode {
         *self.runtime.lock() = views.into();
     }
 
-    pub fn fail(&self, source: &'static str, failing: bool) {
+    pub fn fail(&self, source: Source, failing: bool) {
         if failing {
             self.failing.lock().insert(source);
         } else {
-            self.failing.lock().remove(source);
+            self.failing.lock().remove(&source);
         }
     }
 
@@ -136,9 +136,9 @@ impl FakeNode {
         }
     }
 
-    fn check(&self, name: &'static str) -> Result<(), SourceError> {
+    fn check(&self, name: Source) -> Result<(), SourceError> {
         self.reads.lock().push(name);
-        if self.failing.lock().contains(name) {
+        if self.failing.lock().contains(&name) {
             return Err(SourceError::Unavailable(name));
         }
         Ok(())
@@ -178,7 +178,7 @@ pub fn container(
 
 impl Sources for FakeNode {
     async fn cgroups(&self) -> Result<CgroupScan, SourceError> {
-        self.check(names::CGROUPS)?;
+        self.check(Source::Cgroups)?;
         sources::read_cgroups(
             &self.root().join("cgroup"),
             "/",
@@ -189,7 +189,7 @@ impl Sources for FakeNode {
     }
 
     async fn runtime(&self) -> Result<RuntimeView, SourceError> {
-        self.check(names::RUNTIME)?;
+        self.check(Source::Runtime)?;
         let mut q = self.runtime.lock();
         let v = if q.len() > 1 {
             q.pop_front()
@@ -200,25 +200,25 @@ impl Sources for FakeNode {
     }
 
     async fn shim(&self) -> Result<ShimIndex, SourceError> {
-        self.check(names::SHIM)?;
+        self.check(Source::Shim)?;
         self.shim
             .lock()
             .clone()
-            .ok_or(SourceError::Unavailable("shim"))
+            .ok_or(SourceError::Unavailable(Source::Shim))
     }
 
     async fn pod_dirs(&self) -> Result<PodDirScan, SourceError> {
-        self.check(names::POD_DIRS)?;
+        self.check(Source::PodDirs)?;
         Ok(pod_dir::scan_pod_dirs(&self.kubelet_root())?)
     }
 
     async fn log_dirs(&self) -> Result<LogDirScan, SourceError> {
-        self.check(names::LOG_DIRS)?;
+        self.check(Source::LogDirs)?;
         Ok(log_dir::scan_log_dirs(&self.root().join("logs"))?)
     }
 
     async fn mounts(&self) -> Result<MountTable, SourceError> {
-        self.check(names::MOUNTS)?;
+        self.check(Source::Mounts)?;
         Ok(MountTable::parse(&self.mountinfo.lock())?)
     }
 }

@@ -1,6 +1,7 @@
 //! A tmpfs for a test whose tree is large (hundreds of thousands of entries, or thousands of
 //! levels): creating it costs a fraction of what a journaled disk filesystem costs, and unmounting
-//! frees it at once. Mounted in a private mount namespace, so nothing leaks to the host. Needs root.
+//! frees it at once. Mounted in a private mount namespace, so nothing leaks to the host. Needs
+//! root.
 //!
 //! The namespace is the calling thread's, and the threads it starts afterwards: call
 //! [`Tmpfs::mount`] before building a tokio runtime, so its worker and blocking threads see it.

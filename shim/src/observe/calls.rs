@@ -1,19 +1,22 @@
-//! The calls of one connection as its HTTP/2 streams describe them: stream ID → method, deadline, the
-//! bodies of watched calls, how the call ended. Finished calls go to the metrics and, for the
-//! watched methods, to the observer (decoded later, off the relay path).
+//! The calls of one connection as its HTTP/2 streams describe them: stream ID → call (method,
+//! deadline, the bodies of watched calls, how the call ended), within the bounds on what one
+//! connection may hold. Finished calls go to the [`Recorder`].
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use foldhash::HashMap;
-use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use super::digest::Digest;
 use super::grpc_headers::Fields;
-use super::{Body, Digest, Digester, Observer, Outcome, Raw, Reading, Unchanged, Verdict, Watched};
+use super::raw::{Body, Outcome};
+use super::recorder::Recorder;
+use super::stream::Stream;
+use super::unchanged::Reading;
+use super::watched::Watched;
 use crate::h2read::FrameError;
-use crate::metrics::{MethodMetrics, MethodTable, Metrics};
 
 /// Largest body kept per direction of one watched call: one CRI message at containerd's own
 /// limit, with its 5-byte gRPC prefix. A bigger one is relayed but not observed.
@@ -26,88 +29,6 @@ const MAX_CONNECTION_BYTES: usize = 64 << 20;
 
 /// Open streams tracked per connection; past it the connection is no longer observed.
 const MAX_STREAMS: usize = 4096;
-
-/// gRPC `CANCELLED`, recorded when the caller went away.
-const CANCELLED: i32 = 1;
-
-/// Where every connection's finished calls go.
-pub struct Recorder {
-    methods: MethodTable,
-    metrics: Metrics,
-    observer: Observer,
-    /// The process's answer digests (immutable: no lock).
-    digests: Digester,
-    /// Shared by every connection: kubelet's relists come on whichever connection it has.
-    unchanged: Mutex<Unchanged>,
-    clock: fn() -> i64,
-}
-
-impl Recorder {
-    /// A recorder counting into `metrics` and sending watched calls to `observer`.
-    pub fn new(metrics: Metrics, observer: Observer, clock: fn() -> i64) -> Self {
-        Self {
-            methods: MethodTable::new(metrics.clone()),
-            metrics,
-            observer,
-            digests: Digester::default(),
-            unchanged: Mutex::new(Unchanged::default()),
-            clock,
-        }
-    }
-
-    /// The shim's metrics.
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    /// Reads a large List/Status answer that keeps repeating at most every `interval` per
-    /// request (see `observe/unchanged.rs`; zero reads every one).
-    #[must_use]
-    pub fn read_repeats_every(self, interval: std::time::Duration) -> Self {
-        self.unchanged.lock().set_read_interval(interval);
-        self
-    }
-
-    /// Where losses of observation are reported (the index heals from them).
-    pub fn blindness(&self) -> &Arc<crate::heal::Blindness> {
-        self.observer.blindness()
-    }
-
-    /// One call relayed but not observed: counted, and the index relisted.
-    fn skipped(&self, why: &'static str) {
-        tracing::debug!(why, "a CRI call is relayed unobserved; relisting");
-        self.metrics.observations_dropped.inc();
-        self.blindness().call_lost();
-    }
-}
-
-#[derive(Debug)]
-struct Stream {
-    path: Box<str>,
-    method: Arc<MethodMetrics>,
-    watched: Option<Watched>,
-    started: Instant,
-    requested_at_ns: i64,
-    deadline: Option<Instant>,
-    request: Body,
-    response: Body,
-    /// The response's length, kept or not.
-    response_len: usize,
-    /// A List/Status call: the digest of its request, once the request is complete.
-    request_key: Option<u64>,
-    /// A List/Status call: the digest of its answer so far.
-    answer: Option<Box<Digest>>,
-    /// How much of the response is read: digested and kept for the decoder, digested only, or
-    /// not at all (see `observe/unchanged.rs`).
-    reading: Reading,
-    /// A body passed [`MAX_OBSERVED_BYTES`]: the call is counted but not observed.
-    overflow: bool,
-    response_done: bool,
-    status: Option<i32>,
-    /// `grpc-message` of a failed call, as far as the reader keeps it (for the log).
-    message: Option<String>,
-    caller_reset: bool,
-}
 
 /// One connection's calls.
 pub(crate) struct Calls {
@@ -156,11 +77,6 @@ impl Calls {
         self.streams.values().filter_map(|s| s.deadline).max()
     }
 
-    /// Where this connection's calls go.
-    pub(crate) fn recorder(&self) -> Arc<Recorder> {
-        self.recorder.clone()
-    }
-
     /// The `:path` of an open stream.
     pub(crate) fn path(&self, id: u32) -> Option<&str> {
         self.streams.get(&id).map(|s| &*s.path)
@@ -182,12 +98,11 @@ impl Calls {
                 return Ok(());
             }
             let path = fields.path.unwrap_or_default();
-            let method = self.recorder.methods.get(&path);
+            let method = self.recorder.method(&path);
             method.requests.inc();
             let started = Instant::now();
-            let watched = Watched::from_path(&path);
-            let digests = &self.recorder.digests;
-            let answer = watched
+            let digests = self.recorder.digests();
+            let answer = Watched::from_path(&path)
                 .filter(|w| !w.is_mutating())
                 .map(|w| match self.spare.take() {
                     Some(mut d) => {
@@ -196,28 +111,16 @@ impl Calls {
                     }
                     None => Box::new(digests.answer(w)),
                 });
-            self.streams.insert(
-                id,
-                Stream {
-                    watched,
-                    path: path.into_boxed_str(),
-                    method,
-                    started,
-                    requested_at_ns: (self.recorder.clock)(),
-                    deadline: fields.grpc_timeout.and_then(|t| started.checked_add(t)),
-                    request: Body::default(),
-                    response: Body::default(),
-                    response_len: 0,
-                    request_key: None,
-                    answer,
-                    reading: Reading::Keep,
-                    overflow: false,
-                    response_done: false,
-                    status: None,
-                    message: None,
-                    caller_reset: false,
-                },
+            let deadline = fields.grpc_timeout.and_then(|t| started.checked_add(t));
+            let stream = Stream::new(
+                path,
+                method,
+                started,
+                self.recorder.now_ns(),
+                deadline,
+                answer,
             );
+            self.streams.insert(id, stream);
         }
         if end_stream {
             self.request_ended(id);
@@ -247,14 +150,10 @@ impl Calls {
         if let Some(w) = s.watched.filter(|w| !w.is_mutating())
             && !s.overflow
         {
-            s.request_key = self.recorder.digests.request(w, &s.request);
-            s.reading = s.request_key.map_or(Reading::Keep, |k| {
-                let now = std::time::Instant::now();
-                let removals = self.recorder.observer.removals();
-                let mut unchanged = self.recorder.unchanged.lock();
-                unchanged.follow(removals);
-                unchanged.reading(w, k, now)
-            });
+            s.request_key = self.recorder.digests().request(w, &s.request);
+            s.reading = s
+                .request_key
+                .map_or(Reading::Keep, |k| self.recorder.reading(w, k));
             if s.reading == Reading::Unread {
                 // No digest to feed: the next List/Status call takes it.
                 self.spare = s.answer.take().or(self.spare.take());
@@ -265,11 +164,8 @@ impl Calls {
         if let Some(w) = s.watched.filter(|w| w.request_is_news())
             && !s.overflow
         {
-            self.recorder.observer.send(Raw::Request {
-                method: w,
-                body: s.request.clone(),
-                at_ns: s.requested_at_ns,
-            });
+            self.recorder
+                .request_is_in(w, s.request.clone(), s.requested_at_ns);
         }
     }
 
@@ -443,97 +339,12 @@ impl Calls {
 
     fn finish(&mut self, mut s: Stream, outcome: Outcome) {
         let answer = s.answer.take();
-        self.record(s, answer.as_deref(), outcome);
+        self.recorder.record(s, answer.as_deref(), outcome);
         if answer.is_some() {
             self.spare = answer;
-        }
-    }
-
-    /// A finished call, its answer's digest apart.
-    fn record(&self, s: Stream, answer: Option<&Digest>, outcome: Outcome) {
-        let r = &self.recorder;
-        let now = Instant::now();
-        let elapsed = now.saturating_duration_since(s.started);
-        s.method.duration.observe(elapsed.as_secs_f64());
-        let code = if outcome == Outcome::Delivered {
-            s.status.unwrap_or(UNKNOWN)
-        } else {
-            CANCELLED
-        };
-        if code != 0 {
-            let name = format!("{:?}", tonic::Code::from(code));
-            r.metrics
-                .request_errors
-                .with_label_values(&[&*s.method.label, &name])
-                .inc();
-        }
-        tracing::debug!(
-            method = %s.method.label,
-            duration_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
-            grpc_status = code,
-            upstream_status = s.status,
-            grpc_message = s.message.as_deref(),
-            "request"
-        );
-        if s.watched.is_some() && s.overflow {
-            r.skipped("a watched call's body past the bound on what is held");
-            return;
-        }
-        let Some(method) = s.watched else {
-            return;
-        };
-        if s.request.is_compressed()
-            || s.response.is_compressed()
-            || answer.is_some_and(Digest::compressed)
-        {
-            // kubelet never compresses CRI messages; a client that does is relayed, not read
-            // (what it changed reaches the index by a relist).
-            r.metrics.compressed_skipped.inc();
-            r.blindness().call_lost();
-            return;
-        }
-        if s.reading == Reading::Unread {
-            r.metrics.answers_unread.inc();
-            return;
-        }
-        let repeat_key = s.request_key.filter(|_| s.status == Some(0));
-        if let Some(key) = repeat_key {
-            let answer = answer.and_then(Digest::finish);
-            let kept = s.reading == Reading::Keep;
-            let removals = r.observer.removals();
-            let mut unchanged = r.unchanged.lock();
-            unchanged.follow(removals);
-            let verdict =
-                unchanged.settle(method, key, answer, s.response_len, kept, now.into_std());
-            drop(unchanged);
-            match verdict {
-                Verdict::Repeat => {
-                    r.metrics.answers_unchanged.inc();
-                    return;
-                }
-                Verdict::Missed => {
-                    r.metrics.answers_deferred.inc();
-                    return;
-                }
-                Verdict::News => {}
-            }
-        }
-        let sent = r.observer.send(Raw::Call {
-            method,
-            request: s.request,
-            response: s.response,
-            grpc_status: s.status,
-            outcome,
-            requested_at_ns: s.requested_at_ns,
-            completed_at_ns: (r.clock)(),
-        });
-        if !sent && let Some(key) = repeat_key {
-            r.unchanged.lock().forget(method, key);
         }
     }
 }
 
 /// gRPC `UNAVAILABLE`: the server went away or refused the stream.
 const UNAVAILABLE: i32 = 14;
-/// gRPC `UNKNOWN`: the stream ended without a `grpc-status`.
-const UNKNOWN: i32 = 2;

@@ -1,6 +1,7 @@
 //! One relayed connection as the observer reads it: the two directions' HTTP/2 readers
 //! (`h2read`) report streams, and this turns them into CRI calls (`calls.rs`). The two sides
-//! share one [`Conversation`]: the client's side opens calls, the server's side ends them.
+//! read into one [`Conversation`], owned by the connection's thread and lent to each side in
+//! turn: the client's side opens calls, the server's side ends them.
 //!
 //! If either side cannot be followed (junk, what a peer would refuse too, a bound of the calls'
 //! bookkeeping, a bug), the connection stops being observed: logged once, counted in
@@ -10,114 +11,104 @@
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::Mutex;
-
-use super::calls::{Calls, Recorder};
+use super::calls::Calls;
 use super::grpc_headers::{Fields, WANTED};
+use super::recorder::Recorder;
 use crate::fault::Faults;
 use crate::h2read::{DirectionReader, FrameError, HeaderBlock, HeaderLimits, Side, StreamEvents};
 
-/// What both sides of one connection know together.
-#[derive(Debug)]
+/// What both sides of one connection know together. Owned by the connection's relay loop,
+/// which lends it to each side's reader in turn.
 pub struct Conversation {
-    shared: Mutex<Shared>,
+    state: State,
+    recorder: Arc<Recorder>,
     /// Set when the client resets a stream or leaves (a held response stops waiting), taken by
     /// [`Conversation::take_caller_gone`].
-    caller_gone: AtomicBool,
+    caller_gone: bool,
 }
 
+/// Whether a connection is followed, and why not once it is not.
 #[derive(Debug)]
-struct Shared {
-    observing: bool,
-    /// Observation stopped because the client's first bytes were not an HTTP/2 preface.
-    junk: bool,
-    calls: Calls,
-    limits: HeaderLimits,
+enum State {
+    /// Both sides are read: the calls open on the connection and the header limits its peers
+    /// agreed on.
+    Observing { calls: Calls, limits: HeaderLimits },
+    /// The client's first bytes were not an HTTP/2 preface: no CRI call can be made on it,
+    /// nothing to heal.
+    NotHttp2,
+    /// A side could not be followed: the index is relisted while the connection is open.
+    Lost,
 }
 
 impl Conversation {
     /// A new connection's conversation.
-    pub fn new(recorder: Arc<Recorder>) -> Arc<Self> {
-        Arc::new(Self {
-            shared: Mutex::new(Shared {
-                observing: true,
-                junk: false,
-                calls: Calls::new(recorder),
+    pub fn new(recorder: Arc<Recorder>) -> Self {
+        Self {
+            state: State::Observing {
+                calls: Calls::new(recorder.clone()),
                 limits: HeaderLimits::default(),
-            }),
-            caller_gone: AtomicBool::new(false),
-        })
+            },
+            recorder,
+            caller_gone: false,
+        }
     }
 
     /// The client reset a stream or left.
-    pub fn note_caller_gone(&self) {
-        self.caller_gone.store(true, Ordering::Release);
+    pub fn note_caller_gone(&mut self) {
+        self.caller_gone = true;
     }
 
     /// Whether [`note_caller_gone`](Self::note_caller_gone) was called since the last time this
     /// was asked.
-    pub fn take_caller_gone(&self) -> bool {
-        self.caller_gone.swap(false, Ordering::AcqRel)
+    pub fn take_caller_gone(&mut self) -> bool {
+        std::mem::take(&mut self.caller_gone)
     }
 
     /// Whether the connection is still being read.
     pub fn observing(&self) -> bool {
-        self.shared.lock().observing
+        matches!(self.state, State::Observing { .. })
     }
 
     /// Open streams (None when the connection is no longer observed: unknown).
     pub fn active_streams(&self) -> Option<usize> {
-        let s = self.shared.lock();
-        s.observing.then(|| s.calls.active())
+        match &self.state {
+            State::Observing { calls, .. } => Some(calls.active()),
+            State::NotHttp2 | State::Lost => None,
+        }
     }
 
     /// The latest deadline of the calls still open (`None`: none open with a deadline, or the
     /// connection is not observed).
     pub fn latest_deadline(&self) -> Option<std::time::Instant> {
-        let s = self.shared.lock();
-        if s.observing {
-            s.calls
-                .latest_deadline()
-                .map(tokio::time::Instant::into_std)
-        } else {
-            None
+        match &self.state {
+            State::Observing { calls, .. } => {
+                calls.latest_deadline().map(tokio::time::Instant::into_std)
+            }
+            State::NotHttp2 | State::Lost => None,
         }
     }
 
     /// The connection ended; `client_left` says whose side closed first.
-    pub fn close(&self, client_left: bool) {
-        let mut s = self.shared.lock();
-        if s.observing {
-            s.calls.close(client_left);
+    pub fn close(&mut self, client_left: bool) {
+        if let State::Observing { calls, .. } = &mut self.state {
+            calls.close(client_left);
         }
     }
-}
 
-impl Drop for Conversation {
-    fn drop(&mut self) {
-        let s = self.shared.get_mut();
-        if !s.observing && !s.junk {
-            s.calls.recorder().blindness().connection_closed();
-        }
-    }
-}
-
-impl Shared {
+    /// Stops observing after `side` could not be followed: what was kept for the open calls is
+    /// dropped; they are neither counted nor observed.
     fn stop_observing(&mut self, side: Side, e: &FrameError) {
-        self.observing = false;
-        self.junk = *e == FrameError::Preface;
-        let recorder = self.calls.recorder();
-        recorder.metrics().observe_errors.inc();
-        if self.junk {
-            // Not HTTP/2: no CRI call can be made on it, nothing to heal.
+        self.recorder.metrics().observe_errors.inc();
+        if *e == FrameError::Preface {
+            self.state = State::NotHttp2;
             tracing::debug!(
                 ?side,
                 "not an HTTP/2 connection; relayed unchanged, not observed"
             );
         } else {
-            recorder.blindness().connection_lost();
+            self.state = State::Lost;
+            self.recorder.blindness().connection_lost();
             tracing::warn!(
                 ?side,
                 error = %e,
@@ -125,16 +116,31 @@ impl Shared {
                  longer observed (the index is relisted from containerd while it is open)"
             );
         }
-        // Drop what was kept for its calls; they are neither counted nor observed.
-        self.calls = Calls::new(recorder);
     }
 }
 
-/// One direction's observation: its HTTP/2 reader and what its streams mean.
+impl std::fmt::Debug for Conversation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conversation")
+            .field("state", &self.state)
+            .field("caller_gone", &self.caller_gone)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Conversation {
+    fn drop(&mut self) {
+        if matches!(self.state, State::Lost) {
+            self.recorder.blindness().connection_closed();
+        }
+    }
+}
+
+/// One direction's observation: its HTTP/2 reader and what its streams mean, read into the
+/// connection's [`Conversation`].
 #[derive(Debug)]
 pub struct SideReader {
     reader: DirectionReader,
-    conversation: Arc<Conversation>,
     /// Calls whose end was in the bytes just read, to settle once they are handed over.
     completed: Vec<u32>,
     /// A response the fault hooks want held before it is handed over.
@@ -143,11 +149,10 @@ pub struct SideReader {
 }
 
 impl SideReader {
-    /// The reader of `side` of `conversation`.
-    pub fn new(side: Side, conversation: Arc<Conversation>, faults: Faults) -> Self {
+    /// The reader of `side` of a connection.
+    pub fn new(side: Side, faults: Faults) -> Self {
         Self {
             reader: DirectionReader::new(side, WANTED),
-            conversation,
             completed: Vec::new(),
             hold: None,
             faults,
@@ -156,29 +161,22 @@ impl SideReader {
 
     /// Whether the client's connection preface has been read (true on the server's side, and
     /// once observation stopped for a reason other than a wrong preface).
-    pub fn preface_done(&self) -> bool {
-        if self.reader.preface_done() {
-            return true;
-        }
-        let s = self.conversation.shared.lock();
-        !s.observing && !s.junk
+    pub fn preface_done(&self, conversation: &Conversation) -> bool {
+        self.reader.preface_done() || matches!(conversation.state, State::Lost)
     }
 
     /// Whether the bytes read so far end between two frames (a frame may be added there).
     /// False once the connection is no longer observed.
-    pub fn at_boundary(&self) -> bool {
-        self.reader.at_boundary() && self.conversation.observing()
+    pub fn at_boundary(&self, conversation: &Conversation) -> bool {
+        self.reader.at_boundary() && conversation.observing()
     }
 
     /// Reads bytes that are about to be relayed.
-    pub fn feed(&mut self, chunk: &[u8]) {
-        let conversation = self.conversation.clone();
-        let mut shared = conversation.shared.lock();
-        if !shared.observing {
+    pub fn feed(&mut self, conversation: &mut Conversation, chunk: &[u8]) {
+        let State::Observing { calls, limits } = &mut conversation.state else {
             return;
-        }
+        };
         let side = self.reader.side();
-        let Shared { calls, limits, .. } = &mut *shared;
         let mut caller_reset = false;
         let mut events = CallEvents {
             side,
@@ -190,28 +188,17 @@ impl SideReader {
         };
         let reader = &mut self.reader;
         // Whatever goes wrong in the reader must cost the observation of this connection (which
-        // the index heals from), never the relay task that copies its bytes.
+        // the index heals from), never the relay thread that copies its bytes.
         let read =
             std::panic::catch_unwind(AssertUnwindSafe(|| reader.feed(chunk, limits, &mut events)))
                 .unwrap_or(Err(FrameError::Abandoned("the reader panicked")));
         if let Err(e) = read {
-            shared.stop_observing(side, &e);
+            conversation.stop_observing(side, &e);
             self.completed.clear();
         }
-        drop(shared);
         if caller_reset {
             conversation.note_caller_gone();
         }
-    }
-
-    /// The connection's calls in flight; None once it is no longer observed.
-    pub fn calls_in_flight(&self) -> Option<usize> {
-        self.conversation.active_streams()
-    }
-
-    /// The conversation this reader belongs to.
-    pub fn conversation(&self) -> &Arc<Conversation> {
-        &self.conversation
     }
 
     /// A held response's path, if the bytes just read must wait (fault injection only).
@@ -220,17 +207,16 @@ impl SideReader {
     }
 
     /// The bytes last fed have been handed to the peer (`handed_over`) or could not be.
-    pub fn settle(&mut self, handed_over: bool) {
+    pub fn settle(&mut self, conversation: &mut Conversation, handed_over: bool) {
         if self.completed.is_empty() {
             return;
         }
-        let mut shared = self.conversation.shared.lock();
-        if !shared.observing {
+        let State::Observing { calls, .. } = &mut conversation.state else {
             self.completed.clear();
             return;
-        }
+        };
         for id in self.completed.drain(..) {
-            shared.calls.settle(id, handed_over);
+            calls.settle(id, handed_over);
         }
     }
 }

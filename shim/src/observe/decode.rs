@@ -11,7 +11,8 @@ use podward_api::shim::v1::Delivery;
 use podward_api::tolerant::{self, Repair};
 use prost::Message;
 
-use super::{Body, Outcome, Raw, Watched};
+use super::raw::{Body, Outcome, Raw};
+use super::watched::Watched;
 use crate::index::Observation;
 use crate::keep::{self, prune};
 

@@ -35,7 +35,8 @@ use smallvec::SmallVec;
 use twox_hash::XxHash3_64;
 use twox_hash::xxhash3_64::{RawHasher, SecretBuffer};
 
-use super::{Body, Watched};
+use super::raw::Body;
+use super::watched::Watched;
 use mix::{ENTRY, NESTED, mix};
 use varint::Varint;
 
@@ -98,7 +99,7 @@ impl Digester {
     /// The digest of a body of `shape` already held.
     pub(crate) fn digest_of(&self, body: &Body, shape: &'static Shape) -> Option<u64> {
         let mut d = self.digest(shape);
-        for p in &body.parts {
+        for p in body.parts() {
             d.feed(p);
         }
         d.finish()

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use foldhash::HashMap;
 
-use super::Watched;
+use super::watched::Watched;
 
 /// Distinct List/Status requests remembered; past it the memory starts afresh.
 const ENTRIES: usize = 4096;

@@ -4,7 +4,7 @@
 //! How it ends:
 //! - containerd closes: the client gets the same close;
 //! - the client closes: containerd gets a FIN, as from the client itself, and its answers to what
-//!   was in flight are still read for [`DRAIN_AFTER_CLIENT`](super::DRAIN_AFTER_CLIENT) (they say
+//!   was in flight are still read for [`DRAIN_AFTER_CLIENT`] (they say
 //!   whether a mutating call took effect: *undelivered* results);
 //! - no connection preface within the handshake timeout: both are closed;
 //! - shutdown: a GOAWAY (last stream 2^31-1, NO_ERROR) is added to the client's side at a frame
@@ -21,7 +21,7 @@ use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use super::pump::{Got, Pump};
-use super::{DRAIN_AFTER_CLIENT, REQUEST_BUFFER, Relay};
+use super::settings::{DRAIN_AFTER_CLIENT, REQUEST_BUFFER, Relay};
 use crate::h2read::{Side, graceful_goaway};
 use crate::observe::{Conversation, SideReader};
 
@@ -69,8 +69,8 @@ pub(super) fn relay(
     handshake_deadline: Instant,
 ) {
     let metrics = relay.recorder.metrics();
-    let conversation = Conversation::new(relay.recorder.clone());
-    let side = |side| SideReader::new(side, conversation.clone(), relay.faults.clone());
+    let mut conversation = Conversation::new(relay.recorder.clone());
+    let side = |side| SideReader::new(side, relay.faults.clone());
     let bytes = |direction| metrics.relayed_bytes.with_label_values(&[direction]);
     let mut up = Pump::new(
         side(Side::Client),
@@ -89,10 +89,12 @@ pub(super) fn relay(
             && !goaway_sent
             && !client_gone
             && down.wants_read()
-            && down.reader().at_boundary()
+            && down.reader().at_boundary(&conversation)
         {
             goaway_sent = true;
-            client_gone = down.insert(client, &graceful_goaway()).is_err();
+            client_gone = down
+                .insert(&mut conversation, client, &graceful_goaway())
+                .is_err();
         }
 
         let read_client = !ending.up_done && up.wants_read();
@@ -114,7 +116,7 @@ pub(super) fn relay(
             (Who::Stop, stop, stop_events),
         ];
         let wake = ending.wake(
-            (!up.reader().preface_done()).then_some(handshake_deadline),
+            (!up.reader().preface_done(&conversation)).then_some(handshake_deadline),
             down.is_held(),
         );
         let ready = match wait(&wanted, wake) {
@@ -134,9 +136,13 @@ pub(super) fn relay(
             ));
         }
         if ready.client && !client_gone && down.wants_write() {
-            client_gone = down.flush(client).is_err();
+            client_gone = down.flush(&mut conversation, client).is_err();
         }
-        if ready.containerd && !ending.up_done && up.wants_write() && up.flush(upstream).is_err() {
+        if ready.containerd
+            && !ending.up_done
+            && up.wants_write()
+            && up.flush(&mut conversation, upstream).is_err()
+        {
             // containerd's socket takes no more: its answers are still relayed until it closes.
             ending.up_ended(UpEnd::UpstreamClosed);
         }
@@ -144,7 +150,7 @@ pub(super) fn relay(
             match up.read(client) {
                 Got::Bytes { n, drained } => {
                     last_moved = Instant::now();
-                    if up.pass_on(upstream, n, drained).is_err() {
+                    if up.pass_on(&mut conversation, upstream, n, drained).is_err() {
                         ending.up_ended(UpEnd::UpstreamClosed);
                     }
                 }
@@ -164,14 +170,14 @@ pub(super) fn relay(
             match down.read(upstream) {
                 Got::Bytes { n, .. } if client_gone => {
                     last_moved = Instant::now();
-                    down.discard(n);
+                    down.discard(&mut conversation, n);
                 }
                 Got::Bytes { n, drained } => {
                     last_moved = Instant::now();
                     let passed = if relay.faults.is_armed() {
-                        down.pass_on_checked(client, n, &relay.faults)
+                        down.pass_on_checked(&mut conversation, client, n, &relay.faults)
                     } else {
-                        down.pass_on(client, n, drained)
+                        down.pass_on(&mut conversation, client, n, drained)
                     };
                     client_gone = passed.is_err();
                 }
@@ -185,11 +191,11 @@ pub(super) fn relay(
             }
         }
         if client_gone {
-            down.drop_pending();
+            down.drop_pending(&mut conversation);
         }
-        down.check_hold();
+        down.check_hold(&mut conversation);
 
-        if !up.reader().preface_done() && Instant::now() >= handshake_deadline {
+        if !up.reader().preface_done(&conversation) && Instant::now() >= handshake_deadline {
             metrics.handshake_timeouts.with_label_values(&["cri"]).inc();
             tracing::debug!("no HTTP/2 preface in time; connection closed");
             ending.up_ended(UpEnd::HandshakeTimeout);

@@ -18,7 +18,7 @@ use prometheus::IntCounter;
 
 use crate::fault::{Faults, Hold};
 use crate::h2read::only_upkeep;
-use crate::observe::SideReader;
+use crate::observe::{Conversation, SideReader};
 
 /// The largest chunk after which the relay lets the peer run first (see
 /// [`Pump::lets_the_peer_run`]): one HTTP/2 frame of the default size. A yield gives the peer
@@ -91,11 +91,11 @@ impl Pump {
     /// Lets a held response go once its hold is over, or once the caller reset a stream or
     /// left (its deadline passed: what a response stuck between containerd and kubelet looks
     /// like).
-    pub(super) fn check_hold(&mut self) {
+    pub(super) fn check_hold(&mut self, conversation: &mut Conversation) {
         if self
             .held
             .as_ref()
-            .is_some_and(|h| h.is_over() || self.reader.conversation().take_caller_gone())
+            .is_some_and(|h| h.is_over() || conversation.take_caller_gone())
         {
             self.held = None;
         }
@@ -135,21 +135,27 @@ impl Pump {
     ///
     /// `drained`: the read emptied the socket, so the peer now has all there is to act on (see
     /// [`Pump::lets_the_peer_run`]).
-    pub(super) fn pass_on(&mut self, dst: &UnixStream, n: usize, drained: bool) -> io::Result<()> {
+    pub(super) fn pass_on(
+        &mut self,
+        conversation: &mut Conversation,
+        dst: &UnixStream,
+        n: usize,
+        drained: bool,
+    ) -> io::Result<()> {
         let chunk = &self.buf[..n];
         let written = match write_some(dst, chunk) {
             Ok(w) => w,
             Err(e) => {
-                self.reader.feed(chunk);
-                self.reader.settle(false);
+                self.reader.feed(conversation, chunk);
+                self.reader.settle(conversation, false);
                 return Err(e);
             }
         };
         if written == n && drained && n <= SMALL_CHUNK {
-            self.lets_the_peer_run(chunk);
+            self.lets_the_peer_run(conversation, chunk);
         }
-        self.reader.feed(chunk);
-        self.after_write(written, n);
+        self.reader.feed(conversation, chunk);
+        self.after_write(conversation, written, n);
         Ok(())
     }
 
@@ -157,11 +163,12 @@ impl Pump {
     /// response a hold applies to is kept until the hold is over.
     pub(super) fn pass_on_checked(
         &mut self,
+        conversation: &mut Conversation,
         dst: &UnixStream,
         n: usize,
         faults: &Faults,
     ) -> io::Result<()> {
-        self.reader.feed(&self.buf[..n]);
+        self.reader.feed(conversation, &self.buf[..n]);
         if let Some(path) = self.reader.take_hold() {
             self.held = faults.hold_response(&path);
             if self.held.is_some() {
@@ -172,11 +179,11 @@ impl Pump {
         }
         match write_some(dst, &self.buf[..n]) {
             Ok(written) => {
-                self.after_write(written, n);
+                self.after_write(conversation, written, n);
                 Ok(())
             }
             Err(e) => {
-                self.reader.settle(false);
+                self.reader.settle(conversation, false);
                 Err(e)
             }
         }
@@ -184,66 +191,75 @@ impl Pump {
 
     /// The reader reads the `n` bytes just read, which go nowhere (the client has gone; their
     /// outcome is still wanted).
-    pub(super) fn discard(&mut self, n: usize) {
-        self.reader.feed(&self.buf[..n]);
-        self.reader.settle(false);
+    pub(super) fn discard(&mut self, conversation: &mut Conversation, n: usize) {
+        self.reader.feed(conversation, &self.buf[..n]);
+        self.reader.settle(conversation, false);
     }
 
     /// `written` of the `n` bytes fed went out: the rest is pending, or the chunk's calls are
     /// settled.
-    fn after_write(&mut self, written: usize, n: usize) {
+    fn after_write(&mut self, conversation: &mut Conversation, written: usize, n: usize) {
         if written < n {
             self.pending = written..n;
             self.unsettled = true;
         } else {
-            self.reader.settle(true);
+            self.reader.settle(conversation, true);
         }
     }
 
     /// Writes what `dst` takes of the pending bytes.
-    pub(super) fn flush(&mut self, dst: &UnixStream) -> io::Result<()> {
+    pub(super) fn flush(
+        &mut self,
+        conversation: &mut Conversation,
+        dst: &UnixStream,
+    ) -> io::Result<()> {
         match write_some(dst, &self.buf[self.pending.clone()]) {
             Ok(written) => {
                 self.pending.start += written;
                 if self.pending.is_empty() {
                     self.pending = 0..0;
-                    self.settle(true);
+                    self.settle(conversation, true);
                 }
                 Ok(())
             }
             Err(e) => {
                 self.pending = 0..0;
-                self.settle(false);
+                self.settle(conversation, false);
                 Err(e)
             }
         }
     }
 
     /// Drops what is pending (its destination is gone).
-    pub(super) fn drop_pending(&mut self) {
+    pub(super) fn drop_pending(&mut self, conversation: &mut Conversation) {
         if !self.pending.is_empty() {
             self.pending = 0..0;
             self.held = None;
-            self.settle(false);
+            self.settle(conversation, false);
         }
     }
 
-    fn settle(&mut self, handed_over: bool) {
+    fn settle(&mut self, conversation: &mut Conversation, handed_over: bool) {
         if std::mem::take(&mut self.unsettled) {
-            self.reader.settle(handed_over);
+            self.reader.settle(conversation, handed_over);
         }
     }
 
     /// Queues `frame` (a frame of the relay's own, added at a frame boundary) and writes what
     /// `dst` takes of it. Only while nothing is pending.
-    pub(super) fn insert(&mut self, dst: &UnixStream, frame: &[u8]) -> io::Result<()> {
+    pub(super) fn insert(
+        &mut self,
+        conversation: &mut Conversation,
+        dst: &UnixStream,
+        frame: &[u8],
+    ) -> io::Result<()> {
         debug_assert!(self.pending.is_empty());
         if self.buf.len() < frame.len() {
             self.buf.resize(frame.len().max(self.size), 0);
         }
         self.buf[..frame.len()].copy_from_slice(frame);
         self.pending = 0..frame.len();
-        self.flush(dst)
+        self.flush(conversation, dst)
     }
 
     /// Offers this thread's CPU to the peer just written to, before the reader's work, when the
@@ -262,9 +278,9 @@ impl Pump {
     /// Nor after a chunk of connection upkeep only (window updates, pings, settings), which
     /// gives the peer nothing to work on: during a large answer the client's window updates
     /// would otherwise give this CPU away, and hold up the relay, several times per answer.
-    fn lets_the_peer_run(&self, chunk: &[u8]) {
-        if matches!(self.reader.calls_in_flight(), Some(0 | 1))
-            && !(only_upkeep(chunk) && self.reader.at_boundary())
+    fn lets_the_peer_run(&self, conversation: &Conversation, chunk: &[u8]) {
+        if matches!(conversation.active_streams(), Some(0 | 1))
+            && !(only_upkeep(chunk) && self.reader.at_boundary(conversation))
         {
             std::thread::yield_now();
         }

@@ -25,7 +25,8 @@ use std::time::Instant;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
-use super::{Relay, connection, unavailable};
+use super::settings::Relay;
+use super::{connection, unavailable};
 
 /// The default bound on connections relayed at once (`--max-connections`). kubelet keeps one or
 /// two; crictl and other tools open one per command. A client beyond the bound is answered

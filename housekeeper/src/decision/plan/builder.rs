@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use podward_api::housekeeper::v1::{Action, ActionKind, Finding, FindingKind, Outcome, Plan};
 
-use super::{
-    Assessments, Counts, MAX_FINDINGS, MAX_UIDS_PER_PASS, Op, PlanSettings, category, category_of,
-};
+use super::category::Category;
+use super::counts::Counts;
+use super::op::Op;
+use super::settings::{Assessments, MAX_FINDINGS, MAX_UIDS_PER_PASS, PlanSettings};
 use crate::decision::orphan::{OrphanTracker, Verdict, human};
 use crate::decision::uid_gate::{Cause, Closed, UidGate};
 use crate::decision::{container_gc, sandbox};
@@ -40,14 +41,14 @@ pub(super) struct Builder<'a> {
 
 fn finding(
     kind: FindingKind,
-    category: &str,
+    category: Category,
     uid: &str,
     target: String,
     reason: String,
 ) -> Finding {
     Finding {
         kind: kind as i32,
-        category: category.to_owned(),
+        category: category.as_str().to_owned(),
         pod_uid: uid.to_owned(),
         target,
         reason,
@@ -127,7 +128,7 @@ impl Builder<'_> {
     fn note(
         &mut self,
         kind: FindingKind,
-        category: &str,
+        category: Category,
         uid: &str,
         target: String,
         reason: impl FnOnce() -> String,
@@ -143,7 +144,7 @@ impl Builder<'_> {
 
     /// Lists what a scan found that is not kubelet's. Never counted as found (nothing of a pod's
     /// is there), only listed, within [`MAX_FINDINGS`], and counted as foreign.
-    pub(super) fn foreign<T>(&mut self, category: &str, scan: &DirScan<T>) {
+    pub(super) fn foreign<T>(&mut self, category: Category, scan: &DirScan<T>) {
         let n = scan.foreign.len() as u64 + scan.foreign_unlisted;
         self.counts.add_foreign(category, n);
         for Foreign { path, reason } in &scan.foreign {
@@ -159,7 +160,7 @@ impl Builder<'_> {
         }
     }
 
-    fn list_foreign(&mut self, category: &str, target: String, why: &str) {
+    fn list_foreign(&mut self, category: Category, target: String, why: &str) {
         if self.findings.len() >= MAX_FINDINGS {
             self.unlisted += 1;
             return;
@@ -171,7 +172,7 @@ impl Builder<'_> {
 
     /// The orphan verdict and gate check for one candidate; `None` when it is not actionable now
     /// (a finding has been recorded if there is something to say).
-    fn orphan(&mut self, category: &str, uid: &str, target: &str) -> Option<String> {
+    fn orphan(&mut self, category: Category, uid: &str, target: &str) -> Option<String> {
         match self.tracker.verdict(uid, self.now) {
             Verdict::Present => None,
             v @ Verdict::Waiting { .. } => {
@@ -209,7 +210,7 @@ impl Builder<'_> {
         }
     }
 
-    fn gated(&mut self, category: &str, uid: &str, target: &str) -> bool {
+    fn gated(&mut self, category: Category, uid: &str, target: &str) -> bool {
         let closed = match self.gate.check(uid, self.now) {
             Ok(()) => return false,
             Err(c) => c,
@@ -247,7 +248,7 @@ impl Builder<'_> {
         evidence: Vec<String>,
         op: Op,
     ) {
-        self.counts.add(category_of(kind), false);
+        self.counts.add(Category::of(kind), false);
         let action = Action {
             kind: kind as i32,
             pod_uid: uid.to_owned(),
@@ -267,7 +268,7 @@ impl Builder<'_> {
         mounts: &MountTable,
     ) {
         for cg in pods {
-            let Some(absence) = self.orphan(category::CGROUP, &cg.uid, &cg.name) else {
+            let Some(absence) = self.orphan(Category::Cgroup, &cg.uid, &cg.name) else {
                 continue;
             };
             let dir = PodDir {
@@ -306,7 +307,7 @@ impl Builder<'_> {
     pub(super) fn pod_dirs(&mut self, dirs: Vec<PodDir>) {
         for dir in dirs {
             let target = dir.path.display().to_string();
-            let Some(absence) = self.orphan(category::POD_DIR, &dir.uid, &target) else {
+            let Some(absence) = self.orphan(Category::PodDir, &dir.uid, &target) else {
                 continue;
             };
             let assessed = self.assessed.remove(&dir.uid).unwrap_or_else(|| {
@@ -325,7 +326,7 @@ impl Builder<'_> {
                 let reason = format!("orphaned pod directory kept: {why}");
                 self.note(
                     FindingKind::Blocked,
-                    category::POD_DIR,
+                    Category::PodDir,
                     &dir.uid,
                     target,
                     || reason,
@@ -353,7 +354,7 @@ impl Builder<'_> {
     pub(super) fn log_dirs(&mut self, dirs: Vec<LogDir>) {
         for dir in dirs {
             let target = dir.path.display().to_string();
-            let Some(absence) = self.orphan(category::LOG_DIR, &dir.uid, &target) else {
+            let Some(absence) = self.orphan(Category::LogDir, &dir.uid, &target) else {
                 continue;
             };
             let uid = dir.uid.clone();
@@ -385,10 +386,10 @@ impl Builder<'_> {
                 None => Err("not in the runtime's list".to_owned()),
             };
             if let Err(why) = kubelets {
-                self.list_foreign(category::SANDBOX, leak.sandbox_id, &why);
+                self.list_foreign(Category::Sandbox, leak.sandbox_id, &why);
                 continue;
             }
-            if self.gated(category::SANDBOX, &leak.uid, &leak.sandbox_id) {
+            if self.gated(Category::Sandbox, &leak.uid, &leak.sandbox_id) {
                 continue;
             }
             let reason = "leaked sandbox: kubelet never received it and has moved past it";
@@ -410,7 +411,7 @@ impl Builder<'_> {
             let kubelets = kubelet_names::PodUid::parse(&e.uid)
                 .and_then(|_| kubelet_names::check_container_name(&e.name));
             if let Err(why) = kubelets {
-                self.list_foreign(category::CONTAINER, e.container_id, &why.to_string());
+                self.list_foreign(Category::Container, e.container_id, &why.to_string());
                 continue;
             }
             if !self.settings.remove_exited_containers {
@@ -420,14 +421,14 @@ impl Builder<'_> {
                 );
                 self.note(
                     FindingKind::Reported,
-                    category::CONTAINER,
+                    Category::Container,
                     &e.uid,
                     e.container_id,
                     || reason,
                 );
                 continue;
             }
-            if self.gated(category::CONTAINER, &e.uid, &e.container_id) {
+            if self.gated(Category::Container, &e.uid, &e.container_id) {
                 continue;
             }
             let reason = "exited container beyond kubelet's GC policy";

@@ -4,16 +4,18 @@
 use std::io::{ErrorKind, Write};
 use std::path::Path;
 
-use super::{CgroupError, CgroupLayout, HierarchyKind, PodCgroup};
+use super::error::CgroupError;
+use super::layout::{CgroupLayout, HierarchyKind};
+use super::pod_cgroup::PodCgroup;
 
 /// kubelet's `MinShares`.
 const MIN_SHARES: &str = "2";
 /// `cpu.weight` for `MinShares`: `1 + ((2 - 2) * 9999) / 262142`.
 const MIN_WEIGHT: &str = "1";
 
-/// Sets `cpu.shares` to 2 (v1 `cpu` hierarchy) and `cpu.weight` to 1 (v2, when the cpu controller is
-/// enabled there, i.e. the file exists). Fails with `NoCpuController` if neither file exists, and
-/// with `NotAPodCgroup` (writing nothing) if a path is not this pod's own cgroup.
+/// Sets `cpu.shares` to 2 (v1 `cpu` hierarchy) and `cpu.weight` to 1 (v2, when the cpu controller
+/// is enabled there, i.e. the file exists). Fails with `NoCpuController` if neither file exists,
+/// and with `NotAPodCgroup` (writing nothing) if a path is not this pod's own cgroup.
 pub fn reduce_cpu(layout: &CgroupLayout, cg: &PodCgroup) -> Result<(), CgroupError> {
     let mut written = false;
     for path in &cg.paths {

@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 
 use podward_api::housekeeper::v1::CgroupDriverReport;
 
-use super::layout::{CgroupLayout, Hierarchy, find_hierarchies, version_of};
-use super::{CgroupDriver, CgroupError, Qos};
+use super::error::CgroupError;
+use super::kinds::{CgroupDriver, FoundBy, Qos};
+use super::layout::{CgroupLayout, CgroupVersion, Hierarchy, find_hierarchies, version_of};
 
 /// What the operator configured (`--cgroup-driver`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,64 +56,6 @@ impl RuntimeAnswer {
                     .to_owned()
             }
             Self::Unavailable(e) => format!("containerd's CRI RuntimeConfig failed: {e}"),
-        }
-    }
-}
-
-/// What decided the driver.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FoundBy {
-    /// containerd's CRI `RuntimeConfig`.
-    RuntimeConfig,
-    /// The pod cgroup root on disk.
-    Layout,
-    /// `--cgroup-driver`, since nothing on the node decided.
-    Flag,
-    /// Nothing: no answer from containerd, no pod cgroup root on disk, the flag at `auto`.
-    Undecided,
-}
-
-impl FoundBy {
-    /// The name used in plans and logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::RuntimeConfig => "runtime-config",
-            Self::Layout => "layout",
-            Self::Flag => "flag",
-            Self::Undecided => "",
-        }
-    }
-}
-
-impl std::fmt::Display for FoundBy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::RuntimeConfig => "containerd's CRI RuntimeConfig",
-            Self::Layout => "the layout on disk",
-            Self::Flag => "--cgroup-driver",
-            Self::Undecided => "nothing",
-        })
-    }
-}
-
-/// cgroup v1, v2, or v1 controllers beside a v2 mount.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CgroupVersion {
-    /// v1 controller hierarchies only.
-    V1,
-    /// v1 controllers plus a v2 (`unified`) mount; kubelet works in v1 mode there.
-    Hybrid,
-    /// The unified hierarchy only.
-    V2,
-}
-
-impl CgroupVersion {
-    /// `v1`, `hybrid` or `v2`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::V1 => "v1",
-            Self::Hybrid => "hybrid",
-            Self::V2 => "v2",
         }
     }
 }

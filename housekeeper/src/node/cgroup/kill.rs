@@ -2,7 +2,7 @@
 //! descendant in every hierarchy, wait (bounded) for them to leave, then rmdir the tree bottom-up.
 //!
 //! The two halves are public on their own ([`kill_processes`], [`remove_dirs`]) because the
-//! systemd driver puts `StopUnit` between them (see `super::systemd`).
+//! systemd driver puts `StopUnit` between them (see `systemd.rs`).
 
 use std::collections::BTreeSet;
 use std::io::ErrorKind;
@@ -13,8 +13,11 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use super::child_dirs::child_dirs;
 use super::cpu::write_existing;
-use super::{CgroupError, CgroupLayout, Hierarchy, HierarchyKind, PodCgroup};
+use super::error::CgroupError;
+use super::layout::{CgroupLayout, Hierarchy, HierarchyKind};
+use super::pod_cgroup::PodCgroup;
 
 /// What `destroy` did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -65,8 +68,8 @@ pub fn destroy(layout: &CgroupLayout, cg: &PodCgroup) -> Result<DestroyReport, C
 /// is left; returns the pids signalled. Removes nothing.
 ///
 /// v2: writes `1` to `cgroup.kill` when the file exists (else freezes with `cgroup.freeze`); v1:
-/// freezes through the freezer hierarchy, SIGKILLs each pid listed in `cgroup.procs` anywhere in the
-/// tree, then thaws so the signals are delivered. It waits up to `layout.kill_wait` until every
+/// freezes through the freezer hierarchy, SIGKILLs each pid listed in `cgroup.procs` anywhere in
+/// the tree, then thaws so the signals are delivered. It waits up to `layout.kill_wait` until every
 /// `cgroup.procs` is empty and, on v2, the pod cgroup's `cgroup.events` says `populated 0` (the
 /// kernel's own word that no live task is left below it). Survivors make it fail with
 /// [`CgroupError::Busy`], listing the ones in D state, without retrying in a loop (the caller
@@ -176,21 +179,10 @@ fn descendants(root: &Path) -> Result<Vec<PathBuf>, CgroupError> {
     let mut preorder = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == ErrorKind::NotFound => continue,
-            Err(e) => return Err(CgroupError::io("read dir", dir, e)),
+        let Some(children) = child_dirs(&dir)? else {
+            continue;
         };
-        for entry in entries {
-            let entry = entry.map_err(|e| CgroupError::io("read dir", &dir, e))?;
-            if entry
-                .file_type()
-                .map_err(|e| CgroupError::io("stat", entry.path(), e))?
-                .is_dir()
-            {
-                stack.push(entry.path());
-            }
-        }
+        stack.extend(children.iter().map(|c| c.path()));
         preorder.push(dir);
     }
     // Pre-order puts every parent before its children; reversed, children come first.

@@ -1,10 +1,34 @@
 //! Which cgroup hierarchies exist under a root, decided from the tree itself (not the host's
-//! `/proc/mounts`), so a temporary tree or a private test hierarchy can stand in for `/sys/fs/cgroup`.
+//! `/proc/mounts`), so a temporary tree or a private test hierarchy can stand in for
+//! `/sys/fs/cgroup`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{CgroupDriver, CgroupError};
+use super::error::CgroupError;
+use super::kinds::{CgroupDriver, Qos};
+
+/// cgroup v1, v2, or v1 controllers beside a v2 mount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CgroupVersion {
+    /// v1 controller hierarchies only.
+    V1,
+    /// v1 controllers plus a v2 (`unified`) mount; kubelet works in v1 mode there.
+    Hybrid,
+    /// The unified hierarchy only.
+    V2,
+}
+
+impl CgroupVersion {
+    /// `v1`, `hybrid` or `v2`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::V1 => "v1",
+            Self::Hybrid => "hybrid",
+            Self::V2 => "v2",
+        }
+    }
+}
 
 /// The kind of one hierarchy.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,8 +70,8 @@ pub struct CgroupLayout {
     pub cgroup_root: String,
     /// Hierarchies found under `root`, sorted by path.
     pub hierarchies: Vec<Hierarchy>,
-    /// `/proc` (root of the pid namespace whose pids appear in `cgroup.procs`); used to tell D-state
-    /// processes apart. Default `/proc`.
+    /// `/proc` (root of the pid namespace whose pids appear in `cgroup.procs`); used to tell
+    /// D-state processes apart. Default `/proc`.
     pub proc_root: PathBuf,
     /// How long `destroy` waits for killed processes to leave the cgroups before giving up with
     /// `Busy`. Default 2 s.
@@ -96,7 +120,7 @@ impl CgroupLayout {
     /// cgroup v1, v2 or hybrid, from the hierarchies found: v2 when the root itself is the
     /// unified hierarchy (or only v2 hierarchies exist), hybrid when v1 controllers sit beside a
     /// v2 mount (kubelet then works in v1 mode), v1 otherwise.
-    pub fn version(&self) -> super::CgroupVersion {
+    pub fn version(&self) -> CgroupVersion {
         version_of(&self.hierarchies)
     }
 
@@ -110,15 +134,16 @@ impl CgroupLayout {
 
     /// The hierarchy of `path` if `path` is this very pod's cgroup there: absolute, inside a
     /// hierarchy, not its root, and named `pod<uid>` (or the slice) for `uid` under this layout's
-    /// driver. Every write or removal checks this first, whoever built the [`super::PodCgroup`]:
-    /// nothing may ever be pointed at a QoS parent, a hierarchy root or another pod.
+    /// driver. Every write or removal checks this first, whoever built the
+    /// [`PodCgroup`](super::pod_cgroup::PodCgroup): nothing may ever be pointed at a QoS parent, a
+    /// hierarchy root or another pod.
     pub fn pod_hierarchy(&self, path: &Path, uid: &str) -> Result<&Hierarchy, CgroupError> {
         let not_pod = || CgroupError::NotAPodCgroup(path.to_path_buf());
         let hierarchy = self.hierarchy_of(path).ok_or_else(not_pod)?;
         let named = path
             .file_name()
             .and_then(|n| n.to_str())
-            .and_then(|n| super::parse_pod_cgroup_name(self.driver, n));
+            .and_then(|n| super::name::parse_pod_cgroup_name(self.driver, n));
         if path == hierarchy.path || named.as_deref() != Some(uid) || !path.is_absolute() {
             return Err(not_pod());
         }
@@ -175,33 +200,35 @@ pub(crate) fn find_hierarchies(root: &Path) -> Result<Vec<Hierarchy>, CgroupErro
     Ok(hierarchies)
 }
 
-pub(crate) fn version_of(hierarchies: &[Hierarchy]) -> super::CgroupVersion {
+pub(crate) fn version_of(hierarchies: &[Hierarchy]) -> CgroupVersion {
     let v2 = hierarchies.iter().any(|h| h.kind == HierarchyKind::V2);
     let v1 = hierarchies
         .iter()
         .any(|h| matches!(h.kind, HierarchyKind::V1 { .. }));
     match (v1, v2) {
-        (true, true) => super::CgroupVersion::Hybrid,
-        (false, true) => super::CgroupVersion::V2,
-        _ => super::CgroupVersion::V1,
+        (true, true) => CgroupVersion::Hybrid,
+        (false, true) => CgroupVersion::V2,
+        _ => CgroupVersion::V1,
     }
 }
 
 impl CgroupLayout {
     /// The pod cgroup root relative to a hierarchy root: `kubepods` (cgroupfs) or
-    /// `kubepods.slice` (systemd), with `--cgroup-root` in front. Guaranteed pods sit directly in it.
+    /// `kubepods.slice` (systemd), with `--cgroup-root` in front. Guaranteed pods sit directly in
+    /// it.
     pub fn pod_root(&self) -> String {
-        self.qos_dir(super::Qos::Guaranteed)
+        self.qos_dir(Qos::Guaranteed)
     }
 
     /// The QoS parent relative to a hierarchy root, e.g. `kubepods/burstable` or
     /// `kubepods.slice/kubepods-burstable.slice` (with `--cgroup-root` in front).
-    pub fn qos_dir(&self, qos: super::Qos) -> String {
+    pub fn qos_dir(&self, qos: Qos) -> String {
         super::name::qos_dir(self.driver, &self.root_components, qos)
     }
 
-    /// The pod cgroup name relative to a hierarchy root, as kubelet's `GetPodContainerName` builds it.
-    pub fn pod_cgroup_name(&self, qos: super::Qos, uid: &str) -> String {
+    /// The pod cgroup name relative to a hierarchy root, as kubelet's `GetPodContainerName` builds
+    /// it.
+    pub fn pod_cgroup_name(&self, qos: Qos, uid: &str) -> String {
         super::name::pod_cgroup_name(self.driver, &self.root_components, qos, uid)
     }
 }

@@ -1,16 +1,17 @@
-//! kubelet's cgroup naming for both drivers (pkg/kubelet/cm/cgroup_manager_linux.go, helpers_linux.go):
-//! the QoS parents under `<cgroup-root>/kubepods` and `pod<uid>` children.
+//! kubelet's cgroup naming for both drivers (pkg/kubelet/cm/cgroup_manager_linux.go,
+//! helpers_linux.go): the QoS parents under `<cgroup-root>/kubepods` and `pod<uid>` children.
 
-use super::{CgroupDriver, CgroupError, Qos};
+use super::error::CgroupError;
+use super::kinds::{CgroupDriver, Qos};
 
 /// kubelet's `defaultNodeAllocatableCgroupName`.
 const KUBEPODS: &str = "kubepods";
 /// kubelet's `podCgroupNamePrefix`.
 const POD_PREFIX: &str = "pod";
 
-/// Parses `--cgroup-root` into kubelet's internal components. `/` and `` give none. With the systemd
-/// driver a slice name (`/foo.slice/foo-bar.slice`) is also accepted and parsed as kubelet's
-/// `ParseSystemdToCgroupName` does.
+/// Parses `--cgroup-root` into kubelet's internal components. `/` and `` give none. With the
+/// systemd driver a slice name (`/foo.slice/foo-bar.slice`) is also accepted and parsed as
+/// kubelet's `ParseSystemdToCgroupName` does.
 pub(crate) fn parse_cgroup_root(
     driver: CgroupDriver,
     cgroup_root: &str,
@@ -39,7 +40,8 @@ pub(crate) fn parse_cgroup_root(
     Ok(parts.into_iter().map(str::to_owned).collect())
 }
 
-/// kubelet's `ParseSystemdToCgroupName`: base name, `.slice` trimmed, split on `-`, `_` back to `-`.
+/// kubelet's `ParseSystemdToCgroupName`: base name, `.slice` trimmed, split on `-`, `_` back to
+/// `-`.
 fn parse_systemd(name: &str) -> Vec<String> {
     let base = name.rsplit('/').next().unwrap_or(name);
     let base = base.strip_suffix(".slice").unwrap_or(base);
@@ -96,9 +98,9 @@ pub(crate) fn pod_cgroup_name(
 ///
 /// kubelet's `GetAllPodsFromCgroups`: take the last internal component of the name and split it on
 /// `pod`; exactly two parts make `parts[1]` the UID. We require the `pod` prefix like kubelet's
-/// `IsPodCgroup` (a `Contains` would take `foopod<x>` for a pod), so `system`, `pod<uid>/x.scope` and a
-/// UID containing `pod` are all rejected (kubelet's TestIsCgroupPod), and the UID must be in one of
-/// kubelet's shapes (`crate::node::kubelet_names::PodUid`).
+/// `IsPodCgroup` (a `Contains` would take `foopod<x>` for a pod), so `system`, `pod<uid>/x.scope`
+/// and a UID containing `pod` are all rejected (kubelet's TestIsCgroupPod), and the UID must be in
+/// one of kubelet's shapes (`crate::node::kubelet_names::PodUid`).
 pub fn parse_pod_cgroup_name(driver: CgroupDriver, entry: &str) -> Option<String> {
     let base = match driver {
         CgroupDriver::Cgroupfs => entry.to_owned(),

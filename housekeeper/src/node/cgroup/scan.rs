@@ -1,9 +1,13 @@
 //! kubelet's `GetAllPodsFromCgroups`: list the children of every QoS parent in every hierarchy.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::ErrorKind;
 
-use super::{CgroupError, CgroupLayout, PodCgroup, Qos};
+use super::child_dirs::child_dirs;
+use super::error::CgroupError;
+use super::kinds::{CgroupDriver, Qos};
+use super::layout::CgroupLayout;
+use super::name::parse_pod_cgroup_name;
+use super::pod_cgroup::PodCgroup;
 use crate::node::kubelet_names::Foreign;
 use crate::node::pod_dir::{DirScan, ForeignSet};
 
@@ -31,19 +35,10 @@ pub fn scan_cgroups(layout: &CgroupLayout) -> Result<DirScan<PodCgroup>, CgroupE
         let rel = layout.qos_dir(qos);
         for h in &layout.hierarchies {
             let dir = h.path.join(&rel);
-            let entries = match std::fs::read_dir(&dir) {
-                Ok(entries) => entries,
-                Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                Err(e) => return Err(CgroupError::io("read dir", dir, e)),
+            let Some(children) = child_dirs(&dir)? else {
+                continue;
             };
-            for entry in entries {
-                let entry = entry.map_err(|e| CgroupError::io("read dir", &dir, e))?;
-                let ft = entry
-                    .file_type()
-                    .map_err(|e| CgroupError::io("stat", entry.path(), e))?;
-                if !ft.is_dir() {
-                    continue;
-                }
+            for entry in children {
                 let file_name = entry.file_name();
                 let child = format!("{rel}/{}", file_name.to_string_lossy());
                 if qos_dirs.contains(&child) {
@@ -51,7 +46,7 @@ pub fn scan_cgroups(layout: &CgroupLayout) -> Result<DirScan<PodCgroup>, CgroupE
                 }
                 // A non-UTF-8 name cannot be a pod UID (kubelet writes UIDs as strings).
                 let uid = match file_name.to_str() {
-                    Some(name) => super::parse_pod_cgroup_name(layout.driver, name)
+                    Some(name) => parse_pod_cgroup_name(layout.driver, name)
                         .ok_or_else(|| not_a_pod_cgroup(layout)),
                     None => Err("name is not valid UTF-8".to_owned()),
                 };
@@ -86,8 +81,8 @@ pub fn scan_cgroups(layout: &CgroupLayout) -> Result<DirScan<PodCgroup>, CgroupE
 /// Why a child of a QoS parent is not a pod's, in the driver's own naming.
 fn not_a_pod_cgroup(layout: &CgroupLayout) -> String {
     let shape = match layout.driver {
-        super::CgroupDriver::Cgroupfs => "pod<uid>",
-        super::CgroupDriver::Systemd => "<parent>-pod<uid with _ for ->.slice",
+        CgroupDriver::Cgroupfs => "pod<uid>",
+        CgroupDriver::Systemd => "<parent>-pod<uid with _ for ->.slice",
     };
     format!(
         "not a pod cgroup (the {} driver names them {shape})",

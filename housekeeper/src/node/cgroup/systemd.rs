@@ -21,14 +21,21 @@
 
 mod client;
 
-pub use self::client::{STOP_TIMEOUT, SYSTEM_BUS, StopOutcome, SystemdClient, SystemdError};
-use super::{CgroupError, CgroupLayout, CgroupVersion, DestroyReport, PodCgroup};
+pub use self::client::{STOP_TIMEOUT, SYSTEM_BUS, StopOutcome, SystemdClient};
+use super::cpu::reduce_cpu;
+use super::error::CgroupError;
+use super::kill::{DestroyReport, kill_processes, remove_dirs};
+use super::kinds::CgroupDriver;
+use super::layout::{CgroupLayout, CgroupVersion};
+use super::name::parse_pod_cgroup_name;
+use super::pod_cgroup::PodCgroup;
+pub use super::systemd_error::SystemdError;
 
 /// The slice unit of a pod cgroup: the last component of its name, which must be a `.slice` that
 /// names this pod (kubelet's `ToSystemd`: the unit name is the cgroup's base name).
 pub fn slice_unit(cg: &PodCgroup) -> Result<String, SystemdError> {
     let base = cg.name.rsplit('/').next().unwrap_or_default();
-    let parsed = super::parse_pod_cgroup_name(super::CgroupDriver::Systemd, base);
+    let parsed = parse_pod_cgroup_name(CgroupDriver::Systemd, base);
     if !base.ends_with(".slice") || parsed.as_deref() != Some(cg.uid.as_str()) {
         return Err(SystemdError::NotASlice(cg.name.clone()));
     }
@@ -43,9 +50,9 @@ fn handle() -> Result<tokio::runtime::Handle, SystemdError> {
 /// `spawn_blocking`, with a tokio runtime to run the D-Bus calls on).
 ///
 /// 1. connect to systemd (fails with nothing changed if the bus does not answer);
-/// 2. kill every process below the slice ([`super::kill_processes`]);
+/// 2. kill every process below the slice ([`kill_processes`]);
 /// 3. `StopUnit` + wait + `ResetFailedUnit` ([`SystemdClient::stop_unit`]);
-/// 4. remove through cgroupfs what is left ([`super::remove_dirs`]): everything when systemd does
+/// 4. remove through cgroupfs what is left ([`remove_dirs`]): everything when systemd does
 ///    not know the unit, else what systemd did not remove itself.
 ///
 /// The report's notes say which path was taken.
@@ -57,9 +64,9 @@ pub fn destroy_slice(
     let unit = slice_unit(cg)?;
     let rt = handle()?;
     rt.block_on(client.connect())?;
-    let killed = super::kill_processes(layout, cg)?;
+    let killed = kill_processes(layout, cg)?;
     let outcome = rt.block_on(client.stop_unit(&unit))?;
-    let removed = super::remove_dirs(layout, cg)?;
+    let removed = remove_dirs(layout, cg)?;
     let mut notes = Vec::new();
     match outcome {
         StopOutcome::Stopped { result } => {
@@ -89,7 +96,7 @@ pub fn destroy_slice(
 
 /// kubelet's `ReduceCPULimits` with the systemd driver; blocking like [`destroy_slice`]. Sets the
 /// slice's `CPUWeight=1` (v2) or `CPUShares=2` (v1, hybrid) through systemd when it knows the
-/// unit, then writes the cgroup files ([`super::reduce_cpu`]). Without a cpu controller file it
+/// unit, then writes the cgroup files ([`reduce_cpu`]). Without a cpu controller file it
 /// still succeeds if systemd took the property.
 pub fn reduce_slice_cpu(
     layout: &CgroupLayout,
@@ -102,7 +109,7 @@ pub fn reduce_slice_cpu(
         CgroupVersion::V1 | CgroupVersion::Hybrid => ("CPUShares", 2),
     };
     let set = handle()?.block_on(client.set_u64_property(&unit, name, value))?;
-    match super::reduce_cpu(layout, cg) {
+    match reduce_cpu(layout, cg) {
         Err(CgroupError::NoCpuController(_)) if set => Ok(()),
         r => r,
     }

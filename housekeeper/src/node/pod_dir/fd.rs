@@ -10,7 +10,7 @@ use crate::node::fs_error::FsError;
 use rustix::fs::{AtFlags, Dir, FileType, StatxAttributes, StatxFlags};
 use rustix::io::Errno;
 
-use super::PodDirError;
+use super::error::PodDirError;
 
 /// What `statx` says about one entry.
 #[derive(Clone, Copy, Debug)]

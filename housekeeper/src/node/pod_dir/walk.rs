@@ -23,15 +23,46 @@ use std::time::{Duration, Instant};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
+use super::error::PodDirError;
 use super::fd::{Entries, Meta, io, is_empty, kind_name, stat_at};
-use super::{PodDirError, RemovalReport, WalkBounds};
+use super::shown::shown;
+
+/// How much one walk of a pod (or log) dir may look at before it gives up on a verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalkBounds {
+    /// Entries looked at (`statx`), in the whole tree.
+    pub max_entries: u64,
+    /// Time spent.
+    pub max_time: Duration,
+}
+
+impl WalkBounds {
+    /// kubelet's pod dirs hold tens of entries; a tree a hundred thousand entries large is not
+    /// kubelet's, and a walk of it would cost the pass for every other orphan.
+    pub const DEFAULT: WalkBounds = WalkBounds {
+        max_entries: 100_000,
+        max_time: Duration::from_secs(2),
+    };
+}
+
+impl Default for WalkBounds {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// What `remove_pod_dir` removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RemovalReport {
+    /// Files, links and directories removed, the pod dir included.
+    pub removed_entries: u64,
+    /// CSI `vol_data.json` leftovers removed (kubernetes #105536).
+    pub removed_csi_vol_data: Vec<PathBuf>,
+}
 
 /// How deep a walk may go; kubelet's trees are a handful of levels, and each level holds one fd
 /// and one `getdents` chunk.
 pub(crate) const MAX_DEPTH: usize = 128;
-/// A path in a reason is cut to this many characters (kept: its start and its end), so a deep
-/// tree of long names cannot make a reason, or a plan of them, huge.
-const MAX_PATH_CHARS: usize = 1024;
 /// kubelet's CSI plugin dir name under `volumes/`.
 const CSI_PLUGIN: &[u8] = b"kubernetes.io~csi";
 /// The CSI metadata file left behind after a hard reboot (kubernetes #105536).
@@ -80,7 +111,8 @@ enum Ctx {
     RmdirOnly,
     /// `volumes/kubernetes.io~csi`: its children are CSI volume dirs.
     CsiPlugin,
-    /// `volumes/kubernetes.io~csi/<vol>`: rmdir-only, but `vol_data.json` may go with an empty `mount/`.
+    /// `volumes/kubernetes.io~csi/<vol>`: rmdir-only, but `vol_data.json` may go with an empty
+    /// `mount/`.
     CsiVol,
 }
 
@@ -312,9 +344,9 @@ impl Walk {
         })
     }
 
-    /// Whether a CSI volume dir holds only kubelet's leftovers: a regular `vol_data.json`, and at most
-    /// an empty `mount/` dir (its mount-ness is checked when the walk reaches it). Reads no further
-    /// than the first entry that is neither.
+    /// Whether a CSI volume dir holds only kubelet's leftovers: a regular `vol_data.json`, and at
+    /// most an empty `mount/` dir (its mount-ness is checked when the walk reaches it). Reads no
+    /// further than the first entry that is neither.
     fn csi_leftover_only(&mut self, fd: &OwnedFd, path: &Path) -> Result<bool, Halt> {
         let mut has_vol_data = false;
         let mut entries = Entries::open(fd, path)?;
@@ -436,18 +468,4 @@ impl Walk {
             Mode_::Assess => Halt::Verdict(Verdict::Blocked(format!("{} {reason}", shown(path)))),
         }
     }
-}
-
-/// `path` as a reason shows it: its exact bytes ([`podward_api::outside_text::from_bytes`]), cut
-/// in the middle past [`MAX_PATH_CHARS`].
-pub(crate) fn shown(path: &Path) -> String {
-    let text = podward_api::outside_text::from_bytes(path.as_os_str().as_bytes());
-    let n = text.chars().count();
-    if n <= MAX_PATH_CHARS {
-        return text;
-    }
-    let keep = MAX_PATH_CHARS / 2;
-    let head: String = text.chars().take(keep).collect();
-    let tail: String = text.chars().skip(n - keep).collect();
-    format!("{head}…({} characters left out)…{tail}", n - 2 * keep)
 }

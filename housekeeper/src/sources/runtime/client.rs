@@ -16,7 +16,7 @@ use podward_api::tolerant::runtime::RuntimeReader;
 use podward_api::tolerant::{Action, Decoded};
 use tonic::transport::Channel;
 
-use super::{RuntimeView, view_from};
+use super::view::{RuntimeView, view_from};
 use crate::node::cgroup::{CgroupDriver, RuntimeAnswer};
 
 /// Errors from CRI calls.

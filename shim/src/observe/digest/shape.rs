@@ -22,7 +22,7 @@
 //!
 //! Field numbers are CRI `runtime.v1`'s (`k8s-cri`'s `v1.proto`).
 
-use crate::observe::Watched;
+use crate::observe::watched::Watched;
 
 /// The parts of a message that a digest treats other than as ordered bytes.
 #[derive(Debug)]

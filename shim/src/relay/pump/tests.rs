@@ -9,18 +9,19 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::h2read::Side;
 use crate::metrics::Metrics;
-use crate::observe::{Conversation, Observer, Recorder};
+use crate::observe::{Observer, Recorder};
 
-fn pump(size: usize) -> Pump {
+fn pump(size: usize) -> (Pump, Conversation) {
     let metrics = Metrics::new(&prometheus::Registry::new()).expect("metrics");
     let (observer, _rx) = Observer::channel(metrics.clone());
     let recorder = Arc::new(Recorder::new(metrics.clone(), observer, || 0));
-    let reader = SideReader::new(Side::Client, Conversation::new(recorder), Faults::new());
-    Pump::new(
+    let reader = SideReader::new(Side::Client, Faults::new());
+    let pump = Pump::new(
         reader,
         metrics.relayed_bytes.with_label_values(&["to_containerd"]),
         size,
-    )
+    );
+    (pump, Conversation::new(recorder))
 }
 
 fn pair() -> (UnixStream, UnixStream) {
@@ -64,19 +65,19 @@ fn bytes_through_a_slow_reader_arrive_whole_and_in_order_and_reading_waits_for_t
         })
     };
     let reader = slow_reader(dst_out);
-    let mut p = pump(256 << 10);
+    let (mut p, mut c) = pump(256 << 10);
     let (mut relayed, mut waited) = (0, false);
     let deadline = Instant::now() + Duration::from_secs(60);
     while relayed < sent.len() {
         assert!(Instant::now() < deadline, "relayed only {relayed} bytes");
         if p.wants_write() {
             waited = true;
-            p.flush(&dst).expect("flush");
+            p.flush(&mut c, &dst).expect("flush");
         } else {
             match p.read(&src) {
                 Got::Bytes { n, drained } => {
                     relayed += n;
-                    p.pass_on(&dst, n, drained).expect("pass on");
+                    p.pass_on(&mut c, &dst, n, drained).expect("pass on");
                 }
                 Got::Empty => std::thread::yield_now(),
                 Got::Ended => panic!("the source ended early"),
@@ -85,7 +86,7 @@ fn bytes_through_a_slow_reader_arrive_whole_and_in_order_and_reading_waits_for_t
         assert!(p.wants_read() != p.wants_write(), "reads while bytes wait");
     }
     while p.wants_write() {
-        p.flush(&dst).expect("flush");
+        p.flush(&mut c, &dst).expect("flush");
     }
     assert!(waited, "no write had to wait: the test proves nothing");
     writer.join().expect("writer");
@@ -103,15 +104,18 @@ fn a_destination_that_is_gone_fails_the_write_and_drops_what_waited() {
     let block = vec![7u8; 64 << 10];
     while matches!((&dst).write(&block), Ok(n) if n > 0) {}
     src_in.write_all(b"waits").expect("write");
-    let mut p = pump(4096);
+    let (mut p, mut c) = pump(4096);
     let Got::Bytes { n, drained } = p.read(&src) else {
         panic!("nothing to read")
     };
-    p.pass_on(&dst, n, drained)
+    p.pass_on(&mut c, &dst, n, drained)
         .expect("a full socket is no error");
     assert!(p.wants_write(), "the chunk waits for room");
     drop(dst_out);
-    assert!(p.flush(&dst).is_err(), "a write to a closed peer failed");
+    assert!(
+        p.flush(&mut c, &dst).is_err(),
+        "a write to a closed peer failed"
+    );
     assert!(!p.wants_write() && p.wants_read(), "nothing waits any more");
 }
 
@@ -120,14 +124,14 @@ fn an_inserted_frame_goes_out_between_chunks_and_is_not_read_as_relayed_bytes() 
     let (mut src_in, src) = pair();
     let (dst, mut dst_out) = pair();
     dst_out.set_nonblocking(false).expect("blocking");
-    let mut p = pump(4096);
-    p.insert(&dst, b"own frame").expect("insert");
+    let (mut p, mut c) = pump(4096);
+    p.insert(&mut c, &dst, b"own frame").expect("insert");
     assert!(p.wants_read(), "the frame went out whole");
     src_in.write_all(b"relayed").expect("write");
     let Got::Bytes { n, drained } = p.read(&src) else {
         panic!("nothing to read")
     };
-    p.pass_on(&dst, n, drained).expect("pass on");
+    p.pass_on(&mut c, &dst, n, drained).expect("pass on");
     let mut got = vec![0; 16];
     dst_out.read_exact(&mut got).expect("read");
     assert_eq!(&got, b"own framerelayed");
@@ -136,7 +140,7 @@ fn an_inserted_frame_goes_out_between_chunks_and_is_not_read_as_relayed_bytes() 
 #[test]
 fn a_source_that_closes_ends_the_direction() {
     let (src_in, src) = pair();
-    let mut p = pump(4096);
+    let (mut p, _conversation) = pump(4096);
     assert_eq!(p.read(&src), Got::Empty);
     drop(src_in);
     assert_eq!(p.read(&src), Got::Ended);

@@ -7,6 +7,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use zbus::zvariant::{OwnedObjectPath, Value};
 
+use crate::node::cgroup::systemd_error::SystemdError;
+
 /// The system bus, where kubelet (through go-systemd) talks to systemd.
 pub const SYSTEM_BUS: &str = "unix:path=/run/dbus/system_bus_socket";
 /// runc's `stopUnit` wait for the stop job.
@@ -35,7 +37,8 @@ trait Manager {
     ) -> zbus::Result<()>;
     /// Asks systemd to send its signals (it sends none until some client subscribed).
     fn subscribe(&self) -> zbus::Result<()>;
-    /// A job finished; `result` is `done`, `canceled`, `timeout`, `failed`, `dependency` or `skipped`.
+    /// A job finished; `result` is `done`, `canceled`, `timeout`, `failed`, `dependency` or
+    /// `skipped`.
     #[zbus(signal)]
     fn job_removed(
         &self,
@@ -44,49 +47,6 @@ trait Manager {
         unit: String,
         result: String,
     ) -> zbus::Result<()>;
-}
-
-/// Why a systemd call failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SystemdError {
-    /// The bus could not be reached (or the session set up).
-    #[error(
-        "cannot reach systemd on D-Bus at {address}: {source} (with the systemd cgroup driver the \
-         housekeeper needs the host's system bus socket; see --systemd-bus)"
-    )]
-    Connect {
-        /// The bus address.
-        address: String,
-        /// What zbus said.
-        #[source]
-        source: Box<zbus::Error>,
-    },
-    /// A method call failed.
-    #[error("systemd {call}({unit}): {source}")]
-    Call {
-        /// The Manager method.
-        call: &'static str,
-        /// The unit it was called for.
-        unit: String,
-        /// What systemd (or the bus) said.
-        #[source]
-        source: Box<zbus::Error>,
-    },
-    /// A call or the stop job did not finish in time (runc: "Timed out while waiting for systemd
-    /// to remove ...").
-    #[error("timed out after {after:?} waiting for systemd: {what}")]
-    Timeout {
-        /// What was being waited for.
-        what: String,
-        /// The limit.
-        after: Duration,
-    },
-    /// The pod cgroup's name does not end in a slice unit of this pod.
-    #[error("{0} is not a pod slice")]
-    NotASlice(String),
-    /// Called outside a tokio runtime (the client runs on the caller's runtime).
-    #[error("no tokio runtime to run D-Bus calls on")]
-    NoRuntime,
 }
 
 /// What stopping a slice did.

@@ -9,7 +9,7 @@ use prost::Message;
 
 use super::super::tests::cut;
 use super::super::{Digester, MAX_DEPTH, Shape, shape};
-use crate::observe::Watched;
+use crate::observe::watched::Watched;
 
 /// A shape that nests itself in field 1, so a message can go past the depth bound; field 2 is
 /// a map and field 3 is left out.
