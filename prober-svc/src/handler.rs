@@ -28,3 +28,4 @@ pub mod resolve;
 mod scoped;
 pub mod target_budget;
 pub mod tcp;
+mod write_through;

@@ -21,7 +21,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 #[cfg(test)]
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 
 /// Go's `MaxResponseHeaderBytes` default (`http.DefaultMaxHeaderBytes`... for responses, the
 /// transport's 10 << 20).
@@ -305,35 +305,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for HeadReader<S> {
 }
 
 #[cfg(test)]
-impl<S: AsyncWrite + Unpin> AsyncWrite for HeadReader<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
-}
+crate::handler::write_through::write_through!(HeadReader);
 
 #[cfg(test)]
 mod tests {
