@@ -70,9 +70,8 @@ pub(super) fn run(control: &UnixStream, plan: &Plan, hand_on: ForReaper<'_>) -> 
                 std::process::exit(127)
             }
             // The command's change of credentials clears the parent death signal: it waits
-            // until the helper holds its pidfd, so that no moment leaves it held by nobody, and
-            // until the reaper has dropped its privileges and entered its filter. The end of the
-            // pipe without the byte: the reaper is gone or gave up.
+            // until the helper holds its pidfd, so that no moment leaves it held by nobody. The
+            // end of the pipe without the byte: the reaper is gone or gave up.
             if !matches!(nix::unistd::read(&handed_reader, &mut [0u8; 1]), Ok(1)) {
                 std::process::exit(127)
             }
@@ -102,6 +101,12 @@ pub(super) fn run(control: &UnixStream, plan: &Plan, hand_on: ForReaper<'_>) -> 
         });
     drop(command_link);
     drop(handed_reader);
+    let handed = handed.and_then(|_| {
+        nix::unistd::write(&handed_writer, b"h")
+            .map(drop)
+            .map_err(err("tell the command the helper holds it"))
+    });
+    drop(handed_writer);
     if let Err(e) = handed {
         kill_tree(command);
         return Err(e);
@@ -125,15 +130,6 @@ pub(super) fn run(control: &UnixStream, plan: &Plan, hand_on: ForReaper<'_>) -> 
     });
     let dropped = dropped.and_then(|()| privileges::confine(filter));
     drop(parent);
-    // The command goes on (its change of credentials, its execve) only now, when the reaper
-    // holds nothing a process attaching to it could use: the command is what shows a container
-    // that a probe runs, and its parent is this reaper.
-    let dropped = dropped.and_then(|()| {
-        nix::unistd::write(&handed_writer, b"h")
-            .map(drop)
-            .map_err(err("tell the command the helper holds it"))
-    });
-    drop(handed_writer);
     if let Err(e) = dropped {
         kill_tree(command);
         return Err(e);
