@@ -5,8 +5,8 @@
 //! - every process of the probe path it sees, stopped and compared with itself: its mount table
 //!   and network interfaces (files the kernel does not ptrace-check) must be the container's;
 //! - with `SYS_PTRACE`, the reaper made to call `mount(2)`: it holds nothing to do it with;
-//! - the probe command stopped before its `execve` and its reaper killed: nothing of the probe
-//!   stays once the probe is over;
+//! - the probe command stopped before its `execve` (or, with `SYS_PTRACE`, at its birth) and
+//!   its reaper killed: nothing of the probe stays once the probe is over;
 //! - `/etc/passwd` through `/proc/<pid>/root`: the `HOME` lookup does not follow it;
 //! - an init that enters a mount namespace of its own, and a paused (frozen) container: the
 //!   probe is refused.
@@ -231,29 +231,48 @@ async fn a_ptrace_capable_container_gains_nothing_from_the_reaper() {
 /// probe is over, nothing of it is left in the container.
 #[tokio::test]
 async fn a_command_orphaned_before_its_execve_dies_with_its_probe() {
+    orphaned_commands_die_with_their_probe("orphan", SecurityContext::default(), "sleep 3609")
+        .await;
+}
+
+/// A container granted `SYS_PTRACE` attaches to the reaper, so that the command is born stopped
+/// (before it could ask for its parent death signal), and kills the reaper: the orphan still
+/// dies with its probe.
+#[tokio::test]
+async fn a_command_orphaned_at_its_birth_dies_with_its_probe() {
+    let sec = SecurityContext {
+        add_capabilities: vec!["SYS_PTRACE".into()],
+        ..SecurityContext::default()
+    };
+    orphaned_commands_die_with_their_probe("birth", sec, "sleep 3610").await;
+}
+
+/// Runs probes of `command` against the attacker `mode` until it has orphaned one, then waits
+/// for every process of the probe path to be gone from the container.
+async fn orphaned_commands_die_with_their_probe(mode: &str, sec: SecurityContext, command: &str) {
     let node = TestNode::start().await.expect("node");
     let driver = Driver::connect(&node.containerd_socket())
         .await
         .expect("driver");
     let out = tempfile::tempdir().expect("tempdir");
     build_attacker(out.path());
-    let sec = SecurityContext::default();
     let p = pod(
         &driver,
         &node,
-        "orphan",
-        &["/out/attack", "orphan"],
+        mode,
+        &["/out/attack", mode],
         out.path(),
         sec,
     )
     .await;
     let id = p.container_id("app").expect("container id");
     wait_ready(out.path()).await;
-    let init = pid_of("/out/attack orphan").await;
+    let init = pid_of(&format!("/out/attack {mode}")).await;
     let direct = runner(&node);
+    let argv: Vec<&str> = command.split(' ').collect();
     let mut answers = Vec::new();
     for _ in 0..30 {
-        let r = run(&direct, &id, &["sleep", "3609"], Duration::from_secs(1)).await;
+        let r = run(&direct, &id, &argv, Duration::from_secs(1)).await;
         answers.push(format!("{r:?}"));
         if !lines_with(&log_of(out.path()), "orphaned").is_empty() {
             break;
@@ -266,7 +285,7 @@ async fn a_command_orphaned_before_its_execve_dies_with_its_probe() {
     );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
-        let left = probe_processes_in(init, "sleep 3609");
+        let left = probe_processes_in(init, command);
         if left.is_empty() {
             break;
         }

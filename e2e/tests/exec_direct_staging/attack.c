@@ -4,7 +4,9 @@
  *                   and network interfaces with its own (neither file is ptrace-checked);
  *   attack ptrace   find the reaper (the parent of the probe command `sleep 3607`), attach to
  *                   it and make it call mount(2) for a tmpfs (needs CAP_SYS_PTRACE);
- *   attack orphan   stop the probe command before its execve and kill its parent, the reaper.
+ *   attack orphan   stop the probe command before its execve and kill its parent, the reaper;
+ *   attack birth    attach to the reaper (needs CAP_SYS_PTRACE) so that the command it forks
+ *                   is stopped at its birth, before its first instruction, then kill the reaper.
  *
  * It finds the probe path by the helper's marker in the command line, built at run time.
  * Everything it sees and manages goes to /out/log, one line each. */
@@ -217,10 +219,49 @@ static void orphan(void) {
   }
 }
 
+/* The reaper: a process of the probe path whose parent is outside the container (PPID 0). */
+static void birth(void) {
+  int me = getpid();
+  close(open("/out/ready", O_WRONLY | O_CREAT, 0644));
+  for (;;) {
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+      int pid = atoi(e->d_name);
+      if (pid <= 1 || pid == me || !has_marker(pid) || parent_of(pid) != 0) continue;
+      if (!once(pid, 1)) continue;
+      if (ptrace(PTRACE_SEIZE, pid, 0, PTRACE_O_TRACEFORK | PTRACE_O_TRACECLONE) < 0) {
+        note("seize-failed %d %d\n", pid, errno);
+        continue;
+      }
+      /* Run the reaper on until it forks; the command is born stopped, traced by us. */
+      for (;;) {
+        int st;
+        if (waitpid(pid, &st, __WALL) < 0 || !WIFSTOPPED(st)) {
+          note("gone %d\n", pid);
+          break;
+        }
+        int event = st >> 16;
+        if (event == PTRACE_EVENT_FORK || event == PTRACE_EVENT_CLONE) {
+          unsigned long child = 0;
+          ptrace(PTRACE_GETEVENTMSG, pid, 0, &child);
+          kill(pid, SIGKILL);
+          note("orphaned %lu %d\n", child, pid);
+          break;
+        }
+        int sig = WSTOPSIG(st);
+        ptrace(PTRACE_CONT, pid, 0, (event || sig == SIGTRAP) ? 0 : sig);
+      }
+    }
+    if (d) closedir(d);
+  }
+}
+
 int main(int argc, char **argv) {
   snprintf(marker, sizeof marker, "%s%s", "__podward-exec-", "init");
   if (argc > 1 && !strcmp(argv[1], "stage")) stage();
   if (argc > 1 && !strcmp(argv[1], "ptrace")) trace();
   if (argc > 1 && !strcmp(argv[1], "orphan")) orphan();
+  if (argc > 1 && !strcmp(argv[1], "birth")) birth();
   return 2;
 }

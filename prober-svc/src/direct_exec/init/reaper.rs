@@ -54,6 +54,13 @@ pub(super) fn run(control: &UnixStream, plan: &Plan, hand_on: ForReaper<'_>) -> 
         command_link.as_raw_fd(),
     ])?;
     nix::sys::prctl::set_child_subreaper(true).map_err(err("set child subreaper"))?;
+    // The reaper leads a process group of its own, which the command is born in and leaves only
+    // at its `setsid`, after the helper holds its pidfd. A command the container stopped before
+    // it could ask for its parent death signal, and then orphaned, is still in this group: the
+    // helper ends the group when the reaper is gone. The container cannot move the command out
+    // of it (a process group changes only within its session, and the container is not in the
+    // prober's).
+    nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).map_err(err("setpgid"))?;
     let me = nix::unistd::getpid();
     // The reaper's word that the helper holds the command's pidfd (close-on-exec: gone at the
     // command's execve).
@@ -63,15 +70,18 @@ pub(super) fn run(control: &UnixStream, plan: &Plan, hand_on: ForReaper<'_>) -> 
         ForkResult::Child => {
             drop(handed_writer);
             // A reaper killed before the helper holds the command's pidfd takes the command
-            // along; one killed before this line shows as another parent.
+            // along; one killed before this line shows as another parent (and one killed while
+            // the container held the command stopped before this line leaves it in the reaper's
+            // process group, which the helper ends).
             if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
                 || nix::unistd::getppid() != me
             {
                 std::process::exit(127)
             }
             // The command's change of credentials clears the parent death signal: it waits
-            // until the helper holds its pidfd, so that no moment leaves it held by nobody. The
-            // end of the pipe without the byte: the reaper is gone or gave up.
+            // until the helper holds its pidfd, so that no moment leaves it held by nobody, and
+            // until the reaper has dropped its privileges and entered its filter. The end of the
+            // pipe without the byte: the reaper is gone or gave up.
             if !matches!(nix::unistd::read(&handed_reader, &mut [0u8; 1]), Ok(1)) {
                 std::process::exit(127)
             }
@@ -101,12 +111,6 @@ pub(super) fn run(control: &UnixStream, plan: &Plan, hand_on: ForReaper<'_>) -> 
         });
     drop(command_link);
     drop(handed_reader);
-    let handed = handed.and_then(|_| {
-        nix::unistd::write(&handed_writer, b"h")
-            .map(drop)
-            .map_err(err("tell the command the helper holds it"))
-    });
-    drop(handed_writer);
     if let Err(e) = handed {
         kill_tree(command);
         return Err(e);
@@ -130,6 +134,15 @@ pub(super) fn run(control: &UnixStream, plan: &Plan, hand_on: ForReaper<'_>) -> 
     });
     let dropped = dropped.and_then(|()| privileges::confine(filter));
     drop(parent);
+    // The command goes on (its change of credentials, its execve) only now, when the reaper
+    // holds nothing a process attaching to it could use: the command is what shows a container
+    // that a probe runs, and its parent is this reaper.
+    let dropped = dropped.and_then(|()| {
+        nix::unistd::write(&handed_writer, b"h")
+            .map(drop)
+            .map_err(err("tell the command the helper holds it"))
+    });
+    drop(handed_writer);
     if let Err(e) = dropped {
         kill_tree(command);
         return Err(e);

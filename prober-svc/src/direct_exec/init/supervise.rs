@@ -11,7 +11,8 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::signal::{SigSet, Signal, kill, killpg};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
@@ -89,8 +90,9 @@ pub(super) fn run(control: &UnixStream, stage: Intermediate, waited: &SigSet) ->
 
 /// Kills the command, whatever the reaper did (the container can stop the command and kill
 /// the reaper), and waits until it is gone: the helper, and with it the probe's place in
-/// flight, outlives no process of the probe. The reaper handed its pidfd over before anything
-/// else (a reaper killed before that took the command along: its parent death signal).
+/// flight, outlives no process of the probe. The reaper handed its pidfd over before the
+/// command could leave its process group (a reaper killed before that took the command along:
+/// its parent death signal, or the end of the reaper's group in [`ended`]).
 fn end_command(link: &UnixStream) {
     let Ok(mut got) = sys::receive_fds(link.as_raw_fd()) else {
         return;
@@ -107,44 +109,73 @@ fn end_command(link: &UnixStream) {
 
 /// Waits for the reaper; on `SIGTERM` passes the end of the probe on, and kills the tree itself
 /// if the reaper has not finished [`REAPER_GRACE`] later.
+///
+/// The reaper's exit is watched on its pidfd, not by `waitpid` alone: a container granted
+/// `SYS_PTRACE` can attach to the reaper, and a traced process's exit goes to its tracer, which
+/// may never pass it on to the helper.
 fn supervise(control: &UnixStream, reaper: Pid, waited: &SigSet, forced: bool) -> Res<i32> {
+    let pidfd = sys::pidfd_open(reaper.as_raw()).map_err(err("pidfd_open the reaper"))?;
+    let signals = SignalFd::with_flags(waited, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(err("signalfd"))?;
     let mut told: Option<Instant> = None;
     let mut forced = forced;
     loop {
-        match waitpid(reaper, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(_, c)) => return Ok(c),
-            Ok(WaitStatus::Signaled(_, Signal::SIGKILL, _)) if !forced => {
-                // The container's init exited and the PID namespace's teardown killed the
-                // reaper and the command (or the container killed the reaper). runc reports
-                // such an exec as killed by SIGKILL (exit 137); say so, unless the reaper
-                // reported the command's exit first (the prober keeps the first report).
-                let code = 128 + Signal::SIGKILL as i32;
-                let _ = (&*control).write_all(Report::Exited(code).line().as_bytes());
-                return Ok(code);
-            }
-            Ok(WaitStatus::Signaled(_, s, _)) => return Ok(128 + s as i32),
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(format!("wait for the reaper: {e}")),
-        }
         let wait = match told {
             Some(t) if !forced => REAPER_GRACE.saturating_sub(t.elapsed()),
             _ => Duration::from_secs(3600),
         };
-        match sys::wait_signal(waited, wait).map_err(err("sigtimedwait"))? {
-            Some(Signal::SIGTERM) if told.is_none() => {
+        let timeout = PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX);
+        let mut fds = [
+            PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
+            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+        ];
+        let ready = match poll(&mut fds, timeout) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(format!("poll the reaper: {e}")),
+        };
+        if fds[0].any().unwrap_or(true) {
+            return Ok(ended(control, reaper, forced));
+        }
+        while let Ok(Some(info)) = signals.read_signal() {
+            if info.ssi_signo == Signal::SIGTERM as u32 && told.is_none() {
                 told = Some(Instant::now());
                 // A reaper the container stopped gets going again to do its part.
                 let _ = kill(reaper, Signal::SIGCONT);
                 let _ = kill(reaper, Signal::SIGTERM);
             }
-            Some(_) => {}
-            None if told.is_some() && !forced => {
-                forced = true;
-                kill_tree(reaper);
-            }
-            None => {}
+        }
+        if ready == 0 && told.is_some() && !forced {
+            forced = true;
+            kill_tree(reaper);
         }
     }
+}
+
+/// The reaper has exited: ends its process group, then reaps it; returns the helper's exit
+/// code.
+///
+/// A command the container held stopped from its birth, and orphaned by killing the reaper, is
+/// still in the reaper's group, with no parent death signal and no pidfd handed over. The group
+/// is ended while the reaper is unreaped, so that its PID (the group's ID) names nothing else.
+fn ended(control: &UnixStream, reaper: Pid, forced: bool) -> i32 {
+    let _ = killpg(reaper, Signal::SIGKILL);
+    let killed = 128 + Signal::SIGKILL as i32;
+    let code = match waitpid(reaper, Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::Exited(_, c)) => return c,
+        Ok(WaitStatus::Signaled(_, s, _)) => 128 + s as i32,
+        // A reaper the container traces: its exit is its tracer's to see first. As far as the
+        // probe can tell, it was killed.
+        _ => killed,
+    };
+    if code == killed && !forced {
+        // The container's init exited and the PID namespace's teardown killed the reaper and
+        // the command (or the container killed the reaper). runc reports such an exec as killed
+        // by SIGKILL (exit 137); say so, unless the reaper reported the command's exit first
+        // (the prober keeps the first report).
+        let _ = (&*control).write_all(Report::Exited(code).line().as_bytes());
+    }
+    code
 }
 
 /// Kills the reaper's tree from outside: the reaper stopped (it cannot reap, so its children's
