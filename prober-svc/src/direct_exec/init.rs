@@ -205,7 +205,7 @@ fn helper(control: &UnixStream, known: Option<Start>) -> Result<i32, Stop> {
     match sys::fork().map_err(err("fork"))? {
         ForkResult::Child => {
             drop((go, reaper_pid, command));
-            let hand_on = stage::ForReaper {
+            let hand_on = reaper::ForReaper {
                 devnull,
                 signals,
                 filter: &reaper_filter,

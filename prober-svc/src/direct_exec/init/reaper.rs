@@ -11,8 +11,9 @@
 //! The container can stop it or kill it: that only ends this probe (the helper kills the tree
 //! itself when the reaper does not finish).
 
+use std::fs::File;
 use std::io::{IoSlice, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 use nix::sys::signal::{SigSet, Signal};
@@ -24,9 +25,20 @@ use super::command;
 use super::descriptors::{close_all_but, release_stdio};
 use super::failure::{Res, err};
 use super::privileges;
-use super::stage::ForReaper;
 use crate::direct_exec::plan::{Plan, Report};
 use crate::direct_exec::sys;
+
+/// What the intermediate process hands on to the reaper.
+pub(super) struct ForReaper<'a> {
+    pub(super) devnull: File,
+    pub(super) signals: sys::Dispositions,
+    pub(super) filter: &'a [u8],
+    /// The read end of the helper's pipe: a byte when the reaper is the helper's child, the
+    /// end of file when the helper is gone.
+    pub(super) parent: OwnedFd,
+    /// The reaper's end of the socket it hands the helper the command's pidfd on.
+    pub(super) command_link: UnixStream,
+}
 
 /// Runs the reaper (forked from the intermediate process, with `SIGCHLD` and `SIGTERM`
 /// blocked); returns its exit code.

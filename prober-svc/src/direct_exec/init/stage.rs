@@ -18,21 +18,9 @@ use nix::unistd::ForkResult;
 
 use super::failure::{Res, err};
 use super::namespaces::{self, Join};
-use super::reaper;
+use super::reaper::{self, ForReaper};
 use crate::direct_exec::plan::{Plan, Report};
 use crate::direct_exec::sys;
-
-/// What the intermediate process hands on to the reaper.
-pub(super) struct ForReaper<'a> {
-    pub(super) devnull: File,
-    pub(super) signals: sys::Dispositions,
-    pub(super) filter: &'a [u8],
-    /// The read end of the helper's pipe: a byte when the reaper is the helper's child, the
-    /// end of file when the helper is gone.
-    pub(super) parent: OwnedFd,
-    /// The reaper's end of the socket it hands the helper the command's pidfd on.
-    pub(super) command_link: UnixStream,
-}
 
 /// Runs the intermediate process; returns its exit code (the reaper never returns from here).
 pub(super) fn run(
