@@ -336,10 +336,23 @@ async fn assert_only_init(init_cmdline: &str, after: &str) {
         async || standby_helpers().len() <= 1,
     )
     .await;
-    let procs = container_procs(init_cmdline);
+    // The reaper is reaped by its helper, which may still be on its way out when the zombie
+    // reaper no longer shows the helper's marker: polled as well.
+    let alone = || {
+        let procs = container_procs(init_cmdline);
+        let ok = procs.len() == 1 && procs[0].cmdline == init_cmdline && procs[0].state != 'Z';
+        (ok, procs)
+    };
+    let waited = tokio::time::timeout(Duration::from_secs(5), async {
+        while !alone().0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     assert!(
-        procs.len() == 1 && procs[0].cmdline == init_cmdline && procs[0].state != 'Z',
-        "after {after}: the container must hold its init alone, no zombie: {procs:?}"
+        waited.is_ok(),
+        "after {after}: the container must hold its init alone, no zombie: {:?}",
+        alone().1
     );
 }
 
