@@ -163,6 +163,10 @@ pub fn prepare(container_id: &str, info_json: &str, host: &Host) -> Result<Plan,
         &init_cgroups,
         &read(&proc.join("self/mountinfo")).map_err(init_err)?,
     )?;
+    check_shim_parent(
+        shim,
+        &read(&proc.join(format!("{shim}/comm"))).map_err(init_err)?,
+    )?;
     let (rlimits, umask, oom_score_adj) = from_shim(proc, shim, process)?;
     let caps = cap_sets(process.capabilities().as_ref());
     let seccomp = linux.seccomp().as_ref().map(seccomp::compile).transpose()?;
@@ -230,6 +234,21 @@ fn check_cgroups_name(container_id: &str, cgroup: &str) -> Result<(), Refusal> {
         )));
     }
     Ok(())
+}
+
+/// The container's init is a child of containerd's runtime shim (`containerd-shim-runc-v2`,
+/// whose command name the kernel cuts to `containerd-shim`): the shim's settings are what
+/// `runc exec` inherits, and a PID whose parent is anything else is not the init the runtime
+/// started (the PID was reused, or the runtime named another process).
+fn check_shim_parent(shim: i32, comm: &str) -> Result<(), Refusal> {
+    let comm = comm.trim_end_matches('\n');
+    if comm.starts_with("containerd-shim") {
+        return Ok(());
+    }
+    Err(Refusal::Changed(format!(
+        "the process the runtime named as the container's init is not a child of \
+         containerd's runtime shim (its parent, PID {shim}, is {comm:?})"
+    )))
 }
 
 /// Only runc (or crun) behind containerd's runc shim is what `runc exec` reproduces.

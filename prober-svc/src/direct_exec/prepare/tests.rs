@@ -110,3 +110,14 @@ fn an_init_whose_cgroups_do_not_name_the_container_is_refused() {
         check_cgroups_name(id, "4:memory:/kubepods/pod1/0123abcd\n0::/system.slice\n").is_err()
     );
 }
+
+#[test]
+fn an_init_whose_parent_is_not_containerds_shim_is_refused() {
+    assert_eq!(check_shim_parent(7, "containerd-shim\n"), Ok(()));
+    for comm in ["bash\n", "sleep\n", "containerd\n", "\n", "runc\n"] {
+        assert!(
+            matches!(check_shim_parent(7, comm), Err(Refusal::Changed(m)) if m.contains("PID 7")),
+            "{comm:?}"
+        );
+    }
+}
