@@ -24,17 +24,11 @@ use podward_e2e::{
 };
 use podward_prober::direct_exec::init::HELPER_ARG;
 use podward_prober::direct_exec::{DirectExec, ExecMode};
-use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
+use podward_prober::handler::exec::runner::ExecError;
 
-async fn run(
-    r: &dyn ExecRunner,
-    id: &str,
-    cmd: &[&str],
-    timeout: Duration,
-) -> Result<ExecOutput, ExecError> {
-    let cmd = cmd.iter().map(|s| (*s).to_owned()).collect();
-    r.exec_sync(id, cmd, timeout).await
-}
+#[path = "exec_direct_support.rs"]
+mod support;
+use support::*;
 
 /// A root pod running `script` with `sh` as its init, `out` mounted at `/out`.
 async fn attacker(
@@ -45,52 +39,9 @@ async fn attacker(
     out: &Path,
     env: &[(&str, &str)],
 ) -> Pod {
-    let mut c =
-        ContainerSpec::new("app", &["/bin/sh", "-c", script]).mount(&out.to_string_lossy(), "/out");
-    for (k, v) in env {
-        c = c.env(k, v);
-    }
-    let spec = PodSpec::new(name)
-        .grace_period(1)
-        .restart_policy(RestartPolicy::Never)
-        .container(c);
-    driver.run_pod(node, spec).await.expect("run pod")
-}
-
-fn log_of(out: &Path) -> String {
-    std::fs::read_to_string(out.join("log")).unwrap_or_default()
-}
-
-async fn wait_ready(out: &Path) {
-    eventually(
-        "the attacker to be ready",
-        Duration::from_secs(60),
-        async || out.join("ready").exists(),
-    )
-    .await;
-}
-
-/// The lines of `log` that start with one of `words`.
-fn lines_with(log: &str, words: &[&str]) -> Vec<String> {
-    log.lines()
-        .filter(|l| words.iter().any(|w| l.starts_with(&format!("{w} "))))
-        .map(str::to_owned)
-        .collect()
-}
-
-fn runner(node: &TestNode, helper: PathBuf, standby: bool) -> DirectExec {
-    let ch = podward_api::socket::channel(node.containerd_socket());
-    DirectExec::with_standby(ExecMode::Direct, ch, helper, standby)
-}
-
-/// PIDs of host processes whose command line contains `marker`.
-fn running(marker: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .expect("read /proc")
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|p| proc_cmdline(*p).contains(marker))
-        .collect()
+    let command = ["/bin/sh", "-c", script];
+    let sec = SecurityContext::default();
+    attacker_pod(driver, node, name, &command, out, sec, env).await
 }
 
 /// Every process of the container's PID namespace whose init has `pid` on the host.
@@ -113,23 +64,6 @@ fn pid_of_script(script: &str) -> i32 {
     let cmdline = format!("/bin/sh -c {script}");
     let found = running(cmdline.trim());
     *found.first().expect("the attacker runs")
-}
-
-/// The host PID of the one process whose command line is exactly `cmdline`, once it runs (a
-/// script that marks itself ready and then `exec`s it may not have got there yet).
-async fn pid_of(cmdline: &str) -> i32 {
-    let exactly = || -> Vec<i32> {
-        running(cmdline)
-            .into_iter()
-            .filter(|p| proc_cmdline(*p) == cmdline)
-            .collect()
-    };
-    let what = format!("one process to run {cmdline:?}");
-    eventually(&what, Duration::from_secs(10), async || {
-        exactly().len() == 1
-    })
-    .await;
-    exactly()[0]
 }
 
 /// Scans the container's `/proc` for the probe path (command lines with the helper's marker)
@@ -171,10 +105,7 @@ done
 /// it: the attacker sees the helper's processes, and can neither map nor open any of them.
 #[tokio::test]
 async fn proc_pid_mem_of_the_probe_path_is_closed_to_the_container() {
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     let out = tempfile::tempdir().expect("tempdir");
     // The command's PATH walk lasts a while before `true` is found in /bin.
     let script = format!("{SLOW_PATH_SETUP}{MEM_ATTACKER}");
@@ -326,10 +257,7 @@ async fn exe_attack(node: &TestNode, driver: &Driver, name: &str, standby: bool)
 /// writing): the container still never holds the helper's file.
 #[tokio::test]
 async fn proc_pid_exe_never_reaches_the_helper_file() {
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     exe_attack(&node, &driver, "exe-standby", true).await;
 }
 
@@ -337,10 +265,7 @@ async fn proc_pid_exe_never_reaches_the_helper_file() {
 /// the container can neither hold nor rewrite it.
 #[tokio::test]
 async fn proc_pid_exe_never_rewrites_a_writable_helper_copy() {
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     exe_attack(&node, &driver, "exe-cold", false).await;
 }
 
@@ -357,10 +282,7 @@ fn prober_footprint() -> (usize, usize) {
 /// descriptors and tasks and the container's processes where they were after the first.
 #[tokio::test]
 async fn a_fifo_passwd_leaks_nothing() {
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     let out = tempfile::tempdir().expect("tempdir");
     let script = "rm -f /etc/passwd; mkfifo /etc/passwd; touch /out/ready; exec sleep 3604";
     let p = attacker(&driver, &node, "fifo", script, out.path(), &[]).await;
@@ -414,10 +336,7 @@ async fn a_fifo_passwd_leaks_nothing() {
 /// refused, with the reason, instead of joining namespaces the container built.
 #[tokio::test]
 async fn an_init_that_unshares_a_user_namespace_is_refused() {
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     let out = tempfile::tempdir().expect("tempdir");
     let script = "touch /out/ready; while [ ! -e /tmp/go ]; do sleep 0.05; done; \
                   exec unshare -r -m sleep 3605";
@@ -480,10 +399,7 @@ done
 /// prober.
 #[tokio::test]
 async fn a_reaper_the_container_stops_is_killed_with_its_tree() {
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     let out = tempfile::tempdir().expect("tempdir");
     let p = attacker(&driver, &node, "stopper", STOPPER, out.path(), &[]).await;
     let id = p.container_id("app").expect("container id");

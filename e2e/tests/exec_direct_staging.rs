@@ -25,24 +25,13 @@ use podward_e2e::{
 };
 use podward_prober::direct_exec::init::HELPER_ARG;
 use podward_prober::direct_exec::{DirectExec, ExecMode};
-use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
+use podward_prober::handler::exec::runner::ExecError;
+
+#[path = "exec_direct_support.rs"]
+mod support;
+use support::*;
 
 const ATTACK_C: &str = include_str!("exec_direct_staging/attack.c");
-
-async fn run(
-    r: &dyn ExecRunner,
-    id: &str,
-    cmd: &[&str],
-    timeout: Duration,
-) -> Result<ExecOutput, ExecError> {
-    let cmd = cmd.iter().map(|s| (*s).to_owned()).collect();
-    r.exec_sync(id, cmd, timeout).await
-}
-
-fn runner(node: &TestNode) -> DirectExec {
-    let ch = podward_api::socket::channel(node.containerd_socket());
-    DirectExec::with_standby(ExecMode::Direct, ch, bin_path("podward-prober"), true)
-}
 
 /// Builds the attacker into `out` (mounted at `/out` in the container).
 fn build_attacker(out: &Path) {
@@ -55,72 +44,6 @@ fn build_attacker(out: &Path) {
         .status()
         .expect("run gcc");
     assert!(status.success(), "gcc -static attack.c: {status}");
-}
-
-/// A pod whose container runs `command`, `out` mounted at `/out`.
-async fn pod(
-    driver: &Driver,
-    node: &TestNode,
-    name: &str,
-    command: &[&str],
-    out: &Path,
-    sec: SecurityContext,
-) -> Pod {
-    let c = ContainerSpec::new("app", command)
-        .mount(&out.to_string_lossy(), "/out")
-        .security(sec);
-    let spec = PodSpec::new(name)
-        .grace_period(1)
-        .restart_policy(RestartPolicy::Never)
-        .container(c);
-    driver.run_pod(node, spec).await.expect("run pod")
-}
-
-fn log_of(out: &Path) -> String {
-    std::fs::read_to_string(out.join("log")).unwrap_or_default()
-}
-
-fn lines_with(log: &str, word: &str) -> Vec<String> {
-    log.lines()
-        .filter(|l| l.starts_with(&format!("{word} ")))
-        .map(str::to_owned)
-        .collect()
-}
-
-async fn wait_ready(out: &Path) {
-    eventually(
-        "the attacker to be ready",
-        Duration::from_secs(60),
-        async || out.join("ready").exists(),
-    )
-    .await;
-}
-
-/// PIDs of host processes whose command line contains `marker`.
-fn running(marker: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .expect("read /proc")
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|p| proc_cmdline(*p).contains(marker))
-        .collect()
-}
-
-/// The host PID of the one process whose command line is exactly `cmdline`.
-async fn pid_of(cmdline: &str) -> i32 {
-    let exactly = || -> Vec<i32> {
-        running(cmdline)
-            .into_iter()
-            .filter(|p| proc_cmdline(*p) == cmdline)
-            .collect()
-    };
-    eventually(
-        &format!("one process to run {cmdline:?}"),
-        Duration::from_secs(10),
-        async || exactly().len() == 1,
-    )
-    .await;
-    exactly()[0]
 }
 
 /// Processes of the probe path (the helper's marker, or `also`) in the PID namespace of the
@@ -139,25 +62,23 @@ fn probe_processes_in(init: i32, also: &str) -> Vec<i32> {
 /// mount table and network interfaces finds only its own.
 #[tokio::test]
 async fn nothing_of_the_probe_is_seen_in_the_container_outside_its_namespaces() {
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     let out = tempfile::tempdir().expect("tempdir");
     build_attacker(out.path());
     let sec = SecurityContext::default();
-    let p = pod(
+    let p = attacker_pod(
         &driver,
         &node,
         "stage",
         &["/out/attack", "stage"],
         out.path(),
         sec,
+        &[],
     )
     .await;
     let id = p.container_id("app").expect("container id");
     wait_ready(out.path()).await;
-    let direct = runner(&node);
+    let direct = runner(&node, bin_path("podward-prober"), true);
     for _ in 0..40 {
         let o = run(&direct, &id, &["true"], Duration::from_secs(30))
             .await
@@ -166,7 +87,7 @@ async fn nothing_of_the_probe_is_seen_in_the_container_outside_its_namespaces() 
     }
     let log = log_of(out.path());
     assert!(
-        !lines_with(&log, "saw").is_empty(),
+        !lines_with(&log, &["saw"]).is_empty(),
         "the attacker never saw the probe path (the test proves nothing):\n{log}"
     );
     let foreign: Vec<String> = ["foreign-mnt", "foreign-net"]
@@ -186,34 +107,32 @@ async fn nothing_of_the_probe_is_seen_in_the_container_outside_its_namespaces() 
 /// makes it call `mount(2)`: the reaper holds no capability (and its filter refuses the call).
 #[tokio::test]
 async fn a_ptrace_capable_container_gains_nothing_from_the_reaper() {
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     let out = tempfile::tempdir().expect("tempdir");
     build_attacker(out.path());
     let sec = SecurityContext {
         add_capabilities: vec!["SYS_PTRACE".into()],
         ..SecurityContext::default()
     };
-    let p = pod(
+    let p = attacker_pod(
         &driver,
         &node,
         "ptrace",
         &["/out/attack", "ptrace"],
         out.path(),
         sec,
+        &[],
     )
     .await;
     let id = p.container_id("app").expect("container id");
     wait_ready(out.path()).await;
-    let direct = runner(&node);
+    let direct = runner(&node, bin_path("podward-prober"), true);
     for _ in 0..3 {
         let r = run(&direct, &id, &["sleep", "3607"], Duration::from_secs(3)).await;
         assert!(matches!(r, Err(ExecError::Timeout { .. })), "{r:?}");
     }
     let log = log_of(out.path());
-    let mounts = lines_with(&log, "mount");
+    let mounts = lines_with(&log, &["mount"]);
     assert!(
         !mounts.is_empty(),
         "the attacker never reached the reaper (the test proves nothing):\n{log}"
@@ -244,43 +163,41 @@ async fn a_command_orphaned_at_its_birth_dies_with_its_probe() {
         add_capabilities: vec!["SYS_PTRACE".into()],
         ..SecurityContext::default()
     };
-    orphaned_commands_die_with_their_probe("birth", sec, "sleep 3610").await;
+    orphaned_commands_die_with_their_probe("birth", sec, "sleep 3612").await;
 }
 
 /// Runs probes of `command` against the attacker `mode` until it has orphaned one, then waits
 /// for every process of the probe path to be gone from the container.
 async fn orphaned_commands_die_with_their_probe(mode: &str, sec: SecurityContext, command: &str) {
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     let out = tempfile::tempdir().expect("tempdir");
     build_attacker(out.path());
-    let p = pod(
+    let p = attacker_pod(
         &driver,
         &node,
         mode,
         &["/out/attack", mode],
         out.path(),
         sec,
+        &[],
     )
     .await;
     let id = p.container_id("app").expect("container id");
     wait_ready(out.path()).await;
     let init = pid_of(&format!("/out/attack {mode}")).await;
-    let direct = runner(&node);
+    let direct = runner(&node, bin_path("podward-prober"), true);
     let argv: Vec<&str> = command.split(' ').collect();
     let mut answers = Vec::new();
     for _ in 0..30 {
         let r = run(&direct, &id, &argv, Duration::from_secs(1)).await;
         answers.push(format!("{r:?}"));
-        if !lines_with(&log_of(out.path()), "orphaned").is_empty() {
+        if !lines_with(&log_of(out.path()), &["orphaned"]).is_empty() {
             break;
         }
     }
     let log = log_of(out.path());
     assert!(
-        !lines_with(&log, "orphaned").is_empty(),
+        !lines_with(&log, &["orphaned"]).is_empty(),
         "the attacker never orphaned a command (the test proves nothing):\n{log}"
     );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
@@ -303,27 +220,25 @@ async fn orphaned_commands_die_with_their_probe(mode: &str, sec: SecurityContext
 /// magic link (a link within the container's root is followed, as runc follows it).
 #[tokio::test]
 async fn the_home_lookup_never_follows_a_proc_root_link() {
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     let out = tempfile::tempdir().expect("tempdir");
     let script = "mkdir -p /x && printf 'root:x:0:0:root:/pwned:/bin/sh\\n' > /x/passwd && \
                   rm -f /etc/passwd && ln -s /x/passwd /etc/passwd && \
                   touch /out/ready && exec sleep 3608";
     let sec = SecurityContext::default();
-    let p = pod(
+    let p = attacker_pod(
         &driver,
         &node,
         "passwd",
         &["/bin/sh", "-c", script],
         out.path(),
         sec,
+        &[],
     )
     .await;
     let id = p.container_id("app").expect("container id");
     wait_ready(out.path()).await;
-    let direct = runner(&node);
+    let direct = runner(&node, bin_path("podward-prober"), true);
     let home = ["/bin/sh", "-c", "echo $HOME"];
     let t = Duration::from_secs(10);
     let o = run(&direct, &id, &home, t).await.expect("direct exec");
@@ -349,10 +264,7 @@ async fn the_home_lookup_never_follows_a_proc_root_link() {
 /// next probe is refused instead of joining it.
 #[tokio::test]
 async fn an_init_that_unshares_a_mount_namespace_is_refused() {
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     let out = tempfile::tempdir().expect("tempdir");
     let script = "touch /out/ready; while [ ! -e /tmp/go ]; do sleep 0.05; done; \
                   exec unshare -m sleep 3610";
@@ -360,18 +272,19 @@ async fn an_init_that_unshares_a_mount_namespace_is_refused() {
         add_capabilities: vec!["SYS_ADMIN".into()],
         ..SecurityContext::default()
     };
-    let p = pod(
+    let p = attacker_pod(
         &driver,
         &node,
         "mntns",
         &["/bin/sh", "-c", script],
         out.path(),
         sec,
+        &[],
     )
     .await;
     let id = p.container_id("app").expect("container id");
     wait_ready(out.path()).await;
-    let direct = runner(&node);
+    let direct = runner(&node, bin_path("podward-prober"), true);
     let t = Duration::from_secs(10);
     let o = run(&direct, &id, &["touch", "/tmp/go"], t)
         .await
@@ -411,20 +324,18 @@ fn freezer_of(pid: i32) -> Option<PathBuf> {
 /// refuses, and nothing of them waits frozen; thawed, it is probed again.
 #[tokio::test]
 async fn a_paused_container_is_refused_and_holds_nothing_of_the_probe() {
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     let out = tempfile::tempdir().expect("tempdir");
     let script = "touch /out/ready; exec sleep 3611";
     let sec = SecurityContext::default();
-    let p = pod(
+    let p = attacker_pod(
         &driver,
         &node,
         "paused",
         &["/bin/sh", "-c", script],
         out.path(),
         sec,
+        &[],
     )
     .await;
     let id = p.container_id("app").expect("container id");
@@ -434,7 +345,7 @@ async fn a_paused_container_is_refused_and_holds_nothing_of_the_probe() {
         eprintln!("no v1 freezer on this node: nothing to pause with");
         return;
     };
-    let direct = runner(&node);
+    let direct = runner(&node, bin_path("podward-prober"), true);
     let t = Duration::from_secs(2);
     let o = run(&direct, &id, &["true"], t).await.expect("direct exec");
     assert_eq!(o.exit_code, 0, "{o:?}");
