@@ -222,7 +222,14 @@ impl Publisher {
             });
             snapshot_event(snap, (self.clock)())
         };
-        Subscription::new(self.clone(), first, rx, resync)
+        let publisher = self.clone();
+        Subscription::new(
+            self.metrics.subscribers.clone(),
+            first,
+            rx,
+            resync,
+            move |flag| publisher.resync_snapshot(flag),
+        )
     }
 
     /// The snapshot owed to a subscriber that overflowed, taken under the lock so that the
