@@ -3,9 +3,13 @@
 //! and a kubelet-like driver talking CRI through the shim.
 #![allow(dead_code)]
 
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use podward_api::prober::v1 as api;
 use podward_api::prober::v1::prober_client::ProberClient;
@@ -368,4 +372,137 @@ pub(crate) fn sample(text: &str, parts: &[&str]) -> Option<f64> {
         .filter(|l| !l.starts_with('#'))
         .find(|l| parts.iter().all(|p| l.contains(p)))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// A pod of `containers` sleeping containers `c0`, `c1`, …, each with `probes(i)` as its entry
+/// in the probes annotation.
+pub(crate) async fn run_pod(
+    env: &Env,
+    name: &str,
+    containers: usize,
+    probes: impl Fn(usize) -> serde_json::Value,
+) -> Pod {
+    let mut annotation = serde_json::Map::new();
+    let mut spec = PodSpec::new(name);
+    for i in 0..containers {
+        let c = format!("c{i}");
+        annotation.insert(c.clone(), probes(i));
+        spec = spec.container(ContainerSpec::new(&c, &["sh", "-c", &script("true")]));
+    }
+    let spec = spec.annotation(
+        podward_api::labels::PODWARD_PROBES,
+        &serde_json::Value::Object(annotation).to_string(),
+    );
+    env.driver
+        .run_pod(&env.node, spec)
+        .await
+        .unwrap_or_else(|e| panic!("run pod {name}: {e}"))
+}
+
+/// A healthy HTTP target on loopback that records when each request arrived: a canary pod's
+/// probes aim at it, so the gaps between arrivals show whether anything delayed them.
+pub(crate) struct Recorder {
+    pub(crate) port: u16,
+    arrivals: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl Recorder {
+    /// Listens on a free loopback port, each connection on its own thread.
+    pub(crate) fn start() -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let arrivals: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let seen = arrivals.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut c) = conn else { continue };
+                seen.lock().push(Instant::now());
+                std::thread::spawn(move || {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match c.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                });
+            }
+        });
+        Self { port, arrivals }
+    }
+
+    /// The requests that arrived in `[from, to]`, in order.
+    fn arrivals(&self, from: Instant, to: Instant) -> Vec<Instant> {
+        self.arrivals
+            .lock()
+            .iter()
+            .copied()
+            .filter(|t| *t >= from && *t <= to)
+            .collect()
+    }
+
+    /// Gaps between consecutive probes that arrived in `[from, to]`.
+    pub(crate) fn gaps(&self, from: Instant, to: Instant) -> Vec<Duration> {
+        self.arrivals(from, to)
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .collect()
+    }
+
+    /// The largest gap between consecutive probes that arrived in `[from, to]` (`MAX` with
+    /// fewer than two), and how many arrived.
+    pub(crate) fn largest_gap(&self, from: Instant, to: Instant) -> (Duration, usize) {
+        let seen = self.arrivals(from, to);
+        let gap = seen
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or(Duration::MAX);
+        (gap, seen.len())
+    }
+}
+
+/// One canary pod per recorder, `canary-{i}`: a container `c0` whose 1 s HTTP liveness probe
+/// aims at the recorder, with `failureThreshold: 1`, so one failed probe is a kill.
+pub(crate) async fn run_canaries(env: &Env, recorders: &[Recorder]) -> Vec<Pod> {
+    let mut canaries = Vec::new();
+    for (i, r) in recorders.iter().enumerate() {
+        let port = r.port;
+        canaries.push(
+            run_pod(env, &format!("canary-{i}"), 1, |_| {
+                serde_json::json!({"livenessProbe": {"httpGet": {"path": "/healthz", "port": port},
+                    "periodSeconds": 1, "timeoutSeconds": 1, "failureThreshold": 1}})
+            })
+            .await,
+        );
+    }
+    canaries
+}
+
+/// What went wrong with the canaries (from [`run_canaries`]) so far: a failed probe in the
+/// prober's per-probe metrics, or a restart of `c0`.
+pub(crate) async fn canary_problems(env: &Env, canaries: &[Pod]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let probes_page = scrape_path(env.prober_admin, "/metrics/probes")
+        .await
+        .expect("scrape");
+    for (i, pod) in canaries.iter().enumerate() {
+        let name = format!("pod=\"canary-{i}\"");
+        let failed = sample(
+            &probes_page,
+            &["prober_probe_total{", &name, "result=\"failed\""],
+        );
+        if failed.unwrap_or(0.0) > 0.0 {
+            problems.push(format!("canary {i}: {failed:?} failed probes"));
+        }
+        if pod.restart_count("c0") != 0 {
+            problems.push(format!(
+                "canary {i} was killed: {:?}",
+                pod.restart_counts_seen("c0")
+            ));
+        }
+    }
+    problems
 }
