@@ -10,8 +10,8 @@
 //! field. While they run, every canary probe arrives on time (no gap over 1.2 × the period), none
 //! fails, no canary is killed, the prober's resident memory stays under 256 MiB, and the budget's
 //! gauge never passes the budget; 20 s after the hostile pods are gone the prober's memory is
-//! back near where it was before them. The test prints the canaries' lateness (p99), the RSS peak, and
-//! the RSS 20 s after the hostile pods are gone.
+//! back near where it was before them. The test prints the canaries' lateness (p99), the RSS
+//! peak, and the RSS 20 s after the hostile pods are gone.
 
 #[path = "prober_support.rs"]
 mod support;

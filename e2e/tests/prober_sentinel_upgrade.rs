@@ -4,8 +4,9 @@
 //! probe succeeds (`podward.io/ready=True`):
 //!
 //! - the shim restarted (SIGTERM, a new one on the same sockets, which reaches containerd only
-//!   3 s later) under the running prober: the prober keeps its workers (no result change on its Watch, the readiness worker's transition
-//!   time and probe count carry on), the gate is never written and no event is emitted;
+//!   3 s later) under the running prober: the prober keeps its workers (no result change on its
+//!   Watch, the readiness worker's transition time and probe count carry on), the gate is never
+//!   written and no event is emitted;
 //! - the prober replaced as a DaemonSet rollout replaces it (SIGTERM, a replacement's delay of
 //!   twice the lease duration, a new prober): the old one hands its lease over, the sentinel
 //!   never marks the node, the pod is never written `False`, no event.

@@ -4,11 +4,11 @@
 //! subscriber sees changes in the same order with consecutive `seq`. Each subscriber has its own
 //! bounded queue; publishing is a `try_send`, never an await. A subscriber whose queue is full is
 //! flagged: it gets no more events until it has drained its queue, and then receives a fresh
-//! snapshot with `resync = true` (see `publish/subscriber.rs`). So a slow subscriber costs nothing to the
-//! relay path or to the others, and never sees a silent gap. An event is one reference-counted
-//! allocation shared by every queue it is in; a subscriber's stream takes its own copy only
-//! when it hands the event to its connection's encoder (the last one to take it takes it
-//! without a copy).
+//! snapshot with `resync = true` (see `publish/subscriber.rs`). So a slow subscriber costs
+//! nothing to the relay path or to the others, and never sees a silent gap. An event is one
+//! reference-counted allocation shared by every queue it is in; a subscriber's stream takes its
+//! own copy only when it hands the event to its connection's encoder (the last one to take it
+//! takes it without a copy).
 
 mod subscriber;
 
