@@ -30,24 +30,6 @@ use serde_json::{Value, json};
 use support::*;
 use tokio::time::Instant;
 
-const NODE: &str = "e2e-node";
-const GATE: &str = "podward.io/ready";
-
-/// The mock API server and a node whose prober uses it.
-async fn start() -> (MockApiServer, Env, tempfile::TempDir) {
-    let mock = MockApiServer::start().await.expect("mock API server");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
-    let env = Env::start_with(vec![
-        "--node-name".into(),
-        NODE.into(),
-        "--kubeconfig".into(),
-        kubeconfig.to_str().expect("utf8").into(),
-    ])
-    .await;
-    (mock, env, dir)
-}
-
 /// A host directory for pod `name`, bind-mounted at `/data` in its container.
 fn data_dir(env: &Env, name: &str) -> PathBuf {
     let d = env.node.dir().join(format!("data-{name}"));
@@ -111,35 +93,6 @@ const FAIL_ONCE: &str =
 fn exec_live() -> Value {
     json!({"livenessProbe": {"exec": {"command": ["cat", "/tmp/health"]},
         "periodSeconds": 1, "failureThreshold": 3, "timeoutSeconds": 5}})
-}
-
-/// Polls `cond` every 100 ms until it holds or `timeout` passes.
-async fn until(
-    what: &str,
-    timeout: Duration,
-    mut cond: impl FnMut() -> bool,
-) -> Result<(), String> {
-    let end = Instant::now() + timeout;
-    while !cond() {
-        if Instant::now() >= end {
-            return Err(format!("timed out after {timeout:?} waiting for {what}"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
-}
-
-/// The gate condition's status on pod `uid` in the mock ("" when absent).
-fn gate_status(mock: &MockApiServer, uid: &str) -> String {
-    mock.pod(uid)
-        .and_then(|p| {
-            p["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .find(|c| c["type"] == GATE)
-                .and_then(|c| c["status"].as_str().map(str::to_owned))
-        })
-        .unwrap_or_default()
 }
 
 /// Successful-or-not writes of the gate condition to `status` for pod `name` after `since`.
@@ -537,7 +490,7 @@ async fn prestop_before_stop(env: &Env, mock: &MockApiServer) -> Result<(), Stri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_gate_events_prestop_and_api_down_at_the_mock_api_server() {
-    let (mock, env, _dir) = start().await;
+    let (mock, env, _dir) = start_with_api().await;
     let (e, m) = (&env, &mock);
     all(vec![
         (
@@ -620,7 +573,7 @@ async fn readiness_gate_events_prestop_and_api_down_at_the_mock_api_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prober_restart_changes_nothing_a_service_sees() {
-    let (mock, mut env, _dir) = start().await;
+    let (mock, mut env, _dir) = start_with_api().await;
     let (up, down) = (data_dir(&env, "up"), data_dir(&env, "down"));
     std::fs::write(up.join("healthz"), "ok").expect("healthz");
     let (p1, p2) = (free_port(), free_port());

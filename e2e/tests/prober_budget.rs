@@ -10,8 +10,8 @@
 //! field. While they run, every canary probe arrives on time (no gap over 1.2 × the period), none
 //! fails, no canary is killed, the prober's resident memory stays under 256 MiB, and the budget's
 //! gauge never passes the budget; 20 s after the hostile pods are gone the prober's memory is
-//! back near where it was before them. The test prints the canaries' lateness (p99), the RSS peak, and
-//! the RSS 20 s after the hostile pods are gone.
+//! back near where it was before them. The test prints the canaries' lateness (p99), the RSS
+//! peak, and the RSS 20 s after the hostile pods are gone.
 
 #[path = "prober_support.rs"]
 mod support;
@@ -22,8 +22,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use podward_e2e::{ContainerSpec, Pod, PodSpec};
 use serde_json::json;
 use support::*;
 use tokio::time::Instant;
@@ -80,51 +78,6 @@ impl Drop for HugeHeads {
     }
 }
 
-/// A healthy HTTP target that records when each request arrived.
-struct Recorder {
-    port: u16,
-    arrivals: Arc<Mutex<Vec<Instant>>>,
-}
-
-impl Recorder {
-    fn start() -> Self {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let arrivals: Arc<Mutex<Vec<Instant>>> = Arc::default();
-        let seen = arrivals.clone();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut c) = conn else { continue };
-                seen.lock().push(Instant::now());
-                std::thread::spawn(move || {
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 4096];
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match c.read(&mut chunk) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                    let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
-                });
-            }
-        });
-        Self { port, arrivals }
-    }
-
-    /// Gaps between consecutive probes that arrived in `[from, to]`.
-    fn gaps(&self, from: Instant, to: Instant) -> Vec<Duration> {
-        let seen: Vec<Instant> = self
-            .arrivals
-            .lock()
-            .iter()
-            .copied()
-            .filter(|t| *t >= from && *t <= to)
-            .collect();
-        seen.windows(2).map(|w| w[1] - w[0]).collect()
-    }
-}
-
 /// The prober's resident memory in bytes.
 fn rss(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -135,46 +88,13 @@ fn rss(pid: u32) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-async fn run_pod(
-    env: &Env,
-    name: &str,
-    containers: usize,
-    probes: impl Fn(usize) -> serde_json::Value,
-) -> Pod {
-    let mut annotation = serde_json::Map::new();
-    let mut spec = PodSpec::new(name);
-    for i in 0..containers {
-        let c = format!("c{i}");
-        annotation.insert(c.clone(), probes(i));
-        spec = spec.container(ContainerSpec::new(&c, &["sh", "-c", &script("true")]));
-    }
-    let spec = spec.annotation(
-        podward_api::labels::PODWARD_PROBES,
-        &serde_json::Value::Object(annotation).to_string(),
-    );
-    env.driver
-        .run_pod(&env.node, spec)
-        .await
-        .unwrap_or_else(|e| panic!("run pod {name}: {e}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_megabyte_heads_stay_within_the_budget_and_never_delay_other_pods() {
     let env = Env::start_with(vec![format!("--target-memory-budget-bytes={BUDGET}")]).await;
     let pid = env.prober.pid();
 
     let recorders: Vec<Recorder> = (0..2).map(|_| Recorder::start()).collect();
-    let mut canaries = Vec::new();
-    for (i, r) in recorders.iter().enumerate() {
-        let port = r.port;
-        canaries.push(
-            run_pod(&env, &format!("canary-{i}"), 1, |_| {
-                json!({"livenessProbe": {"httpGet": {"path": "/healthz", "port": port},
-                    "periodSeconds": 1, "timeoutSeconds": 1, "failureThreshold": 1}})
-            })
-            .await,
-        );
-    }
+    let canaries = run_canaries(&env, &recorders).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let rss_before = rss(pid);
 
@@ -226,22 +146,7 @@ async fn ten_megabyte_heads_stay_within_the_budget_and_never_delay_other_pods() 
         .copied()
         .unwrap_or_default();
     let lateness_p99 = p99.saturating_sub(PERIOD);
-    let probes_page = scrape_path(env.prober_admin, "/metrics/probes")
-        .await
-        .expect("scrape");
-    for (i, pod) in canaries.iter().enumerate() {
-        let name = format!("pod=\"canary-{i}\"");
-        let failed = sample(
-            &probes_page,
-            &["prober_probe_total{", &name, "result=\"failed\""],
-        );
-        if failed.unwrap_or(0.0) > 0.0 {
-            problems.push(format!("canary {i}: {failed:?} failed probes"));
-        }
-        if pod.restart_count("c0") != 0 {
-            problems.push(format!("canary {i} was killed"));
-        }
-    }
+    problems.extend(canary_problems(&env, &canaries).await);
     if rss_peak >= MEMORY_LIMIT {
         problems.push(format!("prober RSS peaked at {rss_peak} bytes"));
     }

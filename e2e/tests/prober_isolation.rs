@@ -14,7 +14,7 @@
 #[path = "prober_support.rs"]
 mod support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use nix::sys::socket::{setsockopt, sockopt};
 use parking_lot::Mutex;
-use podward_e2e::{ContainerSpec, Pod, PodSpec};
 use serde_json::json;
 use support::*;
 use tokio::time::Instant;
@@ -79,82 +78,8 @@ impl Drop for NeverReads {
     }
 }
 
-/// A healthy HTTP target that records when each request arrived.
-struct Recorder {
-    port: u16,
-    arrivals: Arc<Mutex<Vec<Instant>>>,
-}
-
-impl Recorder {
-    fn start() -> Self {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let arrivals: Arc<Mutex<Vec<Instant>>> = Arc::default();
-        let seen = arrivals.clone();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut c) = conn else { continue };
-                seen.lock().push(Instant::now());
-                std::thread::spawn(move || {
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 4096];
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match c.read(&mut chunk) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                    let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
-                });
-            }
-        });
-        Self { port, arrivals }
-    }
-
-    /// The largest gap between consecutive probes that arrived in `[from, to]`, and how many.
-    fn largest_gap(&self, from: Instant, to: Instant) -> (Duration, usize) {
-        let seen: Vec<Instant> = self
-            .arrivals
-            .lock()
-            .iter()
-            .copied()
-            .filter(|t| *t >= from && *t <= to)
-            .collect();
-        let gap = seen
-            .windows(2)
-            .map(|w| w[1] - w[0])
-            .max()
-            .unwrap_or(Duration::MAX);
-        (gap, seen.len())
-    }
-}
-
 fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
-
-/// A pod of `containers` sleeping containers, each with `probes(i)` as its annotation entry.
-async fn run_pod(
-    env: &Env,
-    name: &str,
-    containers: usize,
-    probes: impl Fn(usize) -> serde_json::Value,
-) -> Pod {
-    let mut annotation = serde_json::Map::new();
-    let mut spec = PodSpec::new(name);
-    for i in 0..containers {
-        let c = format!("c{i}");
-        annotation.insert(c.clone(), probes(i));
-        spec = spec.container(ContainerSpec::new(&c, &["sh", "-c", &script("true")]));
-    }
-    let spec = spec.annotation(
-        podward_api::labels::PODWARD_PROBES,
-        &serde_json::Value::Object(annotation).to_string(),
-    );
-    env.driver
-        .run_pod(&env.node, spec)
-        .await
-        .unwrap_or_else(|e| panic!("run pod {name}: {e}"))
 }
 
 const PERIOD: Duration = Duration::from_secs(1);
@@ -166,17 +91,7 @@ async fn hostile_targets_never_delay_fail_or_kill_other_pods() {
 
     // Canaries: one failed liveness probe would be a kill.
     let recorders: Vec<Recorder> = (0..2).map(|_| Recorder::start()).collect();
-    let mut canaries = Vec::new();
-    for (i, r) in recorders.iter().enumerate() {
-        let port = r.port;
-        canaries.push(
-            run_pod(&env, &format!("canary-{i}"), 1, |_| {
-                json!({"livenessProbe": {"httpGet": {"path": "/healthz", "port": port},
-                    "periodSeconds": 1, "timeoutSeconds": 1, "failureThreshold": 1}})
-            })
-            .await,
-        );
-    }
+    let canaries = run_canaries(&env, &recorders).await;
     // Steady state before the hostile pods: probes arrive, the fd count settles.
     let calm_from = Instant::now();
     tokio::time::sleep(Duration::from_secs(6)).await;
@@ -244,25 +159,7 @@ async fn hostile_targets_never_delay_fail_or_kill_other_pods() {
             ));
         }
     }
-    let probes_page = scrape_path(env.prober_admin, "/metrics/probes")
-        .await
-        .expect("scrape");
-    for (i, pod) in canaries.iter().enumerate() {
-        let name = format!("pod=\"canary-{i}\"");
-        let failed = sample(
-            &probes_page,
-            &["prober_probe_total{", &name, "result=\"failed\""],
-        );
-        if failed.unwrap_or(0.0) > 0.0 {
-            problems.push(format!("canary {i}: {failed:?} failed probes"));
-        }
-        if pod.restart_count("c0") != 0 {
-            problems.push(format!(
-                "canary {i} was killed: {:?}",
-                pod.restart_counts_seen("c0")
-            ));
-        }
-    }
+    problems.extend(canary_problems(&env, &canaries).await);
     let held = sample(
         &scrape(env.prober_admin).await.expect("scrape"),
         &["podward_prober_sockets_held"],

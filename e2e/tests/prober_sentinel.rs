@@ -14,49 +14,20 @@
 #[path = "prober_support.rs"]
 mod support;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use podward_e2e::apiserver::{MockApiServer, Recorded, pod_object};
-use podward_e2e::{ContainerSpec, Daemon, PodSpec, free_port};
+use podward_e2e::Daemon;
+use podward_e2e::apiserver::{MockApiServer, Recorded};
 use serde_json::{Value, json};
 use support::*;
 use tokio::time::Instant;
 
-const NODE: &str = "e2e-node";
-const GATE: &str = "podward.io/ready";
-const NAMESPACE: &str = "podward";
 /// The prober's lease cadence here: renew every 1 s, 4 s duration.
 const RENEW: Duration = Duration::from_secs(1);
 const LEASE: Duration = Duration::from_secs(4);
 /// The sentinel's period here.
 const PERIOD: Duration = Duration::from_secs(1);
-
-/// Polls `cond` every 100 ms until it holds or `timeout` passes.
-async fn until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + timeout;
-    while !cond() {
-        assert!(
-            Instant::now() < end,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The gate condition on pod `uid` in the stand-in (`Null` when absent).
-fn gate(mock: &MockApiServer, uid: &str) -> Value {
-    mock.pod(uid)
-        .and_then(|p| {
-            p["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .find(|c| c["type"] == GATE)
-                .cloned()
-        })
-        .unwrap_or(Value::Null)
-}
 
 /// The statuses pod `name`'s gate was written to after `since`, in order.
 fn written(mock: &MockApiServer, name: &str, since: SystemTime) -> Vec<String> {
@@ -77,48 +48,6 @@ fn sentinel_events(mock: &MockApiServer, name: &str) -> Vec<Value> {
                 && e["reason"] == "ProberNotReporting"
         })
         .collect()
-}
-
-async fn spawn_sentinel(kubeconfig: &std::path::Path) -> (Daemon, SocketAddr) {
-    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-    let args = [
-        "sentinel",
-        "--kubeconfig",
-        kubeconfig.to_str().expect("utf8"),
-        "--namespace",
-        NAMESPACE,
-        "--identity",
-        "sentinel-e2e",
-        "--period-seconds",
-        "1",
-        "--admin-addr",
-        &admin.to_string(),
-    ];
-    let d = Daemon::spawn("podward-prober", &args)
-        .await
-        .expect("spawn the sentinel");
-    d.wait_healthy(admin, Duration::from_secs(30))
-        .await
-        .expect("sentinel healthy");
-    (d, admin)
-}
-
-/// Waits until the sentinel's metrics say it leads and follows exactly one lease.
-async fn until_async_leases(admin: SocketAddr) {
-    let end = Instant::now() + Duration::from_secs(30);
-    loop {
-        let m = scrape(admin).await.unwrap_or_default();
-        if sample(&m, &["podward_sentinel_leases "]) == Some(1.0)
-            && sample(&m, &["podward_sentinel_leader "]) == Some(1.0)
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < end,
-            "the sentinel never led with one lease: {m}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// `podward-prober status` as an operator runs it on the node (its node name and kubeconfig
@@ -151,24 +80,7 @@ async fn a_killed_prober_s_gated_pod_goes_false_then_its_fresh_result_takes_it_b
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig: PathBuf = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
     put_node(&mock);
-    let mut env = Env::start_with(
-        [
-            "--node-name",
-            NODE,
-            "--kubeconfig",
-            kubeconfig.to_str().expect("utf8"),
-            "--lease-namespace",
-            NAMESPACE,
-            "--node-lease-renew-interval-seconds",
-            "1",
-            "--node-lease-duration-seconds",
-            "4",
-        ]
-        .iter()
-        .map(|a| (*a).to_owned())
-        .collect(),
-    )
-    .await;
+    let mut env = Env::start_with(lease_prober_args(&kubeconfig)).await;
     let (mut sentinel, sentinel_admin) = spawn_sentinel(&kubeconfig).await;
 
     // A gated pod on a node podward is not installed on: no lease, ever.
@@ -184,38 +96,12 @@ async fn a_killed_prober_s_gated_pod_goes_false_then_its_fresh_result_takes_it_b
 
     // A gated pod whose HTTP readiness succeeds.
     let name = "served";
-    let data = env.node.dir().join(format!("data-{name}"));
-    std::fs::create_dir_all(&data).expect("data dir");
-    std::fs::write(data.join("healthz"), "ok").expect("healthz");
-    let port = free_port();
-    let probes = json!({"readinessProbe": {"httpGet": {"path": "/healthz", "port": port},
-        "periodSeconds": 1, "failureThreshold": 3, "timeoutSeconds": 1}});
-    let spec = PodSpec::new(name)
-        .annotation(
-            podward_api::labels::PODWARD_PROBES,
-            &json!({ "app": probes }).to_string(),
-        )
-        .container(
-            ContainerSpec::new(
-                "app",
-                &[
-                    "sh",
-                    "-c",
-                    &script(&format!("httpd -p 127.0.0.1:{port} -h /data")),
-                ],
-            )
-            .mount(data.to_str().expect("utf8"), "/data"),
-        );
-    let mut obj = pod_object(&spec, NODE);
-    obj["spec"]["readinessGates"] = json!([{ "conditionType": GATE }]);
-    mock.put_pod(obj);
-    let pod = env.driver.run_pod(&env.node, spec).await.expect("run pod");
-    let uid = pod.uid().to_owned();
-    until("the gate to be True", Duration::from_secs(60), || {
+    let uid = ready_pod(&env, &mock, name, None).await;
+    wait_until("the gate to be True", Duration::from_secs(60), || {
         gate(&mock, &uid)["status"] == "True"
     })
     .await;
-    until(
+    wait_until(
         "the node lease, held by the node",
         Duration::from_secs(30),
         || {
@@ -228,7 +114,7 @@ async fn a_killed_prober_s_gated_pod_goes_false_then_its_fresh_result_takes_it_b
         mock.lease(NAMESPACE, NODE).expect("lease")["spec"]["leaseDurationSeconds"],
         4
     );
-    until(
+    wait_until(
         "the sentinel to lead and follow one lease",
         Duration::from_secs(30),
         || {
@@ -253,7 +139,7 @@ async fn a_killed_prober_s_gated_pod_goes_false_then_its_fresh_result_takes_it_b
     env.kill_prober().await;
     let killed = SystemTime::now();
     let killed_at = Instant::now();
-    until(
+    wait_until(
         "the sentinel to mark the gate False",
         LEASE + PERIOD + Duration::from_secs(3),
         || gate(&mock, &uid)["status"] == "False",
@@ -276,7 +162,7 @@ async fn a_killed_prober_s_gated_pod_goes_false_then_its_fresh_result_takes_it_b
         c["message"].as_str().is_some_and(|m| m.contains(NODE)),
         "the message names the node: {c}"
     );
-    until("the sentinel's event", Duration::from_secs(5), || {
+    wait_until("the sentinel's event", Duration::from_secs(5), || {
         !sentinel_events(&mock, name).is_empty()
     })
     .await;
@@ -295,7 +181,7 @@ async fn a_killed_prober_s_gated_pod_goes_false_then_its_fresh_result_takes_it_b
 
     // Back: the first fresh result takes the condition over.
     env.start_prober().await;
-    until("the prober's fresh True", Duration::from_secs(30), || {
+    wait_until("the prober's fresh True", Duration::from_secs(30), || {
         gate(&mock, &uid)["status"] == "True"
     })
     .await;
@@ -350,70 +236,6 @@ async fn a_killed_prober_s_gated_pod_goes_false_then_its_fresh_result_takes_it_b
     sentinel.terminate().await.expect("sentinel stops");
 }
 
-/// The stand-in's Node for this node (the lease's owner; the sentinel ignores the lease of a
-/// Node that is gone).
-fn put_node(mock: &MockApiServer) {
-    mock.put_node(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}));
-}
-
-/// The prober's flags here: its node, the stand-in, the lease at this file's cadence.
-fn prober_args(kubeconfig: &std::path::Path) -> Vec<String> {
-    [
-        "--node-name",
-        NODE,
-        "--kubeconfig",
-        kubeconfig.to_str().expect("utf8"),
-        "--lease-namespace",
-        NAMESPACE,
-        "--node-lease-renew-interval-seconds",
-        "1",
-        "--node-lease-duration-seconds",
-        "4",
-    ]
-    .iter()
-    .map(|a| (*a).to_owned())
-    .collect()
-}
-
-/// Runs gated pod `name` whose HTTP readiness succeeds, put in the stand-in with the gate
-/// condition `initial` (absent when `None`); its UID.
-async fn ready_pod(env: &Env, mock: &MockApiServer, name: &str, initial: Option<&str>) -> String {
-    let data = env.node.dir().join(format!("data-{name}"));
-    std::fs::create_dir_all(&data).expect("data dir");
-    std::fs::write(data.join("healthz"), "ok").expect("healthz");
-    let port = free_port();
-    let probes = json!({"readinessProbe": {"httpGet": {"path": "/healthz", "port": port},
-        "periodSeconds": 1, "failureThreshold": 3, "timeoutSeconds": 1}});
-    let spec = PodSpec::new(name)
-        .annotation(
-            podward_api::labels::PODWARD_PROBES,
-            &json!({ "app": probes }).to_string(),
-        )
-        .container(
-            ContainerSpec::new(
-                "app",
-                &[
-                    "sh",
-                    "-c",
-                    &script(&format!("httpd -p 127.0.0.1:{port} -h /data")),
-                ],
-            )
-            .mount(data.to_str().expect("utf8"), "/data"),
-        );
-    let mut obj = pod_object(&spec, NODE);
-    obj["spec"]["readinessGates"] = json!([{ "conditionType": GATE }]);
-    if let Some(st) = initial {
-        obj["status"]["conditions"]
-            .as_array_mut()
-            .expect("conditions")
-            .push(json!({"type": GATE, "status": st, "reason": "Earlier",
-                "lastTransitionTime": "2026-01-01T00:00:00Z"}));
-    }
-    mock.put_pod(obj);
-    let pod = env.driver.run_pod(&env.node, spec).await.expect("run pod");
-    pod.uid().to_owned()
-}
-
 /// The node lease's `renewTime` ("" without a lease).
 fn renew_time(mock: &MockApiServer) -> String {
     mock.lease(NAMESPACE, NODE)
@@ -465,16 +287,16 @@ async fn node_with_a_refused_pod(
         403,
         "admission webhook \"deny.example.com\" denied the request: frozen namespace",
     );
-    let env = Env::start_with(prober_args(kubeconfig)).await;
+    let env = Env::start_with(lease_prober_args(kubeconfig)).await;
     let (sentinel, sentinel_admin) = spawn_sentinel(kubeconfig).await;
     let uid = ready_pod(&env, mock, "served", None).await;
     // Its condition says False (from before): the prober wants True and is refused each time.
     ready_pod(&env, mock, "refused", Some("False")).await;
-    until("the gate to be True", Duration::from_secs(60), || {
+    wait_until("the gate to be True", Duration::from_secs(60), || {
         gate(mock, &uid)["status"] == "True"
     })
     .await;
-    until("a refused write", Duration::from_secs(30), || {
+    wait_until("a refused write", Duration::from_secs(30), || {
         mock.requests()
             .iter()
             .any(|r| r.is_status_write("refused") && r.code == Some(403))
@@ -519,10 +341,10 @@ async fn a_dropped_pod_watch_never_withdraws_the_node_lease() {
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig: PathBuf = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
     put_node(&mock);
-    let env = Env::start_with(prober_args(&kubeconfig)).await;
+    let env = Env::start_with(lease_prober_args(&kubeconfig)).await;
     let (mut sentinel, sentinel_admin) = spawn_sentinel(&kubeconfig).await;
     let uid = ready_pod(&env, &mock, "served", None).await;
-    until("the gate to be True", Duration::from_secs(60), || {
+    wait_until("the gate to be True", Duration::from_secs(60), || {
         gate(&mock, &uid)["status"] == "True"
     })
     .await;
@@ -550,14 +372,14 @@ async fn a_dropped_pod_watch_never_withdraws_the_node_lease() {
     let listed = lists(&mock);
     mock.set_available(false);
     mock.drop_watches();
-    until("a refused re-watch", Duration::from_secs(10), || {
+    wait_until("a refused re-watch", Duration::from_secs(10), || {
         mock.requests().iter().skip(before).any(|r| {
             r.path == "/api/v1/pods" && r.query.contains_key("watch") && r.code == Some(503)
         })
     })
     .await;
     mock.set_available(true);
-    until("the pod watch to resume", Duration::from_secs(10), || {
+    wait_until("the pod watch to resume", Duration::from_secs(10), || {
         mock.requests().iter().any(|r| {
             r.path == "/api/v1/pods" && r.query.contains_key("watch") && r.code == Some(200)
         }) && watches(&mock) > before + 1
@@ -579,7 +401,7 @@ async fn ten_prober_restarts_in_a_row_never_write_a_pod_false() {
     let dir = tempfile::tempdir().expect("tempdir");
     let kubeconfig: PathBuf = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
     put_node(&mock);
-    let mut args = prober_args(&kubeconfig);
+    let mut args = lease_prober_args(&kubeconfig);
     for (flag, value) in [
         ("--node-lease-renew-interval-seconds", "4"),
         ("--node-lease-duration-seconds", "6"),
@@ -590,7 +412,7 @@ async fn ten_prober_restarts_in_a_row_never_write_a_pod_false() {
     let mut env = Env::start_with(args).await;
     let (mut sentinel, sentinel_admin) = spawn_sentinel(&kubeconfig).await;
     let uid = ready_pod(&env, &mock, "served", None).await;
-    until("the gate to be True", Duration::from_secs(60), || {
+    wait_until("the gate to be True", Duration::from_secs(60), || {
         gate(&mock, &uid)["status"] == "True"
     })
     .await;
@@ -602,7 +424,7 @@ async fn ten_prober_restarts_in_a_row_never_write_a_pod_false() {
         let killed = Instant::now();
         tokio::time::sleep(Duration::from_secs(3)).await;
         env.start_prober().await;
-        until(
+        wait_until(
             &format!("round {round}: the restarted prober's first renewal"),
             Duration::from_secs(3),
             || renew_time(&mock) != renewed,

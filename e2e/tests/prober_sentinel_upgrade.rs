@@ -4,8 +4,9 @@
 //! probe succeeds (`podward.io/ready=True`):
 //!
 //! - the shim restarted (SIGTERM, a new one on the same sockets, which reaches containerd only
-//!   3 s later) under the running prober: the prober keeps its workers (no result change on its Watch, the readiness worker's transition
-//!   time and probe count carry on), the gate is never written and no event is emitted;
+//!   3 s later) under the running prober: the prober keeps its workers (no result change on its
+//!   Watch, the readiness worker's transition time and probe count carry on), the gate is never
+//!   written and no event is emitted;
 //! - the prober replaced as a DaemonSet rollout replaces it (SIGTERM, a replacement's delay of
 //!   twice the lease duration, a new prober): the old one hands its lease over, the sentinel
 //!   never marks the node, the pod is never written `False`, no event.
@@ -19,40 +20,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use podward_api::prober::v1 as api;
-use podward_e2e::apiserver::{MockApiServer, pod_object};
-use podward_e2e::{ContainerSpec, Daemon, PodSpec, free_port};
-use serde_json::{Value, json};
+use podward_e2e::apiserver::MockApiServer;
+use podward_e2e::{Daemon, free_port};
+use serde_json::Value;
 use support::*;
 use tokio::time::Instant;
 
-const NODE: &str = "e2e-node";
-const GATE: &str = "podward.io/ready";
-const NAMESPACE: &str = "podward";
 const LEASE: Duration = Duration::from_secs(4);
 const PERIOD: Duration = Duration::from_secs(1);
-
-async fn until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + timeout;
-    while !cond() {
-        assert!(
-            Instant::now() < end,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn gate(mock: &MockApiServer, uid: &str) -> Value {
-    mock.pod(uid)
-        .and_then(|p| {
-            p["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .find(|c| c["type"] == GATE)
-                .cloned()
-        })
-        .unwrap_or(Value::Null)
-}
 
 /// Every status written to pod `name`'s gate after `since`.
 fn written(mock: &MockApiServer, name: &str, since: SystemTime) -> Vec<String> {
@@ -80,97 +55,20 @@ fn lease_duration(mock: &MockApiServer) -> Option<i64> {
     mock.lease(NAMESPACE, NODE)?["spec"]["leaseDurationSeconds"].as_i64()
 }
 
-async fn spawn_sentinel(kubeconfig: &Path) -> Daemon {
-    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-    let args = [
-        "sentinel",
-        "--kubeconfig",
-        kubeconfig.to_str().expect("utf8"),
-        "--namespace",
-        NAMESPACE,
-        "--identity",
-        "sentinel-e2e",
-        "--period-seconds",
-        "1",
-        "--admin-addr",
-        &admin.to_string(),
-    ];
-    let d = Daemon::spawn("podward-prober", &args)
-        .await
-        .expect("spawn the sentinel");
-    d.wait_healthy(admin, Duration::from_secs(30))
-        .await
-        .expect("sentinel healthy");
-    let end = Instant::now() + Duration::from_secs(30);
-    loop {
-        let m = scrape(admin).await.unwrap_or_default();
-        if sample(&m, &["podward_sentinel_leases "]) == Some(1.0)
-            && sample(&m, &["podward_sentinel_leader "]) == Some(1.0)
-        {
-            return d;
-        }
-        assert!(
-            Instant::now() < end,
-            "the sentinel never led with one lease: {m}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// A node (lease every 1 s, 4 s duration, `extra` prober flags) with the sentinel running and
 /// gated pod `served` True; its UID.
 async fn node(mock: &MockApiServer, kubeconfig: &Path, extra: &[&str]) -> (Env, Daemon, String) {
-    mock.put_node(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}));
-    let mut args: Vec<String> = [
-        "--node-name",
-        NODE,
-        "--kubeconfig",
-        kubeconfig.to_str().expect("utf8"),
-        "--lease-namespace",
-        NAMESPACE,
-        "--node-lease-renew-interval-seconds",
-        "1",
-        "--node-lease-duration-seconds",
-        "4",
-    ]
-    .iter()
-    .map(|a| (*a).to_owned())
-    .collect();
+    put_node(mock);
+    let mut args = lease_prober_args(kubeconfig);
     args.extend(extra.iter().map(|a| (*a).to_owned()));
     let env = Env::start_with(args).await;
-    let name = "served";
-    let data = env.node.dir().join(format!("data-{name}"));
-    std::fs::create_dir_all(&data).expect("data dir");
-    std::fs::write(data.join("healthz"), "ok").expect("healthz");
-    let port = free_port();
-    let probes = json!({"readinessProbe": {"httpGet": {"path": "/healthz", "port": port},
-        "periodSeconds": 1, "failureThreshold": 3, "timeoutSeconds": 1}});
-    let spec = PodSpec::new(name)
-        .annotation(
-            podward_api::labels::PODWARD_PROBES,
-            &json!({ "app": probes }).to_string(),
-        )
-        .container(
-            ContainerSpec::new(
-                "app",
-                &[
-                    "sh",
-                    "-c",
-                    &script(&format!("httpd -p 127.0.0.1:{port} -h /data")),
-                ],
-            )
-            .mount(data.to_str().expect("utf8"), "/data"),
-        );
-    let mut obj = pod_object(&spec, NODE);
-    obj["spec"]["readinessGates"] = json!([{ "conditionType": GATE }]);
-    mock.put_pod(obj);
-    let pod = env.driver.run_pod(&env.node, spec).await.expect("run pod");
-    let uid = pod.uid().to_owned();
-    until("the gate to be True", Duration::from_secs(60), || {
+    let uid = ready_pod(&env, mock, "served", None).await;
+    wait_until("the gate to be True", Duration::from_secs(60), || {
         gate(mock, &uid)["status"] == "True"
     })
     .await;
-    let sentinel = spawn_sentinel(kubeconfig).await;
+    let (sentinel, admin) = spawn_sentinel(kubeconfig).await;
+    until_async_leases(admin).await;
     (env, sentinel, uid)
 }
 
@@ -317,7 +215,7 @@ async fn a_prober_replaced_by_sigterm_hands_its_lease_over_and_no_pod_is_written
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     env.start_prober().await;
-    until(
+    wait_until(
         "the replacement's own renewal",
         Duration::from_secs(10),
         || lease_duration(&mock) == Some(4),

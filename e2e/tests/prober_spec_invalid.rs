@@ -19,9 +19,6 @@ use serde_json::{Value, json};
 use support::*;
 use tokio::time::Instant;
 
-const NODE: &str = "e2e-node";
-const GATE: &str = "podward.io/ready";
-
 /// Puts a one-container pod `name` with `annotation` (raw text) into the mock API, gated or
 /// not, and runs it on the node.
 async fn run(env: &Env, mock: &MockApiServer, name: &str, annotation: &str, gated: bool) -> Pod {
@@ -57,22 +54,6 @@ fn events(mock: &MockApiServer, name: &str, reason: &str) -> Vec<Value> {
         .into_iter()
         .filter(|e| e["involvedObject"]["name"] == name && e["reason"] == reason)
         .collect()
-}
-
-/// Polls `cond` every 100 ms until it holds or `timeout` passes.
-async fn until(
-    what: &str,
-    timeout: Duration,
-    mut cond: impl FnMut() -> bool,
-) -> Result<(), String> {
-    let end = Instant::now() + timeout;
-    while !cond() {
-        if Instant::now() >= end {
-            return Err(format!("timed out after {timeout:?} waiting for {what}"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
 }
 
 const EXEC_READY: &str = r#"{"exec":{"command":["cat","/tmp/health"]},"periodSeconds":1}"#;
@@ -158,16 +139,7 @@ async fn ungated_probes_the_rest(env: &Env, mock: &MockApiServer) -> Result<(), 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gated_pod_with_a_broken_annotation_fails_closed_at_the_mock_api_server() {
-    let mock = MockApiServer::start().await.expect("mock API server");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
-    let env = Env::start_with(vec![
-        "--node-name".into(),
-        NODE.into(),
-        "--kubeconfig".into(),
-        kubeconfig.to_str().expect("utf8").into(),
-    ])
-    .await;
+    let (mock, env, _dir) = start_with_api().await;
     let (e, m) = (&env, &mock);
     all(vec![
         (

@@ -3,14 +3,20 @@
 //! and a kubelet-like driver talking CRI through the shim.
 #![allow(dead_code)]
 
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use podward_api::prober::v1 as api;
 use podward_api::prober::v1::prober_client::ProberClient;
 use podward_api::test_util::eventually;
+use podward_e2e::apiserver::{MockApiServer, pod_object};
 use podward_e2e::{ContainerSpec, Daemon, Driver, Pod, PodSpec, TestNode, free_port};
+use serde_json::{Value, json};
 use tokio::time::Instant;
 
 /// A node with containerd, shim and prober running.
@@ -145,7 +151,7 @@ impl Env {
         script: &str,
         probes: serde_json::Value,
     ) -> Pod {
-        let annotation = serde_json::json!({ "app": probes }).to_string();
+        let annotation = json!({ "app": probes }).to_string();
         let spec = spec
             .annotation(podward_api::labels::PODWARD_PROBES, &annotation)
             .container(ContainerSpec::new("app", &["sh", "-c", script]));
@@ -368,4 +374,318 @@ pub(crate) fn sample(text: &str, parts: &[&str]) -> Option<f64> {
         .filter(|l| !l.starts_with('#'))
         .find(|l| parts.iter().all(|p| l.contains(p)))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// A pod of `containers` sleeping containers `c0`, `c1`, …, each with `probes(i)` as its entry
+/// in the probes annotation.
+pub(crate) async fn run_pod(
+    env: &Env,
+    name: &str,
+    containers: usize,
+    probes: impl Fn(usize) -> serde_json::Value,
+) -> Pod {
+    let mut annotation = serde_json::Map::new();
+    let mut spec = PodSpec::new(name);
+    for i in 0..containers {
+        let c = format!("c{i}");
+        annotation.insert(c.clone(), probes(i));
+        spec = spec.container(ContainerSpec::new(&c, &["sh", "-c", &script("true")]));
+    }
+    let spec = spec.annotation(
+        podward_api::labels::PODWARD_PROBES,
+        &serde_json::Value::Object(annotation).to_string(),
+    );
+    env.driver
+        .run_pod(&env.node, spec)
+        .await
+        .unwrap_or_else(|e| panic!("run pod {name}: {e}"))
+}
+
+/// A healthy HTTP target on loopback that records when each request arrived: a canary pod's
+/// probes aim at it, so the gaps between arrivals show whether anything delayed them.
+pub(crate) struct Recorder {
+    pub(crate) port: u16,
+    arrivals: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl Recorder {
+    /// Listens on a free loopback port, each connection on its own thread.
+    pub(crate) fn start() -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let arrivals: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let seen = arrivals.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut c) = conn else { continue };
+                seen.lock().push(Instant::now());
+                std::thread::spawn(move || {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match c.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+                });
+            }
+        });
+        Self { port, arrivals }
+    }
+
+    /// The requests that arrived in `[from, to]`, in order.
+    fn arrivals(&self, from: Instant, to: Instant) -> Vec<Instant> {
+        self.arrivals
+            .lock()
+            .iter()
+            .copied()
+            .filter(|t| *t >= from && *t <= to)
+            .collect()
+    }
+
+    /// Gaps between consecutive probes that arrived in `[from, to]`.
+    pub(crate) fn gaps(&self, from: Instant, to: Instant) -> Vec<Duration> {
+        self.arrivals(from, to)
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .collect()
+    }
+
+    /// The largest gap between consecutive probes that arrived in `[from, to]` (`MAX` with
+    /// fewer than two), and how many arrived.
+    pub(crate) fn largest_gap(&self, from: Instant, to: Instant) -> (Duration, usize) {
+        let seen = self.arrivals(from, to);
+        let gap = seen
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or(Duration::MAX);
+        (gap, seen.len())
+    }
+}
+
+/// One canary pod per recorder, `canary-{i}`: a container `c0` whose 1 s HTTP liveness probe
+/// aims at the recorder, with `failureThreshold: 1`, so one failed probe is a kill.
+pub(crate) async fn run_canaries(env: &Env, recorders: &[Recorder]) -> Vec<Pod> {
+    let mut canaries = Vec::new();
+    for (i, r) in recorders.iter().enumerate() {
+        let port = r.port;
+        canaries.push(
+            run_pod(env, &format!("canary-{i}"), 1, |_| {
+                json!({"livenessProbe": {"httpGet": {"path": "/healthz", "port": port},
+                    "periodSeconds": 1, "timeoutSeconds": 1, "failureThreshold": 1}})
+            })
+            .await,
+        );
+    }
+    canaries
+}
+
+/// What went wrong with the canaries (from [`run_canaries`]) so far: a failed probe in the
+/// prober's per-probe metrics, or a restart of `c0`.
+pub(crate) async fn canary_problems(env: &Env, canaries: &[Pod]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let probes_page = scrape_path(env.prober_admin, "/metrics/probes")
+        .await
+        .expect("scrape");
+    for (i, pod) in canaries.iter().enumerate() {
+        let name = format!("pod=\"canary-{i}\"");
+        let failed = sample(
+            &probes_page,
+            &["prober_probe_total{", &name, "result=\"failed\""],
+        );
+        if failed.unwrap_or(0.0) > 0.0 {
+            problems.push(format!("canary {i}: {failed:?} failed probes"));
+        }
+        if pod.restart_count("c0") != 0 {
+            problems.push(format!(
+                "canary {i} was killed: {:?}",
+                pod.restart_counts_seen("c0")
+            ));
+        }
+    }
+    problems
+}
+
+/// The node the prober runs as, in the API stand-in.
+pub(crate) const NODE: &str = "e2e-node";
+/// The readiness gate's condition type.
+pub(crate) const GATE: &str = "podward.io/ready";
+/// The namespace of the node lease (and of the sentinel's own lease).
+pub(crate) const NAMESPACE: &str = "podward";
+
+/// The API stand-in, and a node whose prober (as [`NODE`]) uses it through a kubeconfig in the
+/// returned directory.
+pub(crate) async fn start_with_api() -> (MockApiServer, Env, tempfile::TempDir) {
+    let mock = MockApiServer::start().await.expect("mock API server");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
+    let env = Env::start_with(vec![
+        "--node-name".into(),
+        NODE.into(),
+        "--kubeconfig".into(),
+        kubeconfig.to_str().expect("utf8").into(),
+    ])
+    .await;
+    (mock, env, dir)
+}
+
+/// Polls `cond` every 100 ms until it holds; an error naming `what` once `timeout` passes.
+pub(crate) async fn until(
+    what: &str,
+    timeout: Duration,
+    mut cond: impl FnMut() -> bool,
+) -> Result<(), String> {
+    let end = Instant::now() + timeout;
+    while !cond() {
+        if Instant::now() >= end {
+            return Err(format!("timed out after {timeout:?} waiting for {what}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// [`until`], panicking with its error.
+pub(crate) async fn wait_until(what: &str, timeout: Duration, cond: impl FnMut() -> bool) {
+    if let Err(e) = until(what, timeout, cond).await {
+        panic!("{e}");
+    }
+}
+
+/// The gate condition on pod `uid` in the stand-in (`Null` when absent).
+pub(crate) fn gate(mock: &MockApiServer, uid: &str) -> Value {
+    mock.pod(uid)
+        .and_then(|p| {
+            p["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == GATE)
+                .cloned()
+        })
+        .unwrap_or(Value::Null)
+}
+
+/// The status of the gate condition on pod `uid` in the stand-in ("" when absent).
+pub(crate) fn gate_status(mock: &MockApiServer, uid: &str) -> String {
+    gate(mock, uid)["status"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_default()
+}
+
+/// The stand-in's Node for this node (the lease's owner; the sentinel ignores the lease of a
+/// Node that is gone).
+pub(crate) fn put_node(mock: &MockApiServer) {
+    mock.put_node(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}));
+}
+
+/// The prober's flags for the lease tests: its node, the stand-in, the node lease renewed every
+/// 1 s with a 4 s duration.
+pub(crate) fn lease_prober_args(kubeconfig: &std::path::Path) -> Vec<String> {
+    [
+        "--node-name",
+        NODE,
+        "--kubeconfig",
+        kubeconfig.to_str().expect("utf8"),
+        "--lease-namespace",
+        NAMESPACE,
+        "--node-lease-renew-interval-seconds",
+        "1",
+        "--node-lease-duration-seconds",
+        "4",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect()
+}
+
+/// Runs gated pod `name` whose HTTP readiness succeeds, put in the stand-in with the gate
+/// condition `initial` (absent when `None`); its UID.
+pub(crate) async fn ready_pod(
+    env: &Env,
+    mock: &MockApiServer,
+    name: &str,
+    initial: Option<&str>,
+) -> String {
+    let data = env.node.dir().join(format!("data-{name}"));
+    std::fs::create_dir_all(&data).expect("data dir");
+    std::fs::write(data.join("healthz"), "ok").expect("healthz");
+    let port = free_port();
+    let probes = json!({"readinessProbe": {"httpGet": {"path": "/healthz", "port": port},
+        "periodSeconds": 1, "failureThreshold": 3, "timeoutSeconds": 1}});
+    let spec = PodSpec::new(name)
+        .annotation(
+            podward_api::labels::PODWARD_PROBES,
+            &json!({ "app": probes }).to_string(),
+        )
+        .container(
+            ContainerSpec::new(
+                "app",
+                &[
+                    "sh",
+                    "-c",
+                    &script(&format!("httpd -p 127.0.0.1:{port} -h /data")),
+                ],
+            )
+            .mount(data.to_str().expect("utf8"), "/data"),
+        );
+    let mut obj = pod_object(&spec, NODE);
+    obj["spec"]["readinessGates"] = json!([{ "conditionType": GATE }]);
+    if let Some(st) = initial {
+        obj["status"]["conditions"]
+            .as_array_mut()
+            .expect("conditions")
+            .push(json!({"type": GATE, "status": st, "reason": "Earlier",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}));
+    }
+    mock.put_pod(obj);
+    let pod = env.driver.run_pod(&env.node, spec).await.expect("run pod");
+    pod.uid().to_owned()
+}
+
+/// A `podward-prober sentinel` on the stand-in (`sentinel-e2e`, period 1 s), healthy; with its
+/// admin address.
+pub(crate) async fn spawn_sentinel(kubeconfig: &std::path::Path) -> (Daemon, SocketAddr) {
+    let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    let args = [
+        "sentinel",
+        "--kubeconfig",
+        kubeconfig.to_str().expect("utf8"),
+        "--namespace",
+        NAMESPACE,
+        "--identity",
+        "sentinel-e2e",
+        "--period-seconds",
+        "1",
+        "--admin-addr",
+        &admin.to_string(),
+    ];
+    let d = Daemon::spawn("podward-prober", &args)
+        .await
+        .expect("spawn the sentinel");
+    d.wait_healthy(admin, Duration::from_secs(30))
+        .await
+        .expect("sentinel healthy");
+    (d, admin)
+}
+
+/// Waits until the sentinel's metrics say it leads and follows exactly one lease.
+pub(crate) async fn until_async_leases(admin: SocketAddr) {
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = scrape(admin).await.unwrap_or_default();
+        if sample(&m, &["podward_sentinel_leases "]) == Some(1.0)
+            && sample(&m, &["podward_sentinel_leader "]) == Some(1.0)
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "the sentinel never led with one lease: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -22,9 +22,7 @@ use podward_e2e::apiserver::admission::{FailurePolicy, MutatingWebhook};
 use podward_e2e::{ContainerSpec, Daemon, PodSpec, free_port};
 use serde_json::{Value, json};
 use support::*;
-use tokio::time::Instant;
 
-const NODE: &str = "e2e-node";
 const SERVICE_DNS: &str = "podward-admission.podward-system.svc";
 
 /// A CA and a serving certificate for the webhook's Service, written into `dir`: the CA's PEM.
@@ -97,46 +95,10 @@ async fn run_admitted(env: &Env, pod: &Value, script: &str, data: &Path) -> podw
         .expect("run the admitted pod")
 }
 
-async fn until(
-    what: &str,
-    timeout: Duration,
-    mut cond: impl FnMut() -> bool,
-) -> Result<(), String> {
-    let end = Instant::now() + timeout;
-    while !cond() {
-        if Instant::now() >= end {
-            return Err(format!("timed out after {timeout:?} waiting for {what}"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
-}
-
-fn gate_status(mock: &MockApiServer, uid: &str) -> String {
-    mock.pod(uid)
-        .and_then(|p| {
-            p["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .find(|c| c["type"] == "podward.io/ready")
-                .and_then(|c| c["status"].as_str().map(str::to_owned))
-        })
-        .unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pod_created_through_the_webhook_is_probed_by_podward_and_admitted_unchanged_without_it()
 {
-    let mock = MockApiServer::start().await.expect("mock API server");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let kubeconfig = mock.write_kubeconfig(dir.path()).expect("kubeconfig");
-    let env = Env::start_with(vec![
-        "--node-name".into(),
-        NODE.into(),
-        "--kubeconfig".into(),
-        kubeconfig.to_str().expect("utf8").into(),
-    ])
-    .await;
+    let (mock, env, dir) = start_with_api().await;
     let ca = certificates(dir.path());
     let (port, admin) = (free_port(), free_port());
     let cert = dir.path().join("tls.crt");

@@ -14,8 +14,8 @@ use std::time::Duration;
 use podward_api::cri;
 use podward_api::shim::v1::{SnapshotRequest, WatchRequest};
 use podward_api::test_util::eventually;
-use podward_e2e::{Daemon, PodSpec, TestNode, free_port};
-use support::{lifecycle, one_connection, wait_rebuilt};
+use podward_e2e::{PodSpec, TestNode, free_port};
+use support::{lifecycle, one_connection, spawn_shim, wait_rebuilt};
 
 /// Containers created.
 const CONTAINERS: usize = 20;
@@ -39,30 +39,6 @@ fn rss_kib(pid: u32) -> (u64, u64) {
             .unwrap_or(0)
     };
     (field("VmHWM:"), field("VmRSS:"))
-}
-
-async fn spawn_shim(node: &TestNode, admin: SocketAddr) -> Daemon {
-    let dir = node.dir();
-    let (cri, ctl) = (dir.join("shim.cri.sock"), dir.join("shim.ctl.sock"));
-    let containerd = node.containerd_socket();
-    let admin_s = admin.to_string();
-    let args = [
-        "--listen",
-        cri.to_str().expect("utf8"),
-        "--control-socket",
-        ctl.to_str().expect("utf8"),
-        "--containerd-socket",
-        containerd.to_str().expect("utf8"),
-        "--admin-addr",
-        &admin_s,
-    ];
-    let d = Daemon::spawn("podward-shim", &args)
-        .await
-        .expect("spawn shim");
-    d.wait_healthy(admin, Duration::from_secs(30))
-        .await
-        .expect("shim healthy");
-    d
 }
 
 /// A container config with `BIG_VARS` variables of 1 MiB, a small `SMALL`, and (container 0

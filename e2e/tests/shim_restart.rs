@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use podward_api::cri;
 use podward_api::shim::v1::{Container, Sandbox, Snapshot, WatchRequest, watch_event};
 use podward_api::test_util::eventually;
-use podward_e2e::{ContainerSpec, Daemon, Driver, PodSpec, RestartPolicy, TestNode, free_port};
-use support::{InProcShim, lifecycle, snapshot, wait_rebuilt};
+use podward_e2e::{ContainerSpec, Driver, PodSpec, RestartPolicy, TestNode, free_port};
+use support::{InProcShim, lifecycle, snapshot, spawn_shim, wait_rebuilt};
 
 /// What must survive a restart: everything the runtime knows (delivery and stop-request times
 /// only the CRI path knew; start times came from the shim's own clock before the restart).
@@ -43,30 +43,6 @@ fn keys(s: &Snapshot) -> (Vec<String>, Vec<String>) {
     sb.sort();
     ct.sort();
     (sb, ct)
-}
-
-async fn spawn_shim(node: &TestNode, admin: SocketAddr) -> Daemon {
-    let dir = node.dir();
-    let (cri, ctl) = (dir.join("shim.cri.sock"), dir.join("shim.ctl.sock"));
-    let containerd = node.containerd_socket();
-    let admin_s = admin.to_string();
-    let args = [
-        "--listen",
-        cri.to_str().expect("utf8"),
-        "--control-socket",
-        ctl.to_str().expect("utf8"),
-        "--containerd-socket",
-        containerd.to_str().expect("utf8"),
-        "--admin-addr",
-        &admin_s,
-    ];
-    let d = Daemon::spawn("podward-shim", &args)
-        .await
-        .expect("spawn shim");
-    d.wait_healthy(admin, Duration::from_secs(30))
-        .await
-        .expect("shim healthy");
-    d
 }
 
 #[tokio::test]

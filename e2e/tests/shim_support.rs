@@ -2,6 +2,7 @@
 //! own test target it holds no tests).
 #![allow(dead_code)]
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use podward_api::daemon::admin::Admin;
 use podward_api::shim::v1::lifecycle_client::LifecycleClient;
 use podward_api::shim::v1::{Snapshot, SnapshotRequest};
 use podward_api::test_util::eventually;
-use podward_e2e::TestNode;
+use podward_e2e::{Daemon, PodSpec, TestNode};
 use tonic::transport::Channel;
 
 /// The shim running in-process (its library `run_with`) in front of a node's containerd.
@@ -276,4 +277,46 @@ pub(crate) async fn call_path(socket: &Path, path: &'static str) -> Result<(), t
     )
     .await
     .map(|_| ())
+}
+
+/// The `podward-shim` binary on `node` (its CRI and control sockets in the node's directory,
+/// its admin endpoint on `admin`), healthy.
+pub(crate) async fn spawn_shim(node: &TestNode, admin: SocketAddr) -> Daemon {
+    let dir = node.dir();
+    let (cri, ctl) = (dir.join("shim.cri.sock"), dir.join("shim.ctl.sock"));
+    let containerd = node.containerd_socket();
+    let admin_s = admin.to_string();
+    let args = [
+        "--listen",
+        cri.to_str().expect("utf8"),
+        "--control-socket",
+        ctl.to_str().expect("utf8"),
+        "--containerd-socket",
+        containerd.to_str().expect("utf8"),
+        "--admin-addr",
+        &admin_s,
+    ];
+    let d = Daemon::spawn("podward-shim", &args)
+        .await
+        .expect("spawn shim");
+    d.wait_healthy(admin, Duration::from_secs(30))
+        .await
+        .expect("shim healthy");
+    d
+}
+
+/// A RunPodSandbox of pod `name` (UID `uid-{name}`) on `node`.
+pub(crate) fn sandbox_request(
+    node: &TestNode,
+    name: &str,
+) -> podward_api::cri::RunPodSandboxRequest {
+    podward_api::cri::RunPodSandboxRequest {
+        config: Some(
+            PodSpec::new(name)
+                .uid(&format!("uid-{name}"))
+                .sandbox_config(node)
+                .expect("sandbox config"),
+        ),
+        runtime_handler: String::new(),
+    }
 }

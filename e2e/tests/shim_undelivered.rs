@@ -9,20 +9,8 @@ use std::time::Duration;
 
 use podward_api::cri;
 use podward_api::shim::v1::{Delivery, SandboxEventKind, WatchRequest, watch_event};
-use podward_e2e::{PodSpec, TestNode};
-use support::{InProcShim, lifecycle, snapshot};
-
-fn sandbox_request(node: &TestNode, name: &str) -> cri::RunPodSandboxRequest {
-    cri::RunPodSandboxRequest {
-        config: Some(
-            PodSpec::new(name)
-                .uid(&format!("uid-{name}"))
-                .sandbox_config(node)
-                .expect("sandbox config"),
-        ),
-        runtime_handler: String::new(),
-    }
-}
+use podward_e2e::TestNode;
+use support::{InProcShim, lifecycle, sandbox_request, snapshot};
 
 #[tokio::test]
 async fn run_pod_sandbox_whose_caller_timed_out_is_reported_undelivered() {

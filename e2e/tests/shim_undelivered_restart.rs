@@ -17,19 +17,7 @@ use std::time::{Duration, Instant};
 use podward_api::cri;
 use podward_api::shim::v1::Delivery;
 use podward_e2e::{ContainerSpec, Driver, PodSpec, TestNode};
-use support::{InProcShim, snapshot};
-
-fn sandbox_request(node: &TestNode, name: &str) -> cri::RunPodSandboxRequest {
-    cri::RunPodSandboxRequest {
-        config: Some(
-            PodSpec::new(name)
-                .uid(&format!("uid-{name}"))
-                .sandbox_config(node)
-                .expect("sandbox config"),
-        ),
-        runtime_handler: String::new(),
-    }
-}
+use support::{InProcShim, sandbox_request, snapshot};
 
 /// The ID of the sandbox named `name`, as containerd itself lists it.
 async fn sandbox_in_containerd(node: &TestNode, name: &str) -> String {

@@ -9,11 +9,10 @@
 //! - [`index`]: the sandboxes and containers, and the ordered changes to them;
 //! - [`keep`]: what the index keeps of a CRI object, and the bound on each field;
 //! - [`publish`]: per-subscriber bounded queues with resync snapshots;
-//! - [`events`]: containerd's task exit / OOM / delete events;
-//! - [`rebuild`]: the index from the runtime at start and after a reconnect;
-//! - [`heal`]: relists from the runtime while observation is lost;
+//! - [`runtime`]: what the shim learns from containerd directly: whether it is up, its task
+//!   exit / OOM / delete events, the index rebuilt from it at start and after a reconnect, and
+//!   relists while observation is lost;
 //! - [`carry`]: undelivered results carried from one shim process to the next;
-//! - [`upstream`]: whether containerd is up (readiness, reconnects);
 //! - [`lifecycle_api`]: the control socket's gRPC service;
 //! - [`fault`]: test-only fault injection (cargo feature `fault-injection`).
 // Denied, not forbidden: `memory` alone allows it, for one call into the C allocator.
@@ -21,10 +20,8 @@
 
 pub mod carry;
 pub mod config;
-pub mod events;
 pub mod fault;
 pub mod h2read;
-pub mod heal;
 pub mod index;
 pub mod keep;
 pub mod lifecycle_api;
@@ -32,9 +29,8 @@ mod memory;
 pub mod metrics;
 pub mod observe;
 pub mod publish;
-pub mod rebuild;
 pub mod relay;
 mod run;
-pub mod upstream;
+pub mod runtime;
 
 pub use run::{Options, RunError, StartError, run, run_with};

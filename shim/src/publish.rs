@@ -4,11 +4,11 @@
 //! subscriber sees changes in the same order with consecutive `seq`. Each subscriber has its own
 //! bounded queue; publishing is a `try_send`, never an await. A subscriber whose queue is full is
 //! flagged: it gets no more events until it has drained its queue, and then receives a fresh
-//! snapshot with `resync = true` (see `publish/subscriber.rs`). So a slow subscriber costs nothing to the
-//! relay path or to the others, and never sees a silent gap. An event is one reference-counted
-//! allocation shared by every queue it is in; a subscriber's stream takes its own copy only
-//! when it hands the event to its connection's encoder (the last one to take it takes it
-//! without a copy).
+//! snapshot with `resync = true` (see `publish/subscriber.rs`). So a slow subscriber costs
+//! nothing to the relay path or to the others, and never sees a silent gap. An event is one
+//! reference-counted allocation shared by every queue it is in; a subscriber's stream takes its
+//! own copy only when it hands the event to its connection's encoder (the last one to take it
+//! takes it without a copy).
 
 mod subscriber;
 
@@ -222,7 +222,14 @@ impl Publisher {
             });
             snapshot_event(snap, (self.clock)())
         };
-        Subscription::new(self.clone(), first, rx, resync)
+        let publisher = self.clone();
+        Subscription::new(
+            self.metrics.subscribers.clone(),
+            first,
+            rx,
+            resync,
+            move |flag| publisher.resync_snapshot(flag),
+        )
     }
 
     /// The snapshot owed to a subscriber that overflowed, taken under the lock so that the

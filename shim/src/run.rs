@@ -21,14 +21,15 @@ use tokio::task::{JoinError, JoinHandle};
 
 use crate::config::Config;
 use crate::fault::Faults;
-use crate::heal::Blindness;
 use crate::lifecycle_api::LifecycleApi;
 use crate::metrics::Metrics;
 use crate::observe::Recorder;
 use crate::publish::Publisher;
 use crate::relay::Relay;
-use crate::upstream::Upstream;
-use crate::{carry, events, heal, lifecycle_api, observe, rebuild};
+use crate::runtime::heal::Blindness;
+use crate::runtime::upstream::Upstream;
+use crate::runtime::{events, heal, rebuild};
+use crate::{carry, lifecycle_api, observe};
 
 /// Why the shim could not run: the daemons' shared reasons, or its own.
 pub type RunError = podward_api::daemon::run::RunError<StartError>;

@@ -7,8 +7,9 @@ use podward_api::shim::v1::{
 };
 
 use super::convert;
+use super::entries::{ContainerScan, Index};
 use super::lists::{ContainerFacts, SandboxFacts};
-use super::{Change, ContainerScan, Index};
+use super::observation::Change;
 
 impl Index {
     pub(super) fn sandbox_run(

@@ -8,7 +8,8 @@ use podward_api::shim::v1::{
 };
 
 use super::convert;
-use super::{Change, ContainerScan, Index, SandboxScan};
+use super::entries::{ContainerScan, Index, SandboxScan};
+use super::observation::Change;
 
 /// What a source knows about a sandbox, so a merge never erases what only another source knew.
 #[derive(Clone, Copy)]

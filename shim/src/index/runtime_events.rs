@@ -5,8 +5,9 @@
 
 use podward_api::shim::v1::{Container, ContainerEventKind, ContainerState, Sandbox, SandboxState};
 
+use super::entries::Index;
 use super::lists::sandbox_kind;
-use super::{Change, Index};
+use super::observation::Change;
 
 impl Index {
     pub(super) fn task_exit(

@@ -7,8 +7,9 @@ use podward_api::shim::v1::{
     ContainerEventKind as CK, ContainerState, Delivery, SandboxEventKind as SK, SandboxState,
 };
 
+use super::entries::{ContainerScan, Index, SandboxScan};
 use super::lists::LIST_GRACE_NS;
-use super::{Change, ContainerScan, Index, Observation, SandboxScan};
+use super::observation::{Change, Observation};
 
 /// A List's send time well after every call of these tests (past the grace a List lacking an
 /// entry is given).

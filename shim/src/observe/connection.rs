@@ -6,7 +6,7 @@
 //! If either side cannot be followed (junk, what a peer would refuse too, a bound of the calls'
 //! bookkeeping, a bug), the connection stops being observed: logged once, counted in
 //! `podward_shim_observe_errors_total`, its bytes keep flowing unchanged, and the index is
-//! healed by relisting from containerd while it stays unobserved (`heal.rs`).
+//! healed by relisting from containerd while it stays unobserved (`runtime/heal.rs`).
 
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;

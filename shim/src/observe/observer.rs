@@ -9,10 +9,10 @@ use std::time::Instant;
 
 use super::decode::decode;
 use super::raw::Raw;
-use crate::heal::Blindness;
 use crate::index::Observation;
 use crate::metrics::Metrics;
 use crate::publish::Publisher;
+use crate::runtime::heal::Blindness;
 
 /// Raw observations waiting for the decoder; a full queue drops the observation (counted, and
 /// the index healed by a relist) rather than slow a CRI call.

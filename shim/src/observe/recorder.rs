@@ -13,8 +13,8 @@ use super::raw::{Body, Outcome, Raw};
 use super::stream::Stream;
 use super::unchanged::{Reading, Unchanged, Verdict};
 use super::watched::Watched;
-use crate::heal::Blindness;
 use crate::metrics::{MethodMetrics, MethodTable, Metrics};
+use crate::runtime::heal::Blindness;
 
 /// gRPC `CANCELLED`, recorded when the caller went away.
 const CANCELLED: i32 = 1;

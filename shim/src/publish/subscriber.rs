@@ -11,16 +11,18 @@ use futures::stream::BoxStream;
 use podward_api::shim::v1::WatchEvent;
 use tokio::sync::mpsc;
 
-use super::Publisher;
-
 /// A subscriber's ordered stream of events. Dropping it unsubscribes (the publisher notices the
 /// closed queue on its next event).
 pub struct Subscription {
     inner: BoxStream<'static, WatchEvent>,
 }
 
+/// Makes the snapshot owed to a subscriber whose queue overflowed, clearing its flag under the
+/// same lock, so that the events after it continue exactly at its `seq`.
+type ResyncSnapshot = Box<dyn Fn(&AtomicBool) -> WatchEvent + Send>;
+
 struct State {
-    publisher: Publisher,
+    resync_snapshot: ResyncSnapshot,
     first: Option<WatchEvent>,
     rx: mpsc::Receiver<Arc<WatchEvent>>,
     resync: Arc<AtomicBool>,
@@ -37,16 +39,18 @@ impl Drop for GaugeGuard {
 }
 
 impl Subscription {
+    /// A stream of `first`, then what `rx` queues; once the queue is drained after `resync` was
+    /// set, what `resync_snapshot` makes. `gauge` counts it while it lives.
     pub(super) fn new(
-        publisher: Publisher,
+        gauge: prometheus::IntGauge,
         first: WatchEvent,
         rx: mpsc::Receiver<Arc<WatchEvent>>,
         resync: Arc<AtomicBool>,
+        resync_snapshot: impl Fn(&AtomicBool) -> WatchEvent + Send + 'static,
     ) -> Self {
-        let gauge = publisher.metrics.subscribers.clone();
         gauge.inc();
         let state = State {
-            publisher,
+            resync_snapshot: Box::new(resync_snapshot),
             first: Some(first),
             rx,
             resync,
@@ -63,7 +67,7 @@ impl Subscription {
             }
             // The queue is drained: if events were dropped for us, the snapshot replaces them.
             if st.resync.load(Ordering::Relaxed) {
-                let ev = st.publisher.resync_snapshot(&st.resync);
+                let ev = (st.resync_snapshot)(&st.resync);
                 return Some((ev, st));
             }
             let ev = st.rx.recv().await?;

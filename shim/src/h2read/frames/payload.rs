@@ -1,7 +1,9 @@
 //! The payloads of the frames the reader follows: fixed fields, header block fragments,
 //! SETTINGS parameters and DATA, each read as far as the chunk goes.
 
-use super::{END_STREAM, FrameError, FrameReader, FrameSink, GOAWAY, RST_STREAM, State};
+use super::reader::{FrameReader, State};
+use super::sink::{FrameError, FrameSink};
+use super::wire::{END_STREAM, GOAWAY, RST_STREAM};
 
 impl FrameReader {
     /// Bytes of RST_STREAM's or GOAWAY's fixed fields (`left` of them), then `skip` bytes.

@@ -1,8 +1,12 @@
 //! The frame reader on hand-made frames: long CONTINUATION chains, padding and priority,
 //! SETTINGS split anywhere, junk, and where a frame may be added.
 
+use std::ops::Range;
+
 use bytes::Bytes;
 
+use super::wire::*;
+use super::write::frame;
 use super::*;
 
 #[derive(Default)]

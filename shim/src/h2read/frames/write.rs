@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 
-use super::{ACK, END_HEADERS, END_STREAM, GOAWAY, HEADERS, SETTINGS};
+use super::wire::{ACK, END_HEADERS, END_STREAM, GOAWAY, HEADERS, SETTINGS};
 
 /// A frame: header and payload.
 pub(super) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {

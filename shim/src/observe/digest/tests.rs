@@ -2,7 +2,12 @@ use podward_api::cri;
 use proptest::prelude::*;
 use prost::Message;
 
+use super::bytewise::MAX_DEPTH;
+use super::role::Role;
+use super::shape::Shape;
 use super::*;
+use crate::observe::raw::Body;
+use crate::observe::watched::Watched;
 
 /// A test shape: field 1 is a map (its entries summed, in any order), the rest in order.
 const ITEMS: Shape = Shape::new(&[], &[1], &[]);

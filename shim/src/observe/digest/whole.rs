@@ -15,8 +15,11 @@
 
 use std::hash::Hasher;
 
+use super::bytewise::{Digest, MAX_DEPTH, SHORT, State};
 use super::mix::{ENTRY, NESTED, mix};
-use super::{Digest, MAX_DEPTH, Role, SHORT, Shape, State, varint};
+use super::role::Role;
+use super::shape::Shape;
+use super::varint;
 
 impl Digest {
     /// Reads the fields that lie whole at the start of `bytes`, which must be at a field's

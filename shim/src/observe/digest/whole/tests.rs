@@ -7,8 +7,10 @@ use podward_api::cri;
 use proptest::prelude::*;
 use prost::Message;
 
+use super::super::Digester;
+use super::super::bytewise::MAX_DEPTH;
+use super::super::shape::{self, Shape};
 use super::super::tests::cut;
-use super::super::{Digester, MAX_DEPTH, Shape, shape};
 use crate::observe::watched::Watched;
 
 /// A shape that nests itself in field 1, so a message can go past the depth bound; field 2 is

@@ -3,8 +3,8 @@
 //!
 //! `ListPodSandbox` + `ListContainers`, then a plain `*Status` per object (pod IP, exit code),
 //! and for a container whose pod's probes reference environment variables a verbose
-//! `ContainerStatus` read for those variables only (`rebuild/reader.rs`). Every answer is cut
-//! down on the wire to what the index keeps (`keep`), then decoded tolerantly
+//! `ContainerStatus` read for those variables only (`runtime/rebuild/reader.rs`). Every answer is
+//! cut down on the wire to what the index keeps (`keep`), then decoded tolerantly
 //! (`podward_api::tolerant`): a sandbox with an invalid UTF-8 annotation value is rebuilt with
 //! that value repaired, and no object ever makes the whole rebuild fail. Runs at start and
 //! after every reconnect to containerd (events may have been missed while it was down).

@@ -27,7 +27,7 @@ use tokio::sync::{Notify, watch};
 use crate::index::Observation;
 use crate::metrics::Metrics;
 use crate::publish::Publisher;
-use crate::rebuild::{self, KeptReader, Listed, RebuildError};
+use crate::runtime::rebuild::{self, KeptReader, Listed, RebuildError};
 
 /// Losses of observation, shared by the relay's readers, the decoder and [`run`].
 #[derive(Debug)]
