@@ -41,7 +41,7 @@ pub use self::write::{ConditionWriter, FIELD_MANAGER, KubeWriter, Target, WriteE
 use super::metrics::ApiMetrics;
 use crate::clock::Clock;
 use crate::event::{Event, EventKind, EventSink};
-use crate::lease::Vouch;
+use crate::kubernetes::vouch::Vouch;
 use crate::model::api_pod::{ApiPod, GateCondition};
 use crate::spec::ProbeType;
 use crate::view::View;
