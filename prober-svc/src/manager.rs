@@ -29,7 +29,7 @@ use crate::probing::runner::ProbeRunner;
 use crate::probing::worker::handle::{SpecUpdate, WorkerKey};
 use crate::probing::worker::{Ctx, SharedPod, Worker};
 use crate::registry::{PodEntry, Registry, UnknownNames, WorkerEntry, pod_workers};
-use crate::spec::{ContainerProbes, ProbeSpec, ProbeType};
+use crate::spec::{ContainerProbes, ProbeSpec, ProbeType, StartupGating};
 use crate::view::View;
 
 use self::refresh::{Refreshed, refresh};
@@ -211,14 +211,14 @@ impl Manager {
             pending: parsed.containers.keys().cloned().collect(),
             ..UnknownNames::default()
         };
-        let has_startup = annotation::startup_names(&parsed);
+        let startup = annotation::startup_gating(&parsed);
         pods.insert(
             uid.clone(),
             PodEntry {
                 shared,
                 spec_errors: parsed.errors,
                 invalid,
-                has_startup,
+                startup,
                 annotation,
                 probes: parsed.containers,
                 unknown,
@@ -244,11 +244,9 @@ impl Manager {
     /// Starts the workers of container `name` of pod `uid` (those not already running).
     fn spawn_workers(&self, uid: &str, name: &str, probes: &ContainerProbes, shared: &SharedPod) {
         let mut workers = self.inner.registry.workers.lock();
-        for (key, spec, has_startup) in
-            annotation::container_worker_specs(uid, name, probes.clone())
-        {
+        for (key, spec, startup) in annotation::container_worker_specs(uid, name, probes.clone()) {
             if !workers.contains_key(&key) {
-                self.spawn(&mut workers, key, spec, has_startup, shared);
+                self.spawn(&mut workers, key, spec, startup, shared);
             }
         }
     }
@@ -321,7 +319,7 @@ impl Manager {
             "the podward.io/probes annotation changed; applying it to the running pod");
         entry.spec_errors = parsed.errors.clone();
         entry.invalid = invalid;
-        entry.has_startup = annotation::startup_names(&parsed);
+        entry.startup = annotation::startup_gating(&parsed);
         entry.annotation = annotation;
         // A name the new annotation drops is no longer an error; one it keeps stays unknown
         // (no worker, no probes kept) until its container appears.
@@ -341,13 +339,13 @@ impl Manager {
         self.inner
             .set_spec_errors(&pod, entry.spec_errors.len() + unknown.len());
         drop(pods);
-        let wanted: BTreeMap<WorkerKey, (Arc<ProbeSpec>, bool)> =
+        let wanted: BTreeMap<WorkerKey, (Arc<ProbeSpec>, StartupGating)> =
             annotation::worker_specs(uid, parsed)
                 .into_iter()
                 .filter(|(k, _, _)| {
                     !unknown.contains(&k.container) && !pending.contains(&k.container)
                 })
-                .map(|(k, spec, hs)| (k, (Arc::new(spec), hs)))
+                .map(|(k, spec, startup)| (k, (Arc::new(spec), startup)))
                 .collect();
         self.apply_workers(uid, wanted, &shared);
     }
@@ -357,7 +355,7 @@ impl Manager {
     fn apply_workers(
         &self,
         uid: &str,
-        wanted: BTreeMap<WorkerKey, (Arc<ProbeSpec>, bool)>,
+        wanted: BTreeMap<WorkerKey, (Arc<ProbeSpec>, StartupGating)>,
         shared: &SharedPod,
     ) {
         let mut workers = self.inner.registry.workers.lock();
@@ -365,23 +363,23 @@ impl Manager {
         for key in existing {
             match wanted.get(&key) {
                 None => self.inner.stop_worker(&mut workers, &key),
-                Some((spec, hs)) => {
+                Some((spec, startup)) => {
                     if let Some(w) = workers.get_mut(&key)
-                        && (w.spec != *spec || w.has_startup != *hs)
+                        && (w.spec != *spec || w.startup != *startup)
                     {
                         w.spec = spec.clone();
-                        w.has_startup = *hs;
+                        w.startup = *startup;
                         w.ctl.update(SpecUpdate {
                             spec: spec.clone(),
-                            has_startup: *hs,
+                            startup: *startup,
                         });
                     }
                 }
             }
         }
-        for (key, (spec, hs)) in wanted {
+        for (key, (spec, startup)) in wanted {
             if !workers.contains_key(&key) {
-                self.spawn(&mut workers, key, ProbeSpec::clone(&spec), hs, shared);
+                self.spawn(&mut workers, key, ProbeSpec::clone(&spec), startup, shared);
             }
         }
     }
@@ -402,7 +400,7 @@ impl Manager {
         workers: &mut BTreeMap<WorkerKey, WorkerEntry>,
         key: WorkerKey,
         spec: ProbeSpec,
-        has_startup: bool,
+        startup: StartupGating,
         shared: &SharedPod,
     ) {
         let ty = key.ty;
@@ -410,7 +408,7 @@ impl Manager {
         let w = Worker::new(
             key.clone(),
             spec.clone(),
-            has_startup,
+            startup,
             shared.clone(),
             self.ctx.clone(),
         );
@@ -420,7 +418,7 @@ impl Manager {
                 ctl: w.ctl(),
                 status: w.status(),
                 spec,
-                has_startup,
+                startup,
             },
         );
         self.inner

@@ -5,7 +5,7 @@
 //!
 //! Lock order, where two are held at once: `pods` before `workers`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use crate::model::PodInfo;
 use crate::model::api_pod::ApiPod;
 use crate::probing::worker::SharedPod;
 use crate::probing::worker::handle::{WorkerCtl, WorkerKey, WorkerStatus};
-use crate::spec::{ContainerProbes, ProbeSpec, ProbeType, SpecError};
+use crate::spec::{ContainerProbes, ProbeSpec, ProbeType, SpecError, StartupGating};
 
 /// How long a pod with a running container may go without a new container before the names of
 /// its annotation that no container has are reported (kubelet starts a pod's app containers in
@@ -32,8 +32,8 @@ pub(crate) struct PodEntry {
     /// How many of `spec_errors` (the first ones) make the annotation invalid: what the API
     /// server would refuse or this node refuses to run, not findings on valid probes.
     pub(crate) invalid: usize,
-    /// Container names with a startup probe (they gate liveness and readiness).
-    pub(crate) has_startup: HashSet<String>,
+    /// Whether each container's startup probe gates its liveness and readiness.
+    pub(crate) startup: BTreeMap<String, StartupGating>,
     /// The annotation text the workers were built from.
     pub(crate) annotation: String,
     /// The annotation's probes per container name, for the names the pod has or may still get
@@ -72,8 +72,8 @@ pub(crate) struct WorkerEntry {
     pub(crate) status: Arc<Mutex<WorkerStatus>>,
     /// The spec it runs (compared when the annotation changes).
     pub(crate) spec: Arc<ProbeSpec>,
-    /// Whether its container has a startup probe.
-    pub(crate) has_startup: bool,
+    /// Whether its container's startup probe gates it.
+    pub(crate) startup: StartupGating,
 }
 
 /// A pod's annotation names that no container of the pod has (`crate::manager`'s unknown-name

@@ -45,22 +45,49 @@ pub(super) fn desired(r: PodReadiness) -> Option<Wanted> {
 /// probe's output may change at every probe; the condition would be rewritten forever). An
 /// invalid annotation's message is compared whole: it changes only with the annotation, and
 /// then it says what is left to fix.
-fn same(c: &GateCondition, want: &Wanted) -> bool {
+fn same(c: &GateCondition, about: &About, want: &Wanted) -> bool {
     if want.reason == REASON_SPEC_INVALID {
         return c.status == want.status && c.reason == want.reason && c.message == want.message;
     }
     c.status == want.status
         && c.reason == want.reason
-        && (want.container.is_empty()
-            || c.message
+        && (want.container.is_empty() || about.names(c, &want.container))
+}
+
+/// Which container the condition the API has is about.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) enum About {
+    /// The gate wrote that condition, about this container ("" for a pod-wide one).
+    Written(String),
+    /// The condition came from elsewhere: a write of an earlier prober (before a restart) or
+    /// anyone else's.
+    #[default]
+    Found,
+}
+
+impl About {
+    /// Whether condition `c` is about `container`. A condition the gate did not write names its
+    /// container only in its message, which starts with `container <name>` as the view words it
+    /// ([`PodReadiness::NotReady`]'s message).
+    fn names(&self, c: &GateCondition, container: &str) -> bool {
+        match self {
+            About::Written(about) => about == container,
+            About::Found => c
+                .message
                 .strip_prefix("container ")
-                .and_then(|m| m.strip_prefix(want.container.as_str()))
-                .is_some_and(|rest| rest.starts_with([':', ' '])))
+                .and_then(|m| m.strip_prefix(container))
+                .is_some_and(|rest| rest.starts_with([':', ' '])),
+        }
+    }
 }
 
 /// The write that brings `pod`'s condition to `want`, if it differs from what the API has.
 pub(super) fn plan(uid: &str, pod: &GatePod, want: Wanted, clock: &Clock) -> Option<Planned> {
-    if pod.current.as_ref().is_some_and(|c| same(c, &want)) {
+    if pod
+        .current
+        .as_ref()
+        .is_some_and(|c| same(c, &pod.about, &want))
+    {
         return None;
     }
     let last_transition_time = match &pod.current {
@@ -72,6 +99,7 @@ pub(super) fn plan(uid: &str, pod: &GatePod, want: Wanted, clock: &Clock) -> Opt
     Some(Planned {
         uid: uid.to_owned(),
         target: pod.target.clone(),
+        about: want.container,
         condition: GateCondition {
             status: want.status,
             reason: want.reason.to_owned(),
