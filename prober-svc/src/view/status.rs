@@ -10,20 +10,15 @@ use crate::handler::attempt::ProbeResult;
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::probing::worker::handle::WorkerStatus;
 use crate::probing::worker::started_before_restart;
-use crate::registry::{pod_workers, worker};
 use crate::spec::{ProbeType, StartupGating};
 use crate::wire;
 
 impl View {
     /// Status of every probed pod, or of `uid` only.
     pub fn status(&self, uid: Option<&str>) -> api::StatusResponse {
-        let entries: Vec<_> = {
-            let pods = self.registry.pods.lock();
-            pods.iter()
-                .filter(|(u, _)| uid.is_none_or(|w| w == u.as_str()))
-                .map(|(_, e)| (e.shared.clone(), e.all_errors(), e.startup.clone()))
-                .collect()
-        };
+        let entries = self.pods.entries(uid, |e| {
+            (e.shared.clone(), e.all_errors(), e.startup.clone())
+        });
         let pods = entries
             .into_iter()
             .map(|(shared, errors, startup)| {
@@ -53,17 +48,16 @@ impl View {
         pod: &PodInfo,
         startup: &BTreeMap<String, StartupGating>,
     ) -> Vec<api::ContainerStatus> {
-        let workers = self.registry.workers.lock();
-        let names: BTreeSet<&str> = pod_workers(&workers, &pod.uid)
-            .map(|(k, _)| k.container.as_str())
-            .collect();
+        let workers = self.pods.workers_of(&pod.uid);
+        let names: BTreeSet<&str> = workers.iter().map(|(c, ..)| c).collect();
         names
             .into_iter()
             .map(|name| {
                 let probes: Vec<(ProbeType, WorkerStatus, String)> = ProbeType::ALL
                     .into_iter()
                     .filter_map(|ty| {
-                        worker(&workers, &pod.uid, name, ty)
+                        workers
+                            .get(name, ty)
                             .map(|w| (ty, w.status.lock().clone(), w.spec.describe()))
                     })
                     .collect();

@@ -9,9 +9,9 @@ use tokio::net::TcpStream;
 use crate::handler::dial_error::DialError;
 
 /// A connected probe socket. On a local path (loopback, or a veth to a pod on this node) the
-/// handshake is over before `connect(2)` returns, so with the dial's `Options::immediate` the socket is
-/// handed out without being registered with the reactor: an HTTP probe then writes its request
-/// before it registers (see [`super::stream::ProbeStream`]).
+/// handshake is over before `connect(2)` returns, so with the dial's `Options::immediate` the
+/// socket is handed out without being registered with the reactor: an HTTP probe then writes its
+/// request before it registers (see [`super::stream::ProbeStream`]).
 #[derive(Debug)]
 pub(crate) enum Connected {
     /// Connected at once; not registered with the tokio reactor.
