@@ -446,3 +446,6 @@ fn worker<'a>(
         ty,
     })
 }
+
+#[cfg(test)]
+mod tests;

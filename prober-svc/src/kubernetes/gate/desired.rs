@@ -118,3 +118,36 @@ fn rfc3339(ns: i64) -> String {
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn condition(message: &str) -> GateCondition {
+        GateCondition {
+            status: ConditionStatus::False,
+            reason: "ReadinessProbeFailed".into(),
+            message: message.into(),
+            last_transition_time: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_written_condition_is_about_the_container_the_gate_wrote_about() {
+        // The record decides, whatever the message says (a message cut at the limit, or one
+        // that names another container inside a probe's output).
+        let c = condition("container api: Readiness probe failed: container web is down");
+        assert!(About::Written("api".into()).names(&c, "api"));
+        assert!(!About::Written("api".into()).names(&c, "web"));
+        assert!(About::Written("web".into()).names(&condition(""), "web"));
+    }
+
+    #[test]
+    fn a_condition_found_in_the_api_is_about_the_container_its_message_starts_with() {
+        let c = condition("container web: Readiness probe failed: HTTP probe failed");
+        assert!(About::Found.names(&c, "web"));
+        assert!(!About::Found.names(&c, "we"), "a name, not a prefix of one");
+        assert!(About::Found.names(&condition("container web is not running"), "web"));
+        assert!(!About::Found.names(&condition(""), "web"));
+    }
+}
