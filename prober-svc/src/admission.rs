@@ -7,7 +7,7 @@
 //! certificate [`tls`] reloads when its files change, [`metrics`] counts.
 //!
 //! The webhook never refuses a pod: its configuration's `failurePolicy: Ignore` admits a pod
-//! unchanged whenever it cannot answer, and kubelet then probes that pod as before.
+//! unchanged whenever it cannot answer, and kubelet then probes that pod itself.
 
 pub mod metrics;
 pub mod review;
