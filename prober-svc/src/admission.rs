@@ -7,7 +7,7 @@
 //! certificate [`tls`] reloads when its files change, [`metrics`] counts.
 //!
 //! The webhook never refuses a pod: its configuration's `failurePolicy: Ignore` admits a pod
-//! unchanged whenever it cannot answer, and kubelet then probes that pod as before.
+//! unchanged whenever it cannot answer, and kubelet then probes that pod itself.
 
 pub mod metrics;
 pub mod review;
@@ -22,14 +22,11 @@ use std::time::Duration;
 
 use podward_api::daemon::admin::Admin;
 
-use crate::kubernetes::DEFAULT_GATE_CONDITION;
+use crate::kubernetes::names::DEFAULT_GATE_CONDITION;
 use crate::metrics::MetricsError;
 
 /// The annotation the prober reads its probes from.
 pub const PROBES_ANNOTATION: &str = "podward.io/probes";
-/// The annotation that records what the takeover moved (JSON: `containers`, and the
-/// `readinessGate` and `nodeSelector` entry it added), read by `migrate --revert`.
-pub const MOVED_ANNOTATION: &str = "podward.io/probes-moved";
 /// A pod's own choice: `"true"` opts a pod in outside a takeover namespace (the webhook
 /// configuration's match condition), `"false"` opts it out inside one.
 pub const OPT_IN_ANNOTATION: &str = "podward.io/probes-takeover";

@@ -307,7 +307,7 @@ mod tests {
         let before = Cli::try_parse_from(["podward-prober", "--socket", "/x.sock", "status"])
             .expect("parse");
         assert_eq!(before.args.socket, Some(PathBuf::from("/x.sock")));
-        // No subcommand: the daemon, with its flags as before.
+        // No subcommand: the daemon, with the same flags.
         let daemon =
             Cli::try_parse_from(["podward-prober", "--node-ip", "127.0.0.1"]).expect("parse");
         assert!(daemon.command.is_none());

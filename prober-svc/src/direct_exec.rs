@@ -38,7 +38,7 @@ use self::plan::Plan;
 use self::prepare::{Host, Refusal};
 use self::standby::Standby;
 use crate::handler::exec::cri::CriExec;
-use crate::handler::exec::runner::{ExecChoice, ExecError, ExecOutput, ExecRunner};
+use crate::handler::exec::runner::{ExecChoice, ExecError, ExecOutput, ExecRunner, ExecVia};
 
 /// How exec probes run.
 #[derive(
@@ -269,21 +269,21 @@ impl ExecRunner for DirectExec {
     fn choice(&self, container_id: &str) -> Option<ExecChoice> {
         if self.mode == ExecMode::Cri {
             return Some(ExecChoice {
-                runner: "cri",
+                runner: ExecVia::Cri,
                 reason: "--exec-mode=cri".to_owned(),
             });
         }
         let d = self.decisions.lock().get(container_id).cloned()?;
         Some(match &*d {
             Decision::Direct(_) => ExecChoice {
-                runner: "direct",
+                runner: ExecVia::Direct,
                 reason: String::new(),
             },
             Decision::Refused(r) => ExecChoice {
                 runner: if self.mode == ExecMode::Auto {
-                    "cri"
+                    ExecVia::Cri
                 } else {
-                    "none"
+                    ExecVia::Refused
                 },
                 reason: r.to_string(),
             },

@@ -14,6 +14,7 @@
 //! probes (hence sockets) one pod has in flight.
 
 pub mod attempt;
+pub mod dial_error;
 pub mod dialer;
 pub mod exec;
 pub mod expand;

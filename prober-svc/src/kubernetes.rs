@@ -22,7 +22,9 @@ pub mod events;
 pub mod gate;
 pub mod limit;
 pub mod metrics;
+pub mod names;
 pub mod pods;
+pub mod vouch;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -46,8 +48,7 @@ use crate::manager::Manager;
 use crate::metrics::MetricsError;
 use crate::model::api_pod::ApiPod;
 
-/// The readiness-gate condition type the prober owns by default.
-pub const DEFAULT_GATE_CONDITION: &str = "podward.io/ready";
+pub use self::names::DEFAULT_GATE_CONDITION;
 
 /// How the prober uses the Kubernetes API.
 #[derive(Debug, Clone, PartialEq)]
@@ -94,7 +95,7 @@ impl ApiSide {
 
     /// The gate writer leaves the sentinel's `False` alone while `vouch` (this prober's node
     /// lease) is not current.
-    pub fn set_vouch(&mut self, vouch: crate::lease::Vouch) {
+    pub fn set_vouch(&mut self, vouch: vouch::Vouch) {
         self.gate.set_vouch(vouch);
     }
 

@@ -31,7 +31,6 @@ mod metrics;
 pub mod node;
 pub mod ready;
 pub mod report;
-mod vouch;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -50,10 +49,10 @@ use tokio::task::JoinHandle;
 pub use self::health::{Blind, Health, ProberHealth};
 pub use self::metrics::LeaseMetrics;
 use self::node::NodeFacts;
-pub use self::vouch::Vouch;
 use crate::clock::Clock;
 use crate::kubernetes::client;
 use crate::kubernetes::limit::TokenBucket;
+use crate::kubernetes::vouch::Vouch;
 
 /// Label on every node lease (the sentinel watches leases with it, and nothing else).
 pub const NODE_LEASE_LABEL: &str = "podward.io/node-lease";

@@ -5,13 +5,14 @@
 //! - **sources**: [`source`] follows the shim's Lifecycle stream (or polls containerd's CRI when
 //!   the shim is down) and tells the [`manager`] which pods ([`model`]) exist; the [`manager`]
 //!   parses each new pod's annotation ([`spec`]) and runs one worker per (pod, container, probe
-//!   type), as kubelet does, keeping pods and workers in the [`registry`];
+//!   type), as kubelet does, keeping pods and workers in the [`pod_table`];
 //! - **[`probing`]**: a [`probing::worker`] probes through the [`probing::runner`] seam, whose real
 //!   side is [`probing::probe`] (retries and mapping) over the [`handler`]s (exec, HTTP, TCP,
 //!   gRPC; an exec probe runs through CRI `ExecSync` or [`direct_exec`], the runner that starts
-//!   the command in the container itself and builds on the exec handler's runner seam), counts the verdicts, publishes results into the [`probing::results`] cache and its own
-//!   [`event`]s (result changes, what kubelet records), delivered to every sink: the [`hub`] behind
-//!   [`service`]'s `Watch`, the readiness gate; the [`view`] reads the registry and the results: a
+//!   the command in the container itself and builds on the exec handler's runner seam), counts
+//!   the verdicts, publishes results into the [`probing::results`] cache and its own [`event`]s
+//!   (result changes, what kubelet records), delivered to every sink: the [`hub`] behind
+//!   [`service`]'s `Watch`, the readiness gate; the [`view`] reads the pod table and the results: a
 //!   pod's readiness for the gate, `Status` for [`service`] (through [`wire`]);
 //! - **[`consequences`]**: a liveness or startup failure at threshold goes (through the manager,
 //!   which checks the pod is still followed) to [`consequences::kill`], which runs the container's
@@ -40,8 +41,8 @@ pub mod manager;
 pub mod metrics;
 pub mod migrate;
 pub mod model;
+pub mod pod_table;
 pub mod probing;
-pub mod registry;
 pub mod run;
 pub mod sentinel;
 pub mod service;

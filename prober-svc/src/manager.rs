@@ -1,8 +1,9 @@
-//! kubelet's probe manager: it keeps the [`Registry`] of pods and their workers. Workers per
-//! (pod, container, probe type) appear when a pod with a `podward.io/probes` annotation appears
-//! and go with it. Workers publish their own events; the manager hears only what it must act on
-//! ([`crate::probing::worker::Sink`], in `sink.rs`): a failure at threshold (to the kill path), a startup
-//! success (a readiness trigger) and a worker's exit. What the prober knows of a pod is read
+//! kubelet's probe manager: it keeps the [`PodTable`] of pods and their workers, and changes it
+//! only through the table's methods. Workers per (pod, container, probe type) appear when a pod
+//! with a `podward.io/probes` annotation appears and go with it. Workers publish their own
+//! events; the manager hears only what it must act on ([`crate::probing::worker::Sink`], in
+//! `sink.rs`): a failure at threshold (to the kill path), a startup success (a readiness
+//! trigger) and a worker's exit. What the prober knows of a pod is read
 //! through the [`View`].
 //!
 //! Like kubelet, adding a pod is idempotent and later spec changes seen through CRI are ignored
@@ -13,7 +14,7 @@
 //! applies to the running pod (probes added, removed or updated in place, as kubelet's
 //! `MutableContainerProbes` does).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use crate::clock::Clock;
@@ -23,13 +24,13 @@ use crate::handler::host_policy::NodePolicy;
 use crate::metrics::Metrics;
 use crate::model::PodInfo;
 use crate::model::api_pod::ApiPod;
+use crate::pod_table::{NewPod, PodEntry, PodTable, UnknownNames, Upsert, Wanted, WorkerEntry};
 use crate::probing::pod_view::PodView;
 use crate::probing::results::Results;
 use crate::probing::runner::ProbeRunner;
-use crate::probing::worker::handle::{SpecUpdate, WorkerKey};
+use crate::probing::worker::handle::WorkerKey;
 use crate::probing::worker::{Ctx, SharedPod, Worker};
-use crate::registry::{PodEntry, Registry, UnknownNames, WorkerEntry, pod_workers};
-use crate::spec::{ContainerProbes, ProbeSpec, ProbeType};
+use crate::spec::{ContainerProbes, ProbeSpec, ProbeType, StartupGating};
 use crate::view::View;
 
 use self::refresh::{Refreshed, refresh};
@@ -42,11 +43,11 @@ mod sink;
 mod taken_over;
 mod unknown;
 
-pub use crate::registry::UNKNOWN_CONTAINER_GRACE;
+pub use crate::pod_table::UNKNOWN_CONTAINER_GRACE;
 
 /// What the manager and its sink share.
 struct Inner {
-    registry: Arc<Registry>,
+    pods: Arc<PodTable>,
     killer: Killer,
     events: Events,
     metrics: Arc<Metrics>,
@@ -56,9 +57,9 @@ struct Inner {
 }
 
 impl Inner {
-    /// Stops and forgets worker `key`, if it runs.
-    fn stop_worker(&self, workers: &mut BTreeMap<WorkerKey, WorkerEntry>, key: &WorkerKey) {
-        if let Some(w) = workers.remove(key) {
+    /// Stops workers the table gave up.
+    fn stop_workers(&self, workers: Vec<(WorkerKey, WorkerEntry)>) {
+        for (key, w) in workers {
             w.ctl.stop();
             self.metrics
                 .workers
@@ -94,10 +95,10 @@ impl Manager {
         metrics: Arc<Metrics>,
         clock: Clock,
     ) -> Self {
-        let registry = Arc::new(Registry::default());
+        let pods = Arc::new(PodTable::default());
         let results = Arc::new(Results::new());
         let inner = Arc::new(Inner {
-            registry: registry.clone(),
+            pods: pods.clone(),
             killer: killer.clone(),
             events: events.clone(),
             metrics: metrics.clone(),
@@ -105,7 +106,7 @@ impl Manager {
             host_policy: OnceLock::new(),
         });
         let sink = Arc::new(ManagerSink::new(&inner));
-        let view = View::new(registry, results.clone(), killer, runner.clone(), clock);
+        let view = View::new(pods, results.clone(), killer, runner.clone(), clock);
         let ctx = Arc::new(Ctx {
             results,
             runner,
@@ -148,30 +149,15 @@ impl Manager {
     }
 
     /// The pods and workers the manager keeps.
-    pub fn registry(&self) -> &Registry {
-        &self.inner.registry
+    pub fn registry(&self) -> &PodTable {
+        &self.inner.pods
     }
 
     /// Replaces the whole view (a source snapshot): pods not in `pods` are removed, the others
     /// added or updated. Workers of pods that stay keep their counters.
     pub fn sync_all(&self, pods: Vec<PodInfo>) {
-        let reg = &self.inner.registry;
         let keep: HashSet<String> = pods.iter().map(|p| p.uid.clone()).collect();
-        let mut gone: Vec<String> = reg
-            .pods
-            .lock()
-            .keys()
-            .filter(|u| !keep.contains(*u))
-            .cloned()
-            .collect();
-        gone.extend(
-            reg.idle
-                .lock()
-                .keys()
-                .filter(|u| !keep.contains(*u))
-                .cloned(),
-        );
-        for uid in gone {
+        for uid in self.inner.pods.uids_not_in(&keep) {
             self.remove_pod(&uid);
         }
         for p in pods {
@@ -182,28 +168,27 @@ impl Manager {
     /// Adds a pod or refreshes its containers and fields. Probe specs of a known pod are kept
     /// unless the API's copy of its annotation changed.
     pub fn update_pod(&self, mut pod: PodInfo) {
-        let reg = &self.inner.registry;
-        pod.api = reg.api.lock().get(&pod.uid).cloned();
-        // Held from the lookup to the insert: two sources telling of one new pod at once must
-        // not make two entries (the first one's workers would follow a pod nobody updates).
-        let mut pods = reg.pods.lock();
-        if let Some(entry) = pods.get(&pod.uid) {
-            let (uid, changed) = refresh(entry, pod);
-            drop(pods);
-            return self.refreshed(&uid, changed);
+        let table = &self.inner.pods;
+        pod.api = table.api(&pod.uid);
+        let uid = pod.uid.clone();
+        let upserted = table.upsert(pod, refresh, |pod| self.new_entry(pod));
+        match upserted {
+            Upsert::Known((uid, changed)) => self.refreshed(&uid, changed),
+            Upsert::Added => self.reconcile_names(&uid),
+            Upsert::Idle => {} // not probed (yet)
         }
+    }
+
+    /// The entry of a pod met for the first time, or the pod back when it has no probes.
+    fn new_entry(&self, pod: PodInfo) -> NewPod {
         let Some(annotation) = annotation::effective_annotation(&pod).map(str::to_owned) else {
-            drop(pods);
-            reg.idle.lock().insert(pod.uid.clone(), pod);
-            return; // not probed (yet)
+            return NewPod::Idle(pod);
         };
-        reg.idle.lock().remove(&pod.uid);
         let annotation::Parsed {
             probes: parsed,
             invalid,
         } = self.parse(&pod, &annotation);
         self.inner.set_spec_errors(&pod, parsed.errors.len());
-        let uid = pod.uid.clone();
         let shared: SharedPod = Arc::new(PodView::new(pod));
         // Every name waits for its container; `reconcile_names` starts the workers of those the
         // pod has and reports those it cannot have.
@@ -211,21 +196,16 @@ impl Manager {
             pending: parsed.containers.keys().cloned().collect(),
             ..UnknownNames::default()
         };
-        let has_startup = annotation::startup_names(&parsed);
-        pods.insert(
-            uid.clone(),
-            PodEntry {
-                shared,
-                spec_errors: parsed.errors,
-                invalid,
-                has_startup,
-                annotation,
-                probes: parsed.containers,
-                unknown,
-            },
-        );
-        drop(pods);
-        self.reconcile_names(&uid);
+        let startup = annotation::startup_gating(&parsed);
+        NewPod::Probed(Box::new(PodEntry {
+            shared,
+            spec_errors: parsed.errors,
+            invalid,
+            startup,
+            annotation,
+            probes: parsed.containers,
+            unknown,
+        }))
     }
 
     /// After a known pod was refreshed: a changed annotation (the API's copy) is applied, and a
@@ -243,14 +223,10 @@ impl Manager {
 
     /// Starts the workers of container `name` of pod `uid` (those not already running).
     fn spawn_workers(&self, uid: &str, name: &str, probes: &ContainerProbes, shared: &SharedPod) {
-        let mut workers = self.inner.registry.workers.lock();
-        for (key, spec, has_startup) in
-            annotation::container_worker_specs(uid, name, probes.clone())
-        {
-            if !workers.contains_key(&key) {
-                self.spawn(&mut workers, key, spec, has_startup, shared);
-            }
-        }
+        let specs = annotation::container_worker_specs(uid, name, probes.clone());
+        self.inner.pods.add_workers(specs, |key, spec, startup| {
+            self.spawn(key, spec, startup, shared)
+        });
     }
 
     /// Takes the Kubernetes API's view of a pod (the reflector's): its annotation wins over
@@ -258,19 +234,13 @@ impl Manager {
     /// kill path. The first view of a pod whose probes were taken over may announce it
     /// (`ProbesTakenOver`, see `taken_over.rs`).
     pub fn set_api_pod(&self, api: ApiPod) {
-        let reg = &self.inner.registry;
+        let table = &self.inner.pods;
         let uid = api.uid.clone();
         let api = Arc::new(api);
-        let first = reg.api.lock().insert(uid.clone(), api.clone()).is_none();
-        if first {
+        if table.set_api(api.clone()) {
             taken_over::announce(&api, &self.inner.events, self.inner.clock.now_ns());
         }
-        let current = {
-            let pods = reg.pods.lock();
-            pods.get(&uid).map(|e| PodInfo::clone(&e.shared.read()))
-        };
-        let idle = reg.idle.lock().get(&uid).cloned();
-        if let Some(pod) = current.or(idle) {
+        if let Some(pod) = table.pod(&uid) {
             self.update_pod(pod);
         }
     }
@@ -278,112 +248,76 @@ impl Manager {
     /// Forgets the API's view of pod `uid` (deleted, or gone from a relist). Its workers keep
     /// running until CRI says the pod is gone, with the specs they have.
     pub fn remove_api_pod(&self, uid: &str) {
-        let reg = &self.inner.registry;
-        if reg.api.lock().remove(uid).is_none() {
-            return;
-        }
-        if let Some(e) = reg.pods.lock().get(uid) {
-            let mut cur = e.shared.write();
-            let mut pod = PodInfo::clone(&cur);
-            pod.api = None;
-            *cur = Arc::new(pod);
-        }
+        self.inner.pods.clear_api(uid);
     }
 
     /// The annotation of pod `uid` became `annotation` (through the API): start, update or stop
     /// workers so that they match it.
     fn reannotate(&self, uid: &str, annotation: Option<String>) {
-        let reg = &self.inner.registry;
+        let table = &self.inner.pods;
         let Some(annotation) = annotation else {
             // No probes any more: stop them all, keep the pod as an idle one.
-            let pod = reg
-                .pods
-                .lock()
-                .get(uid)
-                .map(|e| PodInfo::clone(&e.shared.read()));
+            let pod = table.entry(uid, |e| PodInfo::clone(&e.shared.read()));
             self.remove_pod(uid);
             if let Some(pod) = pod {
-                reg.idle.lock().insert(uid.to_owned(), pod);
+                table.set_idle(pod);
             }
             return;
         };
-        let mut pods = reg.pods.lock();
-        let Some(entry) = pods.get_mut(uid) else {
-            return;
-        };
-        let shared = entry.shared.clone();
-        let pod = shared.read().clone();
-        let annotation::Parsed {
-            probes: parsed,
-            invalid,
-        } = self.parse(&pod, &annotation);
-        tracing::info!(pod = %pod.name, namespace = %pod.namespace, pod_uid = %pod.uid,
-            "the podward.io/probes annotation changed; applying it to the running pod");
-        entry.spec_errors = parsed.errors.clone();
-        entry.invalid = invalid;
-        entry.has_startup = annotation::startup_names(&parsed);
-        entry.annotation = annotation;
-        // A name the new annotation drops is no longer an error; one it keeps stays unknown
-        // (no worker, no probes kept) until its container appears.
-        let probes = &parsed.containers;
-        entry.unknown.names.retain(|n| probes.contains_key(n));
-        let unknown = entry.unknown.names.clone();
-        entry.probes = parsed.containers.clone();
-        entry.probes.retain(|n, _| !unknown.contains(n));
-        // Names the pod does not have (yet) wait for their container without workers.
-        entry.unknown.pending = entry
-            .probes
-            .keys()
-            .filter(|n| !unknown::pod_has(&pod, n))
-            .cloned()
-            .collect();
-        let pending = entry.unknown.pending.clone();
-        self.inner
-            .set_spec_errors(&pod, entry.spec_errors.len() + unknown.len());
-        drop(pods);
-        let wanted: BTreeMap<WorkerKey, (Arc<ProbeSpec>, bool)> =
-            annotation::worker_specs(uid, parsed)
+        let applied = table.entry(uid, |entry| {
+            let shared = entry.shared.clone();
+            let pod = shared.read().clone();
+            let annotation::Parsed {
+                probes: parsed,
+                invalid,
+            } = self.parse(&pod, &annotation);
+            tracing::info!(pod = %pod.name, namespace = %pod.namespace, pod_uid = %pod.uid,
+                "the podward.io/probes annotation changed; applying it to the running pod");
+            entry.spec_errors = parsed.errors.clone();
+            entry.invalid = invalid;
+            entry.startup = annotation::startup_gating(&parsed);
+            entry.annotation = annotation;
+            // A name the new annotation drops is no longer an error; one it keeps stays unknown
+            // (no worker, no probes kept) until its container appears.
+            let probes = &parsed.containers;
+            entry.unknown.names.retain(|n| probes.contains_key(n));
+            let unknown = entry.unknown.names.clone();
+            entry.probes = parsed.containers.clone();
+            entry.probes.retain(|n, _| !unknown.contains(n));
+            // Names the pod does not have (yet) wait for their container without workers.
+            entry.unknown.pending = entry
+                .probes
+                .keys()
+                .filter(|n| !unknown::pod_has(&pod, n))
+                .cloned()
+                .collect();
+            let pending = entry.unknown.pending.clone();
+            self.inner
+                .set_spec_errors(&pod, entry.spec_errors.len() + unknown.len());
+            let wanted: Wanted = annotation::worker_specs(uid, parsed)
                 .into_iter()
                 .filter(|(k, _, _)| {
                     !unknown.contains(&k.container) && !pending.contains(&k.container)
                 })
-                .map(|(k, spec, hs)| (k, (Arc::new(spec), hs)))
+                .map(|(k, spec, startup)| (k, (Arc::new(spec), startup)))
                 .collect();
-        self.apply_workers(uid, wanted, &shared);
+            (wanted, shared)
+        });
+        if let Some((wanted, shared)) = applied {
+            self.apply_workers(uid, wanted, &shared);
+        }
     }
 
     /// Brings pod `uid`'s workers to `wanted`: the others stop, those whose spec changed get
     /// the new one in place (counters restart, the published result stays), missing ones start.
-    fn apply_workers(
-        &self,
-        uid: &str,
-        wanted: BTreeMap<WorkerKey, (Arc<ProbeSpec>, bool)>,
-        shared: &SharedPod,
-    ) {
-        let mut workers = self.inner.registry.workers.lock();
-        let existing: Vec<WorkerKey> = pod_workers(&workers, uid).map(|(k, _)| k.clone()).collect();
-        for key in existing {
-            match wanted.get(&key) {
-                None => self.inner.stop_worker(&mut workers, &key),
-                Some((spec, hs)) => {
-                    if let Some(w) = workers.get_mut(&key)
-                        && (w.spec != *spec || w.has_startup != *hs)
-                    {
-                        w.spec = spec.clone();
-                        w.has_startup = *hs;
-                        w.ctl.update(SpecUpdate {
-                            spec: spec.clone(),
-                            has_startup: *hs,
-                        });
-                    }
-                }
-            }
-        }
-        for (key, (spec, hs)) in wanted {
-            if !workers.contains_key(&key) {
-                self.spawn(&mut workers, key, ProbeSpec::clone(&spec), hs, shared);
-            }
-        }
+    fn apply_workers(&self, uid: &str, wanted: Wanted, shared: &SharedPod) {
+        let unwanted = self
+            .inner
+            .pods
+            .reconcile_workers(uid, wanted, |key, spec, startup| {
+                self.spawn(key, spec, startup, shared)
+            });
+        self.inner.stop_workers(unwanted);
     }
 
     /// The pod's annotation parsed under this node's host policy.
@@ -397,53 +331,44 @@ impl Manager {
         )
     }
 
+    /// Starts the worker for `key` and returns its table entry.
     fn spawn(
         &self,
-        workers: &mut BTreeMap<WorkerKey, WorkerEntry>,
         key: WorkerKey,
         spec: ProbeSpec,
-        has_startup: bool,
+        startup: StartupGating,
         shared: &SharedPod,
-    ) {
+    ) -> WorkerEntry {
         let ty = key.ty;
         let spec = Arc::new(spec);
         let w = Worker::new(
             key.clone(),
             spec.clone(),
-            has_startup,
+            startup,
             shared.clone(),
             self.ctx.clone(),
         );
-        workers.insert(
-            key,
-            WorkerEntry {
-                ctl: w.ctl(),
-                status: w.status(),
-                spec,
-                has_startup,
-            },
-        );
+        let entry = WorkerEntry {
+            ctl: w.ctl(),
+            status: w.status(),
+            spec,
+            startup,
+        };
         self.inner
             .metrics
             .workers
             .with_label_values(&[ty.name()])
             .inc();
         tokio::spawn(w.run());
+        entry
     }
 
     /// Stops a pod's workers and forgets it (kubelet's `RemovePod`). Idempotent.
     pub fn remove_pod(&self, uid: &str) -> bool {
-        let reg = &self.inner.registry;
-        reg.idle.lock().remove(uid);
-        let Some(entry) = reg.pods.lock().remove(uid) else {
+        let Some((entry, workers)) = self.inner.pods.remove(uid) else {
             return false;
         };
-        let mut workers = reg.workers.lock();
-        let keys: Vec<WorkerKey> = pod_workers(&workers, uid).map(|(k, _)| k.clone()).collect();
-        for k in keys {
-            self.inner.stop_worker(&mut workers, &k);
-        }
-        drop(workers);
+        self.inner.stop_workers(workers);
         let p = entry.shared.read();
         let _ =
             self.inner
@@ -465,20 +390,12 @@ impl Manager {
 
     /// Stops every worker (shutdown).
     pub fn stop_all(&self) {
-        for uid in self.inner.registry.pod_uids() {
+        for uid in self.inner.pods.pod_uids() {
             self.remove_pod(&uid);
         }
     }
 
     fn trigger(&self, uid: &str, container: &str, ty: ProbeType) {
-        trigger(&self.inner.registry, uid, container, ty);
-    }
-}
-
-/// Triggers worker (`uid`, `container`, `ty`) if it runs.
-fn trigger(registry: &Registry, uid: &str, container: &str, ty: ProbeType) {
-    let workers = registry.workers.lock();
-    if let Some(w) = crate::registry::worker(&workers, uid, container, ty) {
-        w.ctl.trigger();
+        self.inner.pods.trigger(uid, container, ty);
     }
 }

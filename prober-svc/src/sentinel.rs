@@ -39,10 +39,11 @@ use tokio::time::Instant;
 
 pub use self::election::{ElectionTiming, Elector, Fence};
 pub use self::events::SentinelEvents;
-pub use self::marker::{Marker, REASON};
+pub use self::marker::Marker;
 pub use self::metrics::SentinelMetrics;
 pub use self::table::{Rates, Table};
 use crate::clock::Clock;
+use crate::kubernetes::names::SENTINEL_REASON;
 use crate::lease::{NODE_LEASE_LABEL, ZONE_LABEL};
 
 /// Name of the sentinel's leader lease (in the same namespace as the node leases).
@@ -232,7 +233,7 @@ async fn mark_loop(
                     metrics.errors.inc_by(m.failed as u64);
                     if m.written > 0 {
                         metrics.last_transition.set(clock.now_ns() / 1_000_000_000);
-                        marker.events().node(&d.node, &d.owner, true, REASON, &format!(
+                        marker.events().node(&d.node, &d.owner, true, SENTINEL_REASON, &format!(
                             "podward-prober on this node stopped renewing its node lease (last renewal {}): {} gated pod(s) marked not ready",
                             if d.renew_time.is_empty() { "never" } else { &d.renew_time },
                             m.written

@@ -165,7 +165,28 @@ pub struct ContainerProbes {
     pub startup: Option<ProbeSpec>,
 }
 
+/// Whether a container's liveness and readiness wait for its startup probe (kubelet's
+/// `isContainerStarted`: a container with a startup probe is started only once that probe
+/// succeeded; until then its other probes do not run).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StartupGating {
+    /// No startup probe: the container is started once it runs.
+    #[default]
+    Ungated,
+    /// A startup probe: the container is started once the probe succeeded.
+    Gated,
+}
+
 impl ContainerProbes {
+    /// Whether this container's startup probe gates its other probes.
+    pub fn startup_gating(&self) -> StartupGating {
+        if self.startup.is_some() {
+            StartupGating::Gated
+        } else {
+            StartupGating::Ungated
+        }
+    }
+
     /// The spec of one probe type, if any.
     pub fn get(&self, ty: ProbeType) -> Option<&ProbeSpec> {
         match ty {

@@ -2,7 +2,7 @@
 //! ([`View::readiness`], the `podward.io/ready` condition) and the `Status` API
 //! ([`View::status`], kubelet's started/ready/live) read it.
 //!
-//! It only reads: the [`Registry`] the manager keeps (pods, their annotation, their workers'
+//! It only reads: the [`PodTable`] the manager keeps (pods, their annotation, their workers'
 //! status), the [`Results`] cache the workers publish into, and the kill path's record. Nothing
 //! here starts, stops or tells anything, so a reader of the gate never goes back into the
 //! manager.
@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use crate::clock::Clock;
 use crate::consequences::kill::Killer;
+use crate::pod_table::PodTable;
 use crate::probing::results::Results;
 use crate::probing::runner::ProbeRunner;
-use crate::registry::Registry;
 
 pub mod readiness;
 mod status;
@@ -21,7 +21,7 @@ mod status;
 /// The read model. Cheap to clone.
 #[derive(Clone)]
 pub struct View {
-    registry: Arc<Registry>,
+    pods: Arc<PodTable>,
     results: Arc<Results>,
     killer: Killer,
     runner: Arc<dyn ProbeRunner>,
@@ -29,17 +29,17 @@ pub struct View {
 }
 
 impl View {
-    /// A view of `registry` and `results`, with kills from `killer`, exec runner choices from
+    /// A view of `pods` and `results`, with kills from `killer`, exec runner choices from
     /// `runner`, and `clock`'s start as the prober's start (kubelet's restart rules).
     pub fn new(
-        registry: Arc<Registry>,
+        pods: Arc<PodTable>,
         results: Arc<Results>,
         killer: Killer,
         runner: Arc<dyn ProbeRunner>,
         clock: Clock,
     ) -> Self {
         Self {
-            registry,
+            pods,
             results,
             killer,
             runner,
@@ -48,8 +48,8 @@ impl View {
     }
 
     /// The pods and workers read.
-    pub fn registry(&self) -> &Registry {
-        &self.registry
+    pub fn registry(&self) -> &PodTable {
+        &self.pods
     }
 
     /// The results cache read.

@@ -487,7 +487,7 @@ async fn another_422_is_not_retried() {
 
 #[tokio::test]
 async fn the_sentinels_false_waits_until_this_prober_vouches_for_its_node_again() {
-    use podward_prober::lease::Vouch;
+    use podward_prober::kubernetes::vouch::Vouch;
     let (client, mut api) = mock();
     let metrics = ApiMetrics::new(None).expect("metrics");
     let gate = Gate::new("podward.io/ready", metrics.clone());

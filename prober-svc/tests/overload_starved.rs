@@ -4,7 +4,8 @@
 //! tasks (each spins for tens of milliseconds between yields, so every task, the timer and the
 //! I/O driver wait seconds for a turn) until probes are late by more than their 1 s timeout.
 //! Targets that answer at once: zero failures counted, zero kills. A target that answers only
-//! after the timeout: every probe counted is a failure, and its liveness probe kills, as before.
+//! after the timeout: every probe counted is a failure, and its liveness probe kills, as kubelet's
+//! would.
 
 mod handlers_support;
 

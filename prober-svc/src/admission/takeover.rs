@@ -8,7 +8,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{MOVED_ANNOTATION, OPT_IN_ANNOTATION, PROBES_ANNOTATION};
+use super::{OPT_IN_ANNOTATION, PROBES_ANNOTATION};
+use crate::kubernetes::names::MOVED_ANNOTATION;
 use crate::spec::ProbeType;
 
 /// The API server's bound on all annotations of an object together (keys and values,

@@ -3,31 +3,32 @@
 //!
 //! kubelet also sets `SO_LINGER {on, 1 s}` (so that thousands of probe connections do not pile
 //! up, its issue 89898). On Linux that linger has one effect, how long `close(2)` blocks, which a
-//! runtime thread must never do (see `closer`), so the prober used to set it at the dial and clear
-//! it right before the close: a pair with no effect on the wire, two syscalls per probe. The
-//! probes' sockets ([`connect`], [`connect_addr`], [`connect_untimed`]) now skip both; the packets
-//! are the same (a FIN, or an RST when received data was left unread, from a close that never
-//! waits). [`dial`] and [`dial_addr`] still hand out kubelet's lingering socket, for callers that
+//! runtime thread must never do (see `closer`). The probes' sockets ([`connect`],
+//! [`connect_addr`], [`connect_untimed`]) therefore carry no linger at all: the packets are those
+//! kubelet's socket sends (a FIN, or an RST when received data was left unread) from a close that
+//! never waits. [`dial`] and [`dial_addr`] hand out kubelet's lingering socket, for callers that
 //! close it with [`closer::close`].
+//!
+//! The connected socket is [`connected::Connected`]; the stream the HTTP and gRPC exchanges use
+//! over it is [`stream::ProbeStream`]; why a dial failed is [`DialError`].
 
-use std::io::{self, Write};
+use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::host_policy::Guard;
-use super::resolve::Names;
+use self::connected::Connected;
+use crate::handler::dial_error::DialError;
+use crate::handler::host_policy::Guard;
+use crate::handler::resolve::Names;
 
 pub mod closer;
-mod error;
-
-pub use error::DialError;
+pub mod connected;
+pub mod stream;
 
 /// kubelet's linger time.
 pub const LINGER: Duration = Duration::from_secs(1);
@@ -142,31 +143,6 @@ impl Options {
         nodelay: false,
         immediate: false,
     };
-}
-
-/// A connected probe socket. On a local path (loopback, or a veth to a pod on this node) the
-/// handshake is over before `connect(2)` returns, so with [`Options::immediate`] the socket is
-/// handed out without being registered with the reactor: an HTTP probe then writes its request
-/// before it registers (see [`ProbeStream`]).
-#[derive(Debug)]
-pub(crate) enum Connected {
-    /// Connected at once; not registered with the tokio reactor.
-    Ready(std::net::TcpStream),
-    /// The handshake had to be waited for, so it is registered already.
-    Registered(TcpStream),
-}
-
-impl Connected {
-    /// The tokio stream (registers a [`Connected::Ready`] socket).
-    fn into_tokio(self, addr: impl FnOnce() -> String) -> Result<TcpStream, DialError> {
-        match self {
-            Connected::Ready(s) => TcpStream::from_std(s).map_err(|source| DialError::Socket {
-                addr: addr(),
-                source,
-            }),
-            Connected::Registered(s) => Ok(s),
-        }
-    }
 }
 
 /// [`dial`] without registering a socket that connected at once.
@@ -416,117 +392,6 @@ async fn wait_connected(
         let _ = stream.try_io(Interest::WRITABLE, || {
             Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
         });
-    }
-}
-
-/// A probe connection for the exchanges that send data (HTTP, HTTPS): registered with the
-/// reactor only when it first has to wait.
-///
-/// tokio's readiness of a freshly registered socket is empty, so the first write on it would wait
-/// for a reactor turn even though the send buffer of a new connection is empty. Writing through
-/// the plain socket until a write would block spares that turn: a probe's request goes out in the
-/// same poll that connected, and the reactor is involved once, for the response.
-#[derive(Debug)]
-pub(crate) struct ProbeStream {
-    state: StreamState,
-}
-
-#[derive(Debug)]
-enum StreamState {
-    Plain(std::net::TcpStream),
-    Registered(TcpStream),
-    /// Registration failed; the error was returned once, the socket is closed.
-    Failed,
-}
-
-impl ProbeStream {
-    /// Wraps a fresh connection.
-    pub(crate) fn new(conn: Connected) -> Self {
-        let state = match conn {
-            Connected::Ready(s) => StreamState::Plain(s),
-            Connected::Registered(s) => StreamState::Registered(s),
-        };
-        Self { state }
-    }
-
-    /// The registered stream, registering the plain socket now.
-    fn registered(&mut self) -> io::Result<&mut TcpStream> {
-        let state = std::mem::replace(&mut self.state, StreamState::Failed);
-        self.state = match state {
-            StreamState::Plain(s) => StreamState::Registered(TcpStream::from_std(s)?),
-            other => other,
-        };
-        match &mut self.state {
-            StreamState::Registered(s) => Ok(s),
-            _ => Err(io::Error::from(io::ErrorKind::NotConnected)),
-        }
-    }
-}
-
-impl Drop for ProbeStream {
-    fn drop(&mut self) {
-        match std::mem::replace(&mut self.state, StreamState::Failed) {
-            StreamState::Plain(s) => Connected::Ready(s).close(),
-            StreamState::Registered(s) => Connected::Registered(s).close(),
-            StreamState::Failed => {}
-        }
-    }
-}
-
-impl Connected {
-    /// Closes the connection. It has no linger (see the module's doc), so `close(2)` never waits
-    /// for the peer: a close must never block a runtime thread.
-    pub(crate) fn close(self) {
-        // A registered socket is deregistered from the reactor by its drop, on the runtime
-        // thread that owns it.
-        drop(self);
-    }
-}
-
-impl AsyncRead for ProbeStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        // No read on the plain socket first: the answer cannot be there yet (the peer has to be
-        // scheduled to write it), so that read would only cost an EAGAIN.
-        match self.get_mut().registered() {
-            Ok(s) => Pin::new(s).poll_read(cx, buf),
-            Err(e) => Poll::Ready(Err(e)),
-        }
-    }
-}
-
-impl AsyncWrite for ProbeStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if let StreamState::Plain(s) = &mut this.state {
-            match s.write(buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                r => return Poll::Ready(r),
-            }
-        }
-        match this.registered() {
-            Ok(s) => Pin::new(s).poll_write(cx, buf),
-            Err(e) => Poll::Ready(Err(e)),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        // TCP streams have nothing to flush.
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        // Go's transport closes a finished connection without `shutdown(2)`; the socket is closed
-        // (FIN, or RST if the answer was not read to its end, as in Go) when it is dropped right
-        // after the exchange, so a separate shutdown would only add a syscall.
-        Poll::Ready(Ok(()))
     }
 }
 

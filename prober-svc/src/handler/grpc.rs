@@ -19,7 +19,9 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 use super::attempt::Outcome;
-use super::dialer::{self, DialError, Options, ProbeStream};
+use super::dial_error::DialError;
+use super::dialer::stream::ProbeStream;
+use super::dialer::{self, Options};
 use super::go_text::{go_duration, go_status};
 use super::scoped;
 use super::target_budget::{Account, Meter, Metered};

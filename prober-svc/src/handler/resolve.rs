@@ -22,7 +22,7 @@ use parking_lot::{Condvar, Mutex};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::dialer::DialError;
+use super::dial_error::DialError;
 
 mod hosts;
 

@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::attempt::{Outcome, ProbeTarget};
-use super::dialer::{self, DialError, Options};
+use super::dial_error::DialError;
+use super::dialer::{self, Options};
 use super::host_policy::Guard;
 use super::port::{PortError, resolve_port};
 use super::resolve::Names;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use podward_api::labels;
 
-use crate::admission::MOVED_ANNOTATION;
+use crate::kubernetes::names::MOVED_ANNOTATION;
 use crate::model::api_pod::{
     ApiContainer, ApiPod, ConditionStatus, ContainerKind, GateCondition, Hook, PodPhase,
     RestartPolicy,

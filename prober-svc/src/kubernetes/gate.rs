@@ -7,7 +7,8 @@
 //!   pod's UID as a precondition (a pod re-created under the same name is another pod).
 //!   `lastTransitionTime` moves only when `status` does.
 //! - Coalesced per pod: a change marks the pod; when its turn comes the *latest* readiness is
-//!   compared with the condition the API has (status, reason, and which container the message
+//!   compared with the condition the API has (status, reason, and which container it is about:
+//!   the one the gate wrote about, or for a condition the gate did not write, the one its message
 //!   names), and written only if they differ. So a steady node writes nothing (a failing probe
 //!   whose output changes at every run included), and a pod that flips twice before its write
 //!   costs one write or none.
@@ -36,18 +37,20 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use self::desired::{Wanted, desired, plan};
+use self::desired::{About, Wanted, desired, plan};
+use self::finish::{Outcome, Written};
 pub use self::write::{ConditionWriter, FIELD_MANAGER, KubeWriter, Target, WriteError, apply_body};
 use super::metrics::ApiMetrics;
 use crate::clock::Clock;
 use crate::event::{Event, EventKind, EventSink};
-use crate::lease::Vouch;
+use crate::kubernetes::vouch::Vouch;
 use crate::model::api_pod::{ApiPod, GateCondition};
 use crate::spec::ProbeType;
 use crate::view::View;
 use crate::view::readiness::PodReadiness;
 
 mod desired;
+mod finish;
 mod hold;
 mod write;
 
@@ -142,6 +145,9 @@ struct GatePod {
     /// The condition as the API has it: the reflector's view, or the prober's own write when
     /// that is newer.
     current: Option<GateCondition>,
+    /// Which container `current` is about: the one the gate wrote about, while the API's
+    /// condition is the gate's own write.
+    about: About,
     /// Resource version the prober's last write produced: reflector views older than that are
     /// stale and do not replace `current`.
     written_rv: Option<u64>,
@@ -152,9 +158,6 @@ struct GatePod {
     /// Not before this instant (backoff, throttling).
     not_before: Option<Instant>,
 }
-
-/// Write outcome: the condition written and the pod's new resource version, or why not.
-type Outcome = Result<(GateCondition, String), WriteError>;
 
 /// The writes in flight, with the pod each is for (to clean up after a panicked task).
 #[derive(Default)]
@@ -167,6 +170,8 @@ struct Tasks {
 struct Planned {
     uid: String,
     target: Target,
+    /// The container the condition is about ("" for a pod-wide one).
+    about: String,
     condition: GateCondition,
 }
 
@@ -205,6 +210,7 @@ impl Gate {
         let entry = st.pods.entry(pod.uid.clone()).or_insert_with(|| GatePod {
             target: target.clone(),
             current: None,
+            about: About::Found,
             written_rv: None,
             failures: 0,
             backoff: retry_backoff(),
@@ -214,6 +220,10 @@ impl Gate {
         let rv = pod.resource_version.parse::<u64>().ok();
         let stale = matches!((rv, entry.written_rv), (Some(r), Some(w)) if r < w);
         if !stale {
+            // Another condition than the gate's own write: who wrote it is not known.
+            if pod.condition != entry.current {
+                entry.about = About::Found;
+            }
             entry.current = pod.condition.clone();
         }
         Self::mark(&mut st, &pod.uid);
@@ -372,6 +382,7 @@ impl Gate {
         let Planned {
             uid,
             target,
+            about,
             condition,
         } = p;
         let ty = self.inner.condition_type.clone();
@@ -381,93 +392,14 @@ impl Gate {
             let outcome = w
                 .write(&ty, &target, &condition)
                 .await
-                .map(|rv| (condition, rv));
+                .map(|resource_version| Written {
+                    condition,
+                    about,
+                    resource_version,
+                });
             (uid, outcome)
         });
         tasks.ids.insert(handle.id(), key);
-    }
-
-    /// Records the outcome of a write to pod `uid`: the condition written and the pod's new
-    /// resource version, or why not.
-    fn finish(&self, uid: &str, result: Result<(GateCondition, String), WriteError>) {
-        let m = &self.inner.metrics;
-        let mut st = self.inner.state.lock();
-        st.in_flight.remove(uid);
-        let Some(pod) = st.pods.get_mut(uid) else {
-            return;
-        };
-        let retry = match result {
-            Ok((condition, rv)) => {
-                m.gate_writes.with_label_values(&["ok"]).inc();
-                tracing::info!(pod = %pod.target.name, namespace = %pod.target.namespace,
-                    condition = %self.inner.condition_type, status = condition.status.as_str(),
-                    reason = %condition.reason, "readiness gate written");
-                pod.current = Some(condition);
-                pod.written_rv = rv.parse().ok();
-                if pod.failures > 0 {
-                    m.gate_failing.dec();
-                }
-                pod.failures = 0;
-                pod.backoff.reset();
-                pod.not_before = None;
-                None
-            }
-            Err(WriteError::Gone) => {
-                m.gate_writes.with_label_values(&["gone"]).inc();
-                if pod.failures > 0 {
-                    m.gate_failing.dec();
-                }
-                pod.failures = 0;
-                pod.backoff.reset();
-                None
-            }
-            Err(WriteError::Invalid(message)) => {
-                m.gate_writes.with_label_values(&["invalid"]).inc();
-                tracing::warn!(pod = %pod.target.name, namespace = %pod.target.namespace,
-                    error = %message,
-                    "the API server refuses the readiness-gate condition as invalid; not retried until the readiness changes");
-                if pod.failures > 0 {
-                    m.gate_failing.dec();
-                }
-                pod.failures = 0;
-                pod.backoff.reset();
-                None
-            }
-            Err(e) => {
-                let label = match &e {
-                    WriteError::Conflict(_) => "conflict",
-                    WriteError::Throttled(_) => "throttled",
-                    _ => "error",
-                };
-                m.gate_writes.with_label_values(&[label]).inc();
-                if pod.failures == 0 {
-                    m.gate_failing.inc();
-                }
-                pod.failures = pod.failures.saturating_add(1);
-                // The schedule moves on either way: throttling is a failure in a row too.
-                let next = pod.backoff.next_delay();
-                let delay = match &e {
-                    WriteError::Throttled(Some(d)) => *d,
-                    _ => next,
-                };
-                let log = pod.failures == 1;
-                if log {
-                    tracing::warn!(pod = %pod.target.name, namespace = %pod.target.namespace,
-                        error = %e, retry_in_ms = delay.as_millis() as u64,
-                        "cannot write the readiness-gate condition; retrying");
-                } else {
-                    tracing::debug!(pod = %pod.target.name, error = %e, failures = pod.failures,
-                        "readiness-gate write failed again");
-                }
-                pod.not_before = Some(Instant::now() + delay);
-                Some(())
-            }
-        };
-        if retry.is_some() {
-            Self::mark(&mut st, uid);
-        }
-        drop(st);
-        self.inner.wake.notify_one();
     }
 }
 

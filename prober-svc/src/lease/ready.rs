@@ -8,7 +8,7 @@ use std::time::Duration;
 use podward_api::daemon::admin::Readiness;
 use tokio::sync::watch;
 
-use super::Vouch;
+use crate::kubernetes::vouch::Vouch;
 
 /// How often the verdict is taken again while nothing else wakes it (the lease expiring is a
 /// matter of time, not of an event).

@@ -2,7 +2,7 @@
 //! annotation counts, its parse (with what the node's host policy and the API's view of the pod
 //! refuse), and one worker spec per (container, probe type).
 
-use std::collections::HashSet;
+use std::collections::BTreeMap;
 
 use crate::event::{Event, EventKind, Events, REASON_PROBE_SPEC_INVALID};
 use crate::handler::host_policy::NodePolicy;
@@ -10,7 +10,7 @@ use crate::model::PodInfo;
 use crate::model::api_pod::{ApiPod, ContainerKind};
 use crate::probing::worker::handle::WorkerKey;
 use crate::spec::{
-    ContainerProbes, PodProbes, ProbeSpec, ProbeType, SpecError, parse_pod_probes,
+    ContainerProbes, PodProbes, ProbeSpec, ProbeType, SpecError, StartupGating, parse_pod_probes,
     spec_invalid_message,
 };
 
@@ -154,19 +154,21 @@ fn probe_of(field: &str) -> ProbeType {
         .unwrap_or(ProbeType::Readiness)
 }
 
-/// Names of the containers with a startup probe.
-pub(super) fn startup_names(parsed: &PodProbes) -> HashSet<String> {
+/// Whether each container's startup probe gates its other probes.
+pub(super) fn startup_gating(parsed: &PodProbes) -> BTreeMap<String, StartupGating> {
     parsed
         .containers
         .iter()
-        .filter(|(_, c)| c.startup.is_some())
-        .map(|(n, _)| n.clone())
+        .map(|(n, c)| (n.clone(), c.startup_gating()))
         .collect()
 }
 
 /// Every worker a parsed annotation asks for: key, spec, and whether its container has a
 /// startup probe.
-pub(super) fn worker_specs(uid: &str, parsed: PodProbes) -> Vec<(WorkerKey, ProbeSpec, bool)> {
+pub(super) fn worker_specs(
+    uid: &str,
+    parsed: PodProbes,
+) -> Vec<(WorkerKey, ProbeSpec, StartupGating)> {
     parsed
         .containers
         .into_iter()
@@ -174,13 +176,13 @@ pub(super) fn worker_specs(uid: &str, parsed: PodProbes) -> Vec<(WorkerKey, Prob
         .collect()
 }
 
-/// The workers of one container's probes: key, spec, and whether it has a startup probe.
+/// The workers of one container's probes: key, spec, and whether its startup probe gates them.
 pub(super) fn container_worker_specs(
     uid: &str,
     name: &str,
     probes: ContainerProbes,
-) -> Vec<(WorkerKey, ProbeSpec, bool)> {
-    let has_startup = probes.startup.is_some();
+) -> Vec<(WorkerKey, ProbeSpec, StartupGating)> {
+    let gating = probes.startup_gating();
     [
         (ProbeType::Startup, probes.startup),
         (ProbeType::Readiness, probes.readiness),
@@ -193,7 +195,7 @@ pub(super) fn container_worker_specs(
             container: name.to_owned(),
             ty,
         };
-        spec.map(|spec| (key, spec, has_startup))
+        spec.map(|spec| (key, spec, gating))
     })
     .collect()
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::annotation;
 use crate::model::{PodInfo, RunState};
-use crate::registry::PodEntry;
+use crate::pod_table::PodEntry;
 
 /// What a refresh of a known pod changed.
 pub(super) struct Refreshed {

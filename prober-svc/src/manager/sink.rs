@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Weak};
 
-use super::{Inner, trigger};
+use super::Inner;
 use crate::model::{ContainerInfo, PodInfo};
 use crate::probing::worker::Sink;
 use crate::probing::worker::handle::{WorkerCtl, WorkerKey};
@@ -37,33 +37,27 @@ impl Sink for ManagerSink {
             return;
         };
         // A probe in flight when its pod was removed must not kill (nor count a kill in a series
-        // `remove_pod` already deleted): checked and killed under the pods lock, so a removal
-        // comes either before (no kill) or after (it forgets this one too).
-        let pods = inner.registry.pods.lock();
-        if pods.contains_key(&pod.uid) {
+        // `remove_pod` already deleted): checked and killed as one step of the table, so a
+        // removal comes either before (no kill) or after (it forgets this one too).
+        inner.pods.while_probed(&pod.uid, || {
             inner.killer.kill(pod, c, key.ty, spec, output);
-        }
+        });
     }
 
     fn started(&self, key: &WorkerKey) {
         let Some(inner) = self.inner.upgrade() else {
             return;
         };
-        trigger(
-            &inner.registry,
-            &key.pod_uid,
-            &key.container,
-            ProbeType::Readiness,
-        );
+        inner
+            .pods
+            .trigger(&key.pod_uid, &key.container, ProbeType::Readiness);
     }
 
     fn exited(&self, key: &WorkerKey, ctl: &Arc<WorkerCtl>) {
         let Some(inner) = self.inner.upgrade() else {
             return;
         };
-        let mut workers = inner.registry.workers.lock();
-        if workers.get(key).is_some_and(|w| Arc::ptr_eq(&w.ctl, ctl)) {
-            workers.remove(key);
+        if inner.pods.remove_worker(key, ctl) {
             inner
                 .metrics
                 .workers

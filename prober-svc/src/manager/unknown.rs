@@ -21,8 +21,7 @@ use tokio::time::Instant;
 
 use super::{Inner, Manager};
 use crate::model::{PodInfo, RunState};
-use crate::probing::worker::handle::WorkerKey;
-use crate::registry::{PodEntry, UNKNOWN_CONTAINER_GRACE, pod_workers, unknown_name_error};
+use crate::pod_table::{PodEntry, UNKNOWN_CONTAINER_GRACE, unknown_name_error};
 use crate::spec::ContainerProbes;
 
 fn has_running(pod: &PodInfo) -> bool {
@@ -47,11 +46,7 @@ impl Manager {
     pub(super) fn reconcile_names(&self, uid: &str) {
         let mut start: Vec<(String, ContainerProbes)> = Vec::new();
         let mut schedule = false;
-        let shared = {
-            let mut pods = self.inner.registry.pods.lock();
-            let Some(entry) = pods.get_mut(uid) else {
-                return;
-            };
+        let shared = self.inner.pods.entry(uid, |entry| {
             let pod = entry.shared.read().clone();
             let names: BTreeSet<&str> = pod.containers.values().map(|c| c.name.as_str()).collect();
             let u = &mut entry.unknown;
@@ -108,6 +103,9 @@ impl Manager {
                 self.inner.set_spec_errors(&pod, entry_errors(entry));
             }
             entry.shared.clone()
+        });
+        let Some(shared) = shared else {
+            return;
         };
         for (name, probes) in &start {
             self.spawn_workers(uid, name, probes, &shared);
@@ -137,20 +135,21 @@ async fn check(state: Weak<Inner>, uid: String) {
     loop {
         let due = {
             let Some(state) = state.upgrade() else { return };
-            let pods = state.registry.pods.lock();
-            let Some(entry) = pods.get(&uid) else { return };
-            entry.unknown.last_new.unwrap_or_else(Instant::now) + UNKNOWN_CONTAINER_GRACE
+            let due = state.pods.entry(&uid, |entry| {
+                entry.unknown.last_new.unwrap_or_else(Instant::now) + UNKNOWN_CONTAINER_GRACE
+            });
+            let Some(due) = due else { return };
+            due
         };
         tokio::time::sleep_until(due).await;
         let Some(state) = state.upgrade() else { return };
-        let stale = {
-            let pods = state.registry.pods.lock();
-            let Some(entry) = pods.get(&uid) else { return };
+        let stale = state.pods.entry(&uid, |entry| {
             entry
                 .unknown
                 .last_new
                 .is_some_and(|t| t + UNKNOWN_CONTAINER_GRACE > Instant::now())
-        };
+        });
+        let Some(stale) = stale else { return };
         if !stale {
             flag(&state, &uid);
             return;
@@ -161,11 +160,7 @@ async fn check(state: Weak<Inner>, uid: String) {
 /// Reports every name of the annotation that the pod does not have, and stops its workers.
 fn flag(state: &Inner, uid: &str) {
     let mut stop = BTreeSet::new();
-    {
-        let mut pods = state.registry.pods.lock();
-        let Some(entry) = pods.get_mut(uid) else {
-            return;
-        };
+    let found = state.pods.entry(uid, |entry| {
         entry.unknown.scheduled = false;
         let pod = entry.shared.read().clone();
         let gone: Vec<String> = entry
@@ -179,17 +174,12 @@ fn flag(state: &Inner, uid: &str) {
             mark_unknown(entry, &pod, name);
         }
         state.set_spec_errors(&pod, entry_errors(entry));
-    }
-    if stop.is_empty() {
+    });
+    if found.is_none() || stop.is_empty() {
         return;
     }
-    let mut workers = state.registry.workers.lock();
-    let keys: Vec<WorkerKey> = pod_workers(&workers, uid)
-        .map(|(k, _)| k)
-        .filter(|k| stop.contains(&k.container))
-        .cloned()
-        .collect();
-    for k in keys {
-        state.stop_worker(&mut workers, &k);
-    }
+    let workers = state
+        .pods
+        .remove_workers(uid, |k| stop.contains(&k.container));
+    state.stop_workers(workers);
 }

@@ -8,8 +8,9 @@ use serde_norway::Value as Yaml;
 use serde_norway::mapping::Mapping;
 
 use super::Outcome;
+use crate::admission::PROBES_ANNOTATION;
 use crate::admission::takeover::{Policy, SkipReason};
-use crate::admission::{MOVED_ANNOTATION, PROBES_ANNOTATION};
+use crate::kubernetes::names::MOVED_ANNOTATION;
 use crate::spec::ProbeType;
 
 /// Reverts one pod (or pod template).

@@ -36,7 +36,7 @@ use crate::probing::pod_view::PodView;
 use crate::probing::results::{Results, SlotMemo};
 use crate::probing::runner::ProbeRunner;
 use crate::probing::starvation::StarvationMeter;
-use crate::spec::{ProbeSpec, ProbeType};
+use crate::spec::{ProbeSpec, ProbeType, StartupGating};
 use due::Due;
 
 mod due;
@@ -118,7 +118,7 @@ pub struct Ctx {
 pub struct Worker {
     key: WorkerKey,
     spec: Arc<ProbeSpec>,
-    has_startup: bool,
+    startup: StartupGating,
     pod: SharedPod,
     ctx: Arc<Ctx>,
     ctl: Arc<WorkerCtl>,
@@ -143,12 +143,12 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// A worker for `key` probing with `spec`. `has_startup` says whether the container also has
-    /// a startup probe (which gates liveness and readiness).
+    /// A worker for `key` probing with `spec`. `startup` says whether the container's startup
+    /// probe gates its liveness and readiness.
     pub fn new(
         key: WorkerKey,
         spec: Arc<ProbeSpec>,
-        has_startup: bool,
+        startup: StartupGating,
         pod: SharedPod,
         ctx: Arc<Ctx>,
     ) -> Self {
@@ -163,7 +163,7 @@ impl Worker {
         Self {
             key,
             spec,
-            has_startup,
+            startup,
             pod,
             ctx,
             ctl: Arc::new(WorkerCtl::default()),
@@ -233,12 +233,12 @@ impl Worker {
     /// `MutableContainerProbes`); the published result and the on-hold state stay, since the
     /// container instance is the same.
     fn take_update(&mut self) {
-        let Some(SpecUpdate { spec, has_startup }) = self.ctl.take_update() else {
+        let Some(SpecUpdate { spec, startup }) = self.ctl.take_update() else {
             return;
         };
         self.period_changed = spec.period != self.spec.period;
         self.spec = spec;
-        self.has_startup = has_startup;
+        self.startup = startup;
         self.last_result = None;
         self.result_run = 0;
     }
@@ -308,7 +308,7 @@ impl Worker {
         if c.state != RunState::Running {
             return false;
         }
-        if !self.has_startup {
+        if self.startup == StartupGating::Ungated {
             return true;
         }
         match self.ctx.results.get(&c.id, ProbeType::Startup) {

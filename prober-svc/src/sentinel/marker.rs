@@ -1,9 +1,10 @@
 //! Marks one expired node's gated pods: lists the node's pods (`fieldSelector=spec.nodeName`,
-//! at `resourceVersion=0`), and for each pod that lists the readiness gate and whose condition says `True` (or
-//! `Unknown`), writes the condition `False` with reason [`REASON`] — the same server-side apply
-//! request as the prober's gate writer ([`crate::kubernetes::gate::KubeWriter`]: field manager
-//! `podward-prober`, only that condition, the pod's UID as a precondition), so the prober, when
-//! back, takes the condition over without a conflict. One Warning event per pod marked.
+//! at `resourceVersion=0`), and for each pod that lists the readiness gate and whose condition
+//! says `True` (or `Unknown`), writes the condition `False` with reason [`SENTINEL_REASON`] — the
+//! same server-side apply request as the prober's gate writer
+//! ([`crate::kubernetes::gate::KubeWriter`]: field manager `podward-prober`, only that condition,
+//! the pod's UID as a precondition), so the prober, when back, takes the condition over without
+//! a conflict. One Warning event per pod marked.
 //!
 //! Never `True`, and never a pod whose condition is already `False` or absent (absent: the gate
 //! already keeps the pod unready). The lease is checked again before every write, so a prober
@@ -18,10 +19,8 @@ use kube::api::ListParams;
 use super::events::SentinelEvents;
 use crate::clock::Clock;
 use crate::kubernetes::gate::{ConditionWriter, Target, WriteError};
+use crate::kubernetes::names::SENTINEL_REASON;
 use crate::model::api_pod::{ConditionStatus, GateCondition};
-
-/// The condition's reason when the sentinel marks it.
-pub const REASON: &str = "ProberNotReporting";
 
 /// What marking one node did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -130,7 +129,7 @@ impl Marker {
                 }
                 let condition = GateCondition {
                     status: ConditionStatus::False,
-                    reason: REASON.to_owned(),
+                    reason: SENTINEL_REASON.to_owned(),
                     message: message.clone(),
                     last_transition_time: rfc3339(self.clock.now_ns()),
                 };
@@ -207,7 +206,7 @@ impl Marker {
             &target.namespace,
             &target.name,
             &target.uid,
-            REASON,
+            SENTINEL_REASON,
             message,
         );
     }

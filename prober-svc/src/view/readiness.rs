@@ -14,8 +14,8 @@ use super::View;
 use crate::handler::attempt::ProbeResult;
 use crate::model::api_pod::PodPhase;
 use crate::model::{ContainerInfo, RunState};
+use crate::pod_table::WorkerEntry;
 use crate::probing::worker::started_before_restart;
-use crate::registry::{WorkerEntry, pod_workers, worker};
 use crate::spec::{ProbeType, spec_invalid_message};
 
 /// Longest condition message the prober writes (a probe's output can be 10 KiB).
@@ -102,7 +102,7 @@ impl View {
     /// by its state, never left out; a gated pod whose annotation is invalid is not ready
     /// ([`REASON_SPEC_INVALID`]), whatever its valid probes say.
     pub fn readiness(&self, uid: &str) -> PodReadiness {
-        let api = self.registry.api.lock().get(uid).cloned();
+        let api = self.pods.api(uid);
         if let Some(reason) = api.as_ref().and_then(|a| match a.phase {
             PodPhase::Succeeded => Some(REASON_POD_COMPLETED),
             PodPhase::Failed => Some(REASON_POD_FAILED),
@@ -143,7 +143,7 @@ impl View {
     /// Why pod `uid`'s annotation is invalid, if it is: a gated pod fails closed, since what
     /// its readiness was meant to be checked by is not known.
     fn invalid_message(&self, uid: &str) -> Option<String> {
-        let errors = self.registry.pods.lock().get(uid)?.invalid_errors();
+        let errors = self.pods.entry(uid, |e| e.invalid_errors())?;
         (!errors.is_empty()).then(|| spec_invalid_message(&errors))
     }
 
@@ -151,9 +151,7 @@ impl View {
     /// worker, and those whose readiness or startup the annotation asks for (workers or not);
     /// `None` if the pod is not probed.
     fn gated(&self, uid: &str) -> Option<Vec<Gated>> {
-        let (shared, mut names) = {
-            let pods = self.registry.pods.lock();
-            let e = pods.get(uid)?;
+        let (shared, mut names) = self.pods.entry(uid, |e| {
             let names: BTreeSet<String> = e
                 .probes
                 .iter()
@@ -163,15 +161,16 @@ impl View {
                 .map(|(n, _)| n.clone())
                 .collect();
             (e.shared.clone(), names)
-        };
+        })?;
         let pod = shared.read().clone();
-        let workers = self.registry.workers.lock();
+        let workers = self.pods.workers_of(uid);
         names.extend(
-            pod_workers(&workers, uid)
-                .filter(|(k, _)| k.ty != ProbeType::Liveness)
-                .map(|(k, _)| k.container.clone()),
+            workers
+                .iter()
+                .filter(|(_, ty, _)| *ty != ProbeType::Liveness)
+                .map(|(c, ..)| c.to_owned()),
         );
-        let seen = |name: &str, ty| worker(&workers, uid, name, ty).map(WorkerSeen::of);
+        let seen = |name: &str, ty| workers.get(name, ty).map(WorkerSeen::of);
         Some(
             names
                 .into_iter()

@@ -1,7 +1,7 @@
 //! `Status`: per pod and container, started/ready/live as kubelet's `UpdatePodStatus` computes
 //! them, with each probe's counters.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use podward_api::prober::v1 as api;
 
@@ -10,29 +10,24 @@ use crate::handler::attempt::ProbeResult;
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::probing::worker::handle::WorkerStatus;
 use crate::probing::worker::started_before_restart;
-use crate::registry::{pod_workers, worker};
-use crate::spec::ProbeType;
+use crate::spec::{ProbeType, StartupGating};
 use crate::wire;
 
 impl View {
     /// Status of every probed pod, or of `uid` only.
     pub fn status(&self, uid: Option<&str>) -> api::StatusResponse {
-        let entries: Vec<_> = {
-            let pods = self.registry.pods.lock();
-            pods.iter()
-                .filter(|(u, _)| uid.is_none_or(|w| w == u.as_str()))
-                .map(|(_, e)| (e.shared.clone(), e.all_errors(), e.has_startup.clone()))
-                .collect()
-        };
+        let entries = self.pods.entries(uid, |e| {
+            (e.shared.clone(), e.all_errors(), e.startup.clone())
+        });
         let pods = entries
             .into_iter()
-            .map(|(shared, errors, has_startup)| {
+            .map(|(shared, errors, startup)| {
                 let pod = shared.read().clone();
                 api::PodStatus {
                     pod_uid: pod.uid.clone(),
                     pod_name: pod.name.clone(),
                     pod_namespace: pod.namespace.clone(),
-                    containers: self.containers(&pod, &has_startup),
+                    containers: self.containers(&pod, &startup),
                     spec_errors: errors
                         .into_iter()
                         .map(|e| api::SpecError {
@@ -51,23 +46,23 @@ impl View {
     fn containers(
         &self,
         pod: &PodInfo,
-        has_startup: &HashSet<String>,
+        startup: &BTreeMap<String, StartupGating>,
     ) -> Vec<api::ContainerStatus> {
-        let workers = self.registry.workers.lock();
-        let names: BTreeSet<&str> = pod_workers(&workers, &pod.uid)
-            .map(|(k, _)| k.container.as_str())
-            .collect();
+        let workers = self.pods.workers_of(&pod.uid);
+        let names: BTreeSet<&str> = workers.iter().map(|(c, ..)| c).collect();
         names
             .into_iter()
             .map(|name| {
                 let probes: Vec<(ProbeType, WorkerStatus, String)> = ProbeType::ALL
                     .into_iter()
                     .filter_map(|ty| {
-                        worker(&workers, &pod.uid, name, ty)
+                        workers
+                            .get(name, ty)
                             .map(|w| (ty, w.status.lock().clone(), w.spec.describe()))
                     })
                     .collect();
-                self.container(pod, name, has_startup.contains(name), probes)
+                let gating = startup.get(name).copied().unwrap_or_default();
+                self.container(pod, name, gating, probes)
             })
             .collect()
     }
@@ -77,13 +72,13 @@ impl View {
         &self,
         pod: &PodInfo,
         name: &str,
-        has_startup: bool,
+        startup: StartupGating,
         probes: Vec<(ProbeType, WorkerStatus, String)>,
     ) -> api::ContainerStatus {
         let c = pod.current(name);
         let has_readiness = probes.iter().any(|(ty, ..)| *ty == ProbeType::Readiness);
         let (started, ready, live) = match c {
-            Some(c) => self.flags(c, has_startup, has_readiness),
+            Some(c) => self.flags(c, startup, has_readiness),
             None => (false, false, true),
         };
         let kills = self.killer.log(&pod.uid, name);
@@ -102,7 +97,7 @@ impl View {
             last_kill: kills.last.as_ref().map(wire::kill),
             exec_runner: exec
                 .as_ref()
-                .map(|e| e.runner.to_owned())
+                .map(|e| e.runner.as_str().to_owned())
                 .unwrap_or_default(),
             exec_runner_reason: exec.map(|e| e.reason).unwrap_or_default(),
         }
@@ -112,14 +107,14 @@ impl View {
     fn flags(
         &self,
         c: &ContainerInfo,
-        has_startup: bool,
+        startup: StartupGating,
         has_readiness: bool,
     ) -> (bool, bool, bool) {
         let results = &self.results;
         let running = c.state == RunState::Running;
         let before_restart = started_before_restart(c, &self.clock);
         let started = running
-            && (!has_startup
+            && (startup == StartupGating::Ungated
                 || match results.get(&c.id, ProbeType::Startup) {
                     Some(r) => r == ProbeResult::Success,
                     None => before_restart,

@@ -26,10 +26,39 @@ pub trait ExecRunner: Send + Sync + 'static {
 /// How one container's exec probes run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecChoice {
-    /// `direct`, `cri`, or `none` (direct mode refused this container).
-    pub runner: &'static str,
+    /// The runner its exec probes go through.
+    pub runner: ExecVia,
     /// Why not direct (empty when direct).
     pub reason: String,
+}
+
+/// The runner a container's exec probes go through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecVia {
+    /// Direct exec: the command started in the container by the prober itself.
+    Direct,
+    /// CRI `ExecSync` (chosen by `--exec-mode=cri`, or the fallback of `auto`).
+    Cri,
+    /// None: `--exec-mode=direct` refused this container, so its exec probes do not run.
+    Refused,
+}
+
+impl ExecVia {
+    /// The name `Status` reports (`direct`, `cri`, `none`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecVia::Direct => "direct",
+            ExecVia::Cri => "cri",
+            ExecVia::Refused => "none",
+        }
+    }
+}
+
+/// A runner equals the name `Status` reports for it (`ExecVia::Refused == "none"`).
+impl PartialEq<&str> for ExecVia {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
 
 /// A finished command.

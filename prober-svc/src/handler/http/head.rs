@@ -10,8 +10,8 @@
 //! parser the status line and the few fields that frame the body or that the probe reads.
 //!
 //! A field line that the parser would reject (no colon, a name that is not a token) is passed on
-//! so that it is rejected as before; one longer than any name with no colon yet is cut to a short
-//! prefix that is rejected the same way.
+//! so that the parser rejects it with its own error; one longer than any name with no colon yet
+//! is cut to a short prefix that is rejected the same way.
 
 #[cfg(test)]
 use std::io;
@@ -216,7 +216,7 @@ impl Scan {
     }
 
     /// The connection ended inside a head: what was read of the line goes to hyper, which then
-    /// reports the incomplete message as before.
+    /// reports the incomplete message with its own error.
     pub(super) fn end_of_stream(&mut self, out: &mut Vec<u8>) {
         if self.phase != Phase::Body && !self.interim && self.mode != LineMode::Drop {
             out.extend_from_slice(&self.line);

@@ -168,7 +168,7 @@ impl ProbeHeaders {
         out: &mut Vec<u8>,
     ) -> Result<(), RequestError> {
         // A plain target is written as it is, as `Uri` prints it back; anything else goes
-        // through `Uri` as before (its error, or its printing).
+        // through `Uri` (its error, or its printing).
         out.extend_from_slice(b"GET ");
         if valid_target(&url.target) {
             out.extend_from_slice(url.target.as_bytes());

@@ -135,7 +135,7 @@ async fn the_body_of_a_probe_that_names_a_host_is_never_shown() {
         Outcome::Warning(text) => assert!(!text.contains("secret"), "{text}"),
         other => panic!("{other:?}"),
     }
-    // Without a host (the pod's own IP) the body is kubelet's output, as before.
+    // Without a host (the pod's own IP) the body is kubelet's output, shown in full.
     let mut own = get("127.0.0.1", ok);
     own.host = None;
     let got = prober

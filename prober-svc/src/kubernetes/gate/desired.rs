@@ -45,22 +45,49 @@ pub(super) fn desired(r: PodReadiness) -> Option<Wanted> {
 /// probe's output may change at every probe; the condition would be rewritten forever). An
 /// invalid annotation's message is compared whole: it changes only with the annotation, and
 /// then it says what is left to fix.
-fn same(c: &GateCondition, want: &Wanted) -> bool {
+fn same(c: &GateCondition, about: &About, want: &Wanted) -> bool {
     if want.reason == REASON_SPEC_INVALID {
         return c.status == want.status && c.reason == want.reason && c.message == want.message;
     }
     c.status == want.status
         && c.reason == want.reason
-        && (want.container.is_empty()
-            || c.message
+        && (want.container.is_empty() || about.names(c, &want.container))
+}
+
+/// Which container the condition the API has is about.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) enum About {
+    /// The gate wrote that condition, about this container ("" for a pod-wide one).
+    Written(String),
+    /// The condition came from elsewhere: a write of an earlier prober (before a restart) or
+    /// anyone else's.
+    #[default]
+    Found,
+}
+
+impl About {
+    /// Whether condition `c` is about `container`. A condition the gate did not write names its
+    /// container only in its message, which starts with `container <name>` as the view words it
+    /// ([`PodReadiness::NotReady`]'s message).
+    fn names(&self, c: &GateCondition, container: &str) -> bool {
+        match self {
+            About::Written(about) => about == container,
+            About::Found => c
+                .message
                 .strip_prefix("container ")
-                .and_then(|m| m.strip_prefix(want.container.as_str()))
-                .is_some_and(|rest| rest.starts_with([':', ' '])))
+                .and_then(|m| m.strip_prefix(container))
+                .is_some_and(|rest| rest.starts_with([':', ' '])),
+        }
+    }
 }
 
 /// The write that brings `pod`'s condition to `want`, if it differs from what the API has.
 pub(super) fn plan(uid: &str, pod: &GatePod, want: Wanted, clock: &Clock) -> Option<Planned> {
-    if pod.current.as_ref().is_some_and(|c| same(c, &want)) {
+    if pod
+        .current
+        .as_ref()
+        .is_some_and(|c| same(c, &pod.about, &want))
+    {
         return None;
     }
     let last_transition_time = match &pod.current {
@@ -72,6 +99,7 @@ pub(super) fn plan(uid: &str, pod: &GatePod, want: Wanted, clock: &Clock) -> Opt
     Some(Planned {
         uid: uid.to_owned(),
         target: pod.target.clone(),
+        about: want.container,
         condition: GateCondition {
             status: want.status,
             reason: want.reason.to_owned(),
@@ -89,4 +117,37 @@ fn rfc3339(ns: i64) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn condition(message: &str) -> GateCondition {
+        GateCondition {
+            status: ConditionStatus::False,
+            reason: "ReadinessProbeFailed".into(),
+            message: message.into(),
+            last_transition_time: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_written_condition_is_about_the_container_the_gate_wrote_about() {
+        // The record decides, whatever the message says (a message cut at the limit, or one
+        // that names another container inside a probe's output).
+        let c = condition("container api: Readiness probe failed: container web is down");
+        assert!(About::Written("api".into()).names(&c, "api"));
+        assert!(!About::Written("api".into()).names(&c, "web"));
+        assert!(About::Written("web".into()).names(&condition(""), "web"));
+    }
+
+    #[test]
+    fn a_condition_found_in_the_api_is_about_the_container_its_message_starts_with() {
+        let c = condition("container web: Readiness probe failed: HTTP probe failed");
+        assert!(About::Found.names(&c, "web"));
+        assert!(!About::Found.names(&c, "we"), "a name, not a prefix of one");
+        assert!(About::Found.names(&condition("container web is not running"), "web"));
+        assert!(!About::Found.names(&condition(""), "web"));
+    }
 }

@@ -3,9 +3,9 @@
 //! again at each renewal.
 
 use super::Gate;
-use crate::lease::Vouch;
+use crate::kubernetes::names::SENTINEL_REASON;
+use crate::kubernetes::vouch::Vouch;
 use crate::model::api_pod::GateCondition;
-use crate::sentinel::REASON as SENTINEL_REASON;
 
 impl Gate {
     /// Holds writes over the sentinel's `False` (reason [`SENTINEL_REASON`]) while `vouch`

@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
 use crate::handler::attempt::ProbeResult;
-use crate::spec::{ProbeSpec, ProbeType};
+use crate::spec::{ProbeSpec, ProbeType, StartupGating};
 
 /// Identity of a worker.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -38,8 +38,8 @@ pub struct WorkerCtl {
 pub struct SpecUpdate {
     /// The probe's new spec.
     pub spec: Arc<ProbeSpec>,
-    /// Whether the container now has a startup probe (which gates liveness and readiness).
-    pub has_startup: bool,
+    /// Whether the container's startup probe now gates its liveness and readiness.
+    pub startup: StartupGating,
 }
 
 impl WorkerCtl {

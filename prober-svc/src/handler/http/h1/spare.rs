@@ -13,7 +13,7 @@ use std::ops::{Deref, DerefMut};
 use super::READ_CHUNK;
 
 /// Spare buffers one thread keeps: about as many as a runtime thread has HTTP probes between two
-/// reads at a high probe rate; beyond it a probe allocates as before.
+/// reads at a high probe rate; beyond it a probe allocates its buffer afresh.
 pub(crate) const KEPT_PER_THREAD: usize = 64;
 
 /// Largest buffer kept; a larger one (a read grew it) is freed.

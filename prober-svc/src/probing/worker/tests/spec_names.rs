@@ -127,20 +127,17 @@ async fn thousands_of_unknown_names_cost_no_worker_and_no_kept_spec() {
     assert_eq!(n.manager.registry().worker_count(), 1);
     run_for(UNKNOWN_CONTAINER_GRACE + 2 * S).await;
     assert_eq!(n.manager.registry().worker_count(), 1);
-    {
-        let pods = n.manager.registry().pods.lock();
-        let entry = pods.get("u").expect("pod");
-        assert_eq!(
-            entry.probes.len(),
-            1,
-            "the probes of unknown names are not kept"
-        );
-        assert_eq!(entry.all_errors().len(), 3000);
-    }
+    let (probes, errors) = n
+        .manager
+        .registry()
+        .entry("u", |entry| (entry.probes.len(), entry.all_errors().len()))
+        .expect("pod");
+    assert_eq!(probes, 1, "the probes of unknown names are not kept");
+    assert_eq!(errors, 3000);
     assert_eq!(n.script.calls_of(ProbeType::Liveness).len(), 0);
     assert!(n.manager.remove_pod("u"));
     assert_eq!(n.manager.registry().worker_count(), 0);
-    assert!(n.manager.registry().pods.lock().is_empty());
+    assert!(n.manager.registry().pod_uids().is_empty());
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,8 +1,9 @@
 //! The starvation rule: a probe that reached its timeout while the prober itself was starved is
 //! recorded Unknown, counted in `podward_prober_probes_starved_total` and run again at once
 //! (a bounded number of times), never counted as a failure; a target that is slow while the
-//! prober is not starved fails exactly as before. The starvation measure is the seam: a window of
-//! (paused) time during which the fake meter says the prober was starved.
+//! prober is not starved fails exactly as it does without the measure. The starvation measure
+//! is the seam: a window of (paused) time during which the fake meter says the prober was
+//! starved.
 
 use std::sync::Arc;
 use std::time::Duration;
