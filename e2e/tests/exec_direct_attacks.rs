@@ -24,7 +24,7 @@ use podward_e2e::{
 };
 use podward_prober::direct_exec::init::HELPER_ARG;
 use podward_prober::direct_exec::{DirectExec, ExecMode};
-use podward_prober::handler::exec::runner::ExecError;
+use podward_prober::handler::exec::runner::{ExecError, ExecVia};
 
 #[path = "exec_direct_support.rs"]
 mod support;
@@ -370,7 +370,7 @@ async fn an_init_that_unshares_a_user_namespace_is_refused() {
     }
     let choice = direct.choice(&id).expect("a choice");
     assert!(
-        choice.runner == "none" && choice.reason.contains("user namespace"),
+        choice.runner == ExecVia::Refused && choice.reason.contains("user namespace"),
         "{choice:?}"
     );
     drop(direct);

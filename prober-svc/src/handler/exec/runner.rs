@@ -54,13 +54,6 @@ impl ExecVia {
     }
 }
 
-/// A runner equals the name `Status` reports for it (`ExecVia::Refused == "none"`).
-impl PartialEq<&str> for ExecVia {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
 /// A finished command.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExecOutput {
