@@ -15,16 +15,13 @@
 //! Each attacker writes what it saw and what it managed into a host directory mounted at `/out`.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use podward_api::test_util::eventually;
-use podward_e2e::{
-    ContainerSpec, Driver, Pod, PodSpec, RestartPolicy, TestNode, bin_path, proc_cmdline,
-};
+use podward_e2e::{Driver, Pod, SecurityContext, TestNode, bin_path};
 use podward_prober::direct_exec::init::HELPER_ARG;
-use podward_prober::direct_exec::{DirectExec, ExecMode};
-use podward_prober::handler::exec::runner::{ExecError, ExecVia};
+use podward_prober::handler::exec::runner::{ExecError, ExecRunner, ExecVia};
 
 #[path = "exec_direct_support.rs"]
 mod support;

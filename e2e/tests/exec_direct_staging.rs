@@ -19,12 +19,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use podward_api::test_util::eventually;
-use podward_e2e::{
-    ContainerSpec, Driver, Pod, PodSpec, RestartPolicy, SecurityContext, TestNode, bin_path,
-    proc_cmdline,
-};
+use podward_e2e::{SecurityContext, bin_path};
 use podward_prober::direct_exec::init::HELPER_ARG;
-use podward_prober::direct_exec::{DirectExec, ExecMode};
 use podward_prober::handler::exec::runner::ExecError;
 
 #[path = "exec_direct_support.rs"]
@@ -90,10 +86,7 @@ async fn nothing_of_the_probe_is_seen_in_the_container_outside_its_namespaces() 
         !lines_with(&log, &["saw"]).is_empty(),
         "the attacker never saw the probe path (the test proves nothing):\n{log}"
     );
-    let foreign: Vec<String> = ["foreign-mnt", "foreign-net"]
-        .iter()
-        .flat_map(|w| lines_with(&log, w))
-        .collect();
+    let foreign = lines_with(&log, &["foreign-mnt", "foreign-net"]);
     assert!(
         foreign.is_empty(),
         "the container saw the probe path outside its namespaces:\n{}\n\nfull log:\n{log}",
