@@ -16,6 +16,10 @@ use podward_prober::direct_exec::{DirectExec, ExecMode};
 use podward_prober::handler::exec::cri::CriExec;
 use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
 
+#[path = "exec_direct_support.rs"]
+mod support;
+use support::{node_and_driver, run};
+
 /// What the issue lists, each a line or block; `2>&1` so errors compare too.
 const SCRIPT: &str = r#"
 id
@@ -48,16 +52,6 @@ impl Runners {
             direct: DirectExec::new(ExecMode::Direct, ch, bin_path("podward-prober")),
         }
     }
-}
-
-async fn run(
-    r: &dyn ExecRunner,
-    id: &str,
-    cmd: &[&str],
-    timeout: Duration,
-) -> Result<ExecOutput, ExecError> {
-    let cmd = cmd.iter().map(|s| (*s).to_owned()).collect();
-    r.exec_sync(id, cmd, timeout).await
 }
 
 fn text(o: &ExecOutput) -> String {
@@ -156,10 +150,7 @@ fn contexts() -> Vec<(&'static str, SecurityContext)> {
 
 #[tokio::test]
 async fn identical_output_for_every_security_context() {
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     let runners = Runners::new(&node);
     let mut failures = Vec::new();
     for (name, sec) in contexts() {
@@ -366,10 +357,7 @@ async fn init_pod(driver: &Driver, node: &TestNode, name: &str, init: &[&str]) -
 
 #[tokio::test]
 async fn same_results_at_the_edges_and_nothing_left() {
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     let r = Runners::new(&node);
     let init = "sleep 3601";
     let p = init_pod(&driver, &node, "edges", &["sleep", "3601"]).await;
@@ -481,10 +469,7 @@ async fn same_results_at_the_edges_and_nothing_left() {
 
 #[tokio::test]
 async fn a_standby_helper_waits_outside_containers_and_goes_with_its_runner() {
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     let init = "sleep 3602";
     let p = init_pod(&driver, &node, "standby", &["sleep", "3602"]).await;
     let id = p.container_id("app").expect("container id");
@@ -580,10 +565,7 @@ async fn a_standby_helper_waits_outside_containers_and_goes_with_its_runner() {
 async fn a_probe_dropped_before_its_helper_was_forked_leaves_nothing_behind() {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     let init = "sleep 3603";
     let p = init_pod(&driver, &node, "dropped", &["sleep", "3603"]).await;
     let id = p.container_id("app").expect("container id");
@@ -765,10 +747,7 @@ fn the_zygote_drops_malformed_requests_and_forks_a_helper_that_sends_its_pidfd()
 /// `cgroup.procs`. Left where the helper is, they would show the prober's cgroup instead.
 #[tokio::test]
 async fn the_probe_runs_in_the_containers_v2_cgroup() {
-    let node = TestNode::start().await.expect("node");
-    let driver = Driver::connect(&node.containerd_socket())
-        .await
-        .expect("driver");
+    let (node, driver) = node_and_driver().await;
     let runners = Runners::new(&node);
     let p = pod(&driver, &node, "v2cgroup", SecurityContext::default()).await;
     let id = p.container_id("app").expect("container id");

