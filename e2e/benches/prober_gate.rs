@@ -31,7 +31,7 @@ use podward_prober::kubernetes::metrics::ApiMetrics;
 use podward_prober::kubernetes::pods::{PodSink, reflect};
 use podward_prober::kubernetes::{DEFAULT_GATE_CONDITION, client};
 use podward_prober::model::api_pod::ApiPod;
-use podward_prober::view::readiness::{PodReadiness, REASON_READINESS};
+use podward_prober::pods::view::readiness::{PodReadiness, REASON_READINESS};
 use rand::seq::IndexedRandom;
 use serde_json::json;
 use tokio::sync::watch;

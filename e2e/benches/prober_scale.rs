@@ -8,7 +8,7 @@
 //! `--floor` then runs the same connections from bare tokio tasks (see `floor.rs`) over the
 //! same window and prints the prober's CPU as a ratio of that floor.
 //!
-//! The prober runs in this process, wired as the daemon wires it (`podward_prober::run_with`, with
+//! The prober runs in this process, wired as the daemon wires it (`podward_prober::daemon::run_with`, with
 //! a stopper that counts kills instead of stopping containers); the HTTP/TCP targets and a fake
 //! shim Lifecycle server (tonic, unix socket) with a synthetic snapshot run in a child process
 //! (this binary re-executed) so CPU and RSS below are the prober's own.
@@ -34,9 +34,9 @@ use std::time::{Duration, Instant};
 use futures_free::BoxFuture;
 use podward_api::daemon::admin::Admin;
 use podward_prober::clock::Clock;
+use podward_prober::daemon::{Config, Options, Parts};
 use podward_prober::metrics::FineHistogram;
 use podward_prober::stopper::{StopError, Stopper};
-use podward_prober::{Config, Options, Parts};
 
 /// `BoxFuture` without a `futures` dependency in this crate.
 mod futures_free {
@@ -305,9 +305,13 @@ async fn scale(o: &Opts, shim_sock: &std::path::Path) -> Result<f64, Box<dyn std
         ..Options::default()
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let prober = tokio::spawn(podward_prober::run_with(config, options, async move {
-        let _ = stop_rx.await;
-    }));
+    let prober = tokio::spawn(podward_prober::daemon::run_with(
+        config,
+        options,
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
     let Ok((parts, rss0)) = parts_rx.await else {
         // It failed before it started: its error says why.
         prober.await??;

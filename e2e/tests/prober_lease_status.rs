@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use podward_prober::lease::report::{self, LeaseNames};
+use podward_prober::kubernetes::lease::report::{self, LeaseNames};
 use support::*;
 
 fn names() -> LeaseNames {

@@ -18,7 +18,7 @@ mod support;
 use std::time::{Duration, SystemTime};
 
 use podward_prober::kubernetes::gate::KubeWriter;
-use podward_prober::sentinel::Rates;
+use podward_prober::kubernetes::sentinel::Rates;
 use support::*;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

@@ -14,8 +14,8 @@ use http::{HeaderValue, header};
 use podward_e2e::apiserver::{MockApiServer, Recorded};
 use podward_prober::clock::Clock;
 use podward_prober::kubernetes::gate::KubeWriter;
-use podward_prober::lease::{Blind, Health, LeaseMetrics, LeaseSettings, Renewer};
-use podward_prober::sentinel::{
+use podward_prober::kubernetes::lease::{Blind, Health, LeaseMetrics, LeaseSettings, Renewer};
+use podward_prober::kubernetes::sentinel::{
     self, ElectionTiming, Marker, Rates, SentinelEvents, SentinelMetrics, SentinelSettings,
 };
 use serde_json::{Value, json};

@@ -1,11 +1,11 @@
-//! `podward-prober`: flags → config → logs → [`podward_prober::run`] until SIGTERM, or the
+//! `podward-prober`: flags → config → logs → [`podward_prober::daemon::run`] until SIGTERM, or the
 //! one-shot `status` command.
 
 use anyhow::Context;
 use clap::Parser;
 use podward_api::daemon::{config, signal, telemetry};
-use podward_prober::Config;
-use podward_prober::cli::{Cli, Command, lease_section, status_command};
+use podward_prober::daemon::Config;
+use podward_prober::daemon::cli::{Cli, Command, lease_section, status_command};
 use podward_prober::direct_exec::init::HELPER_ARG;
 
 fn main() -> anyhow::Result<()> {
@@ -40,21 +40,25 @@ async fn daemon() -> anyhow::Result<()> {
         Some(Command::Sentinel(args)) => {
             telemetry::init(cfg.common.log_format, &cfg.common.log_level)?;
             warn_unknown_keys(cli.args.config.as_deref());
-            podward_prober::sentinel::command::run(args, signal::shutdown())
+            podward_prober::kubernetes::sentinel::command::run(args, signal::shutdown())
                 .await
                 .context("podward-prober sentinel")
         }
         Some(Command::Admission(args)) => {
             telemetry::init(cfg.common.log_format, &cfg.common.log_level)?;
-            podward_prober::admission::run(args, signal::shutdown())
+            podward_prober::kubernetes::admission::run(args, signal::shutdown())
                 .await
                 .context("podward-prober admission")
         }
         Some(Command::Migrate(args)) => {
             // The YAML goes to stdout (or --output), the report to stderr; no logs.
-            let report = podward_prober::migrate::run(&args).context("podward-prober migrate")?;
+            let report = podward_prober::kubernetes::migrate::run(&args)
+                .context("podward-prober migrate")?;
             for (object, outcome) in report {
-                eprintln!("{object}: {}", podward_prober::migrate::describe(&outcome));
+                eprintln!(
+                    "{object}: {}",
+                    podward_prober::kubernetes::migrate::describe(&outcome)
+                );
             }
             Ok(())
         }
@@ -66,7 +70,7 @@ async fn daemon() -> anyhow::Result<()> {
             }
             telemetry::init(cfg.common.log_format, &cfg.common.log_level)?;
             warn_unknown_keys(cli.args.config.as_deref());
-            podward_prober::run(cfg, signal::shutdown())
+            podward_prober::daemon::run(cfg, signal::shutdown())
                 .await
                 .context("podward-prober")
         }

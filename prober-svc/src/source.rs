@@ -27,8 +27,8 @@ use tonic::transport::Channel;
 use self::convert::{shim_container, shim_sandbox};
 use self::cri::CriPoller;
 use self::index::NodeIndex;
-use crate::manager::Manager;
 use crate::metrics::Metrics;
+use crate::pods::manager::Manager;
 
 /// How the source reaches its peers.
 pub struct SourceConfig {

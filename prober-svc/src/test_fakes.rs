@@ -8,14 +8,14 @@ use futures::future::BoxFuture;
 
 use crate::clock::Clock;
 use crate::consequences::kill::Killer;
-use crate::event::Events;
 use crate::handler::attempt::Outcome;
 use crate::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
-use crate::hub::Hub;
-use crate::manager::Manager;
 use crate::metrics::Metrics;
 use crate::model::{ContainerInfo, RunState};
+use crate::pods::manager::Manager;
 use crate::probing::runner::ProbeRunner;
+use crate::publish::event::Events;
+use crate::publish::hub::Hub;
 use crate::spec::{ProbeSpec, ProbeType};
 use crate::stopper::{StopError, Stopper};
 

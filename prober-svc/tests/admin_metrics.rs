@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use podward_api::test_util::eventually;
-use podward_prober::cli::{PodRef, status_command};
+use podward_prober::daemon::cli::{PodRef, status_command};
+use podward_prober::daemon::{Config, Options, Parts};
 use podward_prober::model::{ContainerInfo, PodInfo, RunState};
-use podward_prober::{Config, Options, Parts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -121,7 +121,7 @@ where
         ..Options::default()
     };
     let stop = podward_api::daemon::stop::Stop::new();
-    let prober = tokio::spawn(podward_prober::run_with(
+    let prober = tokio::spawn(podward_prober::daemon::run_with(
         config.clone(),
         options,
         stop.stopped(),
@@ -277,7 +277,7 @@ async fn an_impossible_lease_setting_stops_the_start_and_leaves_no_socket() {
     };
     let result = tokio::time::timeout(
         Duration::from_secs(20),
-        podward_prober::run_with(config.clone(), options, std::future::pending()),
+        podward_prober::daemon::run_with(config.clone(), options, std::future::pending()),
     )
     .await
     .expect("the start ends instead of running");

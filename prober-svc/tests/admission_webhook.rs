@@ -8,7 +8,7 @@ mod admission_support;
 use std::time::Duration;
 
 use admission_support::{Ca, admit, chart_policy, fixture, post, review, start, write_pair};
-use podward_prober::admission::takeover::Policy;
+use podward_prober::kubernetes::admission::takeover::Policy;
 use serde_json::{Value, json};
 
 /// `pod` with the JSON strings of its podward annotations parsed, so that a difference shows as

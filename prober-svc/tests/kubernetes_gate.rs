@@ -18,7 +18,7 @@ use podward_prober::kubernetes::metrics::ApiMetrics;
 use podward_prober::model::api_pod::{
     ApiPod, ConditionStatus, GateCondition, PodPhase, RestartPolicy,
 };
-use podward_prober::view::readiness::PodReadiness;
+use podward_prober::pods::view::readiness::PodReadiness;
 use readiness::Scripted;
 use serde_json::json;
 use support::*;

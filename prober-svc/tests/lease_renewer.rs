@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use podward_api::daemon::admin::Readiness;
 use podward_prober::clock::Clock;
+use podward_prober::kubernetes::lease::{LeaseMetrics, LeaseSettings, ProberHealth, Renewer};
 use podward_prober::kubernetes::metrics::ApiMetrics;
-use podward_prober::lease::{LeaseMetrics, LeaseSettings, ProberHealth, Renewer};
 use serde_json::{Value, json};
 use support::*;
 use tokio::sync::oneshot;

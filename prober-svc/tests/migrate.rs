@@ -2,8 +2,8 @@
 //! the webhook migrates a pod (probes as written), a second run changes nothing, and `--revert`
 //! gives back the original objects.
 
-use podward_prober::admission::takeover::{Policy, SkipReason};
-use podward_prober::migrate::{Outcome, rewrite};
+use podward_prober::kubernetes::admission::takeover::{Policy, SkipReason};
+use podward_prober::kubernetes::migrate::{Outcome, rewrite};
 use serde_json::{Value, json};
 
 const WORKLOADS: &str = include_str!("migrate_fixtures/workloads.yaml");

@@ -20,11 +20,11 @@ use handlers_support::{RawServer, Reply, prober, response};
 use podward_api::prober::v1::ProbeType;
 use podward_prober::clock::Clock;
 use podward_prober::consequences::kill::Killer;
-use podward_prober::event::Events;
-use podward_prober::manager::Manager;
 use podward_prober::metrics::{FineHistogram, Metrics};
 use podward_prober::model::{ContainerInfo, PodInfo, RunState};
+use podward_prober::pods::manager::Manager;
 use podward_prober::probing::starvation::TickLag;
+use podward_prober::publish::event::Events;
 use podward_prober::stopper::{StopError, Stopper};
 
 /// Pods probing the fast target.

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use parking_lot::Mutex;
 use podward_prober::kubernetes::gate::ReadinessSource;
-use podward_prober::view::readiness::PodReadiness;
+use podward_prober::pods::view::readiness::PodReadiness;
 
 /// Readiness per pod, as the test says; a pod not in the map was not probed.
 #[derive(Default)]

@@ -9,7 +9,7 @@
 //! the grace that is left, never below 2 s. A pod being deleted gives its
 //! `deletionGracePeriodSeconds`, as kubelet's `setTerminationGracePeriod`. A `Never` pod
 //! with no other regular container running is one kubelet would kill whole
-//! ([`crate::event::kills_pod`]): the pod's grace then, not the probe's.
+//! ([`crate::publish::event::kills_pod`]): the pod's grace then, not the probe's.
 //!
 //! Workers only decide that a kill is due; the manager only forwards that decision here.
 //!
@@ -24,9 +24,9 @@ use parking_lot::Mutex;
 
 use crate::clock::Clock;
 use crate::consequences::prestop::{HookRan, HookRunner, grace_after_hook};
-use crate::event::{Event, Events, Kill, killing_message_for, kills_pod};
 use crate::metrics::Metrics;
 use crate::model::{ContainerInfo, PodInfo};
+use crate::publish::event::{Event, Events, Kill, killing_message_for, kills_pod};
 use crate::spec::{ProbeSpec, ProbeType};
 use crate::stopper::Stopper;
 

@@ -38,7 +38,7 @@ use tokio::sync::mpsc;
 
 use super::correlate::{Correlated, Correlator, Involved, Note, Verdict};
 use super::metrics::ApiMetrics;
-use crate::event::{Event, EventSink, Recorded};
+use crate::publish::event::{Event, EventSink, Recorded};
 
 /// Events waiting for the recorder, at most.
 pub const QUEUE: usize = 4096;
@@ -296,8 +296,8 @@ impl Fallback {
             return Ok(());
         };
         let action = match c.reason {
-            crate::event::REASON_KILLING => "Kill",
-            crate::event::REASON_FAILED_PRE_STOP_HOOK => "PreStopHook",
+            crate::publish::event::REASON_KILLING => "Kill",
+            crate::publish::event::REASON_FAILED_PRE_STOP_HOOK => "PreStopHook",
             _ => "Probe",
         };
         let event = KubeEvent {

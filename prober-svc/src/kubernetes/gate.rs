@@ -42,12 +42,12 @@ use self::finish::{Outcome, Written};
 pub use self::write::{ConditionWriter, FIELD_MANAGER, KubeWriter, Target, WriteError, apply_body};
 use super::metrics::ApiMetrics;
 use crate::clock::Clock;
-use crate::event::{Event, EventKind, EventSink};
 use crate::kubernetes::vouch::Vouch;
 use crate::model::api_pod::{ApiPod, GateCondition};
+use crate::pods::view::View;
+use crate::pods::view::readiness::PodReadiness;
+use crate::publish::event::{Event, EventKind, EventSink};
 use crate::spec::ProbeType;
-use crate::view::View;
-use crate::view::readiness::PodReadiness;
 
 mod desired;
 mod finish;
@@ -409,7 +409,7 @@ impl EventSink for Gate {
             && matches!(event.probe, ProbeType::Readiness | ProbeType::Startup);
         // An invalid annotation holds a gated pod not ready with no probe result to tell it.
         let invalid = matches!(event.kind, EventKind::AnnotationWarning { reason, .. }
-            if reason == crate::event::REASON_PROBE_SPEC_INVALID);
+            if reason == crate::publish::event::REASON_PROBE_SPEC_INVALID);
         if result || invalid {
             self.touch(&event.pod_uid);
         }

@@ -27,7 +27,6 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use self::handle::{SpecUpdate, WorkerCtl, WorkerKey, WorkerStatus};
 use crate::clock::Clock;
-use crate::event::{Event, Events};
 use crate::handler::attempt::{Outcome, ProbeResult};
 use crate::handler::pod_sockets::PodShare;
 use crate::metrics::{Metrics, WorkerMetrics};
@@ -36,6 +35,7 @@ use crate::probing::pod_view::PodView;
 use crate::probing::results::{Results, SlotMemo};
 use crate::probing::runner::ProbeRunner;
 use crate::probing::starvation::StarvationMeter;
+use crate::publish::event::{Event, Events};
 use crate::spec::{ProbeSpec, ProbeType, StartupGating};
 use due::Due;
 

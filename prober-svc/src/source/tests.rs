@@ -11,7 +11,7 @@ use podward_api::shim::v1 as shim;
 use super::apply;
 use super::index::NodeIndex;
 use crate::clock::Clock;
-use crate::hub::Hub;
+use crate::publish::hub::Hub;
 use crate::test_fakes::{self, Never};
 
 const PROBES: &str = r#"{"app":{"readinessProbe":{"exec":{"command":["true"]}}}}"#;
@@ -161,7 +161,7 @@ async fn snapshot_events_and_resync_drive_the_manager() {
     assert_eq!(m.registry().worker_count(), 1);
 }
 
-fn manager() -> crate::manager::Manager {
+fn manager() -> crate::pods::manager::Manager {
     test_fakes::manager(
         Arc::new(Never),
         Arc::new(Never),

@@ -219,7 +219,7 @@ async fn another_handshake_failure_fails_the_hook_without_a_plain_request() {
 #[test]
 fn the_fallback_is_kubelets_warning_about_the_pod() {
     let (p, c) = pod();
-    let ev = crate::event::Event::lifecycle_http_fallback(
+    let ev = crate::publish::event::Event::lifecycle_http_fallback(
         &p,
         &c,
         crate::spec::ProbeType::Liveness,

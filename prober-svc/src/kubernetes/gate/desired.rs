@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::{GatePod, Planned};
 use crate::clock::Clock;
 use crate::model::api_pod::{ConditionStatus, GateCondition};
-use crate::view::readiness::{PodReadiness, REASON_SPEC_INVALID};
+use crate::pods::view::readiness::{PodReadiness, REASON_SPEC_INVALID};
 
 /// A condition the gate wants.
 pub(super) struct Wanted {

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use super::harness::*;
-use crate::event::EventKind;
 use crate::model::api_pod::{ContainerKind, RestartPolicy};
+use crate::publish::event::EventKind;
 use crate::spec::ProbeType;
 
 const BOTH: &str = r#"{"c":{

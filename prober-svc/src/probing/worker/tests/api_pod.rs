@@ -5,13 +5,13 @@
 use std::time::Duration;
 
 use super::harness::*;
-use crate::event::EventKind;
 use crate::handler::attempt::Outcome;
 use crate::handler::attempt::ProbeResult;
 use crate::model::RunState;
 use crate::model::api_pod::{ContainerKind, Hook, PodPhase, RestartPolicy};
+use crate::pods::view::readiness::{PodReadiness, REASON_READINESS};
+use crate::publish::event::EventKind;
 use crate::spec::ProbeType;
-use crate::view::readiness::{PodReadiness, REASON_READINESS};
 
 const LIVE_READY: &str = r#"{"c":{
   "livenessProbe":{"exec":{"command":["true"]},"periodSeconds":1,"failureThreshold":3},

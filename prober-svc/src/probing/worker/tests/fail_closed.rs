@@ -11,10 +11,10 @@ use super::gate_rules::support::{self, ApiServer, mock};
 use serde_json::Value;
 
 use super::harness::*;
-use crate::event::EventKind;
 use crate::kubernetes::gate::{Gate, KubeWriter};
 use crate::kubernetes::metrics::ApiMetrics;
 use crate::model::api_pod::{ContainerKind, RestartPolicy};
+use crate::publish::event::EventKind;
 use crate::spec::ProbeType;
 
 const EXEC: &str = r#"{"exec":{"command":["true"]},"periodSeconds":1}"#;

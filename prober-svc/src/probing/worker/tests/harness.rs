@@ -13,15 +13,15 @@ use tokio::time::Instant;
 use crate::clock::Clock;
 use crate::consequences::kill::Killer;
 use crate::consequences::prestop::{HookError, HookRan, HookRunner};
-use crate::event::{Event, EventSink, Events};
 use crate::handler::attempt::Outcome;
 use crate::handler::attempt::ProbeResult;
-use crate::hub::Hub;
-use crate::manager::Manager;
 use crate::metrics::Metrics;
 use crate::model::api_pod::{ApiContainer, ApiPod, ContainerKind, Hook, PodPhase, RestartPolicy};
 use crate::model::{ContainerInfo, PodInfo, RunState};
+use crate::pods::manager::Manager;
 use crate::probing::runner::ProbeRunner;
+use crate::publish::event::{Event, EventSink, Events};
+use crate::publish::hub::Hub;
 use crate::spec::{ProbeSpec, ProbeType};
 use crate::stopper::{StopError, Stopper};
 

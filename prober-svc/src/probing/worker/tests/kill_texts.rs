@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use super::harness::*;
-use crate::event::EventKind;
 use crate::model::api_pod::{ContainerKind, Hook, RestartPolicy};
+use crate::publish::event::EventKind;
 use crate::spec::ProbeType;
 
 const LIVE: &str = r#"{"c":{"livenessProbe":{"exec":{"command":["false"]},"periodSeconds":1,"failureThreshold":1}}}"#;

@@ -2,8 +2,8 @@
 //! worker.
 
 use super::harness::*;
-use crate::manager::UNKNOWN_CONTAINER_GRACE;
 use crate::model::api_pod::{ContainerKind, RestartPolicy};
+use crate::pods::manager::UNKNOWN_CONTAINER_GRACE;
 use crate::spec::ProbeType;
 
 const SPEC: &str = r#"{"app":{"readinessProbe":{"exec":{"command":["true"]},"periodSeconds":1}},
