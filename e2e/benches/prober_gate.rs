@@ -13,7 +13,8 @@
 //!   before the baseline);
 //! - writes while stable (every pod touched each period, readiness unchanged): must be 0;
 //! - with `--flap` % of the pods flipping each period: API writes/s (mean from the first flip to
-//!   the last write, busiest 10 s and 1 s windows) against the QPS limit and burst, and the delay result change → condition write (p50/p99/max);
+//!   the last write, busiest 10 s and 1 s windows) against the QPS limit and burst, and the delay
+//!   from a result change to its condition write (p50/p99/max);
 //! - writes after the flapping stops and the last flips are written: must be 0.
 
 use std::collections::HashMap;

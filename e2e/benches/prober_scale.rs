@@ -8,10 +8,11 @@
 //! `--floor` then runs the same connections from bare tokio tasks (see `floor.rs`) over the
 //! same window and prints the prober's CPU as a ratio of that floor.
 //!
-//! The prober runs in this process, wired as the daemon wires it (`podward_prober::daemon::run_with`, with
-//! a stopper that counts kills instead of stopping containers); the HTTP/TCP targets and a fake
-//! shim Lifecycle server (tonic, unix socket) with a synthetic snapshot run in a child process
-//! (this binary re-executed) so CPU and RSS below are the prober's own.
+//! The prober runs in this process, wired as the daemon wires it
+//! (`podward_prober::daemon::run_with`, with a stopper that counts kills instead of stopping
+//! containers); the HTTP/TCP targets and a fake shim Lifecycle server (tonic, unix socket) with a
+//! synthetic snapshot run in a child process (this binary re-executed) so CPU and RSS below are
+//! the prober's own.
 //! Reports probes/s, CPU cores, RSS (now and peak, after one full `/metrics` render), scheduling
 //! lateness p50/p99 and false failures; then exec probes on a real containerd (`exec.rs`): CRI
 //! vs direct exec, latency and CPU per probe.

@@ -25,8 +25,8 @@ pub enum DaemonOutput {
     Lines(tokio::sync::mpsc::Sender<(String, String)>),
 }
 
-/// A podward daemon ([`crate::binaries::bin_path`]) as a child process. Its stdout and stderr are copied
-/// line by line to the test's output, prefixed with its name (or wherever [`DaemonOutput`]
+/// A podward daemon ([`crate::binaries::bin_path`]) as a child process. Its stdout and stderr are
+/// copied line by line to the test's output, prefixed with its name (or wherever [`DaemonOutput`]
 /// says). Dropping it SIGKILLs it.
 #[derive(Debug)]
 pub struct Daemon {

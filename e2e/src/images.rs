@@ -29,8 +29,9 @@ pub(crate) const BUSYBOX_BINARY: &str = "/bin/busybox";
 /// The pause program's source.
 const PAUSE_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/pause.c");
 
-/// The image cache directory: `$PODWARD_E2E_IMAGE_CACHE`, else `<workspace>/target/podward-e2e-images`.
-/// It is shared by every engineer's target dir on the machine, which is the point.
+/// The image cache directory: `$PODWARD_E2E_IMAGE_CACHE`, else
+/// `<workspace>/target/podward-e2e-images`. It is shared by every engineer's target dir on the
+/// machine, which is the point.
 pub fn image_cache_dir() -> PathBuf {
     match std::env::var_os("PODWARD_E2E_IMAGE_CACHE") {
         Some(dir) => PathBuf::from(dir),

@@ -1,6 +1,7 @@
 //! The host install of the shim: the systemd units pass `systemd-analyze verify` with the built
-//! binary as ExecStart, the flags in ExecStart are the shim's, and `deploy/install-shim.sh` installs,
-//! re-runs without changes, updates atomically and uninstalls, all under a temporary root.
+//! binary as ExecStart, the flags in ExecStart are the shim's, and `deploy/install-shim.sh`
+//! installs, re-runs without changes, updates atomically and uninstalls, all under a temporary
+//! root.
 //! Needs Debian's `systemd` package (for `systemd-analyze`; systemd itself is not run).
 
 use std::os::unix::fs::PermissionsExt;
@@ -360,8 +361,8 @@ fn shim_starts_on_the_socket_units_sockets_without_recreating_them() {
         .collect();
     let admin = podward_e2e::free_port();
 
-    // systemd-socket-activate (Debian's systemd package) binds the sockets like the .socket unit and
-    // execs the shim with LISTEN_FDS on the first connection, as systemd does.
+    // systemd-socket-activate (Debian's systemd package) binds the sockets like the .socket unit
+    // and execs the shim with LISTEN_FDS on the first connection, as systemd does.
     let mut cmd = Command::new("systemd-socket-activate");
     for l in &listens {
         cmd.arg("-l").arg(l);

@@ -15,8 +15,8 @@
 //!   destructive step, and tells the prober which pods are gone.
 //!
 //! Above them, the daemon: [`reconcile`] runs one pass through the four; [`service`] serves
-//! Plan/Reconcile/Status; [`run`](mod@run) is the daemon; [`report`] prints a plan for `plan`; [`cli`],
-//! [`config`], [`metrics`] and [`clock`] are its edge.
+//! Plan/Reconcile/Status; [`run`](mod@run) is the daemon; [`report`] prints a plan for `plan`;
+//! [`cli`], [`config`], [`metrics`] and [`clock`] are its edge.
 
 pub mod act;
 pub mod cli;

@@ -1,6 +1,6 @@
 //! The daemon's edge: its [`config`] (flags, environment, file), its [`cli`] (the one-shot
-//! commands), the gRPC [`service`] it serves, the [`allocator`]'s settings and [`run`], which
-//! builds every part and runs it until shutdown.
+//! commands), the gRPC [`service`] it serves, the [`allocator`]'s settings and
+//! [`run`](mod@run), which builds every part and runs it until shutdown.
 
 pub mod allocator;
 pub mod cli;

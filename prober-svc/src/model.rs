@@ -45,7 +45,8 @@ pub struct ContainerInfo {
     pub ports: Arc<[ContainerPort]>,
     /// Environment in declaration order (for `$(VAR)` expansion in exec probes).
     pub env: Arc<[(String, String)]>,
-    /// The pod's grace period from the container annotation `io.kubernetes.pod.terminationGracePeriod`.
+    /// The pod's grace period from the container annotation
+    /// `io.kubernetes.pod.terminationGracePeriod`.
     pub pod_grace_seconds: Option<i64>,
     /// When kubelet asked to stop this instance (Unix ns, 0 = never): it is terminating.
     pub stop_requested_at_ns: i64,

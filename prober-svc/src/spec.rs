@@ -233,7 +233,8 @@ impl SpecError {
 /// Everything parsed from one pod's annotation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodProbes {
-    /// Valid probes per container name (a container whose probes were all rejected is still listed).
+    /// Valid probes per container name (a container whose probes were all rejected is still
+    /// listed).
     pub containers: BTreeMap<String, ContainerProbes>,
     /// Every rejected probe or entry, with container and field.
     pub errors: Vec<SpecError>,

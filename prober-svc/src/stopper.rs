@@ -1,6 +1,6 @@
-//! The seam between the kill path (`crate::consequences::kill`) and the runtime: a [`Stopper`] stops one
-//! container. The real one sends CRI `StopContainer` straight to containerd (not through the
-//! shim, which may be the thing that is down); tests and the benchmark count stops instead.
+//! The seam between the kill path (`crate::consequences::kill`) and the runtime: a [`Stopper`]
+//! stops one container. The real one sends CRI `StopContainer` straight to containerd (not through
+//! the shim, which may be the thing that is down); tests and the benchmark count stops instead.
 
 use futures::future::BoxFuture;
 use podward_api::cri::StopContainerRequest;

@@ -1,7 +1,7 @@
 //! What every podward daemon shares at its edge: layered configuration, logs, the loopback admin
 //! endpoint (`/metrics`, `/healthz`, `/readyz`), the bounds of its gRPC socket, the shutdown
-//! signal, the tables its one-shot commands print, the settings every daemon has ([`config::Common`]),
-//! its metrics error and the shape of its start-up error ([`run::RunError`]).
+//! signal, the tables its one-shot commands print, the settings every daemon has
+//! ([`config::Common`]), its metrics error and the shape of its start-up error ([`run::RunError`]).
 //!
 //! These live beside the wire contract because the three daemons must behave identically here
 //! (same flags, same endpoints, same log format) and one copy cannot drift.

@@ -182,7 +182,8 @@ pub struct PodSpec {
     /// Back off restarts as kubelet does (`crate::driver::backoff`), every duration times this
     /// scale; `None`: only `restart_backoff`.
     pub kubelet_backoff: Option<f64>,
-    /// cgroup parent of the sandbox; `None` uses the node's [`crate::node::TestNode::cgroup_parent`].
+    /// cgroup parent of the sandbox; `None` uses the node's
+    /// [`crate::node::TestNode::cgroup_parent`].
     pub cgroup_parent: Option<String>,
     /// Run in a pod cgroup placed as kubelet places it ([`PodSpec::kubelet_cgroups`]); ignored
     /// when `cgroup_parent` is set.

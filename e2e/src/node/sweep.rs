@@ -1,6 +1,6 @@
 //! Sweeping nodes whose test process died without running `Drop` (SIGKILL, a nextest timeout):
-//! each node records its owner (pid and start time); a later [`crate::node::TestNode::start`] removes
-//! the footprint of every node whose owner is gone.
+//! each node records its owner (pid and start time); a later [`crate::node::TestNode::start`]
+//! removes the footprint of every node whose owner is gone.
 
 use std::path::Path;
 use std::time::Duration;

@@ -5,10 +5,10 @@
 //!
 //! In kubelet's order (`killContainer`): the `Killing` event (kubelet's text by restart policy
 //! and container kind), then the container's preStop hook when the pod spec has one and the
-//! grace is above 0 (`crate::consequences::prestop`; bounded by the grace period), then `StopContainer` with
-//! the grace that is left, never below 2 s. A pod being deleted gives its
-//! `deletionGracePeriodSeconds`, as kubelet's `setTerminationGracePeriod`. A `Never` pod
-//! with no other regular container running is one kubelet would kill whole
+//! grace is above 0 (`crate::consequences::prestop`; bounded by the grace period), then
+//! `StopContainer` with the grace that is left, never below 2 s. A pod being deleted gives its
+//! `deletionGracePeriodSeconds`, as kubelet's `setTerminationGracePeriod`. A `Never` pod with no
+//! other regular container running is one kubelet would kill whole
 //! ([`crate::publish::event::kills_pod`]): the pod's grace then, not the probe's.
 //!
 //! Workers only decide that a kill is due; the manager only forwards that decision here.

@@ -89,8 +89,8 @@ pub struct Hooks {
 
 impl Hooks {
     /// Hooks over `exec` (the exec probes' runner); HTTP requests carry kubelet's lifecycle
-    /// User-Agent, `kube-lifecycle/<kube_version>` (`NewRequestForHTTPGetAction(..., "lifecycle")`),
-    /// `kube_version` being "major.minor".
+    /// User-Agent, `kube-lifecycle/<kube_version>` (as kubelet's
+    /// `NewRequestForHTTPGetAction(..., "lifecycle")`), `kube_version` being "major.minor".
     pub fn new(exec: std::sync::Arc<dyn ExecRunner>, kube_version: &str) -> Self {
         Self {
             exec,

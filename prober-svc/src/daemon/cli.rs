@@ -48,8 +48,8 @@ pub enum Command {
     /// name is PODWARD_SENTINEL_ELECTION_LEASE, else podward-sentinel. The chart sets all of
     /// these in the prober's container.
     Status {
-        /// Only this pod; the table is then followed by the pod as `kubectl describe pod` would show
-        /// it if kubelet ran its probes (Ready, the probe lines, the events).
+        /// Only this pod; the table is then followed by the pod as `kubectl describe pod` would
+        /// show it if kubelet ran its probes (Ready, the probe lines, the events).
         #[arg(long, value_name = "NAMESPACE/NAME")]
         pod: Option<PodRef>,
         /// Print JSON (the podward.prober.v1 StatusResponse, enums by name, outputs whole)

@@ -1,7 +1,7 @@
 //! The node lease: a `coordination.k8s.io/v1` Lease per node, in podward's namespace and named
 //! after the node, that the prober renews while it can vouch for probing on its node — the
-//! statement kubelet's node lease makes for kubelet. The sentinel ([`crate::kubernetes::sentinel`]) reads an
-//! expired lease as "this node's readiness is not being kept".
+//! statement kubelet's node lease makes for kubelet. The sentinel ([`crate::kubernetes::sentinel`])
+//! reads an expired lease as "this node's readiness is not being kept".
 //!
 //! - Renewed from a loop of its own that waits on nothing but the API: never on the pod watch,
 //!   a relist, or one pod's write. What withdraws it is what really stops probing

@@ -2,11 +2,12 @@
 //! Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs, and `List`s of them),
 //! for teams that change their manifests in Git; `--revert` puts the probes back.
 //!
-//! A pod template is decided on exactly as the webhook decides on a pod ([`crate::kubernetes::admission::
-//! takeover::decide`]: same containers, same skip reasons, same annotations) except that the
-//! probes are moved as written, without the API server's defaults, so that `--revert` gives the
-//! manifest back. The patch is applied to the YAML itself ([`yaml_patch`]), so keys keep their
-//! order (new ones come last); comments are not kept (the YAML library has none).
+//! A pod template is decided on exactly as the webhook decides on a pod
+//! ([`crate::kubernetes::admission::takeover::decide`]: same containers, same skip reasons, same
+//! annotations) except that the probes are moved as written, without the API server's defaults,
+//! so that `--revert` gives the manifest back. The patch is applied to the YAML itself
+//! ([`yaml_patch`]), so keys keep their order (new ones come last); comments are not kept (the
+//! YAML library has none).
 
 pub mod revert;
 pub mod yaml_patch;

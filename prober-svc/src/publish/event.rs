@@ -3,11 +3,11 @@
 //! and [`Events`] hands it to every [`EventSink`].
 //!
 //! Events are built here, next to the sinks, and nowhere else: the manager and the kill path say
-//! what happened, the sinks decide what to do with it. The `Watch` hub (`crate::publish::hub`) takes result
-//! changes and kill records ([`Event::on_watch`]); the Kubernetes event recorder
+//! what happened, the sinks decide what to do with it. The `Watch` hub (`crate::publish::hub`)
+//! takes result changes and kill records ([`Event::on_watch`]); the Kubernetes event recorder
 //! (`crate::kubernetes::events`) takes what kubelet's recorder would record ([`Event::recorded`]):
-//! `Unhealthy` and `ProbeWarning` for single probes, `Killing`, `FailedPreStopHook`, and the
-//! events podward records about a pod as a whole (its annotation, [`EventKind::ProbesTakenOver`]).
+//! `Unhealthy` and `ProbeWarning` for single probes, `Killing`, `FailedPreStopHook`, and the events
+//! podward records about a pod as a whole (its annotation, [`EventKind::ProbesTakenOver`]).
 
 use std::sync::Arc;
 
@@ -24,7 +24,8 @@ pub const REASON_KILLING: &str = "Killing";
 /// kubelet's event reason for a failed or errored probe (`events.ContainerUnhealthy`).
 pub const REASON_UNHEALTHY: &str = "Unhealthy";
 
-/// kubelet's event reason for a probe that succeeded with a warning (`events.ContainerProbeWarning`).
+/// kubelet's event reason for a probe that succeeded with a warning
+/// (`events.ContainerProbeWarning`).
 pub const REASON_PROBE_WARNING: &str = "ProbeWarning";
 
 /// podward's event reason for a probe type declared both in the pod spec and in the annotation

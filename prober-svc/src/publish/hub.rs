@@ -1,7 +1,7 @@
-//! The event fan-out behind `Watch`: every [`crate::publish::event::Event`] becomes a wire event with
-//! the next sequence number, in one bounded ring (`tokio::sync::broadcast`) that all subscribers
-//! share. Publishing never waits for a subscriber; one that falls more than the ring's size
-//! behind finds out (`Lagged`) instead of silently missing events.
+//! The event fan-out behind `Watch`: every [`crate::publish::event::Event`] becomes a wire event
+//! with the next sequence number, in one bounded ring (`tokio::sync::broadcast`) that all
+//! subscribers share. Publishing never waits for a subscriber; one that falls more than the ring's
+//! size behind finds out (`Lagged`) instead of silently missing events.
 
 use std::sync::Arc;
 

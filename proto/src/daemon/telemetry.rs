@@ -34,7 +34,8 @@ pub enum TelemetryError {
     Install(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
-/// Installs the global subscriber. `filter` uses `RUST_LOG` syntax (e.g. `info,podward_shim=debug`).
+/// Installs the global subscriber. `filter` uses `RUST_LOG` syntax (e.g.
+/// `info,podward_shim=debug`).
 pub fn init(format: LogFormat, filter: &str) -> Result<(), TelemetryError> {
     let env_filter = EnvFilter::try_new(filter).map_err(|source| TelemetryError::Filter {
         filter: filter.to_owned(),

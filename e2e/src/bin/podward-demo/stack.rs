@@ -213,9 +213,9 @@ impl Stack {
         }
     }
 
-    /// SIGTERMs the daemons still running (housekeeper first, shim last) and waits for them; the number of
-    /// warnings and errors they logged, and apart from those the warnings the demo causes on
-    /// purpose. The node is removed when the stack is dropped.
+    /// SIGTERMs the daemons still running (housekeeper first, shim last) and waits for them; the
+    /// number of warnings and errors they logged, and apart from those the warnings the demo
+    /// causes on purpose. The node is removed when the stack is dropped.
     pub(crate) async fn stop(mut self) -> (u64, u64) {
         while let Some(mut d) = self.daemons.pop() {
             if let Err(e) = d.terminate().await {

@@ -9,7 +9,8 @@ use crate::node::pod_dir::{Removal, WalkBounds};
 
 /// At most this many orphaned UIDs are acted on in one pass; the rest wait for the next passes.
 /// This bounds a pass's time, memory and blast radius when a node has a backlog of thousands of
-/// orphans. Those that waited longest for a turn go first ([`OrphanTracker::queue_key`](crate::decision::orphan::OrphanTracker::queue_key)), so every
+/// orphans. Those that waited longest for a turn go first
+/// ([`OrphanTracker::queue_key`](crate::decision::orphan::OrphanTracker::queue_key)), so every
 /// orphan is assessed within `ceil(orphans / MAX_UIDS_PER_PASS)` passes.
 pub const MAX_UIDS_PER_PASS: usize = 256;
 /// At most this many findings are listed in a plan; the rest are counted in a summary finding
@@ -29,6 +30,7 @@ pub struct PlanSettings {
     pub walk: WalkBounds,
 }
 
-/// The verdict on each pod dir the pass may act on, by UID ([`pod_dirs_to_assess`](super::pod_dirs_to_assess)); `Err` says
-/// why there is none (it could not be read, or not in time), and the dir is kept.
+/// The verdict on each pod dir the pass may act on, by UID
+/// ([`pod_dirs_to_assess`](super::pod_dirs_to_assess)); `Err` says why there is none (it could not
+/// be read, or not in time), and the dir is kept.
 pub type Assessments = HashMap<String, Result<Removal, String>>;

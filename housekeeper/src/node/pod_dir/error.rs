@@ -31,8 +31,8 @@ pub enum PodDirError {
     /// The tree is deeper than the walk allows (a hostile tree must not exhaust fds or stack).
     #[error("{}: tree too deep", shown(.0))]
     TooDeep(PathBuf),
-    /// A removing walk reached its [`WalkBounds`](super::WalkBounds) (the tree grew since it was assessed); what it
-    /// removed before was removable by the rules, the rest stays.
+    /// A removing walk reached its [`WalkBounds`](super::WalkBounds) (the tree grew since it was
+    /// assessed); what it removed before was removable by the rules, the rest stays.
     #[error(
         "{}: stopped after {entries} entries: over the walk's bounds",
         shown(path)

@@ -4,8 +4,9 @@
 //! probing works on this node. So it is withdrawn only for what really stops probing or its
 //! consequences node-wide: no pod source at all (neither the shim's stream nor containerd
 //! polled), the node's pods never listed from the API for a whole lease duration since start
-//! (nothing this prober finds can reach a pod), or the process itself (the renewal runs on the probing runtime: a wedged runtime
-//! renews nothing), or the API unreachable for longer than the lease (the renewal itself fails).
+//! (nothing this prober finds can reach a pod), or the process itself (the renewal runs on the
+//! probing runtime: a wedged runtime renews nothing), or the API unreachable for longer than the
+//! lease (the renewal itself fails).
 //!
 //! A dropped pod watch (kube-rs resumes it from its resource version), a slow relist, one pod
 //! whose status write is refused for good (a webhook's `403`, etcd's "request is too large"):
