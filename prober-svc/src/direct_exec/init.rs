@@ -61,7 +61,7 @@ use nix::sys::stat::Mode;
 use nix::unistd::ForkResult;
 
 use self::descriptors::release_stdio;
-use self::failure::{Res, err};
+use self::failure::{Res, err, exit_with};
 pub(crate) use self::namespaces::NAMESPACE_NAMES;
 use self::namespaces::{Join, NAMESPACES, ns_id};
 pub use self::zygote::ZYGOTE_ARG;
@@ -212,14 +212,10 @@ fn helper(control: &UnixStream, known: Option<Start>) -> Result<i32, Stop> {
                 parent: go_reader,
                 command_link,
             };
-            let code = match stage::run(control, &plan, joins, pid_writer, hand_on) {
-                Ok(c) => c,
-                Err(e) => {
-                    let _ = (&*control).write_all(Report::Failed(e).line().as_bytes());
-                    125
-                }
-            };
-            std::process::exit(code)
+            exit_with(
+                control,
+                stage::run(control, &plan, joins, pid_writer, hand_on),
+            )
         }
         ForkResult::Parent { child } => {
             drop((joins, go_reader, pid_writer, command_link));

@@ -23,7 +23,7 @@ use nix::unistd::{ForkResult, Pid};
 
 use super::command;
 use super::descriptors::{close_all_but, release_stdio};
-use super::failure::{Res, err};
+use super::failure::{Res, err, report_failed};
 use super::privileges;
 use crate::direct_exec::plan::{Plan, Report};
 use crate::direct_exec::sys;
@@ -102,7 +102,7 @@ pub(super) fn run(control: &UnixStream, plan: &Plan, hand_on: ForReaper<'_>) -> 
                 Ok(never) => match never {},
                 Err(e) => e,
             };
-            let _ = (&*control).write_all(Report::Failed(e).line().as_bytes());
+            report_failed(control, e);
             std::process::exit(127)
         }
         ForkResult::Parent { child } => child,

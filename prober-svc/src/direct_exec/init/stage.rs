@@ -16,10 +16,10 @@ use std::path::Path;
 
 use nix::unistd::ForkResult;
 
-use super::failure::{Res, err};
+use super::failure::{Res, err, exit_with};
 use super::namespaces::{self, Join};
 use super::reaper::{self, ForReaper};
-use crate::direct_exec::plan::{Plan, Report};
+use crate::direct_exec::plan::Plan;
 use crate::direct_exec::sys;
 
 /// Runs the intermediate process; returns its exit code (the reaper never returns from here).
@@ -46,14 +46,7 @@ pub(super) fn run(
     match fork_reaper(v2.as_ref().map(File::as_fd))? {
         ForkResult::Child => {
             drop((reaper_pid, v2));
-            let code = match reaper::run(control, plan, hand_on) {
-                Ok(c) => c,
-                Err(e) => {
-                    let _ = (&*control).write_all(Report::Failed(e).line().as_bytes());
-                    125
-                }
-            };
-            std::process::exit(code)
+            exit_with(control, reaper::run(control, plan, hand_on))
         }
         ForkResult::Parent { child } => {
             nix::unistd::write(&reaper_pid, &child.as_raw().to_ne_bytes())
