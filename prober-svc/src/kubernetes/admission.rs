@@ -25,11 +25,6 @@ use podward_api::daemon::admin::Admin;
 use crate::kubernetes::names::DEFAULT_GATE_CONDITION;
 use crate::metrics::MetricsError;
 
-/// The annotation the prober reads its probes from.
-pub const PROBES_ANNOTATION: &str = "podward.io/probes";
-/// A pod's own choice: `"true"` opts a pod in outside a takeover namespace (the webhook
-/// configuration's match condition), `"false"` opts it out inside one.
-pub const OPT_IN_ANNOTATION: &str = "podward.io/probes-takeover";
 /// The node label (and value) that marks nodes running podward, by default.
 pub const DEFAULT_NODE_SELECTOR: &str = "podward.io/node=true";
 

@@ -9,6 +9,7 @@
 //! ([`yaml_patch`]), so keys keep their order (new ones come last); comments are not kept (the
 //! YAML library has none).
 
+pub mod outcome;
 pub mod revert;
 pub mod yaml_patch;
 
@@ -17,9 +18,10 @@ use std::path::PathBuf;
 
 use serde_norway::Value as Yaml;
 
-use crate::kubernetes::admission::takeover::{self, Decision, Policy, SkipReason};
-use crate::kubernetes::admission::{AdmissionError, DEFAULT_NODE_SELECTOR, PROBES_ANNOTATION};
-use crate::kubernetes::names::DEFAULT_GATE_CONDITION;
+pub use self::outcome::{Outcome, describe};
+use crate::kubernetes::admission::takeover::{self, Decision, Policy};
+use crate::kubernetes::admission::{AdmissionError, DEFAULT_NODE_SELECTOR};
+use crate::kubernetes::names::{DEFAULT_GATE_CONDITION, PROBES_ANNOTATION};
 
 /// The flags of `podward-prober migrate`.
 #[derive(Debug, Clone, clap::Args)]
@@ -74,26 +76,6 @@ pub enum MigrateError {
         /// What failed.
         message: String,
     },
-}
-
-/// What happened to one pod template, for the report on standard error.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Probes moved (or, reverting, put back).
-    Changed,
-    /// Left as it is, and why.
-    Skipped(SkipReason),
-    /// Reverting: no podward annotation.
-    NothingToRevert,
-}
-
-/// The report's words for an outcome.
-pub fn describe(outcome: &Outcome) -> String {
-    match outcome {
-        Outcome::Changed => "changed".to_owned(),
-        Outcome::Skipped(r) => format!("unchanged ({})", r.label()),
-        Outcome::NothingToRevert => "unchanged (no podward.io/probes)".to_owned(),
-    }
 }
 
 /// One line of the report: the object (`Kind/name`) and what happened to it.

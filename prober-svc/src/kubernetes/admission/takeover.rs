@@ -8,8 +8,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{OPT_IN_ANNOTATION, PROBES_ANNOTATION};
 use crate::kubernetes::names::MOVED_ANNOTATION;
+use crate::kubernetes::names::{OPT_IN_ANNOTATION, PROBES_ANNOTATION};
 use crate::spec::ProbeType;
 
 /// The API server's bound on all annotations of an object together (keys and values,

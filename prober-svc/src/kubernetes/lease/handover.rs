@@ -17,7 +17,8 @@
 
 use std::time::Duration;
 
-use super::{Health, Renewer};
+use super::health::Health;
+use super::renewer::Renewer;
 
 /// The default hand-over: a replacement's realistic delay (pod deletion, creation, an image
 /// pull, the first sync) with room to spare.

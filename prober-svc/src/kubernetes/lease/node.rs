@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Api;
 
-use super::ZONE_LABEL;
+use super::labels::ZONE_LABEL;
 
 /// What the renewer knows of its Node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

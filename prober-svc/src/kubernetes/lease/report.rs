@@ -110,7 +110,7 @@ fn node_state(node: &Read, now_ns: i64) -> String {
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(super::PROBLEMS_ANNOTATION))
+        .and_then(|a| a.get(super::labels::PROBLEMS_ANNOTATION))
         .filter(|p| !p.is_empty())
     {
         out.push_str(&format!(
@@ -263,7 +263,7 @@ mod tests {
         let mut l = lease(Some("node-a"), 3, 50);
         l.metadata.annotations = Some(
             [(
-                crate::kubernetes::lease::PROBLEMS_ANNOTATION.to_owned(),
+                crate::kubernetes::lease::labels::PROBLEMS_ANNOTATION.to_owned(),
                 "1 pod(s) whose readiness-gate write keeps failing".to_owned(),
             )]
             .into(),

@@ -7,10 +7,9 @@ use serde_json::Value;
 use serde_norway::Value as Yaml;
 use serde_norway::mapping::Mapping;
 
-use super::Outcome;
-use crate::kubernetes::admission::PROBES_ANNOTATION;
+use super::outcome::Outcome;
 use crate::kubernetes::admission::takeover::{Policy, SkipReason};
-use crate::kubernetes::names::MOVED_ANNOTATION;
+use crate::kubernetes::names::{MOVED_ANNOTATION, PROBES_ANNOTATION};
 use crate::spec::ProbeType;
 
 /// Reverts one pod (or pod template).
