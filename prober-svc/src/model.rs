@@ -8,7 +8,7 @@
 //! manager attaches to a pod when it has one. What a probe came to is an
 //! [`outcome::Outcome`], and what a worker counts of it a [`outcome::ProbeResult`]: the
 //! vocabulary the layers above share (probing, publish, the pod view, consequences), so it
-//! sits here, below them all and below the handlers that answer it.
+//! sits here, below them all; the handlers read its output limit and a container's ports.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
