@@ -1,11 +1,14 @@
 //! The probe handlers, one module per kind, as kubelet's `pkg/probe/{exec,http,tcp,grpc}`: each
-//! makes one attempt against a [`attempt::ProbeTarget`] and answers with an [`attempt::Outcome`]
-//! (or its own typed error, which the prober retries). Retries and the mapping to what a worker
-//! counts are one floor up, in `crate::probing::probe`; nothing here knows about workers.
+//! makes one attempt against a [`attempt::ProbeTarget`] and answers with an [`attempt::Answer`]
+//! (Success, Warning or Failure with its output) or its own typed error. Retries, and the
+//! outcome they make of answers and errors, are one floor up, in `crate::probing::probe`;
+//! nothing here knows about workers, and nothing here is shared with the layers above: what a
+//! probe came to, its output limit and a container's ports are the model's
+//! (`crate::model::{outcome, container_port}`).
 //!
 //! What the handlers share sits in leaf modules they all import and that import none of them:
-//! [`attempt`] (target and outcome), [`output`] (kubelet's 10 KiB output limit) and [`go_text`]
-//! (Go's wording of durations, gRPC statuses and OS errors, so messages read as kubelet's).
+//! [`attempt`] (target and answer) and [`go_text`] (Go's wording of durations, gRPC statuses
+//! and OS errors, so messages read as kubelet's).
 //! Network handlers dial through [`dialer`] (which checks every address against the
 //! [`host_policy`] guard of a probe that names a host, and resolves names through [`resolve`],
 //! the probes' own bounded lookup pool); named ports resolve through [`port`]; exec commands
@@ -22,7 +25,6 @@ pub mod go_text;
 pub mod grpc;
 pub mod host_policy;
 pub mod http;
-pub mod output;
 pub mod pod_sockets;
 pub mod port;
 pub mod resolve;

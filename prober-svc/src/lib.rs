@@ -16,10 +16,13 @@
 //!   verdicts and keeps them in the results cache;
 //! - **[`consequences`]**: a liveness or startup failure at threshold runs the container's
 //!   preStop hook and stops it through the [`stopper`] seam (CRI `StopContainer`);
-//! - **[`publish`]**: the prober's events, their `Watch` hub and wire conversions;
-//! - **[`model`]** (what the prober knows of a pod), [`handler`] (one attempt of each probe
-//!   kind, as kubelet's `pkg/probe`), and at the ground [`spec`] (the annotation's language),
-//!   [`metrics`] (kubelet's metric names), [`clock`] and [`stopper`].
+//! - **[`publish`]**: the prober's events, their `Watch` hub and wire conversions; beside it
+//!   [`handler`] (one attempt of each probe kind, as kubelet's `pkg/probe`, answering
+//!   `Result<Answer, E>`), which owns nothing the layers above share;
+//! - **[`model`]**: what the prober knows of a pod (its containers and their ports) and what
+//!   its probes came to (`Outcome`, `ProbeResult`), the vocabulary every layer above shares;
+//!   and at the ground [`spec`] (the annotation's language), [`metrics`] (kubelet's metric
+//!   names), [`clock`] and [`stopper`].
 
 pub mod clock;
 pub mod consequences;

@@ -1,17 +1,24 @@
 //! The prober's view of the node: pods (one per UID, from the newest sandbox) and their
-//! containers, as the sources (shim Lifecycle or containerd CRI) report them.
+//! containers, as the sources (shim Lifecycle or containerd CRI) report them, and what their
+//! probes came to.
 //!
-//! Sources convert their wire types into these, so workers and the manager never see a proto.
-//! What the Kubernetes API adds (restart policy, sidecars, readiness gate, preStop hooks) is an
-//! [`api_pod::ApiPod`] the manager attaches to a pod when it has one.
+//! Sources convert their wire types into these, so workers and the manager never see a proto;
+//! a container's declared ports are [`container_port::ContainerPort`]s. What the Kubernetes API
+//! adds (restart policy, sidecars, readiness gate, preStop hooks) is an [`api_pod::ApiPod`] the
+//! manager attaches to a pod when it has one. What a probe came to is an
+//! [`outcome::Outcome`], and what a worker counts of it a [`outcome::ProbeResult`]: the
+//! vocabulary the layers above share (probing, publish, the pod view, consequences), so it
+//! sits here, below them all; the handlers read its output limit and a container's ports.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::handler::port::ContainerPort;
+use self::container_port::ContainerPort;
 
 pub mod api_pod;
+pub mod container_port;
+pub mod outcome;
 
 /// Container states that matter to a worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

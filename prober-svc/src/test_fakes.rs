@@ -8,9 +8,9 @@ use futures::future::BoxFuture;
 
 use crate::clock::Clock;
 use crate::consequences::kill::Killer;
-use crate::handler::attempt::Outcome;
 use crate::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
 use crate::metrics::Metrics;
+use crate::model::outcome::Outcome;
 use crate::model::{ContainerInfo, RunState};
 use crate::pods::manager::Manager;
 use crate::probing::runner::ProbeRunner;

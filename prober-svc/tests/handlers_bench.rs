@@ -15,8 +15,8 @@ use bytes::Bytes;
 use handlers_support::{prober, spec, target};
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
-use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::attempt::ProbeTarget;
+use podward_prober::model::outcome::Outcome;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 
 /// Concurrent probes in flight.

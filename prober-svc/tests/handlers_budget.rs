@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use handlers_support::{RawServer, get, prober, response, spec, target};
-use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::target_budget::TargetBudget;
+use podward_prober::model::outcome::Outcome;
 use podward_prober::spec::ProbeType;
 use tokio::time::Instant;
 

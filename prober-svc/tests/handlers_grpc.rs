@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use handlers_support::{prober, spec, target};
 use parking_lot::Mutex;
-use podward_prober::handler::attempt::Outcome;
+use podward_prober::model::outcome::Outcome;
 use podward_prober::spec::{Handler, ProbeType};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;

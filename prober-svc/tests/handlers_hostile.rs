@@ -7,8 +7,8 @@ mod handlers_support;
 use std::sync::atomic::Ordering;
 
 use handlers_support::{LOCALHOST, RawServer, response, result, run, spec, target};
-use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::host_policy::{HostPolicy, NodePolicy};
+use podward_prober::model::outcome::Outcome;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 
 fn get_host(host: &str, port: u16) -> Handler {
@@ -111,7 +111,7 @@ async fn a_host_that_resolves_to_loopback_is_a_probe_error_under_deny_local() {
     // kubelet's policy reaches it, and still does not show the body.
     let v = run_with(HostPolicy::Allow, get_host("localhost", server.port())).await;
     let (res, output, _) = result(&v);
-    assert_eq!(res, podward_prober::handler::attempt::ProbeResult::Success);
+    assert_eq!(res, podward_prober::model::outcome::ProbeResult::Success);
     assert!(!output.contains("secret"), "{output}");
     // A hostNetwork pod (probed at the node IP) shares the node's loopback: allowed.
     let hostnet = handlers_support::prober()

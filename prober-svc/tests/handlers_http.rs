@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use handlers_support::{
     RawServer, Reply, get, prober, response, result, run, spec, target, unanswering_listener,
 };
-use podward_prober::handler::attempt::Outcome;
-use podward_prober::handler::attempt::ProbeResult;
-use podward_prober::handler::port::ContainerPort;
+use podward_prober::model::container_port::ContainerPort;
+use podward_prober::model::outcome::Outcome;
+use podward_prober::model::outcome::ProbeResult;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 
 // --- H1: result mapping and body limit ---

@@ -8,8 +8,8 @@ mod handlers_support;
 use std::time::{Duration, Instant};
 
 use handlers_support::{RawServer, Reply, get, prober, result, run, spec, target};
-use podward_prober::handler::attempt::ProbeResult;
 use podward_prober::handler::http::MAX_HEAD_BYTES;
+use podward_prober::model::outcome::ProbeResult;
 use podward_prober::spec::ProbeType;
 
 /// A head of exactly `size` bytes: `status`, `Content-Length: 2`, filler fields of ~1,000 bytes

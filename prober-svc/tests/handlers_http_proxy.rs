@@ -5,7 +5,7 @@
 mod handlers_support;
 
 use handlers_support::{RawServer, prober, response, spec, target};
-use podward_prober::handler::attempt::Outcome;
+use podward_prober::model::outcome::Outcome;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 
 const SERVER_PORT_ENV: &str = "PODWARD_TEST_PROXY_CHILD_SERVER_PORT";

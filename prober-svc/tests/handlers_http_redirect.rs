@@ -5,7 +5,7 @@ mod handlers_support;
 use std::sync::atomic::Ordering;
 
 use handlers_support::{RawServer, get, response, result, run};
-use podward_prober::handler::attempt::ProbeResult;
+use podward_prober::model::outcome::ProbeResult;
 
 // --- H2: redirects ---
 

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use handlers_support::{LOCALHOST, get, prober, spec, target};
 use parking_lot::Mutex;
-use podward_prober::handler::attempt::Outcome;
+use podward_prober::model::outcome::Outcome;
 use podward_prober::probing::probe::Prober;
 use podward_prober::spec::{Handler, ProbeType};
 use socket2::{Domain, Socket, Type};

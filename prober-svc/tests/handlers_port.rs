@@ -1,7 +1,8 @@
 //! Port resolution (kubelet `ResolveContainerPort`) and the ports annotation, as a table.
 
-use podward_prober::handler::port::{
-    ContainerPort, PortError, parse_ports_annotation, resolve_port,
+use podward_prober::handler::port::{PortError, resolve_port};
+use podward_prober::model::container_port::{
+    ContainerPort, PortsAnnotationError, parse_ports_annotation,
 };
 use podward_prober::spec::PortRef;
 use proptest::prelude::*;
@@ -136,7 +137,7 @@ fn bad_ports_annotations_are_errors_not_panics() {
         "null",
     ] {
         assert!(
-            matches!(parse_ports_annotation(bad), Err(PortError::Annotation(_))),
+            matches!(parse_ports_annotation(bad), Err(PortsAnnotationError(_))),
             "{bad:?}"
         );
     }

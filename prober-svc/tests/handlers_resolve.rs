@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use handlers_support::{get, prober, spec, target};
 use parking_lot::{Condvar, Mutex};
-use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::resolve::{Names, Resolver, ResolverOptions};
+use podward_prober::model::outcome::Outcome;
 use podward_prober::spec::{Handler, ProbeType};
 use tokio::time::Instant;
 

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use podward_prober::handler::attempt::Outcome;
-use podward_prober::handler::attempt::ProbeResult;
 use podward_prober::handler::attempt::ProbeTarget;
 use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
+use podward_prober::model::outcome::Outcome;
+use podward_prober::model::outcome::ProbeResult;
 use podward_prober::probing::probe::{Prober, ProberOptions};
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeSpec, ProbeType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -65,7 +65,7 @@ pub fn spec(handler: Handler, timeout_secs: u64) -> ProbeSpec {
 }
 
 pub fn target<'a>(
-    ports: &'a [podward_prober::handler::port::ContainerPort],
+    ports: &'a [podward_prober::model::container_port::ContainerPort],
     env: &'a [(String, String)],
 ) -> ProbeTarget<'a> {
     ProbeTarget {

@@ -6,9 +6,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use handlers_support::{prober, spec, target, unanswering_listener};
-use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::attempt::ProbeTarget;
-use podward_prober::handler::port::ContainerPort;
+use podward_prober::model::container_port::ContainerPort;
+use podward_prober::model::outcome::Outcome;
 use podward_prober::spec::{Handler, PortRef, ProbeType};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;

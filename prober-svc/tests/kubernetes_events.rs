@@ -7,10 +7,10 @@ mod support;
 
 use std::time::Duration;
 
-use podward_prober::handler::attempt::Outcome;
-use podward_prober::handler::attempt::ProbeResult;
 use podward_prober::kubernetes::events::{self, EventQueue, QUEUE, RecorderConfig};
 use podward_prober::kubernetes::metrics::ApiMetrics;
+use podward_prober::model::outcome::Outcome;
+use podward_prober::model::outcome::ProbeResult;
 use podward_prober::publish::event::{Event, EventKind, EventSink, killing_message};
 use podward_prober::spec::ProbeType;
 use serde_json::json;

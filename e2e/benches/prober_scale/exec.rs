@@ -18,10 +18,10 @@ use podward_api::cri::ExecSyncRequest;
 use podward_e2e::{ContainerSpec, Driver, PodSpec, TestNode, bin_path};
 use podward_prober::direct_exec::init::ZYGOTE_ARG;
 use podward_prober::direct_exec::{DirectExec, ExecMode};
-use podward_prober::handler::attempt::Outcome;
 use podward_prober::handler::attempt::ProbeTarget;
 use podward_prober::handler::exec::cri::CriExec;
 use podward_prober::handler::exec::runner::ExecRunner;
+use podward_prober::model::outcome::Outcome;
 use podward_prober::probing::probe::{Prober, ProberOptions};
 use podward_prober::spec::{ProbeSpec, ProbeType, parse_pod_probes};
 

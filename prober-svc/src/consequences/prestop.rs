@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::handler::attempt::{Outcome, ProbeTarget};
+use crate::handler::attempt::{Answer, ProbeTarget};
 use crate::handler::exec::runner::{ExecError, ExecRunner};
 use crate::handler::host_policy::{HostPolicy, NodePolicy};
 use crate::handler::http::{HttpProber, SCHEME_MISMATCH, authority};
@@ -132,7 +132,7 @@ impl HookRunner for Hooks {
                     }
                     let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
                     output.push_str(&String::from_utf8_lossy(&out.stderr));
-                    output.truncate(crate::handler::output::capped(&output).len());
+                    output.truncate(crate::model::outcome::capped(&output).len());
                     Err(HookError::Exited {
                         command: command.join(" "),
                         code: out.exit_code,
@@ -213,9 +213,9 @@ impl Hooks {
             .probe(get, timeout, target, guard, None, names)
             .await
         {
-            Ok(Outcome::Success(_) | Outcome::Warning(_)) => Ok(()),
-            Ok(Outcome::Failure(o)) if o.starts_with(ANSWERED_STATUS) => Ok(()),
-            Ok(Outcome::Failure(o) | Outcome::Errored(o)) => Err(o),
+            Ok(Answer::Success(_) | Answer::Warning(_)) => Ok(()),
+            Ok(Answer::Failure(o)) if o.starts_with(ANSWERED_STATUS) => Ok(()),
+            Ok(Answer::Failure(o)) => Err(o),
             Err(e) => Err(e.to_string()),
         }
     }

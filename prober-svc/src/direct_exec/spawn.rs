@@ -28,7 +28,7 @@ use super::helper::{Helper, Process, receive_pidfd};
 use super::plan::{Plan, Report};
 use super::standby::{Standby, failed};
 use crate::handler::exec::runner::{ExecError, ExecOutput};
-use crate::handler::output::MAX_OUTPUT_BYTES;
+use crate::model::outcome::MAX_OUTPUT_BYTES;
 
 /// How long the end of a probe usually takes at most (the reaper killing and reaping the tree,
 /// the helper exiting); a helper that takes longer is waited for all the same, and logged.

@@ -12,9 +12,9 @@ pub mod runner;
 use std::time::Duration;
 
 use self::runner::{ExecError, ExecOutput, ExecRunner};
-use super::attempt::{Outcome, ProbeTarget};
+use super::attempt::{Answer, ProbeTarget};
 use super::expand::expand_command;
-use super::output::MAX_OUTPUT_BYTES;
+use crate::model::outcome::MAX_OUTPUT_BYTES;
 
 /// One exec probe.
 pub(crate) async fn probe(
@@ -22,18 +22,18 @@ pub(crate) async fn probe(
     command: &[String],
     timeout: Duration,
     target: &ProbeTarget<'_>,
-) -> Result<Outcome, ExecError> {
+) -> Result<Answer, ExecError> {
     let cmd = expand_command(command, target.env);
     match runner.exec_sync(target.container_id, cmd, timeout).await {
         Ok(out) => {
             let data = capped_output(&out);
             Ok(if out.exit_code == 0 {
-                Outcome::Success(data)
+                Answer::Success(data)
             } else {
-                Outcome::Failure(data)
+                Answer::Failure(data)
             })
         }
-        Err(e @ ExecError::Timeout { .. }) => Ok(Outcome::Failure(e.to_string())),
+        Err(e @ ExecError::Timeout { .. }) => Ok(Answer::Failure(e.to_string())),
         Err(e) => Err(e),
     }
 }

@@ -18,7 +18,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
-use super::attempt::Outcome;
+use super::attempt::Answer;
 use super::dial_error::DialError;
 use super::dialer::stream::ProbeStream;
 use super::dialer::{self, Options};
@@ -66,16 +66,16 @@ pub(crate) async fn probe(
     timeout: Duration,
     user_agent: &str,
     meter: Option<&Meter>,
-) -> Outcome {
+) -> Answer {
     let addr = SocketAddr::new(host, port);
     let shown = addr.to_string();
     let deadline = Instant::now() + timeout;
     let connect_failed = |e: ConnectError| match e {
-        ConnectError::Deadline => Outcome::Failure(format!(
+        ConnectError::Deadline => Answer::Failure(format!(
             "timeout: failed to connect service {shown:?} within {}: context deadline exceeded",
             go_duration(timeout)
         )),
-        e => Outcome::Failure(format!(
+        e => Answer::Failure(format!(
             "error: failed to connect service at {shown:?}: {e}"
         )),
     };
@@ -84,7 +84,7 @@ pub(crate) async fn probe(
         Err(e) => return connect_failed(e),
     };
     let timed_out = || {
-        Outcome::Failure(format!(
+        Answer::Failure(format!(
             "timeout: health rpc did not complete within {}",
             go_duration(timeout)
         ))
@@ -100,7 +100,7 @@ pub(crate) async fn probe(
     let resp = match tokio::time::timeout_at(deadline, call).await {
         Err(_) => {
             return match meter.zip(waiting).and_then(|(m, w)| w.exhausted(m)) {
-                Some(e) => Outcome::Failure(format!("error: health rpc probe failed: {e}")),
+                Some(e) => Answer::Failure(format!("error: health rpc probe failed: {e}")),
                 None => timed_out(),
             };
         }
@@ -108,7 +108,7 @@ pub(crate) async fn probe(
         Ok(Err(CallError::Connect(e))) => return connect_failed(e),
         Ok(Err(CallError::Status(status))) => {
             return match status.code() {
-                tonic::Code::Unimplemented => Outcome::Failure(format!(
+                tonic::Code::Unimplemented => Answer::Failure(format!(
                     "error: this server does not implement the grpc health protocol (grpc.health.v1.Health): {}",
                     status.message()
                 )),
@@ -117,7 +117,7 @@ pub(crate) async fn probe(
                 tonic::Code::Cancelled if Instant::now() + DEADLINE_SLACK >= deadline => {
                     timed_out()
                 }
-                _ => Outcome::Failure(format!(
+                _ => Answer::Failure(format!(
                     "error: health rpc probe failed: {}",
                     go_status(status.code(), status.message())
                 )),
@@ -125,12 +125,12 @@ pub(crate) async fn probe(
         }
     };
     match ServingStatus::try_from(resp.status) {
-        Ok(ServingStatus::Serving) => Outcome::Success("service healthy".to_owned()),
-        Ok(other) => Outcome::Failure(format!(
+        Ok(ServingStatus::Serving) => Answer::Success("service healthy".to_owned()),
+        Ok(other) => Answer::Failure(format!(
             "service unhealthy (responded with {:?})",
             other.as_str_name()
         )),
-        Err(_) => Outcome::Failure(format!(
+        Err(_) => Answer::Failure(format!(
             "service unhealthy (responded with \"{}\")",
             resp.status
         )),

@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use self::exchange::{BodyError, RawResponse};
 use self::request::{ProbeHeaders, RequestError};
 use self::url::ProbeUrl;
-use super::attempt::{Outcome, ProbeTarget};
+use super::attempt::{Answer, ProbeTarget};
 use super::dial_error::DialError;
 use super::dialer::ip_string;
 use super::host_policy::Guard;
@@ -108,7 +108,7 @@ impl HttpProber {
         guard: Guard,
         meter: Option<&Meter>,
         names: Names<'_>,
-    ) -> Result<Outcome, HttpError> {
+    ) -> Result<Answer, HttpError> {
         let port = resolve_port(&get.port, target.ports)?;
         let deadline = Instant::now() + timeout;
         let (host, mut url) = first_url(get, target, port)?;
@@ -118,7 +118,7 @@ impl HttpProber {
         } else {
             custom = match ProbeHeaders::new(&get.headers, &self.user_agent) {
                 Ok(h) => h,
-                Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
+                Err(e) => return Ok(Answer::Failure(format!("Get \"{url}\": {e}"))),
             };
             &custom
         };
@@ -162,7 +162,7 @@ impl HttpProber {
                         error,
                     });
                 }
-                Err(e) => return Ok(Outcome::Failure(format!("Get \"{url}\": {e}"))),
+                Err(e) => return Ok(Answer::Failure(format!("Get \"{url}\": {e}"))),
             };
             hop.requests += 1;
             match hop.next(resp, &url, &host, get.host.is_none()) {
@@ -206,12 +206,12 @@ fn first_url(
 /// The `Host` header of a hop: the user's while it lasts, else the URL's authority; a Failure
 /// (Go's transport refuses it when sending) when the authority is not a header value, which
 /// with the host checked up front only a redirect's non-header bytes can make.
-fn host_value(url: &ProbeUrl, host_override: Option<&HeaderValue>) -> Result<HeaderValue, Outcome> {
+fn host_value(url: &ProbeUrl, host_override: Option<&HeaderValue>) -> Result<HeaderValue, Answer> {
     match host_override {
         Some(h) => Ok(h.clone()),
         // `from_maybe_shared` takes the string's buffer instead of copying it.
         None => HeaderValue::from_maybe_shared(Bytes::from(url.authority()))
-            .map_err(|_| Outcome::Failure(format!("Get \"{url}\": {}", RequestError::Host))),
+            .map_err(|_| Answer::Failure(format!("Get \"{url}\": {}", RequestError::Host))),
     }
 }
 
@@ -227,7 +227,7 @@ struct Hop {
 
 /// After one hop: the probe's result, or the URL to follow.
 enum Next {
-    Done(Result<Outcome, HttpError>),
+    Done(Result<Answer, HttpError>),
     Follow(ProbeUrl),
 }
 
@@ -248,7 +248,7 @@ impl Hop {
             {
                 return Next::Done(result(resp, echo));
             }
-            Err(e) => return Next::Done(Ok(Outcome::Failure(format!("Get \"{url}\": {e}")))),
+            Err(e) => return Next::Done(Ok(Answer::Failure(format!("Get \"{url}\": {e}")))),
         };
         // Go compares `URL.Hostname()` with the first request's; a name differing only in
         // case is the same host (the resolver lower-cases nothing, but DNS is case-blind).
@@ -256,7 +256,7 @@ impl Hop {
             return Next::Done(result(resp, echo));
         }
         if self.requests >= MAX_REDIRECTS {
-            return Next::Done(Ok(Outcome::Failure(format!(
+            return Next::Done(Ok(Answer::Failure(format!(
                 "Get {location:?}: stopped after {MAX_REDIRECTS} redirects"
             ))));
         }
@@ -304,7 +304,7 @@ fn referer_for(last: &ProbeUrl, next: &ProbeUrl) -> Option<HeaderValue> {
 pub const BODY_NOT_SHOWN: &str = "(response body not shown: the probe names a host)";
 
 /// kubelet's mapping of the final response; `echo` false keeps the body out of the output.
-fn result(resp: RawResponse, echo: bool) -> Result<Outcome, HttpError> {
+fn result(resp: RawResponse, echo: bool) -> Result<Answer, HttpError> {
     let body = resp.body?;
     let body = if !echo {
         String::new()
@@ -315,12 +315,12 @@ fn result(resp: RawResponse, echo: bool) -> Result<Outcome, HttpError> {
         }
     };
     Ok(match resp.status {
-        200..=299 => Outcome::Success(body),
-        300..=399 if !echo => Outcome::Warning(format!(
+        200..=299 => Answer::Success(body),
+        300..=399 if !echo => Answer::Warning(format!(
             "Probe terminated redirects, Response body: {BODY_NOT_SHOWN}"
         )),
-        300..=399 => Outcome::Warning(format!("Probe terminated redirects, Response body: {body}")),
-        code => Outcome::Failure(format!("HTTP probe failed with statuscode: {code}")),
+        300..=399 => Answer::Warning(format!("Probe terminated redirects, Response body: {body}")),
+        code => Answer::Failure(format!("HTTP probe failed with statuscode: {code}")),
     })
 }
 

@@ -1,26 +1,13 @@
-//! Port resolution as kubelet's `ResolveContainerPort`, with the container's ports taken from the
-//! `io.kubernetes.container.ports` annotation kubelet writes on every container it creates.
+//! Port resolution as kubelet's `ResolveContainerPort`, against the container's declared ports
+//! ([`ContainerPort`], from the annotation kubelet writes on every container it creates).
 
+use crate::model::container_port::ContainerPort;
 use crate::spec::PortRef;
-
-/// One entry of the container's `ports` list.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerPort {
-    /// Port name ("" when unnamed).
-    pub name: String,
-    /// The port number inside the container.
-    pub container_port: i32,
-    /// "TCP" (default), "UDP" or "SCTP".
-    pub protocol: String,
-}
 
 /// Why a port could not be used. The `Display` strings are kubelet's (Go's `strconv.Atoi` and
 /// `invalid port number` errors), since they end up in "probe errored" messages.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PortError {
-    /// The annotation is not a JSON list of container ports.
-    #[error("invalid io.kubernetes.container.ports annotation: {0}")]
-    Annotation(String),
     /// A name that is neither a declared port nor a number.
     #[error("strconv.Atoi: parsing {0:?}: invalid syntax")]
     Syntax(String),
@@ -30,20 +17,6 @@ pub enum PortError {
     /// A number outside 1..=65535.
     #[error("invalid port number: {0}")]
     Invalid(i64),
-}
-
-/// Parses the `io.kubernetes.container.ports` annotation (kubelet's JSON of `[]v1.ContainerPort`).
-pub fn parse_ports_annotation(json: &str) -> Result<Vec<ContainerPort>, PortError> {
-    let ports: Vec<k8s_openapi::api::core::v1::ContainerPort> =
-        serde_json::from_str(json).map_err(|e| PortError::Annotation(e.to_string()))?;
-    Ok(ports
-        .into_iter()
-        .map(|p| ContainerPort {
-            name: p.name.unwrap_or_default(),
-            container_port: p.container_port,
-            protocol: p.protocol.unwrap_or_else(|| "TCP".to_owned()),
-        })
-        .collect())
 }
 
 /// `ResolveContainerPort`: a number is used as is; a name is looked up among the container's own

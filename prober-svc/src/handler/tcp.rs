@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::attempt::{Outcome, ProbeTarget};
+use super::attempt::{Answer, ProbeTarget};
 use super::dial_error::DialError;
 use super::dialer::{self, Options};
 use super::host_policy::Guard;
@@ -36,7 +36,7 @@ pub(crate) async fn probe(
     target: &ProbeTarget<'_>,
     guard: Guard,
     names: Names<'_>,
-) -> Result<Outcome, TcpError> {
+) -> Result<Answer, TcpError> {
     let port = resolve_port(port, target.ports)?;
     let deadline = Instant::now() + timeout;
     // A connection that carries no data: no TCP_NODELAY (see `Options::NO_DATA`).
@@ -50,9 +50,9 @@ pub(crate) async fn probe(
         Ok(conn) => {
             // Closed at once, with the probe dialer's linger, off the runtime's threads.
             conn.close();
-            Outcome::Success(String::new())
+            Answer::Success(String::new())
         }
         Err(e) if e.is_denied() => return Err(TcpError::Denied(e)),
-        Err(e) => Outcome::Failure(e.to_string()),
+        Err(e) => Answer::Failure(e.to_string()),
     })
 }

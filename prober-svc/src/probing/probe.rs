@@ -1,8 +1,9 @@
 //! The one entry point workers call, as kubelet's `prober.go`: pick the handler and retry it while
-//! it *errors* (up to three back-to-back attempts). The handler's [`Outcome`] is the probe's; an
-//! error on all three attempts is [`Outcome::Errored`], which the worker discards without
-//! touching its counters (kubelet `prober.probe`: a Warning, an HTTP redirect to another host,
-//! counts as a Success and is recorded as an event).
+//! it *errors* (up to three back-to-back attempts). The handler's [`Answer`] becomes the probe's
+//! [`Outcome`] (Success, Warning or Failure, with its output); an error on all three attempts is
+//! [`Outcome::Errored`], which the worker discards without touching its counters (kubelet
+//! `prober.probe`: a Warning, an HTTP redirect to another host, counts as a Success and is
+//! recorded as an event).
 
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use futures::future::BoxFuture;
 use prometheus::{IntCounter, IntGauge};
 use tokio::time::Instant;
 
-use crate::handler::attempt::{Outcome, ProbeTarget};
+use crate::handler::attempt::{Answer, ProbeTarget};
 use crate::handler::exec::runner::{ExecError, ExecRunner};
 use crate::handler::host_policy::NodePolicy;
 use crate::handler::http::{HttpError, HttpProber};
@@ -20,6 +21,7 @@ use crate::handler::target_budget::{Meter, TargetBudget};
 use crate::handler::tcp::TcpError;
 use crate::handler::{exec, grpc, tcp};
 use crate::model::ContainerInfo;
+use crate::model::outcome::Outcome;
 use crate::probing::runner::ProbeRunner;
 use crate::spec::{Handler, ProbeSpec, ProbeType};
 
@@ -165,7 +167,7 @@ impl Prober {
         let mut message = String::new();
         for attempt in 1..=MAX_PROBE_RETRIES {
             match self.attempt(pod, spec, target).await {
-                Ok(outcome) => return outcome,
+                Ok(answer) => return outcome(answer),
                 Err(e) => {
                     tracing::debug!(probe = %ty, attempt, error = %e, "probe errored");
                     message = e.to_string();
@@ -180,7 +182,7 @@ impl Prober {
         pod: Option<&PodShare>,
         spec: &ProbeSpec,
         target: &ProbeTarget<'_>,
-    ) -> Result<Outcome, AttemptError> {
+    ) -> Result<Answer, AttemptError> {
         let guard = self.host_policy.guard(target.host_ip);
         // A network probe takes its place in its pod's count for as long as it holds a socket;
         // a pod at its bound waits for its own probes (up to this probe's timeout), no other.
@@ -190,7 +192,7 @@ impl Prober {
                 let deadline = Instant::now() + spec.timeout;
                 match pod.acquire(deadline).await {
                     Ok(held) => Some(held),
-                    Err(e) => return Ok(Outcome::Failure(e.to_string())),
+                    Err(e) => return Ok(Answer::Failure(e.to_string())),
                 }
             }
         };
@@ -271,6 +273,15 @@ impl ProbeRunner for Prober {
 
     fn exec_choice(&self, container_id: &str) -> Option<crate::handler::exec::runner::ExecChoice> {
         self.exec.choice(container_id)
+    }
+}
+
+/// The probe's outcome when an attempt answered: the answer, with its output.
+fn outcome(answer: Answer) -> Outcome {
+    match answer {
+        Answer::Success(o) => Outcome::Success(o),
+        Answer::Warning(o) => Outcome::Warning(o),
+        Answer::Failure(o) => Outcome::Failure(o),
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::handler::attempt::ProbeResult;
+use crate::model::outcome::ProbeResult;
 use crate::spec::ProbeType;
 
 /// The cache: per container ID, one slot per probe type. Looked up by `&str` so the per-probe

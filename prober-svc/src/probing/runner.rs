@@ -6,9 +6,9 @@ use std::net::IpAddr;
 
 use futures::future::BoxFuture;
 
-use crate::handler::attempt::Outcome;
 use crate::handler::pod_sockets::PodShare;
 use crate::model::ContainerInfo;
+use crate::model::outcome::Outcome;
 use crate::spec::{ProbeSpec, ProbeType};
 
 /// Runs one probe (with kubelet's retries on error) and returns its outcome.

@@ -27,9 +27,9 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use self::handle::{SpecUpdate, WorkerCtl, WorkerKey, WorkerStatus};
 use crate::clock::Clock;
-use crate::handler::attempt::{Outcome, ProbeResult};
 use crate::handler::pod_sockets::PodShare;
 use crate::metrics::{Metrics, WorkerMetrics};
+use crate::model::outcome::{Outcome, ProbeResult};
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::probing::pod_view::PodView;
 use crate::probing::results::{Results, SlotMemo};

@@ -11,9 +11,9 @@
 
 use std::sync::Arc;
 
-use crate::handler::attempt::Outcome;
-use crate::handler::attempt::ProbeResult;
 use crate::model::api_pod::{ApiPod, ContainerKind, RestartPolicy};
+use crate::model::outcome::Outcome;
+use crate::model::outcome::ProbeResult;
 use crate::model::{ContainerInfo, PodInfo};
 use crate::spec::ProbeType;
 use crate::stopper::StopError;

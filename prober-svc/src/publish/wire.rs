@@ -3,7 +3,7 @@
 
 use podward_api::prober::v1 as api;
 
-use crate::handler::attempt::ProbeResult;
+use crate::model::outcome::ProbeResult;
 use crate::publish::event::{Event, EventKind, Kill};
 use crate::spec::ProbeType;
 

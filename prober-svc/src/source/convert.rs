@@ -9,7 +9,7 @@ use podward_api::labels;
 use podward_api::shim::v1 as shim;
 
 use super::index::SandboxRec;
-use crate::handler::port::{ContainerPort, parse_ports_annotation};
+use crate::model::container_port::{ContainerPort, parse_ports_annotation};
 use crate::model::{ContainerInfo, RunState};
 
 /// The probe address of a sandbox: its pod IP, or `node_ip` for a host-network sandbox.

@@ -31,10 +31,10 @@ use crate::handler::dialer::stream::ProbeStream;
 use crate::handler::dialer::{self, Options};
 use crate::handler::go_text::go_errno;
 use crate::handler::host_policy::Guard;
-use crate::handler::output::MAX_OUTPUT_BYTES;
 use crate::handler::resolve::Names;
 use crate::handler::scoped;
 use crate::handler::target_budget::{Account, BudgetExhausted, Meter, Metered, Waiting};
+use crate::model::outcome::MAX_OUTPUT_BYTES;
 use crate::spec::HttpScheme;
 
 /// Go's text (`http.ErrSchemeMismatch`) for an HTTPS request whose server answered the TLS

@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::head::{HeadTooLarge, Scan};
 use crate::handler::go_text::go_errno;
-use crate::handler::output::MAX_OUTPUT_BYTES;
+use crate::model::outcome::MAX_OUTPUT_BYTES;
 
 mod chunked;
 mod spare;

@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use super::{HttpError, HttpProber};
-use crate::handler::attempt::{Outcome, ProbeTarget};
+use crate::handler::attempt::{Answer, ProbeTarget};
 use crate::handler::host_policy::Guard;
 use crate::handler::resolve::{Names, Resolver, ResolverOptions};
 use crate::spec::{HttpGetSpec, HttpScheme, PortRef};
@@ -117,7 +117,7 @@ async fn the_body_of_a_probe_that_names_a_host_is_never_shown() {
         )
         .await
         .expect("probe");
-    assert_eq!(got, Outcome::Success(String::new()));
+    assert_eq!(got, Answer::Success(String::new()));
     // A redirect to another host ends the probe with kubelet's warning, minus the body.
     let (away, _) = serve(reply(302, Some("http://10.0.0.9/"), "node secret")).await;
     let got = prober
@@ -132,7 +132,7 @@ async fn the_body_of_a_probe_that_names_a_host_is_never_shown() {
         .await
         .expect("probe");
     match got {
-        Outcome::Warning(text) => assert!(!text.contains("secret"), "{text}"),
+        Answer::Warning(text) => assert!(!text.contains("secret"), "{text}"),
         other => panic!("{other:?}"),
     }
     // Without a host (the pod's own IP) the body is kubelet's output, shown in full.
@@ -142,7 +142,7 @@ async fn the_body_of_a_probe_that_names_a_host_is_never_shown() {
         .probe(&own, timeout, &TARGET, Guard::OPEN, None, names)
         .await
         .expect("probe");
-    assert_eq!(got, Outcome::Success("node secret".into()));
+    assert_eq!(got, Answer::Success("node secret".into()));
 }
 
 /// The exchange is boxed on its own per probe: it must stay within glibc's per-thread cache

@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::View;
-use crate::handler::attempt::ProbeResult;
 use crate::model::api_pod::PodPhase;
+use crate::model::outcome::ProbeResult;
 use crate::model::{ContainerInfo, RunState};
 use crate::pods::pod_table::WorkerEntry;
 use crate::probing::worker::started_before_restart;

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use podward_api::prober::v1 as api;
 
 use super::View;
-use crate::handler::attempt::ProbeResult;
+use crate::model::outcome::ProbeResult;
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::probing::worker::handle::WorkerStatus;
 use crate::probing::worker::started_before_restart;

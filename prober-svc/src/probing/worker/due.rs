@@ -2,7 +2,7 @@
 //! that instance is probed now, waited for, or never again (kubelet's `doProbe` up to the probe).
 
 use super::{Worker, WorkerStatus, initial_value};
-use crate::handler::attempt::ProbeResult;
+use crate::model::outcome::ProbeResult;
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::spec::ProbeType;
 

@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
-use crate::handler::attempt::ProbeResult;
+use crate::model::outcome::ProbeResult;
 use crate::spec::{ProbeSpec, ProbeType, StartupGating};
 
 /// Identity of a worker.
@@ -93,7 +93,7 @@ pub struct WorkerStatus {
     pub result: Option<ProbeResult>,
     /// The last probe's own result, before thresholds.
     pub last_probe_result: Option<ProbeResult>,
-    /// The last probe's output (capped at `handler::output::MAX_OUTPUT_BYTES`).
+    /// The last probe's output (capped at `model::outcome::MAX_OUTPUT_BYTES`).
     pub last_output: String,
     /// Consecutive successes so far.
     pub consecutive_successes: u32,

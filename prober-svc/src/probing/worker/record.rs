@@ -2,7 +2,7 @@
 //! counters, the last output, and the last error of a probe that errored.
 
 use super::Worker;
-use crate::handler::attempt::ProbeResult;
+use crate::model::outcome::ProbeResult;
 use crate::model::{ContainerInfo, PodInfo};
 
 impl Worker {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Worker;
-use crate::handler::attempt::Outcome;
-use crate::handler::attempt::ProbeResult;
+use crate::model::outcome::Outcome;
+use crate::model::outcome::ProbeResult;
 use crate::model::{ContainerInfo, PodInfo};
 
 /// How often a starved probe is logged at WARN (the others at DEBUG; all are counted).

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use super::harness::*;
-use crate::handler::attempt::Outcome;
-use crate::handler::attempt::ProbeResult;
 use crate::model::RunState;
 use crate::model::api_pod::{ContainerKind, Hook, PodPhase, RestartPolicy};
+use crate::model::outcome::Outcome;
+use crate::model::outcome::ProbeResult;
 use crate::pods::view::readiness::{PodReadiness, REASON_READINESS};
 use crate::publish::event::EventKind;
 use crate::spec::ProbeType;

@@ -6,8 +6,8 @@ use std::time::Duration;
 use podward_api::prober::v1 as api;
 
 use super::harness::*;
-use crate::handler::attempt::ProbeResult;
 use crate::model::RunState;
+use crate::model::outcome::ProbeResult;
 use crate::spec::ProbeType;
 
 const LIVE_READY: &str = r#"{"c":{

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::harness::*;
-use crate::handler::attempt::ProbeResult;
+use crate::model::outcome::ProbeResult;
 use crate::probing::starvation::StarvationMeter;
 use crate::probing::worker::MAX_STARVED_RETRIES;
 use crate::spec::ProbeType;

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::harness::*;
-use crate::handler::attempt::Outcome;
-use crate::handler::attempt::ProbeResult;
+use crate::model::outcome::Outcome;
+use crate::model::outcome::ProbeResult;
 use crate::spec::ProbeType;
 
 const ALL3: &str = r#"{"c":{
