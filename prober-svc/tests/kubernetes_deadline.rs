@@ -3,9 +3,9 @@
 //! one read timeout; the client drops that connection and the retried write completes on a new
 //! one.
 
-#[path = "readiness_support.rs"]
+#[path = "support/readiness.rs"]
 mod readiness;
-#[path = "apiserver_support.rs"]
+#[path = "support/apiserver.rs"]
 mod support;
 
 use std::collections::HashMap;

@@ -3,9 +3,9 @@
 //! `409`, `422` (a UID that is not the pod's, as a real API server answers it), `429` with
 //! `Retry-After`, a dropped connection, `404`, and the QPS limit.
 
-#[path = "readiness_support.rs"]
+#[path = "support/readiness.rs"]
 mod readiness;
-#[path = "apiserver_support.rs"]
+#[path = "support/apiserver.rs"]
 mod support;
 
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! of `tests/apiserver_support.rs`): what the condition becomes when the annotation goes, when
 //! the pod finishes, when a container of a `Never` pod exits.
 
-#[path = "../../../../tests/apiserver_support.rs"]
+#[path = "../../../../tests/support/apiserver.rs"]
 pub(super) mod support;
 
 use std::sync::Arc;
