@@ -16,7 +16,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-#[path = "chart_support.rs"]
+#[path = "support/chart.rs"]
 mod support;
 use support::{Render, container, repo, strs};
 

@@ -33,7 +33,7 @@ use podward_api::test_util::eventually;
 use podward_e2e::{Driver, PodSpec, TestNode, free_port};
 use serde_json::{Value, json};
 
-#[path = "chart_support.rs"]
+#[path = "support/chart.rs"]
 mod support;
 use support::{Render, container, repo, strs};
 

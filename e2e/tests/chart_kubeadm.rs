@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-#[path = "chart_support.rs"]
+#[path = "support/chart.rs"]
 mod support;
 use support::{read, repo};
 

@@ -13,7 +13,7 @@ use promql_parser::label::MatchOp;
 use promql_parser::parser::{self, Expr};
 use serde_json::{Value, json};
 
-#[path = "chart_support.rs"]
+#[path = "support/chart.rs"]
 mod support;
 use support::{Render, Rendered, md_section, md_table, read};
 

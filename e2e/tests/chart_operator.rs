@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-#[path = "chart_support.rs"]
+#[path = "support/chart.rs"]
 mod support;
 use support::{REGISTRY, Render, container, md_section, md_table, read, repo, strs};
 

@@ -33,7 +33,7 @@ use podward_prober::spec::{ProbeSpec, ProbeType};
 use podward_prober::stopper::{StopError, Stopper};
 use serde_json::{Value, json};
 
-#[path = "chart_support.rs"]
+#[path = "support/chart.rs"]
 mod support;
 use support::{Render, container, md_section, read, repo};
 

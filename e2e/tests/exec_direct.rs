@@ -16,7 +16,7 @@ use podward_prober::direct_exec::{DirectExec, ExecMode};
 use podward_prober::handler::exec::cri::CriExec;
 use podward_prober::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
 
-#[path = "exec_direct_support.rs"]
+#[path = "support/exec_direct.rs"]
 mod support;
 use support::{node_and_driver, run};
 

@@ -23,7 +23,7 @@ use podward_e2e::{Driver, Pod, SecurityContext, TestNode, bin_path};
 use podward_prober::direct_exec::init::HELPER_ARG;
 use podward_prober::handler::exec::runner::{ExecError, ExecRunner, ExecVia};
 
-#[path = "exec_direct_support.rs"]
+#[path = "support/exec_direct.rs"]
 mod support;
 use support::*;
 

@@ -4,8 +4,8 @@
 //! must cost that value — never the shim's rebuilt index, the prober's pods, or the
 //! housekeeper's view of the runtime.
 
-#[path = "housekeeper_support/common.rs"]
-mod common;
+#[path = "support/housekeeper.rs"]
+mod support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -358,22 +358,22 @@ async fn a_housekeeping_pass_with_an_invalid_annotation_on_the_node_still_cleans
     const EVIL: &str = "0e0e0000-aaaa-4bbb-8ccc-0000000000f2";
     podward_e2e::init_test_logging();
     let node = TestNode::start().await.expect("node");
-    let cfg = common::config(&node);
+    let cfg = support::config(&node);
     // The poisoned pod, live, in a kubelet-style cgroup, with its pod and log dirs.
-    let evil_cg = common::PodCgroup::create(&node, EVIL);
+    let evil_cg = support::PodCgroup::create(&node, EVIL);
     let evil = PodSpec::new("evil")
         .uid(EVIL)
         .cgroup_parent(&format!("/{}", evil_cg.rel))
         .annotation("podward.io/evil", MARK);
     run_poisoned_pod(&node, &evil).await;
-    let (evil_dir, evil_log) = common::leave_dirs(&cfg, EVIL);
+    let (evil_dir, evil_log) = support::leave_dirs(&cfg, EVIL);
     // A real orphan: a pod cgroup with a process in it, its pod dir and log dir.
-    let mut orphan_cg = common::PodCgroup::create(&node, ORPHAN);
+    let mut orphan_cg = support::PodCgroup::create(&node, ORPHAN);
     let pid = orphan_cg.spawn_sleeper();
-    let (orphan_dir, orphan_log) = common::leave_dirs(&cfg, ORPHAN);
+    let (orphan_dir, orphan_log) = support::leave_dirs(&cfg, ORPHAN);
 
     let rec = podward_housekeeper::run::node_reconciler(&cfg);
-    common::act_until_orphan_removed(&rec, ORPHAN, |p| {
+    support::act_until_orphan_removed(&rec, ORPHAN, |p| {
         assert!(
             p.sources_ok,
             "one invalid annotation failed a source: {:?}",
@@ -399,7 +399,7 @@ async fn the_housekeepers_api_socket_closes_a_client_that_never_speaks() {
     use tokio::io::AsyncReadExt;
 
     let node = TestNode::start().await.expect("node");
-    let cfg = common::config(&node);
+    let cfg = support::config(&node);
     let socket = cfg.socket.clone();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let daemon = tokio::spawn(podward_housekeeper::run(cfg, async move {

@@ -4,16 +4,16 @@
 //! FOREIGN; `plan` against it says it acts, in the table and in `--json`; and
 //! `plan --local --log-root /` refuses instead of listing `/etc`, `/usr`, ... as orphans.
 
-#[path = "housekeeper_support/common.rs"]
-mod common;
+#[path = "support/housekeeper.rs"]
+mod support;
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{PodCgroup, config, leave_dirs};
 use podward_api::test_util::eventually;
 use podward_e2e::{Daemon, TestNode, bin_path, free_port};
+use support::{PodCgroup, config, leave_dirs};
 
 const ORPHAN: &str = "0bad0000-aaaa-4bbb-8ccc-00000000000f";
 /// A cgroup under kubepods that is `pod` + something that is not a pod UID.

@@ -7,12 +7,11 @@
 //! pod whose cgroups are nowhere under the pod cgroup root fails the cgroups source instead of
 //! "ok, 0 items", and a flag that contradicts the layout is refused naming both.
 
-#[path = "housekeeper_support/common.rs"]
-mod common;
+#[path = "support/housekeeper.rs"]
+mod support;
 
 use std::time::Duration;
 
-use common::{PodCgroup, config, leave_dirs};
 use podward_api::cri::{ListPodSandboxRequest, PodSandboxState, StopPodSandboxRequest};
 use podward_api::housekeeper::v1::housekeeper_client::HousekeeperClient;
 use podward_api::housekeeper::v1::{Outcome, ReconcileRequest};
@@ -21,6 +20,7 @@ use podward_e2e::{ContainerSpec, Driver, PodSpec, RestartPolicy, TestNode};
 use podward_housekeeper::config::DriverName;
 use podward_housekeeper::reconcile::Mode;
 use podward_housekeeper::run::node_reconciler;
+use support::{PodCgroup, config, leave_dirs};
 
 const ORPHAN: &str = "0bad0000-aaaa-4bbb-8ccc-000000000001";
 
@@ -61,7 +61,7 @@ async fn containerd_down_means_no_action_then_the_orphan_goes() {
 
     node.start_containerd().await.expect("restart containerd");
     // The failed pass broke the evidence chain: one more pass waits, the next acts.
-    let p = common::act_until_orphan_removed(&rec, ORPHAN, |_| {}).await;
+    let p = support::act_until_orphan_removed(&rec, ORPHAN, |_| {}).await;
     assert!(
         p.pass >= 4,
         "at least one waiting pass after containerd came back: pass {}",

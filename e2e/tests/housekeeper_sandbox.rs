@@ -3,13 +3,13 @@
 //! containerd completes it anyway, the shim marks it undelivered, and the housekeeper stops and
 //! removes it (no container was ever created in it) — while a normal sandbox is left alone.
 
-#[path = "housekeeper_support/common.rs"]
-mod common;
+#[path = "support/housekeeper.rs"]
+mod support;
 
 use std::time::Duration;
 
-use common::config;
 use podward_api::test_util::eventually;
+use support::config;
 
 use podward_api::cri::runtime_service_client::RuntimeServiceClient;
 use podward_api::cri::{
@@ -40,7 +40,7 @@ async fn undelivered_unused_sandbox_is_removed_and_a_normal_one_is_not() {
     let cfg = config(&node);
     // The test's pods are not in kubelet-style cgroups; the pod cgroup root kubelet makes at start
     // must exist, or the cgroups source rightly refuses to call this node "0 items".
-    common::kubelet_pod_root(&node);
+    support::kubelet_pod_root(&node);
     let cri_sock = node.dir().join("cri.sock");
 
     // The shim in-process, with a hold armed on the next RunPodSandbox response.

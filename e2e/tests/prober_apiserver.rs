@@ -17,7 +17,7 @@
 //! - a prober restart (kill -9) changes nothing a Service sees, in either direction, and the new
 //!   prober still writes when a result really changes.
 
-#[path = "prober_support.rs"]
+#[path = "support/prober.rs"]
 mod support;
 
 use std::path::{Path, PathBuf};

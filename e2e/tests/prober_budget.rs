@@ -13,7 +13,7 @@
 //! back near where it was before them. The test prints the canaries' lateness (p99), the RSS
 //! peak, and the RSS 20 s after the hostile pods are gone.
 
-#[path = "prober_support.rs"]
+#[path = "support/prober.rs"]
 mod support;
 
 use std::io::{Read, Write};

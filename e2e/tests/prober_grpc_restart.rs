@@ -3,7 +3,7 @@
 //! the node IP 127.0.0.1), and restart safety: a prober killed with SIGKILL mid-run comes back
 //! from the shim's snapshot and restarts no healthy container.
 
-#[path = "prober_support.rs"]
+#[path = "support/prober.rs"]
 mod support;
 
 use std::io::BufRead;

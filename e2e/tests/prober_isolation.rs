@@ -11,7 +11,7 @@
 //! must arrive on time (no gap over 1.2 × the period), none may fail, no canary is killed, and
 //! once the hostile pods are gone the prober's open files are back to their baseline.
 
-#[path = "prober_support.rs"]
+#[path = "support/prober.rs"]
 mod support;
 
 use std::io::Write;

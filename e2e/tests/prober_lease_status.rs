@@ -1,9 +1,9 @@
 //! The leases in `podward-prober status` at the HTTP boundary: read through real
-//! `kube::Client`s from the e2e API stand-in (`prober_sentinel_support.rs`) that a real node-lease
+//! `kube::Client`s from the e2e API stand-in (`support/prober_sentinel.rs`) that a real node-lease
 //! renewer and a real sentinel write: current while the prober renews, expired by how long once
 //! it is killed, the sentinel's leader named; an API that cannot be reached is said in one line.
 
-#[path = "prober_sentinel_support.rs"]
+#[path = "support/prober_sentinel.rs"]
 mod support;
 
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! `/metrics` and kubelet's `/metrics/probes`), `podward-prober status`, and that the pod's
 //! series, kills included, go when the pod is deleted.
 
-#[path = "prober_support.rs"]
+#[path = "support/prober.rs"]
 mod support;
 
 use std::time::Duration;

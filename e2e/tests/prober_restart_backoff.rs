@@ -10,7 +10,7 @@
 //! 0.05: 0, 0.5, 1, 2, 4, 8 s); the measured delays, divided back by the scale after the
 //! driver's own restart latency is taken off, are the figures in docs/probes.md.
 
-#[path = "prober_support.rs"]
+#[path = "support/prober.rs"]
 mod support;
 
 use std::time::Duration;

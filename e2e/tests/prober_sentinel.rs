@@ -11,7 +11,7 @@
 //! - the prober back: its fresh result takes the condition back to `True`, and nothing flaps
 //!   after that (the sentinel writes nothing more).
 
-#[path = "prober_support.rs"]
+#[path = "support/prober.rs"]
 mod support;
 
 use std::path::PathBuf;

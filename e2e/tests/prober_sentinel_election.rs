@@ -3,7 +3,7 @@
 //! with every child, as by SIGKILL: the lease is not released) is replaced within a leader lease
 //! duration (plus a retry period), and the new leader marks a prober that dies after it.
 
-#[path = "prober_sentinel_support.rs"]
+#[path = "support/prober_sentinel.rs"]
 mod support;
 
 use std::time::{Duration, SystemTime};

@@ -1,5 +1,5 @@
 //! The sentinel at the HTTP boundary, against the e2e API stand-in shared with real node
-//! lease renewers (`prober_sentinel_support.rs`), at short durations:
+//! lease renewers (`support/prober_sentinel.rs`), at short durations:
 //!
 //! - a prober killed (its renewer task dropped, as by SIGKILL: no goodbye): its node's gated
 //!   pods go `False` (reason `ProberNotReporting`, the node and the last renewal named) within
@@ -12,7 +12,7 @@
 //!   held (the metric says so, and one Warning event on each held node's Node);
 //! - a lease whose Node is gone is ignored; a deleted Node takes its lease with it.
 
-#[path = "prober_sentinel_support.rs"]
+#[path = "support/prober_sentinel.rs"]
 mod support;
 
 use std::time::{Duration, SystemTime};

@@ -11,7 +11,7 @@
 //!   twice the lease duration, a new prober): the old one hands its lease over, the sentinel
 //!   never marks the node, the pod is never written `False`, no event.
 
-#[path = "prober_support.rs"]
+#[path = "support/prober.rs"]
 mod support;
 
 use std::net::SocketAddr;

@@ -7,7 +7,7 @@
 //! `podward_prober_spec_errors` gauge carry the error. An ungated pod with a misspelled key
 //! keeps its valid probes running and is killed by nothing, and no condition is written for it.
 
-#[path = "prober_support.rs"]
+#[path = "support/prober.rs"]
 mod support;
 
 use std::time::Duration;

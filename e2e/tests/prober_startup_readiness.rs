@@ -4,7 +4,7 @@
 //! with upstream's probe parameters, run concurrently on one node. "Never ready / never
 //! restarted" windows are 60 s instead of 1–4 min: still several periods past the initial delay.
 
-#[path = "prober_support.rs"]
+#[path = "support/prober.rs"]
 mod support;
 
 use std::time::Duration;

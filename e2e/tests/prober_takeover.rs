@@ -11,7 +11,7 @@
 //! - webhook down: with `failurePolicy: Ignore` the pod is admitted unchanged (its spec probes
 //!   stay for kubelet) and podward does not probe it; with `Fail` the CREATE is refused.
 
-#[path = "prober_support.rs"]
+#[path = "support/prober.rs"]
 mod support;
 
 use std::path::Path;

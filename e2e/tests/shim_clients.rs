@@ -5,7 +5,7 @@
 //! identical outcomes (codes, messages, shapes; IDs masked), and with containerd down both say
 //! `UNAVAILABLE`.
 
-#[path = "shim_support.rs"]
+#[path = "support/shim.rs"]
 mod support;
 
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! containerd and through the shim; the normalised outcomes (IDs masked, times dropped; codes
 //! and messages kept) must be identical.
 
-#[path = "shim_support.rs"]
+#[path = "support/shim.rs"]
 mod support;
 
 use std::collections::{BTreeMap, HashMap};

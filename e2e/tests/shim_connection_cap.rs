@@ -6,7 +6,7 @@
 //! observed from its own call: it reaches Watch as delivered, which only the CRI path can tell
 //! (a relist learns objects with an unknown delivery), and the connection was never given up.
 
-#[path = "shim_support.rs"]
+#[path = "support/shim.rs"]
 mod support;
 
 use std::time::Duration;

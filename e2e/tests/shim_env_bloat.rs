@@ -5,7 +5,7 @@
 //! the pod's probes reference, marks the container whose referenced variable is past the bound
 //! truncated, and a shim restarted over those containers rebuilds within the same budget.
 
-#[path = "shim_support.rs"]
+#[path = "support/shim.rs"]
 mod support;
 
 use std::net::SocketAddr;

@@ -6,7 +6,7 @@
 //! subscriber within the bound docs/shim.md states (`--heal-period` + two relists), through
 //! relists from containerd; metrics and `/readyz` say so while it lasts.
 
-#[path = "shim_support.rs"]
+#[path = "support/shim.rs"]
 mod support;
 
 use std::time::Duration;

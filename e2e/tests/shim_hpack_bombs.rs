@@ -7,7 +7,7 @@
 //! the process's RSS within twice its idle RSS: the reader's work is linear in the bytes, and it
 //! holds none of a block.
 
-#[path = "shim_support.rs"]
+#[path = "support/shim.rs"]
 mod support;
 
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! responses as direct, unknown methods fail the same way, Watch reports the lifecycle in
 //! order with exits within 100 ms, and relists of labelled pods are recognised as repeats.
 
-#[path = "shim_support.rs"]
+#[path = "support/shim.rs"]
 mod support;
 
 use std::time::Duration;

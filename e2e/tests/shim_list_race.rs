@@ -7,7 +7,7 @@
 //! sandbox out for a few milliseconds right after its RunPodSandbox returned (between Lists that
 //! hold it): none of them may remove it, and every pod keeps its IP in the index.
 
-#[path = "shim_support.rs"]
+#[path = "support/shim.rs"]
 mod support;
 
 use std::collections::HashSet;

@@ -7,7 +7,7 @@
 //! created on it next reaches the index and a Watch subscriber within a second, without the
 //! connection ever being given up (no relist needed).
 
-#[path = "shim_support.rs"]
+#[path = "support/shim.rs"]
 mod support;
 
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! invisible to CRI clients (the listening socket passed as systemd would, so it outlives the
 //! process), and a client that stops reading its answers delays nobody else.
 
-#[path = "shim_support.rs"]
+#[path = "support/shim.rs"]
 mod support;
 
 use std::net::SocketAddr;

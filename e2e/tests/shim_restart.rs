@@ -2,7 +2,7 @@
 //! same index; a client that retries loses nothing) and a subscriber that stops reading (kubelet's
 //! calls are not slowed; the subscriber later gets a resync snapshot, never a gap).
 
-#[path = "shim_support.rs"]
+#[path = "support/shim.rs"]
 mod support;
 
 use std::collections::BTreeMap;

@@ -2,7 +2,7 @@
 //! deadline passes while the shim holds the response back, through the `fault-injection` hook)
 //! is indexed as undelivered, with the sandbox ID containerd assigned.
 
-#[path = "shim_support.rs"]
+#[path = "support/shim.rs"]
 mod support;
 
 use std::time::Duration;

@@ -9,7 +9,7 @@
 //! - a StopContainer in flight at SIGTERM (a container that waits out its grace period) is not
 //!   cut at the plain shutdown grace: it finishes, and its caller gets the answer.
 
-#[path = "shim_support.rs"]
+#[path = "support/shim.rs"]
 mod support;
 
 use std::time::{Duration, Instant};

@@ -16,7 +16,7 @@
 //! `cargo bench -p podward-housekeeper --bench housekeeper_pass [-- 1000 5000 10000]`
 //! `cargo bench -p podward-housekeeper --bench housekeeper_pass -- --worst 600000 1000`
 
-#[path = "support/fake_cri.rs"]
+#[path = "../tests/support/fake_cri.rs"]
 mod fake_cri;
 
 use std::collections::HashMap;

@@ -7,7 +7,7 @@
 //! The decision itself on fake trees; then whole plans through the daemon's own wiring
 //! (`plan --local`) against a fake CRI server that answers RuntimeConfig over real gRPC.
 
-#[path = "../benches/support/fake_cri.rs"]
+#[path = "support/fake_cri.rs"]
 #[allow(dead_code)]
 mod fake_cri;
 

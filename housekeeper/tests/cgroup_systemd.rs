@@ -7,7 +7,7 @@
 //! know falls back to cgroupfs and the action's evidence says so; without the bus nothing is
 //! killed or removed. What must not: the sibling pod, its process, the QoS parent slice.
 
-#[path = "../benches/support/fake_cri.rs"]
+#[path = "support/fake_cri.rs"]
 #[allow(dead_code)]
 mod fake_cri;
 #[path = "support/real_cgroups.rs"]

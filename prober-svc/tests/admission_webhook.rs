@@ -3,13 +3,14 @@
 //! default tolerations), over HTTPS/2 with the chart's kind of CA; each answer's JSON Patch is
 //! applied with the `json-patch` crate and must give exactly the expected pod.
 
-mod admission_support;
+#[path = "support/admission.rs"]
+mod support;
 
 use std::time::Duration;
 
-use admission_support::{Ca, admit, chart_policy, fixture, post, review, start, write_pair};
 use podward_prober::kubernetes::admission::takeover::Policy;
 use serde_json::{Value, json};
+use support::{Ca, admit, chart_policy, fixture, post, review, start, write_pair};
 
 /// `pod` with the JSON strings of its podward annotations parsed, so that a difference shows as
 /// a JSON difference.
@@ -27,7 +28,7 @@ fn readable(mut pod: Value) -> Value {
     pod
 }
 
-fn skipped(w: &admission_support::Running, reason: &str) -> u64 {
+fn skipped(w: &support::Running, reason: &str) -> u64 {
     w.metrics.skipped.with_label_values(&[reason]).get()
 }
 

@@ -3,7 +3,8 @@
 //! Ignored by default; run with
 //! `cargo test -p podward-prober --release --test handlers_bench -- --ignored --nocapture`.
 
-mod handlers_support;
+#[path = "support/handlers.rs"]
+mod support;
 
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -12,12 +13,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use handlers_support::{prober, spec, target};
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 use podward_prober::handler::attempt::ProbeTarget;
 use podward_prober::model::outcome::Outcome;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
+use support::{prober, spec, target};
 
 /// Concurrent probes in flight.
 const CONCURRENCY: usize = 256;

@@ -3,7 +3,8 @@
 //! budget, a canary pod's probes beside them stay on time and succeed, the hostile probes fail
 //! naming the budget, and everything is given back when the probes end.
 
-mod handlers_support;
+#[path = "support/handlers.rs"]
+mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -11,10 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use handlers_support::{RawServer, get, prober, response, spec, target};
 use podward_prober::handler::target_budget::TargetBudget;
 use podward_prober::model::outcome::Outcome;
 use podward_prober::spec::ProbeType;
+use support::{RawServer, get, prober, response, spec, target};
 use tokio::time::Instant;
 
 /// A target that answers every request with a 10 MB status line, then the rest of a head.

@@ -1,7 +1,8 @@
 //! Exec probe acceptance items E1–E5: the prober over a scripted [`ExecRunner`] (the seam), and
 //! `CriExec` against a real HTTP/2 gRPC server speaking CRI `ExecSync`.
 
-mod handlers_support;
+#[path = "support/handlers.rs"]
+mod support;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -9,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use handlers_support::{FakeExec, LOCALHOST, spec};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -24,6 +24,7 @@ use podward_prober::model::outcome::ProbeResult;
 use podward_prober::probing::probe::{Prober, ProberOptions};
 use podward_prober::spec::{Handler, ProbeType};
 use prost::Message;
+use support::{FakeExec, LOCALHOST, spec};
 use tokio::net::TcpListener;
 
 fn out(stdout: &[u8], stderr: &[u8], exit_code: i32) -> Result<ExecOutput, ExecError> {

@@ -1,16 +1,17 @@
 //! gRPC probe acceptance item G1 against real tonic servers on 127.0.0.1.
 
-mod handlers_support;
+#[path = "support/handlers.rs"]
+mod support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use handlers_support::{prober, spec, target};
 use parking_lot::Mutex;
 use podward_prober::model::outcome::Outcome;
 use podward_prober::spec::{Handler, ProbeType};
+use support::{prober, spec, target};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status};

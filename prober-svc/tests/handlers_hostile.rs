@@ -2,14 +2,15 @@
 //! (kubelet's `formatURL` + `http.NewRequest` failing: retried, then discarded — never a
 //! Failure, never a kill).
 
-mod handlers_support;
+#[path = "support/handlers.rs"]
+mod support;
 
 use std::sync::atomic::Ordering;
 
-use handlers_support::{LOCALHOST, RawServer, response, result, run, spec, target};
 use podward_prober::handler::host_policy::{HostPolicy, NodePolicy};
 use podward_prober::model::outcome::Outcome;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
+use support::{LOCALHOST, RawServer, response, result, run, spec, target};
 
 fn get_host(host: &str, port: u16) -> Handler {
     Handler::HttpGet(HttpGetSpec {
@@ -73,8 +74,7 @@ async fn h7_a_host_go_cannot_parse_is_a_probe_error_never_a_failure() {
 /// A prober with `policy` on a node whose IP is not the target's: the probed pod is not
 /// hostNetwork.
 fn prober_with(policy: HostPolicy) -> podward_prober::probing::probe::Prober {
-    handlers_support::prober()
-        .with_host_policy(NodePolicy::new(policy, "10.255.0.1".parse().expect("ip")))
+    support::prober().with_host_policy(NodePolicy::new(policy, "10.255.0.1".parse().expect("ip")))
 }
 
 async fn run_with(policy: HostPolicy, handler: Handler) -> Outcome {
@@ -114,7 +114,7 @@ async fn a_host_that_resolves_to_loopback_is_a_probe_error_under_deny_local() {
     assert_eq!(res, podward_prober::model::outcome::ProbeResult::Success);
     assert!(!output.contains("secret"), "{output}");
     // A hostNetwork pod (probed at the node IP) shares the node's loopback: allowed.
-    let hostnet = handlers_support::prober()
+    let hostnet = support::prober()
         .with_host_policy(NodePolicy::new(HostPolicy::DenyLocal, LOCALHOST))
         .probe(
             ProbeType::Liveness,

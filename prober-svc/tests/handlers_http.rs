@@ -1,17 +1,18 @@
 //! HTTP probe acceptance items H1–H6 against real local servers.
 
-mod handlers_support;
+#[path = "support/handlers.rs"]
+mod support;
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use handlers_support::{
-    RawServer, Reply, get, prober, response, result, run, spec, target, unanswering_listener,
-};
 use podward_prober::model::container_port::ContainerPort;
 use podward_prober::model::outcome::Outcome;
 use podward_prober::model::outcome::ProbeResult;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
+use support::{
+    RawServer, Reply, get, prober, response, result, run, spec, target, unanswering_listener,
+};
 
 // --- H1: result mapping and body limit ---
 

@@ -3,14 +3,15 @@
 //! stays within `MaxResponseHeaderBytes` (10 MiB); the body keeps kubelet's 10 KiB. Each limit
 //! at the limit and one past it.
 
-mod handlers_support;
+#[path = "support/handlers.rs"]
+mod support;
 
 use std::time::{Duration, Instant};
 
-use handlers_support::{RawServer, Reply, get, prober, result, run, spec, target};
 use podward_prober::handler::http::MAX_HEAD_BYTES;
 use podward_prober::model::outcome::ProbeResult;
 use podward_prober::spec::ProbeType;
+use support::{RawServer, Reply, get, prober, result, run, spec, target};
 
 /// A head of exactly `size` bytes: `status`, `Content-Length: 2`, filler fields of ~1,000 bytes
 /// (so a 10 MiB head has some 10,000 of them), the blank line.
@@ -140,7 +141,7 @@ async fn an_endless_flood_of_interim_responses_fails_at_once() {
 async fn the_body_is_cut_at_10_kib_exactly() {
     for (len, kept) in [(10_240, 10_240), (10_241, 10_240)] {
         let body = vec![b'z'; len];
-        let reply = handlers_support::response(200, &[], &body);
+        let reply = support::response(200, &[], &body);
         let srv = RawServer::start(move |_| reply.clone()).await;
         let v = run(get(srv.port(), "/", &[])).await;
         let (r, out, _) = result(&v);

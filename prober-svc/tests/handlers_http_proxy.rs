@@ -2,11 +2,12 @@
 //! The environment cannot be changed inside a threaded test process, so the test re-runs this
 //! binary as a child with `HTTP_PROXY`/`http_proxy` pointing at a recording "proxy".
 
-mod handlers_support;
+#[path = "support/handlers.rs"]
+mod support;
 
-use handlers_support::{RawServer, prober, response, spec, target};
 use podward_prober::model::outcome::Outcome;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
+use support::{RawServer, prober, response, spec, target};
 
 const SERVER_PORT_ENV: &str = "PODWARD_TEST_PROXY_CHILD_SERVER_PORT";
 

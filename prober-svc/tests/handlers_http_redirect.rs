@@ -1,11 +1,12 @@
 //! HTTP probe acceptance item H2: redirects, against real local servers.
 
-mod handlers_support;
+#[path = "support/handlers.rs"]
+mod support;
 
 use std::sync::atomic::Ordering;
 
-use handlers_support::{RawServer, get, response, result, run};
 use podward_prober::model::outcome::ProbeResult;
+use support::{RawServer, get, response, result, run};
 
 // --- H2: redirects ---
 

@@ -1,19 +1,20 @@
 //! HTTPS probes (H4): a self-signed certificate is accepted (kubelet's InsecureSkipVerify), and
 //! HTTP/2 is used when the server picks it through ALPN, HTTP/1.1 otherwise.
 
-mod handlers_support;
+#[path = "support/handlers.rs"]
+mod support;
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use handlers_support::{prober, spec, target};
 use http_body_util::Full;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use parking_lot::Mutex;
 use podward_prober::model::outcome::Outcome;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use support::{prober, spec, target};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -127,9 +128,7 @@ async fn https_self_signed_h2_via_alpn_succeeds() {
 
 #[tokio::test]
 async fn https_to_a_plain_http_server_fails() {
-    let srv =
-        handlers_support::RawServer::start(|_| handlers_support::response(200, &[], b"plain"))
-            .await;
+    let srv = support::RawServer::start(|_| support::response(200, &[], b"plain")).await;
     let v = prober()
         .probe(
             ProbeType::Liveness,

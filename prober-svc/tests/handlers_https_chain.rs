@@ -3,13 +3,13 @@
 //! text); rustls refuses any handshake message over 64 KiB, so such a handshake is redone with
 //! OpenSSL configured as Go's client. A usual chain never leaves rustls.
 
-mod handlers_support;
+#[path = "support/handlers.rs"]
+mod support;
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use handlers_support::{prober, spec, target};
 use http_body_util::Full;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use parking_lot::Mutex;
@@ -18,6 +18,7 @@ use podward_prober::model::outcome::Outcome;
 use podward_prober::spec::{Handler, HttpGetSpec, HttpScheme, PortRef, ProbeType};
 use prometheus::IntCounter;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use support::{prober, spec, target};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 

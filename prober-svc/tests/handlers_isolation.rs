@@ -11,7 +11,8 @@
 //! The hostile targets run on plain threads (not on the runtime under test), as do the healthy
 //! target and the clocks that measure it, so only the prober's own stalls are measured.
 
-mod handlers_support;
+#[path = "support/handlers.rs"]
+mod support;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -20,12 +21,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use handlers_support::{LOCALHOST, get, prober, spec, target};
 use parking_lot::Mutex;
 use podward_prober::model::outcome::Outcome;
 use podward_prober::probing::probe::Prober;
 use podward_prober::spec::{Handler, ProbeType};
 use socket2::{Domain, Socket, Type};
+use support::{LOCALHOST, get, prober, spec, target};
 use tokio::time::Instant;
 
 /// A target on its own thread that accepts connections and never reads them; `answer`, if any,

@@ -1,7 +1,8 @@
 //! The probes' resolver under a DNS blackhole: the pool's lookups never answer (a fake blocking
 //! lookup at the resolver's seam), and the bounds, the other pods and `/etc/hosts` still hold.
 
-mod handlers_support;
+#[path = "support/handlers.rs"]
+mod support;
 
 use std::io;
 use std::net::SocketAddr;
@@ -9,11 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use handlers_support::{get, prober, spec, target};
 use parking_lot::{Condvar, Mutex};
 use podward_prober::handler::resolve::{Names, Resolver, ResolverOptions};
 use podward_prober::model::outcome::Outcome;
 use podward_prober::spec::{Handler, ProbeType};
+use support::{get, prober, spec, target};
 use tokio::time::Instant;
 
 /// A lookup that hangs for names starting with `hang.` until released, and answers others

@@ -1,15 +1,16 @@
 //! TCP probe acceptance item T1 against real sockets.
 
-mod handlers_support;
+#[path = "support/handlers.rs"]
+mod support;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use handlers_support::{prober, spec, target, unanswering_listener};
 use podward_prober::handler::attempt::ProbeTarget;
 use podward_prober::model::container_port::ContainerPort;
 use podward_prober::model::outcome::Outcome;
 use podward_prober::spec::{Handler, PortRef, ProbeType};
+use support::{prober, spec, target, unanswering_listener};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 

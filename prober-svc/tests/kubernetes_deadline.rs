@@ -3,10 +3,10 @@
 //! one read timeout; the client drops that connection and the retried write completes on a new
 //! one.
 
-#[path = "readiness_support.rs"]
+#[path = "support/apiserver.rs"]
+mod apiserver;
+#[path = "support/readiness.rs"]
 mod readiness;
-#[path = "apiserver_support.rs"]
-mod support;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -84,7 +84,7 @@ async fn a_half_open_connection_is_dropped_and_the_gate_write_completes_on_a_new
         let _ = tx.send(Seen::Dropped(t.elapsed()));
         let (mut fresh, _) = listener.accept().await.expect("accept");
         assert!(read_request(&mut fresh).await, "the retried write");
-        let body = support::pod("web", "u-web", "11", true, None).to_string();
+        let body = apiserver::pod("web", "u-web", "11", true, None).to_string();
         let resp = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
             body.len()

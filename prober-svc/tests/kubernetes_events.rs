@@ -2,7 +2,7 @@
 //! the notes a user reads (a series per identical note, a new event per different note, a
 //! combined event past ten similar ones), bounded retries, and what a full queue does.
 
-#[path = "apiserver_support.rs"]
+#[path = "support/apiserver.rs"]
 mod support;
 
 use std::time::Duration;

@@ -3,14 +3,15 @@
 //! `409`, `422` (a UID that is not the pod's, as a real API server answers it), `429` with
 //! `Retry-After`, a dropped connection, `404`, and the QPS limit.
 
-#[path = "readiness_support.rs"]
+#[path = "support/apiserver.rs"]
+mod apiserver;
+#[path = "support/readiness.rs"]
 mod readiness;
-#[path = "apiserver_support.rs"]
-mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use apiserver::*;
 use podward_prober::clock::Clock;
 use podward_prober::kubernetes::gate::{Gate, KubeWriter};
 use podward_prober::kubernetes::limit::{RateLimitLayer, TokenBucket};
@@ -21,7 +22,6 @@ use podward_prober::model::api_pod::{
 use podward_prober::pods::view::readiness::PodReadiness;
 use readiness::Scripted;
 use serde_json::json;
-use support::*;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tower::Layer;

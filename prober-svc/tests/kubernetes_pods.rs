@@ -1,7 +1,7 @@
 //! The node's pod reflector at the HTTP boundary: the exact list and watch requests, bookmarks,
 //! a dropped connection, `410 Gone`, paged lists and the API being down.
 
-#[path = "apiserver_support.rs"]
+#[path = "support/apiserver.rs"]
 mod support;
 
 use std::collections::BTreeMap;

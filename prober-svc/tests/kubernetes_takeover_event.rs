@@ -4,7 +4,7 @@
 //! probes went. A prober that restarts and finds the pod's readiness-gate condition written, or
 //! the pod started, records nothing again.
 
-#[path = "apiserver_support.rs"]
+#[path = "support/apiserver.rs"]
 mod support;
 
 use std::sync::Arc;

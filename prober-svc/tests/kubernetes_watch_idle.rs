@@ -7,7 +7,7 @@
 //! test's own, where an iptables rule drops every packet of the watch's connection (and only of
 //! it: the resumed watch's new connection goes through).
 
-#[path = "apiserver_support.rs"]
+#[path = "support/apiserver.rs"]
 mod support;
 
 use std::collections::BTreeMap;

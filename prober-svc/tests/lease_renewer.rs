@@ -6,7 +6,7 @@
 //! version; any other failed update is tried again in the same renewal (kubelet's
 //! `retryUpdateLease`), not an interval later.
 
-#[path = "apiserver_support.rs"]
+#[path = "support/apiserver.rs"]
 mod support;
 
 use std::sync::Arc;

@@ -7,7 +7,8 @@
 //! after the timeout: every probe counted is a failure, and its liveness probe kills, as kubelet's
 //! would.
 
-mod handlers_support;
+#[path = "support/handlers.rs"]
+mod support;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -16,7 +17,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use handlers_support::{RawServer, Reply, prober, response};
 use podward_api::prober::v1::ProbeType;
 use podward_prober::clock::Clock;
 use podward_prober::consequences::kill::Killer;
@@ -26,6 +26,7 @@ use podward_prober::pods::manager::Manager;
 use podward_prober::probing::starvation::TickLag;
 use podward_prober::publish::event::Events;
 use podward_prober::stopper::{StopError, Stopper};
+use support::{RawServer, Reply, prober, response};
 
 /// Pods probing the fast target.
 const FAST_PODS: usize = 100;

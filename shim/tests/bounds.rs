@@ -4,14 +4,14 @@
 
 #[path = "support/fake_upstream.rs"]
 #[allow(dead_code)]
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::{FakeUpstream, TestShim, metric};
 use podward_api::cri;
 use podward_api::shim::v1::WatchRequest;
 use podward_api::test_util::eventually;
+use support::{FakeUpstream, TestShim, metric};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
@@ -202,7 +202,7 @@ async fn junk_stops_observing_that_connection_only_and_a_continuation_flood_is_f
 
     // Other connections are observed and served as ever.
     let mut rt = shim.runtime().await;
-    rt.run_pod_sandbox(common::run_request("after-flood"))
+    rt.run_pod_sandbox(support::run_request("after-flood"))
         .await
         .expect("RunPodSandbox");
     let m = shim.metrics_text();

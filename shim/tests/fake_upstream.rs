@@ -5,15 +5,15 @@
 //! The real containerd is exercised by `e2e/tests/shim_*.rs`.
 
 #[path = "support/fake_upstream.rs"]
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::{FakeUpstream, TestShim};
 use futures::StreamExt;
 use podward_api::cri;
 use podward_api::shim::v1::{Delivery, SandboxEventKind, WatchRequest, watch_event};
 use podward_api::test_util::eventually;
+use support::{FakeUpstream, TestShim};
 use tonic::Code;
 
 #[tokio::test]
@@ -48,7 +48,7 @@ async fn unary_call_passes_with_metadata_and_trailers_and_is_indexed() {
     );
 
     let run = rt
-        .run_pod_sandbox(common::run_request("pod-a"))
+        .run_pod_sandbox(support::run_request("pod-a"))
         .await
         .expect("RunPodSandbox")
         .into_inner();
@@ -79,10 +79,10 @@ async fn unknown_method_error_and_message_pass_through() {
     let dir = tempfile::tempdir().expect("tempdir");
     let up = FakeUpstream::start(&dir.path().join("containerd.sock")).await;
     let shim = TestShim::start(dir.path()).await;
-    let direct = common::call_unknown(up.socket())
+    let direct = support::call_unknown(up.socket())
         .await
         .expect_err("must fail");
-    let proxied = common::call_unknown(&shim.cri_socket())
+    let proxied = support::call_unknown(&shim.cri_socket())
         .await
         .expect_err("must fail");
     assert_eq!(proxied.code(), Code::Unimplemented);
@@ -98,7 +98,7 @@ async fn bidirectional_stream_is_forwarded_frame_by_frame() {
     // The fake echoes each message as it arrives: a proxy that buffered whole bodies would
     // never answer the first message before the request stream ends.
     let (tx, rx) = tokio::sync::mpsc::channel::<cri::VersionRequest>(4);
-    let mut responses = common::echo_stream(&shim.cri_socket(), rx).await;
+    let mut responses = support::echo_stream(&shim.cri_socket(), rx).await;
     for i in 0..3 {
         tx.send(cri::VersionRequest {
             version: format!("m{i}"),
@@ -163,7 +163,7 @@ async fn run_pod_sandbox_whose_caller_timed_out_is_undelivered() {
         .into_inner();
     let _snapshot = watch.message().await.expect("rpc");
     let mut rt = shim.runtime().await;
-    let mut req = tonic::Request::new(common::run_request("late").into_inner());
+    let mut req = tonic::Request::new(support::run_request("late").into_inner());
     req.set_timeout(Duration::from_millis(300));
     let call = tokio::spawn(async move { rt.run_pod_sandbox(req).await });
     held.wait_held().await;

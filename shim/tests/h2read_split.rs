@@ -5,13 +5,12 @@
 
 #[path = "support/fake_upstream.rs"]
 #[allow(dead_code)]
-mod common;
+mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::FakeUpstream;
 use parking_lot::Mutex;
 use podward_api::cri;
 use podward_shim::fault::Faults;
@@ -19,6 +18,7 @@ use podward_shim::h2read::Side;
 use podward_shim::metrics::Metrics;
 use podward_shim::observe::{Conversation, Observer, Outcome, Raw, Recorder, SideReader};
 use proptest::prelude::*;
+use support::FakeUpstream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
@@ -97,7 +97,7 @@ fn record_session(large: bool, header: usize) -> Vec<(Side, Bytes)> {
                 .insert("x-echo", "hello".parse().expect("md"));
             rt.version(req).await.expect("version");
         }
-        let mut big = common::run_request("big-headers");
+        let mut big = support::run_request("big-headers");
         big.metadata_mut()
             .insert("x-big", "X".repeat(header).parse().expect("md"));
         big.set_timeout(Duration::from_secs(30));
@@ -108,7 +108,7 @@ fn record_session(large: bool, header: usize) -> Vec<(Side, Bytes)> {
             // The server refuses a header list that long (HTTP 431): the session goes on.
             assert!(ran.is_err());
         }
-        let mut body = common::run_request("big-body");
+        let mut body = support::run_request("big-body");
         if let Some(c) = body.get_mut().config.as_mut() {
             let n = if large { 100_000 } else { 10 };
             c.annotations.insert("blob".into(), "a".repeat(n));

@@ -1,9 +1,9 @@
 //! The readiness gate's rules (docs/prober.md, "The readiness gate", the table) with the real
 //! manager behind the real gate writer, at the HTTP boundary (the `tower-test` mock API server
-//! of `tests/apiserver_support.rs`): what the condition becomes when the annotation goes, when
+//! of `tests/support/apiserver.rs`): what the condition becomes when the annotation goes, when
 //! the pod finishes, when a container of a `Never` pod exits.
 
-#[path = "../../../../tests/apiserver_support.rs"]
+#[path = "../../../../tests/support/apiserver.rs"]
 pub(super) mod support;
 
 use std::sync::Arc;

@@ -1,5 +1,4 @@
-//! Shared fixtures of the shim's e2e tests (included with `#[path]` by each `shim_*.rs`; as its
-//! own test target it holds no tests).
+//! Shared fixtures of the shim's e2e tests (included with `#[path]` by each `shim_*.rs`).
 #![allow(dead_code)]
 
 use std::net::SocketAddr;

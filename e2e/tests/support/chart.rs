@@ -1,5 +1,5 @@
-//! Shared helpers of the chart tests (included with `#[path]` by each `chart_*.rs`; as its own
-//! test target it holds no tests): rendering `charts/podward` with Helm's own engine
+//! Shared helpers of the chart tests (included with `#[path]` by each `chart_*.rs` and
+//! `docs_walk.rs`): rendering `charts/podward` with Helm's own engine
 //! (`charts/tests/render.py`, helm-sdkpy) and reading the rendered objects and the docs.
 #![allow(dead_code)]
 

@@ -1,6 +1,6 @@
-//! Shared fixtures of the prober's e2e tests (included with `#[path]` by each `prober_*.rs`; as
-//! its own test target it holds no tests): a real containerd, the real shim and prober binaries,
-//! and a kubelet-like driver talking CRI through the shim.
+//! Shared fixtures of the prober's e2e tests (included with `#[path]` by the `prober_*.rs` that
+//! run the daemons): a real containerd, the real shim and prober binaries, and a kubelet-like
+//! driver talking CRI through the shim.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};

@@ -1,7 +1,7 @@
-//! Shared fixtures of the direct-exec attack tests (included with `#[path]` by
-//! `exec_direct_attacks.rs` and `exec_direct_staging.rs`; as its own test target it holds no
-//! tests): an attacker pod that writes what it saw into a host directory mounted at `/out`, the
-//! direct runner, and the host's view of the processes the attacks aim at.
+//! Shared fixtures of the direct-exec tests (included with `#[path]` by `exec_direct.rs`,
+//! `exec_direct_attacks.rs` and `exec_direct_staging.rs`): an attacker pod that writes what it
+//! saw into a host directory mounted at `/out`, the direct runner, and the host's view of the
+//! processes the attacks aim at.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};

@@ -1,10 +1,9 @@
 //! Shared fixtures of the node-lease and sentinel tests (included with `#[path]` by
-//! `prober_sentinel_{expiry,election}.rs` and `prober_lease_status.rs`; as its own test target it
-//! holds no tests): the e2e API stand-in ([`MockApiServer`], which serves Leases, Pods, Nodes and
-//! events as kube-apiserver does) seen as a small cluster, with real node-lease renewers and real
-//! sentinels in-process, each a `kube::Client` of its own over HTTP that names itself in its
-//! `User-Agent`, so a test tells who wrote what. No containerd: only the Kubernetes side is in
-//! question here.
+//! `prober_sentinel_{expiry,election}.rs` and `prober_lease_status.rs`): the e2e API stand-in
+//! ([`MockApiServer`], which serves Leases, Pods, Nodes and events as kube-apiserver does) seen as
+//! a small cluster, with real node-lease renewers and real sentinels in-process, each a
+//! `kube::Client` of its own over HTTP that names itself in its `User-Agent`, so a test tells who
+//! wrote what. No containerd: only the Kubernetes side is in question here.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
 use std::sync::Arc;
