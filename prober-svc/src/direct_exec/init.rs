@@ -46,6 +46,8 @@ mod namespaces;
 mod privileges;
 mod reaper;
 mod stage;
+mod start;
+mod stat;
 mod supervise;
 mod zygote;
 
@@ -64,6 +66,8 @@ use self::descriptors::release_stdio;
 use self::failure::{Res, err, exit_with};
 pub(crate) use self::namespaces::NAMESPACE_NAMES;
 use self::namespaces::{Join, NAMESPACES, ns_id};
+use self::start::Start;
+pub use self::stat::{parent_pid, start_time};
 pub use self::zygote::ZYGOTE_ARG;
 pub use super::plan::HELPER_ARG;
 use super::plan::{Plan, Report};
@@ -95,42 +99,11 @@ pub fn main() -> ! {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     std::hint::black_box(&sys::NON_DUMPABLE_AT_START);
     let _ = nix::sys::prctl::set_dumpable(false);
-    if std::env::args_os().nth(2).as_deref() == Some(ZYGOTE_ARG.as_ref()) {
-        zygote::serve();
-    }
-    run(None)
-}
-
-/// What a helper learns before any plan, the same for every probe: a helper started for one
-/// probe learns it at its start; the zygote learns it once, and its children inherit it with
-/// the fork instead of reading `/proc` again on the probe's path.
-///
-/// Facts only, no descriptor: an open file the zygote held would be one open file description
-/// shared by the commands of every container (`/dev/null` becomes the command's stdin), whose
-/// flags one of them could change for the others. Each helper opens its own.
-struct Start {
-    /// This process's own namespaces, by [`NAMESPACES`] order (`None`: not found).
-    own: Vec<Option<(u64, u64)>>,
-    own_user: Option<(u64, u64)>,
-    signals: sys::Dispositions,
-    /// The reaper's seccomp filter, compiled ([`privileges::reaper_filter`]).
-    reaper_filter: Vec<u8>,
-}
-
-impl Start {
-    /// Reads it, once this process is checked to be single-threaded.
-    fn learn() -> Res<Self> {
-        sys::assert_single_threaded().map_err(err("helper"))?;
-        Ok(Self {
-            own: NAMESPACES
-                .iter()
-                .map(|(_, own, _)| ns_id(&format!("/proc/self/ns/{own}")))
-                .collect(),
-            own_user: ns_id("/proc/self/ns/user"),
-            signals: sys::Dispositions::of_self(),
-            reaper_filter: privileges::reaper_filter()?,
-        })
-    }
+    // The zygote serves forks; it returns only in a child, which goes on as a helper with what
+    // the zygote learnt.
+    let known =
+        (std::env::args_os().nth(2).as_deref() == Some(ZYGOTE_ARG.as_ref())).then(zygote::serve);
+    run(known)
 }
 
 /// The helper proper, on its control socket (stdin) and the probe's pipes (stdout, stderr):
@@ -352,23 +325,6 @@ fn check_init(plan: &Plan) -> Res<()> {
     }
 }
 
-/// Field 3 of `/proc/<pid>/stat`: the state letter.
-fn state(stat: &str) -> Option<char> {
-    stat[stat.rfind(')')? + 2..].chars().next()
-}
-
-/// Field 22 of `/proc/<pid>/stat` (after the parenthesised command, which may hold spaces).
-pub fn start_time(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
-}
-
-/// Field 4 of `/proc/<pid>/stat`: the parent's PID.
-pub fn parent_pid(stat: &str) -> Option<i32> {
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(1)?.parse().ok()
-}
-
 fn set_rlimit(resource: u32, soft: u64, hard: u64) -> Res<()> {
     use nix::sys::resource::Resource as R;
     let r = match resource {
@@ -391,17 +347,4 @@ fn set_rlimit(resource: u32, soft: u64, hard: u64) -> Res<()> {
         n => return Err(format!("unknown rlimit {n}")),
     };
     nix::sys::resource::setrlimit(r, soft, hard).map_err(err(format!("setrlimit {r:?}")))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stat_fields_after_a_command_with_spaces_and_parentheses() {
-        let stat = "42 (a b) c) S 7 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 12345 1 2";
-        assert_eq!(state(stat), Some('S'));
-        assert_eq!(parent_pid(stat), Some(7));
-        assert_eq!(start_time(stat), Some(12345));
-    }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::Config;
+use super::typed::Config;
 use crate::kubernetes::ApiSettings;
 use crate::kubernetes::lease::{LeaseSettings, lease_namespace};
 
@@ -115,7 +115,7 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::daemon::config::Args;
+    use crate::daemon::config::flags::Args;
 
     #[test]
     fn the_api_side_needs_a_node_name_and_sane_rates() {

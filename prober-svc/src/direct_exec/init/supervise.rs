@@ -17,7 +17,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use super::failure::{Res, err};
-use super::state;
+use super::stat::state;
 use crate::direct_exec::plan::Report;
 use crate::direct_exec::sys;
 

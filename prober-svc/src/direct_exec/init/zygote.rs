@@ -9,7 +9,7 @@
 //! exactly where a freshly started helper starts: its stdin, stdout and stderr are the probe's
 //! (the control socket and the two pipes, sent here by the prober), every other descriptor is
 //! closed, its signal actions are the ones it was started with, and it runs the same code
-//! ([`super::run`]), with what a helper learns at its start before any plan (the identities of
+//! (the helper's `run`), with what a helper learns at its start before any plan (the identities of
 //! its own namespaces, its signal actions) learnt once by the zygote and inherited.
 //!
 //! What the children share with each other is what any fork shares: the zygote's memory as it
@@ -37,8 +37,8 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::ForkResult;
 use std::os::fd::AsFd;
 
-use super::Start;
 use super::failure::{Res, err};
+use super::start::Start;
 use crate::direct_exec::sys;
 
 /// The hidden second argument (after [`super::HELPER_ARG`]) that makes the helper the zygote.
@@ -47,11 +47,11 @@ pub const ZYGOTE_ARG: &str = "--zygote";
 /// The descriptors of one probe, in the order they are sent.
 const PER_PROBE: usize = sys::MAX_PASSED_FDS;
 
-/// Serves forks until the prober closes the socket; never returns (a child goes on as a
-/// helper).
-pub(super) fn serve() -> ! {
+/// Serves forks until the prober closes the socket; returns only in a child, with what the
+/// zygote learnt, for the child to go on as a helper.
+pub(super) fn serve() -> Start {
     match setup().and_then(|(start, exits)| serve_loop(start, exits)) {
-        Ok(never) => match never {},
+        Ok(start) => start,
         // Nobody reads the zygote's stderr: the prober sees it exit and falls back to a helper
         // of the probe's own.
         Err(_) => std::process::exit(125),
@@ -80,8 +80,9 @@ fn setup() -> Res<(Start, SignalFd)> {
     Ok((start, exits))
 }
 
-/// One fork per request, and the exited children reaped, until the socket is closed.
-fn serve_loop(start: Start, exits: SignalFd) -> Res<std::convert::Infallible> {
+/// One fork per request, and the exited children reaped, until the socket is closed; in a
+/// child, returns what the zygote learnt.
+fn serve_loop(start: Start, exits: SignalFd) -> Res<Start> {
     loop {
         let stdin = std::io::stdin();
         let (request, exited) = {
@@ -108,7 +109,7 @@ fn serve_loop(start: Start, exits: SignalFd) -> Res<std::convert::Infallible> {
             Request::Skipped => continue,
         };
         match sys::fork() {
-            Ok(ForkResult::Child) => become_helper(start, exits, fds),
+            Ok(ForkResult::Child) => return Ok(become_helper(start, exits, fds)),
             // The child holds the descriptors now; a failed fork drops them, and the prober
             // reads the end of the control socket without a pidfd.
             Ok(ForkResult::Parent { .. }) | Err(_) => drop(fds),
@@ -158,7 +159,7 @@ fn become_helper(
     start: Start,
     exits: SignalFd,
     [control, stdout, stderr]: [OwnedFd; PER_PROBE],
-) -> ! {
+) -> Start {
     let ready = (|| -> Res<()> {
         drop(exits);
         sigchld().thread_unblock().map_err(err("unblock SIGCHLD"))?;
@@ -179,7 +180,7 @@ fn become_helper(
         Ok(())
     })();
     match ready {
-        Ok(()) => super::run(Some(start)),
+        Ok(()) => start,
         // The prober reads the control socket's end without a pidfd and errors the probe.
         Err(_) => std::process::exit(125),
     }

@@ -29,13 +29,11 @@ mod chunked;
 mod spare;
 
 use self::chunked::Chunked;
+use self::spare::READ_CHUNK;
 pub(crate) use self::spare::Spare;
 
 /// hyper's `h1_max_headers` default: more fields than this in the (filtered) head is "too large".
 const MAX_FIELDS: usize = 100;
-
-/// How much is read from the socket at a time (the head of a probe's answer fits).
-const READ_CHUNK: usize = 4096;
 
 /// The kept head's first capacity: a usual probe answer's status line and kept fields.
 const HEAD_ROOM: usize = 256;

@@ -10,7 +10,8 @@
 use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
 
-use super::READ_CHUNK;
+/// How much is read from the socket at a time (the head of a probe's answer fits).
+pub(crate) const READ_CHUNK: usize = 4096;
 
 /// Spare buffers one thread keeps: about as many as a runtime thread has HTTP probes between two
 /// reads at a high probe rate; beyond it a probe allocates its buffer afresh.
