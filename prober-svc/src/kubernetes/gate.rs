@@ -26,7 +26,7 @@
 //!   prober's node lease is not current ([`Gate::set_vouch`]): the prober takes its pods back
 //!   only once it vouches for its node again.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,13 +37,14 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use self::desired::{About, Wanted, desired, plan};
+use self::desired::{Wanted, desired, plan};
 use self::finish::{Outcome, Written};
+use self::state::{About, GatePod, Planned, State};
 pub use self::write::{ConditionWriter, FIELD_MANAGER, KubeWriter, Target, WriteError, apply_body};
 use super::metrics::ApiMetrics;
 use crate::clock::Clock;
 use crate::kubernetes::vouch::Vouch;
-use crate::model::api_pod::{ApiPod, GateCondition};
+use crate::model::api_pod::ApiPod;
 use crate::pods::view::View;
 use crate::pods::view::readiness::PodReadiness;
 use crate::publish::event::{Event, EventKind, EventSink};
@@ -52,13 +53,11 @@ use crate::spec::ProbeType;
 mod desired;
 mod finish;
 mod hold;
+mod state;
 mod write;
 
 /// Condition writes in flight at once (each for a different pod).
 pub const MAX_IN_FLIGHT: usize = 8;
-
-/// Queued pods looked at per pass of the writer (their readiness asked, outside the lock).
-const LOOK: usize = 256;
 
 /// First retry delay after a failed write; doubles per failure up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_millis(250);
@@ -95,84 +94,11 @@ struct Inner {
     metrics: ApiMetrics,
 }
 
-#[derive(Default)]
-struct State {
-    /// Gated pods by UID.
-    pods: HashMap<String, GatePod>,
-    /// Pods to look at, in order (each once).
-    queue: VecDeque<String>,
-    queued: HashSet<String>,
-    /// Pods with a write in flight.
-    in_flight: HashSet<String>,
-}
-
-impl State {
-    /// Takes up to [`LOOK`] queued pods to look at now, marking them in flight: pods with a
-    /// write in flight or in backoff stay queued (the earliest backoff's end goes into
-    /// `next_due`), pods no longer gated leave the queue.
-    fn take_batch(&mut self, now: Instant, next_due: &mut Option<Instant>) -> Vec<String> {
-        let mut batch = Vec::new();
-        let mut skipped = VecDeque::new();
-        while batch.len() < LOOK {
-            let Some(uid) = self.queue.pop_front() else {
-                break;
-            };
-            if self.in_flight.contains(&uid) {
-                skipped.push_back(uid);
-                continue;
-            }
-            let Some(pod) = self.pods.get(&uid) else {
-                self.queued.remove(&uid);
-                continue;
-            };
-            if let Some(t) = pod.not_before.filter(|t| *t > now) {
-                *next_due = Some(next_due.map_or(t, |n| n.min(t)));
-                skipped.push_back(uid);
-                continue;
-            }
-            self.queued.remove(&uid);
-            self.in_flight.insert(uid.clone());
-            batch.push(uid);
-        }
-        skipped.append(&mut self.queue);
-        self.queue = skipped;
-        batch
-    }
-}
-
-struct GatePod {
-    target: Target,
-    /// The condition as the API has it: the reflector's view, or the prober's own write when
-    /// that is newer.
-    current: Option<GateCondition>,
-    /// Which container `current` is about: the one the gate wrote about, while the API's
-    /// condition is the gate's own write.
-    about: About,
-    /// Resource version the prober's last write produced: reflector views older than that are
-    /// stale and do not replace `current`.
-    written_rv: Option<u64>,
-    /// Failed writes in a row.
-    failures: u32,
-    /// The retry schedule after failed writes (reset by a success).
-    backoff: Backoff,
-    /// Not before this instant (backoff, throttling).
-    not_before: Option<Instant>,
-}
-
 /// The writes in flight, with the pod each is for (to clean up after a panicked task).
 #[derive(Default)]
 struct Tasks {
     set: JoinSet<(String, Outcome)>,
     ids: HashMap<tokio::task::Id, String>,
-}
-
-/// One planned write.
-struct Planned {
-    uid: String,
-    target: Target,
-    /// The container the condition is about ("" for a pod-wide one).
-    about: String,
-    condition: GateCondition,
 }
 
 impl Gate {
@@ -226,7 +152,7 @@ impl Gate {
             }
             entry.current = pod.condition.clone();
         }
-        Self::mark(&mut st, &pod.uid);
+        st.mark(&pod.uid);
         drop(st);
         self.inner.wake.notify_one();
     }
@@ -248,15 +174,9 @@ impl Gate {
     pub fn touch(&self, uid: &str) {
         let mut st = self.inner.state.lock();
         if st.pods.contains_key(uid) {
-            Self::mark(&mut st, uid);
+            st.mark(uid);
             drop(st);
             self.inner.wake.notify_one();
-        }
-    }
-
-    fn mark(st: &mut State, uid: &str) {
-        if st.queued.insert(uid.to_owned()) {
-            st.queue.push_back(uid.to_owned());
         }
     }
 
@@ -303,7 +223,7 @@ impl Gate {
 
     /// Starts the writes that are due; returns when the next pod in backoff becomes due.
     ///
-    /// Looks at queued pods in passes of at most [`LOOK`] until the queue is drained or
+    /// Looks at queued pods in passes of at most [`LOOK`](state::LOOK) until the queue is drained or
     /// [`MAX_IN_FLIGHT`] writes are in flight: pods whose condition is already right cost no
     /// slot, so a node where every pod was touched (a relist, a restart) is looked through at
     /// once and a real change behind them is not kept waiting.
@@ -354,7 +274,11 @@ impl Gate {
             let planned = match (want, st.pods.get(&uid)) {
                 // The sentinel's False stays until this prober vouches for its node again (a
                 // renewal looks at the pod again).
-                (Some(_), Some(pod)) if self.held(pod.current.as_ref()) => None,
+                (Some(_), Some(pod))
+                    if hold::held(self.inner.vouch.get(), pod.current.as_ref()) =>
+                {
+                    None
+                }
                 (Some(want), Some(pod)) => plan(&uid, pod, want, clock),
                 _ => None,
             };
@@ -375,6 +299,43 @@ impl Gate {
                 st.queue.push_front(uid);
             }
         }
+    }
+
+    /// Holds writes over the sentinel's `False` (reason
+    /// [`SENTINEL_REASON`](crate::kubernetes::names::SENTINEL_REASON)) while `vouch` is not
+    /// current (the node lease not renewed within its duration), and looks at those pods again at
+    /// each renewal. Set once, before [`Gate::run`].
+    pub fn set_vouch(&self, vouch: Vouch) {
+        let _ = self.inner.vouch.set(vouch);
+    }
+
+    /// Looks again at every pod the sentinel marked (the node lease was renewed).
+    fn touch_marked(&self) {
+        let mut st = self.inner.state.lock();
+        let marked = hold::marked(&st);
+        if marked.is_empty() {
+            return;
+        }
+        for uid in &marked {
+            st.mark(uid);
+        }
+        drop(st);
+        self.inner.wake.notify_one();
+    }
+
+    /// Records the outcome of a write to pod `uid` (what was written, or why not), and wakes the
+    /// writer for a retry or the next write.
+    fn finish(&self, uid: &str, result: Outcome) {
+        let mut st = self.inner.state.lock();
+        finish::record(
+            &mut st,
+            &self.inner.metrics,
+            &self.inner.condition_type,
+            uid,
+            result,
+        );
+        drop(st);
+        self.inner.wake.notify_one();
     }
 
     /// Starts the planned write `p` as a task of `tasks`.

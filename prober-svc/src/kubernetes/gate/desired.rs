@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{GatePod, Planned};
+use super::state::{About, GatePod, Planned};
 use crate::clock::Clock;
 use crate::model::api_pod::{ConditionStatus, GateCondition};
 use crate::pods::view::readiness::{PodReadiness, REASON_SPEC_INVALID};
@@ -52,33 +52,6 @@ fn same(c: &GateCondition, about: &About, want: &Wanted) -> bool {
     c.status == want.status
         && c.reason == want.reason
         && (want.container.is_empty() || about.names(c, &want.container))
-}
-
-/// Which container the condition the API has is about.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) enum About {
-    /// The gate wrote that condition, about this container ("" for a pod-wide one).
-    Written(String),
-    /// The condition came from elsewhere: a write of an earlier prober (before a restart) or
-    /// anyone else's.
-    #[default]
-    Found,
-}
-
-impl About {
-    /// Whether condition `c` is about `container`. A condition the gate did not write names its
-    /// container only in its message, which starts with `container <name>` as the view words it
-    /// ([`PodReadiness::NotReady`]'s message).
-    fn names(&self, c: &GateCondition, container: &str) -> bool {
-        match self {
-            About::Written(about) => about == container,
-            About::Found => c
-                .message
-                .strip_prefix("container ")
-                .and_then(|m| m.strip_prefix(container))
-                .is_some_and(|rest| rest.starts_with([':', ' '])),
-        }
-    }
 }
 
 /// The write that brings `pod`'s condition to `want`, if it differs from what the API has.

@@ -3,8 +3,9 @@
 
 use tokio::time::Instant;
 
-use super::desired::About;
-use super::{Gate, WriteError};
+use super::state::{About, State};
+use super::write::WriteError;
+use crate::kubernetes::metrics::ApiMetrics;
 use crate::model::api_pod::GateCondition;
 
 /// Write outcome: what was written, or why not.
@@ -30,91 +31,92 @@ enum AfterWrite {
     Retry,
 }
 
-impl Gate {
-    /// Records the outcome of a write to pod `uid`: what was written, or why not.
-    pub(super) fn finish(&self, uid: &str, result: Outcome) {
-        let m = &self.inner.metrics;
-        let mut st = self.inner.state.lock();
-        st.in_flight.remove(uid);
-        let Some(pod) = st.pods.get_mut(uid) else {
-            return;
-        };
-        let after = match result {
-            Ok(Written {
-                condition,
-                about,
-                resource_version,
-            }) => {
-                m.gate_writes.with_label_values(&["ok"]).inc();
-                tracing::info!(pod = %pod.target.name, namespace = %pod.target.namespace,
-                    condition = %self.inner.condition_type, status = condition.status.as_str(),
+/// Records in `st` the outcome of a write of a `condition_type` condition to pod `uid`: what
+/// was written, or why not; a write to retry queues the pod again.
+pub(super) fn record(
+    st: &mut State,
+    m: &ApiMetrics,
+    condition_type: &str,
+    uid: &str,
+    result: Outcome,
+) {
+    st.in_flight.remove(uid);
+    let Some(pod) = st.pods.get_mut(uid) else {
+        return;
+    };
+    let after = match result {
+        Ok(Written {
+            condition,
+            about,
+            resource_version,
+        }) => {
+            m.gate_writes.with_label_values(&["ok"]).inc();
+            tracing::info!(pod = %pod.target.name, namespace = %pod.target.namespace,
+                    condition = %condition_type, status = condition.status.as_str(),
                     reason = %condition.reason, "readiness gate written");
-                pod.current = Some(condition);
-                pod.about = About::Written(about);
-                pod.written_rv = resource_version.parse().ok();
-                if pod.failures > 0 {
-                    m.gate_failing.dec();
-                }
-                pod.failures = 0;
-                pod.backoff.reset();
-                pod.not_before = None;
-                AfterWrite::Settled
+            pod.current = Some(condition);
+            pod.about = About::Written(about);
+            pod.written_rv = resource_version.parse().ok();
+            if pod.failures > 0 {
+                m.gate_failing.dec();
             }
-            Err(WriteError::Gone) => {
-                m.gate_writes.with_label_values(&["gone"]).inc();
-                if pod.failures > 0 {
-                    m.gate_failing.dec();
-                }
-                pod.failures = 0;
-                pod.backoff.reset();
-                AfterWrite::Settled
+            pod.failures = 0;
+            pod.backoff.reset();
+            pod.not_before = None;
+            AfterWrite::Settled
+        }
+        Err(WriteError::Gone) => {
+            m.gate_writes.with_label_values(&["gone"]).inc();
+            if pod.failures > 0 {
+                m.gate_failing.dec();
             }
-            Err(WriteError::Invalid(message)) => {
-                m.gate_writes.with_label_values(&["invalid"]).inc();
-                tracing::warn!(pod = %pod.target.name, namespace = %pod.target.namespace,
+            pod.failures = 0;
+            pod.backoff.reset();
+            AfterWrite::Settled
+        }
+        Err(WriteError::Invalid(message)) => {
+            m.gate_writes.with_label_values(&["invalid"]).inc();
+            tracing::warn!(pod = %pod.target.name, namespace = %pod.target.namespace,
                     error = %message,
                     "the API server refuses the readiness-gate condition as invalid; not retried until the readiness changes");
-                if pod.failures > 0 {
-                    m.gate_failing.dec();
-                }
-                pod.failures = 0;
-                pod.backoff.reset();
-                AfterWrite::Settled
+            if pod.failures > 0 {
+                m.gate_failing.dec();
             }
-            Err(e) => {
-                let label = match &e {
-                    WriteError::Conflict(_) => "conflict",
-                    WriteError::Throttled(_) => "throttled",
-                    _ => "error",
-                };
-                m.gate_writes.with_label_values(&[label]).inc();
-                if pod.failures == 0 {
-                    m.gate_failing.inc();
-                }
-                pod.failures = pod.failures.saturating_add(1);
-                // The schedule moves on either way: throttling is a failure in a row too.
-                let next = pod.backoff.next_delay();
-                let delay = match &e {
-                    WriteError::Throttled(Some(d)) => *d,
-                    _ => next,
-                };
-                let log = pod.failures == 1;
-                if log {
-                    tracing::warn!(pod = %pod.target.name, namespace = %pod.target.namespace,
+            pod.failures = 0;
+            pod.backoff.reset();
+            AfterWrite::Settled
+        }
+        Err(e) => {
+            let label = match &e {
+                WriteError::Conflict(_) => "conflict",
+                WriteError::Throttled(_) => "throttled",
+                _ => "error",
+            };
+            m.gate_writes.with_label_values(&[label]).inc();
+            if pod.failures == 0 {
+                m.gate_failing.inc();
+            }
+            pod.failures = pod.failures.saturating_add(1);
+            // The schedule moves on either way: throttling is a failure in a row too.
+            let next = pod.backoff.next_delay();
+            let delay = match &e {
+                WriteError::Throttled(Some(d)) => *d,
+                _ => next,
+            };
+            let log = pod.failures == 1;
+            if log {
+                tracing::warn!(pod = %pod.target.name, namespace = %pod.target.namespace,
                         error = %e, retry_in_ms = delay.as_millis() as u64,
                         "cannot write the readiness-gate condition; retrying");
-                } else {
-                    tracing::debug!(pod = %pod.target.name, error = %e, failures = pod.failures,
+            } else {
+                tracing::debug!(pod = %pod.target.name, error = %e, failures = pod.failures,
                         "readiness-gate write failed again");
-                }
-                pod.not_before = Some(Instant::now() + delay);
-                AfterWrite::Retry
             }
-        };
-        if after == AfterWrite::Retry {
-            Self::mark(&mut st, uid);
+            pod.not_before = Some(Instant::now() + delay);
+            AfterWrite::Retry
         }
-        drop(st);
-        self.inner.wake.notify_one();
+    };
+    if after == AfterWrite::Retry {
+        st.mark(uid);
     }
 }
