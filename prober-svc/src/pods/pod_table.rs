@@ -1,8 +1,8 @@
 //! The pods the prober follows and the workers that probe them, in one [`PodTable`] whose
-//! methods are the only way in: the [`crate::pods::manager`] upserts and removes pods, sets their API
-//! view and brings their workers to what it wants; the [`crate::pods::view`] reads snapshots to answer
-//! the readiness gate and `Status`. Keeping it apart from the manager is what lets the read side
-//! depend on it without depending on the manager.
+//! methods are the only way in: the [`crate::pods::manager`] upserts and removes pods, sets
+//! their API view and brings their workers to what it wants; the [`crate::pods::view`] reads
+//! snapshots to answer the readiness gate and `Status`. Keeping it apart from the manager is
+//! what lets the read side depend on it without depending on the manager.
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -122,7 +122,8 @@ pub(crate) fn unknown_name_error(name: &str) -> SpecError {
 /// Pods and workers, each map under its own lock.
 ///
 /// Invariants: a UID is in at most one of the probed and the idle pods; a worker's pod is probed
-/// when the worker is inserted (a removal takes the pod's workers with it). Lock order, kept
+/// when the worker is inserted (workers start only in [`PodTable::reconcile`], under the pods
+/// lock, and a removal takes the pod's workers with it). Lock order, kept
 /// inside the table: `pods` before `idle` and before `workers`; `api` is never held with another.
 /// The closures the methods take run under a lock and must not call back into the table.
 #[derive(Default)]
@@ -348,7 +349,7 @@ impl PodTable {
     /// changed get the new one in place (counters restart, the published result stays), missing
     /// ones start through `spawn`; the others are taken out and returned (the caller stops
     /// them).
-    pub(crate) fn reconcile_workers(
+    fn reconcile_workers(
         &self,
         uid: &str,
         wanted: Wanted,

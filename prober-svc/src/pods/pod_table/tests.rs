@@ -204,6 +204,39 @@ fn an_exited_worker_is_removed_only_if_its_key_is_still_its_own() {
 }
 
 #[test]
+fn a_worker_that_ended_on_its_own_is_marked_in_its_pods_entry_and_a_stopped_one_is_not() {
+    let t = PodTable::default();
+    t.upsert(pod("u"), |_, _| (), |p| NewPod::Probed(entry(p)));
+    let live = key("u", "app", ProbeType::Liveness);
+    let ready = key("u", "app", ProbeType::Readiness);
+    add_workers(
+        &t,
+        "u",
+        vec![
+            (live.clone(), spec(10), StartupGating::Ungated),
+            (ready.clone(), spec(10), StartupGating::Ungated),
+        ],
+    );
+    let ctl = |k: &WorkerKey| {
+        t.workers_of("u")
+            .get(&k.container, k.ty)
+            .map(|w| w.ctl.clone())
+            .expect("runs")
+    };
+    let (live_ctl, ready_ctl) = (ctl(&live), ctl(&ready));
+    // Readiness is stopped by the table's owner (not wanted any more): then it exits.
+    let wanted: Wanted = [(live.clone(), (Arc::new(spec(10)), StartupGating::Ungated))]
+        .into_iter()
+        .collect();
+    let unwanted = t.reconcile_workers("u", wanted, |_, spec, startup| worker_entry(spec, startup));
+    assert_eq!(unwanted.len(), 1);
+    assert!(!t.remove_worker(&ready, &ready_ctl), "already taken out");
+    assert!(t.remove_worker(&live, &live_ctl), "ended on its own");
+    let ended = t.entry("u", |e| e.ended.clone()).expect("probed");
+    assert_eq!(ended, BTreeSet::from([live]));
+}
+
+#[test]
 fn the_api_view_is_set_and_cleared_in_the_table_and_in_the_probed_pod() {
     let t = PodTable::default();
     t.upsert(pod("u"), |_, _| (), |p| NewPod::Probed(entry(p)));
