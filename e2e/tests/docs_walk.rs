@@ -26,7 +26,7 @@ use podward_prober::metrics::Metrics;
 use podward_prober::model::container_port::ContainerPort;
 use podward_prober::model::outcome::Outcome;
 use podward_prober::model::{ContainerInfo, PodInfo, RunState};
-use podward_prober::pods::manager::Manager;
+use podward_prober::pods::manager::{Manager, Settings};
 use podward_prober::probing::runner::ProbeRunner;
 use podward_prober::publish::event::{Event, EventKind, EventSink, Events};
 use podward_prober::spec::{ProbeSpec, ProbeType};
@@ -457,7 +457,14 @@ async fn through_the_prober(after: &Value) -> Seen {
         events.clone(),
         clock,
     );
-    let manager = Manager::new(Arc::new(Succeeds), killer, events, metrics, clock);
+    let manager = Manager::new(
+        Arc::new(Succeeds),
+        killer,
+        events,
+        metrics,
+        clock,
+        Settings::default(),
+    );
     let now = podward_api::time::now_ns();
     let mut containers = BTreeMap::new();
     for (i, c) in t["spec"]["containers"]

@@ -12,7 +12,7 @@ use crate::handler::exec::runner::{ExecError, ExecOutput, ExecRunner};
 use crate::metrics::Metrics;
 use crate::model::outcome::Outcome;
 use crate::model::{ContainerInfo, RunState};
-use crate::pods::manager::Manager;
+use crate::pods::manager::{Manager, Settings};
 use crate::probing::runner::ProbeRunner;
 use crate::publish::event::Events;
 use crate::publish::hub::Hub;
@@ -77,7 +77,7 @@ pub(crate) fn manager_metered(
 ) -> Manager {
     let events = Events::new(vec![Arc::new(hub.clone())]);
     let killer = Killer::new(stopper, None, metrics.clone(), events.clone(), clock);
-    Manager::new(runner, killer, events, metrics, clock)
+    Manager::new(runner, killer, events, metrics, clock, Settings::default())
 }
 
 /// A running container `id` named "app", first attempt, with no ports, env or grace of its own.

@@ -23,7 +23,7 @@ use podward_prober::metrics::Metrics;
 use podward_prober::model::ContainerInfo;
 use podward_prober::model::api_pod::ApiPod;
 use podward_prober::model::outcome::Outcome;
-use podward_prober::pods::manager::Manager;
+use podward_prober::pods::manager::{Manager, Settings};
 use podward_prober::probing::runner::ProbeRunner;
 use podward_prober::publish::event::{Event, EventKind, EventSink, Events};
 use podward_prober::spec::{ProbeSpec, ProbeType};
@@ -95,7 +95,14 @@ fn prober(pods: kube::Client, events_client: kube::Client) -> Prober {
         events.clone(),
         clock,
     );
-    let manager = Manager::new(Arc::new(Idle), killer, events, prober_metrics, clock);
+    let manager = Manager::new(
+        Arc::new(Idle),
+        killer,
+        events,
+        prober_metrics,
+        clock,
+        Settings::default(),
+    );
     let sink = Arc::new(ToManager {
         manager,
         applied: AtomicUsize::new(0),

@@ -22,7 +22,7 @@ use podward_prober::clock::Clock;
 use podward_prober::consequences::kill::Killer;
 use podward_prober::metrics::{FineHistogram, Metrics};
 use podward_prober::model::{ContainerInfo, PodInfo, RunState};
-use podward_prober::pods::manager::Manager;
+use podward_prober::pods::manager::{Manager, Settings};
 use podward_prober::probing::starvation::TickLag;
 use podward_prober::publish::event::Events;
 use podward_prober::stopper::{StopError, Stopper};
@@ -151,8 +151,11 @@ fn a_starved_prober_fails_no_fast_target_and_every_slow_one() {
             Events::new(Vec::new()),
             metrics.clone(),
             clock,
-        )
-        .with_starvation(Arc::new(TickLag::start()));
+            Settings {
+                starvation: Some(Arc::new(TickLag::start())),
+                ..Settings::default()
+            },
+        );
         for i in 0..FAST_PODS {
             let spec = format!("{{\"c\":{{{}}}}}", http("livenessProbe", fast, 1));
             manager.update_pod(pod(&format!("fast{i}"), spec, &clock));

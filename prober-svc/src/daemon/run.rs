@@ -27,7 +27,7 @@ use crate::kubernetes::ApiSide;
 use crate::kubernetes::lease::{self, LeaseMetrics, LeaseSettings, ProberHealth};
 use crate::kubernetes::vouch::Vouch;
 use crate::metrics::{Metrics, PROBES_PATH};
-use crate::pods::manager::Manager;
+use crate::pods::manager::{Manager, Settings};
 use crate::probing::probe::{Prober, ProberOptions};
 use crate::probing::starvation::TickLag;
 use crate::publish::event::{EventSink, Events};
@@ -419,7 +419,9 @@ fn build_manager(
     );
     let metrics = Arc::new(metrics.clone());
     let killer = Killer::new(stopper, Some(hooks), metrics.clone(), events.clone(), clock);
-    Manager::new(Arc::new(prober), killer, events, metrics, clock)
-        .with_host_policy(host_policy)
-        .with_starvation(Arc::new(TickLag::start()))
+    let settings = Settings {
+        host_policy: Some(host_policy),
+        starvation: Some(Arc::new(TickLag::start())),
+    };
+    Manager::new(Arc::new(prober), killer, events, metrics, clock, settings)
 }

@@ -1,8 +1,8 @@
 //! The pods the prober follows and the workers that probe them, in one [`PodTable`] whose
-//! methods are the only way in: the [`crate::pods::manager`] upserts and removes pods, sets their API
-//! view and brings their workers to what it wants; the [`crate::pods::view`] reads snapshots to answer
-//! the readiness gate and `Status`. Keeping it apart from the manager is what lets the read side
-//! depend on it without depending on the manager.
+//! methods are the only way in: the [`crate::pods::manager`] upserts and removes pods, sets
+//! their API view and brings their workers to what it wants; the [`crate::pods::view`] reads
+//! snapshots to answer the readiness gate and `Status`. Keeping it apart from the manager is
+//! what lets the read side depend on it without depending on the manager.
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::model::PodInfo;
 use crate::model::api_pod::ApiPod;
 use crate::probing::worker::SharedPod;
-use crate::probing::worker::handle::{SpecUpdate, WorkerCtl, WorkerKey, WorkerStatus};
+use crate::probing::worker::handle::{PublishedStatus, SpecUpdate, WorkerCtl, WorkerKey};
 use crate::spec::{ContainerProbes, ProbeSpec, ProbeType, SpecError, StartupGating};
 
 /// How long a pod with a running container may go without a new container before the names of
@@ -41,6 +41,10 @@ pub(crate) struct PodEntry {
     pub(crate) probes: BTreeMap<String, ContainerProbes>,
     /// Names of the annotation with no such container in the pod: spec errors, no workers.
     pub(crate) unknown: UnknownNames,
+    /// Workers that ended on their own (their container will not run again, or their pod
+    /// finished): not wanted again until the annotation changes or their container's name
+    /// waits for a container again.
+    pub(crate) ended: BTreeSet<WorkerKey>,
 }
 
 impl PodEntry {
@@ -69,8 +73,8 @@ impl PodEntry {
 pub(crate) struct WorkerEntry {
     /// Its control handle (stop, trigger, spec update).
     pub(crate) ctl: Arc<WorkerCtl>,
-    /// Its status as `Status` reports it (the worker writes it).
-    pub(crate) status: Arc<Mutex<WorkerStatus>>,
+    /// The status it publishes, as `Status` reports it.
+    pub(crate) status: PublishedStatus,
     /// The spec it runs (compared when the annotation changes).
     pub(crate) spec: Arc<ProbeSpec>,
     /// Whether its container's startup probe gates it.
@@ -118,7 +122,8 @@ pub(crate) fn unknown_name_error(name: &str) -> SpecError {
 /// Pods and workers, each map under its own lock.
 ///
 /// Invariants: a UID is in at most one of the probed and the idle pods; a worker's pod is probed
-/// when the worker is inserted (a removal takes the pod's workers with it). Lock order, kept
+/// when the worker is inserted (workers start only in [`PodTable::reconcile`], under the pods
+/// lock, and a removal takes the pod's workers with it). Lock order, kept
 /// inside the table: `pods` before `idle` and before `workers`; `api` is never held with another.
 /// The closures the methods take run under a lock and must not call back into the table.
 #[derive(Default)]
@@ -295,57 +300,56 @@ impl PodTable {
     pub(crate) fn remove(&self, uid: &str) -> Option<(PodEntry, Vec<(WorkerKey, WorkerEntry)>)> {
         self.idle.lock().remove(uid);
         let entry = self.pods.lock().remove(uid)?;
-        Some((entry, self.remove_workers(uid, |_| true)))
+        let mut workers = self.workers.lock();
+        let keys: Vec<WorkerKey> = pod_workers(&workers, uid).map(|(k, _)| k.clone()).collect();
+        let taken = keys
+            .into_iter()
+            .filter_map(|k| workers.remove(&k).map(|w| (k, w)))
+            .collect();
+        Some((entry, taken))
     }
 
-    /// Takes out the workers of pod `uid` that `which` picks (the caller stops them).
-    pub(crate) fn remove_workers(
+    /// Worker `key` ended on its own: takes it out if it is the one `ctl` controls (an exited
+    /// worker whose key a newer worker may hold already) and marks it ended in its pod's entry,
+    /// so that the pod's wanted workers leave it out; whether it was.
+    pub(crate) fn remove_worker(&self, key: &WorkerKey, ctl: &Arc<WorkerCtl>) -> bool {
+        let mut pods = self.pods.lock();
+        let mut workers = self.workers.lock();
+        if !workers.get(key).is_some_and(|w| Arc::ptr_eq(&w.ctl, ctl)) {
+            return false;
+        }
+        workers.remove(key);
+        if let Some(entry) = pods.get_mut(&key.pod_uid) {
+            entry.ended.insert(key.clone());
+        }
+        true
+    }
+
+    /// Brings probed pod `uid`'s running workers to the set `decide` wants of its entry, as one
+    /// step of the table: a pod removed meanwhile gets no worker. See
+    /// [`PodTable::reconcile_workers`]; `spawn` also gets the pod's live view.
+    pub(crate) fn reconcile(
         &self,
         uid: &str,
-        which: impl Fn(&WorkerKey) -> bool,
+        decide: impl FnOnce(&PodEntry) -> Wanted,
+        mut spawn: impl FnMut(&SharedPod, WorkerKey, ProbeSpec, StartupGating) -> WorkerEntry,
     ) -> Vec<(WorkerKey, WorkerEntry)> {
-        let mut workers = self.workers.lock();
-        let keys: Vec<WorkerKey> = pod_workers(&workers, uid)
-            .map(|(k, _)| k)
-            .filter(|k| which(k))
-            .cloned()
-            .collect();
-        keys.into_iter()
-            .filter_map(|k| workers.remove(&k).map(|w| (k, w)))
-            .collect()
-    }
-
-    /// Takes out worker `key` if it is the one `ctl` controls (an exited worker whose key a
-    /// newer worker may hold already); whether it was.
-    pub(crate) fn remove_worker(&self, key: &WorkerKey, ctl: &Arc<WorkerCtl>) -> bool {
-        let mut workers = self.workers.lock();
-        if workers.get(key).is_some_and(|w| Arc::ptr_eq(&w.ctl, ctl)) {
-            workers.remove(key);
-            return true;
-        }
-        false
-    }
-
-    /// Starts, through `spawn`, each worker of `specs` that does not run yet.
-    pub(crate) fn add_workers(
-        &self,
-        specs: Vec<(WorkerKey, ProbeSpec, StartupGating)>,
-        mut spawn: impl FnMut(WorkerKey, ProbeSpec, StartupGating) -> WorkerEntry,
-    ) {
-        let mut workers = self.workers.lock();
-        for (key, spec, startup) in specs {
-            if let Entry::Vacant(slot) = workers.entry(key) {
-                let key = slot.key().clone();
-                slot.insert(spawn(key, spec, startup));
-            }
-        }
+        let pods = self.pods.lock();
+        let Some(entry) = pods.get(uid) else {
+            return Vec::new();
+        };
+        let wanted = decide(entry);
+        let shared = &entry.shared;
+        self.reconcile_workers(uid, wanted, |key, spec, startup| {
+            spawn(shared, key, spec, startup)
+        })
     }
 
     /// Brings pod `uid`'s running workers to `wanted`: those whose spec or startup gating
     /// changed get the new one in place (counters restart, the published result stays), missing
     /// ones start through `spawn`; the others are taken out and returned (the caller stops
     /// them).
-    pub(crate) fn reconcile_workers(
+    fn reconcile_workers(
         &self,
         uid: &str,
         wanted: Wanted,

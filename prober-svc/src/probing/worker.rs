@@ -17,33 +17,31 @@
 //!   or container (with the API, also the deletion timestamp): liveness/startup publish Success
 //!   and stop probing that instance, readiness keeps probing.
 
-use std::sync::atomic::AtomicI64;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use rand::Rng;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use self::handle::{SpecUpdate, WorkerCtl, WorkerKey, WorkerStatus};
+use self::handle::{PublishedStatus, SpecUpdate, StatusPublisher, WorkerCtl, WorkerKey};
 use crate::clock::Clock;
 use crate::handler::pod_sockets::PodShare;
-use crate::metrics::{Metrics, WorkerMetrics};
+use crate::metrics::WorkerMetrics;
 use crate::model::outcome::{Outcome, ProbeResult};
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::probing::pod_view::PodView;
-use crate::probing::results::{Results, SlotMemo};
-use crate::probing::runner::ProbeRunner;
-use crate::probing::starvation::StarvationMeter;
-use crate::publish::event::{Event, Events};
+use crate::probing::results::SlotMemo;
+use crate::publish::event::Event;
 use crate::spec::{ProbeSpec, ProbeType, StartupGating};
 use due::Due;
 
+mod ctx;
 mod due;
 pub mod handle;
 mod record;
 mod unstarved;
 
+pub use ctx::{Ctx, Sink};
 pub use unstarved::{MAX_STARVED_RETRIES, STARVED_LOG_EVERY};
 
 #[cfg(test)]
@@ -74,46 +72,6 @@ pub fn initial_value(ty: ProbeType) -> ProbeResult {
     }
 }
 
-/// What a worker tells the manager: only what the manager acts on (a kill, a readiness
-/// trigger, forgetting the worker). Everything else a worker publishes itself as an [`Event`].
-pub trait Sink: Send + Sync + 'static {
-    /// A liveness or startup probe reached its failure threshold on a running container: kill it.
-    fn threshold_failure(
-        &self,
-        key: &WorkerKey,
-        pod: &PodInfo,
-        container: &ContainerInfo,
-        spec: &ProbeSpec,
-        output: &str,
-    );
-    /// A startup probe succeeded: readiness should be probed now (kubelet's manual trigger).
-    fn started(&self, key: &WorkerKey);
-    /// The worker's loop ended (it was stopped).
-    fn exited(&self, key: &WorkerKey, ctl: &Arc<WorkerCtl>);
-}
-
-/// What every worker shares.
-pub struct Ctx {
-    /// The results cache (the view reads it too).
-    pub results: Arc<Results>,
-    /// The probe handlers.
-    pub runner: Arc<dyn ProbeRunner>,
-    /// Time.
-    pub clock: Clock,
-    /// What the manager must act on.
-    pub sink: Arc<dyn Sink>,
-    /// Where workers publish result changes and the probes kubelet records.
-    pub events: Events,
-    /// Prometheus metrics.
-    pub metrics: Arc<Metrics>,
-    /// The prober's own starvation; unset, every timeout counts (kubelet's behaviour).
-    pub starvation: OnceLock<Arc<dyn StarvationMeter>>,
-    /// When a starved probe was last logged at WARN (Unix ns): once per [`STARVED_LOG_EVERY`]
-    /// for the whole node, since a starved prober has thousands of workers starved at once and
-    /// a line from each would starve it further.
-    pub starved_logged_at_ns: AtomicI64,
-}
-
 /// One worker. Built by the manager, consumed by [`Worker::run`].
 pub struct Worker {
     key: WorkerKey,
@@ -122,7 +80,7 @@ pub struct Worker {
     pod: SharedPod,
     ctx: Arc<Ctx>,
     ctl: Arc<WorkerCtl>,
-    status: Arc<Mutex<WorkerStatus>>,
+    status: StatusPublisher,
     metrics: WorkerMetrics,
     container_id: Option<Arc<str>>,
     /// The pod's share of the runner's per-pod bound, held from the worker's start to its end
@@ -167,7 +125,7 @@ impl Worker {
             pod,
             ctx,
             ctl: Arc::new(WorkerCtl::default()),
-            status: Arc::new(Mutex::new(WorkerStatus::default())),
+            status: StatusPublisher::default(),
             metrics,
             container_id: None,
             pod_share,
@@ -185,9 +143,9 @@ impl Worker {
         self.ctl.clone()
     }
 
-    /// The status handle.
-    pub fn status(&self) -> Arc<Mutex<WorkerStatus>> {
-        self.status.clone()
+    /// A reader of the status this worker publishes.
+    pub fn status(&self) -> PublishedStatus {
+        self.status.reader()
     }
 
     /// Runs until stopped (kubelet's `worker.run`).
@@ -278,11 +236,10 @@ impl Worker {
             return;
         }
         let at_ns = self.ctx.clock.now_ns();
-        {
-            let mut st = self.status.lock();
+        self.status.update(|st| {
             st.result = Some(result);
             st.last_transition_at_ns = at_ns;
-        }
+        });
         tracing::info!(pod = %pod.name, namespace = %pod.namespace, container = %c.name,
             container_id = %c.id, probe = self.key.ty.name(), result = ?result, "probe result changed");
         self.ctx.events.publish(Event::result(
@@ -450,7 +407,7 @@ impl Worker {
         result: ProbeResult,
         output: &str,
     ) {
-        self.status.lock().reached_threshold = true;
+        self.status.update(|st| st.reached_threshold = true);
         self.set(pod, c, result, output);
         if !((self.key.ty == ProbeType::Liveness && result == ProbeResult::Failure)
             || self.key.ty == ProbeType::Startup)
@@ -459,7 +416,7 @@ impl Worker {
         }
         self.on_hold = true;
         self.result_run = 0;
-        self.status.lock().on_hold = true;
+        self.status.update(|st| st.on_hold = true);
         // A worker stopped meanwhile (its probe removed or refused, its pod gone) never
         // kills: its probe is no longer the pod's.
         if result == ProbeResult::Failure && !self.ctl.stopped() {

@@ -163,19 +163,6 @@ pub(super) fn startup_gating(parsed: &PodProbes) -> BTreeMap<String, StartupGati
         .collect()
 }
 
-/// Every worker a parsed annotation asks for: key, spec, and whether its container has a
-/// startup probe.
-pub(super) fn worker_specs(
-    uid: &str,
-    parsed: PodProbes,
-) -> Vec<(WorkerKey, ProbeSpec, StartupGating)> {
-    parsed
-        .containers
-        .into_iter()
-        .flat_map(|(name, probes)| container_worker_specs(uid, &name, probes))
-        .collect()
-}
-
 /// The workers of one container's probes: key, spec, and whether its startup probe gates them.
 pub(super) fn container_worker_specs(
     uid: &str,

@@ -1,26 +1,25 @@
 //! What the manager does with what a worker tells it ([`Sink`]): a failure at threshold goes to
 //! the kill path while the pod is still followed, a startup success triggers the container's
-//! readiness worker, and an exited worker is forgotten.
+//! readiness worker, and an exited worker is forgotten; each through the [`Reconciler`].
 
 use std::sync::{Arc, Weak};
 
-use super::Inner;
+use super::reconciler::Reconciler;
 use crate::model::{ContainerInfo, PodInfo};
 use crate::probing::worker::Sink;
 use crate::probing::worker::handle::{WorkerCtl, WorkerKey};
-use crate::spec::{ProbeSpec, ProbeType};
+use crate::spec::ProbeSpec;
 
 /// What the manager does with what a worker tells it; weak so workers do not keep the manager
 /// alive.
 pub(super) struct ManagerSink {
-    inner: Weak<Inner>,
+    rec: Weak<Reconciler>,
 }
 
 impl ManagerSink {
-    pub(super) fn new(inner: &Arc<Inner>) -> Self {
-        Self {
-            inner: Arc::downgrade(inner),
-        }
+    /// The sink of the reconciler `rec`.
+    pub(super) fn new(rec: Weak<Reconciler>) -> Self {
+        Self { rec }
     }
 }
 
@@ -33,36 +32,20 @@ impl Sink for ManagerSink {
         spec: &ProbeSpec,
         output: &str,
     ) {
-        let Some(inner) = self.inner.upgrade() else {
-            return;
-        };
-        // A probe in flight when its pod was removed must not kill (nor count a kill in a series
-        // `remove_pod` already deleted): checked and killed as one step of the table, so a
-        // removal comes either before (no kill) or after (it forgets this one too).
-        inner.pods.while_probed(&pod.uid, || {
-            inner.killer.kill(pod, c, key.ty, spec, output);
-        });
+        if let Some(rec) = self.rec.upgrade() {
+            rec.kill(key, pod, c, spec, output);
+        }
     }
 
     fn started(&self, key: &WorkerKey) {
-        let Some(inner) = self.inner.upgrade() else {
-            return;
-        };
-        inner
-            .pods
-            .trigger(&key.pod_uid, &key.container, ProbeType::Readiness);
+        if let Some(rec) = self.rec.upgrade() {
+            rec.trigger_readiness(&key.pod_uid, &key.container);
+        }
     }
 
     fn exited(&self, key: &WorkerKey, ctl: &Arc<WorkerCtl>) {
-        let Some(inner) = self.inner.upgrade() else {
-            return;
-        };
-        if inner.pods.remove_worker(key, ctl) {
-            inner
-                .metrics
-                .workers
-                .with_label_values(&[key.ty.name()])
-                .dec();
+        if let Some(rec) = self.rec.upgrade() {
+            rec.exited(key, ctl);
         }
     }
 }

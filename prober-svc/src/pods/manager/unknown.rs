@@ -15,14 +15,12 @@
 //! error goes, its probes are parsed again from the annotation and its workers start.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Weak};
 
 use tokio::time::Instant;
 
-use super::{Inner, Manager};
 use crate::model::{PodInfo, RunState};
 use crate::pods::pod_table::{PodEntry, UNKNOWN_CONTAINER_GRACE, unknown_name_error};
-use crate::spec::ContainerProbes;
+use crate::spec::PodProbes;
 
 fn has_running(pod: &PodInfo) -> bool {
     pod.containers
@@ -39,88 +37,87 @@ pub(super) fn pod_has(pod: &PodInfo, name: &str) -> bool {
             .is_some_and(|a| a.container(name).is_some())
 }
 
-impl Manager {
-    /// After a pod's containers (or its API view) changed: pending names the pod now has get
-    /// their workers, unknown names whose container appeared get theirs back, names the API's
-    /// pod spec lacks are reported at once, and a check is scheduled while some name has none.
-    pub(super) fn reconcile_names(&self, uid: &str) {
-        let mut start: Vec<(String, ContainerProbes)> = Vec::new();
-        let mut schedule = false;
-        let shared = self.inner.pods.entry(uid, |entry| {
-            let pod = entry.shared.read().clone();
-            let names: BTreeSet<&str> = pod.containers.values().map(|c| c.name.as_str()).collect();
-            let u = &mut entry.unknown;
-            if names.iter().any(|n| !u.seen.contains(*n)) {
-                u.last_new = Some(Instant::now());
-                u.seen.extend(names.iter().map(|n| (*n).to_owned()));
+/// What [`follow`] found for the reconciler to do.
+pub(super) struct Followed {
+    /// The pod's spec errors changed: how many it has now.
+    pub(super) errors: Option<usize>,
+    /// A check must be scheduled ([`due`], then [`flag`]): some name has no container yet.
+    pub(super) schedule: bool,
+}
+
+/// Follows a pod's names after its containers (or its API view) changed, in its `entry`: pending
+/// names the pod now has stop waiting (they get their workers), unknown names whose container
+/// appeared wait again with their probes parsed anew through `reparse` (which gets the pod and
+/// its annotation), names the API's pod spec lacks are reported at once, and a check is asked
+/// for while some name has no container.
+pub(super) fn follow(
+    entry: &mut PodEntry,
+    reparse: impl FnOnce(&PodInfo, &str) -> PodProbes,
+) -> Followed {
+    let pod = entry.shared.read().clone();
+    let names: BTreeSet<&str> = pod.containers.values().map(|c| c.name.as_str()).collect();
+    let u = &mut entry.unknown;
+    if names.iter().any(|n| !u.seen.contains(*n)) {
+        u.last_new = Some(Instant::now());
+        u.seen.extend(names.iter().map(|n| (*n).to_owned()));
+    }
+    let errors_before = entry_errors(entry);
+    let back: Vec<String> = entry
+        .unknown
+        .names
+        .iter()
+        .filter(|n| pod_has(&pod, n))
+        .cloned()
+        .collect();
+    if !back.is_empty() {
+        // Their probes were not kept: parse them again.
+        let mut parsed = reparse(&pod, &entry.annotation);
+        for n in back {
+            entry.unknown.names.remove(&n);
+            if let Some(p) = parsed.containers.remove(&n) {
+                tracing::info!(pod_uid = %pod.uid, container = %n,
+                    "container named in podward.io/probes appeared; its probes start");
+                entry.probes.insert(n.clone(), p);
+                entry.unknown.pending.insert(n);
             }
-            let errors_before = entry_errors(entry);
-            let back: Vec<String> = entry
-                .unknown
-                .names
-                .iter()
-                .filter(|n| pod_has(&pod, n))
-                .cloned()
-                .collect();
-            if !back.is_empty() {
-                // Their probes were not kept: parse them again.
-                let mut parsed = self.parse(&pod, &entry.annotation).probes;
-                for n in back {
-                    entry.unknown.names.remove(&n);
-                    if let Some(p) = parsed.containers.remove(&n) {
-                        tracing::info!(pod_uid = %uid, container = %n,
-                            "container named in podward.io/probes appeared; its probes start");
-                        entry.probes.insert(n.clone(), p);
-                        entry.unknown.pending.insert(n);
-                    }
-                }
-            }
-            let mut unknown_now = Vec::new();
-            for n in &entry.unknown.pending {
-                if pod_has(&pod, n) {
-                    if let Some(p) = entry.probes.get(n) {
-                        start.push((n.clone(), p.clone()));
-                    }
-                } else if pod.api.is_some() {
-                    unknown_now.push(n.clone());
-                }
-            }
-            for (n, _) in &start {
-                entry.unknown.pending.remove(n);
-            }
-            for n in unknown_now {
-                mark_unknown(entry, &pod, n);
-            }
-            let missing = entry
-                .probes
-                .keys()
-                .any(|n| !pod_has(&pod, n) && !entry.unknown.names.contains(n));
-            if missing && has_running(&pod) && !entry.unknown.scheduled {
-                entry.unknown.scheduled = true;
-                schedule = true;
-            }
-            if entry_errors(entry) != errors_before {
-                self.inner.set_spec_errors(&pod, entry_errors(entry));
-            }
-            entry.shared.clone()
-        });
-        let Some(shared) = shared else {
-            return;
-        };
-        for (name, probes) in &start {
-            self.spawn_workers(uid, name, probes, &shared);
         }
-        if schedule {
-            tokio::spawn(check(Arc::downgrade(&self.inner), uid.to_owned()));
+    }
+    let mut start = BTreeSet::new();
+    let mut unknown_now = Vec::new();
+    for n in &entry.unknown.pending {
+        if pod_has(&pod, n) {
+            start.insert(n.clone());
+        } else if pod.api.is_some() {
+            unknown_now.push(n.clone());
         }
+    }
+    // A name that stops waiting gets all its workers, those that once ended included.
+    entry.unknown.pending.retain(|n| !start.contains(n));
+    entry.ended.retain(|k| !start.contains(&k.container));
+    for n in unknown_now {
+        mark_unknown(entry, &pod, n);
+    }
+    let missing = entry
+        .probes
+        .keys()
+        .any(|n| !pod_has(&pod, n) && !entry.unknown.names.contains(n));
+    let schedule = missing && has_running(&pod) && !entry.unknown.scheduled;
+    if schedule {
+        entry.unknown.scheduled = true;
+    }
+    let errors = entry_errors(entry);
+    Followed {
+        errors: (errors != errors_before).then_some(errors),
+        schedule,
     }
 }
 
-fn entry_errors(entry: &PodEntry) -> usize {
+/// The number of spec errors of the pod of `entry`.
+pub(super) fn entry_errors(entry: &PodEntry) -> usize {
     entry.spec_errors.len() + entry.unknown.names.len()
 }
 
-/// Reports `name` as unknown: no workers (the caller stops any), no probes kept.
+/// Reports `name` as unknown: no workers, no probes kept.
 fn mark_unknown(entry: &mut PodEntry, pod: &PodInfo, name: String) {
     entry.probes.remove(&name);
     entry.unknown.pending.remove(&name);
@@ -130,56 +127,35 @@ fn mark_unknown(entry: &mut PodEntry, pod: &PodInfo, name: String) {
     entry.unknown.names.insert(name);
 }
 
-/// Waits out the grace from the last new container, then reports the names still missing.
-async fn check(state: Weak<Inner>, uid: String) {
-    loop {
-        let due = {
-            let Some(state) = state.upgrade() else { return };
-            let due = state.pods.entry(&uid, |entry| {
-                entry.unknown.last_new.unwrap_or_else(Instant::now) + UNKNOWN_CONTAINER_GRACE
-            });
-            let Some(due) = due else { return };
-            due
-        };
-        tokio::time::sleep_until(due).await;
-        let Some(state) = state.upgrade() else { return };
-        let stale = state.pods.entry(&uid, |entry| {
-            entry
-                .unknown
-                .last_new
-                .is_some_and(|t| t + UNKNOWN_CONTAINER_GRACE > Instant::now())
-        });
-        let Some(stale) = stale else { return };
-        if !stale {
-            flag(&state, &uid);
-            return;
-        }
-    }
+/// When the check of `entry`'s names is due: the grace from the last new container.
+pub(super) fn due(entry: &mut PodEntry) -> Instant {
+    entry.unknown.last_new.unwrap_or_else(Instant::now) + UNKNOWN_CONTAINER_GRACE
 }
 
-/// Reports every name of the annotation that the pod does not have, and stops its workers.
-fn flag(state: &Inner, uid: &str) {
-    let mut stop = BTreeSet::new();
-    let found = state.pods.entry(uid, |entry| {
-        entry.unknown.scheduled = false;
-        let pod = entry.shared.read().clone();
-        let gone: Vec<String> = entry
-            .probes
-            .keys()
-            .filter(|n| !pod_has(&pod, n))
-            .cloned()
-            .collect();
-        for name in gone {
-            stop.insert(name.clone());
-            mark_unknown(entry, &pod, name);
-        }
-        state.set_spec_errors(&pod, entry_errors(entry));
-    });
-    if found.is_none() || stop.is_empty() {
-        return;
+/// Whether a new container appeared within the grace (the check waits again).
+pub(super) fn still_new(entry: &mut PodEntry) -> bool {
+    entry
+        .unknown
+        .last_new
+        .is_some_and(|t| t + UNKNOWN_CONTAINER_GRACE > Instant::now())
+}
+
+/// The check: reports every name of the annotation that the pod does not have (their workers
+/// are no longer wanted). Returns the pod and its number of spec errors, and whether a name was
+/// reported.
+pub(super) fn flag(entry: &mut PodEntry) -> (PodInfo, usize, bool) {
+    entry.unknown.scheduled = false;
+    let pod = PodInfo::clone(&entry.shared.read());
+    let gone: Vec<String> = entry
+        .probes
+        .keys()
+        .filter(|n| !pod_has(&pod, n))
+        .cloned()
+        .collect();
+    let flagged = !gone.is_empty();
+    for name in gone {
+        mark_unknown(entry, &pod, name);
     }
-    let workers = state
-        .pods
-        .remove_workers(uid, |k| stop.contains(&k.container));
-    state.stop_workers(workers);
+    let errors = entry_errors(entry);
+    (pod, errors, flagged)
 }

@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::probing::pod_view::PodView;
+use crate::probing::worker::handle::StatusPublisher;
 use crate::spec::Handler;
 
 fn pod(uid: &str) -> PodInfo {
@@ -29,6 +30,7 @@ fn entry(pod: PodInfo) -> Box<PodEntry> {
         annotation: String::new(),
         probes: BTreeMap::new(),
         unknown: UnknownNames::default(),
+        ended: BTreeSet::new(),
     })
 }
 
@@ -57,10 +59,20 @@ fn key(uid: &str, container: &str, ty: ProbeType) -> WorkerKey {
 fn worker_entry(spec: ProbeSpec, startup: StartupGating) -> WorkerEntry {
     WorkerEntry {
         ctl: Arc::new(WorkerCtl::default()),
-        status: Arc::new(Mutex::new(WorkerStatus::default())),
+        status: StatusPublisher::default().reader(),
         spec: Arc::new(spec),
         startup,
     }
+}
+
+/// Starts the workers of `specs` on a pod that has none.
+fn add_workers(t: &PodTable, uid: &str, specs: Vec<(WorkerKey, ProbeSpec, StartupGating)>) {
+    let wanted: Wanted = specs
+        .into_iter()
+        .map(|(k, spec, startup)| (k, (Arc::new(spec), startup)))
+        .collect();
+    let unwanted = t.reconcile_workers(uid, wanted, |_, spec, startup| worker_entry(spec, startup));
+    assert!(unwanted.is_empty(), "the pod had no workers");
 }
 
 #[test]
@@ -87,7 +99,9 @@ fn removing_a_pod_takes_its_workers_and_only_its_own() {
     let t = PodTable::default();
     for uid in ["a", "b"] {
         t.upsert(pod(uid), |_, _| (), |p| NewPod::Probed(entry(p)));
-        t.add_workers(
+        add_workers(
+            &t,
+            uid,
             vec![
                 (
                     key(uid, "app", ProbeType::Liveness),
@@ -100,7 +114,6 @@ fn removing_a_pod_takes_its_workers_and_only_its_own() {
                     StartupGating::Ungated,
                 ),
             ],
-            |_, spec, startup| worker_entry(spec, startup),
         );
     }
     assert_eq!(t.worker_count(), 4);
@@ -123,7 +136,9 @@ fn removing_a_pod_takes_its_workers_and_only_its_own() {
 fn reconciling_stops_the_unwanted_updates_the_changed_and_starts_the_missing() {
     let t = PodTable::default();
     t.upsert(pod("u"), |_, _| (), |p| NewPod::Probed(entry(p)));
-    t.add_workers(
+    add_workers(
+        &t,
+        "u",
         vec![
             (
                 key("u", "app", ProbeType::Liveness),
@@ -136,7 +151,6 @@ fn reconciling_stops_the_unwanted_updates_the_changed_and_starts_the_missing() {
                 StartupGating::Ungated,
             ),
         ],
-        |_, spec, startup| worker_entry(spec, startup),
     );
     let readiness = t.workers_of("u").get("app", ProbeType::Readiness).cloned();
     let readiness = readiness.expect("readiness runs");
@@ -177,10 +191,7 @@ fn an_exited_worker_is_removed_only_if_its_key_is_still_its_own() {
     let t = PodTable::default();
     t.upsert(pod("u"), |_, _| (), |p| NewPod::Probed(entry(p)));
     let k = key("u", "app", ProbeType::Liveness);
-    t.add_workers(
-        vec![(k.clone(), spec(10), StartupGating::Ungated)],
-        |_, spec, startup| worker_entry(spec, startup),
-    );
+    add_workers(&t, "u", vec![(k.clone(), spec(10), StartupGating::Ungated)]);
     let older = Arc::new(WorkerCtl::default());
     assert!(!t.remove_worker(&k, &older), "another worker holds the key");
     assert_eq!(t.worker_count(), 1);
@@ -190,6 +201,39 @@ fn an_exited_worker_is_removed_only_if_its_key_is_still_its_own() {
         .map(|w| w.ctl.clone());
     assert!(t.remove_worker(&k, &own.expect("runs")));
     assert_eq!(t.worker_count(), 0);
+}
+
+#[test]
+fn a_worker_that_ended_on_its_own_is_marked_in_its_pods_entry_and_a_stopped_one_is_not() {
+    let t = PodTable::default();
+    t.upsert(pod("u"), |_, _| (), |p| NewPod::Probed(entry(p)));
+    let live = key("u", "app", ProbeType::Liveness);
+    let ready = key("u", "app", ProbeType::Readiness);
+    add_workers(
+        &t,
+        "u",
+        vec![
+            (live.clone(), spec(10), StartupGating::Ungated),
+            (ready.clone(), spec(10), StartupGating::Ungated),
+        ],
+    );
+    let ctl = |k: &WorkerKey| {
+        t.workers_of("u")
+            .get(&k.container, k.ty)
+            .map(|w| w.ctl.clone())
+            .expect("runs")
+    };
+    let (live_ctl, ready_ctl) = (ctl(&live), ctl(&ready));
+    // Readiness is stopped by the table's owner (not wanted any more): then it exits.
+    let wanted: Wanted = [(live.clone(), (Arc::new(spec(10)), StartupGating::Ungated))]
+        .into_iter()
+        .collect();
+    let unwanted = t.reconcile_workers("u", wanted, |_, spec, startup| worker_entry(spec, startup));
+    assert_eq!(unwanted.len(), 1);
+    assert!(!t.remove_worker(&ready, &ready_ctl), "already taken out");
+    assert!(t.remove_worker(&live, &live_ctl), "ended on its own");
+    let ended = t.entry("u", |e| e.ended.clone()).expect("probed");
+    assert_eq!(ended, BTreeSet::from([live]));
 }
 
 #[test]

@@ -75,12 +75,11 @@ struct WorkerSeen {
 
 impl WorkerSeen {
     fn of(w: &WorkerEntry) -> Self {
-        let st = w.status.lock();
-        Self {
+        w.status.read(|st| Self {
             reached_threshold: st.reached_threshold,
             failed_output: (st.last_probe_result == Some(ProbeResult::Failure))
                 .then(|| st.last_output.clone()),
-        }
+        })
     }
 }
 

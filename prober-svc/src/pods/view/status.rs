@@ -58,7 +58,7 @@ impl View {
                     .filter_map(|ty| {
                         workers
                             .get(name, ty)
-                            .map(|w| (ty, w.status.lock().clone(), w.spec.describe()))
+                            .map(|w| (ty, w.status.get(), w.spec.describe()))
                     })
                     .collect();
                 let gating = startup.get(name).copied().unwrap_or_default();

@@ -1,7 +1,8 @@
 //! A worker's tick, before any probe: which instance of the container it follows, and whether
 //! that instance is probed now, waited for, or never again (kubelet's `doProbe` up to the probe).
 
-use super::{Worker, WorkerStatus, initial_value};
+use super::handle::WorkerStatus;
+use super::{Worker, initial_value};
 use crate::model::outcome::ProbeResult;
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::spec::ProbeType;
@@ -28,15 +29,14 @@ impl Worker {
         }
         self.container_id = Some(c.id.clone());
         self.published = None;
-        {
-            let mut st = self.status.lock();
+        self.status.update(|st| {
             *st = WorkerStatus {
                 container_id: c.id.to_string(),
                 probes_run: st.probes_run,
                 probes_errored: st.probes_errored,
                 ..WorkerStatus::default()
             };
-        }
+        });
         // After a prober restart, leave containers that ran before it without a result, so
         // they keep their readiness until a real verdict (kubelet's restart grace rule).
         if !self.started_before_restart(c) {
@@ -91,7 +91,7 @@ impl Worker {
         }
         self.set(pod, c, ProbeResult::Success, "");
         self.on_hold = true;
-        self.status.lock().on_hold = true;
+        self.status.update(|st| st.on_hold = true);
         true
     }
 }

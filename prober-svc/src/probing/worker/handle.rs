@@ -1,5 +1,6 @@
 //! What the manager holds of a running worker: its key, its control handle (stop, trigger) and
-//! its status as `Status` reports it. The worker task owns everything else.
+//! a reader of the status it publishes ([`PublishedStatus`]). The worker task owns everything
+//! else, the writing end of its status included ([`StatusPublisher`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -119,4 +120,39 @@ pub struct WorkerStatus {
     /// Whether this worker's own probes reached a threshold for this instance; an
     /// initial value is none (the readiness gate keeps the API's condition until one).
     pub reached_threshold: bool,
+}
+
+/// The worker's end of its status: the only writer, owned by the worker task and not cloneable,
+/// so what `Status` shows is what the worker published.
+#[derive(Debug, Default)]
+pub struct StatusPublisher(Arc<Mutex<WorkerStatus>>);
+
+impl StatusPublisher {
+    /// Publishes a change: `f` edits the status in place (readers see all of it or none).
+    pub(crate) fn update<R>(&self, f: impl FnOnce(&mut WorkerStatus) -> R) -> R {
+        f(&mut self.0.lock())
+    }
+
+    /// A reader of what this worker publishes.
+    pub fn reader(&self) -> PublishedStatus {
+        PublishedStatus(self.0.clone())
+    }
+}
+
+/// A reader of a worker's published status (the pod table keeps one per worker). It can only
+/// read: a plain shared cell rather than a channel, since nobody waits on a change and a
+/// channel's wakers would weigh on each of the node's many workers.
+#[derive(Clone, Debug)]
+pub struct PublishedStatus(Arc<Mutex<WorkerStatus>>);
+
+impl PublishedStatus {
+    /// `f` on the status as last published.
+    pub fn read<R>(&self, f: impl FnOnce(&WorkerStatus) -> R) -> R {
+        f(&self.0.lock())
+    }
+
+    /// A copy of the status as last published.
+    pub fn get(&self) -> WorkerStatus {
+        self.read(WorkerStatus::clone)
+    }
 }

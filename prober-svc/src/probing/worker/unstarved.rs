@@ -36,7 +36,7 @@ impl Worker {
         c: &ContainerInfo,
         ip: std::net::IpAddr,
     ) -> Option<(Outcome, Duration)> {
-        let meter = self.ctx.starvation.get();
+        let meter = self.ctx.starvation.as_ref();
         for retry in 0..=MAX_STARVED_RETRIES {
             let began = Instant::now();
             let starved_before = meter.map(|m| m.starved());
@@ -104,11 +104,12 @@ impl Worker {
                 took_ms = took.as_millis(), starved_ms = starved.as_millis(), retry,
                 "probe timed out while the prober itself was starved");
         }
-        let mut st = self.status.lock();
-        st.last_probe_result = Some(ProbeResult::Unknown);
-        if st.last_output != STARVED_OUTPUT {
-            st.last_output = STARVED_OUTPUT.to_owned();
-        }
-        st.last_probe_at_ns = now;
+        self.status.update(|st| {
+            st.last_probe_result = Some(ProbeResult::Unknown);
+            if st.last_output != STARVED_OUTPUT {
+                st.last_output = STARVED_OUTPUT.to_owned();
+            }
+            st.last_probe_at_ns = now;
+        });
     }
 }

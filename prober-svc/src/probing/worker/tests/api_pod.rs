@@ -50,6 +50,31 @@ async fn an_exited_container_of_a_never_pod_ends_its_workers_as_in_kubelet() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_worker_that_ended_is_not_started_again_by_later_news_of_its_pod() {
+    let n = Node::steady().await;
+    let mut c = running(&n.clock, "c1", "c", 0, S);
+    c.state = RunState::Exited;
+    let p = pod("u", LIVE_READY, vec![c]);
+    let api = api_pod(&p, RestartPolicy::Never, Some(LIVE_READY), regular());
+    n.manager.set_api_pod(api.clone());
+    n.manager.update_pod(p.clone());
+    run_for(3 * S).await;
+    assert_eq!(n.manager.registry().worker_count(), 0, "both ended");
+    let events = n.seen.0.lock().len();
+    assert!(events > 0, "the ended workers published their results");
+    // The same pod again, from CRI and from the API: nothing for the ended workers to do.
+    n.manager.update_pod(p);
+    n.manager.set_api_pod(api);
+    run_for(3 * S).await;
+    assert_eq!(
+        n.seen.0.lock().len(),
+        events,
+        "no worker started again to publish the same results"
+    );
+    assert_eq!(n.manager.registry().worker_count(), 0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn on_failure_pods_and_sidecars_of_never_pods_keep_their_workers() {
     for (policy, kind) in [
         (RestartPolicy::OnFailure, ContainerKind::Regular),

@@ -18,7 +18,7 @@ use crate::model::api_pod::{ApiContainer, ApiPod, ContainerKind, Hook, PodPhase,
 use crate::model::outcome::Outcome;
 use crate::model::outcome::ProbeResult;
 use crate::model::{ContainerInfo, PodInfo, RunState};
-use crate::pods::manager::Manager;
+use crate::pods::manager::{Manager, Settings};
 use crate::probing::runner::ProbeRunner;
 use crate::publish::event::{Event, EventSink, Events};
 use crate::publish::hub::Hub;
@@ -212,6 +212,15 @@ pub(super) struct Node {
 
 impl Node {
     pub(super) async fn started(uptime: Duration) -> Node {
+        Self::started_with(uptime, Settings::default).await
+    }
+
+    /// [`Node::started`] with the node's probing settings, made once the prober's uptime has
+    /// passed.
+    pub(super) async fn started_with(
+        uptime: Duration,
+        settings: impl FnOnce() -> Settings,
+    ) -> Node {
         let clock = Clock::starting_at(T0);
         tokio::time::advance(uptime).await;
         let script = Arc::new(Script::default());
@@ -228,7 +237,14 @@ impl Node {
             events.clone(),
             clock,
         );
-        let manager = Manager::new(script.clone(), killer, events, metrics.clone(), clock);
+        let manager = Manager::new(
+            script.clone(),
+            killer,
+            events,
+            metrics.clone(),
+            clock,
+            settings(),
+        );
         Node {
             manager,
             script,
@@ -244,6 +260,11 @@ impl Node {
     /// A node whose prober has been up long enough for no jitter.
     pub(super) async fn steady() -> Node {
         Self::started(Duration::from_secs(1000)).await
+    }
+
+    /// [`Node::steady`] with the node's probing settings.
+    pub(super) async fn steady_with(settings: impl FnOnce() -> Settings) -> Node {
+        Self::started_with(Duration::from_secs(1000), settings).await
     }
 
     pub(super) fn result(&self, id: &str, ty: ProbeType) -> Option<ProbeResult> {

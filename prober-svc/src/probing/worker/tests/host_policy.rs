@@ -5,6 +5,7 @@ use std::net::IpAddr;
 
 use super::harness::*;
 use crate::handler::host_policy::{HostPolicy, NodePolicy};
+use crate::pods::manager::Settings;
 use crate::spec::ProbeType;
 
 const SPEC: &str = r#"{"app":{
@@ -15,12 +16,12 @@ const SPEC: &str = r#"{"app":{
 const NODE_IP: &str = "10.255.0.1";
 
 async fn node_with(policy: HostPolicy, node_ip: &str) -> Node {
-    let n = Node::steady().await;
     let node_ip: IpAddr = node_ip.parse().expect("ip");
-    let _ = n
-        .manager
-        .clone()
-        .with_host_policy(NodePolicy::new(policy, node_ip));
+    let n = Node::steady_with(|| Settings {
+        host_policy: Some(NodePolicy::new(policy, node_ip)),
+        ..Settings::default()
+    })
+    .await;
     n.manager
         .update_pod(pod("u", SPEC, vec![running(&n.clock, "a1", "app", 0, S)]));
     run_for(2 * S).await;

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::harness::*;
 use crate::model::outcome::ProbeResult;
+use crate::pods::manager::Settings;
 use crate::probing::starvation::StarvationMeter;
 use crate::probing::worker::MAX_STARVED_RETRIES;
 use crate::spec::ProbeType;
@@ -34,11 +35,19 @@ impl StarvationMeter for Window {
 /// is a kill.
 const SPEC: &str = r#"{"c":{"livenessProbe":{"httpGet":{"port":80},"timeoutSeconds":1,"periodSeconds":10,"failureThreshold":1}}}"#;
 
-fn starving(n: &Node, from: Instant, to: Instant) {
-    let _ = n
-        .manager
-        .clone()
-        .with_starvation(Arc::new(Window { from, to }));
+/// A steady node whose prober is starved from now for `starved`.
+async fn starving(starved: Duration) -> Node {
+    Node::steady_with(|| {
+        let from = Instant::now();
+        Settings {
+            starvation: Some(Arc::new(Window {
+                from,
+                to: from + starved,
+            })),
+            ..Settings::default()
+        }
+    })
+    .await
 }
 
 fn starved_count(n: &Node) -> u64 {
@@ -54,10 +63,8 @@ fn probe_status(n: &Node) -> podward_api::prober::v1::ProbeStatus {
 
 #[tokio::test(start_paused = true)]
 async fn a_timeout_while_the_prober_was_starved_is_unknown_and_retried_at_once() {
-    let n = Node::steady().await;
-    let t0 = Instant::now();
     // Starved for the whole first probe, which fails by its timeout; the retry is not starved.
-    starving(&n, t0, t0 + S);
+    let n = starving(S).await;
     n.script.set("c", ProbeType::Liveness, success(), S);
     n.script.queue("c", ProbeType::Liveness, vec![failure()]);
     n.manager
@@ -94,10 +101,8 @@ async fn a_timeout_while_the_prober_was_starved_is_unknown_and_retried_at_once()
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_target_while_the_prober_is_not_starved_fails_as_before() {
-    let n = Node::steady().await;
-    let t0 = Instant::now();
     // The meter is there, but reports no starvation.
-    starving(&n, t0, t0);
+    let n = starving(Duration::ZERO).await;
     n.script.set("c", ProbeType::Liveness, failure(), S);
     n.manager
         .update_pod(pod("u", SPEC, vec![running(&n.clock, "c1", "c", 0, S)]));
@@ -110,9 +115,7 @@ async fn a_slow_target_while_the_prober_is_not_starved_fails_as_before() {
 
 #[tokio::test(start_paused = true)]
 async fn a_quick_failure_while_starved_is_still_a_failure() {
-    let n = Node::steady().await;
-    let t0 = Instant::now();
-    starving(&n, t0, t0 + 1000 * S);
+    let n = starving(1000 * S).await;
     // Refused at once: the target's answer, whatever the prober's load.
     n.script.set("c", ProbeType::Liveness, failure(), 10 * MS);
     n.manager
@@ -124,9 +127,7 @@ async fn a_quick_failure_while_starved_is_still_a_failure() {
 
 #[tokio::test(start_paused = true)]
 async fn starved_retries_are_bounded_and_the_probe_is_then_discarded() {
-    let n = Node::steady().await;
-    let t0 = Instant::now();
-    starving(&n, t0, t0 + 1000 * S);
+    let n = starving(1000 * S).await;
     n.script.set("c", ProbeType::Liveness, failure(), S);
     n.manager
         .update_pod(pod("u", SPEC, vec![running(&n.clock, "c1", "c", 0, S)]));
