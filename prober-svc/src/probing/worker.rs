@@ -25,12 +25,9 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use self::handle::{PublishedStatus, SpecUpdate, StatusPublisher, WorkerCtl, WorkerKey};
 use crate::clock::Clock;
-use crate::handler::pod_sockets::PodShare;
-use crate::metrics::WorkerMetrics;
 use crate::model::outcome::{Outcome, ProbeResult};
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::probing::pod_view::PodView;
-use crate::probing::results::SlotMemo;
 use crate::publish::event::Event;
 use crate::spec::{ProbeSpec, ProbeType, StartupGating};
 use due::Due;
@@ -39,9 +36,12 @@ mod ctx;
 mod due;
 pub mod handle;
 mod record;
+mod state;
 mod unstarved;
 
 pub use ctx::{Ctx, Sink};
+use state::Seen;
+pub use state::{Worker, initial_value};
 pub use unstarved::{MAX_STARVED_RETRIES, STARVED_LOG_EVERY};
 
 #[cfg(test)]
@@ -61,43 +61,6 @@ pub const RESTART_GRACE: Duration = Duration::from_secs(10);
 pub fn started_before_restart(c: &ContainerInfo, clock: &Clock) -> bool {
     let grace = i64::try_from(RESTART_GRACE.as_nanos()).unwrap_or(i64::MAX);
     c.started_at_ns > 0 && c.started_at_ns < clock.start_ns().saturating_sub(grace)
-}
-
-/// kubelet's `initialValue` per probe type.
-pub fn initial_value(ty: ProbeType) -> ProbeResult {
-    match ty {
-        ProbeType::Liveness => ProbeResult::Success,
-        ProbeType::Readiness => ProbeResult::Failure,
-        ProbeType::Startup => ProbeResult::Unknown,
-    }
-}
-
-/// One worker. Built by the manager, consumed by [`Worker::run`].
-pub struct Worker {
-    key: WorkerKey,
-    spec: Arc<ProbeSpec>,
-    startup: StartupGating,
-    pod: SharedPod,
-    ctx: Arc<Ctx>,
-    ctl: Arc<WorkerCtl>,
-    status: StatusPublisher,
-    metrics: WorkerMetrics,
-    container_id: Option<Arc<str>>,
-    /// The pod's share of the runner's per-pod bound, held from the worker's start to its end
-    /// so a probe takes its place in the pod's count without a lookup.
-    pod_share: Option<PodShare>,
-    /// What this worker last wrote to its results slot (cleared with a new instance), so a
-    /// steady result is not written again under the cache's lock.
-    published: Option<SlotMemo>,
-    /// The pod view this worker last read, while it is current: a view is replaced whole,
-    /// never changed in place, so while its version is the same so is the container's lookup.
-    /// A replaced view is kept until the worker's next tick (at most one per worker).
-    seen: Option<Seen>,
-    last_result: Option<ProbeResult>,
-    result_run: u32,
-    on_hold: bool,
-    /// A spec update changed the period: the loop restarts its ticker.
-    period_changed: bool,
 }
 
 impl Worker {
@@ -427,15 +390,6 @@ impl Worker {
             self.ctx.sink.started(&self.key);
         }
     }
-}
-
-/// A pod view as a worker read it.
-struct Seen {
-    /// The view's version when it was read.
-    version: u64,
-    pod: Arc<PodInfo>,
-    /// The current instance of the worker's container in `pod`.
-    container: Option<Arc<ContainerInfo>>,
 }
 
 /// A fixed-rate ticker for `period`, first tick one period from now; missed ticks are dropped

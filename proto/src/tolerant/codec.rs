@@ -8,7 +8,7 @@ use tonic::Status;
 use tonic::codec::{Codec, DecodeBuf, Decoder};
 use tonic_prost::ProstEncoder;
 
-use super::Decoded;
+use super::decode::Decoded;
 
 /// Encodes `Req` with prost; decodes `Resp` as a [`Decoded`] (repairs reported, never fatal).
 #[derive(Debug)]

@@ -7,7 +7,8 @@ use tonic::client::Grpc;
 use tonic::transport::Channel;
 use tonic::{IntoRequest, Response, Status};
 
-use super::{Decoded, TolerantCodec};
+use super::codec::TolerantCodec;
+use super::decode::Decoded;
 use crate::cri;
 use crate::limits::CRI_MESSAGE_BYTES;
 

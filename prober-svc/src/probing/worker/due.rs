@@ -2,7 +2,7 @@
 //! that instance is probed now, waited for, or never again (kubelet's `doProbe` up to the probe).
 
 use super::handle::WorkerStatus;
-use super::{Worker, initial_value};
+use super::state::{Worker, initial_value};
 use crate::model::outcome::ProbeResult;
 use crate::model::{ContainerInfo, PodInfo, RunState};
 use crate::spec::ProbeType;

@@ -1,7 +1,7 @@
 //! What a worker records of each probe for `Status` (its [`super::handle::WorkerStatus`]):
 //! counters, the last output, and the last error of a probe that errored.
 
-use super::Worker;
+use super::state::Worker;
 use crate::model::outcome::ProbeResult;
 use crate::model::{ContainerInfo, PodInfo};
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Worker;
+use super::state::Worker;
 use crate::model::outcome::Outcome;
 use crate::model::outcome::ProbeResult;
 use crate::model::{ContainerInfo, PodInfo};
