@@ -1,6 +1,7 @@
 //! [`Driver`]: a small kubelet that runs pods over CRI, against containerd or the shim.
 
 mod backoff;
+mod create;
 mod cri_config;
 mod pod;
 mod pod_cgroup;
@@ -13,12 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use podward_api::cri::runtime_service_client::RuntimeServiceClient;
-use podward_api::cri::{
-    CreateContainerRequest, PodSandboxConfig, RunPodSandboxRequest, StartContainerRequest,
-    VersionRequest,
-};
+use podward_api::cri::{RunPodSandboxRequest, VersionRequest};
 use tonic::transport::Channel;
 
+use self::create::create_and_start;
 use crate::error::HarnessError;
 use crate::node::TestNode;
 
@@ -96,43 +95,4 @@ impl Driver {
         }
         Ok(Pod::start(client, spec, sandbox_id, config, state, node))
     }
-}
-
-/// CreateContainer + StartContainer for restart `attempt` of `c`; the new container's id. A
-/// container that was created but failed to start is removed, so no half-started instance stays.
-pub(crate) async fn create_and_start(
-    client: &mut RuntimeServiceClient<Channel>,
-    sandbox_id: &str,
-    sandbox_config: &PodSandboxConfig,
-    spec: &PodSpec,
-    c: &spec::ContainerSpec,
-    attempt: u32,
-) -> Result<String, HarnessError> {
-    let id = client
-        .create_container(CreateContainerRequest {
-            pod_sandbox_id: sandbox_id.to_owned(),
-            config: Some(cri_config::container_config(spec, c, attempt)),
-            sandbox_config: Some(sandbox_config.clone()),
-        })
-        .await
-        .map_err(HarnessError::grpc("CreateContainer"))?
-        .into_inner()
-        .container_id;
-    let started = client
-        .start_container(StartContainerRequest {
-            container_id: id.clone(),
-        })
-        .await;
-    if let Err(status) = started {
-        let _ = client
-            .remove_container(podward_api::cri::RemoveContainerRequest {
-                container_id: id.clone(),
-            })
-            .await;
-        return Err(HarnessError::Grpc {
-            call: "StartContainer",
-            status,
-        });
-    }
-    Ok(id)
 }

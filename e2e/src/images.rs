@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use self::rootfs::BUSYBOX_BINARY;
 use crate::error::HarnessError;
 use crate::lock::FileLock;
 
@@ -22,9 +23,6 @@ pub const PAUSE_IMAGE: &str = "podward.test/pause:latest";
 
 /// Bump when the image layout code changes, so stale caches are not reused.
 const FORMAT_VERSION: &str = "podward-e2e-images/1";
-
-/// Where the static busybox comes from (Debian `busybox-static`).
-pub(crate) const BUSYBOX_BINARY: &str = "/bin/busybox";
 
 /// The pause program's source.
 const PAUSE_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/pause.c");

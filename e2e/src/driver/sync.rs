@@ -116,7 +116,7 @@ impl SyncLoop {
             // The instance vanished (removed behind our back) or was never created: kubelet
             // would create it again, unless the policy says the pod is done.
             return Ok(match self.spec.restart_policy {
-                super::RestartPolicy::Never if tracked.id.is_some() => {
+                super::spec::RestartPolicy::Never if tracked.id.is_some() => {
                     self.state.with(&c.name, |t| t.finished = true);
                     Next::Nothing
                 }
@@ -186,7 +186,7 @@ impl SyncLoop {
         listed: &[Container],
     ) -> Result<(), HarnessError> {
         let previous = self.state.with(&c.name, |t| t.id.clone());
-        let id = super::create_and_start(
+        let id = super::create::create_and_start(
             &mut self.client,
             &self.sandbox_id,
             &self.sandbox_config,

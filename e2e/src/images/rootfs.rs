@@ -5,7 +5,8 @@ use std::process::Command;
 
 use crate::error::HarnessError;
 
-use super::BUSYBOX_BINARY;
+/// Where the static busybox comes from (Debian `busybox-static`).
+pub(super) const BUSYBOX_BINARY: &str = "/bin/busybox";
 
 /// The runtime part of an OCI image config (the fields we use).
 #[derive(Debug, Clone)]

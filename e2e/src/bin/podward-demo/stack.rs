@@ -14,7 +14,7 @@ use podward_e2e::{Daemon, DaemonOutput, Driver, TestNode, free_port};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::Args;
+use crate::args::Args;
 use crate::term::{self, Level, Style};
 
 /// The node name the prober is given and the demo's pods are bound to in the API server.
