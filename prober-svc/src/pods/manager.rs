@@ -122,7 +122,7 @@ impl Manager {
         pod.api = table.api(&pod.uid);
         let uid = pod.uid.clone();
         match table.upsert(pod, refresh, |pod| self.rec.new_entry(pod)) {
-            Upsert::Known((_, changed)) => {
+            Upsert::Known(changed) => {
                 if let Some(annotation) = changed.annotation
                     && !self.rec.reannotate(&uid, annotation)
                 {

@@ -16,9 +16,9 @@ pub(super) struct Refreshed {
     pub(super) started: Vec<String>,
 }
 
-/// Replaces `entry`'s pod with `pod` (the workers see it at their next probe); returns the
-/// pod's UID and what changed.
-pub(super) fn refresh(entry: &PodEntry, pod: PodInfo) -> (String, Refreshed) {
+/// Replaces `entry`'s pod with `pod` (the workers see it at their next probe); returns what
+/// changed.
+pub(super) fn refresh(entry: &PodEntry, pod: PodInfo) -> Refreshed {
     // Only the API's copy can change what runs: CRI's is frozen at sandbox creation, and
     // kubelet ignores spec updates of a known pod.
     let wanted = pod.api.as_ref().map(|a| a.probes_annotation.clone());
@@ -33,13 +33,10 @@ pub(super) fn refresh(entry: &PodEntry, pod: PodInfo) -> (String, Refreshed) {
         w.as_deref() != Some(entry.annotation.as_str()) || (kinds_changed && w.is_some())
     });
     let annotation = wanted.filter(|_| changed);
-    (
-        cur.uid.clone(),
-        Refreshed {
-            annotation,
-            started,
-        },
-    )
+    Refreshed {
+        annotation,
+        started,
+    }
 }
 
 /// Names of containers whose current instance is running in `new` but was not (or was another
