@@ -12,6 +12,7 @@ use crate::model::api_pod::GateCondition;
 /// Queued pods looked at per pass of the writer (their readiness asked, outside the lock).
 pub(super) const LOOK: usize = 256;
 
+/// Everything the gate keeps, under its one lock.
 #[derive(Default)]
 pub(super) struct State {
     /// Gated pods by UID.
