@@ -295,9 +295,7 @@ impl Gate {
             }
         }
         for uid in requeue.into_iter().rev() {
-            if st.queued.insert(uid.clone()) {
-                st.queue.push_front(uid);
-            }
+            st.mark_first(uid);
         }
     }
 

@@ -33,6 +33,13 @@ impl State {
         }
     }
 
+    /// Queues pod `uid` at the front, to be looked at first (unless it is queued already).
+    pub(super) fn mark_first(&mut self, uid: String) {
+        if self.queued.insert(uid.clone()) {
+            self.queue.push_front(uid);
+        }
+    }
+
     /// Takes up to [`LOOK`] queued pods to look at now, marking them in flight: pods with a
     /// write in flight or in backoff stay queued (the earliest backoff's end goes into
     /// `next_due`), pods no longer gated leave the queue.
